@@ -1,0 +1,26 @@
+"""Repo-wide pytest setup: hypothesis profiles shared by tests/ and suites/.
+
+The default profile keeps the ordinary test session fast; ``--hypothesis-profile=exhaustive`` (or
+``SWA_HARNESS_HYPOTHESIS=exhaustive``) runs the scenario generators much harder.
+"""
+
+from __future__ import annotations
+
+import os
+
+from hypothesis import HealthCheck, settings
+
+settings.register_profile(
+    "default",
+    max_examples=40,
+    deadline=None,
+    derandomize=True,
+    suppress_health_check=[HealthCheck.too_slow],
+)
+settings.register_profile(
+    "exhaustive",
+    max_examples=1000,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow],
+)
+settings.load_profile(os.environ.get("SWA_HARNESS_HYPOTHESIS", "default"))

@@ -1,0 +1,1 @@
+"""swa-harness: regression harness for hybrid sliding-window-attention KV caches and graph runners."""

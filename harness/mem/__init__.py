@@ -1,0 +1,32 @@
+"""The memory subsystem under test: request map, KV pools and allocators (names follow SGLang's)."""
+
+from harness.mem.allocator import TokenToKVPoolAllocator
+from harness.mem.errors import (
+    AlignmentError,
+    DoubleFreeError,
+    IndexContractError,
+    PaddingSlotError,
+    PoolError,
+)
+from harness.mem.index import LOC_DTYPE, PADDING_SLOT
+from harness.mem.kv_pool import KV_DTYPES, MHATokenToKVPool
+from harness.mem.req_to_token_pool import ReqToTokenPool
+from harness.mem.swa_allocator import SWATokenToKVPoolAllocator
+from harness.mem.swa_kv_pool import STALE_KEY_WARNING, SWAKVPool
+
+__all__ = [
+    "AlignmentError",
+    "DoubleFreeError",
+    "IndexContractError",
+    "KV_DTYPES",
+    "LOC_DTYPE",
+    "MHATokenToKVPool",
+    "PADDING_SLOT",
+    "PaddingSlotError",
+    "PoolError",
+    "ReqToTokenPool",
+    "STALE_KEY_WARNING",
+    "SWAKVPool",
+    "SWATokenToKVPoolAllocator",
+    "TokenToKVPoolAllocator",
+]

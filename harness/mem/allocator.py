@@ -1,0 +1,91 @@
+"""Free-list allocator over the slots of one KV pool, with optional pages (SGLang's paged allocator).
+
+Contract for an allocation that does not fit: ``alloc`` returns ``None`` and changes nothing (SGLang's
+documented behaviour; the scheduler decides whether to wait or refuse). Everything else that is
+wrong — an unaligned size, a double free, freeing the padding slot, an index tensor of the wrong
+dtype, device or rank — raises a ``PoolError`` naming the problem, before any state changes.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from harness.mem.errors import AlignmentError, DoubleFreeError, PaddingSlotError, PoolError
+from harness.mem.index import LOC_DTYPE, check_index, check_slot_range
+
+
+class TokenToKVPoolAllocator:
+    """Owns slots ``page_size .. size + page_size - 1``; page 0 (slots ``0 .. page_size - 1``) is padding.
+
+    With ``page_size > 1`` every allocation covers whole pages and the slots of a page are
+    contiguous, so token ``i`` of a page lives at ``page * page_size + i``.
+    """
+
+    def __init__(self, size: int, page_size: int = 1, device: str | torch.device = "cpu") -> None:
+        if size < 1 or page_size < 1 or size % page_size:
+            raise PoolError(f"allocator size {size} must be a positive multiple of page_size {page_size}")
+        self.size = size
+        self.page_size = page_size
+        self.device = torch.device(device)
+        self.num_pages = size // page_size
+        self._page_is_free = torch.zeros(self.num_pages + 1, dtype=torch.bool, device=self.device)
+        self._page_offsets = torch.arange(page_size, dtype=LOC_DTYPE, device=self.device)
+        self.clear()
+
+    def clear(self) -> None:
+        self.free_pages = torch.arange(1, self.num_pages + 1, dtype=LOC_DTYPE, device=self.device)
+        self._page_is_free.fill_(True)
+        self._page_is_free[0] = False
+
+    def available_size(self) -> int:
+        return self.free_pages.numel() * self.page_size
+
+    def alloc(self, need_size: int) -> torch.Tensor | None:
+        """``need_size`` slots as an int32 tensor, or ``None`` when the pool is too full."""
+        if need_size < 0:
+            raise PoolError(f"alloc needs a non-negative size, got {need_size}")
+        if need_size % self.page_size:
+            raise AlignmentError(f"alloc size {need_size} is not a multiple of page_size {self.page_size}")
+        num_pages = need_size // self.page_size
+        if num_pages > self.free_pages.numel():
+            return None
+        pages, self.free_pages = self.free_pages[:num_pages], self.free_pages[num_pages:]
+        self._page_is_free[pages] = False
+        if self.page_size == 1:
+            # A view into the free list, like SGLang's: successive allocations are views of one
+            # storage at different offsets, which is exactly what a storage-keyed memo gets wrong.
+            return pages
+        return (pages[:, None] * self.page_size + self._page_offsets).reshape(-1)
+
+    def pages_of(self, free_index: torch.Tensor) -> torch.Tensor:
+        """Validate slots about to be freed and return their distinct pages; raises before any change."""
+        check_index("free_index", free_index, device=self.device)
+        if free_index.numel() == 0:
+            return free_index
+        padding = free_index[(free_index >= 0) & (free_index < self.page_size)]
+        if padding.numel():
+            raise PaddingSlotError(f"slots {padding.tolist()} belong to the padding page and are never allocated")
+        check_slot_range("free_index", free_index, low=self.page_size, high=self.size + self.page_size)
+        pages = torch.unique(free_index // self.page_size)
+        if pages.numel() * self.page_size != free_index.numel():
+            if self.page_size == 1:
+                raise DoubleFreeError(f"free_index names a slot more than once: {free_index.tolist()}")
+            raise AlignmentError(f"free_index must cover whole pages of {self.page_size} slots exactly once")
+        if self.page_size > 1 and torch.unique(free_index).numel() != free_index.numel():
+            raise AlignmentError(f"free_index must cover whole pages of {self.page_size} slots exactly once")
+        already_free = pages[self._page_is_free[pages]]
+        if already_free.numel():
+            raise DoubleFreeError(f"{'slots' if self.page_size == 1 else 'pages'} {already_free.tolist()} are already free")
+        return pages
+
+    def free(self, free_index: torch.Tensor) -> None:
+        pages = self.pages_of(free_index)
+        if pages.numel() == 0:
+            return
+        self._page_is_free[pages] = True
+        self.free_pages = torch.cat((self.free_pages, pages.to(LOC_DTYPE)))
+
+    def is_allocated(self, slots: torch.Tensor) -> torch.Tensor:
+        """Per slot: whether it is currently handed out (padding counts as not allocated)."""
+        pages = slots // self.page_size
+        return ~self._page_is_free[pages] & (pages > 0)

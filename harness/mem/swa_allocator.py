@@ -1,0 +1,127 @@
+"""Allocator of a hybrid SWA pool: full slots and SWA slots, tied by ``full_to_swa_index_mapping``."""
+
+from __future__ import annotations
+
+import torch
+
+from harness.mem.allocator import TokenToKVPoolAllocator
+from harness.mem.errors import AlignmentError, DoubleFreeError, IndexContractError, PoolError
+from harness.mem.index import LOC_DTYPE, check_index, check_slot_range
+from harness.mem.swa_kv_pool import SWAKVPool
+
+
+class SWATokenToKVPoolAllocator:
+    """Every token gets a full slot and, while it is inside the window, an SWA slot.
+
+    ``full_to_swa_index_mapping[full_slot]`` is the token's SWA slot, 0 once the token left the window
+    (``free_swa``) or before it was allocated; a trailing entry holds -1 so that -1 translates to -1.
+    Every mutation of the mapping invalidates the pool's translation memo.
+    """
+
+    def __init__(
+        self,
+        size: int,
+        size_swa: int,
+        kvcache: SWAKVPool,
+        *,
+        page_size: int = 1,
+        device: str | torch.device = "cpu",
+    ) -> None:
+        if (kvcache.size, kvcache.size_swa, kvcache.page_size) != (size, size_swa, page_size):
+            raise PoolError(
+                f"allocator sizes (full={size}, swa={size_swa}, page={page_size}) do not match the pool's "
+                f"(full={kvcache.size}, swa={kvcache.size_swa}, page={kvcache.page_size})"
+            )
+        self.size = size
+        self.size_swa = size_swa
+        self.page_size = page_size
+        self.device = torch.device(device)
+        self.full_attn_allocator = TokenToKVPoolAllocator(size, page_size, device)
+        self.swa_attn_allocator = TokenToKVPoolAllocator(size_swa, page_size, device)
+        self._kvcache = kvcache
+        self.full_to_swa_index_mapping = torch.zeros(size + page_size + 1, dtype=LOC_DTYPE, device=self.device)
+        self.full_to_swa_index_mapping[-1] = -1
+        self.register_mapping()
+
+    def register_mapping(self) -> None:
+        """Hand the mapping tensor to the pool (again, e.g. after it was rebuilt)."""
+        self._kvcache.register_mapping(self.full_to_swa_index_mapping)
+
+    # -- sizes ---------------------------------------------------------------------------------
+
+    def full_available_size(self) -> int:
+        return self.full_attn_allocator.available_size()
+
+    def swa_available_size(self) -> int:
+        return self.swa_attn_allocator.available_size()
+
+    def available_size(self) -> int:
+        """Tokens that ``alloc`` can serve now: each needs a slot in both pools."""
+        return min(self.full_available_size(), self.swa_available_size())
+
+    # -- mutations (each one invalidates the memo) ---------------------------------------------
+
+    def alloc(self, need_size: int) -> torch.Tensor | None:
+        """Full slots for ``need_size`` new tokens, each mapped to a fresh SWA slot; ``None`` if either pool is full."""
+        if need_size < 0 or need_size % self.page_size:
+            raise AlignmentError(f"alloc size {need_size} must be a non-negative multiple of page_size {self.page_size}")
+        if need_size > self.available_size():
+            return None
+        full = self.full_attn_allocator.alloc(need_size)
+        swa = self.swa_attn_allocator.alloc(need_size)
+        assert full is not None and swa is not None  # guaranteed by the size check above
+        self.full_to_swa_index_mapping[full] = swa
+        self._kvcache.invalidate_loc_cache()
+        return full
+
+    def free(self, free_index: torch.Tensor) -> None:
+        """Give back full slots and whatever SWA slots they still hold."""
+        check_index("free_index", free_index, device=self.device)
+        if free_index.numel() == 0:
+            return
+        full_pages = self.full_attn_allocator.pages_of(free_index)
+        swa = self.full_to_swa_index_mapping[free_index]
+        live_swa = swa[swa > 0]
+        swa_pages = self.swa_attn_allocator.pages_of(live_swa)
+        self.full_attn_allocator.free(free_index)
+        if swa_pages.numel():
+            self.swa_attn_allocator.free(live_swa)
+        self.full_to_swa_index_mapping[free_index] = 0
+        self._kvcache.invalidate_loc_cache()
+
+    def free_swa(self, free_index: torch.Tensor) -> None:
+        """Give back only the SWA slots of tokens that left the window; they keep their full slots."""
+        check_index("free_index", free_index, device=self.device)
+        if free_index.numel() == 0:
+            return
+        check_slot_range("free_index", free_index, low=self.page_size, high=self.size + self.page_size)
+        not_owned = free_index[~self.full_attn_allocator.is_allocated(free_index)]
+        if not_owned.numel():
+            raise PoolError(f"free_swa: full slots {not_owned.tolist()} are not allocated")
+        swa = self.full_to_swa_index_mapping[free_index]
+        released = free_index[swa == 0]
+        if released.numel():
+            raise DoubleFreeError(f"free_swa: full slots {released.tolist()} hold no SWA slot (already released)")
+        self.swa_attn_allocator.free(swa)
+        self.full_to_swa_index_mapping[free_index] = 0
+        self._kvcache.invalidate_loc_cache()
+
+    def set_full_to_swa_mapping(self, full_index: torch.Tensor, swa_index: torch.Tensor) -> None:
+        """Overwrite mapping entries directly (cache restore paths); the caller owns their consistency."""
+        check_index("full_index", full_index, device=self.device)
+        check_index("swa_index", swa_index, device=self.device)
+        if full_index.numel() != swa_index.numel():
+            raise IndexContractError(
+                f"set_full_to_swa_mapping: {full_index.numel()} full slots but {swa_index.numel()} SWA slots"
+            )
+        check_slot_range("full_index", full_index, low=0, high=self.size + self.page_size)
+        check_slot_range("swa_index", swa_index, low=0, high=self.size_swa + self.page_size)
+        self.full_to_swa_index_mapping[full_index] = swa_index
+        self._kvcache.invalidate_loc_cache()
+
+    def clear(self) -> None:
+        self.full_attn_allocator.clear()
+        self.swa_attn_allocator.clear()
+        self.full_to_swa_index_mapping.zero_()
+        self.full_to_swa_index_mapping[-1] = -1
+        self._kvcache.invalidate_loc_cache()

@@ -1,0 +1,42 @@
+"""Gated MLP with gate and up projections fused into one matmul."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from functools import partial
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from harness.model.errors import CheckpointError
+
+ACTIVATIONS: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {
+    "gelu_pytorch_tanh": partial(F.gelu, approximate="tanh"),
+    "gelu": F.gelu,
+    "silu": F.silu,
+    "swish": F.silu,
+}
+
+
+class GatedMLP(nn.Module):
+    """``down(act(gate(x)) * up(x))``; `gate_up` is ``cat([gate, up])`` of the HF weights."""
+
+    def __init__(self, hidden_size: int, intermediate_size: int, act: str,
+                 dtype: torch.dtype, device: torch.device | str = "cpu"):
+        super().__init__()
+        if act not in ACTIVATIONS:
+            raise CheckpointError(f"unsupported activation {act!r}; supported: {sorted(ACTIVATIONS)}")
+        self.act_name = act
+        self.act = ACTIVATIONS[act]
+        self.gate_up = nn.Parameter(torch.empty(2 * intermediate_size, hidden_size, dtype=dtype, device=device),
+                                    requires_grad=False)
+        self.down = nn.Parameter(torch.empty(hidden_size, intermediate_size, dtype=dtype, device=device),
+                                 requires_grad=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        gate, up = F.linear(x, self.gate_up).chunk(2, dim=-1)
+        return F.linear(self.act(gate) * up, self.down)
+
+    def extra_repr(self) -> str:
+        return f"gate_up={tuple(self.gate_up.shape)}, down={tuple(self.down.shape)}, act={self.act_name}"

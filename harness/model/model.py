@@ -1,0 +1,97 @@
+"""The hybrid sliding-window causal LM over a flat ragged token layout."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from harness.model.attention_api import AttentionBackend, AttentionLayerSpec
+from harness.model.config import HybridModelConfig
+from harness.model.decoder import DecoderLayer
+from harness.model.norm import RMSNorm
+from harness.model.rotary import RotaryTables
+
+
+class HybridSWAForCausalLM(nn.Module):
+    """Gemma2 / Gemma3-text / Qwen3 decoder with pluggable attention.
+
+    Tokens of several sequences are concatenated (SGLang style): ``input_ids``
+    and ``positions`` are ``[T]``; what belongs to which sequence, and which keys
+    each query sees, is known only to the `AttentionBackend` via `batch`.
+    Weights are held fused (qkv, gate_up) so a decode step is a short, fixed
+    list of ops. Build it with `harness.model.load_model`; the constructor
+    allocates uninitialised weights.
+    """
+
+    def __init__(self, config: HybridModelConfig, dtype: torch.dtype = torch.float32,
+                 device: torch.device | str = "cpu", max_positions: int | None = None):
+        super().__init__()
+        self.config = config
+        self.dtype = dtype
+        self.max_positions = max_positions or config.max_position_embeddings
+
+        def param(*shape: int) -> nn.Parameter:
+            return nn.Parameter(torch.empty(*shape, dtype=dtype, device=device), requires_grad=False)
+
+        self.embed = param(config.vocab_size, config.hidden_size)
+        self.lm_head = None if config.tie_word_embeddings else param(config.vocab_size, config.hidden_size)
+        # transformers keeps the scale as a tensor cast to the weight dtype
+        # (sqrt(3072) becomes 55.5 in bf16), so we do too.
+        if config.embed_scale != 1.0:
+            scale = torch.tensor(config.embed_scale, dtype=torch.float32).to(dtype).to(device)
+            self.register_buffer("embed_scale", scale, persistent=False)
+        else:
+            self.embed_scale = None
+        self.layers = nn.ModuleList(DecoderLayer(config, i, dtype, device) for i in range(config.num_hidden_layers))
+        self.norm = RMSNorm(config.hidden_size, config.rms_norm_eps, config.gemma_norm, dtype, device)
+
+        # One table per distinct RoPE (Gemma3: local and global bases).
+        ropes = list(dict.fromkeys(config.rope_for(i) for i in range(config.num_hidden_layers)))
+        self.rotary = nn.ModuleList(
+            RotaryTables(r, config.head_dim, self.max_positions, dtype, device) for r in ropes
+        )
+        self.layer_rope = tuple(ropes.index(config.rope_for(i)) for i in range(config.num_hidden_layers))
+
+    @property
+    def lm_head_weight(self) -> torch.Tensor:
+        return self.embed if self.lm_head is None else self.lm_head
+
+    @property
+    def layer_specs(self) -> tuple[AttentionLayerSpec, ...]:
+        """Per-layer attention specs, e.g. for sizing a KV pool."""
+        return tuple(layer.attn.spec for layer in self.layers)
+
+    def forward(self, input_ids: torch.Tensor, positions: torch.Tensor, attention: AttentionBackend,
+                batch: Any, logits_indices: torch.Tensor | None = None) -> torch.Tensor:
+        """Logits ``float32 [T, vocab]``, or ``[len(logits_indices), vocab]`` when given.
+
+        `logits_indices` selects rows (e.g. each sequence's last token in a
+        prefill) before the final norm and LM head; the rest are never computed.
+        """
+        hidden = self.hidden_states(input_ids, positions, attention, batch)
+        if logits_indices is not None:
+            hidden = hidden[logits_indices]
+        return self.compute_logits(hidden)
+
+    def hidden_states(self, input_ids: torch.Tensor, positions: torch.Tensor,
+                      attention: AttentionBackend, batch: Any) -> torch.Tensor:
+        """Residual stream after the last layer, ``[T, hidden]``, before the final norm."""
+        x = F.embedding(input_ids, self.embed)
+        if self.embed_scale is not None:
+            x = x * self.embed_scale
+        rope = [tables(positions) for tables in self.rotary]
+        for layer, r in zip(self.layers, self.layer_rope):
+            cos, sin = rope[r]
+            x = layer(x, cos, sin, attention, batch)
+        return x
+
+    def compute_logits(self, hidden: torch.Tensor) -> torch.Tensor:
+        """Final norm, LM head and optional soft-cap ``tanh(l / cap) * cap``; float32 out."""
+        logits = F.linear(self.norm(hidden), self.lm_head_weight)
+        cap = self.config.final_logit_softcap
+        if cap is not None:
+            logits = torch.tanh(logits / cap) * cap
+        return logits.float()

@@ -1,0 +1,40 @@
+"""RMSNorm in the two flavours the supported architectures use."""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+
+class RMSNorm(nn.Module):
+    """``x / rms(x) * scale`` over the last dim, computed in fp32.
+
+    `scale` holds the *effective* multiplier, prepared by the weight loader so the
+    forward pass is one code path per flavour:
+
+    * Gemma (``gemma=True``): ``scale = 1 + w`` kept in fp32, multiplied before the
+      cast back (transformers: ``(x * (1 + w.float())).type_as(x)``).
+    * Qwen/Llama (``gemma=False``): ``scale = w`` in the model dtype, multiplied
+      after the cast back (transformers: ``w * x.to(input_dtype)``).
+
+    `shape` may be 2-D (e.g. ``[heads, head_dim]``) to normalise q and k heads with
+    different weights in a single call; the reduction is always over the last dim.
+    """
+
+    def __init__(self, shape: int | tuple[int, ...], eps: float, gemma: bool,
+                 dtype: torch.dtype, device: torch.device | str = "cpu"):
+        super().__init__()
+        self.eps = eps
+        self.gemma = gemma
+        scale_dtype = torch.float32 if gemma else dtype
+        self.scale = nn.Parameter(torch.ones(shape, dtype=scale_dtype, device=device), requires_grad=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        xf = x.float()
+        xf = xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + self.eps)
+        if self.gemma:
+            return (xf * self.scale).to(x.dtype)
+        return self.scale * xf.to(x.dtype)
+
+    def extra_repr(self) -> str:
+        return f"{tuple(self.scale.shape)}, eps={self.eps}, gemma={self.gemma}"
