@@ -1,0 +1,56 @@
+"""Which KV slots a decode query reads: index builders shared by the attention backend and the toy target.
+
+Window convention (transformers'): with ``sliding_window = W`` the token at position ``i`` sees
+positions ``i - W < j <= i``, i.e. itself and the ``W - 1`` before it. For a decode row whose
+``seq_len`` counts the new token, that is positions ``seq_len - W .. seq_len - 1``.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from harness.mem.index import PADDING_SLOT
+from harness.mem.swa_kv_pool import SWAKVPool
+
+
+def decode_kv_indices(
+    req_to_token: torch.Tensor, req_pool_indices: torch.Tensor, kv_len: int, out: torch.Tensor
+) -> None:
+    """Full slots of positions ``0 .. kv_len - 1`` of each row into ``out[:bs, :kv_len]``.
+
+    Entries past a row's ``seq_len`` are whatever ``req_to_token`` holds there (0 for slots never
+    written); readers mask them by ``seq_lens``.
+    """
+    bs = req_pool_indices.numel()
+    torch.index_select(req_to_token[:, :kv_len], 0, req_pool_indices, out=out[:bs, :kv_len])
+
+
+def decode_window_positions(seq_lens: torch.Tensor, window: int) -> torch.Tensor:
+    """Positions ``seq_len - W .. seq_len - 1`` per row; negative ones do not exist and are masked."""
+    offsets = torch.arange(-window, 0, device=seq_lens.device, dtype=seq_lens.dtype)
+    return seq_lens[:, None] + offsets
+
+
+def decode_window_swa_indices(
+    pool: SWAKVPool,
+    req_to_token: torch.Tensor,
+    req_pool_indices: torch.Tensor,
+    seq_lens: torch.Tensor,
+    window: int,
+    out: torch.Tensor,
+) -> None:
+    """SWA slots of each row's window into ``out[:bs]`` (padding slot where the position is < 0).
+
+    The window's full slots are a freshly built tensor, not the batch's ``out_cache_loc``, so the
+    memo is invalidated before (the previous key must not raise a false warning) and after (so the
+    next translation of ``out_cache_loc`` starts clean) — the fix of SGLang #26152.
+    """
+    bs = req_pool_indices.numel()
+    positions = decode_window_positions(seq_lens, window)
+    rows = req_to_token.index_select(0, req_pool_indices)
+    full = rows.gather(1, positions.clamp(min=0).long())
+    full = torch.where(positions >= 0, full, torch.full_like(full, PADDING_SLOT))
+    pool.invalidate_loc_cache()
+    swa = pool.translate_loc_from_full_to_swa(full.reshape(-1))
+    pool.invalidate_loc_cache()
+    out[:bs].copy_(swa.view(bs, window))

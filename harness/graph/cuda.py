@@ -1,0 +1,44 @@
+"""Graphs on, GPU: ``torch.cuda.CUDAGraph``, all buckets sharing one memory pool (as SGLang does)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import torch
+
+from harness.graph.errors import GraphInputReplacedError
+
+
+class CudaGraph:
+    def __init__(self, graph: "torch.cuda.CUDAGraph", output: Any, static_inputs: Mapping[str, torch.Tensor]):
+        self._graph = graph
+        self.output = output
+        self._input_ptrs = {name: t.data_ptr() for name, t in static_inputs.items()}
+
+    def replay(self, current_inputs: Mapping[str, torch.Tensor] | None = None) -> Any:
+        if current_inputs is not None:
+            for name, ptr in self._input_ptrs.items():
+                now = current_inputs.get(name)
+                if now is None or now.data_ptr() != ptr:
+                    raise GraphInputReplacedError(f"static input '{name}' was replaced since capture; refill it with copy_()")
+        self._graph.replay()
+        return self.output
+
+
+class CudaGraphBackend:
+    name = "cuda"
+
+    def __init__(self) -> None:
+        if not torch.cuda.is_available():
+            raise RuntimeError("the cuda graph backend needs a CUDA device; use graphs='tape' on CPU")
+        self._pool = torch.cuda.graph_pool_handle()
+        self._stream = torch.cuda.Stream()
+
+    def capture(self, fn: Callable[[], Any], *, static_inputs: Mapping[str, torch.Tensor]) -> CudaGraph:
+        graph = torch.cuda.CUDAGraph()
+        torch.cuda.synchronize()
+        with torch.no_grad(), torch.cuda.graph(graph, pool=self._pool, stream=self._stream):
+            output = fn()
+        torch.cuda.synchronize()
+        return CudaGraph(graph, output, static_inputs)

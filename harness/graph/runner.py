@@ -1,0 +1,119 @@
+"""GraphRunner: capture one decode graph per batch-size bucket, pad each batch up to its bucket, replay.
+
+The runner knows nothing of models: a *target* supplies the body to capture (``graph_forward``)
+and the eager per-batch preparation that must run before capture and before every replay
+(``prepare_graph_metadata``, e.g. attention index buffers), as SGLang's attention backends do.
+"""
+
+from __future__ import annotations
+
+import bisect
+import logging
+from collections.abc import Sequence
+from typing import Protocol
+
+import torch
+
+from harness.graph.backends import GraphBackend
+from harness.graph.buffers import DecodeBatchLike, DecodeInputBuffers, DecodeInputs
+from harness.mem.swa_kv_pool import SWAKVPool
+
+logger = logging.getLogger(__name__)
+
+DEFAULT_CAPTURE_BS: tuple[int, ...] = (1, 2, 4, 8, 12, *range(16, 257, 8))
+"""SGLang's default decode buckets (up to 256)."""
+
+
+def capture_bs_for(max_bs: int, candidates: Sequence[int] = DEFAULT_CAPTURE_BS) -> list[int]:
+    buckets = sorted({bs for bs in candidates if 1 <= bs <= max_bs})
+    if not buckets:
+        raise ValueError(f"no capture bucket fits max_bs={max_bs} (candidates start at {min(candidates)})")
+    return buckets
+
+
+class DecodeGraphTarget(Protocol):
+    def prepare_graph_metadata(self, inputs: DecodeInputs) -> None:
+        """Eager, outside the graph: fill the target's own static buffers from ``inputs``."""
+
+    def graph_forward(self, inputs: DecodeInputs) -> torch.Tensor:
+        """The captured body: logits ``[bs, vocab]`` for the batch in ``inputs``."""
+
+
+class GraphRunner:
+    def __init__(
+        self,
+        target: DecodeGraphTarget,
+        backend: GraphBackend,
+        *,
+        max_bs: int,
+        vocab_size: int,
+        pool: SWAKVPool | None = None,
+        device: str | torch.device = "cpu",
+        logits_dtype: torch.dtype = torch.float32,
+        capture_bs: Sequence[int] | None = None,
+    ) -> None:
+        self.target = target
+        self.backend = backend
+        self.pool = pool
+        self.capture_bs = capture_bs_for(max_bs, capture_bs or DEFAULT_CAPTURE_BS)
+        self.max_bs = self.capture_bs[-1]
+        self.buffers = DecodeInputBuffers.create(
+            self.max_bs, vocab_size, is_hybrid_swa=pool is not None, device=device, logits_dtype=logits_dtype
+        )
+        self.graphs: dict[int, object] = {}
+
+    # -- bucket choice -------------------------------------------------------------------------
+
+    def bucket_for(self, raw_bs: int) -> int:
+        """The first captured bucket >= raw_bs."""
+        i = bisect.bisect_left(self.capture_bs, raw_bs)
+        if raw_bs < 1 or i == len(self.capture_bs):
+            raise ValueError(f"batch size {raw_bs} has no bucket (buckets go up to {self.max_bs})")
+        return self.capture_bs[i]
+
+    def can_run(self, batch: DecodeBatchLike, *, is_decode: bool = True) -> bool:
+        return is_decode and 1 <= batch.batch_size <= self.max_bs and bool(self.graphs)
+
+    # -- capture -------------------------------------------------------------------------------
+
+    def capture(self) -> None:
+        """Largest bucket first, as SGLang does, so smaller graphs reuse the pool's memory."""
+        for bs in reversed(self.capture_bs):
+            self.graphs[bs] = self._capture_one(bs)
+
+    def _capture_inputs(self, bs: int) -> DecodeInputs:
+        """The batch the graph is captured on: the static buffers, SWA loc pre-set (#23552)."""
+        return self.buffers.view(bs)
+
+    def _capture_one(self, bs: int) -> object:
+        self.buffers.pad(0, bs)  # capture on an all-padding batch: writes go to the padding slot
+        inputs = self._capture_inputs(bs)
+        self.target.prepare_graph_metadata(inputs)
+        # Warm-up, then capture, each from an empty memo: a translation cached by the warm-up would
+        # be a Python-side hit during capture, and the gather it skips would be missing from the
+        # graph, so every replay would reuse the warm-up's slots (#25824).
+        self._invalidate_memo()
+        with torch.no_grad():
+            self.target.graph_forward(inputs)
+        self._invalidate_memo()
+        return self.backend.capture(lambda: self._body(inputs, bs), static_inputs=self.buffers.tensors())
+
+    def _body(self, inputs: DecodeInputs, bs: int) -> torch.Tensor:
+        logits = self.target.graph_forward(inputs)
+        self.buffers.logits[:bs].copy_(logits)
+        return self.buffers.logits[:bs]
+
+    def _invalidate_memo(self) -> None:
+        if self.pool is not None:
+            self.pool.invalidate_loc_cache()
+
+    # -- replay --------------------------------------------------------------------------------
+
+    def replay(self, batch: DecodeBatchLike) -> torch.Tensor:
+        """Logits of the ``raw_bs`` real rows; a view of the static logits buffer (valid until the next replay)."""
+        raw_bs = batch.batch_size
+        bs = self.bucket_for(raw_bs)
+        self.buffers.populate(batch, bs)
+        self.target.prepare_graph_metadata(self.buffers.view(bs))
+        self.graphs[bs].replay(self.buffers.tensors())
+        return self.buffers.logits[:raw_bs]
