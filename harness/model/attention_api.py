@@ -52,9 +52,11 @@ class AttentionBackend(Protocol):
 
     Shapes: ``q [T, num_heads, head_dim]``, ``k``/``v [T, num_kv_heads, head_dim]``
     for the T new tokens of the step (RoPE already applied); returns
-    ``[T, num_heads, head_dim]`` in q's dtype. `batch` is opaque to the model:
-    whatever the backend needs (sequence lengths, cache slots, ...). A cache-backed
-    backend stores k/v for the new tokens and attends over cached + new keys.
+    ``[T, num_heads, head_dim]`` in q's dtype. q, k and v are views into one fused
+    projection (not contiguous): call ``.contiguous()`` before ``.view``-ing them.
+    `batch` is opaque to the model: whatever the backend needs (sequence lengths,
+    cache slots, ...). A cache-backed backend stores k/v for the new tokens and
+    attends over cached + new keys.
     """
 
     def forward(

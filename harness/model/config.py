@@ -152,7 +152,7 @@ class _Fields:
         return self.hf[key] if key in self.hf else self.defaults.get(key)
 
 
-def _common(f: _Fields, layer_types: list[str] | None, sliding_window: int | None,
+def _common(f: _Fields, layer_types: list[str], sliding_window: int | None,
             act_key: str) -> dict[str, Any]:
     """Fields shared by all three architectures, validated."""
     if f.hf.get("use_bidirectional_attention"):
@@ -162,6 +162,8 @@ def _common(f: _Fields, layer_types: list[str] | None, sliding_window: int | Non
     kv_heads = f["num_key_value_heads"]
     kv_heads = heads if kv_heads is None else int(kv_heads)
     head_dim = f["head_dim"] or f["hidden_size"] // heads
+    if head_dim % 2:
+        raise CheckpointError(f"{f.model_type}: head_dim={head_dim} must be even for rotary embeddings")
     if heads % kv_heads:
         raise CheckpointError(f"num_attention_heads={heads} not a multiple of num_key_value_heads={kv_heads}")
 

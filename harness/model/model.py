@@ -94,4 +94,4 @@ class HybridSWAForCausalLM(nn.Module):
         cap = self.config.final_logit_softcap
         if cap is not None:
             logits = torch.tanh(logits / cap) * cap
-        return logits.float()
+        return logits if logits.dtype == torch.float32 else logits.float()

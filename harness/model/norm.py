@@ -30,11 +30,14 @@ class RMSNorm(nn.Module):
         self.scale = nn.Parameter(torch.ones(shape, dtype=scale_dtype, device=device), requires_grad=False)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        xf = x.float()
+        # dtype checks are static per model, so fp32 models record no no-op casts.
+        cast = x.dtype != torch.float32
+        xf = x.float() if cast else x
         xf = xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + self.eps)
         if self.gemma:
-            return (xf * self.scale).to(x.dtype)
-        return self.scale * xf.to(x.dtype)
+            out = xf * self.scale
+            return out.to(x.dtype) if cast else out
+        return self.scale * (xf.to(x.dtype) if cast else xf)
 
     def extra_repr(self) -> str:
         return f"{tuple(self.scale.shape)}, eps={self.eps}, gemma={self.gemma}"

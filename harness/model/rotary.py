@@ -45,5 +45,5 @@ class RotaryTables(nn.Module):
 
 def apply_rotary(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
     """Rotate ``x [T, heads, head_dim]`` (NeoX / rotate-half layout)."""
-    swapped = x.unflatten(-1, (2, -1)).flip(-2).flatten(-2)
+    swapped = torch.roll(x, x.shape[-1] // 2, dims=-1)  # [x1, x2] -> [x2, x1]
     return x * cos + swapped * sin

@@ -61,15 +61,20 @@ def expected_tensors(config: HybridModelConfig) -> dict[str, tuple[int, ...]]:
     return shapes
 
 
-def ignored_by_transformers(name: str, config: HybridModelConfig) -> bool:
-    """Tensors transformers drops on load, so we may too.
+TIED_HEAD = "lm_head.weight"
 
-    * ``lm_head.weight`` with tied embeddings: transformers re-ties it to
-      ``model.embed_tokens.weight`` after loading, so the stored copy is unused.
+
+def ignored_by_transformers(name: str, config: HybridModelConfig) -> bool:
+    """Tensors that may be present but are not used.
+
+    * ``lm_head.weight`` with tied embeddings, *if* it equals
+      ``model.embed_tokens.weight`` (checked in `read_tensors`): transformers then
+      ties the two and the copy is redundant. If it differs, transformers 5 unties
+      and uses it while SGLang skips it, so such a checkpoint is rejected.
     * ``*.rotary_emb.inv_freq``: a non-persistent buffer older exports wrote out;
       it is recomputed from the config.
     """
-    if name == "lm_head.weight":
+    if name == TIED_HEAD:
         return config.tie_word_embeddings
     return name.endswith("rotary_emb.inv_freq")
 
@@ -122,15 +127,27 @@ def read_tensors(files: Iterable[Path], config: HybridModelConfig) -> dict[str, 
             + _listing((n, f"expected shape {expected[n]}, found {found_shapes[n]}") for n in wrong)
         )
 
+    wanted = list(expected)
+    tied_copy = config.tie_word_embeddings and TIED_HEAD in found_shapes
+    if tied_copy:
+        wanted.append(TIED_HEAD)
     tensors: dict[str, torch.Tensor] = {}
-    for file in dict.fromkeys(located[n] for n in expected):
+    for file in dict.fromkeys(located[n] for n in wanted):
         with safe_open(str(file), framework="pt") as f:
-            for name in expected:
+            for name in wanted:
                 if located[name] == file:
                     t = f.get_tensor(name)
                     if not t.is_floating_point():
                         raise CheckpointError(f"tensor {name!r} has dtype {t.dtype}; expected a float dtype")
                     tensors[name] = t
+    if tied_copy:
+        head, embed = tensors.pop(TIED_HEAD), tensors["model.embed_tokens.weight"]
+        if head.shape != embed.shape or not torch.equal(head, embed.to(head.dtype)):
+            raise CheckpointError(
+                f"tie_word_embeddings=true but the checkpoint's {TIED_HEAD} (shape {tuple(head.shape)}) differs "
+                f"from model.embed_tokens.weight (shape {tuple(embed.shape)}): transformers would untie and use "
+                "it, SGLang would ignore it; fix the checkpoint or set tie_word_embeddings=false"
+            )
     return tensors
 
 
