@@ -8,7 +8,12 @@ from __future__ import annotations
 
 import os
 
+import torch
 from hypothesis import HealthCheck, settings
+
+# One intra-op thread per test process: the tensors here are tiny, and xdist already runs one
+# worker per core. Two threads per worker oversubscribe the cores and run ~20x slower.
+torch.set_num_threads(1)
 
 settings.register_profile(
     "default",

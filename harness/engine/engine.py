@@ -1,0 +1,222 @@
+"""Engine: load an HF-format checkpoint, then ``generate`` with continuous batching over the hybrid pool."""
+
+from __future__ import annotations
+
+import itertools
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from harness.engine.model_runner import ModelRunner, PoolConfig
+from harness.engine.request import FinishReason, GenerateOutput, Req, RequestError, SamplingParams
+from harness.engine.sampling import sample
+from harness.engine.scheduler import Scheduler
+from harness.model import Tokenizer, load_model
+
+logger = logging.getLogger(__name__)
+
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+
+
+@dataclass(frozen=True)
+class EngineConfig:
+    model_path: str | Path
+    graphs: str = "auto"  # off | eager | tape | cuda | auto
+    dtype: str = "float32"
+    kv_dtype: str | None = None  # defaults to dtype
+    device: str = "cpu"
+    max_running_requests: int = 32  # also the largest decode graph bucket
+    max_context_len: int | None = None  # defaults to the model's max_position_embeddings
+    chunk_size: int = 256  # prefill tokens per request per step
+    max_prefill_tokens: int = 1024  # prefill tokens per step
+    full_pool_size: int | None = None
+    swa_pool_size: int | None = None
+    num_threads: int | None = None  # torch intra-op threads; small models on CPU run fastest on 1
+
+    def __post_init__(self) -> None:
+        for name in ("dtype", "kv_dtype"):
+            value = getattr(self, name)
+            if value is not None and value not in DTYPES:
+                raise ValueError(f"{name} must be one of {sorted(DTYPES)}, got {value!r}")
+        for name in ("max_running_requests", "chunk_size", "max_prefill_tokens"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
+
+
+class Engine:
+    def __init__(self, config: EngineConfig) -> None:
+        self.config = config
+        if config.num_threads is not None:
+            torch.set_num_threads(config.num_threads)
+        path = Path(config.model_path)
+        self.model = load_model(path, dtype=DTYPES[config.dtype], device=config.device,
+                                max_positions=config.max_context_len)
+        self.model_config = self.model.config
+        self.tokenizer = Tokenizer.from_dir(path) if (path / "tokenizer.json").is_file() else None
+        self.max_context_len = config.max_context_len or self.model_config.max_position_embeddings
+        window = self.model_config.sliding_window if self.model_config.sliding_layer_ids else None
+        default = PoolConfig.default(max_running=config.max_running_requests, max_context_len=self.max_context_len,
+                                     window=window, max_prefill_tokens=config.max_prefill_tokens)
+        pools = PoolConfig(default.max_running, default.max_context_len,
+                           full_size=config.full_pool_size or default.full_size,
+                           swa_size=config.swa_pool_size or default.swa_size)
+        if pools.swa_size < default.swa_size:
+            raise ValueError(
+                f"swa_pool_size={pools.swa_size} cannot serve max_running_requests x window + max_prefill_tokens "
+                f"= {default.swa_size} slots; raise it or lower those limits"
+            )
+        kv_dtype = DTYPES[config.kv_dtype] if config.kv_dtype else None
+        self.runner = ModelRunner(self.model, pools, graphs=config.graphs, kv_dtype=kv_dtype)
+        self.scheduler = Scheduler(
+            self.runner.req_to_token_pool,
+            self.runner.allocator,
+            max_running=pools.max_running,
+            chunk_size=config.chunk_size,
+            max_prefill_tokens=config.max_prefill_tokens,
+            window=self.runner.window,
+        )
+        self.eos_token_ids = set(self.model_config.eos_token_ids) | set(self.tokenizer.eos_token_ids if self.tokenizer else ())
+        self._rids = itertools.count()
+
+    @property
+    def graph_mode(self) -> str:
+        return self.runner.graph_mode
+
+    # -- requests --------------------------------------------------------------------------------
+
+    def add_request(
+        self,
+        prompt: str | Sequence[int],
+        sampling: SamplingParams = SamplingParams(),
+        *,
+        forced_output_ids: Sequence[int] | None = None,
+        return_logits: bool = False,
+    ) -> Req:
+        """Queue a request; raises ``RequestError`` (and queues nothing) when it can never be served."""
+        sampling.validate()
+        prompt_ids = self._prompt_ids(prompt)
+        if forced_output_ids is not None:
+            forced_output_ids = self._check_ids(forced_output_ids, "forced_output_ids")
+            sampling = SamplingParams(max_new_tokens=len(forced_output_ids), ignore_eos=True)
+        need = len(prompt_ids) + sampling.max_new_tokens - 1
+        if need > self.max_context_len:
+            raise RequestError(
+                f"prompt ({len(prompt_ids)} tokens) + max_new_tokens ({sampling.max_new_tokens}) needs {need} tokens "
+                f"of context; this engine allows {self.max_context_len}"
+            )
+        if need > self.runner.allocator.size:
+            raise RequestError(f"request needs {need} KV slots but the full pool has only {self.runner.allocator.size}")
+        req = Req(next(self._rids), prompt_ids, sampling, list(forced_output_ids) if forced_output_ids else None,
+                  return_logits)
+        if sampling.temperature > 0:
+            req.generator = torch.Generator(device=self.runner.device).manual_seed(
+                sampling.seed if sampling.seed is not None else req.rid)
+        self.scheduler.add(req)
+        return req
+
+    def _prompt_ids(self, prompt: str | Sequence[int]) -> list[int]:
+        if isinstance(prompt, str):
+            if self.tokenizer is None:
+                raise RequestError("this checkpoint has no tokenizer.json: pass token ids, not text")
+            ids = self.tokenizer.encode(prompt)
+        else:
+            ids = self._check_ids(prompt, "prompt")
+        if not ids:
+            raise RequestError("prompt is empty")
+        return ids
+
+    def _check_ids(self, ids: Sequence[int], name: str) -> list[int]:
+        ids = list(ids)
+        vocab = self.model_config.vocab_size
+        bad = [t for t in ids if not isinstance(t, int) or not 0 <= t < vocab]
+        if bad:
+            raise RequestError(f"{name} holds token ids outside [0, {vocab}): {bad[:5]}")
+        return ids
+
+    # -- the loop --------------------------------------------------------------------------------
+
+    def step(self) -> list[GenerateOutput]:
+        """One forward of the scheduler's next batch; returns the requests that finished in it."""
+        sched = self.scheduler.schedule()
+        if sched is None:
+            return []
+        batch = self.scheduler.build_forward_batch(sched)
+        logits = self.runner.forward(batch)
+        sampling = self.scheduler.commit(sched)
+        if not sampling:
+            return []
+        rows = logits  # decode: one row per request; extend: the rows of requests that finished prefill
+        tokens = sample(rows, sampling)
+        finished = []
+        for row, (req, token) in enumerate(zip(sampling, tokens)):
+            if req.return_logits:
+                req.step_logits.append(rows[row].clone())
+            self._append_token(req, token)
+            if req.finished:
+                self.scheduler.release(req)
+                finished.append(self._output(req))
+        return finished
+
+    def _append_token(self, req: Req, token: int) -> None:
+        req.output_ids.append(token)
+        params = req.sampling
+        if not params.ignore_eos and token in self.eos_token_ids:
+            req.finish_reason, req.matched_stop = FinishReason.STOP, token
+        elif token in params.stop_token_ids:
+            req.finish_reason, req.matched_stop = FinishReason.STOP, token
+        elif params.stop and self.tokenizer is not None:
+            text = self.tokenizer.decode(req.output_ids)
+            hits = [(text.find(s), s) for s in params.stop if s in text]
+            if hits:
+                cut, stop = min(hits)
+                req.finish_reason, req.matched_stop, req.text = FinishReason.STOP, stop, text[:cut]
+                return
+        if req.finish_reason is None and len(req.output_ids) >= params.max_new_tokens:
+            req.finish_reason = FinishReason.LENGTH
+        if req.finished and self.tokenizer is not None:  # stop strings returned above with the cut text
+            req.text = self.tokenizer.decode(req.output_ids)
+
+    def _output(self, req: Req) -> GenerateOutput:
+        logits = torch.stack(req.step_logits) if req.return_logits else None
+        return GenerateOutput(req.rid, req.prompt_ids, req.output_ids, req.text, req.finish_reason,
+                              req.matched_stop, logits)
+
+    def run_until_done(self) -> list[GenerateOutput]:
+        outputs = []
+        while self.scheduler.has_work():
+            outputs += self.step()
+        return outputs
+
+    def generate(
+        self,
+        prompts: Sequence[str | Sequence[int]],
+        sampling: SamplingParams | Sequence[SamplingParams] = SamplingParams(),
+    ) -> list[GenerateOutput]:
+        """Generate for every prompt (batched continuously); results in prompt order."""
+        params = [sampling] * len(prompts) if isinstance(sampling, SamplingParams) else list(sampling)
+        if len(params) != len(prompts):
+            raise RequestError(f"{len(prompts)} prompts but {len(params)} sampling params")
+        reqs = [self.add_request(p, s) for p, s in zip(prompts, params)]
+        by_rid = {o.rid: o for o in self.run_until_done()}
+        return [by_rid[r.rid] for r in reqs]
+
+    def teacher_forced_logits(self, sequences: Sequence[tuple[Sequence[int], Sequence[int]]]) -> list[torch.Tensor]:
+        """For each (prompt, continuation): logits ``[len(continuation), vocab]`` predicting each
+        continuation token, with the continuation fed through the decode path (graphs included)."""
+        reqs = [self.add_request(p, forced_output_ids=c, return_logits=True) for p, c in sequences]
+        by_rid = {o.rid: o for o in self.run_until_done()}
+        return [by_rid[r.rid].logits for r in reqs]
+
+    # -- accounting ------------------------------------------------------------------------------
+
+    def pools_idle(self) -> bool:
+        """Every slot of both pools and every request row is free."""
+        alloc = self.runner.allocator
+        return (
+            alloc.full_available_size() == alloc.size
+            and alloc.swa_available_size() == alloc.size_swa
+            and self.runner.req_to_token_pool.available_size() == self.runner.req_to_token_pool.size
+        )

@@ -1,0 +1,117 @@
+"""ModelRunner: pools, attention backend and graph runner around one model; ``forward(batch) -> logits``."""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+
+import torch
+
+from harness.engine.attention_backend import PoolAttentionBackend
+from harness.engine.forward_batch import ForwardBatch
+from harness.graph.backends import make_backend, resolve_mode
+from harness.graph.buffers import DecodeInputs
+from harness.graph.runner import GraphRunner
+from harness.mem import ReqToTokenPool, SWAKVPool, SWATokenToKVPoolAllocator
+from harness.model import HybridSWAForCausalLM
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class PoolConfig:
+    """Sizes of the request map and both KV pools, derived from the serving limits by default."""
+
+    max_running: int
+    max_context_len: int
+    full_size: int
+    swa_size: int
+    page_size: int = 1
+
+    @classmethod
+    def default(cls, *, max_running: int, max_context_len: int, window: int | None, max_prefill_tokens: int) -> "PoolConfig":
+        # The SWA pool is sized for the window, not for whole sequences (see scheduler.py).
+        swa = max_running * (window or 1) + max_prefill_tokens
+        return cls(max_running, max_context_len, full_size=max_running * max_context_len, swa_size=swa)
+
+
+def kv_len_buckets(max_context_len: int, smallest: int = 64) -> list[int]:
+    """Powers of two from ``smallest`` up to the context length, which is always the last bucket."""
+    buckets, n = [], smallest
+    while n < max_context_len:
+        buckets.append(n)
+        n *= 2
+    return buckets + [max_context_len]
+
+
+class ModelRunner:
+    def __init__(
+        self,
+        model: HybridSWAForCausalLM,
+        pools: PoolConfig,
+        *,
+        graphs: str = "auto",
+        kv_dtype: torch.dtype | None = None,
+    ) -> None:
+        cfg = model.config
+        self.model = model
+        self.device = model.embed.device
+        self.pools = pools
+        self.window = max((cfg.layer_window(i) or 0 for i in range(cfg.num_hidden_layers)), default=0) or None
+        self.req_to_token_pool = ReqToTokenPool(pools.max_running, pools.max_context_len, self.device)
+        self.pool = SWAKVPool(
+            pools.full_size,
+            pools.swa_size,
+            dtype=kv_dtype or model.dtype,
+            head_num=cfg.num_key_value_heads,
+            head_dim=cfg.head_dim,
+            swa_attention_layer_ids=cfg.sliding_layer_ids,
+            full_attention_layer_ids=cfg.full_layer_ids,
+            page_size=pools.page_size,
+            device=self.device,
+        )
+        self.allocator = SWATokenToKVPoolAllocator(
+            pools.full_size, pools.swa_size, self.pool, page_size=pools.page_size, device=self.device
+        )
+        self.attn_backend = PoolAttentionBackend(self.pool, self.req_to_token_pool, model.layer_specs, max_bs=pools.max_running)
+        self.graph_mode = resolve_mode(graphs, self.device)
+        self.graph_runner: GraphRunner | None = None
+        if self.graph_mode != "off":
+            self.graph_runner = GraphRunner(
+                self,
+                make_backend(self.graph_mode),
+                max_bs=pools.max_running,
+                vocab_size=cfg.vocab_size,
+                pool=self.pool,
+                device=self.device,
+                kv_len_buckets=kv_len_buckets(pools.max_context_len),
+            )
+            self.graph_runner.capture()
+
+    # -- the forward -----------------------------------------------------------------------------
+
+    @torch.no_grad()
+    def forward(self, batch: ForwardBatch) -> torch.Tensor:
+        """Logits for ``batch.logits_indices`` (extend) or every row (decode)."""
+        # Every forward starts from an empty memo, before the graph decision, so that graph paths
+        # do not start with the previous forward's key (#26152).
+        self.pool.invalidate_loc_cache()
+        batch.out_cache_loc_swa = self.pretranslate_swa_loc(batch)
+        if self.graph_runner is not None and self.graph_runner.can_run(batch, is_decode=batch.forward_mode.is_decode()):
+            return self.graph_runner.replay(batch)
+        self.attn_backend.init_forward_metadata(batch)
+        self.attn_backend.begin_forward(batch)
+        return self.model(batch.input_ids, batch.positions, self.attn_backend, batch, logits_indices=batch.logits_indices)
+
+    def pretranslate_swa_loc(self, batch: ForwardBatch) -> torch.Tensor:
+        """The new tokens' SWA slots, translated once for the whole forward (one gather, any number of SWA layers)."""
+        return self.pool.translate_loc_from_full_to_swa(batch.out_cache_loc)
+
+    # -- DecodeGraphTarget -----------------------------------------------------------------------
+
+    def prepare_graph_metadata(self, inputs: DecodeInputs) -> None:
+        self.attn_backend.prepare_graph_metadata(inputs)
+
+    def graph_forward(self, inputs: DecodeInputs) -> torch.Tensor:
+        self.attn_backend.begin_forward(inputs)
+        return self.model(inputs.input_ids, inputs.positions, self.attn_backend, inputs)

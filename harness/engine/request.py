@@ -1,0 +1,84 @@
+"""Requests, sampling parameters and results, with the validation that guards the engine's inputs."""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+
+import torch
+
+
+class RequestError(ValueError):
+    """A request the engine refuses up front; the message names the field and the limit."""
+
+
+@dataclass(frozen=True)
+class SamplingParams:
+    max_new_tokens: int = 64
+    temperature: float = 0.0  # 0: greedy
+    seed: int | None = None  # required for reproducible sampling when temperature > 0
+    stop: tuple[str, ...] = ()
+    stop_token_ids: tuple[int, ...] = ()
+    ignore_eos: bool = False
+
+    def validate(self) -> None:
+        if not isinstance(self.max_new_tokens, int) or self.max_new_tokens < 1:
+            raise RequestError(f"max_new_tokens must be a positive integer, got {self.max_new_tokens!r}")
+        if not self.temperature >= 0:
+            raise RequestError(f"temperature must be >= 0, got {self.temperature!r}")
+        if any(not isinstance(s, str) or not s for s in self.stop):
+            raise RequestError(f"stop must hold non-empty strings, got {self.stop!r}")
+
+
+class FinishReason(str, enum.Enum):
+    LENGTH = "length"  # max_new_tokens reached
+    STOP = "stop"  # EOS, a stop token id or a stop string
+
+
+@dataclass
+class GenerateOutput:
+    rid: int
+    prompt_ids: list[int]
+    output_ids: list[int]
+    text: str
+    finish_reason: FinishReason
+    matched_stop: str | int | None = None
+    logits: torch.Tensor | None = None  # [len(output_ids), vocab] when requested
+
+
+@dataclass
+class Req:
+    """A request's state inside the engine."""
+
+    rid: int
+    prompt_ids: list[int]
+    sampling: SamplingParams
+    forced_output_ids: list[int] | None = None  # teacher forcing: feed these instead of sampling
+    return_logits: bool = False
+    output_ids: list[int] = field(default_factory=list)
+    req_pool_idx: int | None = None
+    kv_len: int = 0  # tokens whose KV is in the pool
+    swa_evicted: int = 0  # positions < this have given back their SWA slot
+    reserved_tokens: int = 0  # full slots reserved at admission
+    step_logits: list[torch.Tensor] = field(default_factory=list)
+    generator: torch.Generator | None = None
+    finish_reason: FinishReason | None = None
+    matched_stop: str | int | None = None
+    text: str = ""
+
+    @property
+    def fill_ids(self) -> list[int]:
+        return self.prompt_ids + self.output_ids
+
+    @property
+    def max_total_tokens(self) -> int:
+        """KV tokens the request can ever hold: the prompt plus every output token but the last."""
+        return len(self.prompt_ids) + self.sampling.max_new_tokens - 1
+
+    @property
+    def prefill_done(self) -> bool:
+        return self.kv_len >= len(self.prompt_ids)
+
+    @property
+    def finished(self) -> bool:
+        return self.finish_reason is not None

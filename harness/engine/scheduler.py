@@ -1,0 +1,169 @@
+"""Continuous batching over the hybrid pool: admit, chunked prefill, decode, slide windows, release.
+
+Memory policy, chosen so the engine can never deadlock or run out mid-generation:
+* full slots: a request is admitted only when the full pool can hold its whole worst case
+  (prompt + max_new_tokens - 1) on top of what running requests have reserved;
+* SWA slots: between steps a request holds at most ``window - 1`` of them (older tokens give theirs
+  back via ``free_swa``), so a pool of ``max_running * window + max_prefill_tokens`` slots serves
+  every decode step and every prefill chunk; the engine checks this size at start-up.
+A request that could not fit even into an empty engine is refused when it is added.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass
+
+import torch
+
+from harness.engine.forward_batch import ForwardBatch, ForwardMode
+from harness.engine.request import Req
+from harness.mem import ReqToTokenPool, SWATokenToKVPoolAllocator
+from harness.mem.index import LOC_DTYPE
+
+
+@dataclass
+class ScheduledBatch:
+    mode: ForwardMode
+    reqs: list[Req]
+    extend_lens: list[int] | None = None  # new tokens per request (extend only)
+
+
+class Scheduler:
+    def __init__(
+        self,
+        req_to_token_pool: ReqToTokenPool,
+        allocator: SWATokenToKVPoolAllocator,
+        *,
+        max_running: int,
+        chunk_size: int,
+        max_prefill_tokens: int,
+        window: int | None,
+    ) -> None:
+        self.req_to_token_pool = req_to_token_pool
+        self.allocator = allocator
+        self.max_running = max_running
+        self.chunk_size = chunk_size
+        self.max_prefill_tokens = max_prefill_tokens
+        self.window = window
+        self.device = allocator.device
+        self.waiting: deque[Req] = deque()
+        self.running: list[Req] = []
+
+    # -- admission -----------------------------------------------------------------------------
+
+    @property
+    def reserved_tokens(self) -> int:
+        return sum(r.reserved_tokens for r in self.running)
+
+    def add(self, req: Req) -> None:
+        self.waiting.append(req)
+
+    def has_work(self) -> bool:
+        return bool(self.waiting or self.running)
+
+    def _admit(self) -> None:
+        while self.waiting and len(self.running) < self.max_running:
+            req = self.waiting[0]
+            if self.reserved_tokens + req.max_total_tokens > self.allocator.size:
+                break  # waits for running requests to finish
+            slots = self.req_to_token_pool.alloc(1)
+            if slots is None:
+                break
+            self.waiting.popleft()
+            req.req_pool_idx = slots[0]
+            req.reserved_tokens = req.max_total_tokens
+            self.running.append(req)
+
+    # -- one step --------------------------------------------------------------------------------
+
+    def schedule(self) -> ScheduledBatch | None:
+        """Prefill first (as SGLang does), else one decode step for every running request."""
+        self._admit()
+        if not self.running:
+            assert not self.waiting, "a request that fits an empty engine was not admitted"
+            return None
+        prefilling = [r for r in self.running if not r.prefill_done]
+        if prefilling:
+            reqs, lens, budget = [], [], self.max_prefill_tokens
+            for req in prefilling:
+                n = min(len(req.prompt_ids) - req.kv_len, self.chunk_size, budget)
+                if n <= 0:
+                    break
+                reqs.append(req)
+                lens.append(n)
+                budget -= n
+            return ScheduledBatch(ForwardMode.EXTEND, reqs, lens)
+        return ScheduledBatch(ForwardMode.DECODE, list(self.running))
+
+    def build_forward_batch(self, sched: ScheduledBatch) -> ForwardBatch:
+        """Allocate the new tokens' slots, record them in req_to_token, and describe the forward."""
+        is_decode = sched.mode.is_decode()
+        lens = [1] * len(sched.reqs) if is_decode else sched.extend_lens
+        loc = self.allocator.alloc(sum(lens))
+        assert loc is not None, "admission reserved these slots"
+        loc = loc.clone()  # the allocator hands out a view of its free list
+        input_ids, positions, seq_lens, start = [], [], [], 0
+        for req, n in zip(sched.reqs, lens):
+            begin = req.kv_len
+            self.req_to_token_pool.write(req.req_pool_idx, begin, loc[start : start + n])
+            input_ids += req.fill_ids[begin : begin + n]
+            positions += range(begin, begin + n)
+            seq_lens.append(begin + n)
+            start += n
+        logits_rows = self._logits_rows(sched, lens, seq_lens)
+        dev = self.device
+        return ForwardBatch(
+            forward_mode=sched.mode,
+            input_ids=torch.tensor(input_ids, dtype=torch.int64, device=dev),
+            positions=torch.tensor(positions, dtype=torch.int64, device=dev),
+            req_pool_indices=torch.tensor([r.req_pool_idx for r in sched.reqs], dtype=LOC_DTYPE, device=dev),
+            seq_lens=torch.tensor(seq_lens, dtype=LOC_DTYPE, device=dev),
+            out_cache_loc=loc,
+            seq_lens_cpu=seq_lens,
+            extend_lens=None if is_decode else list(lens),
+            logits_indices=None if is_decode else torch.tensor(logits_rows, dtype=torch.int64, device=dev),
+        )
+
+    @staticmethod
+    def _logits_rows(sched: ScheduledBatch, lens: list[int], seq_lens: list[int]) -> list[int]:
+        """Extend rows whose logits are needed: the last prompt token of requests finishing prefill."""
+        rows, start = [], 0
+        for req, n, seq_len in zip(sched.reqs, lens, seq_lens):
+            if seq_len == len(req.prompt_ids):
+                rows.append(start + n - 1)
+            start += n
+        return rows
+
+    def commit(self, sched: ScheduledBatch) -> list[Req]:
+        """Advance KV lengths after a forward; return the requests that now sample a token."""
+        lens = sched.extend_lens or [1] * len(sched.reqs)
+        sampling = []
+        for req, n in zip(sched.reqs, lens):
+            req.kv_len += n
+            if req.prefill_done:
+                sampling.append(req)
+        self._slide_windows(sched.reqs)
+        return sampling
+
+    def _slide_windows(self, reqs: list[Req]) -> None:
+        """Give back the SWA slots of positions no future query can see (position < kv_len - W + 1)."""
+        if self.window is None:
+            return
+        rt = self.req_to_token_pool.req_to_token
+        leaving = []
+        for req in reqs:
+            keep_from = max(0, req.kv_len - self.window + 1)
+            if keep_from > req.swa_evicted:
+                leaving.append(rt[req.req_pool_idx, req.swa_evicted : keep_from])
+                req.swa_evicted = keep_from
+        if leaving:
+            self.allocator.free_swa(torch.cat(leaving))
+
+    def release(self, req: Req) -> None:
+        """A finished request gives back every full slot (and the SWA slots still held) and its row."""
+        self.allocator.free(self.req_to_token_pool.req_to_token[req.req_pool_idx, : req.kv_len].clone())
+        self.req_to_token_pool.free(req.req_pool_idx)
+        self.running.remove(req)
+        req.req_pool_idx = None
+        req.reserved_tokens = 0

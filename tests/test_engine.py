@@ -1,0 +1,141 @@
+"""The engine against its oracles (dense reference, transformers), batching, pools and bad input."""
+
+from __future__ import annotations
+
+import logging
+
+import pytest
+import torch
+
+from harness.engine import RequestError, SamplingParams
+from harness.mem import STALE_KEY_WARNING
+from harness.model import reference_logits
+from tests.engine_helpers import hf_greedy, hf_untied, make_engine
+from tests.model_checkpoints import ARCHS, hf_logits, random_sequences
+
+GREEDY = SamplingParams(max_new_tokens=24, ignore_eos=True)
+TOL = 1e-4  # fp32; measured max abs diffs are ~5e-6 (see the assertion messages)
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+def test_teacher_forced_logits_eager_tape_dense_and_transformers_agree(arch, caplog):
+    prompts = random_sequences([3, 19, 40], seed=1)
+    continuations = random_sequences([30, 25, 12], seed=2)
+    sequences = list(zip(prompts, continuations))
+    full = [p + c for p, c in sequences]
+    with caplog.at_level(logging.WARNING):
+        eager = make_engine(arch, "off").teacher_forced_logits(sequences)
+        tape = make_engine(arch, "tape").teacher_forced_logits(sequences)
+    assert STALE_KEY_WARNING not in caplog.text  # invariant 6: clean forwards never warn
+    engine_model = make_engine(arch, "off").model
+    dense = reference_logits(engine_model, full)
+    hf = [hf_logits(hf_untied(arch), seq) for seq in full]
+    for (p, c), e, t, d, h in zip(sequences, eager, tape, dense, hf):
+        rows = slice(len(p) - 1, len(p) - 1 + len(c))  # logits predicting each continuation token
+        for name, other in (("tape", t), ("dense", d[rows]), ("transformers", h[rows])):
+            diff = (e - other).abs().max().item()
+            assert diff <= TOL, f"{arch}: engine eager vs {name}: max abs diff {diff:.2e}"
+
+
+def test_greedy_matches_transformers_on_50_prompts_spanning_several_windows():
+    arch = "gemma2"  # window 6: prompts of 8..40 tokens plus 20 new tokens span 5..10 windows
+    lengths = [8 + (7 * i) % 33 for i in range(50)]
+    prompts = random_sequences(lengths, seed=3)
+    engine = make_engine(arch, "tape")
+    outputs = engine.generate(prompts, SamplingParams(max_new_tokens=20, ignore_eos=True))
+    mismatched = [i for i, (p, o) in enumerate(zip(prompts, outputs)) if o.output_ids != hf_greedy(hf_untied(arch), p, 20)]
+    assert not mismatched, f"greedy tokens differ from transformers for prompts {mismatched}"
+    assert engine.pools_idle()
+
+
+@pytest.mark.parametrize("arch", ["gemma3_text", "qwen3"])
+def test_greedy_matches_transformers_other_layouts(arch):
+    prompts = random_sequences([9, 17, 26, 33, 40, 12], seed=4)
+    outputs = make_engine(arch, "tape").generate(prompts, GREEDY)
+    for p, o in zip(prompts, outputs):
+        assert o.output_ids == hf_greedy(hf_untied(arch), p, GREEDY.max_new_tokens)
+
+
+def test_a_request_alone_and_inside_batches_of_7_25_45_gives_the_same_tokens():
+    prompts = random_sequences([5 + (11 * i) % 37 for i in range(45)], seed=5)
+    engine = make_engine("gemma2", "tape")
+    alone = engine.generate(prompts[:1], GREEDY)[0].output_ids
+    for n in (7, 25, 45):  # buckets 8 and 32 with padding; 45 > max_running queues and shrinks
+        batch = engine.generate(prompts[:n], GREEDY)
+        assert batch[0].output_ids == alone, f"request 0 changed inside a batch of {n}"
+        assert engine.pools_idle(), f"slots leaked after a batch of {n}"
+    solo = [engine.generate([p], GREEDY)[0].output_ids for p in prompts[20:25]]
+    assert [o.output_ids for o in batch[20:25]] == solo
+
+
+def test_a_workload_larger_than_the_pools_queues_and_completes():
+    prompts = random_sequences([30] * 10, seed=6)
+    roomy = make_engine("qwen3", "tape").generate(prompts, GREEDY)
+    # 160 full slots: at most three requests (30 + 24 - 1 = 53 slots each) run at once.
+    tight = make_engine("qwen3", "tape", full_pool_size=160)
+    out = tight.generate(prompts, GREEDY)
+    assert [o.output_ids for o in out] == [o.output_ids for o in roomy]
+    assert tight.pools_idle()
+
+
+def test_swa_pool_is_sized_for_the_window_and_holds_at_most_a_window_per_request():
+    engine = make_engine("gemma2", "off", max_running_requests=4, max_context_len=256)
+    window = engine.model_config.sliding_window
+    alloc = engine.runner.allocator
+    assert alloc.size_swa == 4 * window + 64 < alloc.size == 4 * 256
+    for p in random_sequences([40, 50], seed=7):
+        engine.add_request(p, SamplingParams(max_new_tokens=30, ignore_eos=True))
+    while engine.scheduler.has_work():
+        engine.step()
+        for req in engine.scheduler.running:
+            held = int((alloc.full_to_swa_index_mapping[
+                engine.runner.req_to_token_pool.req_to_token[req.req_pool_idx, : req.kv_len]] > 0).sum())
+            assert held <= window - 1, f"request {req.rid} holds {held} SWA slots with window {window}"
+    assert engine.pools_idle()
+
+
+def test_requests_that_can_never_fit_are_refused_clearly():
+    engine = make_engine("gemma2", "off", max_context_len=64, full_pool_size=100)
+    with pytest.raises(RequestError, match="needs 70 tokens of context; this engine allows 64"):
+        engine.add_request(list(range(40)), SamplingParams(max_new_tokens=31))
+    small = make_engine("gemma2", "off", max_running_requests=1, max_context_len=64, full_pool_size=32)
+    with pytest.raises(RequestError, match="full pool has only 32"):
+        small.add_request(list(range(30)), SamplingParams(max_new_tokens=10))
+    assert not engine.scheduler.has_work() and not small.scheduler.has_work()
+
+
+@pytest.mark.parametrize(
+    "prompt, params, match",
+    [
+        ([], SamplingParams(), "prompt is empty"),
+        ([1, 999], SamplingParams(), r"outside \[0, 128\)"),
+        ([1, 2], SamplingParams(max_new_tokens=0), "max_new_tokens"),
+        ([1, 2], SamplingParams(temperature=-1.0), "temperature"),
+        ("text", SamplingParams(), "no tokenizer.json"),
+        ([1, 2], SamplingParams(stop=("",)), "stop"),
+    ],
+)
+def test_bad_requests_get_a_clear_error(prompt, params, match):
+    engine = make_engine("gemma2", "off")
+    with pytest.raises(RequestError, match=match):
+        engine.add_request(prompt, params)
+
+
+def test_sampling_is_deterministic_per_seed():
+    prompts = random_sequences([10, 20], seed=8)
+    hot = [SamplingParams(max_new_tokens=16, temperature=1.5, seed=s, ignore_eos=True) for s in (1, 2)]
+    a = make_engine("gemma2", "tape").generate(prompts, hot)
+    b = make_engine("gemma2", "off").generate(prompts, hot)
+    assert [o.output_ids for o in a] == [o.output_ids for o in b]
+    again = make_engine("gemma2", "tape").generate(prompts, [hot[1], hot[1]])
+    assert again[0].output_ids != a[0].output_ids  # another seed, another sample
+
+
+def test_stop_token_ids_end_a_request():
+    engine = make_engine("gemma2", "off")
+    prompt = random_sequences([12], seed=9)[0]
+    free = engine.generate([prompt], GREEDY)[0].output_ids
+    stopper = free[5]
+    first = free.index(stopper)
+    out = engine.generate([prompt], SamplingParams(max_new_tokens=24, stop_token_ids=(stopper,)))[0]
+    assert out.output_ids == free[: first + 1] and out.finish_reason == "stop" and out.matched_stop == stopper
