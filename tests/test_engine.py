@@ -139,3 +139,23 @@ def test_stop_token_ids_end_a_request():
     first = free.index(stopper)
     out = engine.generate([prompt], SamplingParams(max_new_tokens=24, stop_token_ids=(stopper,)))[0]
     assert out.output_ids == free[: first + 1] and out.finish_reason == "stop" and out.matched_stop == stopper
+
+
+def test_abort_after_a_failed_step_frees_everything_and_the_engine_serves_again(monkeypatch):
+    engine = make_engine("gemma2", "tape")
+    prompts = random_sequences([12, 20, 7], seed=10)
+    expected = engine.generate(prompts, GREEDY)
+    for p in prompts:
+        engine.add_request(p, GREEDY)
+    engine.step()  # prefill
+    forward = engine.runner.forward
+
+    def broken(batch):
+        raise RuntimeError("injected engine failure")
+
+    monkeypatch.setattr(engine.runner, "forward", broken)
+    with pytest.raises(RuntimeError, match="injected"):
+        engine.step()  # slots for this step were allocated before the failure
+    assert len(engine.abort_all()) == 3 and engine.pools_idle()
+    monkeypatch.setattr(engine.runner, "forward", forward)
+    assert [o.output_ids for o in engine.generate(prompts, GREEDY)] == [o.output_ids for o in expected]

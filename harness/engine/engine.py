@@ -210,6 +210,11 @@ class Engine:
         by_rid = {o.rid: o for o in self.run_until_done()}
         return [by_rid[r.rid].logits for r in reqs]
 
+    def abort_all(self) -> list[Req]:
+        """Drop every request in flight, e.g. after ``step`` raised; the engine then serves new ones."""
+        self.runner.pool.invalidate_loc_cache()
+        return self.scheduler.abort_all()
+
     # -- accounting ------------------------------------------------------------------------------
 
     def pools_idle(self) -> bool:

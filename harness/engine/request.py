@@ -58,6 +58,7 @@ class Req:
     output_ids: list[int] = field(default_factory=list)
     req_pool_idx: int | None = None
     kv_len: int = 0  # tokens whose KV is in the pool
+    slots_len: int = 0  # positions holding a full slot (kv_len, plus a step in flight)
     swa_evicted: int = 0  # positions < this have given back their SWA slot
     reserved_tokens: int = 0  # full slots reserved at admission
     step_logits: list[torch.Tensor] = field(default_factory=list)

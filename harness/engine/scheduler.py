@@ -107,6 +107,7 @@ class Scheduler:
         for req, n in zip(sched.reqs, lens):
             begin = req.kv_len
             self.req_to_token_pool.write(req.req_pool_idx, begin, loc[start : start + n])
+            req.slots_len = begin + n
             input_ids += req.fill_ids[begin : begin + n]
             positions += range(begin, begin + n)
             seq_lens.append(begin + n)
@@ -161,9 +162,17 @@ class Scheduler:
             self.allocator.free_swa(torch.cat(leaving))
 
     def release(self, req: Req) -> None:
-        """A finished request gives back every full slot (and the SWA slots still held) and its row."""
-        self.allocator.free(self.req_to_token_pool.req_to_token[req.req_pool_idx, : req.kv_len].clone())
+        """A finished (or aborted) request gives back every full slot, the SWA slots it still holds, and its row."""
+        self.allocator.free(self.req_to_token_pool.req_to_token[req.req_pool_idx, : req.slots_len].clone())
         self.req_to_token_pool.free(req.req_pool_idx)
         self.running.remove(req)
         req.req_pool_idx = None
         req.reserved_tokens = 0
+
+    def abort_all(self) -> list[Req]:
+        """Drop every queued and running request and give back their slots (after an engine failure)."""
+        dropped = list(self.waiting) + list(self.running)
+        self.waiting.clear()
+        for req in list(self.running):
+            self.release(req)
+        return dropped
