@@ -19,7 +19,12 @@ from dataclasses import dataclass, field
 import torch
 
 from harness.engine.forward_batch import ForwardBatch
-from harness.engine.kv_indices import decode_kv_indices, decode_window_positions, decode_window_swa_indices
+from harness.engine.kv_indices import (
+    decode_kv_indices,
+    decode_window_full_indices,
+    decode_window_positions,
+    translate_fresh_indices,
+)
 from harness.graph.buffers import DecodeInputs
 from harness.mem import ReqToTokenPool, SWAKVPool
 from harness.mem.index import LOC_DTYPE
@@ -116,7 +121,8 @@ class PoolAttentionBackend:
         bs = req_pool_indices.numel()
         decode_kv_indices(rt, req_pool_indices, kv_len, kv_out)
         for w, out in window_out.items():
-            decode_window_swa_indices(self.pool, rt, req_pool_indices, seq_lens, w, out)
+            full = decode_window_full_indices(rt, req_pool_indices, seq_lens, w)
+            out[:bs].copy_(self._translate_window(full.reshape(-1)).view(bs, w))
         return DecodeMetadata(kv_out[:bs, :kv_len], {w: out[:bs] for w, out in window_out.items()})
 
     def _extend_metadata(self, batch: ForwardBatch) -> list[ExtendRequestMetadata]:
@@ -134,16 +140,16 @@ class PoolAttentionBackend:
             metas.append(meta)
             start += new
         if window_full:
-            # One translation for all windows of all requests; the window slots are a fresh tensor,
-            # so the memo is flushed before and after (#26152).
-            self.pool.invalidate_loc_cache()
-            swa = self.pool.translate_loc_from_full_to_swa(torch.cat(window_full))
-            self.pool.invalidate_loc_cache()
+            swa = self._translate_window(torch.cat(window_full))  # one translation for all requests
             pieces = iter(swa.split([t.numel() for t in window_full]))
             for meta in metas:
                 for w in self.windows:
                     meta.window_slots[w] = next(pieces)
         return metas
+
+    def _translate_window(self, full_slots: torch.Tensor) -> torch.Tensor:
+        """SWA slots of window keys, through the memo with the flushes of #26152 around it."""
+        return translate_fresh_indices(self.pool, full_slots)
 
     # -- forward (inside the graph for decode replays) -----------------------------------------
 

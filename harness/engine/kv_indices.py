@@ -31,26 +31,24 @@ def decode_window_positions(seq_lens: torch.Tensor, window: int) -> torch.Tensor
     return seq_lens[:, None] + offsets
 
 
-def decode_window_swa_indices(
-    pool: SWAKVPool,
-    req_to_token: torch.Tensor,
-    req_pool_indices: torch.Tensor,
-    seq_lens: torch.Tensor,
-    window: int,
-    out: torch.Tensor,
-) -> None:
-    """SWA slots of each row's window into ``out[:bs]`` (padding slot where the position is < 0).
-
-    The window's full slots are a freshly built tensor, not the batch's ``out_cache_loc``, so the
-    memo is invalidated before (the previous key must not raise a false warning) and after (so the
-    next translation of ``out_cache_loc`` starts clean) — the fix of SGLang #26152.
-    """
-    bs = req_pool_indices.numel()
+def decode_window_full_indices(
+    req_to_token: torch.Tensor, req_pool_indices: torch.Tensor, seq_lens: torch.Tensor, window: int
+) -> torch.Tensor:
+    """Full slots of each row's window ``[bs, W]`` (the padding slot where the position is < 0)."""
     positions = decode_window_positions(seq_lens, window)
     rows = req_to_token.index_select(0, req_pool_indices)
     full = rows.gather(1, positions.clamp(min=0).long())
-    full = torch.where(positions >= 0, full, torch.full_like(full, PADDING_SLOT))
+    return torch.where(positions >= 0, full, torch.full_like(full, PADDING_SLOT))
+
+
+def translate_fresh_indices(pool: SWAKVPool, full: torch.Tensor) -> torch.Tensor:
+    """Translate a freshly built index tensor (not the batch's ``out_cache_loc``) through the memo.
+
+    The memo is flushed before (the previous key must not raise a false "changed without
+    invalidation" warning) and after (so the next translation of ``out_cache_loc`` starts clean):
+    the fix of SGLang #26152.
+    """
     pool.invalidate_loc_cache()
-    swa = pool.translate_loc_from_full_to_swa(full.reshape(-1))
+    swa = pool.translate_loc_from_full_to_swa(full)
     pool.invalidate_loc_cache()
-    out[:bs].copy_(swa.view(bs, window))
+    return swa

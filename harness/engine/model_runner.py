@@ -93,13 +93,14 @@ class ModelRunner:
     @torch.no_grad()
     def forward(self, batch: ForwardBatch) -> torch.Tensor:
         """Logits for ``batch.logits_indices`` (extend) or every row (decode)."""
-        # Every forward starts from an empty memo, before the graph decision, so that graph paths
-        # do not start with the previous forward's key (#26152).
+        # Every forward starts from an empty memo, before the graph decision: an eager forward ends
+        # with the memo keyed on its out_cache_loc, and a graph path must not start from that (#26152).
         self.pool.invalidate_loc_cache()
-        batch.out_cache_loc_swa = self.pretranslate_swa_loc(batch)
         if self.graph_runner is not None and self.graph_runner.can_run(batch, is_decode=batch.forward_mode.is_decode()):
-            return self.graph_runner.replay(batch)
+            batch.out_cache_loc_swa = self.pretranslate_swa_loc(batch)
+            return self.graph_runner.replay(batch)  # fills the graph's metadata, then replays
         self.attn_backend.init_forward_metadata(batch)
+        batch.out_cache_loc_swa = self.pretranslate_swa_loc(batch)
         self.attn_backend.begin_forward(batch)
         return self.model(batch.input_ids, batch.positions, self.attn_backend, batch, logits_indices=batch.logits_indices)
 
