@@ -97,8 +97,14 @@ class ModelRunner:
         # with the memo keyed on its out_cache_loc, and a graph path must not start from that (#26152).
         self.pool.invalidate_loc_cache()
         if self.graph_runner is not None and self.graph_runner.can_run(batch, is_decode=batch.forward_mode.is_decode()):
-            batch.out_cache_loc_swa = self.pretranslate_swa_loc(batch)
-            return self.graph_runner.replay(batch)  # fills the graph's metadata, then replays
+            return self._forward_graph(batch)
+        return self._forward_eager(batch)
+
+    def _forward_graph(self, batch: ForwardBatch) -> torch.Tensor:
+        batch.out_cache_loc_swa = self.pretranslate_swa_loc(batch)
+        return self.graph_runner.replay(batch)  # fills the graph's metadata, then replays
+
+    def _forward_eager(self, batch: ForwardBatch) -> torch.Tensor:
         self.attn_backend.init_forward_metadata(batch)
         batch.out_cache_loc_swa = self.pretranslate_swa_loc(batch)
         self.attn_backend.begin_forward(batch)

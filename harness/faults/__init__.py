@@ -1,0 +1,47 @@
+"""The fault catalog: every row of FAULTS.md as a named, injectable regression.
+
+    with inject("pad-swa-loc-not-zeroed"): ...        # one block
+    SWA_HARNESS_FAULT=pad-swa-loc-not-zeroed nox -s tests   # one process
+"""
+
+from __future__ import annotations
+
+from harness.faults.base import FAULT_ENV, Fault, Patch, activate_from_env, inject
+from harness.faults.catalog import (
+    capture_after_warm_cache,
+    invalidate_after_graph_check,
+    no_invalidate_on_mutation,
+    pad_swa_loc_not_zeroed,
+    prefill_ignores_precomputed_loc,
+    stale_pool_attribute_loc,
+    storage_ptr_cache_key,
+    swa_loc_int64,
+    swa_loc_not_preset,
+    window_indices_pollute_memo,
+)
+
+FAULTS: dict[str, Fault] = {
+    m.FAULT.id: m.FAULT
+    for m in (
+        swa_loc_not_preset,
+        pad_swa_loc_not_zeroed,
+        swa_loc_int64,
+        prefill_ignores_precomputed_loc,
+        stale_pool_attribute_loc,
+        storage_ptr_cache_key,
+        no_invalidate_on_mutation,
+        capture_after_warm_cache,
+        invalidate_after_graph_check,
+        window_indices_pollute_memo,
+    )
+}
+
+
+def get_fault(fault_id: str) -> Fault:
+    try:
+        return FAULTS[fault_id]
+    except KeyError:
+        raise ValueError(f"unknown fault {fault_id!r}; known faults: {', '.join(FAULTS)}") from None
+
+
+__all__ = ["FAULTS", "FAULT_ENV", "Fault", "Patch", "activate_from_env", "get_fault", "inject"]

@@ -1,0 +1,20 @@
+"""#24743: the padded tail of the SWA loc buffer keeps the previous replay's slots."""
+
+from __future__ import annotations
+
+from types import MappingProxyType
+
+from harness.faults.base import Fault, Patch
+from harness.graph.buffers import DECODE_PAD_POLICY, DecodeInputBuffers
+
+_POLICY_WITHOUT_SWA_LOC = MappingProxyType({k: v for k, v in DECODE_PAD_POLICY.items() if k != "out_cache_loc_swa"})
+
+FAULT = Fault(
+    id="pad-swa-loc-not-zeroed",
+    seed="#24743",
+    breaks="when raw_bs < bs the out_cache_loc_swa tail is not reset to the padding slot, so padded rows "
+    "write K/V into SWA slots that the previous, larger replay gave to live requests",
+    user_sees="silent KV corruption; AIME accuracy fell ~10 points on MiMo-V2.5-Pro",
+    invariant="2: padded rows write only to the sentinel slot",
+    patches=(Patch(DecodeInputBuffers, "pad_policy", _POLICY_WITHOUT_SWA_LOC),),
+)
