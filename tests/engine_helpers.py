@@ -1,29 +1,14 @@
-"""Untied random-init checkpoints (greedy outputs are diverse, unlike tied ones) and engine builders."""
+"""Engine builders over the untied random-init checkpoints, and transformers' greedy generation."""
 
 from __future__ import annotations
-
-from functools import cache
-from pathlib import Path
 
 import torch
 import transformers
 
+from fixtures.checkpoints import hf_untied, untied_checkpoint
 from harness.engine import Engine, EngineConfig
-from tests.model_checkpoints import _ROOT, write_checkpoint
 
-
-@cache
-def untied_checkpoint(arch: str, seed: int = 0) -> Path:
-    return write_checkpoint(arch, _ROOT / f"{arch}-untied-{seed}", seed, tie_word_embeddings=False)
-
-
-@cache
-def hf_untied(arch: str, seed: int = 0) -> transformers.PreTrainedModel:
-    model = transformers.AutoModelForCausalLM.from_pretrained(
-        untied_checkpoint(arch, seed), attn_implementation="eager", dtype=torch.float32
-    ).eval()
-    model.generation_config.eos_token_id = None  # compare fixed-length greedy runs
-    return model
+__all__ = ["hf_greedy", "hf_untied", "make_engine", "untied_checkpoint"]
 
 
 def make_engine(arch: str, graphs: str = "tape", **overrides) -> Engine:

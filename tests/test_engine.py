@@ -11,7 +11,7 @@ from harness.engine import RequestError, SamplingParams
 from harness.mem import STALE_KEY_WARNING
 from harness.model import reference_logits
 from tests.engine_helpers import hf_greedy, hf_untied, make_engine
-from tests.model_checkpoints import ARCHS, hf_logits, random_sequences
+from fixtures.checkpoints import ARCHS, hf_logits, random_sequences
 
 GREEDY = SamplingParams(max_new_tokens=24, ignore_eos=True)
 TOL = 1e-4  # fp32; measured max abs diffs are ~5e-6 (see the assertion messages)

@@ -11,7 +11,7 @@ from transformers.models.auto.configuration_auto import CONFIG_MAPPING
 
 from harness.model import CheckpointError, HybridModelConfig, load_config, load_model, reference_logits
 from harness.model.rotary import inv_freq
-from tests.model_checkpoints import hf_logits, random_sequences, write_checkpoint
+from fixtures.checkpoints import hf_logits, random_sequences, write_checkpoint
 
 F, S = "full_attention", "sliding_attention"
 

@@ -13,7 +13,7 @@ from harness.model.mlp import ACTIVATIONS
 from harness.model.norm import RMSNorm
 from harness.model.rotary import RotaryTables, apply_rotary
 from harness.opcount import OpCounter
-from tests.model_checkpoints import ARCHS, checkpoint
+from fixtures.checkpoints import ARCHS, checkpoint
 
 
 def test_rotary_equals_rotate_half_formula() -> None:

@@ -7,7 +7,7 @@ import torch
 import transformers
 
 from harness.model import DenseAttention, DenseBatch, load_model, reference_logits
-from tests.model_checkpoints import ARCHS, checkpoint, hf_logits, hf_model, random_sequences, write_checkpoint
+from fixtures.checkpoints import ARCHS, checkpoint, hf_logits, hf_model, random_sequences, write_checkpoint
 
 TOL = 1e-4
 # Several windows long (windows are 5-7), ragged, plus a single-token sequence.

@@ -10,7 +10,7 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from harness.model import CheckpointError, expected_tensors, load_config, load_model, reference_logits
-from tests.model_checkpoints import checkpoint, copy_checkpoint, random_sequences
+from fixtures.checkpoints import checkpoint, copy_checkpoint, random_sequences
 
 
 def _edit(src: Path, dst: Path, edit) -> Path:

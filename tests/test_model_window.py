@@ -9,7 +9,7 @@ import torch
 from transformers.masking_utils import create_causal_mask, create_sliding_window_causal_mask
 
 from harness.model import load_model, reference_logits, visible_mask, window_start
-from tests.model_checkpoints import ARCHS, checkpoint, hf_logits, hf_model, random_sequences
+from fixtures.checkpoints import ARCHS, checkpoint, hf_logits, hf_model, random_sequences
 
 TOL = 1e-4
 

@@ -1,0 +1,403 @@
+"""The OpenAI-compatible server, in process: aiohttp's TestServer/TestClient on a real port, one
+EngineWorker thread owning the engine, and a second engine on the same checkpoint as the reference."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import shutil
+from collections.abc import Awaitable, Callable, Iterator
+from pathlib import Path
+from typing import Any, TypeVar
+
+import pytest
+from aiohttp import ClientResponse
+from aiohttp.test_utils import TestClient, TestServer
+from tokenizers import Tokenizer as HFTokenizer
+from tokenizers import models, pre_tokenizers, processors
+
+from harness.engine import Engine, EngineConfig, SamplingParams
+from harness.server.app import build_app
+from harness.server.chat import ChatRenderer, fallback_prompt
+from harness.server.protocol import ChatMessage
+from harness.server.worker import EngineWorker
+from tests.engine_helpers import untied_checkpoint
+
+MODEL = "tiny-swa"
+T = TypeVar("T")
+
+# A word-level vocabulary that fills the test checkpoints' 128 ids, so every id decodes to a word.
+SPECIAL = ["<pad>", "<eos>", "<bos>", "[UNK]", "<start_of_turn>", "<end_of_turn>"]  # ids 0..5 (config: pad 0, eos 1, bos 2)
+WORDS = (
+    ": . , ? user assistant system the a of and to in is it that was he for on are as with his they at be this "
+    "from have or by one had not but what all were when we there can an your which their said if do will each about "
+    "how up out them then she many some so these would other into has more her two like him see time could no make "
+    "than first been its who now people my made over did down only way find use may water long little very after "
+    "words called just where most know get through back much go good new write our me man too any day same right look"
+).split()
+VOCAB = {tok: i for i, tok in enumerate(SPECIAL + WORDS)}
+assert len(VOCAB) == 128, len(VOCAB)
+
+CHAT_TEMPLATE = (
+    "{{ bos_token }}{% for m in messages %}"
+    "{% if m['role'] == 'system' %}{{ raise_exception('System role not supported') }}{% endif %}"
+    "<start_of_turn>{{ m['role'] }} {{ m['content'] }}<end_of_turn> {% endfor %}"
+    "{% if add_generation_prompt %}<start_of_turn>assistant{% endif %}"
+)
+
+ENGINE_ARGS: dict[str, Any] = dict(graphs="tape", max_running_requests=32, chunk_size=16, max_prefill_tokens=64,
+                                   num_threads=1)
+
+
+def tokenized_checkpoint(dst: Path, *, chat_template: str | None = CHAT_TEMPLATE) -> Path:
+    """A copy of the untied gemma2 test checkpoint plus a word-level tokenizer (BOS added on encode)."""
+    shutil.copytree(untied_checkpoint("gemma2"), dst)
+    tok = HFTokenizer(models.WordLevel(VOCAB, unk_token="[UNK]"))
+    tok.pre_tokenizer = pre_tokenizers.Whitespace()
+    tok.add_special_tokens(SPECIAL)
+    tok.post_processor = processors.TemplateProcessing(single="<bos> $A", special_tokens=[("<bos>", 2)])
+    tok.save(str(dst / "tokenizer.json"))
+    config: dict[str, Any] = {"bos_token": "<bos>", "eos_token": "<eos>", "pad_token": "<pad>", "unk_token": "[UNK]"}
+    if chat_template is not None:
+        config["chat_template"] = chat_template
+    (dst / "tokenizer_config.json").write_text(json.dumps(config))
+    return dst
+
+
+def prompt_text(i: int, n_words: int = 6) -> str:
+    return " ".join(WORDS[4 + (i * 7 + k * 3) % (len(WORDS) - 4)] for k in range(n_words))
+
+
+# -- fixtures ------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def ckpt(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tokenized_checkpoint(tmp_path_factory.mktemp("server") / "ckpt")
+
+
+@pytest.fixture(scope="module")
+def ref(ckpt: Path) -> Engine:
+    """Reference engine, same config as the served one, driven directly by the test thread."""
+    return Engine(EngineConfig(model_path=ckpt, **ENGINE_ARGS))
+
+
+def _worker(ckpt: Path) -> EngineWorker:
+    return EngineWorker(lambda: Engine(EngineConfig(model_path=ckpt, **ENGINE_ARGS))).start(timeout=120)
+
+
+@pytest.fixture(scope="module")
+def worker(ckpt: Path) -> Iterator[EngineWorker]:
+    w = _worker(ckpt)
+    yield w
+    w.stop()
+
+
+@pytest.fixture
+def fresh_worker(ckpt: Path) -> Iterator[EngineWorker]:
+    """A worker of its own, for tests that read its counters or break its engine."""
+    w = _worker(ckpt)
+    yield w
+    w.stop()
+
+
+def serve(worker: EngineWorker, body: Callable[[TestClient], Awaitable[T]]) -> T:
+    async def main() -> T:
+        async with TestClient(TestServer(build_app(worker, MODEL))) as client:
+            return await body(client)
+
+    return asyncio.run(main())
+
+
+async def post(client: TestClient, path: str, payload: Any) -> tuple[int, dict]:
+    resp: ClientResponse = await client.post(path, json=payload)
+    return resp.status, await resp.json()
+
+
+def completion(worker: EngineWorker, payload: dict) -> tuple[int, dict]:
+    return serve(worker, lambda c: post(c, "/v1/completions", payload))
+
+
+def greedy(ref: Engine, prompt: str | list[int], max_tokens: int, stop: tuple[str, ...] = ()):
+    return ref.generate([prompt], SamplingParams(max_new_tokens=max_tokens, stop=stop))[0]
+
+
+# -- completions ---------------------------------------------------------------------------------
+
+
+def test_completion_greedy_matches_engine_generate(worker: EngineWorker, ref: Engine) -> None:
+    for i, max_tokens in ((0, 12), (1, 20), (2, 1)):
+        prompt = prompt_text(i)
+        status, body = completion(worker, {"model": MODEL, "prompt": prompt, "max_tokens": max_tokens,
+                                           "temperature": 0})
+        assert status == 200, body
+        want = greedy(ref, prompt, max_tokens)
+        assert want.text, "the reference produced no text: the test would prove nothing"
+        assert body["object"] == "text_completion" and body["model"] == MODEL and body["id"].startswith("cmpl-")
+        [choice] = body["choices"]
+        assert choice == {"text": want.text, "index": 0, "logprobs": None, "finish_reason": want.finish_reason.value}
+        assert body["usage"] == {"prompt_tokens": len(want.prompt_ids), "completion_tokens": len(want.output_ids),
+                                 "total_tokens": len(want.prompt_ids) + len(want.output_ids)}
+
+
+def test_default_max_tokens_is_16_and_token_id_prompts(worker: EngineWorker, ref: Engine) -> None:
+    ids = ref.tokenizer.encode(prompt_text(3))
+    status, body = completion(worker, {"prompt": ids})  # no model, no max_tokens: OpenAI defaults
+    assert status == 200, body
+    want = greedy(ref, ids, 16)
+    assert body["choices"][0]["text"] == want.text
+    assert body["usage"]["completion_tokens"] == len(want.output_ids)
+
+
+def test_list_prompt_one_choice_per_prompt_in_order(worker: EngineWorker, ref: Engine) -> None:
+    prompts = [prompt_text(4, 3), prompt_text(5, 9), prompt_text(6, 5)]
+    status, body = completion(worker, {"prompt": prompts, "max_tokens": 10})
+    assert status == 200, body
+    want = ref.generate(prompts, SamplingParams(max_new_tokens=10))
+    assert [c["index"] for c in body["choices"]] == [0, 1, 2]
+    assert [c["text"] for c in body["choices"]] == [w.text for w in want]
+    assert body["usage"]["prompt_tokens"] == sum(len(w.prompt_ids) for w in want)
+
+
+def test_stop_string_is_cut_server_side(worker: EngineWorker, ref: Engine) -> None:
+    prompt = prompt_text(3)
+    full = greedy(ref, prompt, 24).text
+    # the first word from the 4th on whose first occurrence (as a substring) is that word itself
+    words, offsets, at = full.split(" "), [], 0
+    for w in words:
+        offsets.append(at)
+        at += len(w) + 1
+    stop, cut = next((w, o) for w, o in list(zip(words, offsets))[3:] if full.find(w) == o)
+    status, body = completion(worker, {"prompt": prompt, "max_tokens": 24, "stop": [stop, "never seen here"]})
+    assert status == 200, body
+    [choice] = body["choices"]
+    assert choice["text"] == full[:cut] == greedy(ref, prompt, 24, (stop,)).text
+    assert choice["finish_reason"] == "stop"
+    # a single string works the same way
+    _, body = completion(worker, {"prompt": prompt, "max_tokens": 24, "stop": stop})
+    assert body["choices"][0]["text"] == full[:cut]
+
+
+def test_seeded_sampling_is_reproducible(worker: EngineWorker, ref: Engine) -> None:
+    prompt = prompt_text(8)
+    payload = {"prompt": prompt, "max_tokens": 16, "temperature": 1.0, "seed": 1234}
+    first, second = completion(worker, payload)[1], completion(worker, payload)[1]
+    other = completion(worker, {**payload, "seed": 4321})[1]
+    texts = [b["choices"][0]["text"] for b in (first, second, other)]
+    want = ref.generate([prompt], SamplingParams(max_new_tokens=16, temperature=1.0, seed=1234))[0].text
+    assert texts[0] == texts[1] == want
+    assert texts[2] != texts[0]
+    assert texts[0] != greedy(ref, prompt, 16).text
+
+
+def test_harmless_openai_fields_are_accepted(worker: EngineWorker, ref: Engine) -> None:
+    prompt = prompt_text(9)
+    extra = {"n": 1, "best_of": 1, "stream": False, "echo": False, "logprobs": None, "top_p": 0.9, "top_k": 40,
+             "min_p": 0.1, "frequency_penalty": 0, "presence_penalty": 0.0, "repetition_penalty": 1.0,
+             "logit_bias": {}, "user": "eval", "do_sample": False, "suffix": None, "seed": 1234, "stop": []}
+    status, body = completion(worker, {"prompt": prompt, "max_tokens": 8, "temperature": 0.0, **extra})
+    assert status == 200, body
+    assert body["choices"][0]["text"] == greedy(ref, prompt, 8).text
+
+
+def test_concurrent_requests_are_batched(fresh_worker: EngineWorker, ref: Engine) -> None:
+    prompts = [prompt_text(10 + i, 4 + i) for i in range(8)]
+
+    async def body(client: TestClient) -> list[tuple[int, dict]]:
+        return await asyncio.gather(*(post(client, "/v1/completions", {"prompt": p, "max_tokens": 16})
+                                      for p in prompts))
+
+    results = serve(fresh_worker, body)
+    want = ref.generate(prompts, SamplingParams(max_new_tokens=16))
+    assert [status for status, _ in results] == [200] * 8
+    assert [b["choices"][0]["text"] for _, b in results] == [w.text for w in want]
+    stats = fresh_worker.stats()
+    assert stats.requests_served == 8 and stats.jobs_served == 8
+    assert stats.max_decode_batch_size > 1, stats  # the engine ran them together, not one by one
+    assert stats.engine_failures == 0 and stats.running == 0
+
+
+# -- errors --------------------------------------------------------------------------------------
+
+LONG = " ".join(["the"] * 300)  # 301 tokens with BOS; the context is 256
+
+BAD_COMPLETIONS = [
+    # (payload, param, words the message must contain)
+    ({"max_tokens": 4}, "prompt", "prompt"),
+    ({"prompt": 3}, "prompt", "prompt must be"),
+    ({"prompt": []}, "prompt", "empty"),
+    ({"prompt": ["a", 1]}, "prompt", "prompt must be"),
+    ({"prompt": "the", "max_tokens": "5"}, "max_tokens", "max_tokens must be an integer"),
+    ({"prompt": "the", "max_tokens": True}, "max_tokens", "max_tokens must be an integer"),
+    ({"prompt": "the", "max_tokens": 0}, "max_tokens", "[1, 256]"),
+    ({"prompt": "the", "max_tokens": 257}, "max_tokens", "[1, 256]"),
+    ({"prompt": "the", "temperature": "hot"}, "temperature", "temperature must be a number"),
+    ({"prompt": "the", "temperature": -0.5}, "temperature", ">= 0"),
+    ({"prompt": "the", "seed": "x"}, "seed", "seed must be an integer"),
+    ({"prompt": "the", "seed": -1}, "seed", "seed must be in"),
+    ({"prompt": "the", "stop": 5}, "stop", "stop must be"),
+    ({"prompt": "the", "stop": [""]}, "stop", "must not be empty"),
+    ({"prompt": "the", "n": 2}, "n", "n must be 1"),
+    ({"prompt": "the", "stream": True}, "stream", "stream"),
+    ({"prompt": "the", "echo": True}, "echo", "echo"),
+    ({"prompt": "the", "best_of": 3}, "best_of", "best_of"),
+    ({"prompt": "the", "logprobs": 1}, "logprobs", "logprobs are not implemented"),
+    ({"prompt": "the", "top_p": 0.5, "temperature": 0.7, "seed": 1}, "top_p", "nucleus"),
+    ({"prompt": "the", "top_k": 5, "temperature": 0.7}, "top_k", "top_k"),
+    ({"prompt": "the", "frequency_penalty": 0.5}, "frequency_penalty", "frequency_penalty"),
+    ({"prompt": "the", "do_sample": True}, "do_sample", "do_sample"),
+    ({"prompt": "the", "foo": 1, "bar": 2}, "bar", "unknown field(s): bar, foo"),
+    ({"prompt": "the", "stop_token_ids": [500]}, "stop_token_ids", "stop_token_ids"),
+    ({"prompt": LONG, "max_tokens": 4}, "prompt", "this engine allows 256"),
+    ({"prompt": prompt_text(0, 200), "max_tokens": 100}, "prompt", "max_new_tokens (100)"),
+    ({"prompt": ["the cat", LONG]}, "prompt", "prompt[1]: prompt (301 tokens)"),
+    ({"prompt": [[2, 4, 500]]}, "prompt", "outside [0, 128)"),
+]
+
+
+def test_bad_requests_get_400_naming_the_field(worker: EngineWorker, ref: Engine) -> None:
+    async def body(client: TestClient) -> None:
+        for payload, param, words in BAD_COMPLETIONS:
+            status, out = await post(client, "/v1/completions", payload)
+            assert status == 400, (payload, out)
+            err = out["error"]
+            assert err["type"] == "invalid_request_error" and err["param"] == param, (payload, err)
+            assert words in err["message"], (payload, err["message"])
+        for raw, words in ((b"{not json", "not valid JSON"), (b'{"prompt": "a", "temperature": NaN}', "NaN"),
+                           (b"[1, 2]", "JSON object"), (b"", "not valid JSON")):
+            resp = await client.post("/v1/completions", data=raw, headers={"Content-Type": "application/json"})
+            out = await resp.json()
+            assert resp.status == 400 and words in out["error"]["message"], (raw, out)
+        status, out = await post(client, "/v1/completions", {"prompt": "the", "model": "other"})
+        assert status == 404 and out["error"]["param"] == "model" and "tiny-swa" in out["error"]["message"]
+        resp = await client.get("/v1/completions")
+        assert resp.status == 405 and "error" in await resp.json()
+        resp = await client.post("/v1/nothing", json={})
+        assert resp.status == 404 and "error" in await resp.json()
+        # ...and the server still serves, with nothing left behind in the engine
+        prompt = prompt_text(11)
+        status, out = await post(client, "/v1/completions", {"prompt": prompt, "max_tokens": 6})
+        assert status == 200 and out["choices"][0]["text"] == greedy(ref, prompt, 6).text
+
+    serve(worker, body)
+    stats = worker.stats()
+    assert stats.running == 0 and stats.engine_failures == 0
+    assert not worker.engine.scheduler.has_work()  # a refused list prompt queued nothing
+
+
+def test_engine_failure_gives_500_and_the_next_request_succeeds(fresh_worker: EngineWorker, ref: Engine,
+                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    engine = fresh_worker.engine
+    real_forward = engine.runner.forward
+    calls = {"n": 0}
+
+    def flaky_forward(batch):
+        calls["n"] += 1
+        if calls["n"] == 3:  # mid-generation, with both requests in flight
+            raise RuntimeError("injected forward failure")
+        return real_forward(batch)
+
+    monkeypatch.setattr(engine.runner, "forward", flaky_forward)
+    prompt = prompt_text(12)
+
+    async def body(client: TestClient) -> tuple[list, tuple[int, dict]]:
+        failed = await asyncio.gather(post(client, "/v1/completions", {"prompt": prompt, "max_tokens": 8}),
+                                      post(client, "/v1/completions", {"prompt": [prompt, "the cat"], "max_tokens": 8}))
+        return failed, await post(client, "/v1/completions", {"prompt": prompt, "max_tokens": 8})
+
+    failed, (status, out) = serve(fresh_worker, body)
+    for fstatus, fout in failed:
+        assert fstatus == 500, fout
+        assert fout["error"]["type"] == "server_error" and "injected forward failure" in fout["error"]["message"]
+    assert status == 200, out
+    assert out["choices"][0]["text"] == greedy(ref, prompt, 8).text
+    stats = fresh_worker.stats()
+    assert stats.engine_failures == 1 and stats.requests_failed == 3 and stats.running == 0
+    assert engine.pools_idle()  # abort_all gave every slot back
+
+
+# -- chat, models, health ------------------------------------------------------------------------
+
+
+def test_chat_completion_uses_the_chat_template(worker: EngineWorker, ref: Engine, ckpt: Path) -> None:
+    messages = [{"role": "user", "content": "how is the water"}, {"role": "assistant", "content": "good"},
+                {"role": "user", "content": [{"type": "text", "text": "and the "}, {"type": "text", "text": "day"}]}]
+    status, body = serve(worker, lambda c: post(c, "/v1/chat/completions",
+                                                {"model": MODEL, "messages": messages, "max_tokens": 10,
+                                                 "temperature": 0, "seed": 1234, "stop": []}))
+    assert status == 200, body
+    rendered = ("<bos><start_of_turn>user how is the water<end_of_turn> <start_of_turn>assistant good<end_of_turn> "
+                "<start_of_turn>user and the day<end_of_turn> <start_of_turn>assistant")
+    ids = ref.tokenizer.tokenizer.encode(rendered, add_special_tokens=False).ids
+    assert ids[0] == 2 and ids.count(2) == 1  # the template's BOS, not doubled
+    want = greedy(ref, ids, 10)
+    assert body["object"] == "chat.completion" and body["id"].startswith("chatcmpl-")
+    assert body["choices"] == [{"index": 0, "message": {"role": "assistant", "content": want.text},
+                                "logprobs": None, "finish_reason": want.finish_reason.value}]
+    assert body["usage"]["prompt_tokens"] == len(ids)
+
+
+def test_chat_errors(worker: EngineWorker) -> None:
+    cases = [
+        ({"max_tokens": 4}, "messages", "missing required field 'messages'"),
+        ({"messages": []}, "messages", "non-empty list"),
+        ({"messages": [{"role": "robot", "content": "hi"}]}, "messages", "messages[0].role"),
+        ({"messages": [{"role": "user", "content": 5}]}, "messages", "messages[0].content"),
+        ({"messages": [{"role": "user", "content": "hi", "tool_calls": []}]}, "messages", "tool_calls"),
+        ({"messages": [{"role": "system", "content": "be brief"}]}, "messages", "System role not supported"),
+        ({"messages": [{"role": "user", "content": "hi"}], "tools": []}, "tools", "unknown field(s): tools"),
+        ({"messages": [{"role": "user", "content": "hi"}], "max_tokens": 3, "max_completion_tokens": 4},
+         "max_completion_tokens", "disagree"),
+        ({"messages": [{"role": "user", "content": LONG}]}, "messages", "this engine allows 256"),
+    ]
+
+    async def body(client: TestClient) -> None:
+        for payload, param, words in cases:
+            status, out = await post(client, "/v1/chat/completions", payload)
+            assert status == 400 and out["error"]["param"] == param, (payload, out)
+            assert words in out["error"]["message"], (payload, out)
+
+    serve(worker, body)
+
+
+def test_chat_fallback_without_a_template(tmp_path: Path, ref: Engine) -> None:
+    renderer = ChatRenderer.from_dir(tmp_path, ref.tokenizer)  # no tokenizer_config.json here
+    messages = [ChatMessage("system", "be brief"), ChatMessage("user", "how is the water")]
+    assert renderer.source == "fallback"
+    assert renderer.prompt(messages) == fallback_prompt(messages) == "system: be brief\nuser: how is the water\nassistant:"
+
+
+def test_models_and_health(worker: EngineWorker) -> None:
+    async def body(client: TestClient) -> tuple[dict, dict]:
+        models = await (await client.get("/v1/models")).json()
+        resp = await client.get("/health")
+        assert resp.status == 200
+        return models, await resp.json()
+
+    models, health = serve(worker, body)
+    assert models["object"] == "list"
+    assert [(m["id"], m["object"], m["max_model_len"]) for m in models["data"]] == [(MODEL, "model", 256)]
+    assert health["status"] == "ok" and health["model"] == MODEL and health["graph_mode"] == "tape"
+    assert health["chat_template"] == "chat_template"
+    assert {"requests_served", "max_decode_batch_size", "engine_failures", "steps"} <= set(health["stats"])
+
+
+def test_build_app_refuses_a_checkpoint_without_tokenizer() -> None:
+    w = EngineWorker(Engine(EngineConfig(model_path=untied_checkpoint("gemma2"), graphs="off"))).start()
+    try:
+        with pytest.raises(ValueError, match="no tokenizer.json"):
+            build_app(w, MODEL)
+    finally:
+        w.stop()
+
+
+def test_stopped_worker_answers_503(ckpt: Path) -> None:
+    w = _worker(ckpt)
+    app_worker = w
+    w.stop()
+
+    async def body(client: TestClient) -> tuple[int, dict]:
+        return await post(client, "/v1/completions", {"prompt": "the", "max_tokens": 2})
+
+    status, out = serve(app_worker, body)
+    assert status == 503 and "not running" in out["error"]["message"]
