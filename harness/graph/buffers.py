@@ -67,6 +67,8 @@ class DecodeInputs:
     positions: torch.Tensor
     out_cache_loc: torch.Tensor
     out_cache_loc_swa: torch.Tensor | None
+    kv_len: int | None = None
+    """Keys each row may read (a graph's fixed bound, >= every seq_len); None: the target's maximum."""
 
     @property
     def batch_size(self) -> int:
@@ -119,8 +121,8 @@ class DecodeInputBuffers:
         """Every static tensor by name: what a captured graph reads and writes."""
         return {f.name: getattr(self, f.name) for f in fields(self) if getattr(self, f.name) is not None}
 
-    def view(self, bs: int) -> DecodeInputs:
-        return DecodeInputs(**{name: _prefix(getattr(self, name), bs) for name in INPUT_FIELDS})
+    def view(self, bs: int, kv_len: int | None = None) -> DecodeInputs:
+        return DecodeInputs(**{name: _prefix(getattr(self, name), bs) for name in INPUT_FIELDS}, kv_len=kv_len)
 
     def populate(self, batch: DecodeBatchLike, bs: int) -> None:
         """Copy ``batch`` into rows ``[0, raw_bs)`` and pad rows ``[raw_bs, bs)`` per the policy."""

@@ -3,6 +3,10 @@
 The runner knows nothing of models: a *target* supplies the body to capture (``graph_forward``)
 and the eager per-batch preparation that must run before capture and before every replay
 (``prepare_graph_metadata``, e.g. attention index buffers), as SGLang's attention backends do.
+
+Optionally graphs are also keyed by a KV-length bucket: a CUDA attention kernel reads only each
+row's real keys, but a torch reference kernel reads a fixed ``[bs, kv_len]`` block, so capturing
+per (bs, kv_len) keeps a short sequence from paying for the longest one.
 """
 
 from __future__ import annotations
@@ -51,6 +55,7 @@ class GraphRunner:
         device: str | torch.device = "cpu",
         logits_dtype: torch.dtype = torch.float32,
         capture_bs: Sequence[int] | None = None,
+        kv_len_buckets: Sequence[int] | None = None,
     ) -> None:
         self.target = target
         self.backend = backend
@@ -60,7 +65,8 @@ class GraphRunner:
         self.buffers = DecodeInputBuffers.create(
             self.max_bs, vocab_size, is_hybrid_swa=pool is not None, device=device, logits_dtype=logits_dtype
         )
-        self.graphs: dict[int, object] = {}
+        self.kv_len_buckets: list[int | None] = sorted(set(kv_len_buckets)) if kv_len_buckets else [None]
+        self.graphs: dict[tuple[int, int | None], object] = {}
 
     # -- bucket choice -------------------------------------------------------------------------
 
@@ -71,23 +77,36 @@ class GraphRunner:
             raise ValueError(f"batch size {raw_bs} has no bucket (buckets go up to {self.max_bs})")
         return self.capture_bs[i]
 
+    def kv_bucket_for(self, batch: DecodeBatchLike) -> int | None:
+        """The first KV-length bucket that holds every row's keys (None when graphs are not keyed by it)."""
+        if self.kv_len_buckets == [None]:
+            return None
+        longest = int(batch.seq_lens.max())
+        i = bisect.bisect_left(self.kv_len_buckets, longest)
+        if i == len(self.kv_len_buckets):
+            raise ValueError(f"sequence length {longest} exceeds the largest KV bucket {self.kv_len_buckets[-1]}")
+        return self.kv_len_buckets[i]
+
     def can_run(self, batch: DecodeBatchLike, *, is_decode: bool = True) -> bool:
-        return is_decode and 1 <= batch.batch_size <= self.max_bs and bool(self.graphs)
+        if not (is_decode and self.graphs and 1 <= batch.batch_size <= self.max_bs):
+            return False
+        return self.kv_len_buckets == [None] or int(batch.seq_lens.max()) <= self.kv_len_buckets[-1]
 
     # -- capture -------------------------------------------------------------------------------
 
     def capture(self) -> None:
         """Largest bucket first, as SGLang does, so smaller graphs reuse the pool's memory."""
         for bs in reversed(self.capture_bs):
-            self.graphs[bs] = self._capture_one(bs)
+            for kv_len in reversed(self.kv_len_buckets):
+                self.graphs[bs, kv_len] = self._capture_one(bs, kv_len)
 
-    def _capture_inputs(self, bs: int) -> DecodeInputs:
+    def _capture_inputs(self, bs: int, kv_len: int | None) -> DecodeInputs:
         """The batch the graph is captured on: the static buffers, SWA loc pre-set (#23552)."""
-        return self.buffers.view(bs)
+        return self.buffers.view(bs, kv_len)
 
-    def _capture_one(self, bs: int) -> object:
+    def _capture_one(self, bs: int, kv_len: int | None) -> object:
         self.buffers.pad(0, bs)  # capture on an all-padding batch: writes go to the padding slot
-        inputs = self._capture_inputs(bs)
+        inputs = self._capture_inputs(bs, kv_len)
         self.target.prepare_graph_metadata(inputs)
         # Warm-up, then capture, each from an empty memo: a translation cached by the warm-up would
         # be a Python-side hit during capture, and the gather it skips would be missing from the
@@ -112,8 +131,8 @@ class GraphRunner:
     def replay(self, batch: DecodeBatchLike) -> torch.Tensor:
         """Logits of the ``raw_bs`` real rows; a view of the static logits buffer (valid until the next replay)."""
         raw_bs = batch.batch_size
-        bs = self.bucket_for(raw_bs)
+        bs, kv_len = self.bucket_for(raw_bs), self.kv_bucket_for(batch)
         self.buffers.populate(batch, bs)
-        self.target.prepare_graph_metadata(self.buffers.view(bs))
-        self.graphs[bs].replay(self.buffers.tensors())
+        self.target.prepare_graph_metadata(self.buffers.view(bs, kv_len))
+        self.graphs[bs, kv_len].replay(self.buffers.tensors())
         return self.buffers.logits[:raw_bs]
