@@ -1,18 +1,22 @@
-"""Repo-wide pytest setup: hypothesis profiles shared by tests/ and suites/.
+"""Repo-wide pytest setup, shared by tests/ and suites/.
 
-The default profile keeps the ordinary test session fast; ``--hypothesis-profile=exhaustive`` (or
-``SWA_HARNESS_HYPOTHESIS=exhaustive``) runs the scenario generators much harder.
+* Hypothesis profiles: the default keeps the ordinary session fast;
+  ``SWA_HARNESS_HYPOTHESIS=exhaustive`` runs the scenario generators much harder.
+* ``SWA_HARNESS_FAULT=<id>`` switches one catalog fault on for the whole run (the kill matrix
+  runs the suites once per fault this way).
+* One torch intra-op thread per test process.
 """
 
 from __future__ import annotations
 
 import os
 
+import pytest
 import torch
 from hypothesis import HealthCheck, settings
 
-# One intra-op thread per test process: the tensors here are tiny, and xdist already runs one
-# worker per core. Two threads per worker oversubscribe the cores and run ~20x slower.
+# The tensors here are tiny and xdist already runs one worker per core: two threads per worker
+# oversubscribe the cores and run ~20x slower.
 torch.set_num_threads(1)
 
 settings.register_profile(
@@ -29,3 +33,18 @@ settings.register_profile(
     suppress_health_check=[HealthCheck.too_slow],
 )
 settings.load_profile(os.environ.get("SWA_HARNESS_HYPOTHESIS", "default"))
+
+_FAULT_KEY = pytest.StashKey[str]()
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    from harness.faults import activate_from_env
+
+    fault = activate_from_env()
+    if fault is not None:
+        config.stash[_FAULT_KEY] = fault.id
+
+
+def pytest_report_header(config: pytest.Config) -> str | None:
+    fault = config.stash.get(_FAULT_KEY, None)
+    return f"swa-harness: fault {fault!r} injected" if fault else None

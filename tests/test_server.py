@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import json
 import shutil
+import time
 from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
 from typing import Any, TypeVar
@@ -19,6 +20,7 @@ from tokenizers import models, pre_tokenizers, processors
 from harness.engine import Engine, EngineConfig, SamplingParams
 from harness.server.app import build_app
 from harness.server.chat import ChatRenderer, fallback_prompt
+from harness.server.cli import ready_url
 from harness.server.protocol import ChatMessage
 from harness.server.worker import EngineWorker
 from tests.engine_helpers import untied_checkpoint
@@ -392,12 +394,40 @@ def test_build_app_refuses_a_checkpoint_without_tokenizer() -> None:
 
 
 def test_stopped_worker_answers_503(ckpt: Path) -> None:
-    w = _worker(ckpt)
-    app_worker = w
+    w = EngineWorker(lambda: Engine(EngineConfig(model_path=ckpt, graphs="off"))).start()
     w.stop()
 
     async def body(client: TestClient) -> tuple[int, dict]:
         return await post(client, "/v1/completions", {"prompt": "the", "max_tokens": 2})
 
-    status, out = serve(app_worker, body)
+    status, out = serve(w, body)
     assert status == 503 and "not running" in out["error"]["message"]
+
+
+def test_stop_fails_requests_in_flight_with_503(ckpt: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    w = EngineWorker(lambda: Engine(EngineConfig(model_path=ckpt, graphs="off"))).start()
+    real_forward = w.engine.runner.forward
+
+    def slow_forward(batch):
+        time.sleep(0.02)
+        return real_forward(batch)
+
+    monkeypatch.setattr(w.engine.runner, "forward", slow_forward)
+
+    async def body(client: TestClient) -> tuple[int, dict]:
+        task = asyncio.create_task(post(client, "/v1/completions", {"prompt": "the", "max_tokens": 200}))
+        while w.stats().steps < 2:
+            await asyncio.sleep(0.01)
+        await asyncio.get_running_loop().run_in_executor(None, w.stop)
+        return await task
+
+    status, out = serve(w, body)
+    assert status == 503 and "shutting down" in out["error"]["message"], out
+    assert w.engine.pools_idle()
+
+
+def test_ready_url_reports_an_address_clients_can_reach() -> None:
+    assert ready_url(("127.0.0.1", 8123)) == "http://127.0.0.1:8123"
+    assert ready_url(("0.0.0.0", 8123)) == "http://127.0.0.1:8123"
+    assert ready_url(("::", 8123, 0, 0)) == "http://[::1]:8123"
+    assert ready_url(("10.1.2.3", 80)) == "http://10.1.2.3:80"

@@ -122,7 +122,7 @@ class PoolAttentionBackend:
         decode_kv_indices(rt, req_pool_indices, kv_len, kv_out)
         for w, out in window_out.items():
             full = decode_window_full_indices(rt, req_pool_indices, seq_lens, w)
-            out[:bs].copy_(self._translate_window(full.reshape(-1)).view(bs, w))
+            out[:bs].copy_(self.translate_window(full.reshape(-1)).view(bs, w))
         return DecodeMetadata(kv_out[:bs, :kv_len], {w: out[:bs] for w, out in window_out.items()})
 
     def _extend_metadata(self, batch: ForwardBatch) -> list[ExtendRequestMetadata]:
@@ -140,14 +140,14 @@ class PoolAttentionBackend:
             metas.append(meta)
             start += new
         if window_full:
-            swa = self._translate_window(torch.cat(window_full))  # one translation for all requests
+            swa = self.translate_window(torch.cat(window_full))  # one translation for all requests
             pieces = iter(swa.split([t.numel() for t in window_full]))
             for meta in metas:
                 for w in self.windows:
                     meta.window_slots[w] = next(pieces)
         return metas
 
-    def _translate_window(self, full_slots: torch.Tensor) -> torch.Tensor:
+    def translate_window(self, full_slots: torch.Tensor) -> torch.Tensor:
         """SWA slots of window keys, through the memo with the flushes of #26152 around it."""
         return translate_fresh_indices(self.pool, full_slots)
 

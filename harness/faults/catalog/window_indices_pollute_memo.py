@@ -9,7 +9,7 @@ from harness.faults.base import Fault, Patch
 
 
 def _translate_window_unflushed(self: PoolAttentionBackend, full_slots: torch.Tensor) -> torch.Tensor:
-    """Twin of ``PoolAttentionBackend._translate_window`` without the two ``invalidate_loc_cache()``."""
+    """Twin of ``PoolAttentionBackend.translate_window`` without the two ``invalidate_loc_cache()``."""
     return self.pool.translate_loc_from_full_to_swa(full_slots)
 
 
@@ -20,5 +20,5 @@ FAULT = Fault(
     "cached afterwards",
     user_sees="warning noise on every forward; on a key collision the next translation reuses wrong slots",
     invariant="6: no warning is logged on a clean forward",
-    patches=(Patch(PoolAttentionBackend, "_translate_window", _translate_window_unflushed),),
+    patches=(Patch(PoolAttentionBackend, "translate_window", _translate_window_unflushed),),
 )

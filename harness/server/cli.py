@@ -1,0 +1,103 @@
+"""``python -m harness.server``: serve one checkpoint over the OpenAI API until SIGINT/SIGTERM.
+
+Once listening it prints exactly one line to stdout, ``SWA_HARNESS_SERVER_READY http://HOST:PORT``,
+and flushes: the eval orchestrator (see launch.py) waits for that line. Everything else (logs,
+tracebacks) goes to stderr. With ``--port 0`` the OS picks a free port and the line reports it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import ipaddress
+import logging
+import signal
+import sys
+from collections.abc import Sequence
+
+from aiohttp import web
+
+from harness.engine import Engine, EngineConfig
+from harness.server.app import build_app
+from harness.server.launch import READY_PREFIX
+from harness.server.worker import EngineWorker
+
+logger = logging.getLogger("harness.server")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m harness.server", description=__doc__.split("\n\n")[0])
+    p.add_argument("--model", required=True, help="checkpoint directory (config.json, safetensors, tokenizer.json)")
+    p.add_argument("--graphs", default="auto", choices=("off", "eager", "tape", "cuda", "auto"))
+    p.add_argument("--host", default="127.0.0.1", help="bind address (default: loopback only)")
+    p.add_argument("--port", type=int, default=0, help="0 picks a free port (default)")
+    p.add_argument("--max-running", type=int, default=32, help="max concurrently running requests (decode batch)")
+    p.add_argument("--num-threads", type=int, default=1, help="torch intra-op threads")
+    p.add_argument("--max-context-len", type=int, default=None, help="default: the model's max_position_embeddings")
+    p.add_argument("--dtype", default="float32", choices=("float32", "bfloat16", "float16"))
+    p.add_argument("--device", default="cpu")
+    p.add_argument("--served-model-name", default=None, help="the 'model' clients send (default: --model as given)")
+    p.add_argument("--log-level", default="info", choices=("debug", "info", "warning", "error"))
+    p.add_argument("--access-log", action="store_true", help="log every HTTP request to stderr")
+    return p
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(level=args.log_level.upper(), stream=sys.stderr,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    try:
+        config = EngineConfig(model_path=args.model, graphs=args.graphs, max_running_requests=args.max_running,
+                              num_threads=args.num_threads, max_context_len=args.max_context_len, dtype=args.dtype,
+                              device=args.device)
+    except ValueError as exc:
+        print(f"swa-harness server: {exc}", file=sys.stderr)
+        return 2
+    worker = EngineWorker(lambda: Engine(config))
+    try:
+        worker.start()
+        app = build_app(worker, args.served_model_name or args.model)
+    except (RuntimeError, ValueError) as exc:
+        print(f"swa-harness server: {exc}", file=sys.stderr)
+        worker.stop()
+        return 1
+    logger.info("engine ready: %s, graphs=%s, max_context_len=%d", args.model, worker.engine.graph_mode,
+                worker.engine.max_context_len)
+    try:
+        asyncio.run(serve(app, worker, args.host, args.port, access_log=args.access_log))
+    except OSError as exc:  # e.g. the port is taken
+        print(f"swa-harness server: cannot listen on {args.host}:{args.port}: {exc}", file=sys.stderr)
+        return 1
+    finally:
+        worker.stop()
+    return 0
+
+
+async def serve(app: web.Application, worker: EngineWorker, host: str, port: int, *, access_log: bool = False) -> None:
+    """Listen, print the ready line, and run until SIGINT or SIGTERM."""
+    runner = web.AppRunner(app, access_log=logging.getLogger("aiohttp.access") if access_log else None,
+                           shutdown_timeout=5.0)
+    await runner.setup()
+    try:
+        site = web.TCPSite(runner, host, port)
+        await site.start()
+        print(f"{READY_PREFIX} {ready_url(runner.addresses[0])}", flush=True)
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(sig, stop.set)
+        await stop.wait()
+        logger.info("shutting down")
+        await loop.run_in_executor(None, worker.stop)  # in-flight requests get 503 instead of waiting
+    finally:
+        await runner.cleanup()
+
+
+def ready_url(sockname: tuple) -> str:
+    """``http://IP:PORT`` a client can connect to: wildcard binds are reported as loopback."""
+    ip, port = sockname[0], sockname[1]
+    addr = ipaddress.ip_address(ip.split("%", 1)[0])
+    if addr.is_unspecified:
+        addr = ipaddress.ip_address("::1" if addr.version == 6 else "127.0.0.1")
+    host = f"[{addr}]" if addr.version == 6 else str(addr)
+    return f"http://{host}:{port}"

@@ -1,0 +1,347 @@
+"""OpenAI request parsing: JSON bodies -> small dataclasses, or an ApiError that names the field.
+
+Policy, so that an eval never runs with settings the engine silently ignores:
+* unknown fields are refused (400, naming them);
+* OpenAI/lm-eval fields the engine does not implement are accepted only at values that do not
+  change the result (``n: 1``, ``stream: false``, ``echo: false``, ``logprobs: null``, penalties
+  at their neutral value, ``top_p``/``top_k``/``min_p`` either disabled or with greedy decoding,
+  where they cannot matter), and refused otherwise;
+* nothing is truncated: a prompt that does not fit is the engine's RequestError, also a 400.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from harness.engine import SamplingParams
+
+Prompt = str | list[int]
+
+DEFAULT_MAX_TOKENS = 16  # OpenAI's default for /v1/completions
+
+
+class ApiError(Exception):
+    """An error response in OpenAI's shape: ``{"error": {"message", "type", "param", "code"}}``."""
+
+    def __init__(self, message: str, *, param: str | None = None, status: int = 400,
+                 type: str = "invalid_request_error", code: str | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.param = param
+        self.status = status
+        self.type = type
+        self.code = code
+
+    def body(self) -> dict[str, Any]:
+        return {"error": {"message": self.message, "type": self.type, "param": self.param, "code": self.code}}
+
+
+@dataclass(frozen=True)
+class Limits:
+    """What the served engine allows; validation messages quote these numbers."""
+
+    max_context_len: int
+    vocab_size: int
+    default_max_tokens: int = DEFAULT_MAX_TOKENS
+
+
+@dataclass(frozen=True)
+class GenerationFields:
+    """The generation settings shared by /v1/completions and /v1/chat/completions."""
+
+    max_tokens: int
+    temperature: float
+    seed: int | None
+    stop: tuple[str, ...]
+    stop_token_ids: tuple[int, ...]
+    ignore_eos: bool
+
+    def sampling(self) -> SamplingParams:
+        return SamplingParams(max_new_tokens=self.max_tokens, temperature=self.temperature, seed=self.seed,
+                              stop=self.stop, stop_token_ids=self.stop_token_ids, ignore_eos=self.ignore_eos)
+
+
+@dataclass(frozen=True)
+class CompletionRequest:
+    prompts: list[Prompt]  # one choice per prompt, in this order
+    model: str | None
+    gen: GenerationFields
+
+
+@dataclass(frozen=True)
+class ChatMessage:
+    role: str
+    content: str
+
+
+@dataclass(frozen=True)
+class ChatRequest:
+    messages: tuple[ChatMessage, ...]
+    model: str | None
+    gen: GenerationFields
+
+
+# Fields both endpoints accept (some only at neutral values, see _check_neutral_fields).
+_COMMON = frozenset({
+    "model", "max_tokens", "temperature", "seed", "stop", "n", "stream", "top_p", "top_k", "min_p",
+    "frequency_penalty", "presence_penalty", "repetition_penalty", "logit_bias", "user", "do_sample",
+    # extensions shared with SGLang/vLLM, implemented by the engine:
+    "stop_token_ids", "ignore_eos",
+})
+COMPLETION_FIELDS = _COMMON | {"prompt", "echo", "logprobs", "best_of", "suffix"}
+CHAT_FIELDS = _COMMON | {"messages", "max_completion_tokens", "logprobs", "top_logprobs"}
+CHAT_ROLES = ("system", "user", "assistant")
+
+_MISSING = object()
+
+
+# -- entry points --------------------------------------------------------------------------------
+
+
+def parse_completion(body: Any, limits: Limits) -> CompletionRequest:
+    body = _object(body)
+    _refuse_unknown(body, COMPLETION_FIELDS)
+    if "prompt" not in body:
+        raise ApiError("missing required field 'prompt'", param="prompt")
+    prompts = _prompts(body["prompt"])
+    _neutral(body, "echo", _is_bool, lambda v: v is False, "echo=true (returning the prompt) is not supported")
+    _neutral(body, "best_of", _is_int, lambda v: v == 1, "best_of must be 1")
+    _neutral(body, "suffix", _is_str, lambda v: v == "", "suffix (insertion) is not supported")
+    _neutral(body, "logprobs", lambda v: isinstance(v, (bool, int)), lambda v: v is False,
+             "logprobs are not implemented by this server; send logprobs=null")
+    gen = _generation(body, limits, max_tokens=_int_field(body, "max_tokens", 1, limits.max_context_len))
+    return CompletionRequest(prompts, _model(body), gen)
+
+
+def parse_chat(body: Any, limits: Limits) -> ChatRequest:
+    body = _object(body)
+    _refuse_unknown(body, CHAT_FIELDS)
+    if "messages" not in body:
+        raise ApiError("missing required field 'messages'", param="messages")
+    messages = _messages(body["messages"])
+    _neutral(body, "logprobs", _is_bool, lambda v: v is False, "logprobs are not implemented by this server")
+    _neutral(body, "top_logprobs", _is_int, lambda v: v == 0, "top_logprobs are not implemented by this server")
+    max_tokens = _int_field(body, "max_tokens", 1, limits.max_context_len)
+    max_completion = _int_field(body, "max_completion_tokens", 1, limits.max_context_len)
+    if max_tokens is not None and max_completion is not None and max_tokens != max_completion:
+        raise ApiError(f"max_tokens ({max_tokens}) and max_completion_tokens ({max_completion}) disagree",
+                       param="max_completion_tokens")
+    gen = _generation(body, limits, max_tokens=max_completion if max_completion is not None else max_tokens)
+    return ChatRequest(messages, _model(body), gen)
+
+
+# -- shared fields -------------------------------------------------------------------------------
+
+
+def _generation(body: dict[str, Any], limits: Limits, *, max_tokens: int | None) -> GenerationFields:
+    temperature = _number_field(body, "temperature")
+    temperature = 0.0 if temperature is None else float(temperature)
+    if temperature < 0:
+        raise ApiError(f"temperature must be >= 0, got {temperature}", param="temperature")
+    greedy = temperature == 0
+    seed = _int_field(body, "seed", 0, 2**64 - 1)
+    stop = _stop(body.get("stop"))
+    stop_token_ids = _token_ids_field(body, "stop_token_ids", limits.vocab_size)
+    ignore_eos = body.get("ignore_eos", False)
+    if ignore_eos is None:
+        ignore_eos = False
+    if not isinstance(ignore_eos, bool):
+        raise ApiError(f"ignore_eos must be a boolean, got {ignore_eos!r}", param="ignore_eos")
+    _check_neutral_fields(body, greedy)
+    return GenerationFields(
+        max_tokens=limits.default_max_tokens if max_tokens is None else max_tokens,
+        temperature=temperature,
+        seed=seed,
+        stop=stop,
+        stop_token_ids=stop_token_ids,
+        ignore_eos=ignore_eos,
+    )
+
+
+def _check_neutral_fields(body: dict[str, Any], greedy: bool) -> None:
+    """Fields accepted only where they cannot change the output."""
+    _neutral(body, "n", _is_int, lambda v: v == 1, "n must be 1: this server returns one choice per prompt")
+    _neutral(body, "stream", _is_bool, lambda v: v is False, "stream=true is not supported")
+    _neutral(body, "frequency_penalty", _is_number, lambda v: v == 0, "frequency_penalty is not implemented; send 0")
+    _neutral(body, "presence_penalty", _is_number, lambda v: v == 0, "presence_penalty is not implemented; send 0")
+    _neutral(body, "repetition_penalty", _is_number, lambda v: v == 1,
+             "repetition_penalty is not implemented; send 1")
+    _neutral(body, "logit_bias", lambda v: isinstance(v, dict), lambda v: not v, "logit_bias is not implemented")
+    _neutral(body, "top_p", _is_number, lambda v: 0 < v <= 1 and (v == 1 or greedy),
+             "top_p < 1 is only accepted with temperature 0 (nucleus sampling is not implemented); "
+             "top_p must be in (0, 1]")
+    _neutral(body, "top_k", _is_int, lambda v: v in (0, -1) or (v > 0 and greedy),
+             "top_k sampling is not implemented: send top_k 0 or -1, or temperature 0")
+    _neutral(body, "min_p", _is_number, lambda v: 0 <= v <= 1 and (v == 0 or greedy),
+             "min_p sampling is not implemented: send min_p 0, or temperature 0")
+    _neutral(body, "user", _is_str, lambda v: True, "")
+    do_sample = body.get("do_sample")
+    if do_sample is not None:
+        if not isinstance(do_sample, bool):
+            raise ApiError(f"do_sample must be a boolean, got {do_sample!r}", param="do_sample")
+        if do_sample == greedy:
+            raise ApiError(f"do_sample={str(do_sample).lower()} contradicts temperature "
+                           f"{'0' if greedy else '> 0'}", param="do_sample")
+
+
+def _model(body: dict[str, Any]) -> str | None:
+    model = body.get("model")
+    if model is not None and not isinstance(model, str):
+        raise ApiError(f"model must be a string, got {model!r}", param="model")
+    return model
+
+
+def _prompts(value: Any) -> list[Prompt]:
+    what = "prompt must be a string, a list of strings, a list of token ids or a list of token-id lists"
+    if isinstance(value, str):
+        return [value]
+    if not isinstance(value, list):
+        raise ApiError(f"{what}; got {_json_type(value)}", param="prompt")
+    if not value:
+        raise ApiError("prompt must not be an empty list", param="prompt")
+    if all(isinstance(p, str) for p in value):
+        return list(value)
+    if all(_is_int(t) for t in value):
+        return [list(value)]
+    if all(isinstance(p, list) and p and all(_is_int(t) for t in p) for p in value):
+        return [list(p) for p in value]
+    raise ApiError(f"{what}; got a list holding {sorted({_json_type(p) for p in value})}", param="prompt")
+
+
+def _messages(value: Any) -> tuple[ChatMessage, ...]:
+    if not isinstance(value, list) or not value:
+        raise ApiError("messages must be a non-empty list of {role, content} objects", param="messages")
+    out = []
+    for i, msg in enumerate(value):
+        where = f"messages[{i}]"
+        if not isinstance(msg, dict):
+            raise ApiError(f"{where} must be an object, got {_json_type(msg)}", param="messages")
+        unknown = sorted(set(msg) - {"role", "content", "name"})
+        if unknown:
+            raise ApiError(f"{where} has unsupported field(s): {', '.join(unknown)}", param="messages")
+        role = msg.get("role")
+        if role not in CHAT_ROLES:
+            raise ApiError(f"{where}.role must be one of {list(CHAT_ROLES)}, got {role!r}", param="messages")
+        if "name" in msg and not isinstance(msg["name"], str):
+            raise ApiError(f"{where}.name must be a string", param="messages")
+        out.append(ChatMessage(role, _content(msg.get("content", _MISSING), where)))
+    return tuple(out)
+
+
+def _content(content: Any, where: str) -> str:
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):  # OpenAI content parts: only text ones
+        texts = []
+        for part in content:
+            if not (isinstance(part, dict) and part.get("type") == "text" and isinstance(part.get("text"), str)
+                    and set(part) <= {"type", "text"}):
+                raise ApiError(f"{where}.content: only {{'type': 'text', 'text': ...}} parts are supported",
+                               param="messages")
+            texts.append(part["text"])
+        return "".join(texts)
+    raise ApiError(f"{where}.content must be a string or a list of text parts, got {_json_type(content)}",
+                   param="messages")
+
+
+def _stop(value: Any) -> tuple[str, ...]:
+    if value is None:
+        return ()
+    stops = [value] if isinstance(value, str) else value
+    if not isinstance(stops, list) or not all(isinstance(s, str) for s in stops):
+        raise ApiError(f"stop must be a string or a list of strings, got {value!r}", param="stop")
+    if any(s == "" for s in stops):
+        raise ApiError("stop strings must not be empty", param="stop")
+    return tuple(stops)
+
+
+# -- type helpers --------------------------------------------------------------------------------
+
+
+def _object(body: Any) -> dict[str, Any]:
+    if not isinstance(body, dict):
+        raise ApiError(f"the request body must be a JSON object, got {_json_type(body)}")
+    return body
+
+
+def _refuse_unknown(body: dict[str, Any], known: frozenset[str]) -> None:
+    unknown = sorted(set(body) - known)
+    if unknown:
+        raise ApiError(f"unknown field(s): {', '.join(unknown)}; this server accepts {', '.join(sorted(known))}",
+                       param=unknown[0])
+
+
+def _neutral(body: dict[str, Any], key: str, type_ok: Callable[[Any], bool], value_ok: Callable[[Any], bool],
+             why: str) -> None:
+    """``key`` may be absent, null, or a well-typed value that ``value_ok`` accepts."""
+    value = body.get(key)
+    if value is None:
+        return
+    if not type_ok(value):
+        raise ApiError(f"{key} has the wrong type: {_json_type(value)} {value!r}", param=key)
+    if not value_ok(value):
+        raise ApiError(f"{key}={value!r} is not supported: {why}", param=key)
+
+
+def _int_field(body: dict[str, Any], key: str, lo: int, hi: int) -> int | None:
+    value = body.get(key)
+    if value is None:
+        return None
+    if not _is_int(value):
+        raise ApiError(f"{key} must be an integer, got {_json_type(value)} {value!r}", param=key)
+    if not lo <= value <= hi:
+        raise ApiError(f"{key} must be in [{lo}, {hi}], got {value}", param=key)
+    return value
+
+
+def _number_field(body: dict[str, Any], key: str) -> float | None:
+    value = body.get(key)
+    if value is None:
+        return None
+    if not _is_number(value):
+        raise ApiError(f"{key} must be a number, got {_json_type(value)} {value!r}", param=key)
+    return float(value)
+
+
+def _token_ids_field(body: dict[str, Any], key: str, vocab: int) -> tuple[int, ...]:
+    value = body.get(key)
+    if value is None:
+        return ()
+    if not isinstance(value, list) or not all(_is_int(t) and 0 <= t < vocab for t in value):
+        raise ApiError(f"{key} must be a list of token ids in [0, {vocab}), got {value!r}", param=key)
+    return tuple(value)
+
+
+def _is_int(v: Any) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+def _is_number(v: Any) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+
+
+def _is_bool(v: Any) -> bool:
+    return isinstance(v, bool)
+
+
+def _is_str(v: Any) -> bool:
+    return isinstance(v, str)
+
+
+def _json_type(v: Any) -> str:
+    if v is None:
+        return "null"
+    if isinstance(v, bool):
+        return "boolean"
+    if isinstance(v, (int, float)):
+        return "number"
+    if isinstance(v, str):
+        return "string"
+    if isinstance(v, list):
+        return "array"
+    if isinstance(v, dict):
+        return "object"
+    return type(v).__name__

@@ -1,0 +1,326 @@
+"""EngineWorker: the one thread that owns the Engine, fed by HTTP handlers on an asyncio loop.
+
+The Engine is not thread-safe, so every engine call (``add_request``, ``step``, ``abort_all``) happens
+on the worker thread. Handlers submit a job (one or more prompts sharing one set of sampling
+parameters) through a thread-safe queue and await an asyncio future; the worker adds newly
+submitted jobs between steps, so requests that arrive while the engine is busy join the running
+batch (continuous batching by the engine's own scheduler), steps while there is work, and sleeps on
+the queue when idle. Results go back with ``loop.call_soon_threadsafe``.
+
+If ``engine.step()`` raises, every request in flight fails with ``EngineFailure`` (HTTP 500), the
+engine drops them with ``abort_all()`` and the worker keeps serving the next requests.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import logging
+import queue
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from harness.engine import Engine, GenerateOutput, RequestError, SamplingParams
+from harness.engine.request import Req
+
+logger = logging.getLogger(__name__)
+
+Prompt = str | list[int]
+
+
+class WorkerError(RuntimeError):
+    """A request the worker could not complete for a reason other than its own content."""
+
+
+class EngineFailure(WorkerError):
+    """``engine.step()`` raised while the request was in flight (HTTP 500)."""
+
+
+class WorkerStopped(WorkerError):
+    """The worker is stopped or stopping (HTTP 503)."""
+
+
+@dataclass
+class WorkerStats:
+    """Counters for /health and for tests that need to prove batching happened."""
+
+    requests_served: int = 0  # prompts that finished with a result
+    requests_failed: int = 0  # prompts refused (RequestError) or lost to an engine failure
+    jobs_served: int = 0  # HTTP-level jobs resolved with results
+    steps: int = 0  # engine.step() calls that ran a forward
+    engine_failures: int = 0  # engine.step() calls that raised
+    max_batch_size: int = 0  # most requests advanced by one step (prefill or decode)
+    max_decode_batch_size: int = 0  # most requests in one decode step: > 1 proves batching
+    generated_tokens: int = 0
+    running: int = 0  # requests in the engine right now (queued inside it or running)
+    started_at: float = field(default_factory=time.time)
+
+    def as_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+@dataclass
+class _Job:
+    """One submission: its prompts' results fill ``outputs`` in order; the future gets the list."""
+
+    prompts: list[Prompt]
+    params: SamplingParams
+    loop: asyncio.AbstractEventLoop
+    future: asyncio.Future[list[GenerateOutput]]
+    outputs: list[GenerateOutput | None] = field(default_factory=list)
+    remaining: int = 0
+    done: bool = False
+
+    def resolve(self, result: list[GenerateOutput] | None = None, error: BaseException | None = None) -> None:
+        if self.done:
+            return
+        self.done = True
+        try:
+            self.loop.call_soon_threadsafe(_settle, self.future, result, error)
+        except RuntimeError:  # the submitting loop is closed: nobody is waiting any more
+            pass
+
+
+def _settle(future: asyncio.Future, result: Any, error: BaseException | None) -> None:
+    if future.done():  # cancelled, e.g. the client went away
+        return
+    if error is not None:
+        future.set_exception(error)
+    else:
+        future.set_result(result)
+
+
+@dataclass
+class _Entry:
+    job: _Job
+    index: int
+    req: Req
+
+
+_STOP = object()
+
+
+class EngineWorker:
+    """Owns one Engine on a dedicated thread; ``await worker.generate(prompts, params)`` from any loop.
+
+    ``engine`` may be an Engine or a zero-argument factory; a factory builds the engine on the worker
+    thread itself, so that everything (CUDA graph capture included) happens on the owning thread.
+    """
+
+    def __init__(self, engine: Engine | Callable[[], Engine], *, name: str = "swa-engine-worker") -> None:
+        self._factory: Callable[[], Engine] | None = None if isinstance(engine, Engine) else engine
+        self.engine: Engine | None = engine if isinstance(engine, Engine) else None
+        self._queue: queue.SimpleQueue[Any] = queue.SimpleQueue()
+        self._thread = threading.Thread(target=self._run, name=name, daemon=True)
+        self._ready = threading.Event()
+        self._startup_error: BaseException | None = None
+        self._stopping = False
+        self._lock = threading.Lock()
+        self._stats = WorkerStats()
+        self._inflight: dict[int, _Entry] = {}
+        self._unadmitted: list[_Job] = []  # drained from the queue together with the stop request
+
+    # -- lifecycle -------------------------------------------------------------------------------
+
+    def start(self, timeout: float | None = None) -> EngineWorker:
+        """Start the thread and wait until the engine exists; re-raises the factory's error."""
+        self._thread.start()
+        if not self._ready.wait(timeout):
+            raise TimeoutError(f"engine was not ready after {timeout} s")
+        if self._startup_error is not None:
+            raise RuntimeError(f"engine failed to start: {self._startup_error}") from self._startup_error
+        return self
+
+    def stop(self, timeout: float | None = 30.0) -> None:
+        """Fail whatever is queued or running with WorkerStopped and join the thread."""
+        if self._stopping:
+            return
+        self._stopping = True
+        self._queue.put(_STOP)
+        if self._thread.is_alive():
+            self._thread.join(timeout)
+            if self._thread.is_alive():
+                logger.warning("engine worker did not stop within %s s", timeout)
+
+    @property
+    def alive(self) -> bool:
+        return self._thread.is_alive() and not self._stopping
+
+    def __enter__(self) -> EngineWorker:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    def stats(self) -> WorkerStats:
+        """A consistent copy of the counters."""
+        with self._lock:
+            return dataclasses.replace(self._stats)
+
+    # -- submission (any thread with a running asyncio loop) -------------------------------------
+
+    async def generate(self, prompts: Sequence[Prompt], params: SamplingParams) -> list[GenerateOutput]:
+        """Results for ``prompts`` in order. Raises RequestError (the request can never be served),
+        EngineFailure (the engine failed while it ran) or WorkerStopped."""
+        if not prompts:
+            raise RequestError("no prompts")
+        loop = asyncio.get_running_loop()
+        job = _Job(list(prompts), params, loop, loop.create_future())
+        with self._lock:  # pairs with _shutdown: a job is either drained there or never queued
+            if self._stopping or not self._thread.is_alive():
+                raise WorkerStopped("the engine worker is not running")
+            self._queue.put(job)
+        return await job.future
+
+    # -- the engine thread -----------------------------------------------------------------------
+
+    def _run(self) -> None:
+        try:
+            if self.engine is None:
+                assert self._factory is not None
+                self.engine = self._factory()
+        except BaseException as exc:  # noqa: BLE001 - reported to start()
+            logger.exception("engine construction failed")
+            self._startup_error = exc
+            self._ready.set()
+            return
+        self._ready.set()
+        try:
+            self._loop()
+        finally:
+            self._shutdown()
+
+    def _loop(self) -> None:
+        engine = self.engine
+        assert engine is not None
+        while True:
+            # Idle: sleep on the queue. Busy: only pick up what arrived during the last step.
+            items = [self._queue.get()] if not engine.scheduler.has_work() else []
+            while True:
+                try:
+                    items.append(self._queue.get_nowait())
+                except queue.Empty:
+                    break
+            for i, item in enumerate(items):
+                if item is _STOP:
+                    self._unadmitted = [j for j in items[i + 1:] if j is not _STOP]
+                    return
+                self._admit(item)
+            if engine.scheduler.has_work():
+                self._step()
+
+    def _admit(self, job: _Job) -> None:
+        """Add every prompt of ``job`` to the engine, or none of them."""
+        engine = self.engine
+        assert engine is not None
+        if job.future.done():  # cancelled before the worker saw it
+            return
+        added: list[Req] = []
+        try:
+            for i, prompt in enumerate(job.prompts):
+                try:
+                    added.append(engine.add_request(prompt, job.params))
+                except RequestError as exc:
+                    where = f"prompt[{i}]: " if len(job.prompts) > 1 else ""
+                    raise RequestError(f"{where}{exc}") from exc
+        except Exception as exc:  # noqa: BLE001 - goes back to the client
+            # Not admitted yet (admission happens inside step), so taking them off the waiting
+            # queue is all it takes to drop them: they hold no slots.
+            for req in added:
+                engine.scheduler.waiting.remove(req)
+            with self._lock:
+                self._stats.requests_failed += len(job.prompts)
+            if not isinstance(exc, RequestError):
+                logger.exception("add_request failed")
+                exc = EngineFailure(f"could not queue the request: {type(exc).__name__}: {exc}")
+            job.resolve(error=exc)
+            return
+        job.outputs = [None] * len(added)
+        job.remaining = len(added)
+        for i, req in enumerate(added):
+            self._inflight[req.rid] = _Entry(job, i, req)
+        with self._lock:
+            self._stats.running = len(self._inflight)
+
+    def _step(self) -> None:
+        engine = self.engine
+        assert engine is not None
+        before = {rid: (e.req.kv_len, e.req.prefill_done) for rid, e in self._inflight.items()}
+        try:
+            finished = engine.step()
+        except Exception as exc:  # noqa: BLE001 - the server must survive a failed forward
+            self._fail_inflight(exc)
+            return
+        # Which requests this step advanced: a decode step advances every running request by one
+        # token, and only requests that had finished prefill.
+        advanced = [(rid, done) for rid, (kv, done) in before.items() if self._inflight[rid].req.kv_len != kv]
+        is_decode = bool(advanced) and all(done for _, done in advanced)
+        new_tokens = jobs_done = 0
+        for out in finished:
+            entry = self._inflight.pop(out.rid, None)
+            if entry is None:
+                logger.warning("engine finished unknown request %d", out.rid)
+                continue
+            job = entry.job
+            job.outputs[entry.index] = out
+            job.remaining -= 1
+            new_tokens += len(out.output_ids)
+            if job.remaining == 0:
+                job.resolve(result=list(job.outputs))  # type: ignore[arg-type]
+                jobs_done += 1
+        with self._lock:
+            s = self._stats
+            s.steps += 1
+            s.max_batch_size = max(s.max_batch_size, len(advanced))
+            if is_decode:
+                s.max_decode_batch_size = max(s.max_decode_batch_size, len(advanced))
+            s.requests_served += len(finished)
+            s.generated_tokens += new_tokens
+            s.jobs_served += jobs_done
+            s.running = len(self._inflight)
+
+    def _fail_inflight(self, exc: Exception) -> None:
+        engine = self.engine
+        assert engine is not None
+        jobs = {id(e.job): e.job for e in self._inflight.values()}
+        logger.error("engine.step() failed; failing %d request(s) in %d job(s)", len(self._inflight), len(jobs),
+                     exc_info=exc)
+        error = EngineFailure(f"engine step failed: {type(exc).__name__}: {exc}")
+        lost = len(self._inflight)
+        self._inflight.clear()
+        try:
+            engine.abort_all()
+        except Exception:  # noqa: BLE001 - keep serving; the next step will tell
+            logger.exception("engine.abort_all() failed after a failed step")
+        for job in jobs.values():
+            job.resolve(error=error)
+        with self._lock:
+            self._stats.engine_failures += 1
+            self._stats.requests_failed += lost
+            self._stats.running = 0
+
+    def _shutdown(self) -> None:
+        """Fail everything still queued or in flight; nobody will step the engine again."""
+        with self._lock:
+            self._stopping = True
+        error = WorkerStopped("the server is shutting down")
+        jobs = {id(e.job): e.job for e in self._inflight.values()}
+        jobs.update((id(j), j) for j in self._unadmitted)
+        self._inflight.clear()
+        while True:
+            try:
+                item = self._queue.get_nowait()
+            except queue.Empty:
+                break
+            if item is not _STOP:
+                jobs[id(item)] = item
+        for job in jobs.values():
+            job.resolve(error=error)
+        if self.engine is not None:
+            try:
+                self.engine.abort_all()
+            except Exception:  # noqa: BLE001
+                logger.exception("engine.abort_all() failed at shutdown")

@@ -1,0 +1,94 @@
+"""Fixtures shared by the scenario and differential suites: the target, engines, invariant watchers."""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import torch
+from torch.utils._python_dispatch import _disable_current_modes
+
+from harness.evals.target import Target, load_target
+from harness.mem import STALE_KEY_WARNING, SWAKVPool
+
+# Small limits: buckets 1..32, three KV-length buckets, chunked prefill on every prompt of note.
+ENGINE_LIMITS = dict(max_running_requests=32, chunk_size=16, max_prefill_tokens=64, max_context_len=256)
+TRAINED_CHECKPOINT = Path(__file__).resolve().parent.parent / "fixtures" / "models" / "gemma2-tiny-swa"
+EXHAUSTIVE = os.environ.get("SWA_HARNESS_HYPOTHESIS") == "exhaustive"
+
+
+def examples(default: int) -> int:
+    """Hypothesis examples for an engine-level property: few by default, many when exhaustive."""
+    return default * 25 if EXHAUSTIVE else default
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption("--target", default=None, help="implementation under test (default: harness)")
+
+
+@pytest.fixture(scope="session")
+def target(request: pytest.FixtureRequest) -> Target:
+    return load_target(request.config.getoption("--target"))
+
+
+class StaleKeyWatch(logging.Handler):
+    """Collects the memo's 'loc tensor changed without invalidation' warnings (invariant 6)."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.WARNING)
+        self.messages: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        message = record.getMessage()
+        if STALE_KEY_WARNING in message:
+            self.messages.append(message)
+
+
+@pytest.fixture
+def stale_key_watch() -> Iterator[StaleKeyWatch]:
+    watch = StaleKeyWatch()
+    logger = logging.getLogger("harness.mem.swa_kv_pool")
+    logger.addHandler(watch)
+    try:
+        yield watch
+    finally:
+        logger.removeHandler(watch)
+
+
+@pytest.fixture
+def swa_write_spy(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """Invariant 3 at the write boundary: every SWA write Python performs (eager forwards, warm-up and
+    capture runs) uses exactly the current mapping of the written tokens' full slots.
+
+    The check runs outside any dispatch mode, so inside a tape capture it is neither recorded nor
+    refused as a host sync; it never translates ahead of the pool, so the memo's behaviour is the
+    pool's own.
+    """
+    original = SWAKVPool.set_kv_buffer
+    checked: list[int] = []
+
+    def check(pool: SWAKVPool, layer_id: int, loc: torch.Tensor, used: torch.Tensor) -> None:
+        with _disable_current_modes():
+            expected = pool.full_to_swa_index_mapping[loc]
+            assert used.numel() == expected.numel() and torch.equal(used.to(expected.dtype), expected), (
+                f"layer {layer_id}: SWA slots used {used.tolist()[:8]} (n={used.numel()}) != current mapping "
+                f"{expected.tolist()[:8]} (n={expected.numel()}) of the written full slots"
+            )
+        checked.append(layer_id)
+
+    def checked_set_kv_buffer(self, layer_id, loc, k, v, *, swa_loc=None):
+        is_swa = self.is_swa_layer(layer_id)
+        if is_swa and swa_loc is not None:
+            check(self, layer_id, loc, swa_loc)
+        result = original(self, layer_id, loc, k, v, swa_loc=swa_loc)
+        if is_swa and swa_loc is None:
+            with _disable_current_modes():
+                used = self.translate_loc_from_full_to_swa(loc)  # the memo entry the write just used
+            check(self, layer_id, loc, used)
+        return result
+
+    monkeypatch.setattr(SWAKVPool, "set_kv_buffer", checked_set_kv_buffer)
+    return checked

@@ -1,0 +1,135 @@
+"""The server as the eval orchestrator runs it: a subprocess started by ``launch_server``, called over
+real HTTP, including by lm-eval's own ``local-completions`` model class."""
+
+from __future__ import annotations
+
+import json
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from harness.engine import Engine, EngineConfig, SamplingParams
+from harness.server import ServerLaunchError, ServerProcess, launch_server
+from tests.test_server import ENGINE_ARGS, MODEL, prompt_text, tokenized_checkpoint
+
+
+@pytest.fixture(scope="module")
+def ckpt(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tokenized_checkpoint(tmp_path_factory.mktemp("server-process") / "ckpt")
+
+
+@pytest.fixture(scope="module")
+def ref(ckpt: Path) -> Engine:
+    return Engine(EngineConfig(model_path=ckpt, **ENGINE_ARGS))
+
+
+@pytest.fixture(scope="module")
+def server(ckpt: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
+    log = tmp_path_factory.mktemp("server-log") / "server.log"
+    proc = launch_server(ckpt, "tape", served_model_name=MODEL, max_running=32, num_threads=1, log_path=log,
+                         timeout=120, env={"OMP_NUM_THREADS": "1"})
+    try:
+        yield proc
+    finally:
+        code = proc.stop()
+    assert code == 0 and not proc.alive(), proc.log_tail()  # SIGTERM is a clean shutdown
+    assert "shutting down" in log.read_text()
+
+
+def http(url: str, payload: Any = None) -> tuple[int, dict]:
+    data = None if payload is None else json.dumps(payload).encode()
+    req = urllib.request.Request(url, data=data, headers={"Content-Type": "application/json"})
+    try:
+        with urllib.request.urlopen(req, timeout=60) as resp:
+            return resp.status, json.loads(resp.read())
+    except urllib.error.HTTPError as err:
+        return err.code, json.loads(err.read())
+
+
+def test_launch_server_reports_a_loopback_url_and_serves(server: ServerProcess, ref: Engine) -> None:
+    assert server.base_url.startswith("http://127.0.0.1:") and server.alive()
+    status, health = http(f"{server.base_url}/health")
+    assert status == 200 and health["status"] == "ok" and health["graph_mode"] == "tape"
+    prompt = prompt_text(1)
+    status, body = http(server.completions_url, {"model": MODEL, "prompt": prompt, "max_tokens": 12})
+    assert status == 200, body
+    assert body["choices"][0]["text"] == ref.generate([prompt], SamplingParams(max_new_tokens=12))[0].text
+    status, body = http(server.completions_url, {"prompt": prompt, "max_tokens": "12"})
+    assert status == 400 and body["error"]["param"] == "max_tokens"
+    ready_lines = [ln for ln in server.log_path.read_text().splitlines() if ln.startswith("SWA_HARNESS_SERVER_READY")]
+    assert ready_lines == [f"SWA_HARNESS_SERVER_READY {server.base_url}"]
+
+
+@pytest.mark.parametrize("num_concurrent", [1, 4])
+def test_lm_eval_local_completions_calls_the_server(server: ServerProcess, ref: Engine, num_concurrent: int,
+                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    # lm-eval's API models need its [api] extra (tenacity); the project's eval extra pins plain lm-eval.
+    pytest.importorskip("tenacity", reason="lm-eval's local-completions needs tenacity (pip install 'lm-eval[api]')")
+    from lm_eval.api.instance import Instance
+    from lm_eval.models.openai_completions import LocalCompletionsAPI
+
+    payloads: list[dict] = []
+    real = LocalCompletionsAPI._create_payload
+
+    def spy(self, *args, **kwargs):  # record exactly what lm-eval puts on the wire
+        payload = real(self, *args, **kwargs)
+        payloads.append(json.loads(json.dumps(payload)))
+        return payload
+
+    monkeypatch.setattr(LocalCompletionsAPI, "_create_payload", spy)
+
+    prompts = [prompt_text(3), prompt_text(9)]
+    full = [ref.generate([p], SamplingParams(max_new_tokens=24))[0].text for p in prompts]
+    # stop strings as the fixture tasks set them: one that cuts the first answer, plus the tasks' own
+    stop = full[0].split(" ")[3]
+    gen_kwargs = {"until": [stop, "\n\n", "Question:"], "do_sample": False, "temperature": 0.0, "max_gen_toks": 24}
+    lm = LocalCompletionsAPI(base_url=server.completions_url, model=MODEL, tokenizer_backend=None,
+                             tokenized_requests=False, max_length=256, num_concurrent=num_concurrent, max_retries=1)
+    requests = [Instance(request_type="generate_until", doc={}, arguments=(p, dict(gen_kwargs)), idx=i)
+                for i, p in enumerate(prompts)]
+    got = lm.generate_until(requests, disable_tqdm=True)
+
+    want = [ref.generate([p], SamplingParams(max_new_tokens=24, stop=tuple(gen_kwargs["until"])))[0].text
+            for p in prompts]
+    assert got == want
+    assert got[0] == full[0][: full[0].find(stop)] and len(got[0]) < len(full[0])
+    assert len(payloads) == 2
+    for payload in payloads:
+        assert payload == {"prompt": payload["prompt"], "model": MODEL, "max_tokens": 24, "temperature": 0.0,
+                           "stop": [stop, "\n\n", "Question:"], "seed": 1234}
+    assert sorted(p["prompt"] for p in payloads) == sorted(prompts)
+
+
+def fake_python(tmp_path: Path, body: str) -> str:
+    """A stand-in interpreter, so the launcher's failure paths run without importing torch."""
+    script = tmp_path / "fake-python"
+    script.write_text("#!/bin/sh\n" + body + "\n")
+    script.chmod(0o755)
+    return str(script)
+
+
+def test_launch_failure_carries_the_log_tail(tmp_path: Path) -> None:
+    python = fake_python(tmp_path, 'echo "loading $4" >&2; echo "CheckpointError: no config.json in $4" >&2; exit 3')
+    with pytest.raises(ServerLaunchError, match="exited with code 3") as err:
+        launch_server(tmp_path / "nowhere", "off", log_path=tmp_path / "fail.log", python=python, timeout=60)
+    assert f"no config.json in {tmp_path / 'nowhere'}" in str(err.value)
+
+
+def test_launch_timeout_kills_the_process(tmp_path: Path) -> None:
+    python = fake_python(tmp_path, 'echo "still loading" >&2; exec sleep 60')
+    with pytest.raises(ServerLaunchError, match="not ready after 1 s") as err:
+        launch_server(tmp_path, "off", log_path=tmp_path / "slow.log", python=python, timeout=1)
+    assert "still loading" in str(err.value)
+
+
+def test_ready_line_is_found_among_other_output(tmp_path: Path) -> None:
+    python = fake_python(tmp_path, 'echo "hello"; echo "SWA_HARNESS_SERVER_READY http://127.0.0.1:9"; exec sleep 60')
+    with launch_server(tmp_path, "off", log_path=tmp_path / "ok.log", python=python, timeout=30) as proc:
+        assert proc.base_url == "http://127.0.0.1:9" and proc.alive() and proc.pid > 0
+    assert not proc.alive()
