@@ -1,7 +1,8 @@
 """Repo-wide pytest setup, shared by tests/ and suites/.
 
 * Hypothesis profiles: the default keeps the ordinary session fast;
-  ``SWA_HARNESS_HYPOTHESIS=exhaustive`` runs the scenario generators much harder.
+  ``SWA_HARNESS_HYPOTHESIS=exhaustive`` runs the scenario generators much harder; ``matrix`` (used
+  by the kill matrix) does not shrink failing examples.
 * ``SWA_HARNESS_FAULT=<id>`` switches one catalog fault on for the whole run (the kill matrix
   runs the suites once per fault this way).
 * One torch intra-op thread per test process.
@@ -13,7 +14,7 @@ import os
 
 import pytest
 import torch
-from hypothesis import HealthCheck, settings
+from hypothesis import HealthCheck, Phase, settings
 
 # The tensors here are tiny and xdist already runs one worker per core: two threads per worker
 # oversubscribe the cores and run ~20x slower.
@@ -30,6 +31,15 @@ settings.register_profile(
     "exhaustive",
     max_examples=1000,
     deadline=None,
+    suppress_health_check=[HealthCheck.too_slow],
+)
+# The kill matrix: a failing example is the verdict, so skip shrinking (slow on engine-level cases).
+settings.register_profile(
+    "matrix",
+    max_examples=40,
+    deadline=None,
+    derandomize=True,
+    phases=[Phase.explicit, Phase.reuse, Phase.generate],
     suppress_health_check=[HealthCheck.too_slow],
 )
 settings.load_profile(os.environ.get("SWA_HARNESS_HYPOTHESIS", "default"))

@@ -12,7 +12,8 @@ from collections.abc import Mapping
 
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
-from torch.utils._pytree import tree_flatten
+
+from harness.dispatch import iter_tensors
 
 
 class OpCounter(TorchDispatchMode):
@@ -33,11 +34,7 @@ class OpCounter(TorchDispatchMode):
         kwargs = kwargs or {}
         self.counts[str(func.overloadpacket)] += 1
         if self._watched and not func.is_view:
-            inputs = {
-                t.untyped_storage().data_ptr()
-                for t in tree_flatten((args, kwargs))[0]
-                if isinstance(t, torch.Tensor)
-            }
+            inputs = {t.untyped_storage().data_ptr() for t in iter_tensors((args, kwargs))}
             for name, ptr in self._watched.items():
                 if ptr in inputs:
                     self.reads[name] += 1

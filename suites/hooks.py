@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import contextlib
+from collections.abc import Callable, Iterator
 
 import torch
 
@@ -39,3 +40,14 @@ def kv_buffers(engine: Engine) -> list[tuple[str, torch.Tensor]]:
 
 def changed_rows(before: torch.Tensor, after: torch.Tensor) -> set[int]:
     return set(torch.nonzero((before != after).flatten(1).any(1)).flatten().tolist())
+
+
+@contextlib.contextmanager
+def recovering(engine: Engine) -> Iterator[Engine]:
+    """A run that fails midway drops whatever it left in the engine, so that a module-scoped engine
+    serves the next test clean and one failure does not cascade into unrelated ones."""
+    try:
+        yield engine
+    except BaseException:
+        engine.abort_all()
+        raise

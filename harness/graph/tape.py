@@ -22,8 +22,8 @@ from typing import Any
 
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
-from torch.utils._pytree import tree_flatten
 
+from harness.dispatch import iter_tensors
 from harness.graph.errors import GraphCaptureError, GraphInputReplacedError
 
 aten = torch.ops.aten
@@ -76,7 +76,7 @@ def _out_variant(func: torch._ops.OpOverload) -> tuple[torch._ops.OpOverload, tu
 
 
 def _storages(tree: Any) -> set[int]:
-    return {t.untyped_storage().data_ptr() for t in tree_flatten(tree)[0] if isinstance(t, torch.Tensor)}
+    return {t.untyped_storage().data_ptr() for t in iter_tensors(tree)}
 
 
 @dataclass

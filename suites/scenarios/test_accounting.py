@@ -11,7 +11,7 @@ from fixtures.checkpoints import untied_checkpoint
 from fixtures.scenarios.padding import MixedBatch, mixed_batch_cases, mixed_batches
 from harness.engine import Engine, SamplingParams
 from suites.conftest import ENGINE_LIMITS, examples
-from suites.hooks import on_every_forward
+from suites.hooks import on_every_forward, recovering
 
 WINDOW = 6
 
@@ -41,7 +41,8 @@ def engine(target, request):
 
 def run(engine: Engine, case: MixedBatch) -> None:
     prompts = [[(11 * i + j) % 127 + 1 for j in range(n)] for i, n in enumerate(case.prompt_lens)]
-    engine.generate(prompts, [SamplingParams(max_new_tokens=n, ignore_eos=True) for n in case.new_tokens])
+    with recovering(engine):
+        engine.generate(prompts, [SamplingParams(max_new_tokens=n, ignore_eos=True) for n in case.new_tokens])
     assert engine.pools_idle(), "slots are still owned after every request finished"
 
 

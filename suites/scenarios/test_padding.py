@@ -19,7 +19,7 @@ from fixtures.scenarios.padding import (
 from harness.engine import Engine, SamplingParams
 from harness.graph.runner import capture_bs_for
 from suites.conftest import ENGINE_LIMITS, examples
-from suites.hooks import changed_rows, kv_buffers, on_every_forward
+from suites.hooks import changed_rows, kv_buffers, on_every_forward, recovering
 
 MAX_BS = ENGINE_LIMITS["max_running_requests"]
 BUCKETS = capture_bs_for(MAX_BS)
@@ -66,11 +66,11 @@ def audited(target) -> PaddingAudit:
 
 
 def run_case(audit: PaddingAudit, case: PaddingCase) -> None:
-    engine = audit.engine
     wide = [[(7 * i + j) % 120 + 1 for j in range(3 + i % 5)] for i in range(case.previous_bs)]
-    engine.generate(wide, SamplingParams(max_new_tokens=3, ignore_eos=True))  # every row holds live slots
     narrow = [[(5 * i + j) % 120 + 1 for j in range(2 + i % 9)] for i in range(case.raw_bs)]
-    engine.generate(narrow, SamplingParams(max_new_tokens=4, ignore_eos=True))
+    with recovering(audit.engine) as engine:
+        engine.generate(wide, SamplingParams(max_new_tokens=3, ignore_eos=True))  # every row holds live slots
+        engine.generate(narrow, SamplingParams(max_new_tokens=4, ignore_eos=True))
     assert engine.pools_idle()
 
 
@@ -91,7 +91,8 @@ def test_generated_padding_cases(audited, case):
 def run_mixed(engine: Engine, case: MixedBatch) -> None:
     prompts = [[(3 * i + j) % 120 + 1 for j in range(n)] for i, n in enumerate(case.prompt_lens)]
     params = [SamplingParams(max_new_tokens=n, ignore_eos=True) for n in case.new_tokens]
-    engine.generate(prompts, params)
+    with recovering(engine):
+        engine.generate(prompts, params)
     assert engine.pools_idle()
 
 

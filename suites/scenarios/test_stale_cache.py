@@ -18,12 +18,13 @@ from fixtures.scenarios.stale_cache import (
     views_cases,
     window_between_writes_cases,
 )
-from harness.engine import SamplingParams
+from harness.engine import ForwardMode, SamplingParams
 from harness.engine.attention_backend import PoolAttentionBackend
 from harness.engine.scheduler import ScheduledBatch
 from harness.evals.target import PoolSpec
 from harness.model import AttentionLayerSpec
 from suites.conftest import ENGINE_LIMITS
+from suites.hooks import recovering
 
 
 def check_views(target, case: ViewsAtOffsets) -> None:
@@ -104,30 +105,31 @@ def engine(target):
 @pytest.mark.parametrize("case", reused_buffer_cases(), ids=lambda c: c.name)
 def test_a_loc_buffer_refilled_between_forwards_is_translated_afresh(engine, case, stale_key_watch):
     """Two forwards share one loc tensor, refilled in place, with no allocator call in between."""
-    k, sched = case.batch, engine.scheduler
-    decoders = [engine.add_request([i + 1, i + 2, i + 3], SamplingParams(max_new_tokens=6, ignore_eos=True))
-                for i in range(2 * k if case.first_graph else k)]
-    while any(not r.prefill_done for r in decoders):
-        engine.step()
-    if case.first_graph:
-        first = ScheduledBatch(sched.schedule().mode, decoders[:k])
-    else:
-        engine.add_request(list(range(10, 10 + k)), SamplingParams(max_new_tokens=2, ignore_eos=True))
-        first = sched.schedule()  # an eager extend of exactly k tokens
-    second = ScheduledBatch(first.mode if case.first_graph else type(first.mode).DECODE, decoders[-k:])
-    batches = [sched.build_forward_batch(first), sched.build_forward_batch(second)]  # all allocation done
-    static_loc = batches[0].out_cache_loc.clone()
-    mapping = engine.runner.allocator.full_to_swa_index_mapping
-    for batch in batches:
-        static_loc.copy_(batch.out_cache_loc)
-        batch.out_cache_loc = static_loc
-        engine.runner.forward(batch)
-        assert torch.equal(batch.out_cache_loc_swa, mapping[static_loc]), (
-            f"{batch.forward_mode.value} forward wrote SWA slots {batch.out_cache_loc_swa.tolist()}, "
-            f"current mapping is {mapping[static_loc].tolist()}")
-    assert not stale_key_watch.messages, stale_key_watch.messages[0]
-    engine.abort_all()
-    assert engine.pools_idle()
+    with recovering(engine):
+        k, sched = case.batch, engine.scheduler
+        decoders = [engine.add_request([i + 1, i + 2, i + 3], SamplingParams(max_new_tokens=6, ignore_eos=True))
+                    for i in range(2 * k if case.first_graph else k)]
+        while any(not r.prefill_done for r in decoders):
+            engine.step()
+        if case.first_graph:
+            first = ScheduledBatch(ForwardMode.DECODE, decoders[:k])
+        else:
+            engine.add_request(list(range(10, 10 + k)), SamplingParams(max_new_tokens=2, ignore_eos=True))
+            first = sched.schedule()  # an eager extend of exactly k tokens
+        second = ScheduledBatch(ForwardMode.DECODE, decoders[-k:])
+        batches = [sched.build_forward_batch(first), sched.build_forward_batch(second)]  # all allocation done
+        static_loc = batches[0].out_cache_loc.clone()
+        mapping = engine.runner.allocator.full_to_swa_index_mapping
+        for batch in batches:
+            static_loc.copy_(batch.out_cache_loc)
+            batch.out_cache_loc = static_loc
+            engine.runner.forward(batch)
+            assert torch.equal(batch.out_cache_loc_swa, mapping[static_loc]), (
+                f"{batch.forward_mode.value} forward wrote SWA slots {batch.out_cache_loc_swa.tolist()}, "
+                f"current mapping is {mapping[static_loc].tolist()}")
+        assert not stale_key_watch.messages, stale_key_watch.messages[0]
+        engine.abort_all()
+        assert engine.pools_idle()
 
 
 @pytest.mark.parametrize("case", window_between_writes_cases(), ids=lambda c: c.name)

@@ -1,0 +1,24 @@
+"""Helpers for code that sits at the torch dispatcher (the op counter, the graph tape)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import torch
+
+
+def iter_tensors(obj: Any) -> Iterator[torch.Tensor]:
+    """Every tensor inside an op's arguments (tensors, lists/tuples of them, kwargs dicts).
+
+    A hand-rolled walk: torch's pytree is general but several times slower, and capture calls this
+    for every recorded op.
+    """
+    if isinstance(obj, torch.Tensor):
+        yield obj
+    elif isinstance(obj, (list, tuple)):
+        for item in obj:
+            yield from iter_tensors(item)
+    elif isinstance(obj, dict):
+        for item in obj.values():
+            yield from iter_tensors(item)
