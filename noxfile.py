@@ -8,7 +8,7 @@ import nox
 
 nox.options.default_venv_backend = "venv"
 nox.options.reuse_existing_virtualenvs = True
-nox.options.sessions = ["tests"]
+nox.options.sessions = ["tests", "faults"]
 
 PYTHON = "3.11"
 # The CPU build of torch 2.13.0; a bare "torch" would pull a multi-GB CUDA build.
@@ -25,3 +25,18 @@ def tests(session: nox.Session) -> None:
     """Unit tests and scenario suites, in parallel; exit code 5 (nothing collected) fails the session."""
     _install(session, "test,eval")
     session.run("python", "-m", "pytest", "-n", "auto", "-p", "no:cacheprovider", *session.posargs)
+
+
+@nox.session(python=PYTHON)
+def scenarios(session: nox.Session) -> None:
+    """Only the scenario and differential suites (pass --hypothesis exhaustive via SWA_HARNESS_HYPOTHESIS)."""
+    _install(session)
+    session.run("python", "-m", "pytest", "-n", "auto", "-p", "no:cacheprovider", "suites/scenarios", "suites/differential",
+                *session.posargs)
+
+
+@nox.session(python=PYTHON)
+def faults(session: nox.Session) -> None:
+    """The kill matrix: the clean build, then every catalog fault, through the suites; writes reports/kill-matrix.json."""
+    _install(session)
+    session.run("swa-harness", "faults", *session.posargs)

@@ -1,4 +1,4 @@
-"""``swa-harness`` command line: serve | eval | report | faults."""
+"""``swa-harness``: serve | eval | report | faults."""
 
 from __future__ import annotations
 
@@ -7,13 +7,20 @@ import sys
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="swa-harness", description=__doc__)
-    sub = parser.add_subparsers(dest="command", required=True)
-    for name in ("serve", "eval", "report", "faults"):
-        sub.add_parser(name)
-    args = parser.parse_args(argv)
-    print(f"swa-harness {args.command}: not built yet", file=sys.stderr)
-    return 2
+    argv = list(sys.argv[1:] if argv is None else argv)
+    commands = {
+        "serve": ("harness.server.cli", "OpenAI-compatible server over the engine"),
+        "eval": ("harness.evals.run", "accuracy suites with graphs on and off, paired comparison, HTML report"),
+        "report": ("harness.evals.report_cli", "re-render the HTML report from saved runs"),
+        "faults": ("harness.faults.matrix", "kill matrix: every catalog fault through the suites"),
+    }
+    if not argv or argv[0] in ("-h", "--help") or argv[0] not in commands:
+        parser = argparse.ArgumentParser(prog="swa-harness", description=__doc__)
+        parser.add_argument("command", choices=sorted(commands), help="; ".join(f"{k}: {v[1]}" for k, v in commands.items()))
+        parser.parse_args(argv[:1])
+        return 2
+    module = __import__(commands[argv[0]][0], fromlist=["main"])
+    return module.main(argv[1:])
 
 
 if __name__ == "__main__":

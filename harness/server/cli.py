@@ -18,6 +18,7 @@ from collections.abc import Sequence
 from aiohttp import web
 
 from harness.engine import Engine, EngineConfig
+from harness.faults import activate_from_env
 from harness.server.app import build_app
 from harness.server.launch import READY_PREFIX
 from harness.server.worker import EngineWorker
@@ -53,6 +54,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ValueError as exc:
         print(f"swa-harness server: {exc}", file=sys.stderr)
         return 2
+    fault = activate_from_env()  # SWA_HARNESS_FAULT=<id>: serve with one catalog fault injected
+    if fault is not None:
+        logger.warning("serving with fault %r injected (%s)", fault.id, fault.seed)
     worker = EngineWorker(lambda: Engine(config))
     try:
         worker.start()
