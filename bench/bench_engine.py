@@ -1,0 +1,144 @@
+"""Decode throughput: the engine (graphs off, tape) vs transformers ``generate``, CPU, side by side.
+
+Every system decodes the same prompts greedily for the same number of tokens (EOS ignored). Decode
+time is isolated the same way for all: the time to generate ``new`` tokens minus the time to generate
+one (prefill plus the first token). Repeats are interleaved and medians reported. Also reports the KV
+memory of the hybrid pool vs a full-only pool, and the peak slots the batch-32 run really used.
+
+    python -m bench.bench_engine [--checkpoint fixtures/models/gemma2-tiny-swa]
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+from pathlib import Path
+
+import torch
+import transformers
+
+from bench.common import markdown_table, write_section
+from fixtures.checkpoints import _ROOT, write_checkpoint
+from harness.engine import Engine, EngineConfig, SamplingParams
+
+SHIPPED = Path(__file__).resolve().parent.parent / "fixtures" / "models" / "gemma2-tiny-swa"
+
+
+def default_checkpoint() -> Path:
+    if (SHIPPED / "model.safetensors").is_file():
+        return SHIPPED
+    # Same shape as the shipped tiny model: 4 layers, hidden 128, window 16.
+    return write_checkpoint("gemma2", _ROOT / "bench-gemma2", vocab_size=512, hidden_size=128, intermediate_size=512,
+                            num_hidden_layers=4, num_attention_heads=4, num_key_value_heads=2, head_dim=32,
+                            sliding_window=16, max_position_embeddings=1024, tie_word_embeddings=False)
+
+
+def prompts_for(batch: int, length: int, vocab: int) -> list[list[int]]:
+    return [[(31 * i + 7 * j) % (vocab - 3) + 3 for j in range(length)] for i in range(batch)]
+
+
+def engine_runner(engine: Engine, prompts: list[list[int]]):
+    def run(new: int) -> list[list[int]]:
+        outs = engine.generate(prompts, SamplingParams(max_new_tokens=new, ignore_eos=True))
+        return [o.output_ids for o in outs]
+
+    return run
+
+
+def hf_runner(model, prompts: list[list[int]]):
+    ids = torch.tensor(prompts)
+
+    @torch.inference_mode()
+    def run(new: int) -> list[list[int]]:
+        out = model.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=new, min_new_tokens=new,
+                             do_sample=False, pad_token_id=0, eos_token_id=None)
+        return out[:, ids.shape[1]:].tolist()
+
+    return run
+
+
+def decode_tokens_per_s(runners: dict, batch: int, new: int, repeats: int) -> tuple[dict[str, float], dict[str, list]]:
+    samples: dict[str, list[float]] = {name: [] for name in runners}
+    outputs: dict[str, list] = {}
+    for _ in range(repeats):
+        for name, run in runners.items():
+            t0 = time.perf_counter()
+            run(1)
+            t1 = time.perf_counter()
+            outputs[name] = run(new)
+            t2 = time.perf_counter()
+            samples[name].append(batch * (new - 1) / ((t2 - t1) - (t1 - t0)))
+    return {name: statistics.median(s) for name, s in samples.items()}, outputs
+
+
+def pool_memory(engine: Engine) -> tuple[int, int]:
+    """KV bytes of the hybrid pool as configured, and of a full-only pool serving the same limits."""
+    pool, cfg = engine.runner.pool, engine.model_config
+    per_slot = 2 * cfg.num_key_value_heads * cfg.head_dim * pool.full_kv_pool.k_buffer[0].element_size()
+    n_full, n_swa = len(cfg.full_layer_ids), len(cfg.sliding_layer_ids)
+    hybrid = per_slot * (n_full * pool.full_kv_pool.num_slots + n_swa * pool.swa_kv_pool.num_slots)
+    full_only = per_slot * (n_full + n_swa) * pool.full_kv_pool.num_slots
+    return hybrid, full_only
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--checkpoint", type=Path, default=None)
+    parser.add_argument("--prompt-len", type=int, default=64)
+    parser.add_argument("--new-tokens", type=int, default=128)
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--threads", type=int, default=1)
+    args = parser.parse_args()
+    torch.set_num_threads(args.threads)
+    checkpoint = args.checkpoint or default_checkpoint()
+    hf = transformers.AutoModelForCausalLM.from_pretrained(checkpoint, attn_implementation="eager", dtype=torch.float32).eval()
+    limits = dict(max_running_requests=32, max_context_len=args.prompt_len + args.new_tokens + 64, num_threads=args.threads)
+    engines = {"engine (graphs off)": Engine(EngineConfig(checkpoint, graphs="off", **limits)),
+               "engine (tape)": Engine(EngineConfig(checkpoint, graphs="tape", **limits))}
+    vocab = hf.config.vocab_size
+    rows, agree = [], []
+    for batch in (1, 8, 32):
+        prompts = prompts_for(batch, args.prompt_len, vocab)
+        runners = {"transformers generate": hf_runner(hf, prompts),
+                   **{name: engine_runner(e, prompts) for name, e in engines.items()}}
+        tps, outputs = decode_tokens_per_s(runners, batch, args.new_tokens, args.repeats)
+        base = tps["transformers generate"]
+        rows.append([batch] + [f"{tps[n]:.0f}" for n in runners] + [f"{tps['engine (tape)'] / base:.1f}x",
+                                                                      f"{tps['engine (graphs off)'] / base:.1f}x"])
+        agree.append(outputs["engine (tape)"] == outputs["transformers generate"] == outputs["engine (graphs off)"])
+        print(rows[-1], "same tokens:", agree[-1], flush=True)
+    header = ["batch", "transformers tok/s", "engine off tok/s", "engine tape tok/s", "tape / transformers", "off / transformers"]
+    table = markdown_table(header, rows)
+    hybrid, full_only = pool_memory(engines["engine (tape)"])
+    peak = peak_usage(engines["engine (tape)"], prompts_for(32, args.prompt_len, vocab), args.new_tokens)
+    memory = (f"KV pool bytes for these limits (32 requests x {limits['max_context_len']} tokens): hybrid "
+              f"{hybrid / 2**20:.2f} MiB vs full-only {full_only / 2**20:.2f} MiB ({full_only / hybrid:.2f}x). "
+              f"Peak slots used by the batch-32 run: full {peak[0]}, SWA {peak[1]} "
+              f"(a full-only pool would hold {peak[0]} slots in every layer).")
+    print(table, memory, sep="\n")
+    write_section(
+        "engine",
+        "Engine decode throughput vs transformers (CPU)",
+        f"python -m bench.bench_engine --prompt-len {args.prompt_len} --new-tokens {args.new_tokens} "
+        f"--repeats {args.repeats} --threads {args.threads}",
+        f"Checkpoint: `{checkpoint.relative_to(Path.cwd()) if checkpoint.is_relative_to(Path.cwd()) else checkpoint.name}`; "
+        f"greedy, {args.prompt_len}-token prompts, {args.new_tokens} new tokens, EOS ignored, "
+        f"decode time = t(new) - t(1), medians of {args.repeats} interleaved repeats, {args.threads} torch thread(s). "
+        f"Greedy tokens identical across the three systems at every batch size: {all(agree)}.\n\n{table}\n\n"
+        f"Goal: >= 5x transformers at batch 32.\n\n{memory}",
+    )
+
+
+def peak_usage(engine: Engine, prompts: list[list[int]], new: int) -> tuple[int, int]:
+    alloc, peak = engine.runner.allocator, [0, 0]
+    for p in prompts:
+        engine.add_request(p, SamplingParams(max_new_tokens=new, ignore_eos=True))
+    while engine.scheduler.has_work():
+        engine.step()
+        peak = [max(peak[0], alloc.size - alloc.full_available_size()), max(peak[1], alloc.size_swa - alloc.swa_available_size())]
+    return peak[0], peak[1]
+
+
+if __name__ == "__main__":
+    main()
