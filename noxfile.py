@@ -40,3 +40,18 @@ def faults(session: nox.Session) -> None:
     """The kill matrix: the clean build, then every catalog fault, through the suites; writes reports/kill-matrix.json."""
     _install(session)
     session.run("swa-harness", "faults", *session.posargs)
+
+
+@nox.session(python=PYTHON)
+def accuracy(session: nox.Session) -> None:
+    """The main job: GSM-style and AIME-style suites with graphs on and off on the shipped checkpoint
+    (CPU by default), paired comparison, HTML report at reports/latest/index.html."""
+    _install(session, "test,eval")
+    session.run("swa-harness", "eval", *session.posargs)
+
+
+@nox.session(python=PYTHON)
+def report(session: nox.Session) -> None:
+    """Re-render reports/latest/index.html from the saved runs (and the latest kill matrix)."""
+    _install(session, "test,eval")
+    session.run("swa-harness", "report", *session.posargs)

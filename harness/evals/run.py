@@ -297,8 +297,10 @@ def main(argv: list[str] | None = None) -> int:
     runs_dir = out / "runs"
     runs_dir.mkdir(exist_ok=True)
     for run in runs:
-        run.save(runs_dir / f"{run.suite}-{'on' if run.meta['mode'] == 'on' else 'off'}.json")
-    return finish(runs, out, args, thresholds, provenance(args, modes, limits) | {"wall time": f"{wall:.0f} s"})
+        run.save(runs_dir / f"{run.suite}-{run.meta['mode']}.json")
+    prov = provenance(args, modes, limits) | {"wall time": f"{wall:.0f} s"}
+    (out / "provenance.json").write_text(json.dumps(prov, indent=2))
+    return finish(runs, out, args, thresholds, prov)
 
 
 def finish(runs: list[RunResult], out: Path, args: argparse.Namespace, thresholds: Thresholds, prov: dict) -> int:

@@ -1,0 +1,85 @@
+"""swa-harness eval: the lm-eval command, sample parsing, incomplete runs, and end-to-end runs on the
+shipped checkpoint (clean: no significant difference; a fault injected into graphs-on: RED)."""
+
+from __future__ import annotations
+
+import json
+from argparse import Namespace
+from pathlib import Path
+
+import pytest
+
+from harness.evals.compare import compare_runs
+from harness.evals.run import DEFAULT_MODEL, SUITES, ModeSpec, Progress, lm_eval_command, main, parse_samples, run_mode
+
+SHIPPED = (DEFAULT_MODEL / "model.safetensors").is_file()
+needs_checkpoint = pytest.mark.skipif(not SHIPPED, reason="the trained checkpoint is not in fixtures/models yet")
+
+
+def test_lm_eval_command_is_offline_deterministic_and_selects_items_per_task(tmp_path):
+    cmd = lm_eval_command("http://127.0.0.1:9", list(SUITES.values()), {"gsm_style": 5, "aime_style": 2}, tmp_path, "m", 32)
+    args = dict(zip(cmd, cmd[1:]))
+    assert args["--model"] == "local-completions"
+    assert "tokenizer_backend=None" in args["--model_args"] and "tokenized_requests=False" in args["--model_args"]
+    assert "num_concurrent=1" in args["--model_args"] and "max_retries=1" in args["--model_args"]
+    assert json.loads(args["--samples"]) == {"swa_gsm_style": [0, 1, 2, 3, 4], "swa_aime_style": [0, 1]}
+    assert "--log_samples" in cmd and args["--include_path"].endswith("suites/accuracy")
+
+
+def test_parse_samples_reads_the_primary_filter_of_lm_eval_sample_logs(tmp_path):
+    lines = []
+    for doc_id, (resp, filtered, em) in enumerate([("A.\n#### 72", "72", 1.0), ("B.\n#### 7", "7", 0.0), ("no answer", "[invalid]", 0.0)]):
+        for flt in ("strict-match", "flexible-extract"):
+            lines.append(json.dumps({"doc_id": doc_id, "target": "A.\n#### 72" if doc_id == 0 else "x\n#### 9",
+                                     "arguments": {"gen_args_0": {"arg_0": f"Question {doc_id}\nAnswer:", "arg_1": {}}},
+                                     "resps": [[resp]], "filtered_resps": [filtered], "filter": flt, "exact_match": em}))
+    path = tmp_path / "samples_swa_gsm_style_x.jsonl"
+    path.write_text("\n".join(lines))
+    items = parse_samples(path, SUITES["gsm_style"])
+    assert [i.item_id for i in items] == ["gsm_style/0", "gsm_style/1", "gsm_style/2"]
+    assert [i.correct for i in items] == [True, False, False]
+    assert items[0].prompt == "Question 0\nAnswer:" and items[1].response == "B.\n#### 7"
+    assert items[2].extracted is None
+
+
+def test_a_run_whose_server_never_starts_is_incomplete_and_never_scored(tmp_path):
+    args = Namespace(model=tmp_path / "missing-model", model_name="missing", max_running=4, threads=1, server_timeout=60,
+                     lm_eval_timeout=60, batch_size=4)
+    suites = [SUITES["gsm_style"]]
+    with Progress(interval_s=60) as progress:
+        on = run_mode(ModeSpec("on", "tape"), suites, {"gsm_style": 2}, args, tmp_path, progress)[0]
+    assert not on.complete and "ServerLaunchError" in on.error and on.items == []
+    off = on.__class__(suite="gsm_style", graphs="off", model="missing", complete=True, error=None, items=[], wall_s=0.0, meta={})
+    comparison = compare_runs(on, off)
+    assert comparison.verdict.name == "RED" and not comparison.complete
+
+
+@needs_checkpoint
+def test_clean_build_shows_no_significant_difference_end_to_end(tmp_path, capsys):
+    code = main(["--limit-gsm-style", "24", "--limit-aime-style", "6", "--out", str(tmp_path), "--batch-size", "16",
+                 "--kill-matrix", str(tmp_path / "none.json")])
+    out = capsys.readouterr().out
+    assert code == 0, out
+    runs = {p.stem: json.loads(p.read_text()) for p in (tmp_path / "runs").glob("*.json")}
+    assert set(runs) == {"gsm_style-on", "gsm_style-off", "aime_style-on", "aime_style-off"}
+    assert all(r["complete"] for r in runs.values()) and len(runs["gsm_style-on"]["items"]) == 24
+    assert runs["gsm_style-on"]["graphs"] == "tape"
+    assert "RED" not in out.split("verdict:")[1].split("—")[0]
+    html = (tmp_path / "index.html").read_text()
+    assert "gsm_style" in html and "aime_style" in html
+
+
+@needs_checkpoint
+@pytest.mark.parametrize("fault", ["capture-after-warm-cache", "pad-swa-loc-not-zeroed"])
+def test_an_injected_fault_gives_a_significant_drop_and_a_red_verdict(tmp_path, capsys, fault):
+    code = main(["--suites", "gsm_style", "--limit-gsm-style", "64", "--out", str(tmp_path), "--fault", fault,
+                 "--kill-matrix", str(tmp_path / "none.json")])
+    out = capsys.readouterr().out
+    assert code == 1, out
+    line = next(l for l in out.splitlines() if l.startswith("gsm_style:"))
+    assert "-> RED" in line, line
+    on = json.loads((tmp_path / "runs" / "gsm_style-on.json").read_text())
+    off = json.loads((tmp_path / "runs" / "gsm_style-off.json").read_text())
+    assert on["meta"]["fault"] == fault and off["meta"]["fault"] is None
+    assert sum(i["correct"] for i in on["items"]) < sum(i["correct"] for i in off["items"])
+    assert "flip" in (tmp_path / "index.html").read_text().lower()
