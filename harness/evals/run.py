@@ -119,7 +119,7 @@ def run_mode(mode: ModeSpec, suites: list[SuiteSpec], limits: dict[str, int], ar
             t0 = time.perf_counter()
             server = launch_server(args.model, mode.graphs, max_running=args.max_running, num_threads=args.threads,
                                    served_model_name="swa-harness", env=env, log_path=logs / f"server-{mode.label}.log",
-                                   timeout=args.server_timeout)
+                                   timeout=args.server_timeout, extra_args=["--device", getattr(args, "device", "cpu")])
             timings["server_start_s"] = round(time.perf_counter() - t0, 2)
             base_url = server.base_url
         graphs = _health(base_url).get("graph_mode") or mode.graphs  # "auto" resolved by the server
@@ -234,6 +234,7 @@ def provenance(args: argparse.Namespace, modes: list[ModeSpec], limits: dict[str
         "items": ", ".join(f"{k}={v}" for k, v in limits.items()),
         "decoding": "greedy (temperature 0), lm-eval seed 0",
         "lm-eval batch": f"{args.batch_size} prompts per request, no concurrency",
+        "device": getattr(args, "device", "cpu"),
         "python": platform.python_version(),
         "torch": version("torch"),
         "lm-eval": version("lm_eval"),
@@ -258,6 +259,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--batch-size", type=int, default=32)
     parser.add_argument("--max-running", type=int, default=32)
     parser.add_argument("--threads", type=int, default=1, help="torch threads per server")
+    parser.add_argument("--device", default="cpu", help="device of both servers (cuda on a GPU machine)")
     parser.add_argument("--sequential", action="store_true", help="run OFF after ON instead of side by side")
     parser.add_argument("--server-timeout", type=float, default=600)
     parser.add_argument("--lm-eval-timeout", type=float, default=3600)
