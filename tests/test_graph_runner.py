@@ -166,3 +166,35 @@ def test_cuda_padded_tail_holds_its_fill():
     runner.replay(world.next_decode_batch([15, 14, 13]))
     for name, fill in EXPECTED_FILL.items():
         assert torch.all(getattr(runner.buffers, name)[3:4] == fill), name
+
+
+def test_kv_len_buckets_key_the_graphs_and_bound_can_run():
+    world = ToyWorld.build([3, 9, 20, 30], max_context_len=48)
+    runner = GraphRunner(world.target, make_backend("tape"), max_bs=4, vocab_size=32, pool=world.pool,
+                         kv_len_buckets=[16, 32])
+    runner.capture()
+    assert sorted(runner.graphs) == [(bs, kv) for bs in (1, 2, 4) for kv in (16, 32)]
+    short = world.next_decode_batch([0, 1])  # seq_lens 4, 10
+    assert runner.kv_bucket_for(short) == 16
+    long = world.next_decode_batch([2, 3])  # seq_lens 21, 31
+    assert runner.kv_bucket_for(long) == 32 and runner.can_run(long)
+    before = world.kv_snapshot()
+    got = runner.replay(long).clone()
+    world.restore(before)
+    world.target.prepare_graph_metadata(long)
+    torch.testing.assert_close(got, world.target.graph_forward(long), rtol=0, atol=1e-6)
+    while world.seq_lens[3] < 32:
+        world.next_decode_batch([3])
+    too_long = world.next_decode_batch([3])  # seq_len 34 > 32
+    assert not runner.can_run(too_long)
+    with pytest.raises(ValueError, match="exceeds the largest KV bucket"):
+        runner.kv_bucket_for(too_long)
+
+
+def test_engine_kv_len_buckets_grow_by_at_most_one_and_a_half():
+    from harness.engine.model_runner import kv_len_buckets
+
+    buckets = kv_len_buckets(1024)
+    assert buckets[0] == 64 and buckets[-1] == 1024
+    assert all(b / a <= 1.5 for a, b in zip(buckets, buckets[1:]))
+    assert kv_len_buckets(100)[-1] == 100
