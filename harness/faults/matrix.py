@@ -1,9 +1,10 @@
 """The kill matrix: run the suites on the clean build and once per catalog fault.
 
-Each run is a pytest subprocess with ``SWA_HARNESS_FAULT=<id>`` (empty for the clean build); runs
-go in parallel, one single-threaded process per core. A suite *kills* a fault when at least one of
-its tests failed on an assertion (``assert``, ``torch.testing.assert_close``, ``pytest.raises``);
-failures that are only other exceptions are reported as *error*, passing suites as *survived*.
+Each (fault, suite) pair is a pytest subprocess with ``SWA_HARNESS_FAULT=<id>`` (empty for the clean
+build); runs go in parallel, one single-threaded process per core. A suite *kills* a fault when one
+of its tests fails on an assertion (``assert``, ``torch.testing.assert_close``, ``pytest.raises``);
+a fault run stops there (``stop_on_kill``), the clean build runs every test. Failures that are only
+other exceptions are reported as *error*, passing suites as *survived*.
 The matrix is printed and written as JSON for the HTML report; the exit status is non-zero when the
 clean build fails or any fault survives.
 """
@@ -23,10 +24,10 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from harness.faults import FAULT_ENV, FAULTS
+from harness.faults.stop_on_kill import ASSERTION_PREFIXES
 
 REPO = Path(__file__).resolve().parents[2]
 SUITES: dict[str, str] = {"scenarios": "suites/scenarios", "differential": "suites/differential"}
-ASSERTION_PREFIXES = ("AssertionError", "assert ", "Failed:", "AssertionError:")
 
 
 @dataclass
@@ -78,34 +79,41 @@ def parse_junit(path: Path) -> dict[str, SuiteOutcome]:
     return outcomes
 
 
-def run_suites(fault_id: str | None, workdir: Path, timeout_s: float) -> tuple[dict[str, SuiteOutcome], float, str]:
-    junit = workdir / f"{fault_id or 'clean'}.xml"
+def run_suite(fault_id: str | None, suite: str, workdir: Path, timeout_s: float) -> tuple[SuiteOutcome, float]:
+    junit = workdir / f"{fault_id or 'clean'}-{suite}.xml"
     env = {**os.environ, FAULT_ENV: fault_id or "", "SWA_HARNESS_HYPOTHESIS": "matrix", "PYTHONHASHSEED": "0"}
-    cmd = [sys.executable, "-m", "pytest", *SUITES.values(), "-q", "-p", "no:cacheprovider", "-p", "no:xdist",
+    cmd = [sys.executable, "-m", "pytest", SUITES[suite], "-q", "-p", "no:cacheprovider", "-p", "no:xdist",
            f"--junitxml={junit}", "-o", "junit_family=xunit2"]
+    if fault_id is not None:
+        cmd += ["-p", "harness.faults.stop_on_kill"]
     start = time.perf_counter()
     proc = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=timeout_s)
     wall = time.perf_counter() - start
-    if proc.returncode not in (0, 1) or not junit.exists():  # 0 passed, 1 some failed; else pytest broke
-        raise RuntimeError(f"pytest exited {proc.returncode} for {fault_id or 'clean'}:\n{proc.stdout[-2000:]}{proc.stderr[-2000:]}")
-    return parse_junit(junit), wall, proc.stdout.strip().splitlines()[-1] if proc.stdout.strip() else ""
+    # 0: passed, 1: some failed, 2: stopped by stop_on_kill (fault runs only); anything else means
+    # pytest itself broke (e.g. 5: nothing collected), which must never pass for a verdict.
+    expected = (0, 1, 2) if fault_id is not None else (0, 1)
+    if proc.returncode not in expected or not junit.exists():
+        raise RuntimeError(f"pytest exited {proc.returncode} for {fault_id or 'clean'}/{suite}:\n"
+                           f"{proc.stdout[-2000:]}{proc.stderr[-2000:]}")
+    return parse_junit(junit)[suite], wall
 
 
 def build_matrix(fault_ids: list[str], *, jobs: int = 2, timeout_s: float = 900) -> dict:
     start = time.perf_counter()
+    runs = [(fid, suite) for fid in [None, *fault_ids] for suite in SUITES]
     with tempfile.TemporaryDirectory(prefix="swa-kill-matrix-") as tmp, ThreadPoolExecutor(jobs) as pool:
-        futures = {fid: pool.submit(run_suites, fid, Path(tmp), timeout_s) for fid in [None, *fault_ids]}
-        results = {fid: f.result() for fid, f in futures.items()}
-    clean, clean_wall, _ = results[None]
+        futures = {run: pool.submit(run_suite, *run, Path(tmp), timeout_s) for run in runs}
+        results = {run: f.result() for run, f in futures.items()}
     return {
         "generated_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         "wall_s": round(time.perf_counter() - start, 1),
         "jobs": jobs,
         "suites": list(SUITES),
-        "clean": {suite: outcome.clean_status() for suite, outcome in clean.items()},
+        "clean": {suite: results[None, suite][0].clean_status() for suite in SUITES},
         "faults": [
-            {**FAULTS[fid].to_dict(), "run_s": round(results[fid][1], 1),
-             "suites": {suite: outcome.fault_status() for suite, outcome in results[fid][0].items()}}
+            {**FAULTS[fid].to_dict(),
+             "run_s": round(sum(results[fid, suite][1] for suite in SUITES), 1),
+             "suites": {suite: results[fid, suite][0].fault_status() for suite in SUITES}}
             for fid in fault_ids
         ],
     }
