@@ -83,3 +83,20 @@ def test_an_injected_fault_gives_a_significant_drop_and_a_red_verdict(tmp_path, 
     assert on["meta"]["fault"] == fault and off["meta"]["fault"] is None
     assert sum(i["correct"] for i in on["items"]) < sum(i["correct"] for i in off["items"])
     assert "flip" in (tmp_path / "index.html").read_text().lower()
+
+
+def test_response_cache_is_keyed_by_configuration_and_cleared_unless_resuming(tmp_path):
+    from harness.evals.run import response_cache
+
+    args = Namespace(model=tmp_path, batch_size=8, max_running=8, device="cpu", resume=False)
+    suites, limits = [SUITES["gsm_style"]], {"gsm_style": 4}
+    clean = response_cache(tmp_path, ModeSpec("on", "tape"), suites, limits, args)
+    faulty = response_cache(tmp_path, ModeSpec("on", "tape", fault="pad-swa-loc-not-zeroed"), suites, limits, args)
+    more = response_cache(tmp_path, ModeSpec("on", "tape"), suites, {"gsm_style": 5}, args)
+    assert len({clean, faulty, more}) == 3
+    (cached := clean.with_name(clean.name + "_rank0.db")).write_text("responses")
+    args.resume = True
+    assert response_cache(tmp_path, ModeSpec("on", "tape"), suites, limits, args) == clean and cached.exists()
+    args.resume = False
+    response_cache(tmp_path, ModeSpec("on", "tape"), suites, limits, args)
+    assert not cached.exists()

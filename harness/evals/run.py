@@ -64,14 +64,14 @@ class ModeSpec:
 
 
 def lm_eval_command(base_url: str, suites: list[SuiteSpec], limits: dict[str, int], out: Path, model_name: str,
-                    batch_size: int) -> list[str]:
+                    batch_size: int, cache: Path | None = None) -> list[str]:
     samples = {s.task: list(range(limits[s.name])) for s in suites}
     model_args = (f"model={model_name},base_url={base_url.rstrip('/')}/v1/completions,tokenizer_backend=None,"
                   f"tokenized_requests=False,num_concurrent=1,max_retries=1,timeout=1800")
     return [sys.executable, "-m", "lm_eval", "run", "--model", "local-completions", "--model_args", model_args,
             "--tasks", ",".join(s.task for s in suites), "--include_path", str(TASKS_DIR),
             "--samples", json.dumps(samples), "--batch_size", str(batch_size), "--log_samples",
-            "--output_path", str(out), "--seed", "0,0,0,0"]
+            "--output_path", str(out), "--seed", "0,0,0,0", *(["--use_cache", str(cache)] if cache else [])]
 
 
 def parse_samples(path: Path, suite: SuiteSpec) -> list[ItemResult]:
@@ -126,7 +126,8 @@ def run_mode(mode: ModeSpec, suites: list[SuiteSpec], limits: dict[str, int], ar
         progress.watch(mode.label, base_url, sum(limits[s.name] for s in suites))
         raw = out_dir / "lm_eval" / mode.label
         shutil.rmtree(raw, ignore_errors=True)
-        cmd = lm_eval_command(base_url, suites, limits, raw, "swa-harness", args.batch_size)
+        cache = response_cache(out_dir, mode, suites, limits, args)
+        cmd = lm_eval_command(base_url, suites, limits, raw, "swa-harness", args.batch_size, cache)
         t0 = time.perf_counter()
         with open(logs / f"lm_eval-{mode.label}.log", "w") as log:
             log.write("$ " + " ".join(cmd) + "\n")
@@ -158,6 +159,29 @@ def run_mode(mode: ModeSpec, suites: list[SuiteSpec], limits: dict[str, int], ar
     return [RunResult(suite=s.name, graphs=graphs, model=str(args.model_name),
                       complete=error is None, error=error, items=items.get(s.name, []) if error is None else [],
                       wall_s=wall, meta=meta) for s in suites]
+
+
+def response_cache(out_dir: Path, mode: ModeSpec, suites: list[SuiteSpec], limits: dict[str, int],
+                   args: argparse.Namespace) -> Path:
+    """Where lm-eval keeps every completed response of this exact run (sqlite, written as it goes).
+
+    A crashed run therefore loses nothing; ``--resume`` reuses the responses. The file name is keyed
+    by everything that decides a response — checkpoint bytes, code (commit and uncommitted diff),
+    graph mode, fault, items, batching — so a resumed run can never mix in another build's answers.
+    Without ``--resume`` the cache is cleared first.
+    """
+    weights = Path(args.model) / "model.safetensors"
+    code = subprocess.run(["git", "rev-parse", "HEAD"], cwd=REPO, capture_output=True, text=True).stdout
+    code += subprocess.run(["git", "diff", "HEAD"], cwd=REPO, capture_output=True, text=True).stdout
+    key = json.dumps([hashlib.sha256(weights.read_bytes()).hexdigest() if weights.is_file() else str(args.model),
+                      hashlib.sha256(code.encode()).hexdigest(), mode.label, mode.graphs, mode.fault, mode.base_url,
+                      [s.task for s in suites], limits, args.batch_size, args.max_running, getattr(args, "device", "cpu")])
+    path = out_dir / "cache" / f"{mode.label}-{hashlib.sha256(key.encode()).hexdigest()[:16]}"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    if not getattr(args, "resume", False):
+        for old in path.parent.glob(f"{path.name}*"):
+            old.unlink()
+    return path
 
 
 # -- progress --------------------------------------------------------------------------------------
@@ -261,6 +285,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--threads", type=int, default=1, help="torch threads per server")
     parser.add_argument("--device", default="cpu", help="device of both servers (cuda on a GPU machine)")
     parser.add_argument("--sequential", action="store_true", help="run OFF after ON instead of side by side")
+    parser.add_argument("--resume", action="store_true",
+                        help="reuse the responses a previous, interrupted run of exactly this configuration cached")
     parser.add_argument("--server-timeout", type=float, default=600)
     parser.add_argument("--lm-eval-timeout", type=float, default=3600)
     Thresholds.add_arguments(parser)
