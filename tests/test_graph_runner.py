@@ -110,8 +110,11 @@ def test_replay_equals_eager_over_the_real_pool(backend, raw_bs):
         world.target.prepare_graph_metadata(batch)
         eager_logits = world.target.graph_forward(batch)
         torch.testing.assert_close(graph_logits, eager_logits, rtol=0, atol=1e-6)
-        for g, e in zip(graph_kv[:], world.kv_snapshot()):
-            assert torch.equal(g[1:], e[1:])  # every slot but the padding slot is identical
+        # Every slot but the padding slot holds the same K/V. Not bitwise: the padded batch runs its
+        # projections at the bucket's shape, and BLAS may block (and round) a 4-row matmul unlike a
+        # 3-row one (seen on AMD EPYC: 6e-7). A wrong slot or stale value is off by O(1).
+        for g, e in zip(graph_kv, world.kv_snapshot()):
+            torch.testing.assert_close(g[1:], e[1:], rtol=0, atol=1e-6)
 
 
 def test_several_buckets_each_replay_their_own_graph():
