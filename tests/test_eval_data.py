@@ -245,8 +245,11 @@ def test_training_sequences_use_the_eval_format() -> None:
     docs = _docs(GSM_TASK, "fewshot")
     seq = fewshot_sequence(GSM_TASK, docs[2], docs[:2])
     assert seq.text == build_fewshot_prompt(GSM_TASK, docs[2], docs[:2]) + " " + docs[2]["answer"] + "\n\n"
-    graded = "".join(seq.text[a:b] for a, b in seq.loss_spans())
-    assert docs[2]["answer"] in graded and docs[2]["question"] not in graded
+    spans = seq.loss_spans()
+    graded = "".join(seq.text[a:b] for a, b, _ in spans)
+    assert docs[2]["answer"] in graded
+    # question bodies are graded on their words only: their digits are random
+    assert [seq.text[a:b] for a, b, digits in spans if not digits] == [d["question"] for d in docs[:3]]
     stream = TrainingStream(AIME_TASK, seed=3, exclude=ExclusionSet())
     sampled = sample_sequence(stream, random.Random(0), max_shots=1)
     assert sampled.text.endswith("\n\n") and sampled.text.startswith("Problem: ")
@@ -271,7 +274,7 @@ def test_lm_eval_builds_the_same_prompts() -> None:
     from lm_eval.tasks._yaml_loader import load_yaml
 
     for task in TASKS:
-        config = load_yaml(DATA_DIR / "lm_eval_tasks" / f"{task}.yaml")
+        config = load_yaml(REPO / "suites" / "accuracy" / f"{task}.yaml")
         lm_task = ConfigurableTask(config=config)
         s = spec(task)
         pool = _docs(task, "fewshot")
