@@ -159,3 +159,21 @@ def test_abort_after_a_failed_step_frees_everything_and_the_engine_serves_again(
     assert len(engine.abort_all()) == 3 and engine.pools_idle()
     monkeypatch.setattr(engine.runner, "forward", forward)
     assert [o.output_ids for o in engine.generate(prompts, GREEDY)] == [o.output_ids for o in expected]
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+@pytest.mark.parametrize("arch", ARCHS)
+def test_cuda_graphs_match_eager_on_the_gpu(arch):
+    """The engine with real CUDA graphs vs graphs off on the same GPU: teacher-forced logits and
+    greedy tokens of a batch that pads into a bucket (7 requests -> bucket 8)."""
+    prompts = random_sequences([5 + (9 * i) % 31 for i in range(7)], seed=11)
+    continuations = random_sequences([20] * 7, seed=12)
+    graphs, eager = (make_engine(arch, mode, device="cuda") for mode in ("cuda", "off"))
+    assert graphs.graph_mode == "cuda"
+    for g, e in zip(graphs.teacher_forced_logits(list(zip(prompts, continuations))),
+                    eager.teacher_forced_logits(list(zip(prompts, continuations)))):
+        diff = (g - e).abs().max().item()
+        assert diff <= 1e-3, f"{arch}: cuda graph vs eager teacher-forced logits differ by {diff:.2e}"
+    assert [o.output_ids for o in graphs.generate(prompts, GREEDY)] == [o.output_ids for o in eager.generate(prompts, GREEDY)]
+    assert graphs.pools_idle()

@@ -50,7 +50,7 @@ def test_checkpoint_layout_is_hybrid_swa(model_and_tokenizer) -> None:
     assert cfg.sliding_window == 16 < 100
     assert cfg.attn_logit_softcapping and cfg.final_logit_softcapping
     assert cfg.tie_word_embeddings
-    assert model._attn_implementation == "eager"
+    assert model.config._attn_implementation == "eager"
     assert (tokenizer.pad_token_id, tokenizer.bos_token_id, tokenizer.eos_token_id) == (0, 1, 2)
     size = sum(f.stat().st_size for f in CHECKPOINT.iterdir() if f.is_file())
     assert size <= 10 * 2**20

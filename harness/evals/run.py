@@ -38,6 +38,8 @@ DEFAULT_MODEL = REPO / "fixtures" / "models" / "gemma2-tiny-swa"
 OFFLINE_ENV = {"HF_DATASETS_OFFLINE": "1", "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
 
 
+# Defaults score the whole frozen test sets: at N = 100 a clean AIME-style run cannot vouch for a drop
+# under 5 pp (MDE 5.4 pp with no discordant pairs: AMBER), at N = 200 it can (2.7 pp).
 @dataclass(frozen=True)
 class SuiteSpec:
     name: str
@@ -47,8 +49,8 @@ class SuiteSpec:
 
 
 SUITES = {
-    "gsm_style": SuiteSpec("gsm_style", "swa_gsm_style", "strict-match", 200),
-    "aime_style": SuiteSpec("aime_style", "swa_aime_style", "strict-match", 100),
+    "gsm_style": SuiteSpec("gsm_style", "swa_gsm_style", "strict-match", 500),
+    "aime_style": SuiteSpec("aime_style", "swa_aime_style", "strict-match", 200),
 }
 
 
