@@ -55,6 +55,7 @@ class WorkerStats:
     max_batch_size: int = 0  # most requests advanced by one step (prefill or decode)
     max_decode_batch_size: int = 0  # most requests in one decode step: > 1 proves batching
     generated_tokens: int = 0
+    engine_busy_s: float = 0.0  # wall time inside engine.step(): the engine's share of a run
     running: int = 0  # requests in the engine right now (queued inside it or running)
     started_at: float = field(default_factory=time.time)
 
@@ -249,11 +250,13 @@ class EngineWorker:
         engine = self.engine
         assert engine is not None
         before = {rid: (e.req.kv_len, e.req.prefill_done) for rid, e in self._inflight.items()}
+        started = time.perf_counter()
         try:
             finished = engine.step()
         except Exception as exc:  # noqa: BLE001 - the server must survive a failed forward
             self._fail_inflight(exc)
             return
+        busy = time.perf_counter() - started
         # Which requests this step advanced: a decode step advances every running request by one
         # token, and only requests that had finished prefill.
         advanced = [(rid, done) for rid, (kv, done) in before.items() if self._inflight[rid].req.kv_len != kv]
@@ -274,6 +277,7 @@ class EngineWorker:
         with self._lock:
             s = self._stats
             s.steps += 1
+            s.engine_busy_s += busy
             s.max_batch_size = max(s.max_batch_size, len(advanced))
             if is_decode:
                 s.max_decode_batch_size = max(s.max_decode_batch_size, len(advanced))
