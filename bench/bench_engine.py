@@ -18,7 +18,7 @@ from pathlib import Path
 import torch
 import transformers
 
-from bench.common import markdown_table, write_section
+from bench.common import interleaved_medians, markdown_table, write_section
 from fixtures.checkpoints import _ROOT, write_checkpoint
 from harness.engine import Engine, EngineConfig, SamplingParams
 
@@ -72,6 +72,21 @@ def decode_tokens_per_s(runners: dict, batch: int, new: int, repeats: int) -> tu
     return {name: statistics.median(s) for name, s in samples.items()}, outputs
 
 
+def matmul_floor_s(engine: Engine, batch: int, repeats: int = 200) -> float:
+    """Median seconds of one decode step's weight matmuls alone (every layer's qkv, o, gate_up, down and
+    the LM head at ``batch`` rows): a floor no engine's step can go below on this CPU."""
+    model = engine.model
+    weights = [w for layer in model.layers for w in (layer.attn.qkv, layer.attn.o, layer.mlp.gate_up, layer.mlp.down)]
+    weights.append(model.lm_head_weight)
+    inputs = [torch.randn(batch, w.shape[1], dtype=w.dtype) for w in weights]
+
+    def step() -> None:
+        for x, w in zip(inputs, weights):
+            torch.nn.functional.linear(x, w)
+
+    return interleaved_medians({"mm": step}, repeats=repeats)["mm"]
+
+
 def pool_memory(engine: Engine) -> tuple[int, int]:
     """KV bytes of the hybrid pool as configured, and of a full-only pool serving the same limits."""
     pool, cfg = engine.runner.pool, engine.model_config
@@ -97,26 +112,31 @@ def main() -> None:
     engines = {"engine (graphs off)": Engine(EngineConfig(checkpoint, graphs="off", **limits)),
                "engine (tape)": Engine(EngineConfig(checkpoint, graphs="tape", **limits))}
     vocab = hf.config.vocab_size
-    rows, agree = [], []
+    rows, agree, hf_step_s = [], [], 0.0
     for batch in (1, 8, 32):
         prompts = prompts_for(batch, args.prompt_len, vocab)
         runners = {"transformers generate": hf_runner(hf, prompts),
                    **{name: engine_runner(e, prompts) for name, e in engines.items()}}
         tps, outputs = decode_tokens_per_s(runners, batch, args.new_tokens, args.repeats)
         base = tps["transformers generate"]
+        hf_step_s = batch / base
         rows.append([batch] + [f"{tps[n]:.0f}" for n in runners] + [f"{tps['engine (tape)'] / base:.1f}x",
                                                                       f"{tps['engine (graphs off)'] / base:.1f}x"])
         agree.append(outputs["engine (tape)"] == outputs["transformers generate"] == outputs["engine (graphs off)"])
         print(rows[-1], "same tokens:", agree[-1], flush=True)
     header = ["batch", "transformers tok/s", "engine off tok/s", "engine tape tok/s", "tape / transformers", "off / transformers"]
     table = markdown_table(header, rows)
+    floor = matmul_floor_s(engines["engine (tape)"], 32)
+    bound = (f"Compute floor at batch 32: the step's weight matmuls alone take {floor * 1e3:.2f} ms (median, "
+             f"{args.threads} thread(s)); transformers takes {hf_step_s * 1e3:.2f} ms per step, so no engine doing "
+             f"the same matmuls could be more than {hf_step_s / floor:.1f}x faster on this CPU.")
     hybrid, full_only = pool_memory(engines["engine (tape)"])
     peak = peak_usage(engines["engine (tape)"], prompts_for(32, args.prompt_len, vocab), args.new_tokens)
     memory = (f"KV pool bytes for these limits (32 requests x {limits['max_context_len']} tokens): hybrid "
               f"{hybrid / 2**20:.2f} MiB vs full-only {full_only / 2**20:.2f} MiB ({full_only / hybrid:.2f}x). "
               f"Peak slots used by the batch-32 run: full {peak[0]}, SWA {peak[1]} "
               f"(a full-only pool would hold {peak[0]} slots in every layer).")
-    print(table, memory, sep="\n")
+    print(table, bound, memory, sep="\n")
     write_section(
         "engine",
         "Engine decode throughput vs transformers (CPU)",
@@ -126,7 +146,7 @@ def main() -> None:
         f"greedy, {args.prompt_len}-token prompts, {args.new_tokens} new tokens, EOS ignored, "
         f"decode time = t(new) - t(1), medians of {args.repeats} interleaved repeats, {args.threads} torch thread(s). "
         f"Greedy tokens identical across the three systems at every batch size: {all(agree)}.\n\n{table}\n\n"
-        f"Goal: >= 5x transformers at batch 32.\n\n{memory}",
+        f"Goal: >= 5x transformers at batch 32.\n\n{bound}\n\n{memory}",
     )
 
 
