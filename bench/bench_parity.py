@@ -16,7 +16,7 @@ from fixtures.checkpoints import hf_logits, untied_checkpoint
 from harness.engine import Engine, EngineConfig, SamplingParams
 from harness.model import reference_logits
 
-SHIPPED = Path(__file__).resolve().parent.parent / "fixtures" / "models" / "gemma2-tiny-swa"
+MODELS = Path(__file__).resolve().parent.parent / "fixtures" / "models"
 
 
 def sequences(vocab: int, n: int = 12) -> list[tuple[list[int], list[int]]]:
@@ -51,8 +51,7 @@ def measure(name: str, checkpoint: Path) -> list[object]:
 def main() -> None:
     torch.set_num_threads(1)
     rows = [measure(arch, untied_checkpoint(arch)) for arch in ("gemma2", "gemma3_text", "qwen3")]
-    if (SHIPPED / "model.safetensors").is_file():
-        rows.append(measure("gemma2-tiny-swa (shipped)", SHIPPED))
+    rows += [measure(f"{path.parent.name} (trained)", path.parent) for path in sorted(MODELS.glob("*/model.safetensors"))]
     table = markdown_table(["checkpoint", "window", "eager vs tape", "eager vs dense", "eager vs transformers",
                             "greedy = transformers (32 tokens)"], rows)
     print(table)

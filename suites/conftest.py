@@ -16,7 +16,9 @@ from harness.mem import STALE_KEY_WARNING, SWAKVPool
 
 # Small limits: buckets 1..32, two KV-length buckets (64, 128), chunked prefill on every prompt of note.
 ENGINE_LIMITS = dict(max_running_requests=32, chunk_size=16, max_prefill_tokens=64, max_context_len=128)
-TRAINED_CHECKPOINT = Path(__file__).resolve().parent.parent / "fixtures" / "models" / "gemma2-tiny-swa"
+# The checkpoints this repo trains and ships (fixtures/models): two hybrid layouts, Gemma2 1:1 and Gemma3 5:1.
+TRAINED_CHECKPOINTS = {name: Path(__file__).resolve().parent.parent / "fixtures" / "models" / name
+                       for name in ("gemma2-tiny-swa", "gemma3-tiny-swa")}
 EXHAUSTIVE = os.environ.get("SWA_HARNESS_HYPOTHESIS") == "exhaustive"
 
 

@@ -19,7 +19,7 @@ from fixtures.data.prompts import DATA_DIR, build_fewshot_prompt, select_fewshot
 from fixtures.data.stream import TrainingStream, fewshot_sequence, sample_sequence
 
 REPO = Path(__file__).resolve().parents[1]
-SHIPPED_MODEL = REPO / "fixtures" / "models" / "gemma2-tiny-swa"
+SHIPPED_MODELS = [REPO / "fixtures" / "models" / name for name in ("gemma2-tiny-swa", "gemma3-tiny-swa")]
 
 
 def _docs(task: str, split: str) -> list[dict[str, str]]:
@@ -322,14 +322,14 @@ def test_tokenizer_is_lossless_and_splits_digits(built_tokenizer) -> None:
     assert enc.tokens[-2:] == ["Ċ", "Ċ"]  # "\n\n" = two newline tokens, also at the end of text
 
 
-@pytest.mark.skipif(not SHIPPED_MODEL.exists(), reason="shipped checkpoint not present")
-def test_shipped_tokenizer_loads_offline_and_agrees_with_transformers(built_tokenizer, monkeypatch) -> None:
+@pytest.mark.parametrize("model_dir", SHIPPED_MODELS, ids=lambda p: p.name)
+def test_shipped_tokenizer_loads_offline_and_agrees_with_transformers(built_tokenizer, monkeypatch, model_dir) -> None:
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     from tokenizers import Tokenizer
     from transformers import AutoTokenizer
 
-    raw = Tokenizer.from_file(str(SHIPPED_MODEL / "tokenizer.json"))
-    hf = AutoTokenizer.from_pretrained(str(SHIPPED_MODEL))
+    raw = Tokenizer.from_file(str(model_dir / "tokenizer.json"))
+    hf = AutoTokenizer.from_pretrained(str(model_dir))
     assert raw.to_str() == built_tokenizer.to_str()  # the recipe rebuilds the shipped tokenizer exactly
     assert (hf.pad_token_id, hf.bos_token_id, hf.eos_token_id) == (0, 1, 2)
     texts = _all_texts()[::7]

@@ -10,10 +10,8 @@ from pathlib import Path
 import pytest
 
 from harness.evals.compare import compare_runs
-from harness.evals.run import DEFAULT_MODEL, SUITES, ModeSpec, Progress, lm_eval_command, main, parse_samples, run_mode
+from harness.evals.run import SUITES, ModeSpec, Progress, lm_eval_command, main, parse_samples, run_mode
 
-SHIPPED = (DEFAULT_MODEL / "model.safetensors").is_file()
-needs_checkpoint = pytest.mark.skipif(not SHIPPED, reason="the trained checkpoint is not in fixtures/models yet")
 
 
 def test_lm_eval_command_is_offline_deterministic_and_selects_items_per_task(tmp_path):
@@ -54,7 +52,6 @@ def test_a_run_whose_server_never_starts_is_incomplete_and_never_scored(tmp_path
     assert comparison.verdict.name == "RED" and not comparison.complete
 
 
-@needs_checkpoint
 def test_clean_build_shows_no_significant_difference_end_to_end(tmp_path, capsys):
     code = main(["--limit-gsm-style", "24", "--limit-aime-style", "6", "--out", str(tmp_path), "--batch-size", "16",
                  "--kill-matrix", str(tmp_path / "none.json")])
@@ -69,7 +66,6 @@ def test_clean_build_shows_no_significant_difference_end_to_end(tmp_path, capsys
     assert "gsm_style" in html and "aime_style" in html
 
 
-@needs_checkpoint
 @pytest.mark.parametrize("fault", ["capture-after-warm-cache", "pad-swa-loc-not-zeroed"])
 def test_an_injected_fault_gives_a_significant_drop_and_a_red_verdict(tmp_path, capsys, fault):
     code = main(["--suites", "gsm_style", "--limit-gsm-style", "64", "--out", str(tmp_path), "--fault", fault,

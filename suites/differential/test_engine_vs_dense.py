@@ -7,7 +7,7 @@ import pytest
 
 from fixtures.checkpoints import untied_checkpoint
 from harness.model import reference_logits
-from suites.conftest import ENGINE_LIMITS, TRAINED_CHECKPOINT
+from suites.conftest import ENGINE_LIMITS, TRAINED_CHECKPOINTS
 from suites.differential.test_graph_vs_eager import TOLERANCE, phases
 
 
@@ -27,6 +27,6 @@ def test_engine_matches_dense_reference_on_random_checkpoints(target, arch):
     engine_vs_dense(target, untied_checkpoint(arch))
 
 
-@pytest.mark.skipif(not (TRAINED_CHECKPOINT / "model.safetensors").is_file(), reason="trained checkpoint not shipped yet")
-def test_engine_matches_dense_reference_on_the_trained_checkpoint(target):
-    engine_vs_dense(target, TRAINED_CHECKPOINT)
+@pytest.mark.parametrize("name", sorted(TRAINED_CHECKPOINTS))
+def test_engine_matches_dense_reference_on_the_trained_checkpoint(target, name):
+    engine_vs_dense(target, TRAINED_CHECKPOINTS[name])

@@ -10,7 +10,7 @@ from __future__ import annotations
 import pytest
 
 from fixtures.checkpoints import untied_checkpoint
-from suites.conftest import ENGINE_LIMITS, TRAINED_CHECKPOINT
+from suites.conftest import ENGINE_LIMITS, TRAINED_CHECKPOINTS
 
 TOLERANCE = 1e-4  # fp32
 
@@ -42,6 +42,6 @@ def test_graph_equals_eager_on_random_checkpoints(target, arch):
     graph_vs_eager(target, untied_checkpoint(arch))
 
 
-@pytest.mark.skipif(not (TRAINED_CHECKPOINT / "model.safetensors").is_file(), reason="trained checkpoint not shipped yet")
-def test_graph_equals_eager_on_the_trained_checkpoint(target):
-    graph_vs_eager(target, TRAINED_CHECKPOINT)
+@pytest.mark.parametrize("name", sorted(TRAINED_CHECKPOINTS))
+def test_graph_equals_eager_on_the_trained_checkpoint(target, name):
+    graph_vs_eager(target, TRAINED_CHECKPOINTS[name])
