@@ -87,3 +87,13 @@ def test_sliding_window_is_in_effect(shipped) -> None:
     window = model.config.sliding_window
     assert torch.allclose(swa_logits[:, :window], full_logits[:, :window], atol=1e-5)  # identical inside the window
     assert (swa_logits[:, -1] - full_logits[:, -1]).abs().max() > 1e-2  # and not beyond it
+
+
+@pytest.mark.parametrize("name", sorted(SHIPPED))
+def test_model_card_is_rendered_from_the_shipped_measurements(name, monkeypatch) -> None:
+    """Every number in a model card comes from the JSON beside it: re-rendering changes nothing."""
+    from fixtures.models.card import render
+
+    monkeypatch.chdir(MODELS.parents[1])  # the card names its folder relative to the repo root
+    card = (MODELS / name / "README.md").read_text(encoding="utf-8")
+    assert render(Path("fixtures/models") / name) == card, f"{name}/README.md is stale: run python -m fixtures.models.card"
