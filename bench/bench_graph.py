@@ -28,7 +28,7 @@ def run(batch_sizes: list[int], repeats: int, layers: int, device: str = "cpu") 
         world = ToyWorld.build([12] * bs, window=8, swa_layers=[i % 2 == 0 for i in range(layers)],
                                max_bs=max(batch_sizes), max_context_len=64, device=device)
         runner = GraphRunner(world.target, make_backend(backend), max_bs=max(batch_sizes), vocab_size=32,
-                             pool=world.pool, device=world.pool.device)
+                             is_hybrid_swa=True, device=world.pool.device)
         runner.capture()
         batch = world.next_decode_batch(range(bs))
 

@@ -13,7 +13,7 @@ from collections.abc import Mapping
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from harness.dispatch import iter_tensors
+from harness.op_args import iter_tensors
 
 
 class OpCounter(TorchDispatchMode):

@@ -11,7 +11,7 @@ import pytest
 import torch
 from torch.utils._python_dispatch import _disable_current_modes
 
-from harness.evals.target import Target, load_target
+from harness.targets import Target, load_target
 from harness.mem import STALE_KEY_WARNING, SWAKVPool
 
 # Small limits: buckets 1..32, two KV-length buckets (64, 128), chunked prefill on every prompt of note.
@@ -52,7 +52,7 @@ class StaleKeyWatch(logging.Handler):
 @pytest.fixture
 def stale_key_watch() -> Iterator[StaleKeyWatch]:
     watch = StaleKeyWatch()
-    logger = logging.getLogger("harness.mem.swa_kv_pool")
+    logger = logging.getLogger("harness.mem.loc_memo")
     logger.addHandler(watch)
     try:
         yield watch

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from harness.mem import SWAKVPool, SWATokenToKVPoolAllocator
+from harness.mem import HybridPoolSpec, SWAKVPool, SWATokenToKVPoolAllocator, build_hybrid_pool
 
 
 def build_swa(
@@ -18,17 +18,9 @@ def build_swa(
     head_num: int = 2,
     head_dim: int = 4,
 ) -> tuple[SWAKVPool, SWATokenToKVPoolAllocator]:
-    pool = SWAKVPool(
-        size,
-        size_swa,
-        dtype=dtype,
-        head_num=head_num,
-        head_dim=head_dim,
-        swa_attention_layer_ids=swa_layers,
-        full_attention_layer_ids=full_layers,
-        page_size=page_size,
-    )
-    return pool, SWATokenToKVPoolAllocator(size, size_swa, pool, page_size=page_size)
+    memory = build_hybrid_pool(HybridPoolSpec(size, size_swa, swa_layers=swa_layers, full_layers=full_layers,
+                                              dtype=dtype, head_num=head_num, head_dim=head_dim, page_size=page_size))
+    return memory.pool, memory.allocator
 
 
 def idx(*values: int) -> torch.Tensor:

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 import torch
 
 from fixtures.toy_decode import ToyWorld
 from harness.graph.backends import make_backend, resolve_mode
-from harness.graph.buffers import DECODE_PAD_POLICY, INPUT_FIELDS
+from harness.graph.buffers import DECODE_FIELDS, DecodeInputs
 from harness.graph.runner import DEFAULT_CAPTURE_BS, GraphRunner, capture_bs_for
 from harness.mem import IndexContractError
 from harness.mem.index import LOC_DTYPE
@@ -18,7 +20,7 @@ BUCKETS = capture_bs_for(MAX_BS)
 
 def make_runner(world: ToyWorld, backend: str = "tape", max_bs: int = MAX_BS) -> GraphRunner:
     runner = GraphRunner(world.target, make_backend(backend), max_bs=max_bs, vocab_size=32,
-                         pool=world.pool, device=world.pool.device)
+                         is_hybrid_swa=True, device=world.pool.device)
     runner.capture()
     return runner
 
@@ -51,7 +53,7 @@ def test_can_run_is_false_above_the_largest_bucket_and_for_non_decode():
 def test_every_location_buffer_has_the_pool_index_dtype():
     runner = make_runner(ToyWorld.build([2]))
     for name in ("req_pool_indices", "seq_lens", "out_cache_loc", "out_cache_loc_swa"):
-        assert getattr(runner.buffers, name).dtype == LOC_DTYPE, name
+        assert runner.buffers.inputs[name].dtype == LOC_DTYPE, name
 
 
 def test_populate_refuses_a_batch_whose_index_dtype_differs():
@@ -85,7 +87,7 @@ def test_padded_tail_holds_its_fill_and_writes_only_the_padding_slot(bucket, raw
     runner.replay(batch)
     bs = runner.bucket_for(raw_bs)
     for name, fill in EXPECTED_FILL.items():
-        tail = getattr(runner.buffers, name)[raw_bs:bs]
+        tail = runner.buffers.inputs[name][raw_bs:bs]
         assert torch.all(tail == fill), f"{name} tail {tail.tolist()} != {fill}"
     # Only this batch's slots (and the padding slot 0) may change in any K/V buffer.
     n_full = 2 * len(world.pool.full_kv_pool.k_buffer)
@@ -139,8 +141,9 @@ def test_graph_modes_resolve():
         resolve_mode("cuda", "cpu")
 
 
-def test_input_fields_are_all_in_the_padding_policy():
-    assert set(INPUT_FIELDS) == set(DECODE_PAD_POLICY)
+def test_decode_inputs_carry_exactly_the_fields_of_the_table():
+    declared = [f.name for f in dataclasses.fields(DecodeInputs) if f.name != "kv_len"]
+    assert declared == list(DECODE_FIELDS)
 
 
 needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
@@ -168,12 +171,12 @@ def test_cuda_padded_tail_holds_its_fill():
     runner.replay(world.next_decode_batch(range(16)))
     runner.replay(world.next_decode_batch([15, 14, 13]))
     for name, fill in EXPECTED_FILL.items():
-        assert torch.all(getattr(runner.buffers, name)[3:4] == fill), name
+        assert torch.all(runner.buffers.inputs[name][3:4] == fill), name
 
 
 def test_kv_len_buckets_key_the_graphs_and_bound_can_run():
     world = ToyWorld.build([3, 9, 20, 30], max_context_len=48)
-    runner = GraphRunner(world.target, make_backend("tape"), max_bs=4, vocab_size=32, pool=world.pool,
+    runner = GraphRunner(world.target, make_backend("tape"), max_bs=4, vocab_size=32, is_hybrid_swa=True,
                          kv_len_buckets=[16, 32])
     runner.capture()
     assert sorted(runner.graphs) == [(bs, kv) for bs in (1, 2, 4) for kv in (16, 32)]

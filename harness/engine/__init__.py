@@ -1,6 +1,6 @@
 """The engine under test: ForwardBatch, scheduler, pool-backed attention, model runner, generate()."""
 
-from harness.engine.engine import Engine, EngineConfig
+from harness.engine.engine import Engine, EngineConfig, StepOutput
 from harness.engine.forward_batch import ForwardBatch, ForwardMode
 from harness.engine.request import FinishReason, GenerateOutput, RequestError, SamplingParams
 
@@ -13,4 +13,5 @@ __all__ = [
     "GenerateOutput",
     "RequestError",
     "SamplingParams",
+    "StepOutput",
 ]

@@ -23,13 +23,13 @@ from harness.engine.kv_indices import (
     decode_kv_indices,
     decode_window_full_indices,
     decode_window_positions,
-    translate_fresh_indices,
 )
 from harness.graph.buffers import DecodeInputs
 from harness.mem import ReqToTokenPool, SWAKVPool
 from harness.mem.index import LOC_DTYPE
 from harness.model.attention_api import AttentionLayerSpec
 from harness.model.window import window_start
+from harness.seams import seam
 
 
 @dataclass
@@ -90,7 +90,7 @@ def attend_over_cache(
 
 
 class PoolAttentionBackend:
-    """``AttentionBackend`` over ``SWAKVPool`` + ``ReqToTokenPool`` (the implementation under test)."""
+    """``AttentionBackend`` over a hybrid pool + ``ReqToTokenPool`` (the implementation under test)."""
 
     def __init__(
         self,
@@ -137,7 +137,7 @@ class PoolAttentionBackend:
         decode_kv_indices(rt, req_pool_indices, kv_len, kv_out)
         for w, out in window_out.items():
             full = decode_window_full_indices(rt, req_pool_indices, seq_lens, w)
-            out[:bs].copy_(self.translate_window(full.reshape(-1)).view(bs, w))
+            out[:bs].copy_(self.pool.translate_fresh_loc(full.reshape(-1)).view(bs, w))
         return DecodeMetadata(kv_out[:bs, :kv_len], {w: out[:bs] for w, out in window_out.items()})
 
     def _extend_metadata(self, batch: ForwardBatch) -> list[ExtendRequestMetadata]:
@@ -155,16 +155,12 @@ class PoolAttentionBackend:
             metas.append(meta)
             start += new
         if window_full:
-            swa = self.translate_window(torch.cat(window_full))  # one translation for all requests
+            swa = self.pool.translate_fresh_loc(torch.cat(window_full))  # one translation for all requests
             pieces = iter(swa.split([t.numel() for t in window_full]))
             for meta in metas:
                 for w in self.windows:
                     meta.window_slots[w] = next(pieces)
         return metas
-
-    def translate_window(self, full_slots: torch.Tensor) -> torch.Tensor:
-        """SWA slots of window keys, through the memo with the flushes of #26152 around it."""
-        return translate_fresh_indices(self.pool, full_slots)
 
     # -- forward (inside the graph for decode replays) -----------------------------------------
 
@@ -184,6 +180,7 @@ class PoolAttentionBackend:
             return self._decode_forward(layer, q, k_cache, v_cache)
         return self._extend_forward(layer, q, k_cache, v_cache)
 
+    @seam("prefill-ignores-precomputed-loc", "stale-pool-attribute-loc")
     def _swa_write_loc(self, layer: AttentionLayerSpec, batch: ForwardBatch | DecodeInputs) -> torch.Tensor | None:
         """Sliding layers write at the SWA slots computed once for this batch (#24138)."""
         return batch.out_cache_loc_swa if layer.is_sliding else None

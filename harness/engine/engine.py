@@ -10,10 +10,12 @@ from pathlib import Path
 
 import torch
 
-from harness.engine.model_runner import ModelRunner, PoolConfig
+from harness.engine.forward_batch import ForwardMode
+from harness.engine.model_runner import ModelRunner, PoolSizes
 from harness.engine.request import FinishReason, GenerateOutput, Req, RequestError, SamplingParams
 from harness.engine.sampling import sample
 from harness.engine.scheduler import Scheduler
+from harness.mem import HybridPoolSpec, PoolBuilder, build_hybrid_pool
 from harness.model import Tokenizer, load_model
 
 logger = logging.getLogger(__name__)
@@ -46,8 +48,17 @@ class EngineConfig:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
 
 
+@dataclass(frozen=True)
+class StepOutput:
+    """What one ``Engine.step()`` did: which forward ran, which requests it advanced, which finished."""
+
+    mode: ForwardMode | None  # None: there was nothing to run
+    advanced: tuple[int, ...] = ()  # rids whose KV grew in this forward
+    finished: tuple[GenerateOutput, ...] = ()
+
+
 class Engine:
-    def __init__(self, config: EngineConfig) -> None:
+    def __init__(self, config: EngineConfig, *, pool_builder: PoolBuilder = build_hybrid_pool) -> None:
         self.config = config
         if config.num_threads is not None:
             torch.set_num_threads(config.num_threads)
@@ -57,29 +68,37 @@ class Engine:
         self.model_config = self.model.config
         self.tokenizer = Tokenizer.from_dir(path) if (path / "tokenizer.json").is_file() else None
         self.max_context_len = config.max_context_len or self.model_config.max_position_embeddings
-        window = self.model_config.sliding_window if self.model_config.sliding_layer_ids else None
-        default = PoolConfig.default(max_running=config.max_running_requests, max_context_len=self.max_context_len,
-                                     window=window, max_prefill_tokens=config.max_prefill_tokens)
-        pools = PoolConfig(default.max_running, default.max_context_len,
-                           full_size=config.full_pool_size or default.full_size,
-                           swa_size=config.swa_pool_size or default.swa_size)
-        if pools.swa_size < default.swa_size:
-            raise ValueError(
-                f"swa_pool_size={pools.swa_size} cannot serve max_running_requests x window + max_prefill_tokens "
-                f"= {default.swa_size} slots; raise it or lower those limits"
-            )
-        kv_dtype = DTYPES[config.kv_dtype] if config.kv_dtype else None
-        self.runner = ModelRunner(self.model, pools, graphs=config.graphs, kv_dtype=kv_dtype)
+        self.runner = ModelRunner(self.model, pool_builder(self._pool_spec()), graphs=config.graphs)
         self.scheduler = Scheduler(
             self.runner.req_to_token_pool,
             self.runner.allocator,
-            max_running=pools.max_running,
+            max_running=config.max_running_requests,
             chunk_size=config.chunk_size,
             max_prefill_tokens=config.max_prefill_tokens,
-            window=self.runner.window,
+            window=self.model_config.swa_window,
         )
         self.eos_token_ids = set(self.model_config.eos_token_ids) | set(self.tokenizer.eos_token_ids if self.tokenizer else ())
         self._rids = itertools.count()
+
+    def _pool_spec(self) -> HybridPoolSpec:
+        """The pools' sizes from the serving limits (overridable), layout and dtype from the model."""
+        cfg, limits = self.model_config, self.config
+        default = PoolSizes.default(max_running=limits.max_running_requests, max_context_len=self.max_context_len,
+                                    window=cfg.swa_window, max_prefill_tokens=limits.max_prefill_tokens)
+        swa_size = limits.swa_pool_size or default.swa_size
+        if swa_size < default.swa_size:
+            raise ValueError(
+                f"swa_pool_size={swa_size} cannot serve max_running_requests x window + max_prefill_tokens "
+                f"= {default.swa_size} slots; raise it or lower those limits"
+            )
+        return HybridPoolSpec(
+            size=limits.full_pool_size or default.full_size, size_swa=swa_size,
+            swa_layers=cfg.sliding_layer_ids, full_layers=cfg.full_layer_ids,
+            dtype=DTYPES[limits.kv_dtype] if limits.kv_dtype else self.model.dtype,
+            head_num=cfg.num_key_value_heads, head_dim=cfg.head_dim,
+            max_requests=limits.max_running_requests, max_context_len=self.max_context_len,
+            device=self.model.embed.device,
+        )
 
     @property
     def graph_mode(self) -> str:
@@ -138,16 +157,24 @@ class Engine:
 
     # -- the loop --------------------------------------------------------------------------------
 
-    def step(self) -> list[GenerateOutput]:
-        """One forward of the scheduler's next batch; returns the requests that finished in it."""
+    def has_work(self) -> bool:
+        return self.scheduler.has_work()
+
+    def cancel(self, req: Req) -> bool:
+        """Drop one request, queued or running, giving back whatever it holds; False if it is gone already."""
+        return self.scheduler.cancel(req)
+
+    def step(self) -> StepOutput:
+        """One forward of the scheduler's next batch, then sampling for the requests that need a token."""
         sched = self.scheduler.schedule()
         if sched is None:
-            return []
+            return StepOutput(None)
         batch = self.scheduler.build_forward_batch(sched)
         logits = self.runner.forward(batch)
         sampling = self.scheduler.commit(sched)
+        advanced = tuple(req.rid for req in sched.reqs)
         if not sampling:
-            return []
+            return StepOutput(sched.mode, advanced)
         rows = logits  # decode: one row per request; extend: the rows of requests that finished prefill
         tokens = sample(rows, sampling)
         finished = []
@@ -158,7 +185,7 @@ class Engine:
             if req.finished:
                 self.scheduler.release(req)
                 finished.append(self._output(req))
-        return finished
+        return StepOutput(sched.mode, advanced, tuple(finished))
 
     def _append_token(self, req: Req, token: int) -> None:
         req.output_ids.append(token)
@@ -187,7 +214,7 @@ class Engine:
     def run_until_done(self) -> list[GenerateOutput]:
         outputs = []
         while self.scheduler.has_work():
-            outputs += self.step()
+            outputs += self.step().finished
         return outputs
 
     def generate(

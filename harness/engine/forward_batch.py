@@ -40,11 +40,3 @@ class ForwardBatch:
     def batch_size(self) -> int:
         return len(self.seq_lens_cpu)
 
-    @property
-    def num_tokens(self) -> int:
-        return self.input_ids.numel()
-
-    @property
-    def extend_prefix_lens(self) -> list[int]:
-        assert self.extend_lens is not None, "decode batches have no extend lengths"
-        return [s - n for s, n in zip(self.seq_lens_cpu, self.extend_lens)]

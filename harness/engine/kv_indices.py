@@ -10,7 +10,6 @@ from __future__ import annotations
 import torch
 
 from harness.mem.index import PADDING_SLOT
-from harness.mem.swa_kv_pool import SWAKVPool
 
 
 def decode_kv_indices(
@@ -40,15 +39,3 @@ def decode_window_full_indices(
     full = rows.gather(1, positions.clamp(min=0).long())
     return torch.where(positions >= 0, full, torch.full_like(full, PADDING_SLOT))
 
-
-def translate_fresh_indices(pool: SWAKVPool, full: torch.Tensor) -> torch.Tensor:
-    """Translate a freshly built index tensor (not the batch's ``out_cache_loc``) through the memo.
-
-    The memo is flushed before (the previous key must not raise a false "changed without
-    invalidation" warning) and after (so the next translation of ``out_cache_loc`` starts clean):
-    the fix of SGLang #26152.
-    """
-    pool.invalidate_loc_cache()
-    swa = pool.translate_loc_from_full_to_swa(full)
-    pool.invalidate_loc_cache()
-    return swa

@@ -1,4 +1,5 @@
-"""ModelRunner: pools, attention backend and graph runner around one model; ``forward(batch) -> logits``."""
+"""ModelRunner: attention backend and graph runner around one model and one hybrid pool;
+``forward(batch) -> logits``."""
 
 from __future__ import annotations
 
@@ -12,24 +13,24 @@ from harness.engine.forward_batch import ForwardBatch
 from harness.graph.backends import make_backend, resolve_mode
 from harness.graph.buffers import DecodeInputs
 from harness.graph.runner import GraphRunner
-from harness.mem import ReqToTokenPool, SWAKVPool, SWATokenToKVPoolAllocator
+from harness.mem import HybridPool
 from harness.model import HybridSWAForCausalLM
+from harness.seams import seam
 
 logger = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
-class PoolConfig:
+class PoolSizes:
     """Sizes of the request map and both KV pools, derived from the serving limits by default."""
 
     max_running: int
     max_context_len: int
     full_size: int
     swa_size: int
-    page_size: int = 1
 
     @classmethod
-    def default(cls, *, max_running: int, max_context_len: int, window: int | None, max_prefill_tokens: int) -> "PoolConfig":
+    def default(cls, *, max_running: int, max_context_len: int, window: int | None, max_prefill_tokens: int) -> "PoolSizes":
         # The SWA pool is sized for the window, not for whole sequences (see scheduler.py).
         swa = max_running * (window or 1) + max_prefill_tokens
         return cls(max_running, max_context_len, full_size=max_running * max_context_len, swa_size=swa)
@@ -46,46 +47,25 @@ def kv_len_buckets(max_context_len: int, smallest: int = 64) -> list[int]:
 
 
 class ModelRunner:
-    def __init__(
-        self,
-        model: HybridSWAForCausalLM,
-        pools: PoolConfig,
-        *,
-        graphs: str = "auto",
-        kv_dtype: torch.dtype | None = None,
-    ) -> None:
-        cfg = model.config
+    def __init__(self, model: HybridSWAForCausalLM, memory: HybridPool, *, graphs: str = "auto") -> None:
         self.model = model
         self.device = model.embed.device
-        self.pools = pools
-        self.window = max((cfg.layer_window(i) or 0 for i in range(cfg.num_hidden_layers)), default=0) or None
-        self.req_to_token_pool = ReqToTokenPool(pools.max_running, pools.max_context_len, self.device)
-        self.pool = SWAKVPool(
-            pools.full_size,
-            pools.swa_size,
-            dtype=kv_dtype or model.dtype,
-            head_num=cfg.num_key_value_heads,
-            head_dim=cfg.head_dim,
-            swa_attention_layer_ids=cfg.sliding_layer_ids,
-            full_attention_layer_ids=cfg.full_layer_ids,
-            page_size=pools.page_size,
-            device=self.device,
-        )
-        self.allocator = SWATokenToKVPoolAllocator(
-            pools.full_size, pools.swa_size, self.pool, page_size=pools.page_size, device=self.device
-        )
-        self.attn_backend = PoolAttentionBackend(self.pool, self.req_to_token_pool, model.layer_specs, max_bs=pools.max_running)
+        self.pool = memory.pool
+        self.allocator = memory.allocator
+        self.req_to_token_pool = memory.req_to_token_pool
+        max_bs = self.req_to_token_pool.size
+        self.attn_backend = PoolAttentionBackend(self.pool, self.req_to_token_pool, model.layer_specs, max_bs=max_bs)
         self.graph_mode = resolve_mode(graphs, self.device)
         self.graph_runner: GraphRunner | None = None
         if self.graph_mode != "off":
             self.graph_runner = GraphRunner(
                 self,
                 make_backend(self.graph_mode),
-                max_bs=pools.max_running,
-                vocab_size=cfg.vocab_size,
-                pool=self.pool,
+                max_bs=max_bs,
+                vocab_size=model.config.vocab_size,
+                is_hybrid_swa=bool(model.config.sliding_layer_ids),
                 device=self.device,
-                kv_len_buckets=kv_len_buckets(pools.max_context_len),
+                kv_len_buckets=kv_len_buckets(self.req_to_token_pool.max_context_len),
             )
             self.graph_runner.capture()
 
@@ -94,17 +74,22 @@ class ModelRunner:
     @torch.no_grad()
     def forward(self, batch: ForwardBatch) -> torch.Tensor:
         """Logits for ``batch.logits_indices`` (extend) or every row (decode)."""
-        # Every forward starts from an empty memo, before the graph decision: an eager forward ends
-        # with the memo keyed on its out_cache_loc, and a graph path must not start from that (#26152).
-        self.pool.invalidate_loc_cache()
+        self._begin_forward()
         if self.graph_runner is not None and self.graph_runner.can_run(batch, is_decode=batch.forward_mode.is_decode()):
             return self._forward_graph(batch)
         return self._forward_eager(batch)
+
+    @seam("invalidate-after-graph-check")
+    def _begin_forward(self) -> None:
+        """Every forward starts from an empty memo, before the graph decision: an eager forward ends
+        with the memo keyed on its out_cache_loc, and a graph path must not start from that (#26152)."""
+        self.pool.invalidate_loc_cache()
 
     def _forward_graph(self, batch: ForwardBatch) -> torch.Tensor:
         batch.out_cache_loc_swa = self.pretranslate_swa_loc(batch)
         return self.graph_runner.replay(batch)  # fills the graph's metadata, then replays
 
+    @seam("invalidate-after-graph-check")
     def _forward_eager(self, batch: ForwardBatch) -> torch.Tensor:
         self.attn_backend.init_forward_metadata(batch)
         batch.out_cache_loc_swa = self.pretranslate_swa_loc(batch)
@@ -116,6 +101,13 @@ class ModelRunner:
         return self.pool.translate_loc_from_full_to_swa(batch.out_cache_loc)
 
     # -- DecodeGraphTarget -----------------------------------------------------------------------
+
+    @seam("capture-after-warm-cache")
+    def begin_capture_run(self) -> None:
+        """Warm-up and capture each start from an empty memo: a translation cached by the warm-up
+        would be a Python-side hit during capture, the gather it skips would be missing from the
+        graph, and every replay would reuse the warm-up's slots (#25824)."""
+        self.pool.invalidate_loc_cache()
 
     def prepare_graph_metadata(self, inputs: DecodeInputs) -> None:
         self.attn_backend.prepare_graph_metadata(inputs)

@@ -46,9 +46,9 @@ class GenerateOutput:
     logits: torch.Tensor | None = None  # [len(output_ids), vocab] when requested
 
 
-@dataclass
+@dataclass(eq=False)
 class Req:
-    """A request's state inside the engine."""
+    """A request's state inside the engine; two requests are the same only if they are one object."""
 
     rid: int
     prompt_ids: list[int]

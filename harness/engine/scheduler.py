@@ -169,6 +169,16 @@ class Scheduler:
         req.req_pool_idx = None
         req.reserved_tokens = 0
 
+    def cancel(self, req: Req) -> bool:
+        """Drop one request: a queued one holds nothing yet, a running one gives back what it holds."""
+        if req in self.waiting:
+            self.waiting.remove(req)
+            return True
+        if req in self.running:
+            self.release(req)
+            return True
+        return False
+
     def abort_all(self) -> list[Req]:
         """Drop every queued and running request and give back their slots (after an engine failure)."""
         dropped = list(self.waiting) + list(self.running)

@@ -1,4 +1,4 @@
-"""The fault catalog: every row of FAULTS.md as a named, injectable regression.
+"""The fault catalog: every row of docs/FAULTS.md as a named, injectable regression.
 
     with inject("pad-swa-loc-not-zeroed"): ...        # one block
     SWA_HARNESS_FAULT=pad-swa-loc-not-zeroed nox -s tests   # one process

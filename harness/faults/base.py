@@ -1,9 +1,10 @@
-"""A fault is a named regression from FAULTS.md, injected by swapping one method (or one policy
-entry) of the implementation under test for its faulty twin, for one run.
+"""A fault is a named regression (docs/FAULTS.md), injected by swapping the clean code at one or
+more declared seams (``harness.seams``) for its faulty twin, for one run.
 
-The clean code carries no fault flags: injection patches attributes from outside, restores them
-on exit, and can be switched on for a whole process through ``SWA_HARNESS_FAULT=<id>`` (used to
-run the suites, the server and the accuracy runs with one fault on).
+The clean code carries no fault flags: injection patches seams from outside, restores them on
+exit, and can be switched on for a whole process through ``SWA_HARNESS_FAULT=<id>`` (used to run
+the suites, the server and the accuracy runs with one fault on). A patch anywhere but at a seam
+declared for that fault is refused when the catalog is built.
 """
 
 from __future__ import annotations
@@ -14,14 +15,21 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
+from harness.seams import SeamError, lookup
+
 FAULT_ENV = "SWA_HARNESS_FAULT"
 
 
 @dataclass(frozen=True)
 class Patch:
-    owner: Any  # a class or module
+    """Replace the seam ``owner.attr`` with ``replacement`` (the twin) while the fault is on."""
+
+    owner: type
     attr: str
     replacement: Any
+
+    def original(self) -> Any:
+        return self.owner.__dict__[self.attr]
 
 
 @dataclass(frozen=True)
@@ -30,8 +38,14 @@ class Fault:
     seed: str  # the SGLang PR the regression comes from
     breaks: str  # what goes wrong, in the implementation's terms
     user_sees: str  # what a serving user would notice
-    invariant: str  # the FAULTS.md invariant (or design property) it violates
+    invariant: str  # the docs/FAULTS.md invariant (or design property) it violates
     patches: tuple[Patch, ...]
+
+    def __post_init__(self) -> None:
+        for patch in self.patches:
+            if self.id not in lookup(patch.owner, patch.attr).faults:
+                raise SeamError(f"fault {self.id}: {patch.owner.__qualname__}.{patch.attr} is a seam, but not one "
+                                f"declared for this fault (add its id to the marker)")
 
     def to_dict(self) -> dict[str, str]:
         return {"id": self.id, "seed": self.seed, "breaks": self.breaks, "user_sees": self.user_sees,
@@ -44,7 +58,7 @@ _active: list[tuple[Patch, Any]] = []
 def _apply(fault: Fault) -> list[tuple[Patch, Any]]:
     applied = []
     for patch in fault.patches:
-        applied.append((patch, patch.owner.__dict__[patch.attr] if isinstance(patch.owner, type) else getattr(patch.owner, patch.attr)))
+        applied.append((patch, patch.original()))
         setattr(patch.owner, patch.attr, patch.replacement)
     return applied
 

@@ -9,16 +9,11 @@ import torch
 GRAPH_MODES = ("off", "eager", "tape", "cuda", "auto")
 
 
-class CapturedGraph(Protocol):
-    output: Any
-
-    def replay(self, current_inputs: Any = None) -> Any: ...
-
-
 class GraphBackend(Protocol):
     name: str
 
-    def capture(self, fn: Any, *, static_inputs: Any) -> CapturedGraph: ...
+    def capture(self, fn: Any, *, static_inputs: Any) -> Any:
+        """A graph object with ``replay(current_inputs)``, each backend its own kind."""
 
 
 def resolve_mode(mode: str, device: torch.device | str = "cpu") -> str:

@@ -5,61 +5,47 @@ A batch of ``raw_bs`` requests replays the graph captured for bucket ``bs >= raw
 padding policy fills them so that they attend over one token (``seq_lens`` = 1) of the padding
 request (row 0 of ``req_to_token``) and write K/V only to the padding slot 0 of each pool
 (#24743: an SWA loc tail that kept the previous replay's slots made padded rows overwrite live
-requests' SWA KV). The policy is data, so each entry can be audited and tested on its own.
+requests' SWA KV). ``DECODE_FIELDS`` is the one table of the decode inputs: each entry's dtype and
+padding can be audited and tested on its own, and everything else derives from it.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from types import MappingProxyType
-from typing import ClassVar, Protocol
+from typing import Any, ClassVar
 
 import torch
 
 from harness.mem.errors import IndexContractError
 from harness.mem.index import LOC_DTYPE, PADDING_SLOT
+from harness.seams import seam_value
 
-INPUT_FIELDS = ("input_ids", "req_pool_indices", "seq_lens", "positions", "out_cache_loc", "out_cache_loc_swa")
 
-DECODE_PAD_POLICY: Mapping[str, int] = MappingProxyType(
+@dataclass(frozen=True)
+class DecodeField:
+    dtype: torch.dtype
+    pad: int | None  # what padded rows hold; None: the tail keeps whatever the last replay left there
+    swa_only: bool = False  # exists only when the model has sliding layers
+
+
+DECODE_FIELDS: Mapping[str, DecodeField] = MappingProxyType(
     {
-        "input_ids": 0,
-        "req_pool_indices": 0,  # the padding request: its req_to_token row is all padding slots
-        "seq_lens": 1,  # attend over exactly one (padding) token: no empty softmax
-        "positions": 0,
-        "out_cache_loc": PADDING_SLOT,
-        "out_cache_loc_swa": PADDING_SLOT,
+        "input_ids": DecodeField(torch.int64, 0),
+        "req_pool_indices": DecodeField(LOC_DTYPE, 0),  # the padding request: its req_to_token row is all padding slots
+        "seq_lens": DecodeField(LOC_DTYPE, 1),  # attend over exactly one (padding) token: no empty softmax
+        "positions": DecodeField(torch.int64, 0),
+        "out_cache_loc": DecodeField(LOC_DTYPE, PADDING_SLOT),
+        "out_cache_loc_swa": DecodeField(LOC_DTYPE, PADDING_SLOT, swa_only=True),
     }
 )
-
-INPUT_DTYPES: Mapping[str, torch.dtype] = MappingProxyType(
-    {
-        "input_ids": torch.int64,
-        "req_pool_indices": LOC_DTYPE,
-        "seq_lens": LOC_DTYPE,
-        "positions": torch.int64,
-        "out_cache_loc": LOC_DTYPE,
-        "out_cache_loc_swa": LOC_DTYPE,
-    }
-)
-
-
-class DecodeBatchLike(Protocol):
-    """What a decode batch must carry to run through the graph (the engine's ForwardBatch does)."""
-
-    batch_size: int
-    input_ids: torch.Tensor
-    req_pool_indices: torch.Tensor
-    seq_lens: torch.Tensor
-    positions: torch.Tensor
-    out_cache_loc: torch.Tensor
-    out_cache_loc_swa: torch.Tensor | None
 
 
 @dataclass
 class DecodeInputs:
-    """A decode batch as tensors of length ``batch_size``: a view of the buffers, or an eager batch."""
+    """A decode batch as tensors of length ``batch_size`` (one per ``DECODE_FIELDS`` entry): a view
+    of the static buffers, or an eager batch. The engine's ``ForwardBatch`` carries the same names."""
 
     input_ids: torch.Tensor
     req_pool_indices: torch.Tensor
@@ -77,18 +63,12 @@ class DecodeInputs:
 
 @dataclass
 class DecodeInputBuffers:
-    """One set of buffers sized for the largest bucket; every bucket's graph reads a prefix of them."""
+    """One tensor per decode field, sized for the largest bucket; every bucket's graph reads a prefix."""
 
-    input_ids: torch.Tensor
-    req_pool_indices: torch.Tensor
-    seq_lens: torch.Tensor
-    positions: torch.Tensor
-    out_cache_loc: torch.Tensor
-    out_cache_loc_swa: torch.Tensor | None
+    inputs: dict[str, torch.Tensor]  # field name -> [max_bs]; swa-only fields absent without SWA layers
     logits: torch.Tensor
 
-    pad_policy: ClassVar[Mapping[str, int]] = DECODE_PAD_POLICY
-    dtypes: ClassVar[Mapping[str, torch.dtype]] = INPUT_DTYPES
+    fields: ClassVar[Mapping[str, DecodeField]] = DECODE_FIELDS
 
     @classmethod
     def create(
@@ -100,39 +80,29 @@ class DecodeInputBuffers:
         device: str | torch.device = "cpu",
         logits_dtype: torch.dtype = torch.float32,
     ) -> "DecodeInputBuffers":
-        def make(name: str) -> torch.Tensor:
-            return torch.full((max_bs,), cls.pad_policy.get(name, 0), dtype=cls.dtypes[name], device=device)
-
-        return cls(
-            input_ids=make("input_ids"),
-            req_pool_indices=make("req_pool_indices"),
-            seq_lens=make("seq_lens"),
-            positions=make("positions"),
-            out_cache_loc=make("out_cache_loc"),
-            out_cache_loc_swa=make("out_cache_loc_swa") if is_hybrid_swa else None,
-            logits=torch.zeros((max_bs, vocab_size), dtype=logits_dtype, device=device),
-        )
+        inputs = {name: torch.full((max_bs,), f.pad or 0, dtype=f.dtype, device=device)
+                  for name, f in cls.fields.items() if is_hybrid_swa or not f.swa_only}
+        return cls(inputs, torch.zeros((max_bs, vocab_size), dtype=logits_dtype, device=device))
 
     @property
     def max_bs(self) -> int:
-        return self.input_ids.numel()
+        return self.inputs["input_ids"].numel()
 
     def tensors(self) -> dict[str, torch.Tensor]:
         """Every static tensor by name: what a captured graph reads and writes."""
-        return {f.name: getattr(self, f.name) for f in fields(self) if getattr(self, f.name) is not None}
+        return {**self.inputs, "logits": self.logits}
 
     def view(self, bs: int, kv_len: int | None = None) -> DecodeInputs:
-        return DecodeInputs(**{name: _prefix(getattr(self, name), bs) for name in INPUT_FIELDS}, kv_len=kv_len)
+        views = {name: self.inputs[name][:bs] if name in self.inputs else None for name in DECODE_FIELDS}
+        return DecodeInputs(**views, kv_len=kv_len)
 
-    def populate(self, batch: DecodeBatchLike, bs: int) -> None:
-        """Copy ``batch`` into rows ``[0, raw_bs)`` and pad rows ``[raw_bs, bs)`` per the policy."""
+    def populate(self, batch: Any, bs: int) -> None:
+        """Copy ``batch`` (anything with the decode fields) into rows ``[0, raw_bs)`` and pad rows
+        ``[raw_bs, bs)`` per the table."""
         raw_bs = batch.batch_size
         if not 0 < raw_bs <= bs <= self.max_bs:
             raise ValueError(f"cannot place a batch of {raw_bs} into bucket {bs} (buffers hold {self.max_bs})")
-        for name in INPUT_FIELDS:
-            dst = getattr(self, name)
-            if dst is None:
-                continue
+        for name, dst in self.inputs.items():
             src = getattr(batch, name)
             if src is None:
                 raise ValueError(f"the decode graph reads {name}, but the batch does not carry it")
@@ -146,11 +116,11 @@ class DecodeInputBuffers:
     def pad(self, start: int, end: int) -> None:
         if start >= end:
             return
-        for name, fill in self.pad_policy.items():
-            buf = getattr(self, name)
-            if buf is not None:
+        for name, buf in self.inputs.items():
+            fill = self.fields[name].pad
+            if fill is not None:
                 buf[start:end].fill_(fill)
 
 
-def _prefix(t: torch.Tensor | None, n: int) -> torch.Tensor | None:
-    return None if t is None else t[:n]
+seam_value(DecodeInputBuffers, "fields", "pad-swa-loc-not-zeroed", "swa-loc-int64")
+

@@ -1,8 +1,10 @@
 """GraphRunner: capture one decode graph per batch-size bucket, pad each batch up to its bucket, replay.
 
-The runner knows nothing of models: a *target* supplies the body to capture (``graph_forward``)
-and the eager per-batch preparation that must run before capture and before every replay
-(``prepare_graph_metadata``, e.g. attention index buffers), as SGLang's attention backends do.
+The runner knows nothing of models or pools: a *target* supplies the body to capture
+(``graph_forward``), the eager per-batch preparation that must run before capture and before every
+replay (``prepare_graph_metadata``, e.g. attention index buffers, as SGLang's attention backends
+do), and a hook run before the warm-up and before the capture (``begin_capture_run``: whatever
+Python-side state would otherwise be frozen into the graph, such as a memo, is reset there).
 
 Optionally graphs are also keyed by a KV-length bucket: a CUDA attention kernel reads only each
 row's real keys, but a torch reference kernel reads a fixed ``[bs, kv_len]`` block, so capturing
@@ -14,13 +16,13 @@ from __future__ import annotations
 import bisect
 import logging
 from collections.abc import Sequence
-from typing import Protocol
+from typing import Any, Protocol
 
 import torch
 
 from harness.graph.backends import GraphBackend
-from harness.graph.buffers import DecodeBatchLike, DecodeInputBuffers, DecodeInputs
-from harness.mem.swa_kv_pool import SWAKVPool
+from harness.graph.buffers import DecodeInputBuffers, DecodeInputs
+from harness.seams import seam
 
 logger = logging.getLogger(__name__)
 
@@ -36,6 +38,9 @@ def capture_bs_for(max_bs: int, candidates: Sequence[int] = DEFAULT_CAPTURE_BS) 
 
 
 class DecodeGraphTarget(Protocol):
+    def begin_capture_run(self) -> None:
+        """Before the warm-up run and before the capture run: reset Python-side caches."""
+
     def prepare_graph_metadata(self, inputs: DecodeInputs) -> None:
         """Eager, outside the graph: fill the target's own static buffers from ``inputs``."""
 
@@ -51,7 +56,7 @@ class GraphRunner:
         *,
         max_bs: int,
         vocab_size: int,
-        pool: SWAKVPool | None = None,
+        is_hybrid_swa: bool = False,
         device: str | torch.device = "cpu",
         logits_dtype: torch.dtype = torch.float32,
         capture_bs: Sequence[int] | None = None,
@@ -59,11 +64,10 @@ class GraphRunner:
     ) -> None:
         self.target = target
         self.backend = backend
-        self.pool = pool
         self.capture_bs = capture_bs_for(max_bs, capture_bs or DEFAULT_CAPTURE_BS)
         self.max_bs = self.capture_bs[-1]
         self.buffers = DecodeInputBuffers.create(
-            self.max_bs, vocab_size, is_hybrid_swa=pool is not None, device=device, logits_dtype=logits_dtype
+            self.max_bs, vocab_size, is_hybrid_swa=is_hybrid_swa, device=device, logits_dtype=logits_dtype
         )
         self.kv_len_buckets: list[int | None] = sorted(set(kv_len_buckets)) if kv_len_buckets else [None]
         self.graphs: dict[tuple[int, int | None], object] = {}
@@ -77,7 +81,7 @@ class GraphRunner:
             raise ValueError(f"batch size {raw_bs} has no bucket (buckets go up to {self.max_bs})")
         return self.capture_bs[i]
 
-    def kv_bucket_for(self, batch: DecodeBatchLike) -> int | None:
+    def kv_bucket_for(self, batch: Any) -> int | None:
         """The first KV-length bucket that holds every row's keys (None when graphs are not keyed by it)."""
         if self.kv_len_buckets == [None]:
             return None
@@ -87,7 +91,7 @@ class GraphRunner:
             raise ValueError(f"sequence length {longest} exceeds the largest KV bucket {self.kv_len_buckets[-1]}")
         return self.kv_len_buckets[i]
 
-    def can_run(self, batch: DecodeBatchLike, *, is_decode: bool = True) -> bool:
+    def can_run(self, batch: Any, *, is_decode: bool = True) -> bool:
         if not (is_decode and self.graphs and 1 <= batch.batch_size <= self.max_bs):
             return False
         return self.kv_len_buckets == [None] or int(batch.seq_lens.max()) <= self.kv_len_buckets[-1]
@@ -100,6 +104,7 @@ class GraphRunner:
             for kv_len in reversed(self.kv_len_buckets):
                 self.graphs[bs, kv_len] = self._capture_one(bs, kv_len)
 
+    @seam("swa-loc-not-preset", "capture-after-warm-cache")
     def _capture_inputs(self, bs: int, kv_len: int | None) -> DecodeInputs:
         """The batch the graph is captured on: the static buffers, SWA loc pre-set (#23552)."""
         return self.buffers.view(bs, kv_len)
@@ -108,13 +113,11 @@ class GraphRunner:
         self.buffers.pad(0, bs)  # capture on an all-padding batch: writes go to the padding slot
         inputs = self._capture_inputs(bs, kv_len)
         self.target.prepare_graph_metadata(inputs)
-        # Warm-up, then capture, each from an empty memo: a translation cached by the warm-up would
-        # be a Python-side hit during capture, and the gather it skips would be missing from the
-        # graph, so every replay would reuse the warm-up's slots (#25824).
-        self._invalidate_memo()
+        # Warm-up, then capture, each from a fresh start (#25824: see the target's begin_capture_run).
+        self.target.begin_capture_run()
         with torch.no_grad():
             self.target.graph_forward(inputs)
-        self._invalidate_memo()
+        self.target.begin_capture_run()
         return self.backend.capture(lambda: self._body(inputs, bs), static_inputs=self.buffers.tensors())
 
     def _body(self, inputs: DecodeInputs, bs: int) -> torch.Tensor:
@@ -122,13 +125,9 @@ class GraphRunner:
         self.buffers.logits[:bs].copy_(logits)
         return self.buffers.logits[:bs]
 
-    def _invalidate_memo(self) -> None:
-        if self.pool is not None:
-            self.pool.invalidate_loc_cache()
-
     # -- replay --------------------------------------------------------------------------------
 
-    def replay(self, batch: DecodeBatchLike) -> torch.Tensor:
+    def replay(self, batch: Any) -> torch.Tensor:
         """Logits of the ``raw_bs`` real rows; a view of the static logits buffer (valid until the next replay)."""
         raw_bs = batch.batch_size
         bs, kv_len = self.bucket_for(raw_bs), self.kv_bucket_for(batch)

@@ -23,7 +23,7 @@ from typing import Any
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from harness.dispatch import iter_tensors
+from harness.op_args import iter_tensors
 from harness.graph.errors import GraphCaptureError, GraphInputReplacedError
 
 aten = torch.ops.aten

@@ -68,7 +68,3 @@ class MHATokenToKVPool:
             )
         self.k_buffer[layer_id][loc] = k.to(self.dtype)
         self.v_buffer[layer_id][loc] = v.to(self.dtype)
-
-    def clear_buffers(self) -> None:
-        for buf in (*self.k_buffer, *self.v_buffer):
-            buf.zero_()

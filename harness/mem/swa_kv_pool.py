@@ -1,17 +1,11 @@
 """Hybrid pool: a full sub-pool for full-attention layers and a smaller SWA sub-pool.
 
-The translation ``full slot -> SWA slot`` is memoised per forward (the design of SGLang #25824 with
-the fixes of #26152): many SWA layers write the same batch locations, so the gather through
-``full_to_swa_index_mapping`` runs once per forward instead of once per SWA layer. The memo is keyed
-on ``(data_ptr(), numel())`` of the location tensor, which distinguishes views at different offsets
-of one storage, and it is invalidated at every mapping mutation, every forward start and every
-graph-capture run start. A translation that sees a new key although nobody invalidated since the
-last one logs a warning: on a clean forward that never happens.
+The translation ``full slot -> SWA slot`` goes through a per-forward memo (the design of SGLang
+#25824 with the fixes of #26152); its rules live in ``loc_memo.py``.
 """
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Sequence
 
 import torch
@@ -19,10 +13,7 @@ import torch
 from harness.mem.errors import IndexContractError, PoolError
 from harness.mem.index import LOC_DTYPE, check_index
 from harness.mem.kv_pool import MHATokenToKVPool
-
-logger = logging.getLogger(__name__)
-
-STALE_KEY_WARNING = "translate_loc_from_full_to_swa: loc tensor changed without invalidate_loc_cache()"
+from harness.mem.loc_memo import SwaLocMemo
 
 
 class SWAKVPool:
@@ -58,8 +49,7 @@ class SWAKVPool:
         for local_id, layer_id in enumerate(swa_attention_layer_ids):
             self.layers_mapping[layer_id] = (local_id, True)
         self.full_to_swa_index_mapping: torch.Tensor | None = None
-        self._cached_loc_key: tuple[int, int] | None = None
-        self._cached_swa_loc: torch.Tensor | None = None
+        self.loc_memo = SwaLocMemo()
 
     # -- layer routing -------------------------------------------------------------------------
 
@@ -93,25 +83,24 @@ class SWAKVPool:
         self.invalidate_loc_cache()
 
     def invalidate_loc_cache(self) -> None:
-        self._cached_loc_key = None
-        self._cached_swa_loc = None
+        self.loc_memo.invalidate()
 
-    def _loc_cache_key(self, kv_indices: torch.Tensor) -> tuple[int, int]:
-        # data_ptr() includes the view's offset; untyped_storage().data_ptr() would not (#25824).
-        return (kv_indices.data_ptr(), kv_indices.numel())
-
-    def translate_loc_from_full_to_swa(self, kv_indices: torch.Tensor) -> torch.Tensor:
-        """Full slots -> SWA slots (int32); -1 maps to -1, a slot whose SWA slot was freed maps to 0."""
+    def _mapping(self) -> torch.Tensor:
         if self.full_to_swa_index_mapping is None:
             raise PoolError("no full_to_swa_index_mapping registered: build the SWATokenToKVPoolAllocator first")
+        return self.full_to_swa_index_mapping
+
+    def translate_loc_from_full_to_swa(self, kv_indices: torch.Tensor) -> torch.Tensor:
+        """Full slots -> SWA slots (int32), memoised; -1 maps to -1, a slot whose SWA slot was freed to 0."""
+        mapping = self._mapping()
         check_index("kv_indices", kv_indices, device=self.device)
-        key = self._loc_cache_key(kv_indices)
-        if key != self._cached_loc_key:
-            if self._cached_loc_key is not None:
-                logger.warning("%s (cached key %s, new key %s)", STALE_KEY_WARNING, self._cached_loc_key, key)
-            self._cached_swa_loc = self.full_to_swa_index_mapping[kv_indices]
-            self._cached_loc_key = key
-        return self._cached_swa_loc
+        return self.loc_memo.translate(mapping, kv_indices)
+
+    def translate_fresh_loc(self, full_slots: torch.Tensor) -> torch.Tensor:
+        """Translate an index tensor built for this forward (window keys), leaving the memo empty."""
+        mapping = self._mapping()
+        check_index("full_slots", full_slots, device=self.device)
+        return self.loc_memo.translate_fresh(mapping, full_slots)
 
     # -- writes --------------------------------------------------------------------------------
 

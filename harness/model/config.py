@@ -109,6 +109,11 @@ class HybridModelConfig:
     def full_layer_ids(self) -> tuple[int, ...]:
         return tuple(i for i, t in enumerate(self.layer_types) if t == FULL)
 
+    @property
+    def swa_window(self) -> int | None:
+        """The window the SWA pool and the scheduler's eviction are sized for; None when no layer slides."""
+        return self.sliding_window if self.sliding_layer_ids else None
+
     def layer_window(self, layer_id: int) -> int | None:
         """Sliding window of `layer_id`, or None for a full-attention layer."""
         return self.sliding_window if self.is_sliding(layer_id) else None

@@ -23,7 +23,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from harness.engine import Engine, GenerateOutput, RequestError, SamplingParams
+from harness.engine import Engine, ForwardMode, GenerateOutput, RequestError, SamplingParams
 from harness.engine.request import Req
 
 logger = logging.getLogger(__name__)
@@ -199,7 +199,7 @@ class EngineWorker:
         assert engine is not None
         while True:
             # Idle: sleep on the queue. Busy: only pick up what arrived during the last step.
-            items = [self._queue.get()] if not engine.scheduler.has_work() else []
+            items = [self._queue.get()] if not engine.has_work() else []
             while True:
                 try:
                     items.append(self._queue.get_nowait())
@@ -210,7 +210,7 @@ class EngineWorker:
                     self._unadmitted = [j for j in items[i + 1:] if j is not _STOP]
                     return
                 self._admit(item)
-            if engine.scheduler.has_work():
+            if engine.has_work():
                 self._step()
 
     def _admit(self, job: _Job) -> None:
@@ -228,10 +228,9 @@ class EngineWorker:
                     where = f"prompt[{i}]: " if len(job.prompts) > 1 else ""
                     raise RequestError(f"{where}{exc}") from exc
         except Exception as exc:  # noqa: BLE001 - goes back to the client
-            # Not admitted yet (admission happens inside step), so taking them off the waiting
-            # queue is all it takes to drop them: they hold no slots.
+            # Not admitted yet (admission happens inside step): cancelling them frees nothing but the queue.
             for req in added:
-                engine.scheduler.waiting.remove(req)
+                engine.cancel(req)
             with self._lock:
                 self._stats.requests_failed += len(job.prompts)
             if not isinstance(exc, RequestError):
@@ -249,20 +248,15 @@ class EngineWorker:
     def _step(self) -> None:
         engine = self.engine
         assert engine is not None
-        before = {rid: (e.req.kv_len, e.req.prefill_done) for rid, e in self._inflight.items()}
         started = time.perf_counter()
         try:
-            finished = engine.step()
+            step = engine.step()
         except Exception as exc:  # noqa: BLE001 - the server must survive a failed forward
             self._fail_inflight(exc)
             return
         busy = time.perf_counter() - started
-        # Which requests this step advanced: a decode step advances every running request by one
-        # token, and only requests that had finished prefill.
-        advanced = [(rid, done) for rid, (kv, done) in before.items() if self._inflight[rid].req.kv_len != kv]
-        is_decode = bool(advanced) and all(done for _, done in advanced)
         new_tokens = jobs_done = 0
-        for out in finished:
+        for out in step.finished:
             entry = self._inflight.pop(out.rid, None)
             if entry is None:
                 logger.warning("engine finished unknown request %d", out.rid)
@@ -278,10 +272,10 @@ class EngineWorker:
             s = self._stats
             s.steps += 1
             s.engine_busy_s += busy
-            s.max_batch_size = max(s.max_batch_size, len(advanced))
-            if is_decode:
-                s.max_decode_batch_size = max(s.max_decode_batch_size, len(advanced))
-            s.requests_served += len(finished)
+            s.max_batch_size = max(s.max_batch_size, len(step.advanced))
+            if step.mode is ForwardMode.DECODE:
+                s.max_decode_batch_size = max(s.max_decode_batch_size, len(step.advanced))
+            s.requests_served += len(step.finished)
             s.generated_tokens += new_tokens
             s.jobs_served += jobs_done
             s.running = len(self._inflight)

@@ -8,7 +8,7 @@ from hypothesis import given, settings
 
 from fixtures.checkpoints import untied_checkpoint
 from fixtures.scenarios.dtype import KV_DTYPES, PoolWorld, boundaries, boundary_cases, index_dtypes
-from harness.evals.target import PoolSpec
+from harness.targets import PoolSpec
 from harness.graph.buffers import DecodeInputBuffers
 from harness.mem import IndexContractError, LOC_DTYPE
 from suites.conftest import ENGINE_LIMITS
@@ -17,7 +17,7 @@ LOCATION_BUFFERS = ("req_pool_indices", "seq_lens", "out_cache_loc", "out_cache_
 
 
 def pool_world(target) -> PoolWorld:
-    handle = target.make_pool(PoolSpec())
+    handle = target.build_pool(PoolSpec())
     live = handle.allocator.alloc(4).clone()
     handle.req_to_token_pool.alloc(1)
     return PoolWorld(handle.pool, handle.allocator, handle.req_to_token_pool, live)
@@ -47,7 +47,7 @@ def test_generated_boundary_calls(target, boundary, dtype):
 def test_graph_location_buffers_have_the_pool_index_dtype():
     buffers = DecodeInputBuffers.create(8, 16, is_hybrid_swa=True)
     for name in LOCATION_BUFFERS:
-        dtype = getattr(buffers, name).dtype
+        dtype = buffers.inputs[name].dtype
         assert dtype == LOC_DTYPE, f"graph buffer {name} is {dtype}; the pool's index dtype is {LOC_DTYPE}"
 
 

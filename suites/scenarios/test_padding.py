@@ -49,7 +49,7 @@ class PaddingAudit:
         bs = runner.bucket_for(raw_bs)
         self.padded_replays += bs > raw_bs
         for name, fill in EXPECTED_FILL.items():
-            tail = getattr(runner.buffers, name)[raw_bs:bs]
+            tail = runner.buffers.inputs[name][raw_bs:bs]
             assert torch.all(tail == fill), f"padded tail of {name} is {tail.tolist()}, expected {fill} (raw_bs={raw_bs}, bs={bs})"
         mapping = self.engine.runner.allocator.full_to_swa_index_mapping
         allowed = {"full": set(batch.out_cache_loc.tolist()) | {0},

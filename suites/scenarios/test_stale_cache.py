@@ -19,16 +19,14 @@ from fixtures.scenarios.stale_cache import (
     window_between_writes_cases,
 )
 from harness.engine import ForwardMode, SamplingParams
-from harness.engine.attention_backend import PoolAttentionBackend
 from harness.engine.scheduler import ScheduledBatch
-from harness.evals.target import PoolSpec
-from harness.model import AttentionLayerSpec
+from harness.targets import PoolSpec
 from suites.conftest import ENGINE_LIMITS
 from suites.hooks import recovering
 
 
 def check_views(target, case: ViewsAtOffsets) -> None:
-    handle = target.make_pool(PoolSpec(size=64, size_swa=32))
+    handle = target.build_pool(PoolSpec(size=64, size_swa=32))
     loc = handle.allocator.alloc(case.offset + case.length)  # one storage: a view of the free list
     first, second = loc[: case.length], loc[case.offset : case.offset + case.length]
     mapping = handle.allocator.full_to_swa_index_mapping
@@ -72,7 +70,7 @@ def mutate(handle, mutation: str, probe: torch.Tensor) -> None:
 
 
 def check_mutation(target, case: MutationBetweenTranslations) -> None:
-    handle = target.make_pool(PoolSpec(size=64, size_swa=32))
+    handle = target.build_pool(PoolSpec(size=64, size_swa=32))
     if case.mutation == "alloc":
         probe = torch.arange(1, case.probe_len + 1, dtype=torch.int32)
     else:
@@ -134,16 +132,14 @@ def test_a_loc_buffer_refilled_between_forwards_is_translated_afresh(engine, cas
 
 @pytest.mark.parametrize("case", window_between_writes_cases(), ids=lambda c: c.name)
 def test_window_lookup_between_two_writes_leaves_the_write_loc_clean(target, case, stale_key_watch):
-    handle = target.make_pool(PoolSpec(size=64, size_swa=32))
-    specs = [AttentionLayerSpec(i, 2, 2, 8, 1.0, None, case.window_len if i % 2 == 0 else None) for i in range(4)]
-    backend = PoolAttentionBackend(handle.pool, handle.req_to_token_pool, specs, max_bs=8)
+    handle = target.build_pool(PoolSpec(size=64, size_swa=32))
     loc = handle.allocator.alloc(case.batch).clone()
     window = handle.allocator.alloc(case.window_len).clone()
     mapping = handle.allocator.full_to_swa_index_mapping
     k1, k2 = torch.randn(2, case.batch, 2, 8)
     handle.pool.invalidate_loc_cache()
     handle.pool.set_kv_buffer(0, loc, k1, k1)
-    assert torch.equal(backend.translate_window(window), mapping[window])
+    assert torch.equal(handle.pool.translate_fresh_loc(window), mapping[window])
     handle.pool.set_kv_buffer(2, loc, k2, k2)
     assert torch.equal(handle.pool.get_key_buffer(2)[mapping[loc]], k2)
     assert not stale_key_watch.messages, stale_key_watch.messages[0]

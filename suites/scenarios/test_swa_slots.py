@@ -22,7 +22,7 @@ def test_every_swa_write_uses_the_current_mapping(target, arch, graphs, swa_writ
 
     def replayed_locs_are_current(batch, uses_graph, state):
         if uses_graph:
-            used = engine.runner.graph_runner.buffers.out_cache_loc_swa[: batch.batch_size]
+            used = engine.runner.graph_runner.buffers.inputs["out_cache_loc_swa"][: batch.batch_size]
             assert torch.equal(used, mapping[batch.out_cache_loc]), (
                 f"graph replay wrote SWA slots {used.tolist()[:8]}, current mapping {mapping[batch.out_cache_loc].tolist()[:8]}")
 

@@ -1,1 +1,1 @@
-"""One module per FAULTS.md row: the fault's record and its faulty twin, side by side."""
+"""One module per row of docs/FAULTS.md: the fault's record and its faulty twin, side by side."""

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+from harness.engine.model_runner import ModelRunner
 from harness.faults.base import Fault, Patch
-from harness.faults.catalog.swa_loc_not_preset import _capture_inputs_without_swa_loc
+from harness.faults.catalog.swa_loc_not_preset import capture_inputs_without_swa_loc
 from harness.graph.runner import GraphRunner
 
 
-def _no_flush(self: GraphRunner) -> None:
-    """Twin of ``GraphRunner._invalidate_memo``: capture runs start with whatever the memo holds."""
+def _capture_run_keeps_memo(self: ModelRunner) -> None:
+    """Twin of ``ModelRunner.begin_capture_run``: capture runs start with whatever the memo holds."""
 
 
 FAULT = Fault(
@@ -20,7 +21,7 @@ FAULT = Fault(
     user_sees="every replayed decode writes K/V at the warm-up's SWA slots: accuracy collapses with graphs on",
     invariant="1: graph replay equals eager execution",
     patches=(
-        Patch(GraphRunner, "_capture_inputs", _capture_inputs_without_swa_loc),
-        Patch(GraphRunner, "_invalidate_memo", _no_flush),
+        Patch(GraphRunner, "_capture_inputs", capture_inputs_without_swa_loc),
+        Patch(ModelRunner, "begin_capture_run", _capture_run_keeps_memo),
     ),
 )

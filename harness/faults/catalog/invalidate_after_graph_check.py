@@ -8,14 +8,17 @@ from harness.engine.forward_batch import ForwardBatch
 from harness.engine.model_runner import ModelRunner
 from harness.faults.base import Fault, Patch
 
+_forward_eager = ModelRunner._forward_eager
 
-@torch.no_grad()
-def _forward_flushing_on_eager_path_only(self: ModelRunner, batch: ForwardBatch) -> torch.Tensor:
-    """Twin of ``ModelRunner.forward`` with ``invalidate_loc_cache()`` moved after the graph decision."""
-    if self.graph_runner is not None and self.graph_runner.can_run(batch, is_decode=batch.forward_mode.is_decode()):
-        return self._forward_graph(batch)
+
+def _no_flush_before_graph_check(self: ModelRunner) -> None:
+    """Twin of ``ModelRunner._begin_forward``: nothing happens before the graph decision."""
+
+
+def _eager_flushing_first(self: ModelRunner, batch: ForwardBatch) -> torch.Tensor:
+    """Twin of ``ModelRunner._forward_eager``: the flush happens here, on the eager path only."""
     self.pool.invalidate_loc_cache()
-    return self._forward_eager(batch)
+    return _forward_eager(self, batch)
 
 
 FAULT = Fault(
@@ -24,5 +27,8 @@ FAULT = Fault(
     breaks="graph forwards start with the memo still keyed on the previous forward's loc tensor",
     user_sees="spurious 'loc tensor changed' warnings on graph forwards; a silent stale hit when the key collides",
     invariant="6: no warning is logged on a clean forward",
-    patches=(Patch(ModelRunner, "forward", _forward_flushing_on_eager_path_only),),
+    patches=(
+        Patch(ModelRunner, "_begin_forward", _no_flush_before_graph_check),
+        Patch(ModelRunner, "_forward_eager", _eager_flushing_first),
+    ),
 )

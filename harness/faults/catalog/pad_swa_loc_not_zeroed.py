@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import dataclasses
 from types import MappingProxyType
 
 from harness.faults.base import Fault, Patch
-from harness.graph.buffers import DECODE_PAD_POLICY, DecodeInputBuffers
+from harness.graph.buffers import DECODE_FIELDS, DecodeInputBuffers
 
-_POLICY_WITHOUT_SWA_LOC = MappingProxyType({k: v for k, v in DECODE_PAD_POLICY.items() if k != "out_cache_loc_swa"})
+_SWA_LOC_UNPADDED = MappingProxyType(
+    {**DECODE_FIELDS, "out_cache_loc_swa": dataclasses.replace(DECODE_FIELDS["out_cache_loc_swa"], pad=None)}
+)
 
 FAULT = Fault(
     id="pad-swa-loc-not-zeroed",
@@ -16,5 +19,5 @@ FAULT = Fault(
     "write K/V into SWA slots that the previous, larger replay gave to live requests",
     user_sees="silent KV corruption; AIME accuracy fell ~10 points on MiMo-V2.5-Pro",
     invariant="2: padded rows write only to the sentinel slot",
-    patches=(Patch(DecodeInputBuffers, "pad_policy", _POLICY_WITHOUT_SWA_LOC),),
+    patches=(Patch(DecodeInputBuffers, "fields", _SWA_LOC_UNPADDED),),
 )

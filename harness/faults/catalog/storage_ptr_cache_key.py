@@ -5,12 +5,12 @@ from __future__ import annotations
 import torch
 
 from harness.faults.base import Fault, Patch
-from harness.mem.swa_kv_pool import SWAKVPool
+from harness.mem.loc_memo import SwaLocMemo
 
 
-def _storage_key(self: SWAKVPool, kv_indices: torch.Tensor) -> tuple[int, int]:
-    """Twin of ``SWAKVPool._loc_cache_key``: two views of one storage at different offsets collide."""
-    return (kv_indices.untyped_storage().data_ptr(), kv_indices.numel())
+def _storage_key(self: SwaLocMemo, loc: torch.Tensor) -> tuple[int, int]:
+    """Twin of ``SwaLocMemo.key_of``: two views of one storage at different offsets collide."""
+    return (loc.untyped_storage().data_ptr(), loc.numel())
 
 
 FAULT = Fault(
@@ -20,5 +20,5 @@ FAULT = Fault(
     "storage (e.g. successive allocations, which are views of the free list) share a key",
     user_sees="the second view gets the first view's SWA slots",
     invariant="3: the SWA slot used for a token equals the current mapping of its full slot",
-    patches=(Patch(SWAKVPool, "_loc_cache_key", _storage_key),),
+    patches=(Patch(SwaLocMemo, "key_of", _storage_key),),
 )

@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
+import dataclasses
 from types import MappingProxyType
 
 import torch
 
 from harness.faults.base import Fault, Patch
-from harness.graph.buffers import INPUT_DTYPES, DecodeInputBuffers
+from harness.graph.buffers import DECODE_FIELDS, DecodeInputBuffers
+
+_SWA_LOC_INT64 = MappingProxyType(
+    {**DECODE_FIELDS, "out_cache_loc_swa": dataclasses.replace(DECODE_FIELDS["out_cache_loc_swa"], dtype=torch.int64)}
+)
 
 FAULT = Fault(
     id="swa-loc-int64",
@@ -15,5 +20,5 @@ FAULT = Fault(
     breaks="out_cache_loc_swa is allocated as int64; the pool and kernels use int32",
     user_sees="a broken dtype contract: implicit casts and extra memory, or kernels that assume int32 misbehave",
     invariant="4: index tensors have the dtype the pool declares, at every boundary",
-    patches=(Patch(DecodeInputBuffers, "dtypes", MappingProxyType({**INPUT_DTYPES, "out_cache_loc_swa": torch.int64})),),
+    patches=(Patch(DecodeInputBuffers, "fields", _SWA_LOC_INT64),),
 )

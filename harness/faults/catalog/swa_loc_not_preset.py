@@ -7,7 +7,7 @@ from harness.graph.buffers import DecodeInputs
 from harness.graph.runner import GraphRunner
 
 
-def _capture_inputs_without_swa_loc(self: GraphRunner, bs: int, kv_len: int | None) -> DecodeInputs:
+def capture_inputs_without_swa_loc(self: GraphRunner, bs: int, kv_len: int | None) -> DecodeInputs:
     """Twin of ``GraphRunner._capture_inputs``: ``out_cache_loc_swa`` left out of the capture batch."""
     inputs = self.buffers.view(bs, kv_len)
     inputs.out_cache_loc_swa = None  # the captured body falls back to translating full -> SWA itself
@@ -21,5 +21,5 @@ FAULT = Fault(
     "already translated for the batch and copied into the static out_cache_loc_swa buffer",
     user_sees="slower decode: an extra mapping gather in every replayed forward",
     invariant="design: one full->SWA translation of the write loc per forward",
-    patches=(Patch(GraphRunner, "_capture_inputs", _capture_inputs_without_swa_loc),),
+    patches=(Patch(GraphRunner, "_capture_inputs", capture_inputs_without_swa_loc),),
 )

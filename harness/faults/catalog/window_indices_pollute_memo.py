@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import torch
 
-from harness.engine.attention_backend import PoolAttentionBackend
 from harness.faults.base import Fault, Patch
+from harness.mem.loc_memo import SwaLocMemo
 
 
-def _translate_window_unflushed(self: PoolAttentionBackend, full_slots: torch.Tensor) -> torch.Tensor:
-    """Twin of ``PoolAttentionBackend.translate_window`` without the two ``invalidate_loc_cache()``."""
-    return self.pool.translate_loc_from_full_to_swa(full_slots)
+def _translate_fresh_unflushed(self: SwaLocMemo, mapping: torch.Tensor, full: torch.Tensor) -> torch.Tensor:
+    """Twin of ``SwaLocMemo.translate_fresh`` without the two flushes."""
+    return self.translate(mapping, full)
 
 
 FAULT = Fault(
@@ -20,5 +20,5 @@ FAULT = Fault(
     "cached afterwards",
     user_sees="warning noise on every forward; on a key collision the next translation reuses wrong slots",
     invariant="6: no warning is logged on a clean forward",
-    patches=(Patch(PoolAttentionBackend, "translate_window", _translate_window_unflushed),),
+    patches=(Patch(SwaLocMemo, "translate_fresh", _translate_fresh_unflushed),),
 )

@@ -1,4 +1,4 @@
-"""Helpers for code that sits at the torch dispatcher (the op counter, the graph tape)."""
+"""Walking an aten op's arguments for tensors: shared by the op counter and the graph tape."""
 
 from __future__ import annotations
 

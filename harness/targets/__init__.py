@@ -1,0 +1,53 @@
+"""A *target* is the implementation a suite runs against: ``harness`` (this repo's, the default) or
+``sglang`` (real SGLang's memory code, as far as it runs on CPU).
+
+The interface is narrow on purpose: build a hybrid pool from a spec, build an engine over a
+checkpoint. The engine takes the target's pool builder, so the engine-level suites run over any
+target's memory code.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+from pathlib import Path
+from typing import Any, Protocol
+
+from harness.engine import Engine, EngineConfig
+from harness.mem import HybridPool, HybridPoolSpec, build_hybrid_pool
+
+TARGET_ENV = "SWA_HARNESS_TARGET"
+
+PoolSpec = HybridPoolSpec  # the suites' name for it
+
+
+class Target(Protocol):
+    name: str
+
+    def build_pool(self, spec: HybridPoolSpec) -> HybridPool: ...
+
+    def make_engine(self, model_path: str | Path, **config: Any) -> Engine: ...
+
+
+class HarnessTarget:
+    """The harness's own implementation (the default target)."""
+
+    name = "harness"
+
+    def build_pool(self, spec: HybridPoolSpec) -> HybridPool:
+        return build_hybrid_pool(spec)
+
+    def make_engine(self, model_path: str | Path, **config: Any) -> Engine:
+        return Engine(EngineConfig(model_path=model_path, **config), pool_builder=self.build_pool)
+
+
+# name -> "module:Class"; imported on demand, so the harness target never imports SGLang.
+TARGETS: dict[str, str] = {"harness": "harness.targets:HarnessTarget"}
+
+
+def load_target(name: str | None = None) -> Target:
+    name = name or os.environ.get(TARGET_ENV, "harness")
+    if name not in TARGETS:
+        raise ValueError(f"unknown target {name!r}; known targets: {', '.join(TARGETS)}")
+    module, cls = TARGETS[name].split(":")
+    return getattr(importlib.import_module(module), cls)()
