@@ -10,7 +10,7 @@ def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     commands = {
         "serve": ("harness.server.cli", "OpenAI-compatible server over the engine"),
-        "eval": ("harness.evals.run", "accuracy suites with graphs on and off, paired comparison, HTML report"),
+        "eval": ("harness.evals.cli", "accuracy suites with graphs on and off, paired comparison, HTML report"),
         "report": ("harness.evals.report_cli", "re-render the HTML report from saved runs"),
         "faults": ("harness.faults.matrix", "kill matrix: every catalog fault through the suites"),
     }

@@ -20,6 +20,7 @@ from harness.evals.compare import (
     summarize,
 )
 from harness.evals.results import ItemDiff, ItemResult, RunResult, SuiteComparison, Summary, Verdict
+from harness.evals.threshold_options import add_threshold_options, thresholds_from_options
 
 
 def _item(i: int, correct: bool, response: str | None = None, suite: str = "gsm") -> ItemResult:
@@ -297,10 +298,10 @@ def test_thresholds_from_dict_and_cli() -> None:
     with pytest.raises(ValueError):
         Thresholds.from_dict({"alpha": None})
     parser = argparse.ArgumentParser()
-    Thresholds.add_arguments(parser)
+    add_threshold_options(parser)
     args = parser.parse_args(["--max-drop", "0.01", "--seed", "4", "--max-divergent", "0.1"])
-    assert Thresholds.from_args(args) == Thresholds(max_drop=0.01, seed=4, max_divergent=0.1)
-    assert Thresholds.from_args(parser.parse_args([]), base=t) == t
+    assert thresholds_from_options(vars(args)) == Thresholds(max_drop=0.01, seed=4, max_divergent=0.1)
+    assert thresholds_from_options(vars(parser.parse_args([])), base=t) == t
 
 
 def test_records_round_trip_through_json(tmp_path) -> None:

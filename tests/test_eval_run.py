@@ -4,13 +4,18 @@ shipped checkpoint (clean: no significant difference; a fault injected into grap
 from __future__ import annotations
 
 import json
-from argparse import Namespace
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
 from harness.evals.compare import compare_runs
-from harness.evals.run import SUITES, ModeSpec, Progress, lm_eval_command, main, parse_samples, run_mode
+from harness.evals.cli import main
+from harness.evals.config import EvalConfig, ModeSpec
+from harness.evals.lmeval import lm_eval_command, parse_samples
+from harness.evals.progress import Progress
+from harness.evals.run import run_mode
+from harness.evals.suites import SUITES
 
 
 
@@ -41,11 +46,10 @@ def test_parse_samples_reads_the_primary_filter_of_lm_eval_sample_logs(tmp_path)
 
 
 def test_a_run_whose_server_never_starts_is_incomplete_and_never_scored(tmp_path):
-    args = Namespace(model=tmp_path / "missing-model", model_name="missing", max_running=4, threads=1, server_timeout=60,
-                     lm_eval_timeout=60, batch_size=4)
-    suites = [SUITES["gsm_style"]]
+    config = EvalConfig(model=tmp_path / "missing", limits={"gsm_style": 2}, out=tmp_path, max_running=4, threads=1,
+                        server_timeout=60, lm_eval_timeout=60, batch_size=4)
     with Progress(interval_s=60) as progress:
-        on = run_mode(ModeSpec("on", "tape"), suites, {"gsm_style": 2}, args, tmp_path, progress)[0]
+        on = run_mode(config, ModeSpec("on", "tape"), progress)[0]
     assert not on.complete and "ServerLaunchError" in on.error and on.items == []
     off = on.__class__(suite="gsm_style", graphs="off", model="missing", complete=True, error=None, items=[], wall_s=0.0, meta={})
     comparison = compare_runs(on, off)
@@ -82,17 +86,17 @@ def test_an_injected_fault_gives_a_significant_drop_and_a_red_verdict(tmp_path, 
 
 
 def test_response_cache_is_keyed_by_configuration_and_cleared_unless_resuming(tmp_path):
-    from harness.evals.run import response_cache
+    from harness.evals.cache import response_cache
 
-    args = Namespace(model=tmp_path, batch_size=8, max_running=8, device="cpu", resume=False)
-    suites, limits = [SUITES["gsm_style"]], {"gsm_style": 4}
-    clean = response_cache(tmp_path, ModeSpec("on", "tape"), suites, limits, args)
-    faulty = response_cache(tmp_path, ModeSpec("on", "tape", fault="pad-swa-loc-not-zeroed"), suites, limits, args)
-    more = response_cache(tmp_path, ModeSpec("on", "tape"), suites, {"gsm_style": 5}, args)
+    config = EvalConfig(model=tmp_path, limits={"gsm_style": 4}, out=tmp_path, batch_size=8, max_running=8, device="cpu",
+                        resume=False)
+    clean = response_cache(config, ModeSpec("on", "tape"))
+    faulty = response_cache(config, ModeSpec("on", "tape", fault="pad-swa-loc-not-zeroed"))
+    more = response_cache(replace(config, limits={"gsm_style": 5}), ModeSpec("on", "tape"))
     assert len({clean, faulty, more}) == 3
     (cached := clean.with_name(clean.name + "_rank0.db")).write_text("responses")
-    args.resume = True
-    assert response_cache(tmp_path, ModeSpec("on", "tape"), suites, limits, args) == clean and cached.exists()
-    args.resume = False
-    response_cache(tmp_path, ModeSpec("on", "tape"), suites, limits, args)
+    config = replace(config, resume=True)
+    assert response_cache(config, ModeSpec("on", "tape")) == clean and cached.exists()
+    config = replace(config, resume=False)
+    response_cache(config, ModeSpec("on", "tape"))
     assert not cached.exists()

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.evals.compare import Thresholds, compare_runs
+from harness.evals.compare import Thresholds, compare_runs, summarize
 from harness.evals.results import ItemResult, RunResult
 from harness.report import render_html, render_report
 from harness.report.render import TEMPLATES
@@ -155,7 +155,8 @@ def _scenario() -> tuple[list, list[RunResult]]:
 def report(tmp_path_factory) -> tuple[Path, str, _TreeBuilder]:
     comparisons, runs = _scenario()
     out = tmp_path_factory.mktemp("report")
-    path = render_report(comparisons, runs, kill_matrix=KILL_MATRIX, provenance=PROVENANCE, out_dir=out / "latest")
+    path = render_report(comparisons, runs, summary=summarize(comparisons), kill_matrix=KILL_MATRIX, provenance=PROVENANCE,
+                         out_dir=out / "latest")
     html = path.read_text(encoding="utf-8")
     return path, html, _parse(html)
 
@@ -267,7 +268,8 @@ def test_report_is_self_contained(report) -> None:
 def test_green_report_and_no_kill_matrix(tmp_path) -> None:
     on = RunResult("gsm_style", "cuda", "m", True, None, _items("gsm_style", 500), 1.0, {})
     off = RunResult("gsm_style", "off", "m", True, None, _items("gsm_style", 500), 1.0, {})
-    html = render_html([compare_runs(on, off)], [on, off], provenance={}, generated_at="then")
+    comparisons = [compare_runs(on, off)]
+    html = render_html(comparisons, [on, off], summary=summarize(comparisons), provenance={}, generated_at="then")
     page = _parse(html)
     assert page.root.find(id="verdict-word").text().strip() == "GREEN"
     assert not page.root.find_all(id="kill-matrix")

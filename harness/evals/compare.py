@@ -31,7 +31,6 @@ retries anything: a run is judged exactly as it was recorded.
 
 from __future__ import annotations
 
-import argparse
 import re
 from dataclasses import asdict, dataclass, fields
 from typing import Any, Callable, Iterable, Sequence
@@ -103,29 +102,6 @@ class Thresholds:
             else:
                 values[name] = float(value)
         return cls(**values)
-
-    @staticmethod
-    def add_arguments(parser: argparse.ArgumentParser) -> None:
-        """Add ``--alpha``, ``--max-drop``, ... to a CLI parser; read back with :meth:`from_args`."""
-        group = parser.add_argument_group("verdict thresholds")
-        for f in fields(Thresholds):
-            group.add_argument(
-                "--" + f.name.replace("_", "-"),
-                dest=f"threshold_{f.name}",
-                default=None,
-                metavar=f.name.upper(),
-                help=f"default {f.default}",
-            )
-
-    @classmethod
-    def from_args(cls, args: argparse.Namespace, base: Thresholds | None = None) -> Thresholds:
-        """Thresholds from :meth:`add_arguments` options, defaulting to ``base`` (or the defaults)."""
-        data = (base or cls()).to_dict()
-        for name in data:
-            value = getattr(args, f"threshold_{name}", None)
-            if value is not None:
-                data[name] = value
-        return cls.from_dict(data)
 
 
 # ------------------------------------------------------------------ divergence

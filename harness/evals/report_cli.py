@@ -9,25 +9,34 @@ import sys
 from pathlib import Path
 
 from harness.evals.compare import Thresholds
+from harness.evals.paths import DEFAULT_KILL_MATRIX, DEFAULT_MODEL, DEFAULT_OUT
 from harness.evals.results import RunResult
-from harness.evals.run import DEFAULT_MODEL, REPO, finish
+from harness.evals.run import finish
+from harness.evals.threshold_options import add_threshold_options, thresholds_from_options
+
+
+def rerender(out: Path, *, model: Path, kill_matrix: Path | None, thresholds: Thresholds) -> int:
+    """Judge and report the saved runs again; 2 when there are none, else the eval's exit code."""
+    files = sorted((out / "runs").glob("*.json"))
+    if not files:
+        print(f"swa-harness report: no saved runs under {out / 'runs'}; run `swa-harness eval` first", file=sys.stderr)
+        return 2
+    runs = [RunResult.load(f) for f in files]
+    provenance_file = out / "provenance.json"
+    provenance = json.loads(provenance_file.read_text()) if provenance_file.is_file() else {}
+    return finish(runs, out, model=model, thresholds=thresholds, kill_matrix=kill_matrix,
+                  provenance=provenance | {"re-rendered by": "swa-harness report"})
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="swa-harness report", description=__doc__)
-    parser.add_argument("--out", type=Path, default=REPO / "reports" / "latest", help="folder holding runs/ (the report is written there)")
+    parser.add_argument("--out", type=Path, default=DEFAULT_OUT, help="folder holding runs/ (the report is written there)")
     parser.add_argument("--model", type=Path, default=DEFAULT_MODEL, help="checkpoint whose tokenizer splits flips into tokens")
-    parser.add_argument("--kill-matrix", type=Path, default=REPO / "reports" / "kill-matrix.json")
-    Thresholds.add_arguments(parser)
+    parser.add_argument("--kill-matrix", type=Path, default=DEFAULT_KILL_MATRIX)
+    add_threshold_options(parser)
     args = parser.parse_args(argv)
-    files = sorted((args.out / "runs").glob("*.json"))
-    if not files:
-        print(f"swa-harness report: no saved runs under {args.out / 'runs'}; run `swa-harness eval` first", file=sys.stderr)
-        return 2
-    runs = [RunResult.load(f) for f in files]
-    provenance_file = args.out / "provenance.json"
-    provenance = json.loads(provenance_file.read_text()) if provenance_file.is_file() else {}
-    return finish(runs, args.out, args, Thresholds.from_args(args), provenance | {"re-rendered by": "swa-harness report"})
+    return rerender(args.out, model=args.model, kill_matrix=args.kill_matrix,
+                    thresholds=thresholds_from_options(vars(args)))
 
 
 if __name__ == "__main__":

@@ -17,8 +17,7 @@ from jinja2 import Environment, FileSystemLoader, StrictUndefined
 from markupsafe import Markup
 
 from harness.evals import stats
-from harness.evals.compare import summarize
-from harness.evals.results import ItemDiff, RunResult, SuiteComparison
+from harness.evals.results import ItemDiff, RunResult, SuiteComparison, Summary
 from harness.report.svg import VERDICT_COLOURS, forest_plot
 
 TEMPLATES = Path(__file__).resolve().parent / "templates"
@@ -204,12 +203,15 @@ def build_context(
     comparisons: Sequence[SuiteComparison],
     runs: Sequence[RunResult],
     *,
+    summary: Summary,
     kill_matrix: Mapping[str, Any] | None,
     provenance: Mapping[str, Any],
     generated_at: str | None = None,
 ) -> dict[str, Any]:
-    """Everything the template shows, already formatted (exposed for tests and other renderers)."""
-    summary = summarize(comparisons)
+    """Everything the template shows, already formatted (exposed for tests and other renderers).
+
+    ``summary`` is the job's own overall verdict, shown as is: the report never judges again.
+    """
     thresholds = comparisons[0].thresholds if comparisons else {}
     alpha = float(thresholds.get("alpha", 0.05))
     max_drop = thresholds.get("max_drop")
@@ -248,13 +250,14 @@ def render_html(
     comparisons: Sequence[SuiteComparison],
     runs: Sequence[RunResult],
     *,
+    summary: Summary,
     kill_matrix: Mapping[str, Any] | None = None,
     provenance: Mapping[str, Any],
     generated_at: str | None = None,
 ) -> str:
     """The report as an HTML string (``render_report`` writes it to disk)."""
     context = build_context(
-        comparisons, runs, kill_matrix=kill_matrix, provenance=provenance, generated_at=generated_at
+        comparisons, runs, summary=summary, kill_matrix=kill_matrix, provenance=provenance, generated_at=generated_at
     )
     return _environment().get_template(TEMPLATE_NAME).render(**context)
 
@@ -263,14 +266,15 @@ def render_report(
     comparisons: Sequence[SuiteComparison],
     runs: Sequence[RunResult],
     *,
+    summary: Summary,
     kill_matrix: Mapping[str, Any] | None,
     provenance: Mapping[str, Any],
     out_dir: str | Path,
     generated_at: str | None = None,
 ) -> Path:
-    """Write ``out_dir/index.html`` and return its path; the overall verdict is ``summarize(comparisons)``."""
+    """Write ``out_dir/index.html`` and return its path; the verdict shown is ``summary``, as the job computed it."""
     html = render_html(
-        comparisons, runs, kill_matrix=kill_matrix, provenance=provenance, generated_at=generated_at
+        comparisons, runs, summary=summary, kill_matrix=kill_matrix, provenance=provenance, generated_at=generated_at
     )
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)

@@ -1,0 +1,88 @@
+"""``swa-harness eval``: accuracy suites with graphs ON and OFF on the same items, compared paired.
+
+The command line is parsed here and only here, into an :class:`EvalConfig`; the job gets that.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from harness.evals.config import EvalConfig
+from harness.evals.run import run_eval
+from harness.evals.suites import SUITES
+from harness.evals.threshold_options import add_threshold_options, thresholds_from_options
+
+_DEFAULTS = EvalConfig()  # the option defaults, so the CLI and the dataclass cannot drift apart
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="swa-harness eval", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--model", type=Path, default=_DEFAULTS.model,
+                        help="HF-format checkpoint (default: the shipped tiny model)")
+    parser.add_argument("--suites", default=",".join(SUITES))
+    for name, spec in SUITES.items():
+        parser.add_argument(f"--limit-{name.replace('_', '-')}", type=int, default=spec.default_limit,
+                            help=f"items of {name} (default {spec.default_limit})")
+    parser.add_argument("--graphs-on", default=_DEFAULTS.graphs_on, choices=("tape", "cuda", "auto", "eager"))
+    parser.add_argument("--fault", default=None, help="catalog fault to inject into the graphs-on server")
+    parser.add_argument("--on-url", default=None, help="use this running server as graphs ON instead of launching one")
+    parser.add_argument("--off-url", default=None, help="use this running server as graphs OFF")
+    parser.add_argument("--out", type=Path, default=_DEFAULTS.out)
+    parser.add_argument("--kill-matrix", type=Path, default=_DEFAULTS.kill_matrix)
+    parser.add_argument("--batch-size", type=int, default=_DEFAULTS.batch_size)
+    parser.add_argument("--max-running", type=int, default=_DEFAULTS.max_running)
+    parser.add_argument("--threads", type=int, default=_DEFAULTS.threads, help="torch threads per server")
+    parser.add_argument("--device", default=_DEFAULTS.device, help="device of both servers (cuda on a GPU machine)")
+    parser.add_argument("--sequential", action="store_true", help="run OFF after ON instead of side by side")
+    parser.add_argument("--resume", action="store_true",
+                        help="reuse the responses a previous, interrupted run of exactly this configuration cached")
+    parser.add_argument("--server-timeout", type=float, default=_DEFAULTS.server_timeout)
+    parser.add_argument("--lm-eval-timeout", type=float, default=_DEFAULTS.lm_eval_timeout)
+    add_threshold_options(parser)
+    return parser
+
+
+def parse_config(argv: list[str]) -> EvalConfig:
+    """The command line as an EvalConfig; a bad suite, fault or checkpoint exits here, before anything starts."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    names = [s.strip() for s in args.suites.split(",") if s.strip()]
+    unknown = [n for n in names if n not in SUITES]
+    if unknown:
+        parser.error(f"unknown suites {unknown}; known: {', '.join(SUITES)}")
+    if args.fault:
+        from harness.faults import get_fault  # imported here: the fault catalog pulls in the engine
+
+        get_fault(args.fault)  # a clear error before anything starts
+    if not (args.on_url and args.off_url) and not (Path(args.model) / "config.json").is_file():
+        parser.error(f"no HF checkpoint at {args.model} (config.json missing)")
+    return EvalConfig(
+        model=args.model,
+        limits={name: getattr(args, f"limit_{name}") for name in names},
+        graphs_on=args.graphs_on,
+        fault=args.fault,
+        on_url=args.on_url,
+        off_url=args.off_url,
+        out=args.out,
+        kill_matrix=args.kill_matrix,
+        batch_size=args.batch_size,
+        max_running=args.max_running,
+        threads=args.threads,
+        device=args.device,
+        sequential=args.sequential,
+        resume=args.resume,
+        server_timeout=args.server_timeout,
+        lm_eval_timeout=args.lm_eval_timeout,
+        thresholds=thresholds_from_options(vars(args)),
+        argv=tuple(argv),
+    )
+
+
+def main(argv: list[str] | None = None) -> int:
+    return run_eval(parse_config(list(sys.argv[1:] if argv is None else argv)))
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

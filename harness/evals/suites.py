@@ -1,0 +1,21 @@
+"""The accuracy suites an eval can run: each one lm-eval task of ``suites/accuracy``."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class SuiteSpec:
+    name: str
+    task: str  # the lm-eval task name in suites/accuracy
+    primary_filter: str  # the filter whose exact match decides correctness
+    default_limit: int
+
+
+# Defaults score the whole frozen test sets: at N = 100 a clean AIME-style run cannot vouch for a drop
+# under 5 pp (MDE 5.4 pp with no discordant pairs: AMBER), at N = 200 it can (2.7 pp).
+SUITES = {
+    "gsm_style": SuiteSpec("gsm_style", "swa_gsm_style", "strict-match", 500),
+    "aime_style": SuiteSpec("aime_style", "swa_aime_style", "strict-match", 200),
+}
