@@ -61,7 +61,7 @@ def stale_key_watch() -> Iterator[StaleKeyWatch]:
 
 
 @pytest.fixture
-def swa_write_spy(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+def swa_write_spy(monkeypatch: pytest.MonkeyPatch, target: Target) -> list[int]:
     """Invariant 3 at the write boundary: every SWA write Python performs (eager forwards, warm-up and
     capture runs) uses exactly the current mapping of the written tokens' full slots.
 
@@ -69,7 +69,7 @@ def swa_write_spy(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     refused as a host sync; it never translates ahead of the pool, so the memo's behaviour is the
     pool's own.
     """
-    original = SWAKVPool.set_kv_buffer
+    original = target.pool_class.set_kv_buffer
     checked: list[int] = []
 
     def check(pool: SWAKVPool, layer_id: int, loc: torch.Tensor, used: torch.Tensor) -> None:
@@ -92,5 +92,5 @@ def swa_write_spy(monkeypatch: pytest.MonkeyPatch) -> list[int]:
             check(self, layer_id, loc, used)
         return result
 
-    monkeypatch.setattr(SWAKVPool, "set_kv_buffer", checked_set_kv_buffer)
+    monkeypatch.setattr(target.pool_class, "set_kv_buffer", checked_set_kv_buffer)
     return checked

@@ -13,8 +13,10 @@ import os
 from pathlib import Path
 from typing import Any, Protocol
 
+import torch
+
 from harness.engine import Engine, EngineConfig
-from harness.mem import HybridPool, HybridPoolSpec, build_hybrid_pool
+from harness.mem import LOC_DTYPE, HybridPool, HybridPoolSpec, SWAKVPool, build_hybrid_pool
 
 TARGET_ENV = "SWA_HARNESS_TARGET"
 
@@ -23,6 +25,8 @@ PoolSpec = HybridPoolSpec  # the suites' name for it
 
 class Target(Protocol):
     name: str
+    pool_class: type  # the class whose set_kv_buffer every KV write goes through
+    index_dtypes: tuple[torch.dtype, ...]  # slot-id dtypes its pool and allocator boundaries accept
 
     def build_pool(self, spec: HybridPoolSpec) -> HybridPool: ...
 
@@ -33,6 +37,8 @@ class HarnessTarget:
     """The harness's own implementation (the default target)."""
 
     name = "harness"
+    pool_class = SWAKVPool
+    index_dtypes = (LOC_DTYPE,)  # int32 only: anything else is an IndexContractError
 
     def build_pool(self, spec: HybridPoolSpec) -> HybridPool:
         return build_hybrid_pool(spec)
@@ -42,7 +48,7 @@ class HarnessTarget:
 
 
 # name -> "module:Class"; imported on demand, so the harness target never imports SGLang.
-TARGETS: dict[str, str] = {"harness": "harness.targets:HarnessTarget"}
+TARGETS: dict[str, str] = {"harness": "harness.targets:HarnessTarget", "sglang": "harness.targets.sglang:SGLangTarget"}
 
 
 def load_target(name: str | None = None) -> Target:

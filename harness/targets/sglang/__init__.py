@@ -1,0 +1,61 @@
+"""The ``sglang`` target: real SGLang's memory code (its ``SWAKVPool`` and
+``SWATokenToKVPoolAllocator``) under the harness's engine, scheduler and graph runner, on CPU.
+
+    pytest suites --target sglang          # or SWA_HARNESS_TARGET=sglang; `nox -s sglang` installs it
+
+``SWA_HARNESS_SGLANG_PATCH=<file.yaml>`` applies a source patch to SGLang first, with SGLang's own
+``debug_utils.source_patcher`` (rewrite a function's source, swap its ``__code__``): the way to ask
+"would the suites catch this change?" without a checkout.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from harness.engine import Engine, EngineConfig
+from harness.mem import HybridPool, HybridPoolSpec, ReqToTokenPool
+from harness.targets.sglang.adapters import SGLangAllocatorAdapter, SGLangPoolAdapter
+from harness.targets.sglang.imports import SGLANG_VERSION, SGLangUnavailable, import_sglang
+
+__all__ = ["PATCH_ENV", "SGLANG_VERSION", "SGLangTarget", "SGLangUnavailable"]
+
+logger = logging.getLogger(__name__)
+PATCH_ENV = "SWA_HARNESS_SGLANG_PATCH"
+
+
+class SGLangTarget:
+    name = "sglang"
+    pool_class = SGLangPoolAdapter
+    # SGLang keeps ids as int64 and checks no dtype at its boundaries; int32 ids index the same slots.
+    index_dtypes = (torch.int32, torch.int64)
+
+    def __init__(self) -> None:
+        self.sglang = import_sglang()
+        self.version = self.sglang.__version__
+        patch_file = os.environ.get(PATCH_ENV)
+        if patch_file:
+            from sglang.srt.debug_utils.source_patcher.code_patcher import apply_patches_from_config
+
+            applied = apply_patches_from_config(Path(patch_file).read_text())  # raises if a match is not found
+            logger.warning("sglang target: %d source patch(es) from %s applied", len(applied), patch_file)
+
+    def build_pool(self, spec: HybridPoolSpec) -> HybridPool:
+        from sglang.srt.mem_cache.allocator.swa import SWATokenToKVPoolAllocator
+        from sglang.srt.mem_cache.swa_memory_pool import SWAKVPool
+
+        device = str(spec.device)
+        pool = SWAKVPool(size=spec.size, size_swa=spec.size_swa, page_size=spec.page_size, dtype=spec.dtype,
+                         head_num=spec.head_num, head_dim=spec.head_dim, swa_attention_layer_ids=list(spec.swa_layers),
+                         full_attention_layer_ids=list(spec.full_layers), device=device)
+        allocator = SWATokenToKVPoolAllocator(spec.size, spec.size_swa, spec.page_size, spec.dtype, device, pool,
+                                              need_sort=False)
+        return HybridPool(SGLangPoolAdapter(pool), SGLangAllocatorAdapter(allocator),
+                          ReqToTokenPool(spec.max_requests, spec.max_context_len, spec.device))
+
+    def make_engine(self, model_path: str | Path, **config: Any) -> Engine:
+        return Engine(EngineConfig(model_path=model_path, **config), pool_builder=self.build_pool)

@@ -1,0 +1,139 @@
+"""The harness's pool and allocator interfaces over real SGLang's ``SWAKVPool`` and
+``SWATokenToKVPoolAllocator``, so the harness's engine, scheduler and graph runner run on SGLang's
+memory code. Every adapter method is a thin translation; behaviour is SGLang's.
+
+Where the two designs differ, the adapter follows SGLang's own callers:
+* 0.5.23 has no translation memo (the write loc is translated once per forward by its KV-loc plan),
+  so ``invalidate_loc_cache`` has nothing to flush and translation is a plain gather.
+* SGLang keeps slot ids as int64; the harness engine carries int32. The adapter converts at this
+  boundary, in both directions, and nowhere else.
+* SGLang's ``free`` requires every slot to still hold its SWA peer (its scheduler frees slots that
+  left the window with ``free_full``); the harness's ``free`` takes any owned slots, so the adapter
+  splits them the way SGLang's scheduler does.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from harness.mem.index import LOC_DTYPE
+
+
+@dataclass(frozen=True)
+class _Layer:
+    """What SGLang's ``set_kv_buffer`` reads of its ``RadixAttention`` layer argument."""
+
+    layer_id: int
+
+
+def _long(index: torch.Tensor) -> torch.Tensor:
+    return index.to(torch.int64)
+
+
+class SGLangPoolAdapter:
+    def __init__(self, pool) -> None:  # sglang.srt.mem_cache.swa_memory_pool.SWAKVPool
+        from sglang.srt.mem_cache.memory_pool import KVWriteLoc
+
+        self.sglang = pool
+        self._write_loc = KVWriteLoc
+        self.device = torch.device(pool.device)
+        self.size, self.size_swa, self.page_size, self.dtype = pool.size, pool.size_swa, pool.page_size, pool.dtype
+        self.full_kv_pool, self.swa_kv_pool = pool.full_kv_pool, pool.swa_kv_pool  # each has k_buffer / v_buffer lists
+        self.layers_mapping = pool.layers_mapping
+
+    @property
+    def full_to_swa_index_mapping(self) -> torch.Tensor:
+        return self.sglang.full_to_swa_index_mapping
+
+    def is_swa_layer(self, layer_id: int) -> bool:
+        return self.layers_mapping[layer_id][1]
+
+    def get_key_buffer(self, layer_id: int) -> torch.Tensor:
+        return self.sglang.get_key_buffer(layer_id)
+
+    def get_value_buffer(self, layer_id: int) -> torch.Tensor:
+        return self.sglang.get_value_buffer(layer_id)
+
+    def invalidate_loc_cache(self) -> None:
+        """Nothing to flush: 0.5.23 translates once per forward and keeps no memo."""
+
+    def translate_loc_from_full_to_swa(self, kv_indices: torch.Tensor) -> torch.Tensor:
+        return self.sglang.translate_loc_from_full_to_swa(_long(kv_indices)).to(LOC_DTYPE)
+
+    translate_fresh_loc = translate_loc_from_full_to_swa  # without a memo a fresh tensor needs no flushes
+
+    def set_kv_buffer(self, layer_id: int, loc: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *,
+                      swa_loc: torch.Tensor | None = None) -> None:
+        """SGLang's write: a ``KVWriteLoc`` whose ``swa_loc`` is set for sliding layers."""
+        if self.is_swa_layer(layer_id) and swa_loc is None:
+            swa_loc = self.translate_loc_from_full_to_swa(loc)
+        write = self._write_loc(loc=_long(loc), swa_loc=None if swa_loc is None else _long(swa_loc))
+        self.sglang.set_kv_buffer(_Layer(layer_id), write, k, v)
+
+
+class _FullAllocatorView:
+    """``is_allocated`` over SGLang's token allocator, for the accounting audit."""
+
+    def __init__(self, allocator) -> None:
+        self.sglang = allocator
+
+    def is_allocated(self, index: torch.Tensor) -> torch.Tensor:
+        free = torch.cat([self.sglang.free_pages, self.sglang.release_pages])
+        return ~torch.isin(_long(index), free)
+
+
+class SGLangAllocatorAdapter:
+    def __init__(self, allocator) -> None:  # sglang.srt.mem_cache.allocator.swa.SWATokenToKVPoolAllocator
+        self.sglang = allocator
+        self.size, self.size_swa, self.page_size = allocator.size_full, allocator.size_swa, allocator.page_size
+        self.device = torch.device(allocator.device)
+        self.full_attn_allocator = _FullAllocatorView(allocator.full_attn_allocator)
+
+    @property
+    def full_to_swa_index_mapping(self) -> torch.Tensor:
+        return self.sglang.full_to_swa_index_mapping
+
+    @full_to_swa_index_mapping.setter
+    def full_to_swa_index_mapping(self, mapping: torch.Tensor) -> None:
+        self.sglang.full_to_swa_index_mapping = mapping
+
+    def register_mapping(self) -> None:
+        """Hand the (possibly rebuilt) mapping to the pool again, as SGLang's allocator does at init."""
+        self.sglang.get_kvcache().register_mapping(self.sglang.full_to_swa_index_mapping)
+
+    def full_available_size(self) -> int:
+        return self.sglang.full_available_size()
+
+    def swa_available_size(self) -> int:
+        return self.sglang.swa_available_size()
+
+    def available_size(self) -> int:
+        return self.sglang.available_size()
+
+    def alloc(self, need_size: int) -> torch.Tensor | None:
+        if self.page_size == 1:
+            out = self.sglang.alloc(need_size)
+        else:  # paged allocators only allocate through alloc_extend: one fresh request of need_size tokens
+            lens = torch.tensor([need_size], dtype=torch.int64, device=self.device)
+            none = torch.zeros_like(lens)
+            out = self.sglang.alloc_extend(none, none.cpu(), lens, lens.cpu(), torch.full_like(lens, -1), need_size)
+        return None if out is None else out.to(LOC_DTYPE)
+
+    def free(self, free_index: torch.Tensor) -> None:
+        if free_index.numel() == 0:
+            return
+        index = _long(free_index)
+        holds_swa = self.sglang.full_to_swa_index_mapping[index] > 0
+        self.sglang.free(index[holds_swa])
+        self.sglang.free_full(index[~holds_swa])
+
+    def free_swa(self, free_index: torch.Tensor) -> None:
+        self.sglang.free_swa(_long(free_index))
+
+    def set_full_to_swa_mapping(self, full_index: torch.Tensor, swa_index: torch.Tensor) -> None:
+        self.sglang.set_full_to_swa_mapping(_long(full_index), _long(swa_index))
+
+    def clear(self) -> None:
+        self.sglang.clear()

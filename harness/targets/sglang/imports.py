@@ -1,0 +1,56 @@
+"""Import real SGLang on a CPU-only machine: version check, then the (tiny) import shims.
+
+SGLANG_VERSION is the release the adapters were written against. Another version (or an editable
+checkout, ``pip install -e <sglang>/python --no-deps``, which reports its own version) is refused
+with a clear message unless ``SWA_HARNESS_SGLANG_ANY_VERSION=1`` says the user accepts that an
+adapter may not match it.
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+import os
+import sys
+from pathlib import Path
+from types import ModuleType
+
+SGLANG_VERSION = "0.5.23"
+ANY_VERSION_ENV = "SWA_HARNESS_SGLANG_ANY_VERSION"
+SHIMS = Path(__file__).resolve().parent / "import_shims"
+
+
+class SGLangUnavailable(ImportError):
+    """SGLang is not installed, or not the version the adapters were written for."""
+
+
+def _install_shims() -> None:
+    try:
+        import torchvision  # noqa: F401 - a working torchvision needs no shim
+        return
+    except Exception:  # noqa: BLE001 - absent, or the CPU-incompatible wheel: fall back to the shim
+        sys.modules.pop("torchvision", None)
+    from transformers.utils import import_utils
+
+    import_utils.is_torchvision_available()  # cached False now, before the shim becomes importable
+    if str(SHIMS) not in sys.path:
+        sys.path.append(str(SHIMS))
+
+
+def import_sglang() -> ModuleType:
+    """``sglang``, imported, after checking its version; ``SGLangUnavailable`` says what is wrong."""
+    try:
+        version = importlib.metadata.version("sglang")
+    except importlib.metadata.PackageNotFoundError:
+        raise SGLangUnavailable(
+            "the sglang target needs SGLang installed: `nox -s sglang` installs the pinned recipe "
+            f"(sglang=={SGLANG_VERSION} --no-deps plus what its imports need)"
+        ) from None
+    if version != SGLANG_VERSION and os.environ.get(ANY_VERSION_ENV) != "1":
+        raise SGLangUnavailable(
+            f"installed sglang is {version}; the adapters were written against {SGLANG_VERSION}. "
+            f"Set {ANY_VERSION_ENV}=1 to run against it anyway (e.g. a local checkout of a branch)."
+        )
+    _install_shims()
+    import sglang
+
+    return sglang
