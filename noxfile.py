@@ -14,6 +14,19 @@ PYTHON = "3.11"
 # The CPU build of torch 2.13.0; a bare "torch" would pull a multi-GB CUDA build.
 TORCH_PIN = os.environ.get("SWA_HARNESS_TORCH", "torch==2.13.0")
 
+# Real SGLang on CPU: its metadata pins torch 2.14.1 and CUDA-only packages, so it goes in with
+# --no-deps, plus what the imports of its memory code need. SWA_HARNESS_SGLANG may name another
+# release or a local checkout's python/ folder (installed editable).
+SGLANG = os.environ.get("SWA_HARNESS_SGLANG", "sglang==0.5.23")
+SGLANG_IMPORT_DEPS = [
+    "numpy", "orjson", "psutil", "pybase64", "requests", "packaging", "pillow", "msgspec", "starlette",
+    "pydantic", "pyzmq", "tqdm", "aiohttp", "transformers==5.19.0", "tokenizers==0.23.2", "dill",
+    "apache-tvm-ffi==0.1.11", "sentencepiece==0.2.1", "compressed-tensors==0.18.0", "gguf", "einops",
+    "openai==2.8.0", "partial_json_parser", "ipython",
+]
+SGLANG_NO_DEPS = ["triton==3.9.0"]  # imported at module level by sglang's utils, never run on CPU
+SGLANG_SUITES = ["suites/pool", "suites/scenarios", "suites/differential", "suites/sglang"]
+
 
 def _install(session: nox.Session, extras: str = "test") -> None:
     session.install(TORCH_PIN)
@@ -55,3 +68,15 @@ def report(session: nox.Session) -> None:
     """Re-render reports/latest/index.html from the saved runs (and the latest kill matrix)."""
     _install(session, "test,eval")
     session.run("swa-harness", "report", *session.posargs)
+
+
+@nox.session(python=PYTHON)
+def sglang(session: nox.Session) -> None:
+    """The pool, scenario, differential and registry suites against real SGLang's memory code on CPU, once with
+    SGLANG_INVARIANT_CHECK=0 and once with =2 (strict); SWA_HARNESS_SGLANG_PATCH=<yaml> patches SGLang first."""
+    _install(session)
+    session.install("--no-deps", *(["-e", SGLANG] if os.path.isdir(SGLANG) else [SGLANG]), *SGLANG_NO_DEPS)
+    session.install(*SGLANG_IMPORT_DEPS)
+    for level in ("0", "2"):
+        session.run("python", "-m", "pytest", "-n", "auto", "-p", "no:cacheprovider", *SGLANG_SUITES,
+                    "--target", "sglang", *session.posargs, env={"SGLANG_INVARIANT_CHECK": level})

@@ -1,0 +1,102 @@
+"""Padding through SGLang's own decode buffer registry and KV-loc plan helper, over SGLang's pool.
+
+A full-width replay leaves live values in every buffer; then a smaller batch is placed into its
+bucket with ``fill_from``. Checked: each buffer's padded tail follows the policy the registry itself
+declares for it; the padded rows' write locations (``out_cache_loc`` from the registry, SWA write
+ids padded with the sink by ``kv_loc_plan.pad_with_sink``) reach only slot 0 of each sub-pool, so
+writing a padded batch through SGLang's ``set_kv_buffer`` changes no live slot's K/V.
+"""
+
+from __future__ import annotations
+
+import types
+
+import pytest
+import torch
+from hypothesis import given, settings
+
+from fixtures.scenarios.padding import PaddingCase, bucket_boundary_cases, padding_cases
+from harness.graph.runner import DEFAULT_CAPTURE_BS
+from harness.targets import PoolSpec
+
+MAX_BS = 16
+BUCKETS = [b for b in DEFAULT_CAPTURE_BS if b <= MAX_BS]
+SEQ_LEN_FILL = 1  # the triton / flashinfer backends' fill value
+SWA_LAYER, FULL_LAYER = 0, 1
+
+
+@pytest.fixture(scope="module")
+def sglang(target):
+    if target.name != "sglang":
+        pytest.skip("drives SGLang's own decode buffer registry: run with --target sglang (nox -s sglang)")
+    from sglang.srt.mem_cache.kv_loc_plan import pad_with_sink
+    from sglang.srt.model_executor.cuda_graph_buffer_registry import PaddingPolicy, build_decode_registry
+
+    return types.SimpleNamespace(pad_with_sink=pad_with_sink, PaddingPolicy=PaddingPolicy,
+                                 build_decode_registry=build_decode_registry)
+
+
+def _batch(loc: torch.Tensor, req_pool_indices: torch.Tensor, seq_lens: torch.Tensor) -> types.SimpleNamespace:
+    """The ForwardBatch attributes the decode registry mirrors, for one decode step."""
+    return types.SimpleNamespace(input_ids=loc + 1000, positions=seq_lens - 1, out_cache_loc=loc,
+                                 req_pool_indices=req_pool_indices, seq_lens=seq_lens, seq_lens_cpu=seq_lens.cpu(),
+                                 mrope_positions=None)
+
+
+def check_padding(target, sglang, case: PaddingCase) -> None:
+    handle = target.build_pool(PoolSpec(size=64, size_swa=48, max_requests=MAX_BS))
+    pool, allocator = handle.pool, handle.allocator
+    registry = sglang.build_decode_registry(device=torch.device("cpu"), max_bs=MAX_BS, max_num_token=MAX_BS,
+                                            seq_len_fill_value=SEQ_LEN_FILL, cache_loc_dtype=torch.int64,
+                                            register_global_num_tokens=False, share_pool=False)
+    # A full-width replay: every buffer's prefix holds live values of `previous_bs` requests.
+    prev = allocator.alloc(case.previous_bs).long()
+    ids = torch.arange(1, case.previous_bs + 1, dtype=torch.int64)
+    registry.fill_from(_batch(prev, ids, ids + 7), raw_bs=case.previous_bs, padded_bs=case.previous_bs,
+                       raw_num_tokens=case.previous_bs, padded_num_tokens=case.previous_bs)
+    # The live requests' K/V before the smaller batch.
+    for layer in (SWA_LAYER, FULL_LAYER):
+        pool.set_kv_buffer(layer, prev, torch.ones(case.previous_bs, 2, 8), torch.ones(case.previous_bs, 2, 8))
+    live_full, live_swa = prev, pool.translate_loc_from_full_to_swa(prev).long()
+    before = {layer: pool.get_key_buffer(layer).clone() for layer in (SWA_LAYER, FULL_LAYER)}
+
+    raw, bs = case.raw_bs, case.bucket
+    loc = allocator.alloc(raw).long()
+    rows = torch.arange(1, raw + 1, dtype=torch.int64)
+    registry.fill_from(_batch(loc, rows, rows + 3), raw_bs=raw, padded_bs=bs, raw_num_tokens=raw, padded_num_tokens=bs)
+
+    for name in registry.slot_names():
+        slot = registry.get_slot(name)
+        if slot.buffer is None or slot.buffer.dim() != 1:
+            continue
+        tail = slot.buffer[raw:bs]
+        policy = slot.padding_policy
+        if policy is sglang.PaddingPolicy.ZERO:
+            assert bool((tail == 0).all()), f"{name}: policy ZERO but the padded tail is {tail.tolist()}"
+        elif policy is sglang.PaddingPolicy.FILL_SENTINEL:
+            assert bool((tail == slot.pad_value).all()), f"{name}: policy FILL_SENTINEL({slot.pad_value}) but tail {tail.tolist()}"
+
+    # The padded batch writes through SGLang's pool: full layers at the registry's out_cache_loc,
+    # sliding layers at this batch's SWA write ids padded with the sink.
+    out_cache_loc = registry.get_slot("out_cache_loc").buffer[:bs]
+    swa_ids = sglang.pad_with_sink(pool.translate_loc_from_full_to_swa(loc).long(), bs)
+    assert swa_ids.numel() == bs and bool((swa_ids[raw:] == 0).all()), f"SWA write ids of padded rows: {swa_ids[raw:].tolist()}"
+    new = torch.full((bs, 2, 8), 5.0)
+    pool.set_kv_buffer(FULL_LAYER, out_cache_loc, new, new)
+    pool.set_kv_buffer(SWA_LAYER, out_cache_loc, new, new, swa_loc=swa_ids)
+    for layer, live in ((FULL_LAYER, live_full), (SWA_LAYER, live_swa)):
+        changed = (pool.get_key_buffer(layer) != before[layer]).flatten(1).any(1).nonzero().flatten().tolist()
+        own = set(pool.translate_loc_from_full_to_swa(loc).tolist() if layer == SWA_LAYER else loc.tolist())
+        stray = sorted(set(changed) - own - {0})
+        assert not stray, f"layer {layer}: padded rows wrote live slots {stray} (live: {sorted(live.tolist())})"
+
+
+@pytest.mark.parametrize("case", bucket_boundary_cases(BUCKETS, MAX_BS), ids=lambda c: c.name)
+def test_bucket_boundaries_after_a_full_width_replay(target, sglang, case):
+    check_padding(target, sglang, case)
+
+
+@settings(max_examples=25, deadline=None)
+@given(case=padding_cases(BUCKETS, MAX_BS))
+def test_generated_padding_cases(target, sglang, case):
+    check_padding(target, sglang, case)
