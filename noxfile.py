@@ -70,13 +70,25 @@ def report(session: nox.Session) -> None:
     session.run("swa-harness", "report", *session.posargs)
 
 
+def _install_sglang(session: nox.Session) -> None:
+    _install(session)
+    session.install("--no-deps", *(["-e", SGLANG] if os.path.isdir(SGLANG) else [SGLANG]), *SGLANG_NO_DEPS)
+    session.install(*SGLANG_IMPORT_DEPS)
+
+
 @nox.session(python=PYTHON)
 def sglang(session: nox.Session) -> None:
     """The pool, scenario, differential and registry suites against real SGLang's memory code on CPU, once with
     SGLANG_INVARIANT_CHECK=0 and once with =2 (strict); SWA_HARNESS_SGLANG_PATCH=<yaml> patches SGLang first."""
-    _install(session)
-    session.install("--no-deps", *(["-e", SGLANG] if os.path.isdir(SGLANG) else [SGLANG]), *SGLANG_NO_DEPS)
-    session.install(*SGLANG_IMPORT_DEPS)
+    _install_sglang(session)
     for level in ("0", "2"):
         session.run("python", "-m", "pytest", "-n", "auto", "-p", "no:cacheprovider", *SGLANG_SUITES,
                     "--target", "sglang", *session.posargs, env={"SGLANG_INVARIANT_CHECK": level})
+
+
+@nox.session(python=PYTHON)
+def sglang_faults(session: nox.Session) -> None:
+    """The kill matrix against real SGLang: each SGLang-side catalog fault patched into its source, through
+    the suites; writes reports/kill-matrix-sglang.json."""
+    _install_sglang(session)
+    session.run("swa-harness", "faults", "--target", "sglang", *session.posargs)

@@ -8,6 +8,7 @@ from pathlib import Path
 
 from harness.faults import FAULTS
 from harness.faults.base import Fault
+from harness.targets.sglang.faults.catalog import SEEDS_NOT_PORTED, SGLANG_FAULTS
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "FAULTS.md"
 
@@ -49,6 +50,16 @@ def render() -> str:
     for fault in FAULTS.values():
         cells = (f"`{fault.id}`", fault.seed, fault.breaks, fault.user_sees, fault.invariant, _seams(fault))
         lines.append("| " + " | ".join(c.replace("|", "\\|") for c in cells) + " |")
+    lines += ["", "## The same regressions in real SGLang 0.5.23", "",
+              "Source edits of the installed SGLang (`harness/targets/sglang/faults/catalog/`), applied with SGLang's own "
+              "`source_patcher` by `SWA_HARNESS_SGLANG_FAULT=<id>`; `swa-harness faults --target sglang` runs them all.", "",
+              "| id | seed | what goes wrong | what a user sees | invariant | edits |", "|---|---|---|---|---|---|"]
+    for fault in SGLANG_FAULTS.values():
+        edited = ", ".join(sorted({f"`{e.target.rsplit('.', 2)[-2]}.{e.target.rsplit('.', 1)[-1]}`" for e in fault.edits}))
+        cells = (f"`{fault.id}`", fault.seed, fault.breaks, fault.user_sees, fault.invariant, edited)
+        lines.append("| " + " | ".join(c.replace("|", "\\|") for c in cells) + " |")
+    lines += ["", "Seeds without a home in 0.5.23:", ""]
+    lines += [f"- {seed}: {why}." for seed, why in SEEDS_NOT_PORTED.items()]
     lines += ["", "## Invariants every correct design keeps", ""]
     lines += [f"{i}. {text}" for i, text in enumerate(INVARIANTS, 1)]
     lines += ["", "A `design:` invariant is a property of the fixed design (e.g. one mapping gather per forward), "

@@ -1,12 +1,17 @@
-"""The kill matrix: run the suites on the clean build and once per catalog fault.
+"""The kill matrix: run the suites on the clean build and once per catalog fault, per target.
 
-Each (fault, suite) pair is a pytest subprocess with ``SWA_HARNESS_FAULT=<id>`` (empty for the clean
-build); runs go in parallel, one single-threaded process per core. A suite *kills* a fault when one
-of its tests fails on an assertion (``assert``, ``torch.testing.assert_close``, ``pytest.raises``);
-a fault run stops there (``stop_on_kill``), the clean build runs every test. Failures that are only
-other exceptions are reported as *error*, passing suites as *survived*.
-The matrix is printed and written as JSON for the HTML report; the exit status is non-zero when the
-clean build fails or any fault survives.
+Each (fault, suite) pair is a pytest subprocess with the fault switched on through the target's
+environment variable (none for the clean build); runs go in parallel, one single-threaded process
+per core. ``harness.faults.verdicts`` classifies every failure: a *kill* is a test's own assertion
+on a real computation (*behavioural*) or on a design property (*structural*, marked tests and
+``expect_structure``); any other failure, asserts inside harness or SGLang code included, is an
+*error*; a suite with neither *survived*. A fault run stops at its first behavioural kill.
+The clean build must pass, and run at least ``min_tests`` tests per suite (a suite that collected
+nothing proves nothing). The matrix is printed and written as JSON for the HTML report; the exit
+status is non-zero when the clean build fails or any fault survives every suite.
+
+    swa-harness faults                     # the harness's own twins (harness/faults/catalog)
+    swa-harness faults --target sglang     # source patches into real SGLang (in the `nox -s sglang` venv)
 """
 
 from __future__ import annotations
@@ -17,103 +22,131 @@ import subprocess
 import sys
 import tempfile
 import time
-import xml.etree.ElementTree as ET
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 
-from harness.faults import FAULT_ENV, FAULTS
-from harness.faults.stop_on_kill import ASSERTION_PREFIXES
+from harness.faults.verdicts import STOP_ENV, VERDICTS_ENV
 
 REPO = Path(__file__).resolve().parents[2]
-SUITES: dict[str, str] = {"scenarios": "suites/scenarios", "differential": "suites/differential"}
+
+
+@dataclass(frozen=True)
+class MatrixTarget:
+    """What differs between targets: suites, how a fault is switched on, which faults exist."""
+
+    name: str
+    suites: dict[str, str]  # suite name -> path
+    min_tests: dict[str, int]
+    fault_env: str
+    catalog: Callable[[], dict[str, dict]]  # fault id -> its record (id, seed, breaks, ...)
+    pytest_args: tuple[str, ...] = ()
+    out: Path = REPO / "reports" / "kill-matrix.json"
+
+
+def _harness_catalog() -> dict[str, dict]:
+    from harness.faults import FAULTS
+
+    return {fid: f.to_dict() for fid, f in FAULTS.items()}
+
+
+def _sglang_catalog() -> dict[str, dict]:
+    from harness.targets.sglang.faults.catalog import SGLANG_FAULTS
+
+    return {fid: f.to_dict() for fid, f in SGLANG_FAULTS.items()}
+
+
+MATRIX_TARGETS: dict[str, MatrixTarget] = {
+    "harness": MatrixTarget(
+        "harness", {"scenarios": "suites/scenarios", "differential": "suites/differential"},
+        {"scenarios": 85, "differential": 10}, "SWA_HARNESS_FAULT", _harness_catalog),
+    "sglang": MatrixTarget(
+        "sglang", {"pool": "suites/pool", "scenarios": "suites/scenarios", "differential": "suites/differential",
+                   "registry": "suites/sglang"},
+        {"pool": 2, "scenarios": 85, "differential": 10, "registry": 20}, "SWA_HARNESS_SGLANG_FAULT",
+        _sglang_catalog, ("--target", "sglang"), REPO / "reports" / "kill-matrix-sglang.json"),
+}
 
 
 @dataclass
 class SuiteOutcome:
     passed: int = 0
-    assertion_failures: list[str] = field(default_factory=list)
-    other_failures: list[str] = field(default_factory=list)
+    kills: list[dict] = field(default_factory=list)  # verdict records, in order
+    errors: list[dict] = field(default_factory=list)
 
-    @property
-    def failed(self) -> bool:
-        return bool(self.assertion_failures or self.other_failures)
+    @classmethod
+    def from_verdicts(cls, path: Path) -> SuiteOutcome:
+        outcome = cls()
+        for line in path.read_text().splitlines() if path.exists() else []:
+            record = json.loads(line)
+            if record["outcome"] == "passed":
+                outcome.passed += 1
+            else:
+                (outcome.kills if record["outcome"] == "kill" else outcome.errors).append(record)
+        return outcome
 
     def fault_status(self) -> dict[str, str | None]:
-        if self.assertion_failures:
-            return {"status": "killed", "first_failure": self.assertion_failures[0]}
-        if self.other_failures:
-            return {"status": "error", "first_failure": self.other_failures[0]}
-        return {"status": "survived", "first_failure": None}
+        if self.kills:
+            best = next((k for k in self.kills if k["kill_class"] == "behavioural"), self.kills[0])
+            return {"status": "killed", "kill_class": best["kill_class"], "first_failure": _describe(best)}
+        if self.errors:
+            return {"status": "error", "kill_class": None, "first_failure": _describe(self.errors[0])}
+        return {"status": "survived", "kill_class": None, "first_failure": None}
 
-    def clean_status(self) -> dict[str, str]:
-        if self.failed:
-            return {"status": "failed", "detail": (self.assertion_failures + self.other_failures)[0]}
-        return {"status": "passed", "detail": f"{self.passed} tests passed"}
-
-
-def _suite_of(classname: str) -> str | None:
-    for suite, path in SUITES.items():
-        if classname.startswith(path.replace("/", ".")):
-            return suite
-    return None
+    def clean_status(self, min_tests: int) -> dict[str, str | int]:
+        failures = self.kills + self.errors
+        if failures:
+            return {"status": "failed", "tests": self.passed, "detail": _describe(failures[0])}
+        if self.passed < min_tests:
+            return {"status": "failed", "tests": self.passed,
+                    "detail": f"only {self.passed} tests passed; the suite must run at least {min_tests}"}
+        return {"status": "passed", "tests": self.passed, "detail": f"{self.passed} tests passed"}
 
 
-def parse_junit(path: Path) -> dict[str, SuiteOutcome]:
-    outcomes = {suite: SuiteOutcome() for suite in SUITES}
-    for case in ET.parse(path).getroot().iter("testcase"):
-        suite = _suite_of(case.get("classname", ""))
-        if suite is None:
-            continue
-        problem = case.find("failure") if case.find("failure") is not None else case.find("error")
-        if problem is None:
-            if case.find("skipped") is None:
-                outcomes[suite].passed += 1
-            continue
-        message = (problem.get("message") or "").strip().replace("\n", " ")
-        where = f"{case.get('classname', '').rsplit('.', 1)[-1]}::{case.get('name')}"
-        entry = f"{where}: {message[:300]}"
-        is_assertion = problem.tag == "failure" and message.startswith(ASSERTION_PREFIXES)
-        (outcomes[suite].assertion_failures if is_assertion else outcomes[suite].other_failures).append(entry)
-    return outcomes
+def _describe(record: dict) -> str:
+    test = record["nodeid"].split("/")[-1]
+    return f"{test} [{record.get('where')}]: {record['message']}"
 
 
-def run_suite(fault_id: str | None, suite: str, workdir: Path, timeout_s: float) -> tuple[SuiteOutcome, float]:
-    junit = workdir / f"{fault_id or 'clean'}-{suite}.xml"
-    env = {**os.environ, FAULT_ENV: fault_id or "", "SWA_HARNESS_HYPOTHESIS": "matrix", "PYTHONHASHSEED": "0"}
-    cmd = [sys.executable, "-m", "pytest", SUITES[suite], "-q", "-p", "no:cacheprovider", "-p", "no:xdist",
-           f"--junitxml={junit}", "-o", "junit_family=xunit2"]
-    if fault_id is not None:
-        cmd += ["-p", "harness.faults.stop_on_kill"]
+def run_suite(target: MatrixTarget, fault_id: str | None, suite: str, workdir: Path,
+              timeout_s: float) -> tuple[SuiteOutcome, float]:
+    verdicts = workdir / f"{fault_id or 'clean'}-{suite}.jsonl"
+    env = {**os.environ, target.fault_env: fault_id or "", "SWA_HARNESS_HYPOTHESIS": "matrix", "PYTHONHASHSEED": "0",
+           VERDICTS_ENV: str(verdicts), STOP_ENV: "1" if fault_id else "0"}
+    cmd = [sys.executable, "-m", "pytest", target.suites[suite], *target.pytest_args, "-q", "-p", "no:cacheprovider",
+           "-p", "no:xdist", "-p", "harness.faults.verdicts"]
     start = time.perf_counter()
     proc = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=timeout_s)
     wall = time.perf_counter() - start
-    # 0: passed, 1: some failed, 2: stopped by stop_on_kill (fault runs only); anything else means
-    # pytest itself broke (e.g. 5: nothing collected), which must never pass for a verdict.
+    # 0: passed, 1: some failed, 2: stopped at a kill (fault runs only); anything else (e.g. 5:
+    # nothing collected, 3/4: pytest itself broke) must never pass for a verdict.
     expected = (0, 1, 2) if fault_id is not None else (0, 1)
-    if proc.returncode not in expected or not junit.exists():
-        raise RuntimeError(f"pytest exited {proc.returncode} for {fault_id or 'clean'}/{suite}:\n"
+    if proc.returncode not in expected:
+        raise RuntimeError(f"pytest exited {proc.returncode} for {target.name}:{fault_id or 'clean'}/{suite}:\n"
                            f"{proc.stdout[-2000:]}{proc.stderr[-2000:]}")
-    return parse_junit(junit)[suite], wall
+    return SuiteOutcome.from_verdicts(verdicts), wall
 
 
-def build_matrix(fault_ids: list[str], *, jobs: int = 2, timeout_s: float = 900) -> dict:
+def build_matrix(target: MatrixTarget, fault_ids: list[str], *, jobs: int = 2, timeout_s: float = 900) -> dict:
+    catalog = target.catalog()
     start = time.perf_counter()
-    runs = [(fid, suite) for fid in [None, *fault_ids] for suite in SUITES]
+    runs = [(fid, suite) for fid in [None, *fault_ids] for suite in target.suites]
     with tempfile.TemporaryDirectory(prefix="swa-kill-matrix-") as tmp, ThreadPoolExecutor(jobs) as pool:
-        futures = {run: pool.submit(run_suite, *run, Path(tmp), timeout_s) for run in runs}
+        futures = {run: pool.submit(run_suite, target, *run, Path(tmp), timeout_s) for run in runs}
         results = {run: f.result() for run, f in futures.items()}
     return {
+        "target": target.name,
         "generated_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         "wall_s": round(time.perf_counter() - start, 1),
         "jobs": jobs,
-        "suites": list(SUITES),
-        "clean": {suite: results[None, suite][0].clean_status() for suite in SUITES},
+        "suites": list(target.suites),
+        "clean": {s: results[None, s][0].clean_status(target.min_tests[s]) for s in target.suites},
         "faults": [
-            {**FAULTS[fid].to_dict(),
-             "run_s": round(sum(results[fid, suite][1] for suite in SUITES), 1),
-             "suites": {suite: results[fid, suite][0].fault_status() for suite in SUITES}}
+            {**catalog[fid],
+             "run_s": round(sum(results[fid, s][1] for s in target.suites), 1),
+             "suites": {s: results[fid, s][0].fault_status() for s in target.suites}}
             for fid in fault_ids
         ],
     }
@@ -127,18 +160,25 @@ def verdict(matrix: dict) -> tuple[bool, list[str]]:
     return not problems, problems
 
 
+def _cell(result: dict) -> str:
+    return f"killed ({result['kill_class'][:6]})" if result["status"] == "killed" else result["status"]
+
+
 def format_matrix(matrix: dict) -> str:
     suites = matrix["suites"]
-    width = max(len(f["id"]) for f in matrix["faults"]) if matrix["faults"] else 10
-    lines = [f"{'':{width}}  " + "  ".join(f"{s:>12}" for s in suites)]
-    lines.append(f"{'(clean build)':{width}}  " + "  ".join(f"{matrix['clean'][s]['status']:>12}" for s in suites))
+    width = max([len(f["id"]) for f in matrix["faults"]] + [14])
+    lines = [f"target: {matrix['target']}", f"{'':{width}}  " + "  ".join(f"{s:>18}" for s in suites)]
+    lines.append(f"{'(clean build)':{width}}  " + "  ".join(f"{matrix['clean'][s]['status']:>18}" for s in suites))
     for fault in matrix["faults"]:
-        lines.append(f"{fault['id']:{width}}  " + "  ".join(f"{fault['suites'][s]['status']:>12}" for s in suites))
+        lines.append(f"{fault['id']:{width}}  " + "  ".join(f"{_cell(fault['suites'][s]):>18}" for s in suites))
     lines.append("")
     for fault in matrix["faults"]:
-        first = next((s["first_failure"] for s in fault["suites"].values() if s["status"] == "killed"), None)
-        lines.append(f"{fault['id']} [{fault['seed']}]: {first or 'NOT KILLED'}")
-    lines.append(f"\nwall time {matrix['wall_s']} s with {matrix['jobs']} parallel runs")
+        kills = [s for s in fault["suites"].values() if s["status"] == "killed"]
+        best = next((k for k in kills if k["kill_class"] == "behavioural"), kills[0] if kills else None)
+        lines.append(f"{fault['id']} [{fault['seed']}]: "
+                     + (f"{best['kill_class']}: {best['first_failure']}" if best else "NOT KILLED"))
+    lines.append(f"\nclean build: " + ", ".join(f"{s} {r['tests']} tests" for s, r in matrix["clean"].items()))
+    lines.append(f"wall time {matrix['wall_s']} s with {matrix['jobs']} parallel runs")
     return "\n".join(lines)
 
 
@@ -146,20 +186,23 @@ def main(argv: list[str] | None = None) -> int:
     import argparse
 
     parser = argparse.ArgumentParser(prog="swa-harness faults", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--only", nargs="*", default=None, help="fault ids (default: the whole catalog)")
+    parser.add_argument("--target", choices=sorted(MATRIX_TARGETS), default="harness")
+    parser.add_argument("--only", nargs="*", default=None, help="fault ids (default: the target's whole catalog)")
     parser.add_argument("--jobs", type=int, default=max(1, min(2, os.cpu_count() or 1)))
-    parser.add_argument("--out", default=str(REPO / "reports" / "kill-matrix.json"))
+    parser.add_argument("--out", default=None, help="JSON path (default: reports/kill-matrix[-<target>].json)")
     parser.add_argument("--list", action="store_true", help="list the catalog and exit")
     args = parser.parse_args(argv)
+    target = MATRIX_TARGETS[args.target]
+    catalog = target.catalog()
     if args.list:
-        for fault in FAULTS.values():
-            print(f"{fault.id:34} {fault.seed:18} {fault.breaks}")
+        for fault in catalog.values():
+            print(f"{fault['id']:42} {fault['seed']:30} {fault['breaks']}")
         return 0
-    unknown = [f for f in args.only or [] if f not in FAULTS]
+    unknown = [f for f in args.only or [] if f not in catalog]
     if unknown:
-        parser.error(f"unknown fault ids {unknown}; known: {', '.join(FAULTS)}")
-    matrix = build_matrix(args.only if args.only is not None else list(FAULTS), jobs=args.jobs)
-    out = Path(args.out)
+        parser.error(f"unknown fault ids {unknown}; known for target {target.name}: {', '.join(catalog)}")
+    matrix = build_matrix(target, args.only if args.only is not None else list(catalog), jobs=args.jobs)
+    out = Path(args.out) if args.out else target.out
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(matrix, indent=2))
     print(format_matrix(matrix))

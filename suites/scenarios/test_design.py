@@ -17,6 +17,8 @@ from harness.opcount import OpCounter
 from suites.conftest import ENGINE_LIMITS
 from suites.hooks import on_every_forward
 
+pytestmark = pytest.mark.structural  # op counts / log lines: design properties, not outputs
+
 S, F = "sliding_attention", "full_attention"
 LAYOUTS = {1: [S, F, F, F, F, F], 2: [S, F, S, F, F, F], 5: [S, S, S, S, S, F]}
 

@@ -33,17 +33,20 @@ def check_boundary(target, boundary, dtype) -> None:
             boundary.call(world, index)
 
 
+@pytest.mark.structural
 @pytest.mark.parametrize("boundary, dtype", boundary_cases(), ids=lambda v: getattr(v, "name", str(v)))
 def test_every_index_boundary_takes_the_declared_dtype_only(target, boundary, dtype):
     check_boundary(target, boundary, dtype)
 
 
+@pytest.mark.structural
 @settings(max_examples=20)
 @given(boundary=boundaries(), dtype=index_dtypes())
 def test_generated_boundary_calls(target, boundary, dtype):
     check_boundary(target, boundary, dtype)
 
 
+@pytest.mark.structural
 def test_graph_location_buffers_have_the_pool_index_dtype():
     buffers = DecodeInputBuffers.create(8, 16, is_hybrid_swa=True)
     for name in LOCATION_BUFFERS:

@@ -9,6 +9,8 @@ from fixtures.scenarios.padding import mixed_batch_cases
 from harness.engine import SamplingParams
 from suites.conftest import ENGINE_LIMITS
 
+pytestmark = pytest.mark.structural  # op counts / log lines: design properties, not outputs
+
 
 @pytest.mark.parametrize("arch", ["gemma2", "gemma3_text", "qwen3"])
 @pytest.mark.parametrize("graphs", ["tape", "off"])

@@ -18,6 +18,7 @@ from hypothesis import given, settings
 from fixtures.scenarios.padding import PaddingCase, bucket_boundary_cases, padding_cases
 from harness.graph.runner import DEFAULT_CAPTURE_BS
 from harness.targets import PoolSpec
+from suites.checks import expect_structure
 
 MAX_BS = 16
 BUCKETS = [b for b in DEFAULT_CAPTURE_BS if b <= MAX_BS]
@@ -65,30 +66,41 @@ def check_padding(target, sglang, case: PaddingCase) -> None:
     rows = torch.arange(1, raw + 1, dtype=torch.int64)
     registry.fill_from(_batch(loc, rows, rows + 3), raw_bs=raw, padded_bs=bs, raw_num_tokens=raw, padded_num_tokens=bs)
 
+    # Behaviour first. The padded batch writes through SGLang's pool: full layers at the registry's
+    # out_cache_loc, sliding layers at this batch's SWA write ids padded with the sink.
+    out_cache_loc = registry.get_slot("out_cache_loc").buffer[:bs]
+    swa_ids = sglang.pad_with_sink(pool.translate_loc_from_full_to_swa(loc).long(), bs)
+    new = (torch.arange(bs, dtype=torch.float32) + 2.0)[:, None, None].expand(bs, 2, 8).contiguous()  # row i holds i + 2
+    pool.set_kv_buffer(FULL_LAYER, out_cache_loc, new, new)
+    pool.set_kv_buffer(SWA_LAYER, out_cache_loc, new, new, swa_loc=swa_ids)
+    for layer, live in ((FULL_LAYER, live_full), (SWA_LAYER, live_swa)):
+        own = pool.translate_loc_from_full_to_swa(loc).long() if layer == SWA_LAYER else loc
+        keys = pool.get_key_buffer(layer)
+        changed = (keys != before[layer]).flatten(1).any(1).nonzero().flatten().tolist()
+        stray = sorted(set(changed) - set(own.tolist()) - {0})
+        assert not stray, f"layer {layer}: padded rows wrote slots {stray} they do not own (live: {sorted(live.tolist())})"
+        clobbered = [i for i in range(raw) if not torch.equal(keys[own[i]], new[i])]
+        assert not clobbered, f"layer {layer}: the K/V of live rows {clobbered} was overwritten by padded rows"
+    # Padded rows attend over the keys their seq_lens admit: at least the padding slot, or softmax is empty.
+    seq_lens = registry.get_slot("seq_lens").buffer[:bs]
+    visible = torch.arange(8)[None, :] < seq_lens[:, None]
+    probs = torch.randn(bs, 8).masked_fill(~visible, float("-inf")).softmax(-1)
+    assert bool(torch.isfinite(probs).all()), f"rows {(~torch.isfinite(probs).all(1)).nonzero().flatten().tolist()} " \
+        f"attend over no key (seq_lens {seq_lens.tolist()})"
+
+    # Then structure: each tail follows the policy the registry declares, seq_lens the backend's fill
+    # value, and padded SWA write ids are the sink.
     for name in registry.slot_names():
         slot = registry.get_slot(name)
         if slot.buffer is None or slot.buffer.dim() != 1:
             continue
         tail = slot.buffer[raw:bs]
-        policy = slot.padding_policy
-        if policy is sglang.PaddingPolicy.ZERO:
-            assert bool((tail == 0).all()), f"{name}: policy ZERO but the padded tail is {tail.tolist()}"
-        elif policy is sglang.PaddingPolicy.FILL_SENTINEL:
-            assert bool((tail == slot.pad_value).all()), f"{name}: policy FILL_SENTINEL({slot.pad_value}) but tail {tail.tolist()}"
-
-    # The padded batch writes through SGLang's pool: full layers at the registry's out_cache_loc,
-    # sliding layers at this batch's SWA write ids padded with the sink.
-    out_cache_loc = registry.get_slot("out_cache_loc").buffer[:bs]
-    swa_ids = sglang.pad_with_sink(pool.translate_loc_from_full_to_swa(loc).long(), bs)
-    assert swa_ids.numel() == bs and bool((swa_ids[raw:] == 0).all()), f"SWA write ids of padded rows: {swa_ids[raw:].tolist()}"
-    new = torch.full((bs, 2, 8), 5.0)
-    pool.set_kv_buffer(FULL_LAYER, out_cache_loc, new, new)
-    pool.set_kv_buffer(SWA_LAYER, out_cache_loc, new, new, swa_loc=swa_ids)
-    for layer, live in ((FULL_LAYER, live_full), (SWA_LAYER, live_swa)):
-        changed = (pool.get_key_buffer(layer) != before[layer]).flatten(1).any(1).nonzero().flatten().tolist()
-        own = set(pool.translate_loc_from_full_to_swa(loc).tolist() if layer == SWA_LAYER else loc.tolist())
-        stray = sorted(set(changed) - own - {0})
-        assert not stray, f"layer {layer}: padded rows wrote live slots {stray} (live: {sorted(live.tolist())})"
+        if slot.padding_policy is sglang.PaddingPolicy.ZERO:
+            expect_structure(bool((tail == 0).all()), f"{name}: policy ZERO but the padded tail is {tail.tolist()}")
+        elif slot.padding_policy is sglang.PaddingPolicy.FILL_SENTINEL:
+            expect_structure(bool((tail == SEQ_LEN_FILL).all()),
+                             f"{name}: padded tail {tail.tolist()}, the backend's fill value is {SEQ_LEN_FILL}")
+    expect_structure(bool((swa_ids[raw:] == 0).all()), f"SWA write ids of padded rows: {swa_ids[raw:].tolist()}")
 
 
 @pytest.mark.parametrize("case", bucket_boundary_cases(BUCKETS, MAX_BS), ids=lambda c: c.name)

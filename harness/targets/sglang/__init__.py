@@ -19,6 +19,7 @@ import torch
 
 from harness.engine import Engine, EngineConfig
 from harness.mem import HybridPool, HybridPoolSpec, ReqToTokenPool
+from harness.targets.sglang.faults import activate_from_env
 from harness.targets.sglang.adapters import SGLangAllocatorAdapter, SGLangPoolAdapter
 from harness.targets.sglang.imports import SGLANG_VERSION, SGLangUnavailable, import_sglang
 
@@ -43,6 +44,7 @@ class SGLangTarget:
 
             applied = apply_patches_from_config(Path(patch_file).read_text())  # raises if a match is not found
             logger.warning("sglang target: %d source patch(es) from %s applied", len(applied), patch_file)
+        self.fault = activate_from_env(os.environ)  # SWA_HARNESS_SGLANG_FAULT=<id>: one catalog fault, whole process
 
     def build_pool(self, spec: HybridPoolSpec) -> HybridPool:
         from sglang.srt.mem_cache.allocator.swa import SWATokenToKVPoolAllocator

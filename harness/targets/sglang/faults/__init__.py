@@ -1,0 +1,103 @@
+"""SGLang-side faults: real regressions (or their closest living relatives) injected into the
+installed SGLang's own source, one module each under ``catalog/``.
+
+A fault is a list of minimal source edits to SGLang functions, applied with SGLang's own
+``debug_utils.source_patcher`` (rewrite the function's source, swap its ``__code__``) and undone on
+exit. An edit whose text is no longer in the function fails loudly (``PatchApplicationError``), so
+a fault never silently becomes a no-op when SGLang's code moves. ``SWA_HARNESS_SGLANG_FAULT=<id>``
+switches one on for a whole process (the SGLang target applies it when it is built).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib
+import inspect
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+FAULT_ENV = "SWA_HARNESS_SGLANG_FAULT"
+
+
+@dataclass(frozen=True)
+class SourceEdit:
+    target: str  # dotted path of the SGLang function or method
+    match: str  # exact source text (whitespace-normalised per line by the patcher)
+    replacement: str
+
+
+@dataclass(frozen=True)
+class SGLangFault:
+    id: str
+    seed: str
+    breaks: str
+    user_sees: str
+    invariant: str
+    edits: tuple[SourceEdit, ...]
+    expected_kill: str = "behavioural"  # or "structural": the real regression had no behavioural effect
+
+    def to_dict(self) -> dict[str, str]:
+        return {"id": self.id, "seed": self.seed, "breaks": self.breaks, "user_sees": self.user_sees,
+                "invariant": self.invariant, "expected_kill": self.expected_kill}
+
+
+def resolve(target: str):
+    """The function object at a dotted path ``package.module.Class.method``."""
+    parts = target.split(".")
+    for i in range(len(parts) - 1, 0, -1):
+        try:
+            obj = importlib.import_module(".".join(parts[:i]))
+        except ModuleNotFoundError:
+            continue
+        for attr in parts[i:]:
+            obj = getattr(obj, attr)
+        return obj
+    raise LookupError(f"cannot resolve {target}")
+
+
+@contextlib.contextmanager
+def inject(fault: SGLangFault) -> Iterator[SGLangFault]:
+    """Apply every edit of ``fault`` to the installed SGLang; restore the original code on exit."""
+    states = apply(fault)
+    try:
+        yield fault
+    finally:
+        for state in reversed(states):
+            state.restore()
+
+
+def apply(fault: SGLangFault) -> list:
+    from sglang.srt.debug_utils.source_patcher.code_patcher import patch_function
+    from sglang.srt.debug_utils.source_patcher.types import EditSpec
+
+    by_target: dict[str, list[SourceEdit]] = {}
+    for edit in fault.edits:
+        by_target.setdefault(edit.target, []).append(edit)
+    states = []
+    try:
+        for target, edits in by_target.items():
+            fn = resolve(target)
+            fn = getattr(fn, "__func__", fn)
+            specs = [EditSpec(match=e.match, replacement=e.replacement) for e in edits]
+            states.append(patch_function(target=fn, edits=specs))
+    except Exception:
+        for state in reversed(states):
+            state.restore()
+        raise
+    return states
+
+
+def source_of(target: str) -> str:
+    fn = resolve(target)
+    return inspect.getsource(getattr(fn, "__func__", fn))
+
+
+def activate_from_env(environ: dict[str, str]) -> SGLangFault | None:
+    fault_id = environ.get(FAULT_ENV, "").strip()
+    if not fault_id:
+        return None
+    from harness.targets.sglang.faults.catalog import get_fault
+
+    fault = get_fault(fault_id)
+    apply(fault)
+    return fault

@@ -1,0 +1,39 @@
+"""The SGLang-side catalog (one module per fault) and the seeds that no longer have a home in 0.5.23."""
+
+from __future__ import annotations
+
+from harness.targets.sglang.faults import SGLangFault
+from harness.targets.sglang.faults.catalog import (
+    free_swa_keeps_mapping,
+    registry_out_cache_loc_not_zeroed,
+    seq_lens_padded_with_zero,
+    set_kv_buffer_stale_swa_loc,
+    swa_write_ids_not_sink_padded,
+)
+
+SGLANG_FAULTS: dict[str, SGLangFault] = {
+    m.FAULT.id: m.FAULT
+    for m in (
+        registry_out_cache_loc_not_zeroed,
+        swa_write_ids_not_sink_padded,
+        seq_lens_padded_with_zero,
+        free_swa_keeps_mapping,
+        set_kv_buffer_stale_swa_loc,
+    )
+}
+
+# Seeds (docs/FAULTS.md) whose mechanism SGLang 0.5.23 no longer has, and why.
+SEEDS_NOT_PORTED: dict[str, str] = {
+    "#23552": "the SWA loc buffer pre-set at decode-graph capture lives in the CUDA decode graph runner, which "
+              "does not run on CPU; on the paths that do, the KV-loc plan computes each id space once per forward",
+    "#25824": "0.5.23 has no translation memo (no cache key, no invalidation points): the write loc is "
+              "translated once per forward by the KV-loc plan and passed in a KVWriteLoc",
+    "#26152": "the memo flush before the can-run-graph check and around window indices has no memo to flush in 0.5.23",
+}
+
+
+def get_fault(fault_id: str) -> SGLangFault:
+    try:
+        return SGLANG_FAULTS[fault_id]
+    except KeyError:
+        raise ValueError(f"unknown SGLang fault {fault_id!r}; known: {', '.join(SGLANG_FAULTS)}") from None
