@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import shutil
 import subprocess
 from html.parser import HTMLParser
@@ -10,8 +11,11 @@ from pathlib import Path
 import pytest
 
 from harness.evals.compare import Thresholds, compare_runs, summarize
+from harness.evals.history import load as load_history
 from harness.evals.results import ItemResult, RunResult
+from harness.evals.run import finish
 from harness.report import render_html, render_report
+from harness.report.inputs import load_fault_effects, load_kill_matrices, matrices_from
 from harness.report.render import TEMPLATES
 
 SCRIPT = "<script>alert(1)</script>"
@@ -155,10 +159,86 @@ def _scenario() -> tuple[list, list[RunResult]]:
 def report(tmp_path_factory) -> tuple[Path, str, _TreeBuilder]:
     comparisons, runs = _scenario()
     out = tmp_path_factory.mktemp("report")
-    path = render_report(comparisons, runs, summary=summarize(comparisons), kill_matrix=KILL_MATRIX, provenance=PROVENANCE,
-                         out_dir=out / "latest")
+    path = render_report(comparisons, runs, summary=summarize(comparisons), kill_matrices=matrices_from([KILL_MATRIX]),
+                         provenance=PROVENANCE, out_dir=out / "latest")
     html = path.read_text(encoding="utf-8")
     return path, html, _parse(html)
+
+
+# ------------------------------------------------------------------ two nightly runs through finish()
+
+LONG_COMMAND = ["/usr/bin/python3", "-m", "lm_eval", "run", "--model", "local-completions", "--samples",
+                json.dumps({"swa_aime_style": list(range(200)), "swa_gsm_style": list(range(500))})]
+TIMEOUT_ERROR = f"TimeoutExpired: Command '{LONG_COMMAND}' timed out after 3600 seconds"
+LONG_TEST = ("suites/differential/test_graph_vs_eager.py::TestGraphVsEagerOverTheRealPool::"
+             "test_graph_replay_equals_eager_kv_for_every_bucket_and_padding_length[gemma3-tiny-swa-bucket-64-pad-63]")
+NIGHTLY_MATRIX = {
+    **KILL_MATRIX,
+    "faults": [
+        {**KILL_MATRIX["faults"][0], "id": "swa-window-off-by-one-in-the-decode-path-of-the-hybrid-pool-translation",
+         "suites": {"gsm_style": {"status": "killed", "first_failure": f"{LONG_TEST}: assert " + "x" * 400,
+                                  "kill_class": "behavioural"},
+                    "aime_style": {"status": "killed", "first_failure": "dtype int64 != int32", "kill_class": "structural"}}},
+        KILL_MATRIX["faults"][1],
+    ],
+}
+SGLANG_MATRIX = {**KILL_MATRIX, "target": "sglang", "faults": KILL_MATRIX["faults"][:1]}
+FAULT_EFFECTS = [
+    {"fault": "pad-swa-loc-not-zeroed", "checkpoint": "gemma2-tiny-swa", "suite": "gsm_style", "delta_pp": -12.4, "verdict": "RED"},
+    {"fault": "capture-after-warm-cache", "checkpoint": "gemma3-tiny-swa", "suite": "aime_style", "delta_pp": 0.0, "verdict": "GREEN"},
+]
+
+
+def _pair(suite: str, n: int, *, broken: set[int] = frozenset(), error: str | None = None) -> list[RunResult]:
+    """An ON/OFF pair as run_mode saves it (mode in meta); ``error`` makes the ON run incomplete."""
+    meta_on = {"mode": "on", "graphs": "tape", "fault": None, "base_url": None, "server_start_s": 2.5,
+               "lm_eval_s": 31.2, "engine": {"requests_served": n, "generated_tokens": 40 * n, "steps": 900}}
+    on_items = [] if error else _items(suite, n, broken=broken)
+    on = RunResult(suite, "tape", "gemma2-tiny-swa", error is None, error, on_items, 33.0, meta_on)
+    off = RunResult(suite, "off", "gemma2-tiny-swa", True, None, _items(suite, n), 35.0,
+                    {**meta_on, "mode": "off", "graphs": "off"})
+    return [on, off]
+
+
+def _nightly_provenance(run: int) -> dict:
+    sha = f"{run:040x}"
+    return {
+        "run": {"id": f"night-{run}", "recorded at": f"2026-01-0{run}T03:00:00+00:00",
+                "command": "swa-harness eval --out reports/latest"},
+        "engine under test": {"summary": f"harness {sha[:10]}", "kind": "harness engine of this checkout",
+                              "commit": sha, "dirty": False},
+        "model": {"name": "gemma2-tiny-swa", "model.safetensors sha256": "feedbeef" * 8},
+        "arms": {"on": {"graphs": "tape", "fault": "none", "server command": " ".join(LONG_COMMAND),
+                        "env": {"HF_HUB_OFFLINE": "1", "SWA_HARNESS_FAULT": ""}},
+                 "off": {"graphs": "off", "fault": "none", "env": {"HF_HUB_OFFLINE": "1"}}},
+        "hardware": {"device": "cpu", "cpu": "AMD EPYC", "logical cores": 2},
+        "software": {"torch": "2.13.0+cpu", "lm-eval": "0.4.13"},
+        "datasets": {"gsm_style": {"test.jsonl": "9d786b50e0e8c8cf"}},
+    }
+
+
+def run_nightly(root: Path) -> tuple[list[int], Path, Path]:
+    """Two evals through ``finish``: night 1 GREEN, night 2 RED (gsm_style drops, aime_style times out)."""
+    history, out = root / "history.jsonl", root / "latest"
+    (root / "kill-matrix.json").write_text(json.dumps(NIGHTLY_MATRIX))
+    (root / "kill-matrix-sglang.json").write_text(json.dumps(SGLANG_MATRIX))
+    (root / "fault-effects.json").write_text(json.dumps(FAULT_EFFECTS))
+    t = Thresholds(resamples=1000)
+    nights = [
+        _pair("gsm_style", 500) + _pair("aime_style", 200),
+        _pair("gsm_style", 500, broken=set(range(1, 120, 4))) + _pair("aime_style", 200, error=TIMEOUT_ERROR),
+    ]
+    codes = [finish(runs, out, model=root / "no-model", thresholds=t, kill_matrix=root / "kill-matrix.json",
+                    provenance=_nightly_provenance(i + 1), history=history, fault_effects=root / "fault-effects.json")
+             for i, runs in enumerate(nights)]
+    return codes, out / "index.html", history
+
+
+@pytest.fixture(scope="module")
+def nightly(tmp_path_factory) -> tuple[list[int], Path, str, _TreeBuilder, Path]:
+    codes, path, history = run_nightly(tmp_path_factory.mktemp("nightly"))
+    html = path.read_text(encoding="utf-8")
+    return codes, path, html, _parse(html), history
 
 
 def test_writes_one_index_html(report) -> None:
@@ -175,8 +255,14 @@ def test_verdict_is_at_the_top_with_its_reason(report) -> None:
     assert page.root.find(id="verdict-word").text().strip() == "RED"
     reason = page.root.find(id="verdict-reason").text()
     assert "aime_style" in reason and "incomplete" in reason and "server died: exit 137 & <no stderr>" in reason
-    assert html.index('id="verdict"') < html.index('id="suites"')
-    assert "fault kill matrix: 2 of 2 faults killed" in section.text()
+    assert "gsm_style" not in reason  # only the suites that set the verdict
+    assert html.index('id="verdict"') < html.index('id="provenance"') < html.index('id="suites"')
+    assert "fault kill matrix (harness): 2 of 2 faults killed" in section.text()
+
+
+def _cell(row: _Node, col: str) -> str:
+    """The text of the element marked ``data-col=col`` in ``row``, whitespace collapsed."""
+    return " ".join(next(n for n in row.walk() if n.attrs.get("data-col") == col).text().split())
 
 
 def test_suite_rows(report) -> None:
@@ -184,13 +270,12 @@ def test_suite_rows(report) -> None:
     rows = {row.attrs["data-suite"]: row for row in page.root.find_all("tr", class_="suite-row")}
     assert set(rows) == {"gsm_style", "aime_style"}
     gsm = rows["gsm_style"]
-    cells = [td.text().strip() for td in gsm.find_all("td")]
     assert gsm.attrs["data-verdict"] == "GREEN"
-    assert cells[2] == "500"
-    assert cells[3].startswith("74.8 %") and "[70.8 %, 78.4 %]" in cells[3]  # 375 - 3 broken + 2 fixed
-    assert cells[4].startswith("75.0 %")
-    assert cells[5].startswith("-0.2 pp")
-    assert cells[6] == "2 / 3"
+    assert _cell(gsm, "n") == "500"
+    assert _cell(gsm, "on").startswith("74.8 %") and "[70.8 %, 78.4 %]" in _cell(gsm, "on")  # 375 - 3 broken + 2 fixed
+    assert _cell(gsm, "off").startswith("75.0 %")
+    assert _cell(gsm, "diff").startswith("-0.2 pp")
+    assert _cell(gsm, "bc") == "2 / 3" and _cell(gsm, "divergent") == "5"
     aime = rows["aime_style"]
     assert aime.attrs["data-verdict"] == "RED"
     assert "INCOMPLETE" in aime.text() and "%" not in aime.text()  # never an accuracy
@@ -231,6 +316,31 @@ def test_flips_are_side_by_side_with_the_divergence_marked(report) -> None:
     assert "gold 2" in " ".join(one.find("div", class_="diff-head").text().split())
 
 
+def test_text_diffs_name_their_first_divergent_token() -> None:
+    """A generation that differs without flipping correctness shows where and with which token."""
+    on_items = [ItemResult(f"g/{i}", "Q", "4", "2 + 2 = 4\n#### 4", "4", True) for i in range(40)]
+    off_items = list(on_items)
+    off_items[3] = ItemResult("g/3", "Q", "4", "2 plus 2 = 4\n#### 4", "4", True)
+    on, off = (RunResult("g", mode, "m", True, None, items, 1.0, {}) for mode, items in (("tape", on_items), ("off", off_items)))
+    words = str.split  # a stand-in tokenizer: the diff index is in its units
+    comparisons = [compare_runs(on, off, thresholds=Thresholds(resamples=200), tokenize=words)]
+    page = _parse(render_html(comparisons, [on, off], summary=summarize(comparisons), provenance={}, tokenize=words))
+    diff = page.root.find("div", class_="diff")
+    assert diff.attrs["data-direction"] == "same" and diff.attrs["data-item"] == "g/3"
+    head = " ".join(diff.find("div", class_="diff-head").text().split())
+    assert "first divergent token #1" in head
+    assert diff.find("code", class_="tok-on").text() == '"+"' and diff.find("code", class_="tok-off").text() == '"plus"'
+
+
+def test_flip_sections_link_back_to_the_summary(report) -> None:
+    _, _, page = report
+    for section in page.root.find_all("section", class_="flip-page"):
+        suite = section.attrs["data-suite"]
+        back = section.find("a", class_="back")
+        assert back.attrs["href"] == f"#suite-{suite}"
+        assert page.root.find_all("tr", id=f"suite-{suite}")  # the link lands on the suite's summary row
+
+
 def test_forest_plot_is_inline_svg(report) -> None:
     _, _, page = report
     svg = page.root.find("section", id="forest").find("svg")
@@ -240,7 +350,7 @@ def test_forest_plot_is_inline_svg(report) -> None:
     assert svg.find_all("line", class_="zero")
 
 
-def test_kill_matrix_and_provenance(report) -> None:
+def test_kill_matrix_cells(report) -> None:
     _, html, page = report
     km = page.root.find("section", id="kill-matrix")
     faults = {row.attrs["data-fault"]: row for row in km.find_all("tr", class_="fault-row")}
@@ -249,9 +359,26 @@ def test_kill_matrix_and_provenance(report) -> None:
     assert "killed" in cells[3].attrs["class"] and cells[3].attrs["title"] == "assert accuracy drop <= 0.02 & p < 0.05"
     assert "survived" in cells[4].attrs["class"]
     assert "error" in faults["stale-graph-buffer"].find_all("td")[4].attrs["class"]
-    prov = {th.text(): th.parent.find("td").text() for th in page.root.find("section", id="provenance").find_all("th")}
-    assert prov["commit"] == "0123abcd" and prov["versions.torch"] == "2.13.0+cpu" and prov["seeds"] == "[1001, 2001]"
-    assert prov["max_drop"] == "0.02"
+    assert not km.find_all("span", class_="kill-class")  # an older producer wrote no kill class: none shown
+
+
+def test_provenance_is_grouped_key_value_tables(report) -> None:
+    _, _, page = report
+    section = page.root.find("section", id="provenance")
+    groups = {card.attrs["data-group"]: card for card in section.find_all("div", class_="prov-card")}
+    assert set(groups) == {"run", "versions", "flags"}  # loose top-level keys are gathered under "run"
+
+    def table(group: str) -> dict[str, str]:
+        return {th.text(): th.parent.find("td").text().strip() for th in groups[group].find_all("th")}
+
+    assert table("versions")["torch"] == "2.13.0+cpu" and table("run")["commit"] == "0123abcd"
+    assert table("run")["seeds"] == "[1001, 2001]"
+    digest = next(td for td in groups["run"].find_all("code") if td.attrs.get("title") == "feedbeef" * 8)
+    assert digest.text() == "feedbeeffeed…"  # a hash is shortened, the whole of it on hover
+    glance = {tr.attrs["data-key"]: tr.text() for tr in section.find("table", id="provenance-glance").find_all("tr")}
+    assert "harness 0123abcd" in glance["engine under test"]
+    thresholds = {th.text(): th.parent.find("td").text() for th in page.root.find("section", id="thresholds").find_all("th")}
+    assert thresholds["max_drop"] == "0.02"
 
 
 def test_report_is_self_contained(report) -> None:
@@ -272,8 +399,8 @@ def test_green_report_and_no_kill_matrix(tmp_path) -> None:
     html = render_html(comparisons, [on, off], summary=summarize(comparisons), provenance={}, generated_at="then")
     page = _parse(html)
     assert page.root.find(id="verdict-word").text().strip() == "GREEN"
-    assert not page.root.find_all(id="kill-matrix")
-    assert "then" in html and "no provenance recorded" in html
+    assert not page.root.find_all(id="kill-matrix") and not page.root.find_all(id="fault-effects")
+    assert "then" in html and "no provenance recorded" in html and "No history recorded" in html
 
 
 def test_templates_ship_with_the_package() -> None:
@@ -281,23 +408,199 @@ def test_templates_ship_with_the_package() -> None:
     assert TEMPLATES.parent.name == "report" and TEMPLATES.parent.parent.name == "harness"
 
 
+# ------------------------------------------------------------------ history and trend
+
+
+def test_two_consecutive_runs_show_a_trend_with_the_verdict_change(nightly) -> None:
+    codes, _, _, page, history = nightly
+    assert codes == [0, 1]  # night 1 GREEN, night 2 RED
+    records = [json.loads(line) for line in history.read_text().splitlines()]
+    assert [r["run_id"] for r in records] == ["night-1", "night-2"] and [r["verdict"] for r in records] == ["GREEN", "RED"]
+    gsm = next(s for s in records[1]["suites"] if s["suite"] == "gsm_style")
+    assert gsm["on_broke"] == 30 and gsm["on"]["value"] == pytest.approx(0.69) and gsm["off"]["value"] == 0.75
+    assert gsm["delta"]["high"] < 0 and records[1]["provenance"]["run"]["id"] == "night-2"
+    since = page.root.find(id="verdict-since")
+    assert since.attrs["data-since"] == "2" and "GREEN before" in since.text()
+    trend = page.root.find("section", id="trend")
+    for suite in ("gsm_style", "aime_style"):
+        card = trend.find("div", id=f"trend-{suite}")
+        rows = {r.attrs["data-index"]: r for r in card.find_all("tr", class_="trend-row")}
+        assert set(rows) == {"1", "2"}
+        assert rows["2"].attrs["data-changed-from"] == "GREEN" and "verdict-change" in rows["2"].attrs["class"]
+        assert rows["1"].attrs["data-changed-from"] == "" and "current" in rows["2"].attrs["class"]
+        assert "changed from GREEN" in rows["2"].text()
+        chart = card.find("svg", class_="trend")
+        assert chart.find_all("line", class_="change") and "GREEN→RED" in chart.text()
+    aime_points = trend.find("div", id="trend-aime_style").find("svg").find_all("g", class_="trend-point")
+    assert [g.attrs.get("class") for g in aime_points] == ["trend-point", "trend-point incomplete"]
+
+
+def test_rerendering_the_same_runs_replaces_their_history_record(tmp_path) -> None:
+    history = tmp_path / "history.jsonl"
+    runs = _pair("gsm_style", 100)
+    for _ in range(2):  # what `swa-harness report` does: the same saved runs, judged again
+        finish(runs, tmp_path / "out", model=tmp_path, thresholds=Thresholds(resamples=200), kill_matrix=None,
+               provenance={"commit": "abc"}, history=history, fault_effects=None)
+    lines = history.read_text().splitlines()
+    assert len(lines) == 1 and json.loads(lines[0])["run_id"].startswith("runs-")
+    finish(runs, tmp_path / "out", model=tmp_path, thresholds=Thresholds(resamples=200), kill_matrix=None,
+           provenance={"run": {"id": "new"}}, history=None, fault_effects=None)
+    assert len(history.read_text().splitlines()) == 1  # history=None records nothing
+
+
+def test_history_skips_damaged_lines_and_keeps_series_apart(tmp_path) -> None:
+    history = tmp_path / "history.jsonl"
+    history.write_text("{not json\n")
+    t = Thresholds(resamples=200)
+    nightly = _pair("gsm_style", 100)
+    demo = _pair("gsm_style", 100, broken=set(range(0, 100, 3)))
+    for run in demo:
+        run.meta["fault"] = "pad-swa-loc-not-zeroed" if run.meta["mode"] == "on" else None
+    for i, runs in enumerate([nightly, demo, nightly]):
+        finish(runs, tmp_path / "out", model=tmp_path, thresholds=t, kill_matrix=None, fault_effects=None,
+               provenance={"run": {"id": f"r{i}", "recorded at": f"2026-02-0{i + 1}T00:00:00+00:00"}}, history=history)
+    loaded = load_history(history)
+    assert loaded.unreadable == 1 and [e.run_id for e in loaded.entries] == ["r0", "r1", "r2"]
+    assert loaded.entries[1].series != loaded.entries[0].series == loaded.entries[2].series
+    page = _parse((tmp_path / "out" / "index.html").read_text())
+    rows = page.root.find("div", id="trend-gsm_style").find_all("tr", class_="trend-row")
+    assert [r.attrs["data-index"] for r in rows] == ["2", "1"]  # the fault demo is not part of the nightly trend
+    assert not any(r.attrs["data-changed-from"] for r in rows)
+    note = page.root.find("section", id="trend").text()
+    assert "1 run(s) of other series not shown" in note and "1 unreadable history line(s) skipped" in note
+
+
+# ------------------------------------------------------------------ kill matrices and fault effects
+
+
+def test_every_targets_kill_matrix_with_kill_classes(nightly) -> None:
+    _, _, _, page, _ = nightly
+    km = page.root.find("section", id="kill-matrix")
+    targets = {div.attrs["data-target"]: div for div in km.find_all("div", class_="km-target")}
+    assert set(targets) == {"harness", "sglang"}
+    long_id = "swa-window-off-by-one-in-the-decode-path-of-the-hybrid-pool-translation"
+    row = next(r for r in targets["harness"].find_all("tr", class_="fault-row") if r.attrs["data-fault"] == long_id)
+    cells = row.find_all("td")
+    assert cells[3].attrs["data-kill-class"] == "behavioural" and cells[4].attrs["data-kill-class"] == "structural"
+    assert cells[3].attrs["title"].startswith(LONG_TEST)  # the whole first failure on hover
+    assert cells[3].find("span", class_="small").text().endswith("…")  # the cell shows it shortened
+    assert cells[3].find("span", class_="test").text() == LONG_TEST
+    sglang_rows = targets["sglang"].find_all("tr", class_="fault-row")
+    assert [r.attrs["data-fault"] for r in sglang_rows] == ["swa-window-off-by-one"]
+    assert all(c.attrs["data-kill-class"] == "" for c in sglang_rows[0].find_all("td")[3:])
+
+
+def test_kill_matrix_files_are_found_per_target(tmp_path) -> None:
+    primary = tmp_path / "kill-matrix.json"
+    assert load_kill_matrices(primary) == [] and load_kill_matrices(None) == []
+    (tmp_path / "kill-matrix-sglang.json").write_text(json.dumps({"clean": {}, "faults": []}))
+    (tmp_path / "kill-matrix-broken.json").write_text("{")
+    found = {m.target: m for m in load_kill_matrices(primary)}
+    assert set(found) == {"sglang", "broken"} and found["sglang"].matrix == {"clean": {}, "faults": []}
+    assert found["broken"].matrix is None and "JSONDecodeError" in found["broken"].error
+    primary.write_text(json.dumps({"target": "harness", "clean": {}, "faults": []}))
+    assert [m.target for m in load_kill_matrices(primary)] == ["harness", "broken", "sglang"]
+
+
+def test_fault_effect_table(nightly, tmp_path) -> None:
+    _, _, _, page, _ = nightly
+    rows = page.root.find("section", id="fault-effects").find_all("tr", class_="effect-row")
+    assert [r.attrs["data-fault"] for r in rows] == ["pad-swa-loc-not-zeroed", "capture-after-warm-cache"]
+    assert "-12.4 pp" in rows[0].text() and rows[0].find("span", class_="badge-RED")
+    assert load_fault_effects(tmp_path / "absent.json") is None
+    (tmp_path / "bad.json").write_text(json.dumps({"fault": "x"}))
+    assert load_fault_effects(tmp_path / "bad.json").error.startswith("expected a list")
+
+
+def test_long_errors_are_folded_not_spilled(nightly) -> None:
+    _, _, html, page, _ = nightly
+    reason = page.root.find(id="verdict-reason")
+    shown = [li for li in reason.find_all("li") if "aime_style" in li.text()][0]
+    summary_line = shown.text().split("full text")[0]
+    assert len(summary_line) < 300 and "swa_gsm_style" not in summary_line  # the sample indices stay folded
+    assert TIMEOUT_ERROR in shown.find("details").find("pre").text()
+    meta = next(r for r in page.root.find_all("tr", class_="run-row")).find("td", class_="meta")
+    keys = [th.text() for th in meta.find("table", class_="kv").find_all("th")]
+    assert {"mode", "graphs", "server_start_s"} <= set(keys)  # key/value rows, not JSON
+    assert meta.find("details").find("summary").text().startswith("engine")
+    assert '"requests_served"' not in html  # meta is never dumped as raw JSON
+
+
+# ------------------------------------------------------------------ in a browser
+
+
 def _chromium() -> str | None:
     return shutil.which("chromium") or shutil.which("chromium-browser") or shutil.which("google-chrome")
 
 
-def test_chromium_renders_the_verdict(report, tmp_path) -> None:
+def _browser_or_skip() -> str:
     browser = _chromium()
     if browser is None:
         pytest.skip("headless Chromium not installed (Debian package: chromium)")
-    path, _, _ = report
+    return browser
+
+
+def _dump_dom(browser: str, page: Path, profile: Path, width: int = 1400, height: int = 900) -> str:
     command = [
-        browser, "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-        "--disable-component-update", "--disable-sync", "--no-first-run", f"--user-data-dir={tmp_path / 'profile'}",
-        "--dump-dom", path.resolve().as_uri(),
+        browser, "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--disable-background-networking",
+        "--disable-component-update", "--disable-sync", "--no-first-run",
+        f"--user-data-dir={profile}", f"--window-size={width},{height}", "--dump-dom", page.resolve().as_uri(),
     ]  # fmt: skip
     done = subprocess.run(command, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr[-2000:]
-    dom = _parse(done.stdout)
+    return done.stdout
+
+
+def test_chromium_renders_the_verdict(report, tmp_path) -> None:
+    browser = _browser_or_skip()
+    path, _, _ = report
+    dom = _parse(_dump_dom(browser, path, tmp_path / "profile"))
     assert dom.root.find(id="verdict-word").text().strip() == "RED"
     assert "script" not in dom.start_tags  # the browser did not turn model text into a script either
     assert len(dom.root.find_all("tr", class_="suite-row")) == 2
+
+
+# Measures the page as laid out, first as delivered, then with every <details> opened, and writes
+# the numbers into the DOM, where --dump-dom brings them out. Only ever added to a test copy.
+LAYOUT_PROBE = """<script>
+(function () {
+  const doc = document.scrollingElement;
+  function measure() {
+    const word = document.getElementById("verdict-word").getBoundingClientRect();
+    const wide = [];
+    for (const el of document.body.querySelectorAll("*")) {
+      const r = el.getBoundingClientRect();
+      if (r.width > 0 && r.right > doc.clientWidth + 0.5 && !el.closest(".table-wrap")) {
+        wide.push(el.tagName.toLowerCase() + (el.id ? "#" + el.id : "") + " right=" + Math.round(r.right));
+      }
+    }
+    return {scrollWidth: doc.scrollWidth, clientWidth: doc.clientWidth, innerWidth: window.innerWidth,
+            innerHeight: window.innerHeight, verdict: {top: word.top, bottom: word.bottom, right: word.right},
+            wide: wide.slice(0, 12)};
+  }
+  const closed = measure();
+  document.querySelectorAll("details").forEach(function (d) { d.open = true; });
+  const opened = measure();
+  const out = document.createElement("pre");
+  out.id = "layout-probe";
+  out.textContent = JSON.stringify({closed: closed, opened: opened});
+  document.body.appendChild(out);
+})();
+</script>"""
+
+
+@pytest.mark.parametrize("width", [1400, 800])
+def test_chromium_layout_has_no_horizontal_overflow_and_the_verdict_on_the_first_screen(nightly, tmp_path, width) -> None:
+    browser = _browser_or_skip()
+    _, _, html, _, _ = nightly
+    probe_page = tmp_path / "probe.html"
+    probe_page.write_text(html.replace("</body>", LAYOUT_PROBE + "\n</body>"), encoding="utf-8")
+    dom = _parse(_dump_dom(browser, probe_page, tmp_path / "profile", width=width, height=900))
+    result = json.loads(dom.root.find("pre", id="layout-probe").text())
+    for state, m in result.items():
+        assert m["innerWidth"] == width, m  # the page was laid out at the width under test
+        assert m["scrollWidth"] <= m["clientWidth"], f"{state}: horizontal overflow at {width} px: {m['wide']}"
+        assert not m["wide"], f"{state}: elements wider than the page at {width} px: {m['wide']}"
+    verdict = result["closed"]["verdict"]
+    assert 0 <= verdict["top"] and verdict["bottom"] <= result["closed"]["innerHeight"]  # on the first screen
+    assert verdict["right"] <= result["closed"]["clientWidth"]

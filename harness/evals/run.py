@@ -26,12 +26,16 @@ from typing import Any, Mapping, Sequence
 from harness.evals.cache import response_cache
 from harness.evals.compare import Thresholds, Tokenize, compare_runs, summarize
 from harness.evals.config import EvalConfig, ModeSpec
+from harness.evals.history import DEFAULT_HISTORY, make_entry
+from harness.evals.history import record as record_history
+from harness.evals.history import trend as history_trend
 from harness.evals.lmeval import OFFLINE_ENV, find_samples, lm_eval_command, parse_samples
 from harness.evals.paths import REPO
 from harness.evals.progress import Progress, health
 from harness.evals.provenance import provenance
 from harness.evals.results import ItemResult, RunResult, SuiteComparison, Summary
 from harness.report import render_report
+from harness.report.inputs import DEFAULT_FAULT_EFFECTS, load_fault_effects, load_kill_matrices
 from harness.server.launch import ServerLaunchError, launch_server
 
 
@@ -124,16 +128,29 @@ def run_eval(config: EvalConfig) -> int:
 
 
 def finish(runs: Sequence[RunResult], out: Path, *, model: Path, thresholds: Thresholds, kill_matrix: Path | None,
-           provenance: Mapping[str, Any]) -> int:
-    """Compare, report, print the summary; exit 1 on a RED verdict.
+           provenance: Mapping[str, Any], history: Path | None = DEFAULT_HISTORY,
+           fault_effects: Path | None = DEFAULT_FAULT_EFFECTS) -> int:
+    """Compare, record in the history, report, print the summary; exit 1 on a RED verdict.
 
     ``model`` only provides the tokenizer that splits flips into tokens; without one they split by character.
+    ``history`` is the JSON-lines file the eval is recorded in and the trend is read from (None: neither);
+    re-judging the same runs replaces their record. ``kill_matrix`` brings its per-target siblings along;
+    ``fault_effects`` is shown when the file exists.
     """
-    comparisons = compare_all(runs, thresholds, _token_splitter(model))
+    tokenize = _token_splitter(model)
+    comparisons = compare_all(runs, thresholds, tokenize)
     summary = summarize(comparisons)
-    matrix = json.loads(kill_matrix.read_text()) if kill_matrix and kill_matrix.is_file() else None
-    report = render_report(comparisons, runs, summary=summary, kill_matrix=matrix, provenance=provenance, out_dir=out)
+    trend = None
+    if history is not None:
+        entry = make_entry(comparisons, summary, runs, provenance)
+        trend = history_trend(record_history(Path(history), entry), entry)
+    report = render_report(comparisons, runs, summary=summary, provenance=provenance, out_dir=out, trend=trend,
+                           kill_matrices=load_kill_matrices(kill_matrix), fault_effects=load_fault_effects(fault_effects),
+                           tokenize=tokenize)
     _print_summary(comparisons, summary)
+    if trend is not None:
+        since = f"; verdict since run #{trend.since.index}" if trend.since else ""
+        print(f"history: {history} ({trend.runs} run(s) of {trend.series}{since})")
     print(f"report: {report}")
     return 1 if summary.verdict.name == "RED" else 0
 

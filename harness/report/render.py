@@ -4,29 +4,42 @@ Self-contained means: CSS inline, charts as inline SVG drawn in Python, no scrip
 link that would reach the network, so the file can be mailed, attached to CI or opened offline.
 All model text goes through Jinja2 autoescaping (responses can contain anything, ``<script>``
 included). Numbers are formatted here, not in the template, so the template stays declarative.
+
+Layout rules the template relies on (checked in Chromium at 1400 and 800 px): nothing is wider
+than the page, so long values are either shortened with the full text in a ``title`` (hashes,
+test ids) or folded into a ``<details>`` (errors, command lines); the verdict comes first.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
+import re
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
 from jinja2 import Environment, FileSystemLoader, StrictUndefined
-from markupsafe import Markup
+from markupsafe import Markup, escape
 
 from harness.evals import stats
+from harness.evals.compare import Tokenize
+from harness.evals.history import SuiteSnapshot, Trend, TrendPoint, engine_label
 from harness.evals.results import ItemDiff, RunResult, SuiteComparison, Summary
-from harness.report.svg import VERDICT_COLOURS, forest_plot
+from harness.report.inputs import FaultEffects, KillMatrixFile
+from harness.report.svg import VERDICT_COLOURS, forest_plot, trend_chart
 
 TEMPLATES = Path(__file__).resolve().parent / "templates"
 TEMPLATE_NAME = "report.html.j2"
+FOLD_CHARS = 140  # longer values are folded into <details>, with their first line as the summary
+_HEX = re.compile(r"^[0-9a-f]{32,}$")
+# Provenance groups in the order a reader asks: what was tested, on what model, how, where.
+_GROUP_ORDER = ("engine under test", "model", "arms", "run", "hardware", "software", "datasets")
 
 
 def _environment() -> Environment:
     # autoescape=True for every template (the name ends in .j2, which select_autoescape would miss).
-    return Environment(
+    env = Environment(
         loader=FileSystemLoader(str(TEMPLATES)),
         autoescape=True,
         undefined=StrictUndefined,
@@ -34,6 +47,8 @@ def _environment() -> Environment:
         lstrip_blocks=True,
         keep_trailing_newline=True,
     )
+    env.filters["breakable"] = breakable
+    return env
 
 
 def _pct(x: float) -> str:
@@ -53,16 +68,112 @@ def _p_value(p: float) -> str:
     return f"{p:.3g}" if p >= 1e-4 else f"{p:.1e}"
 
 
+def fold(text: str, limit: int = FOLD_CHARS) -> dict[str, Any]:
+    """``short`` always fits a line; ``folded`` says the template must offer ``full`` in a <details>."""
+    text = str(text)
+    first = text.splitlines()[0] if text else ""
+    folded = len(text) > limit or "\n" in text.strip()
+    short = first if len(first) <= limit else first[: limit - 1].rstrip() + "…"
+    return {"short": short, "full": text, "folded": folded}
+
+
+def _value(text: str) -> dict[str, Any]:
+    """A key/value cell: hex digests shortened (full on hover), long text folded."""
+    cell = fold(text)
+    cell["title"] = text if _HEX.match(text) else ""
+    if cell["title"]:
+        cell.update(short=text[:12] + "…", folded=False)
+    return cell
+
+
+def _flatten(data: Mapping[str, Any], prefix: str = "") -> list[tuple[str, str]]:
+    """``(dotted.key, text)`` rows; nested mappings become dotted keys, lists and numbers JSON."""
+    rows: list[tuple[str, str]] = []
+    for key, value in data.items():
+        name = f"{prefix}{key}"
+        if isinstance(value, Mapping) and value:
+            rows.extend(_flatten(value, f"{name}."))
+        elif isinstance(value, str):
+            rows.append((name, value))
+        else:
+            rows.append((name, json.dumps(value, sort_keys=True, default=str)))
+    return rows
+
+
+def _kv_rows(data: Mapping[str, Any], prefix: str = "") -> list[dict[str, Any]]:
+    return [{"key": key, **_value(text)} for key, text in _flatten(data, prefix)]
+
+
+def provenance_groups(provenance: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """Provenance as titled key/value tables: one per nested group, loose top-level keys under "run"."""
+    loose = {k: v for k, v in provenance.items() if not (isinstance(v, Mapping) and v)}
+    nested = {k: v for k, v in provenance.items() if isinstance(v, Mapping) and v}
+    if loose:
+        nested["run"] = {**dict(nested.get("run", {})), **loose}
+    order = [g for g in _GROUP_ORDER if g in nested] + sorted(g for g in nested if g not in _GROUP_ORDER)
+    return [{"title": g, "id": "prov-" + re.sub(r"\W+", "-", g), "rows": _kv_rows(nested[g])} for g in order]
+
+
+def _group(provenance: Mapping[str, Any], name: str) -> Mapping[str, Any]:
+    value = provenance.get(name)
+    return value if isinstance(value, Mapping) else {}
+
+
+def _joined(data: Mapping[str, Any], keys: Sequence[str], sep: str = " · ") -> str:
+    return sep.join(f"{k} {data[k]}" if k not in ("cpu", "device", "name") else str(data[k]) for k in keys if data.get(k))
+
+
+def provenance_glance(provenance: Mapping[str, Any]) -> list[dict[str, str]]:
+    """One line per provenance group for the top of the report: what ran, on what, where, with what data.
+
+    Missing groups are left out (older provenance records are flat); the full record is shown folded below.
+    """
+    rows = [{"label": "engine under test", "text": engine_label(provenance),
+             "title": str(_group(provenance, "engine under test").get("commit", ""))}]
+    model = _group(provenance, "model")
+    if model:
+        digest = str(model.get("model.safetensors sha256", ""))
+        short = f" · weights sha256 {digest[:12]}…" if _HEX.match(digest) else ""
+        rows.append({"label": "model", "text": f"{model.get('name', '?')}{short}", "title": digest})
+    arms = _group(provenance, "arms")
+    if arms:
+        text = " · ".join(f"{label.upper()}: graphs {arm.get('graphs', '?')}"
+                          + (f", fault {arm['fault']}" if arm.get("fault") not in (None, "none") else "")
+                          for label, arm in arms.items() if isinstance(arm, Mapping))
+        rows.append({"label": "arms", "text": text, "title": ""})
+    for name, keys in (("hardware", ("device", "gpu", "cpu", "logical cores", "memory")),
+                       ("software", ("torch", "lm-eval", "python"))):
+        if _group(provenance, name):
+            rows.append({"label": name, "text": _joined(_group(provenance, name), keys), "title": ""})
+    datasets = _group(provenance, "datasets")
+    if datasets:
+        parts, files = [], []
+        for suite, hashes in datasets.items():
+            listing = sorted(f"{f} {h}" for f, h in (hashes.items() if isinstance(hashes, Mapping) else []))
+            parts.append(f"{suite} {hashlib.sha256(chr(10).join(listing).encode()).hexdigest()[:12]}")
+            files += [f"{suite}/{line}" for line in listing]
+        rows.append({"label": "datasets", "text": " · ".join(parts), "title": "\n".join(files)})
+    run = _group(provenance, "run")
+    if run:
+        rows.append({"label": "run", "text": _joined(run, ("id", "recorded at")), "title": str(run.get("command", ""))})
+    return rows
+
+
+def breakable(text: Any) -> Markup:
+    """Escaped text with line-break opportunities after ``. _ / : - , =`` (ids and keys wrap at their joints)."""
+    return Markup(re.sub(r"([._/:,=-])", r"\1<wbr>", str(escape(str(text)))))
+
+
 def _suite_row(comp: SuiteComparison) -> dict[str, Any]:
-    """Table cells for one suite; an incomplete comparison carries errors and no numbers."""
+    """Table cells for one suite; an incomplete comparison carries (folded) errors and no numbers."""
     row: dict[str, Any] = {
         "suite": comp.suite,
         "model": comp.model,
         "graphs": f"{comp.on_graphs} vs {comp.off_graphs}",
         "complete": comp.complete,
-        "errors": comp.errors,
+        "errors": [fold(e) for e in comp.errors],
         "verdict": comp.verdict.value,
-        "reasons": comp.reasons,
+        "reasons": [fold(r) for r in comp.reasons],
         "anchor": f"suite-{comp.suite}",
     }
     if comp.complete:
@@ -84,7 +195,15 @@ def _suite_row(comp: SuiteComparison) -> dict[str, Any]:
     return row
 
 
-def _diff_view(diff: ItemDiff) -> dict[str, Any]:
+def _token_at(text: str, index: int | None, tokenize: Tokenize | None) -> str:
+    """The token at ``index`` (characters without a tokenizer), JSON-quoted so whitespace shows."""
+    if index is None:
+        return "—"
+    parts = list(tokenize(text)) if tokenize is not None else list(text)
+    return json.dumps(str(parts[index]), ensure_ascii=False) if index < len(parts) else "(end)"
+
+
+def _diff_view(diff: ItemDiff, tokenize: Tokenize | None) -> dict[str, Any]:
     """Split both responses at the common prefix so the template can mark the diverging rest."""
     cut = diff.prefix_chars
     return {
@@ -97,6 +216,9 @@ def _diff_view(diff: ItemDiff) -> dict[str, Any]:
         "on_correct": diff.on_correct,
         "off_correct": diff.off_correct,
         "first_diff_token": diff.first_diff_token,
+        "unit": "token" if tokenize is not None else "character",
+        "on_token": _token_at(diff.on_response, diff.first_diff_token, tokenize),
+        "off_token": _token_at(diff.off_response, diff.first_diff_token, tokenize),
         "prefix_chars": cut,
         "identical": diff.on_response == diff.off_response,
         "on_prefix": diff.on_response[:cut],
@@ -106,55 +228,65 @@ def _diff_view(diff: ItemDiff) -> dict[str, Any]:
     }
 
 
+def _meta_view(meta: Mapping[str, Any]) -> dict[str, Any]:
+    """A run's meta as key/value rows; nested mappings (e.g. engine counters) fold into their own table."""
+    flat = {k: v for k, v in meta.items() if not isinstance(v, Mapping)}
+    return {
+        "rows": _kv_rows(flat),
+        "groups": [{"title": k, "rows": _kv_rows(v)} for k, v in meta.items() if isinstance(v, Mapping) and v],
+    }
+
+
 def _run_row(run: RunResult, confidence: float) -> dict[str, Any]:
     row: dict[str, Any] = {
         "suite": run.suite,
         "graphs": run.graphs,
         "model": run.model,
         "complete": run.complete,
-        "error": run.error,
+        "error": fold(run.error) if run.error else None,
         "n_items": len(run.items),
         "wall_s": f"{run.wall_s:.1f}",
-        "meta": json.dumps(run.meta, sort_keys=True, default=str) if run.meta else "",
+        "meta": _meta_view(run.meta),
         "accuracy": None,
     }
     if run.complete and run.items:
         acc = stats.accuracy([item.correct for item in run.items], confidence)
-        row["accuracy"] = f"{_pct(acc.value)} {_ci(acc.low, acc.high)}"
+        row["accuracy"] = _pct(acc.value)
+        row["accuracy_ci"] = _ci(acc.low, acc.high)
     return row
 
 
-def _flatten(data: Mapping[str, Any], prefix: str = "") -> list[tuple[str, str]]:
-    """Provenance as ``(dotted.key, text)`` rows; nested dicts become dotted keys, the rest JSON."""
-    rows: list[tuple[str, str]] = []
-    for key, value in data.items():
-        name = f"{prefix}{key}"
-        if isinstance(value, Mapping) and value:
-            rows.extend(_flatten(value, f"{name}."))
-        elif isinstance(value, str):
-            rows.append((name, value))
-        else:
-            rows.append((name, json.dumps(value, sort_keys=True, default=str)))
-    return rows
+def _kill_cell(cell: Mapping[str, Any] | None) -> dict[str, Any]:
+    status = str(cell.get("status")) if cell else "missing"
+    failure = str((cell or {}).get("first_failure") or "")
+    test, _, message = failure.partition(": ")
+    return {
+        "status": status,
+        "kill_class": (cell or {}).get("kill_class"),
+        "first_failure": failure,
+        "test": test if message else "",  # "Class::test_name" (wraps) and the message (shortened)
+        "message": fold(message or failure, 110)["short"],
+    }
 
 
-def _kill_matrix_view(matrix: Mapping[str, Any]) -> dict[str, Any]:
-    """Fault x suite grid from the faults runner's JSON; unknown statuses are shown, not dropped."""
+def _kill_matrix_view(source: KillMatrixFile) -> dict[str, Any]:
+    """Fault x suite grid from one target's JSON; unknown statuses are shown, not dropped."""
+    base = {"target": source.target, "source": source.source, "error": source.error}
+    if source.matrix is None:
+        return {**base, "rows": [], "summary": f"unreadable: {source.error}", "clean_ok": False, "all_killed": False}
+    matrix = source.matrix
     clean = matrix.get("clean") or {}
     faults = matrix.get("faults") or []
-    suites: list[str] = list(clean)
+    suites: list[str] = list(matrix.get("suites") or clean)
     for fault in faults:
         suites.extend(s for s in fault.get("suites", {}) if s not in suites)
     rows = []
     killed = survived = errored = 0
+    has_class = False
     for fault in faults:
-        cells = []
-        statuses = []
-        for suite in suites:
-            cell = fault.get("suites", {}).get(suite)
-            status = str(cell.get("status")) if cell else "missing"
-            statuses.append(status)
-            cells.append({"status": status, "first_failure": (cell or {}).get("first_failure") or ""})
+        cells = [_kill_cell(fault.get("suites", {}).get(suite)) for suite in suites]
+        statuses = [c["status"] for c in cells]
+        has_class = has_class or any(c["kill_class"] for c in cells)
         if "killed" in statuses:
             killed += 1
             outcome = "killed"
@@ -164,20 +296,11 @@ def _kill_matrix_view(matrix: Mapping[str, Any]) -> dict[str, Any]:
         else:
             survived += 1
             outcome = "survived"
-        rows.append(
-            {
-                "id": str(fault.get("id", "?")),
-                "seed": str(fault.get("seed", "")),
-                "breaks": str(fault.get("breaks", "")),
-                "user_sees": str(fault.get("user_sees", "")),
-                "cells": cells,
-                "outcome": outcome,
-            }
-        )
-    clean_cells = []
-    for suite in suites:
-        cell = clean.get(suite) or {}
-        clean_cells.append({"status": str(cell.get("status", "missing")), "detail": str(cell.get("detail") or "")})
+        rows.append({"id": str(fault.get("id", "?")), "seed": str(fault.get("seed", "")),
+                     "breaks": str(fault.get("breaks", "")), "user_sees": str(fault.get("user_sees", "")),
+                     "cells": cells, "outcome": outcome})
+    clean_cells = [{"status": str((clean.get(s) or {}).get("status", "missing")),
+                    "detail": str((clean.get(s) or {}).get("detail") or "")} for s in suites]
     clean_failed = [s for s, c in zip(suites, clean_cells) if c["status"] != "passed"]
     summary = f"{killed} of {len(faults)} faults killed by at least one suite"
     if survived:
@@ -188,6 +311,7 @@ def _kill_matrix_view(matrix: Mapping[str, Any]) -> dict[str, Any]:
         "passed every suite" if not clean_failed else "FAILED on " + ", ".join(clean_failed)
     )
     return {
+        **base,
         "generated_at": str(matrix.get("generated_at", "")),
         "wall_s": matrix.get("wall_s"),
         "suites": suites,
@@ -196,6 +320,64 @@ def _kill_matrix_view(matrix: Mapping[str, Any]) -> dict[str, Any]:
         "summary": summary,
         "clean_ok": not clean_failed,
         "all_killed": killed == len(faults),
+        "has_kill_class": has_class,
+    }
+
+
+def _fault_effects_view(effects: FaultEffects | None) -> dict[str, Any] | None:
+    if effects is None:
+        return None
+    rows = []
+    for r in effects.rows:
+        delta = r.get("delta_pp")
+        rows.append({"fault": str(r.get("fault", "?")), "checkpoint": str(r.get("checkpoint", "")),
+                     "suite": str(r.get("suite", "")),
+                     "delta": f"{delta:+.1f} pp" if isinstance(delta, (int, float)) else str(delta or "—"),
+                     "verdict": str(r.get("verdict", ""))})
+    return {"source": effects.source, "error": effects.error, "rows": rows}
+
+
+def _snapshot_cells(s: SuiteSnapshot | None) -> dict[str, Any]:
+    if s is None:
+        return {"ran": False}
+    cells: dict[str, Any] = {"ran": True, "verdict": s.verdict, "complete": s.complete,
+                             "flips": f"{s.on_broke} / {s.on_fixed}", "errors": [fold(e, 80) for e in s.errors]}
+    if s.complete and s.on and s.off and s.delta:
+        # Compact CIs ("[64.8, 72.9] %"): the trend table sits in a half-width card.
+        cells.update(on=_pct(s.on.value), on_ci=f"[{100 * s.on.low:.1f}, {100 * s.on.high:.1f}] %",
+                     off=_pct(s.off.value), off_ci=f"[{100 * s.off.low:.1f}, {100 * s.off.high:.1f}] %",
+                     delta=_pp(s.delta.value), delta_ci=f"[{100 * s.delta.low:+.1f}, {100 * s.delta.high:+.1f}] pp")
+    return cells
+
+
+def _point_view(p: TrendPoint) -> dict[str, Any]:
+    return {"index": p.index, "when": p.entry.recorded_at.replace("T", " ")[:16], "engine": p.entry.engine,
+            "run_id": p.entry.run_id, "changed_from": p.changed_from, "current": p.current,
+            "verdict": p.snapshot.verdict if p.snapshot else p.entry.verdict, **_snapshot_cells(p.snapshot)}
+
+
+def _trend_view(trend: Trend | None) -> dict[str, Any] | None:
+    """Per suite a chart and a table (newest first), plus the overall "since when" line."""
+    if trend is None:
+        return None
+    since = trend.since
+    return {
+        "series": trend.series,
+        "runs": trend.runs,
+        "other_series": trend.other_series,
+        "unreadable": trend.unreadable,
+        "since": _point_view(since) if since else None,
+        "first": _point_view(trend.overall[0]) if trend.overall else None,
+        "suites": [
+            {
+                "suite": st.suite,
+                "anchor": f"trend-{st.suite}",
+                "chart": Markup(trend_chart(st.suite, st.points)),  # built from escaped parts in svg.py
+                "points": [_point_view(p) for p in reversed(st.points)],
+                "since": _point_view(st.since) if st.since else None,
+            }
+            for st in trend.suites
+        ],
     }
 
 
@@ -204,23 +386,32 @@ def build_context(
     runs: Sequence[RunResult],
     *,
     summary: Summary,
-    kill_matrix: Mapping[str, Any] | None,
     provenance: Mapping[str, Any],
+    kill_matrices: Sequence[KillMatrixFile] = (),
+    fault_effects: FaultEffects | None = None,
+    trend: Trend | None = None,
+    tokenize: Tokenize | None = None,
     generated_at: str | None = None,
 ) -> dict[str, Any]:
     """Everything the template shows, already formatted (exposed for tests and other renderers).
 
     ``summary`` is the job's own overall verdict, shown as is: the report never judges again.
+    ``tokenize`` must be the splitter the comparison used, so "first divergent token" names the
+    token at the index the comparison found (characters when it is None).
     """
     thresholds = comparisons[0].thresholds if comparisons else {}
     alpha = float(thresholds.get("alpha", 0.05))
     max_drop = thresholds.get("max_drop")
+    matrices = [_kill_matrix_view(m) for m in kill_matrices]
     return {
         "title": "swa-harness accuracy: graphs ON vs OFF",
         "generated_at": generated_at or datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC"),
         "summary": {
             "verdict": summary.verdict.value,
-            "reason": summary.reason,
+            "reason": fold(summary.reason, 220),
+            # The suites that set the verdict, one folded line each, so a long error cannot bury the others.
+            "culprits": [{"suite": c.suite, "anchor": f"suite-{c.suite}", "reason": fold(c.reason, 200)}
+                         for c in comparisons if c.verdict is summary.verdict and summary.verdict.name != "GREEN"],
             "counts": summary.counts,
             "colour": VERDICT_COLOURS[summary.verdict],
         },
@@ -231,17 +422,22 @@ def build_context(
             {
                 "suite": comp.suite,
                 "anchor": f"flips-{comp.suite}",
+                "back": f"suite-{comp.suite}",
                 "complete": comp.complete,
                 # ON-broke flips first: those are the ones a regression hunt starts from.
-                "flips": [_diff_view(d) for d in sorted(comp.flips, key=lambda d: d.on_correct)],
-                "text_diffs": [_diff_view(d) for d in comp.text_diffs],
+                "flips": [_diff_view(d, tokenize) for d in sorted(comp.flips, key=lambda d: d.on_correct)],
+                "text_diffs": [_diff_view(d, tokenize) for d in comp.text_diffs],
             }
             for comp in comparisons
         ],
         "runs": [_run_row(run, 1 - alpha) for run in runs],
-        "kill_matrix": _kill_matrix_view(kill_matrix) if kill_matrix is not None else None,
+        "kill_matrices": matrices,
+        "fault_effects": _fault_effects_view(fault_effects),
+        "trend": _trend_view(trend),
         "thresholds": [(k, "None" if v is None else str(v)) for k, v in thresholds.items()],
-        "provenance": _flatten(provenance),
+        "provenance": provenance_groups(provenance),
+        "glance": provenance_glance(provenance) if provenance else [],
+        "engine": engine_label(provenance),
         "colours": {v.value: c for v, c in VERDICT_COLOURS.items()},
     }
 
@@ -251,14 +447,11 @@ def render_html(
     runs: Sequence[RunResult],
     *,
     summary: Summary,
-    kill_matrix: Mapping[str, Any] | None = None,
     provenance: Mapping[str, Any],
-    generated_at: str | None = None,
+    **extra: Any,
 ) -> str:
-    """The report as an HTML string (``render_report`` writes it to disk)."""
-    context = build_context(
-        comparisons, runs, summary=summary, kill_matrix=kill_matrix, provenance=provenance, generated_at=generated_at
-    )
+    """The report as an HTML string; ``extra`` are :func:`build_context`'s optional inputs."""
+    context = build_context(comparisons, runs, summary=summary, provenance=provenance, **extra)
     return _environment().get_template(TEMPLATE_NAME).render(**context)
 
 
@@ -267,15 +460,12 @@ def render_report(
     runs: Sequence[RunResult],
     *,
     summary: Summary,
-    kill_matrix: Mapping[str, Any] | None,
     provenance: Mapping[str, Any],
     out_dir: str | Path,
-    generated_at: str | None = None,
+    **extra: Any,
 ) -> Path:
     """Write ``out_dir/index.html`` and return its path; the verdict shown is ``summary``, as the job computed it."""
-    html = render_html(
-        comparisons, runs, summary=summary, kill_matrix=kill_matrix, provenance=provenance, generated_at=generated_at
-    )
+    html = render_html(comparisons, runs, summary=summary, provenance=provenance, **extra)
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     path = out / "index.html"
@@ -283,4 +473,4 @@ def render_report(
     return path
 
 
-__all__ = ["render_report", "render_html", "build_context"]
+__all__ = ["render_report", "render_html", "build_context", "breakable", "fold", "provenance_glance", "provenance_groups"]

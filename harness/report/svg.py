@@ -10,6 +10,7 @@ import math
 from html import escape
 from typing import Sequence
 
+from harness.evals.history import TrendPoint
 from harness.evals.results import SuiteComparison, Verdict
 
 VERDICT_COLOURS = {Verdict.GREEN: "#1a7f37", Verdict.AMBER: "#b26b00", Verdict.RED: "#c62828"}
@@ -48,7 +49,8 @@ def forest_plot(comparisons: Sequence[SuiteComparison], max_drop: float | None =
         return left + (value + half) / (2 * half) * plot_w
 
     out = [
-        f'<svg class="forest" role="img" width="{width}" height="{height}" viewBox="0 0 {width} {height}">',
+        f'<svg class="forest" role="img" width="{width}" height="{height}" viewBox="0 0 {width} {height}" '
+        'preserveAspectRatio="xMinYMin meet">',
         "<title>Paired difference in accuracy, graphs ON minus OFF, with confidence intervals</title>",
         f'<text x="{left + plot_w / 2}" y="14" text-anchor="middle" class="axis-title">'
         "accuracy ON − OFF (percentage points)</text>",
@@ -100,6 +102,85 @@ def forest_plot(comparisons: Sequence[SuiteComparison], max_drop: float | None =
                 f'<text x="{left + plot_w + 10}" y="{cy + 4}" class="value">{_fmt_pp(d.value)} '
                 f"[{_fmt_pp(d.low)}, {_fmt_pp(d.high)}]</text>"
             )
+        out.append("</g>")
+    out.append("</svg>")
+    return "\n".join(out)
+
+
+def _trend_range(points: Sequence[TrendPoint]) -> tuple[float, float]:
+    """A y range covering every CI shown, at least 5 pp tall, inside [0, 1]."""
+    values = [v for p in points if p.snapshot and p.snapshot.complete
+              for est in (p.snapshot.on, p.snapshot.off) if est is not None for v in (est.low, est.high)]
+    low, high = (min(values), max(values)) if values else (0.0, 1.0)
+    pad = max(0.01, (0.05 - (high - low)) / 2)
+    low, high = max(0.0, low - pad), min(1.0, high + pad)
+    return low, max(high, low + 0.01)
+
+
+def trend_chart(suite: str, points: Sequence[TrendPoint]) -> str:
+    """Accuracy ON (dots in the verdict's colour) and OFF (hollow) per run, with their CIs.
+
+    A dashed vertical line marks each run whose verdict differs from the run before, labelled
+    ``OLD→NEW``; an incomplete run is a red cross on the axis; the current run has a ring.
+    """
+    width, height, left, right, top, bottom = 560, 170, 46, 16, 26, 30
+    plot_w, plot_h = width - left - right, height - top - bottom
+    low, high = _trend_range(points)
+    n = len(points)
+
+    def x(i: int) -> float:
+        return left + (plot_w / 2 if n == 1 else i * plot_w / (n - 1))
+
+    def y(v: float) -> float:
+        return top + (high - v) / (high - low) * plot_h
+
+    name = escape(suite)
+    out = [
+        f'<svg class="trend" role="img" width="{width}" height="{height}" viewBox="0 0 {width} {height}" '
+        f'preserveAspectRatio="xMinYMin meet" data-suite="{name}">',
+        f"<title>{name}: accuracy with graphs ON and OFF per run, oldest left</title>",
+    ]
+    for k in range(5):
+        v = low + (high - low) * k / 4
+        out.append(f'<line x1="{left}" y1="{y(v):.1f}" x2="{width - right}" y2="{y(v):.1f}" class="grid"/>')
+        out.append(f'<text x="{left - 6}" y="{y(v) + 4:.1f}" text-anchor="end" class="tick">{100 * v:.0f}%</text>')
+    for arm, cls in (("off", "trend-off"), ("on", "trend-on")):
+        coords = [(x(i), y(getattr(p.snapshot, arm).value)) for i, p in enumerate(points)
+                  if p.snapshot and p.snapshot.complete and getattr(p.snapshot, arm) is not None]
+        if len(coords) > 1:
+            path = " ".join(f"{cx:.1f},{cy:.1f}" for cx, cy in coords)
+            out.append(f'<polyline points="{path}" class="{cls}" fill="none"/>')
+    label_every = max(1, math.ceil(n / 10))
+    for i, p in enumerate(points):
+        cx = x(i)
+        if i % label_every == 0 or i == n - 1:
+            out.append(f'<text x="{cx:.1f}" y="{height - 10}" text-anchor="middle" class="tick">#{p.index}</text>')
+        if p.changed_from is not None:
+            out.append(f'<line x1="{cx:.1f}" y1="{top - 4}" x2="{cx:.1f}" y2="{top + plot_h}" class="change"/>')
+            new = p.snapshot.verdict if p.snapshot else "?"
+            anchor = "end" if i == n - 1 and n > 1 else ("start" if i == 0 else "middle")
+            out.append(f'<text x="{cx:.1f}" y="{top - 8}" text-anchor="{anchor}" class="change-label">'
+                       f"{escape(p.changed_from)}→{escape(new)}</text>")
+        s = p.snapshot
+        when = escape(p.entry.recorded_at)
+        if s is None:
+            continue
+        if not s.complete or s.on is None or s.off is None:
+            cy = top + plot_h
+            out.append(f'<g class="trend-point incomplete" data-index="{p.index}"><title>#{p.index} {when}: '
+                       f"INCOMPLETE ({escape(s.verdict)})</title>"
+                       f'<path d="M{cx - 5:.1f},{cy - 5:.1f} l10,10 m0,-10 l-10,10" class="cross"/></g>')
+            continue
+        colour = VERDICT_COLOURS.get(Verdict(s.verdict), "#59636e")
+        tip = escape(f"#{p.index} {p.entry.recorded_at} · {p.entry.engine}: ON {100 * s.on.value:.1f} % "
+                     f"OFF {100 * s.off.value:.1f} % · {s.verdict}")
+        out.append(f'<g class="trend-point" data-index="{p.index}" data-verdict="{escape(s.verdict)}"><title>{tip}</title>')
+        out.append(f'<line x1="{cx:.1f}" y1="{y(s.on.low):.1f}" x2="{cx:.1f}" y2="{y(s.on.high):.1f}" '
+                   f'stroke="{colour}" stroke-width="1.5" opacity=".6"/>')
+        out.append(f'<circle cx="{cx:.1f}" cy="{y(s.off.value):.1f}" r="4" class="off-dot"/>')
+        out.append(f'<circle cx="{cx:.1f}" cy="{y(s.on.value):.1f}" r="4.5" fill="{colour}"/>')
+        if p.current:
+            out.append(f'<circle cx="{cx:.1f}" cy="{y(s.on.value):.1f}" r="8" class="current-ring"/>')
         out.append("</g>")
     out.append("</svg>")
     return "\n".join(out)

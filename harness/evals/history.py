@@ -1,0 +1,298 @@
+"""The eval history: one JSON line per eval, so a nightly reader sees *since when* a verdict holds.
+
+Every eval (``finish``) records its summary in ``reports/history.jsonl`` by default: per suite and
+arm the accuracy with its CI, the paired difference, the verdict and the flips, plus the run's
+provenance. A record is keyed by its run id: an eval appends, ``swa-harness report`` re-judging the
+same saved runs replaces that run's line instead of adding a second one.
+
+The trend compares like with like: only the records of the current run's *series* (same model,
+same injected fault, same kind of engine) are charted, so a fault demo or an ad-hoc run against an
+external server does not look like a nightly regression. Within a series, the first run whose
+verdict differs from the run before it is a *change*; the latest change is "since when".
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import tempfile
+from dataclasses import asdict, dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+from harness.evals.paths import REPO
+from harness.evals.results import Estimate, RunResult, SuiteComparison, Summary
+
+DEFAULT_HISTORY = REPO / "reports" / "history.jsonl"
+SCHEMA = 1
+_ERROR_CHARS = 300  # errors are kept short here: the full text is in the run's own record
+
+
+def _estimate(value: Mapping[str, Any] | None) -> Estimate | None:
+    return None if value is None else Estimate.from_dict(dict(value))
+
+
+@dataclass(frozen=True)
+class SuiteSnapshot:
+    """One suite of one eval: both arms' accuracy (with CIs), the paired difference and the verdict."""
+
+    suite: str
+    verdict: str
+    complete: bool
+    n: int
+    on_graphs: str
+    off_graphs: str
+    on: Estimate | None
+    off: Estimate | None
+    delta: Estimate | None
+    mcnemar_p: float | None
+    on_broke: int  # flips ON got wrong (OFF right)
+    on_fixed: int  # flips ON got right (OFF wrong)
+    text_diffs: int
+    errors: tuple[str, ...] = ()
+
+    @property
+    def flips(self) -> int:
+        return self.on_broke + self.on_fixed
+
+    @classmethod
+    def of(cls, comp: SuiteComparison) -> SuiteSnapshot:
+        return cls(
+            suite=comp.suite, verdict=comp.verdict.value, complete=comp.complete, n=comp.n,
+            on_graphs=comp.on_graphs, off_graphs=comp.off_graphs, on=comp.on_accuracy, off=comp.off_accuracy,
+            delta=comp.difference, mcnemar_p=comp.mcnemar_p,
+            on_broke=sum(not d.on_correct for d in comp.flips), on_fixed=sum(d.on_correct for d in comp.flips),
+            text_diffs=len(comp.text_diffs), errors=tuple(e[:_ERROR_CHARS] for e in comp.errors),
+        )  # fmt: skip
+
+    def to_dict(self) -> dict[str, Any]:
+        data = asdict(self)
+        data["errors"] = list(self.errors)
+        return data
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> SuiteSnapshot:
+        return cls(
+            suite=str(data["suite"]), verdict=str(data["verdict"]), complete=bool(data["complete"]), n=int(data["n"]),
+            on_graphs=str(data.get("on_graphs", "")), off_graphs=str(data.get("off_graphs", "")),
+            on=_estimate(data.get("on")), off=_estimate(data.get("off")), delta=_estimate(data.get("delta")),
+            mcnemar_p=data.get("mcnemar_p"), on_broke=int(data.get("on_broke", 0)),
+            on_fixed=int(data.get("on_fixed", 0)), text_diffs=int(data.get("text_diffs", 0)),
+            errors=tuple(str(e) for e in data.get("errors", ())),
+        )  # fmt: skip
+
+
+@dataclass(frozen=True)
+class HistoryEntry:
+    """One eval as the history keeps it; ``series`` groups the runs a trend may compare."""
+
+    run_id: str
+    recorded_at: str  # ISO 8601, UTC
+    verdict: str
+    reason: str
+    model: str
+    fault: str | None  # the catalog fault injected into graphs ON, if any
+    engine: str  # the engine under test in one line, e.g. "harness 0123abc (dirty)"
+    suites: tuple[SuiteSnapshot, ...]
+    provenance: Mapping[str, Any] = field(default_factory=dict)
+
+    @property
+    def series(self) -> str:
+        kind = self.engine.split(" ", 1)[0] if self.engine else "unknown"
+        return f"{self.model} · {kind} · fault {self.fault or 'none'}"
+
+    def suite(self, name: str) -> SuiteSnapshot | None:
+        return next((s for s in self.suites if s.suite == name), None)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "schema": SCHEMA, "run_id": self.run_id, "recorded_at": self.recorded_at, "verdict": self.verdict,
+            "reason": self.reason, "model": self.model, "fault": self.fault, "engine": self.engine,
+            "suites": [s.to_dict() for s in self.suites], "provenance": dict(self.provenance),
+        }  # fmt: skip
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> HistoryEntry:
+        return cls(
+            run_id=str(data["run_id"]), recorded_at=str(data["recorded_at"]), verdict=str(data["verdict"]),
+            reason=str(data.get("reason", "")), model=str(data["model"]), fault=data.get("fault"),
+            engine=str(data.get("engine", "")), suites=tuple(SuiteSnapshot.from_dict(s) for s in data["suites"]),
+            provenance=dict(data.get("provenance") or {}),
+        )  # fmt: skip
+
+
+def engine_label(provenance: Mapping[str, Any]) -> str:
+    """The engine under test in one line, from the provenance (new nested layout or the older flat one)."""
+    engine = provenance.get("engine under test")
+    if isinstance(engine, Mapping) and engine.get("summary"):
+        return str(engine["summary"])
+    commit = provenance.get("commit")
+    return f"harness {commit}" if commit else "unknown"
+
+
+def run_id(runs: Sequence[RunResult], provenance: Mapping[str, Any]) -> str:
+    """The provenance's run id when the eval recorded one, else a digest of the runs themselves.
+
+    The digest covers only the runs, so re-rendering the same saved runs maps to the same record.
+    """
+    run = provenance.get("run")
+    if isinstance(run, Mapping) and run.get("id"):
+        return str(run["id"])
+    digest = hashlib.sha256()
+    for record in sorted(json.dumps(r.to_dict(), sort_keys=True, default=str) for r in runs):
+        digest.update(record.encode("utf-8"))
+    return "runs-" + digest.hexdigest()[:16]
+
+
+def make_entry(
+    comparisons: Sequence[SuiteComparison],
+    summary: Summary,
+    runs: Sequence[RunResult],
+    provenance: Mapping[str, Any],
+    recorded_at: str | None = None,
+) -> HistoryEntry:
+    """The history record of one judged eval, timed by its provenance (else ``recorded_at``, else now)."""
+    run = provenance.get("run")
+    when = run.get("recorded at") if isinstance(run, Mapping) else None
+    recorded_at = str(when or recorded_at or datetime.now(timezone.utc).isoformat(timespec="seconds"))
+    on_runs = [r for r in runs if r.meta.get("mode") == "on"]
+    fault = next((r.meta.get("fault") for r in on_runs if r.meta.get("fault")), None)
+    model = runs[0].model if runs else (comparisons[0].model if comparisons else "unknown")
+    return HistoryEntry(
+        run_id=run_id(runs, provenance), recorded_at=recorded_at, verdict=summary.verdict.value,
+        reason=summary.reason[:_ERROR_CHARS], model=model, fault=fault, engine=engine_label(provenance),
+        suites=tuple(SuiteSnapshot.of(c) for c in comparisons), provenance=dict(provenance),
+    )  # fmt: skip
+
+
+@dataclass(frozen=True)
+class History:
+    """The records read back, oldest first, and how many lines could not be read (shown, not hidden)."""
+
+    entries: tuple[HistoryEntry, ...]
+    unreadable: int = 0
+    path: Path | None = None
+
+
+def load(path: Path) -> History:
+    """Read the history; a missing file is an empty history, a damaged line is counted and skipped."""
+    if not path.is_file():
+        return History((), 0, path)
+    entries: list[HistoryEntry] = []
+    unreadable = 0
+    for line in path.read_text(encoding="utf-8").splitlines():
+        if not line.strip():
+            continue
+        try:
+            entries.append(HistoryEntry.from_dict(json.loads(line)))
+        except (ValueError, KeyError, TypeError):
+            unreadable += 1
+    return History(tuple(entries), unreadable, path)
+
+
+def record(path: Path, entry: HistoryEntry) -> History:
+    """Add ``entry`` (or replace the record with its run id) and return the whole history.
+
+    A new run is appended as one line; a replacement rewrites the file through a temporary file
+    and ``os.replace`` so a crash never leaves half a history.
+    """
+    path.parent.mkdir(parents=True, exist_ok=True)
+    history = load(path)
+    line = json.dumps(entry.to_dict(), sort_keys=True, default=str, ensure_ascii=False)
+    if all(e.run_id != entry.run_id for e in history.entries):
+        with open(path, "a", encoding="utf-8") as fh:
+            fh.write(line + "\n")
+        return History((*history.entries, entry), history.unreadable, path)
+    kept = [entry if e.run_id == entry.run_id else e for e in history.entries]
+    fd, tmp = tempfile.mkstemp(prefix=".history-", dir=path.parent)
+    with os.fdopen(fd, "w", encoding="utf-8") as fh:
+        for e in kept:
+            fh.write(json.dumps(e.to_dict(), sort_keys=True, default=str, ensure_ascii=False) + "\n")
+    os.replace(tmp, path)  # lines that could not be read are dropped here, and were counted above
+    return History(tuple(kept), history.unreadable, path)
+
+
+@dataclass(frozen=True)
+class TrendPoint:
+    """One run of a suite in the trend; ``changed_from`` is the previous run's verdict when it differs."""
+
+    index: int  # 1-based position in the series
+    entry: HistoryEntry
+    snapshot: SuiteSnapshot | None  # None: the suite was not run that time
+    changed_from: str | None
+    current: bool
+
+
+@dataclass(frozen=True)
+class SuiteTrend:
+    """A suite's runs in one series, oldest first, and the run its current verdict started at."""
+
+    suite: str
+    points: tuple[TrendPoint, ...]
+    since: TrendPoint | None  # the latest verdict change, None when the verdict never changed
+
+    @property
+    def changes(self) -> list[TrendPoint]:
+        return [p for p in self.points if p.changed_from is not None]
+
+
+@dataclass(frozen=True)
+class Trend:
+    """Per-suite trends of the current run's series, and how many records of other series were left out."""
+
+    series: str
+    suites: tuple[SuiteTrend, ...]
+    overall: tuple[TrendPoint, ...]  # the overall verdict per run (``snapshot`` is None there)
+    runs: int  # runs of the series in the history, including the ones beyond ``limit``
+    other_series: int
+    unreadable: int
+
+    @property
+    def since(self) -> TrendPoint | None:
+        """The run where the current overall verdict began, None when it never changed."""
+        changes = [p for p in self.overall if p.changed_from is not None]
+        return changes[-1] if changes else None
+
+
+def _changes(verdicts: Sequence[str | None]) -> list[str | None]:
+    """For each run, the verdict it changed *from* (None when unchanged or not run); gaps are skipped."""
+    out: list[str | None] = []
+    previous: str | None = None
+    for verdict in verdicts:
+        out.append(previous if verdict is not None and previous is not None and verdict != previous else None)
+        previous = verdict if verdict is not None else previous
+    return out
+
+
+def trend(history: History, current: HistoryEntry, limit: int = 20) -> Trend:
+    """The last ``limit`` runs of ``current``'s series, per suite of the current run and overall.
+
+    Changes are computed over the whole series, so the first shown run is marked correctly too.
+    """
+    same = [e for e in history.entries if e.series == current.series]
+    if all(e.run_id != current.run_id for e in same):
+        same.append(current)
+    start = max(0, len(same) - limit)
+
+    def points(snapshots: Sequence[SuiteSnapshot | None], verdicts: Sequence[str | None]) -> tuple[TrendPoint, ...]:
+        changed = _changes(verdicts)
+        return tuple(TrendPoint(i + 1, same[i], snapshots[i], changed[i], same[i].run_id == current.run_id)
+                     for i in range(start, len(same)))
+
+    suites = []
+    for snap in current.suites:
+        snapshots = [e.suite(snap.suite) for e in same]
+        pts = points(snapshots, [s.verdict if s is not None else None for s in snapshots])
+        changes = [p for p in pts if p.changed_from is not None]
+        suites.append(SuiteTrend(snap.suite, pts, changes[-1] if changes else None))
+    overall = points([None] * len(same), [e.verdict for e in same])
+    others = sum(e.series != current.series for e in history.entries)
+    return Trend(current.series, tuple(suites), overall, len(same), others, history.unreadable)
+
+
+__all__ = [
+    "DEFAULT_HISTORY", "History", "HistoryEntry", "SuiteSnapshot", "SuiteTrend", "Trend", "TrendPoint",
+    "engine_label", "load", "make_entry", "record", "run_id", "trend",
+]
