@@ -13,6 +13,7 @@ import pytest
 from harness.evals.compare import Thresholds, compare_runs, summarize
 from harness.evals.history import load as load_history
 from harness.evals.results import ItemResult, RunResult
+from harness.evals.report_cli import main as report_main
 from harness.evals.run import finish
 from harness.report import render_html, render_report
 from harness.report.inputs import load_fault_effects, load_kill_matrices, matrices_from
@@ -435,17 +436,22 @@ def test_two_consecutive_runs_show_a_trend_with_the_verdict_change(nightly) -> N
     assert [g.attrs.get("class") for g in aime_points] == ["trend-point", "trend-point incomplete"]
 
 
-def test_rerendering_the_same_runs_replaces_their_history_record(tmp_path) -> None:
-    history = tmp_path / "history.jsonl"
-    runs = _pair("gsm_style", 100)
-    for _ in range(2):  # what `swa-harness report` does: the same saved runs, judged again
-        finish(runs, tmp_path / "out", model=tmp_path, thresholds=Thresholds(resamples=200), kill_matrix=None,
-               provenance={"commit": "abc"}, history=history, fault_effects=None)
-    lines = history.read_text().splitlines()
-    assert len(lines) == 1 and json.loads(lines[0])["run_id"].startswith("runs-")
-    finish(runs, tmp_path / "out", model=tmp_path, thresholds=Thresholds(resamples=200), kill_matrix=None,
-           provenance={"run": {"id": "new"}}, history=None, fault_effects=None)
-    assert len(history.read_text().splitlines()) == 1  # history=None records nothing
+def test_rerendering_the_same_runs_replaces_their_history_record(tmp_path, capsys) -> None:
+    """`swa-harness report` judges saved runs again: their history record is updated, not duplicated."""
+    out, history = tmp_path / "latest", tmp_path / "history.jsonl"
+    for run in _pair("gsm_style", 100):
+        run.save(out / "runs" / f"{run.suite}-{run.meta['mode']}.json")
+    args = ["--out", str(out), "--model", str(tmp_path), "--kill-matrix", str(tmp_path / "none.json"), "--resamples", "200"]
+    assert report_main([*args, "--history", str(history)]) == 0
+    assert json.loads(history.read_text())["verdict"] == "AMBER"  # N = 100 is underpowered at max_mde 5 pp
+    assert report_main([*args, "--history", str(history), "--max-mde", "0.2"]) == 0  # judged again: GREEN
+    records = [json.loads(line) for line in history.read_text().splitlines()]
+    assert len(records) == 1 and records[0]["run_id"].startswith("runs-") and records[0]["verdict"] == "GREEN"
+    assert records[0]["provenance"]["re-rendered by"] == "swa-harness report"
+    assert report_main([*args, "--no-history"]) == 0
+    assert len(history.read_text().splitlines()) == 1  # --no-history records nothing
+    assert "No history recorded" in (out / "index.html").read_text()
+    assert f"history: {history}" in capsys.readouterr().out
 
 
 def test_history_skips_damaged_lines_and_keeps_series_apart(tmp_path) -> None:
