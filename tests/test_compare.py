@@ -189,6 +189,18 @@ def test_clean_large_run_is_green() -> None:
     assert comp.reason.startswith("no significant difference")
 
 
+def test_shipped_suite_sizes_clean_are_green_but_aime_size_is_amber_from_three_flips() -> None:
+    # The shipped suites: GSM-style N = 500, AIME-style N = 200. With no flip the exact-test MDE
+    # (1.6 pp, 3.9 pp) is under max_mde = 5 pp; at N = 200 three discordant pairs lift it to 5.2 pp.
+    gsm = compare_runs(*_runs(*_flags(500, 0, 0)))
+    aime = compare_runs(*_runs(*_flags(200, 0, 0)))
+    assert gsm.verdict is Verdict.GREEN and gsm.mde == pytest.approx(0.016, abs=5e-4)
+    assert aime.verdict is Verdict.GREEN and aime.mde == pytest.approx(0.039, abs=5e-4)
+    assert compare_runs(*_runs(*_flags(200, 1, 1))).verdict is Verdict.GREEN
+    noisy = compare_runs(*_runs(*_flags(200, 2, 1)))  # +0.5 pp, p = 1: no difference, but MDE 5.2 pp
+    assert noisy.verdict is Verdict.AMBER and noisy.reason.startswith("underpowered")
+
+
 def test_noise_both_ways_is_green() -> None:
     comp = compare_runs(*_runs(*_flags(500, 6, 8)))
     assert comp.verdict is Verdict.GREEN, comp.reasons

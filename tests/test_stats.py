@@ -169,14 +169,68 @@ def test_bootstrap_ci_contains_estimate_and_is_antisymmetric(pairs, seed: int) -
 # ------------------------------------------------------------------ MDE
 
 
-def test_mde_known_value_for_a_clean_run() -> None:
-    # 500 items, no discordant pair: psi = Wilson upper bound of 0/500 = z^2 / (500 + z^2).
-    z = 1.959963984540054
-    psi = z * z / (500 + z * z)
-    expected = (z + 0.8416212335729143) * math.sqrt(psi / 500)
-    assert stats.minimum_detectable_effect(500, 0) == pytest.approx(expected, rel=1e-9)
-    # ~ 5.5 / n, close to the 6 one-way flips the exact test needs to reject.
-    assert 5.0 / 500 < expected < 6.5 / 500
+def _power_without_discordance(n: int, drop: float) -> float:
+    """Closed form at 0 observed discordant pairs: only ON-worse flips, and 6 of them reject at 5 %."""
+    return 1.0 - sum(math.comb(n, k) * drop**k * (1.0 - drop) ** (n - k) for k in range(6))
+
+
+def test_mde_matches_the_exact_test_at_zero_discordance() -> None:
+    # Issue 13: 80 % power needs about 1.6 pp at N = 500 and 3.9 pp at N = 200.
+    assert stats.minimum_detectable_effect(500, 0) == pytest.approx(0.016, abs=5e-4)
+    assert stats.minimum_detectable_effect(200, 0) == pytest.approx(0.039, abs=5e-4)
+    for n in (100, 200, 500):
+        mde = stats.minimum_detectable_effect(n, 0)
+        assert _power_without_discordance(n, mde) == pytest.approx(0.8, abs=1e-5)
+        assert _power_without_discordance(n, mde - 1e-4) < 0.8
+        assert stats.mcnemar_power(n, 0, mde) == pytest.approx(_power_without_discordance(n, mde), abs=1e-12)
+    # The normal approximation's old MDEs (1.1 pp, 2.7 pp) have only about 46 % power.
+    for n, old_mde in ((500, 0.011), (200, 0.027)):
+        assert stats.mcnemar_power(n, 0, old_mde) == pytest.approx(0.46, abs=0.02)
+
+
+def test_rejection_bounds_are_the_exact_test() -> None:
+    for alpha in (0.05, 0.01, 0.1, 0.0625, 0.125):  # 0.0625 = 2 / 2^5 and 0.125 are exact ties
+        bounds = stats._rejection_bounds(90, alpha)
+        for m in range(91):
+            rejecting = [b for b in range(m + 1) if m - b > b and stats.mcnemar_exact(b, m - b) < alpha]
+            assert bounds[m] == (max(rejecting) if rejecting else -1), (alpha, m)
+            assert rejecting == list(range(bounds[m] + 1))  # the region is b = 0..r_m
+    bounds = stats._rejection_bounds(2000, 0.05)
+    assert bounds[5] == -1 and bounds[6] == 0 and (np.diff(bounds) >= 0).all()
+
+
+@pytest.mark.parametrize(
+    ("n", "discordant"), [(500, 0), (200, 0), (500, 3), (200, 5), (400, 80)]
+)
+def test_mcnemar_power_matches_simulation(n: int, discordant: int) -> None:
+    """Exact power vs 20,000 simulated paired experiments, at the MDE and at half of it.
+
+    Each experiment draws (b, c, concordant) ~ Multinomial(n, [psi0/2, psi0/2 + drop, rest]) and
+    applies ``mcnemar_exact`` itself (p < 0.05 with c > b). Tolerance 0.015 absolute: the
+    Monte-Carlo standard error is at most sqrt(0.25 / 20000) = 0.0035, so this is over 4 SE.
+    """
+    rng = np.random.default_rng(20240613 + n + discordant)
+    mde = stats.minimum_detectable_effect(n, discordant)
+    psi0 = discordant / n
+    for drop in (mde, mde / 2):
+        counts = rng.multinomial(n, [psi0 / 2, psi0 / 2 + drop, 1 - psi0 - drop], size=20_000)[:, :2]
+        pairs, times = np.unique(counts, axis=0, return_counts=True)
+        detected = sum(
+            int(k) for (b, c), k in zip(pairs, times) if c > b and stats.mcnemar_exact(int(b), int(c)) < 0.05
+        )
+        simulated = detected / 20_000
+        assert stats.mcnemar_power(n, discordant, drop) == pytest.approx(simulated, abs=0.015), (drop, simulated)
+    assert stats.mcnemar_power(n, discordant, mde) == pytest.approx(0.8, abs=1e-5)
+
+
+def test_mcnemar_power_grows_with_the_drop() -> None:
+    for n, discordant in ((200, 0), (200, 7), (500, 40)):
+        powers = [stats.mcnemar_power(n, discordant, d) for d in np.linspace(0, 0.2, 41)]
+        assert all(a <= b + 1e-12 for a, b in zip(powers, powers[1:]))
+        assert powers[0] <= 0.025  # no drop: at most the test's one-sided size
+    assert stats.mcnemar_power(200, 0, 0.0) == 0.0
+    with pytest.raises(ValueError):
+        stats.mcnemar_power(200, 20, 0.95)  # more than 1 - background discordance
 
 
 def test_mde_is_monotone_in_n() -> None:
@@ -197,15 +251,3 @@ def test_mde_grows_with_stricter_alpha_and_power() -> None:
         stats.minimum_detectable_effect(0, 0)
     with pytest.raises(ValueError):
         stats.minimum_detectable_effect(10, 11)
-
-
-def test_mde_gives_about_80_percent_power() -> None:
-    """Simulate McNemar at a true difference equal to the MDE's formula at a known discordance."""
-    n, psi = 400, 0.2
-    z = stats.z_quantile(0.975) + stats.z_quantile(0.8)
-    delta = z * math.sqrt(psi / n)  # the formula with psi known exactly
-    rng = np.random.default_rng(0)
-    probs = [(psi + delta) / 2, (psi - delta) / 2, 1 - psi]
-    counts = rng.multinomial(n, probs, size=1500)
-    power = np.mean([stats.mcnemar_exact(int(b), int(c)) < 0.05 for b, c, _ in counts])
-    assert 0.72 <= power <= 0.9

@@ -14,7 +14,8 @@ class SuiteSpec:
 
 
 # Defaults score the whole frozen test sets: at N = 100 a clean AIME-style run cannot vouch for a drop
-# under 5 pp (MDE 5.4 pp with no discordant pairs: AMBER), at N = 200 it can (2.7 pp).
+# under 5 pp (MDE 7.8 pp with no discordant pairs: AMBER), at N = 200 it can (3.9 pp), but only up to
+# 2 discordant pairs (3 give 5.2 pp: AMBER). GSM-style at N = 500: 1.6 pp, AMBER from 51 pairs.
 SUITES = {
     "gsm_style": SuiteSpec("gsm_style", "swa_gsm_style", "strict-match", 500),
     "aime_style": SuiteSpec("aime_style", "swa_aime_style", "strict-match", 200),
