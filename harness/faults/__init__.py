@@ -21,7 +21,7 @@ from harness.faults.catalog import (
 )
 
 FAULTS: dict[str, Fault] = {
-    m.FAULT.id: m.FAULT
+    fault.id: fault
     for m in (
         swa_loc_not_preset,
         pad_swa_loc_not_zeroed,
@@ -34,6 +34,7 @@ FAULTS: dict[str, Fault] = {
         invalidate_after_graph_check,
         window_indices_pollute_memo,
     )
+    for fault in getattr(m, "FAULTS", None) or (m.FAULT,)  # a module holds one fault, or one per mutation point
 }
 
 

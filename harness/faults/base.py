@@ -40,6 +40,7 @@ class Fault:
     user_sees: str  # what a serving user would notice
     invariant: str  # the docs/FAULTS.md invariant (or design property) it violates
     patches: tuple[Patch, ...]
+    structural_only: str = ""  # why no behavioural kill is expected (the real regression had no wrong output)
 
     def __post_init__(self) -> None:
         for patch in self.patches:
@@ -49,7 +50,8 @@ class Fault:
 
     def to_dict(self) -> dict[str, str]:
         return {"id": self.id, "seed": self.seed, "breaks": self.breaks, "user_sees": self.user_sees,
-                "invariant": self.invariant}
+                "invariant": self.invariant, "expected_kill": "structural" if self.structural_only else "behavioural",
+                "structural_reason": self.structural_only}
 
 
 _active: list[tuple[Patch, Any]] = []

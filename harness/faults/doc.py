@@ -46,9 +46,11 @@ def _seams(fault: Fault) -> str:
 
 
 def render() -> str:
-    lines = [HEADER, "| id | seed | what goes wrong | what a user sees | invariant | seams |", "|---|---|---|---|---|---|"]
+    lines = [HEADER, "| id | seed | what goes wrong | what a user sees | invariant | seams | kill expected |",
+             "|---|---|---|---|---|---|---|"]
     for fault in FAULTS.values():
-        cells = (f"`{fault.id}`", fault.seed, fault.breaks, fault.user_sees, fault.invariant, _seams(fault))
+        expected = f"structural: {fault.structural_only}" if fault.structural_only else "behavioural"
+        cells = (f"`{fault.id}`", fault.seed, fault.breaks, fault.user_sees, fault.invariant, _seams(fault), expected)
         lines.append("| " + " | ".join(c.replace("|", "\\|") for c in cells) + " |")
     lines += ["", "## The same regressions in real SGLang 0.5.23", "",
               "Source edits of the installed SGLang (`harness/targets/sglang/faults/catalog/`), applied with SGLang's own "

@@ -155,8 +155,11 @@ def build_matrix(target: MatrixTarget, fault_ids: list[str], *, jobs: int = 2, t
 def verdict(matrix: dict) -> tuple[bool, list[str]]:
     problems = [f"clean build: {suite} {r['detail']}" for suite, r in matrix["clean"].items() if r["status"] != "passed"]
     for fault in matrix["faults"]:
-        if not any(s["status"] == "killed" for s in fault["suites"].values()):
+        classes = {s["kill_class"] for s in fault["suites"].values() if s["status"] == "killed"}
+        if not classes:
             problems.append(f"fault {fault['id']} survived every suite")
+        elif fault.get("expected_kill", "behavioural") == "behavioural" and "behavioural" not in classes:
+            problems.append(f"fault {fault['id']} changes computed outputs but was only killed structurally")
     return not problems, problems
 
 

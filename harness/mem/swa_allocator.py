@@ -8,7 +8,6 @@ from harness.mem.allocator import TokenToKVPoolAllocator
 from harness.mem.errors import AlignmentError, DoubleFreeError, IndexContractError, PoolError
 from harness.mem.index import LOC_DTYPE, check_index, check_slot_range
 from harness.mem.swa_kv_pool import SWAKVPool
-from harness.seams import seam
 
 
 class SWATokenToKVPoolAllocator:
@@ -48,11 +47,6 @@ class SWATokenToKVPoolAllocator:
         """Hand the mapping tensor to the pool (again, e.g. after it was rebuilt)."""
         self._kvcache.register_mapping(self.full_to_swa_index_mapping)
 
-    @seam("no-invalidate-on-mutation")
-    def _mapping_changed(self, mutation: str) -> None:
-        """Every mutation of the mapping ends here: the pool's translation memo is now stale."""
-        self._kvcache.invalidate_loc_cache()
-
     # -- sizes ---------------------------------------------------------------------------------
 
     def full_available_size(self) -> int:
@@ -65,7 +59,7 @@ class SWATokenToKVPoolAllocator:
         """Tokens that ``alloc`` can serve now: each needs a slot in both pools."""
         return min(self.full_available_size(), self.swa_available_size())
 
-    # -- mutations (each one ends in _mapping_changed) ---------------------------------------------
+    # -- mutations (each one ends in the pool's on_mapping_changed) ----------------------------
 
     def alloc(self, need_size: int) -> torch.Tensor | None:
         """Full slots for ``need_size`` new tokens, each mapped to a fresh SWA slot; ``None`` if either pool is full."""
@@ -77,7 +71,7 @@ class SWATokenToKVPoolAllocator:
         swa = self.swa_attn_allocator.alloc(need_size)
         assert full is not None and swa is not None  # guaranteed by the size check above
         self.full_to_swa_index_mapping[full] = swa
-        self._mapping_changed("alloc")
+        self._kvcache.on_mapping_changed("alloc")
         return full
 
     def free(self, free_index: torch.Tensor) -> None:
@@ -93,7 +87,7 @@ class SWATokenToKVPoolAllocator:
         if swa_pages.numel():
             self.swa_attn_allocator.free(live_swa)
         self.full_to_swa_index_mapping[free_index] = 0
-        self._mapping_changed("free")
+        self._kvcache.on_mapping_changed("free")
 
     def free_swa(self, free_index: torch.Tensor) -> None:
         """Give back only the SWA slots of tokens that left the window; they keep their full slots."""
@@ -110,7 +104,7 @@ class SWATokenToKVPoolAllocator:
             raise DoubleFreeError(f"free_swa: full slots {released.tolist()} hold no SWA slot (already released)")
         self.swa_attn_allocator.free(swa)
         self.full_to_swa_index_mapping[free_index] = 0
-        self._mapping_changed("free_swa")
+        self._kvcache.on_mapping_changed("free_swa")
 
     def set_full_to_swa_mapping(self, full_index: torch.Tensor, swa_index: torch.Tensor) -> None:
         """Overwrite mapping entries directly (cache restore paths); the caller owns their consistency."""
@@ -123,11 +117,11 @@ class SWATokenToKVPoolAllocator:
         check_slot_range("full_index", full_index, low=0, high=self.size + self.page_size)
         check_slot_range("swa_index", swa_index, low=0, high=self.size_swa + self.page_size)
         self.full_to_swa_index_mapping[full_index] = swa_index
-        self._mapping_changed("set_full_to_swa_mapping")
+        self._kvcache.on_mapping_changed("set_full_to_swa_mapping")
 
     def clear(self) -> None:
         self.full_attn_allocator.clear()
         self.swa_attn_allocator.clear()
         self.full_to_swa_index_mapping.zero_()
         self.full_to_swa_index_mapping[-1] = -1
-        self._mapping_changed("clear")
+        self._kvcache.on_mapping_changed("clear")

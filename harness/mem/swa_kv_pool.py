@@ -14,6 +14,7 @@ from harness.mem.errors import IndexContractError, PoolError
 from harness.mem.index import LOC_DTYPE, check_index
 from harness.mem.kv_pool import MHATokenToKVPool
 from harness.mem.loc_memo import SwaLocMemo
+from harness.seams import seam
 
 
 class SWAKVPool:
@@ -80,6 +81,13 @@ class SWAKVPool:
         if mapping.numel() != expected:
             raise IndexContractError(f"full_to_swa_index_mapping must have {expected} entries, got {mapping.numel()}")
         self.full_to_swa_index_mapping = mapping
+        self.on_mapping_changed("register_mapping")
+
+    @seam("no-invalidate-on-mutation", "no-invalidate-on-alloc", "no-invalidate-on-free", "no-invalidate-on-clear",
+          "no-invalidate-on-set-mapping", "no-invalidate-on-register-mapping")
+    def on_mapping_changed(self, mutation: str) -> None:
+        """Every change of the mapping (the allocator's five mutations, a new mapping) ends here: whatever
+        the memo holds was translated through the old mapping (loc_memo.py, rule 2)."""
         self.invalidate_loc_cache()
 
     def invalidate_loc_cache(self) -> None:

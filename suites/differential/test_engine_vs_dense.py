@@ -11,9 +11,9 @@ from suites.conftest import ENGINE_LIMITS, TRAINED_CHECKPOINTS
 from suites.differential.test_graph_vs_eager import TOLERANCE, phases
 
 
-def engine_vs_dense(target, checkpoint) -> None:
-    engine = target.make_engine(checkpoint, graphs="tape", **ENGINE_LIMITS)
-    sequences = phases(engine.model_config.vocab_size)[0]
+def engine_vs_dense(target, checkpoint, graphs: str = "tape", sequences=None) -> None:
+    engine = target.make_engine(checkpoint, graphs=graphs, **ENGINE_LIMITS)
+    sequences = sequences or phases(engine.model_config.vocab_size)[0]
     got = engine.teacher_forced_logits(sequences)
     dense = reference_logits(engine.model, [p + c for p, c in sequences])
     for i, ((prompt, cont), g, d) in enumerate(zip(sequences, got, dense)):
@@ -22,9 +22,18 @@ def engine_vs_dense(target, checkpoint) -> None:
         assert diff <= TOLERANCE, f"request {i}: engine vs dense reference logits differ by {diff:.3g}"
 
 
+@pytest.mark.parametrize("graphs", ["tape", "off"])
 @pytest.mark.parametrize("arch", ["gemma2", "gemma3_text", "qwen3"])
-def test_engine_matches_dense_reference_on_random_checkpoints(target, arch):
-    engine_vs_dense(target, untied_checkpoint(arch))
+def test_engine_matches_dense_reference_on_random_checkpoints(target, arch, graphs):
+    engine_vs_dense(target, untied_checkpoint(arch), graphs)
+
+
+@pytest.mark.parametrize("graphs", ["tape", "off"])
+def test_engine_matches_dense_reference_when_extend_and_decode_batches_have_equal_token_counts(target, graphs):
+    """Four one-token prompts: the prefill batch and every decode batch carry four tokens, so state kept
+    from the extend path (a loc, an index buffer) fits the decode path's shapes and would be reused silently."""
+    sequences = [([3 + i], [(7 * i + 5 * j) % 60 + 1 for j in range(12)]) for i in range(4)]
+    engine_vs_dense(target, untied_checkpoint("gemma2"), graphs, sequences)
 
 
 @pytest.mark.parametrize("name", sorted(TRAINED_CHECKPOINTS))

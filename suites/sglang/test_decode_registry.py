@@ -1,10 +1,12 @@
-"""Padding through SGLang's own decode buffer registry and KV-loc plan helper, over SGLang's pool.
+"""Padding through SGLang's own decode buffer registry and KV-loc plan, over SGLang's pool.
 
 A full-width replay leaves live values in every buffer; then a smaller batch is placed into its
-bucket with ``fill_from``. Checked: each buffer's padded tail follows the policy the registry itself
-declares for it; the padded rows' write locations (``out_cache_loc`` from the registry, SWA write
-ids padded with the sink by ``kv_loc_plan.pad_with_sink``) reach only slot 0 of each sub-pool, so
-writing a padded batch through SGLang's ``set_kv_buffer`` changes no live slot's K/V.
+bucket with ``fill_from``, and its SWA write ids come from SGLang's ``KVIndexTranslator``: the
+batch's plan (``own_plan`` + ``bind``) asked for the padded batch's ids, which it pads with the sink.
+Checked, behaviour first: writing the padded batch through SGLang's ``set_kv_buffer`` changes no
+slot the batch does not own and leaves every live row's own K/V intact, and padded rows attend over
+at least one key; then structure: each tail follows the registry's declared policy, seq_lens the
+backend's fill value, padded SWA ids the sink.
 """
 
 from __future__ import annotations
@@ -30,18 +32,20 @@ SWA_LAYER, FULL_LAYER = 0, 1
 def sglang(target):
     if target.name != "sglang":
         pytest.skip("drives SGLang's own decode buffer registry: run with --target sglang (nox -s sglang)")
-    from sglang.srt.mem_cache.kv_loc_plan import pad_with_sink
+    from sglang.srt.mem_cache.kv_index_translator import KVIndexTranslator
+    from sglang.srt.mem_cache.kv_loc_plan import IdSpaceKind
     from sglang.srt.model_executor.cuda_graph_buffer_registry import PaddingPolicy, build_decode_registry
 
-    return types.SimpleNamespace(pad_with_sink=pad_with_sink, PaddingPolicy=PaddingPolicy,
-                                 build_decode_registry=build_decode_registry)
+    return types.SimpleNamespace(KVIndexTranslator=KVIndexTranslator, SLIDING_WINDOW=IdSpaceKind.SLIDING_WINDOW,
+                                 PaddingPolicy=PaddingPolicy, build_decode_registry=build_decode_registry)
 
 
 def _batch(loc: torch.Tensor, req_pool_indices: torch.Tensor, seq_lens: torch.Tensor) -> types.SimpleNamespace:
-    """The ForwardBatch attributes the decode registry mirrors, for one decode step."""
+    """The ForwardBatch attributes the decode registry and the KV-loc plan read, for one decode step."""
     return types.SimpleNamespace(input_ids=loc + 1000, positions=seq_lens - 1, out_cache_loc=loc,
                                  req_pool_indices=req_pool_indices, seq_lens=seq_lens, seq_lens_cpu=seq_lens.cpu(),
-                                 mrope_positions=None)
+                                 mrope_positions=None, forward_mode=None, spec_info=None,
+                                 batch_size=loc.numel(), encoder_lens=None)
 
 
 def check_padding(target, sglang, case: PaddingCase) -> None:
@@ -64,12 +68,19 @@ def check_padding(target, sglang, case: PaddingCase) -> None:
     raw, bs = case.raw_bs, case.bucket
     loc = allocator.alloc(raw).long()
     rows = torch.arange(1, raw + 1, dtype=torch.int64)
-    registry.fill_from(_batch(loc, rows, rows + 3), raw_bs=raw, padded_bs=bs, raw_num_tokens=raw, padded_num_tokens=bs)
+    batch = _batch(loc, rows, rows + 3)
+    registry.fill_from(batch, raw_bs=raw, padded_bs=bs, raw_num_tokens=raw, padded_num_tokens=bs)
+    translator = sglang.KVIndexTranslator(req_to_token=handle.req_to_token_pool.req_to_token,
+                                          token_to_kv_pool_allocator=allocator.sglang, token_to_kv_pool=pool.sglang,
+                                          page_size=1, device="cpu")
+    translator.own_plan(batch).bind(batch, translator)  # this iteration's plan: each id space computed once
+    padded = types.SimpleNamespace(**{**vars(batch), "out_cache_loc": registry.get_slot("out_cache_loc").buffer[:bs],
+                                      "batch_size": bs})
 
     # Behaviour first. The padded batch writes through SGLang's pool: full layers at the registry's
     # out_cache_loc, sliding layers at this batch's SWA write ids padded with the sink.
-    out_cache_loc = registry.get_slot("out_cache_loc").buffer[:bs]
-    swa_ids = sglang.pad_with_sink(pool.translate_loc_from_full_to_swa(loc).long(), bs)
+    out_cache_loc = padded.out_cache_loc
+    swa_ids = translator.write_ids(padded, sglang.SLIDING_WINDOW)
     new = (torch.arange(bs, dtype=torch.float32) + 2.0)[:, None, None].expand(bs, 2, 8).contiguous()  # row i holds i + 2
     pool.set_kv_buffer(FULL_LAYER, out_cache_loc, new, new)
     pool.set_kv_buffer(SWA_LAYER, out_cache_loc, new, new, swa_loc=swa_ids)

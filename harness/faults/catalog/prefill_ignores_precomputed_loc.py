@@ -20,5 +20,6 @@ FAULT = Fault(
     "for this batch; inside a captured graph that records a second translation",
     user_sees="wasted gathers in every graph forward; wrong slots wherever re-translation is not valid",
     invariant="design: one full->SWA translation of the write loc per forward",
+    structural_only="in this design the re-translation goes through the same memo and mapping within the forward, so it returns the same slots; only the extra gather is visible",
     patches=(Patch(PoolAttentionBackend, "_swa_write_loc", _swa_write_loc_retranslated),),
 )

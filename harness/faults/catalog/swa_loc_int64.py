@@ -20,5 +20,6 @@ FAULT = Fault(
     breaks="out_cache_loc_swa is allocated as int64; the pool and kernels use int32",
     user_sees="a broken dtype contract: implicit casts and extra memory, or kernels that assume int32 misbehave",
     invariant="4: index tensors have the dtype the pool declares, at every boundary",
+    structural_only="on CPU no kernel assumes int32, so the int64 buffer changes memory and casts, not the slots written",
     patches=(Patch(DecodeInputBuffers, "fields", _SWA_LOC_INT64),),
 )

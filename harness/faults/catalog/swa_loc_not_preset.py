@@ -21,5 +21,6 @@ FAULT = Fault(
     "already translated for the batch and copied into the static out_cache_loc_swa buffer",
     user_sees="slower decode: an extra mapping gather in every replayed forward",
     invariant="design: one full->SWA translation of the write loc per forward",
+    structural_only="#23552's effect is an extra mapping gather per replayed forward (speed); the slots written stay correct",
     patches=(Patch(GraphRunner, "_capture_inputs", capture_inputs_without_swa_loc),),
 )

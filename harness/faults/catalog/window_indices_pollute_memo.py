@@ -20,5 +20,7 @@ FAULT = Fault(
     "cached afterwards",
     user_sees="warning noise on every forward; on a key collision the next translation reuses wrong slots",
     invariant="6: no warning is logged on a clean forward",
+    structural_only="the visible effect is a stale-key warning on every forward; a wrong slot needs a memo key collision "
+    "(a window-index tensor's address and length reused by the next out_cache_loc), which no run has been seen to hit",
     patches=(Patch(SwaLocMemo, "translate_fresh", _translate_fresh_unflushed),),
 )

@@ -34,11 +34,12 @@ class SGLangFault:
     user_sees: str
     invariant: str
     edits: tuple[SourceEdit, ...]
-    expected_kill: str = "behavioural"  # or "structural": the real regression had no behavioural effect
+    structural_only: str = ""  # why no behavioural kill is expected (the real regression had no wrong output)
 
     def to_dict(self) -> dict[str, str]:
         return {"id": self.id, "seed": self.seed, "breaks": self.breaks, "user_sees": self.user_sees,
-                "invariant": self.invariant, "expected_kill": self.expected_kill}
+                "invariant": self.invariant, "expected_kill": "structural" if self.structural_only else "behavioural",
+                "structural_reason": self.structural_only}
 
 
 def resolve(target: str):
