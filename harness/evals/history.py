@@ -227,15 +227,11 @@ class TrendPoint:
 
 @dataclass(frozen=True)
 class SuiteTrend:
-    """A suite's runs in one series, oldest first, and the run its current verdict started at."""
+    """A suite's runs in one series (the last ``limit``, oldest first) and the run its verdict began at."""
 
     suite: str
     points: tuple[TrendPoint, ...]
-    since: TrendPoint | None  # the latest verdict change, None when the verdict never changed
-
-    @property
-    def changes(self) -> list[TrendPoint]:
-        return [p for p in self.points if p.changed_from is not None]
+    since: TrendPoint | None  # the latest verdict change in the whole series, None when it never changed
 
 
 @dataclass(frozen=True)
@@ -245,51 +241,46 @@ class Trend:
     series: str
     suites: tuple[SuiteTrend, ...]
     overall: tuple[TrendPoint, ...]  # the overall verdict per run (``snapshot`` is None there)
+    since: TrendPoint | None  # the run where the current overall verdict began, None when it never changed
     runs: int  # runs of the series in the history, including the ones beyond ``limit``
     other_series: int
     unreadable: int
 
-    @property
-    def since(self) -> TrendPoint | None:
-        """The run where the current overall verdict began, None when it never changed."""
-        changes = [p for p in self.overall if p.changed_from is not None]
-        return changes[-1] if changes else None
 
-
-def _changes(verdicts: Sequence[str | None]) -> list[str | None]:
-    """For each run, the verdict it changed *from* (None when unchanged or not run); gaps are skipped."""
-    out: list[str | None] = []
+def _points(series: Sequence[HistoryEntry], snapshots: Sequence[SuiteSnapshot | None], verdicts: Sequence[str | None],
+            current: HistoryEntry) -> list[TrendPoint]:
+    """One point per run; ``changed_from`` is the verdict of the last run before it that has one, when different."""
+    points: list[TrendPoint] = []
     previous: str | None = None
-    for verdict in verdicts:
-        out.append(previous if verdict is not None and previous is not None and verdict != previous else None)
+    for i, (entry, snap, verdict) in enumerate(zip(series, snapshots, verdicts)):
+        changed = previous if verdict is not None and previous is not None and verdict != previous else None
+        points.append(TrendPoint(i + 1, entry, snap, changed, entry.run_id == current.run_id))
         previous = verdict if verdict is not None else previous
-    return out
+    return points
+
+
+def _last_change(points: Sequence[TrendPoint]) -> TrendPoint | None:
+    return next((p for p in reversed(points) if p.changed_from is not None), None)
 
 
 def trend(history: History, current: HistoryEntry, limit: int = 20) -> Trend:
     """The last ``limit`` runs of ``current``'s series, per suite of the current run and overall.
 
-    Changes are computed over the whole series, so the first shown run is marked correctly too.
+    Changes and "since" are found over the whole series, so a change older than the window still counts.
     """
     same = [e for e in history.entries if e.series == current.series]
     if all(e.run_id != current.run_id for e in same):
         same.append(current)
-    start = max(0, len(same) - limit)
-
-    def points(snapshots: Sequence[SuiteSnapshot | None], verdicts: Sequence[str | None]) -> tuple[TrendPoint, ...]:
-        changed = _changes(verdicts)
-        return tuple(TrendPoint(i + 1, same[i], snapshots[i], changed[i], same[i].run_id == current.run_id)
-                     for i in range(start, len(same)))
-
+    window = slice(max(0, len(same) - limit), None)
     suites = []
     for snap in current.suites:
         snapshots = [e.suite(snap.suite) for e in same]
-        pts = points(snapshots, [s.verdict if s is not None else None for s in snapshots])
-        changes = [p for p in pts if p.changed_from is not None]
-        suites.append(SuiteTrend(snap.suite, pts, changes[-1] if changes else None))
-    overall = points([None] * len(same), [e.verdict for e in same])
+        points = _points(same, snapshots, [s.verdict if s is not None else None for s in snapshots], current)
+        suites.append(SuiteTrend(snap.suite, tuple(points[window]), _last_change(points)))
+    overall = _points(same, [None] * len(same), [e.verdict for e in same], current)
     others = sum(e.series != current.series for e in history.entries)
-    return Trend(current.series, tuple(suites), overall, len(same), others, history.unreadable)
+    return Trend(current.series, tuple(suites), tuple(overall[window]), _last_change(overall), len(same), others,
+                 history.unreadable)
 
 
 __all__ = [

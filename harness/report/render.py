@@ -123,11 +123,13 @@ def _joined(data: Mapping[str, Any], keys: Sequence[str], sep: str = " · ") -> 
     return sep.join(f"{k} {data[k]}" if k not in ("cpu", "device", "name") else str(data[k]) for k in keys if data.get(k))
 
 
-def provenance_glance(provenance: Mapping[str, Any]) -> list[dict[str, str]]:
+def provenance_glance(provenance: Mapping[str, Any], graphs: Mapping[str, str] | None = None) -> list[dict[str, str]]:
     """One line per provenance group for the top of the report: what ran, on what, where, with what data.
 
+    ``graphs`` maps an arm to the graph mode its server actually ran (``auto`` resolves at start-up).
     Missing groups are left out (older provenance records are flat); the full record is shown folded below.
     """
+    graphs = graphs or {}
     rows = [{"label": "engine under test", "text": engine_label(provenance),
              "title": str(_group(provenance, "engine under test").get("commit", ""))}]
     model = _group(provenance, "model")
@@ -137,9 +139,13 @@ def provenance_glance(provenance: Mapping[str, Any]) -> list[dict[str, str]]:
         rows.append({"label": "model", "text": f"{model.get('name', '?')}{short}", "title": digest})
     arms = _group(provenance, "arms")
     if arms:
-        text = " · ".join(f"{label.upper()}: graphs {arm.get('graphs', '?')}"
-                          + (f", fault {arm['fault']}" if arm.get("fault") not in (None, "none") else "")
-                          for label, arm in arms.items() if isinstance(arm, Mapping))
+        def arm_text(label: str, arm: Mapping[str, Any]) -> str:
+            asked, ran = str(arm.get("graphs", "?")), graphs.get(label)
+            mode = f"{ran} (asked {asked})" if ran and ran != asked else asked
+            fault = f", fault {arm['fault']}" if arm.get("fault") not in (None, "none") else ""
+            return f"{label.upper()}: graphs {mode}{fault}"
+
+        text = " · ".join(arm_text(label, arm) for label, arm in arms.items() if isinstance(arm, Mapping))
         rows.append({"label": "arms", "text": text, "title": ""})
     for name, keys in (("hardware", ("device", "gpu", "cpu", "logical cores", "memory")),
                        ("software", ("torch", "lm-eval", "python"))):
@@ -360,25 +366,19 @@ def _trend_view(trend: Trend | None) -> dict[str, Any] | None:
     """Per suite a chart and a table (newest first), plus the overall "since when" line."""
     if trend is None:
         return None
-    since = trend.since
-    return {
-        "series": trend.series,
-        "runs": trend.runs,
-        "other_series": trend.other_series,
-        "unreadable": trend.unreadable,
-        "since": _point_view(since) if since else None,
-        "first": _point_view(trend.overall[0]) if trend.overall else None,
-        "suites": [
-            {
-                "suite": st.suite,
-                "anchor": f"trend-{st.suite}",
-                "chart": Markup(trend_chart(st.suite, st.points)),  # built from escaped parts in svg.py
-                "points": [_point_view(p) for p in reversed(st.points)],
-                "since": _point_view(st.since) if st.since else None,
-            }
-            for st in trend.suites
-        ],
-    }
+    view: dict[str, Any] = {name: getattr(trend, name) for name in ("series", "runs", "other_series", "unreadable")}
+    view["since"] = _point_view(trend.since) if trend.since else None
+    view["suites"] = [
+        {
+            "suite": st.suite,
+            "anchor": f"trend-{st.suite}",
+            "chart": Markup(trend_chart(st.suite, st.points)),  # built from escaped parts in svg.py
+            "points": [_point_view(p) for p in reversed(st.points)],
+            "since": _point_view(st.since) if st.since else None,
+        }
+        for st in trend.suites
+    ]
+    return view
 
 
 def build_context(
@@ -436,7 +436,8 @@ def build_context(
         "trend": _trend_view(trend),
         "thresholds": [(k, "None" if v is None else str(v)) for k, v in thresholds.items()],
         "provenance": provenance_groups(provenance),
-        "glance": provenance_glance(provenance) if provenance else [],
+        "glance": provenance_glance(provenance, {r.meta["mode"]: r.graphs for r in runs if r.meta.get("mode")})
+        if provenance else [],
         "engine": engine_label(provenance),
         "colours": {v.value: c for v, c in VERDICT_COLOURS.items()},
     }
