@@ -17,7 +17,7 @@ from harness.evals.report_cli import main as report_main
 from harness.evals.run import finish
 from harness.report import render_html, render_report
 from harness.report.inputs import load_fault_effects, load_kill_matrices, matrices_from
-from harness.report.render import TEMPLATES
+from harness.report.render import TEMPLATES, breakable
 
 SCRIPT = "<script>alert(1)</script>"
 VOID = {"area", "base", "br", "col", "embed", "hr", "img", "input", "link", "meta", "source", "track", "wbr"}
@@ -380,6 +380,10 @@ def test_provenance_is_grouped_key_value_tables(report) -> None:
     assert "harness 0123abcd" in glance["engine under test"]
     thresholds = {th.text(): th.parent.find("td").text() for th in page.root.find("section", id="thresholds").find_all("th")}
     assert thresholds["max_drop"] == "0.02"
+
+
+def test_breakable_ids_stay_escaped() -> None:
+    assert str(breakable("<script>x_y.z</script>")) == "&lt;script&gt;x_<wbr>y.<wbr>z&lt;/<wbr>script&gt;"
 
 
 def test_report_is_self_contained(report) -> None:
