@@ -50,7 +50,8 @@ def test_a_run_whose_server_never_starts_is_incomplete_and_never_scored(tmp_path
                         server_timeout=60, lm_eval_timeout=60, batch_size=4)
     with Progress(interval_s=60) as progress:
         on = run_mode(config, ModeSpec("on", "tape"), progress)[0]
-    assert not on.complete and "ServerLaunchError" in on.error and on.items == []
+    assert not on.complete and on.items == [] and "\n" not in on.error
+    assert on.error.startswith("server (graphs on) exited with code") and "server-on.log" in on.error, on.error
     off = on.__class__(suite="gsm_style", graphs="off", model="missing", complete=True, error=None, items=[], wall_s=0.0, meta={})
     comparison = compare_runs(on, off)
     assert comparison.verdict.name == "RED" and not comparison.complete
@@ -90,13 +91,14 @@ def test_response_cache_is_keyed_by_configuration_and_cleared_unless_resuming(tm
 
     config = EvalConfig(model=tmp_path, limits={"gsm_style": 4}, out=tmp_path, batch_size=8, max_running=8, device="cpu",
                         resume=False)
-    clean = response_cache(config, ModeSpec("on", "tape"))
-    faulty = response_cache(config, ModeSpec("on", "tape", fault="pad-swa-loc-not-zeroed"))
-    more = response_cache(replace(config, limits={"gsm_style": 5}), ModeSpec("on", "tape"))
+    server = {"model": "swa-harness", "graph_mode": "tape", "build": {"code": "abc"}}
+    clean = response_cache(config, ModeSpec("on", "tape"), server)
+    faulty = response_cache(config, ModeSpec("on", "tape", fault="pad-swa-loc-not-zeroed"), server)
+    more = response_cache(replace(config, limits={"gsm_style": 5}), ModeSpec("on", "tape"), server)
     assert len({clean, faulty, more}) == 3
     (cached := clean.with_name(clean.name + "_rank0.db")).write_text("responses")
     config = replace(config, resume=True)
-    assert response_cache(config, ModeSpec("on", "tape")) == clean and cached.exists()
+    assert response_cache(config, ModeSpec("on", "tape"), server) == clean and cached.exists()
     config = replace(config, resume=False)
-    response_cache(config, ModeSpec("on", "tape"))
+    response_cache(config, ModeSpec("on", "tape"), server)
     assert not cached.exists()

@@ -431,3 +431,121 @@ def test_ready_url_reports_an_address_clients_can_reach() -> None:
     assert ready_url(("0.0.0.0", 8123)) == "http://127.0.0.1:8123"
     assert ready_url(("::", 8123, 0, 0)) == "http://[::1]:8123"
     assert ready_url(("10.1.2.3", 80)) == "http://10.1.2.3:80"
+
+
+# -- reliability (issue 15): one bad request harms no other ------------------------------------------
+
+
+def test_a_sampling_failure_fails_only_its_own_request(fresh_worker: EngineWorker, ref: Engine,
+                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    """Rows of NaN logits (a broken forward for one request) fail that request alone, greedy or sampled."""
+    import harness.engine.engine as engine_module
+
+    real_sample = engine_module.sample
+
+    def poisoned(logits, reqs):
+        logits = logits.clone()
+        for row, req in enumerate(reqs):
+            if req.sampling.seed == 666:
+                logits[row] = float("nan")
+        return real_sample(logits, reqs)
+
+    monkeypatch.setattr(engine_module, "sample", poisoned)
+    prompts = [prompt_text(20 + i) for i in range(4)]
+    payloads = [
+        {"prompt": prompts[0], "max_tokens": 10},
+        {"prompt": prompts[1], "max_tokens": 10, "temperature": 0.8, "seed": 1},
+        {"prompt": prompts[2], "max_tokens": 10, "temperature": 0.8, "seed": 666},
+        {"prompt": prompts[3], "max_tokens": 10, "seed": 666},
+        {"prompt": [prompts[0], prompts[1]], "max_tokens": 10},
+    ]
+
+    async def body(client: TestClient) -> list[tuple[int, dict]]:
+        return await asyncio.wait_for(asyncio.gather(*(post(client, "/v1/completions", p) for p in payloads)), 60)
+
+    results = serve(fresh_worker, body)
+    assert [status for status, _ in results] == [200, 200, 500, 500, 200], results
+    for status, out in results[2:4]:
+        assert out["error"]["type"] == "server_error" and "NaN" in out["error"]["message"], out
+    assert results[0][1]["choices"][0]["text"] == greedy(ref, prompts[0], 10).text
+    sampled = ref.generate([prompts[1]], SamplingParams(max_new_tokens=10, temperature=0.8, seed=1))[0].text
+    assert results[1][1]["choices"][0]["text"] == sampled
+    assert [c["text"] for c in results[4][1]["choices"]] == [greedy(ref, p, 10).text for p in prompts[:2]]
+    stats = fresh_worker.stats()
+    assert stats.engine_failures == 0 and stats.requests_failed == 2 and stats.running == 0, stats
+    assert fresh_worker.engine.pools_idle()
+
+
+def test_health_counters_are_current_when_the_response_arrives(fresh_worker: EngineWorker,
+                                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    """A client that reads /health right after its answer sees that answer counted and its slots free."""
+    import threading
+
+    real_lock, engine_thread = fresh_worker._lock, fresh_worker._thread
+
+    class SlowOnTheEngineThread:
+        """The worker's lock, 0.1 s slower to take on the engine thread: a late counter update shows."""
+
+        def __enter__(self) -> bool:
+            if threading.current_thread() is engine_thread:
+                time.sleep(0.1)
+            return real_lock.__enter__()
+
+        def __exit__(self, *exc: object) -> None:
+            real_lock.__exit__(*exc)
+
+    monkeypatch.setattr(fresh_worker, "_lock", SlowOnTheEngineThread())
+
+    async def body(client: TestClient) -> list[dict]:
+        seen = []
+        for i in range(3):
+            status, out = await asyncio.wait_for(post(client, "/v1/completions",
+                                                      {"prompt": prompt_text(30 + i), "max_tokens": 3}), 60)
+            assert status == 200, out
+            seen.append(await (await client.get("/health")).json())
+        return seen
+
+    seen = serve(fresh_worker, body)
+    assert [h["stats"]["requests_served"] for h in seen] == [1, 2, 3]
+    assert [h["stats"]["running"] for h in seen] == [0, 0, 0]
+    assert all(h["pools"]["idle"] and h["pools"]["req_rows"]["used"] == 0 for h in seen), seen
+
+
+def test_large_prompts_are_tokenized_off_the_event_loop(fresh_worker: EngineWorker) -> None:
+    """Tokenizing a few MB takes about a second; /health must keep answering meanwhile."""
+    from dataclasses import replace
+
+    from harness.server.app import STATE_KEY
+
+    prompt = " ".join(prompt_text(i, 50) for i in range(16_000))  # ~3.6 MB, ~1 s to tokenize here
+    app = build_app(fresh_worker, MODEL)
+    app[STATE_KEY]["limits"] = replace(app[STATE_KEY]["limits"], max_prompt_chars=len(prompt))
+
+    async def main() -> tuple[int, dict, float, list[float]]:
+        async with TestClient(TestServer(app)) as client:
+            latencies: list[float] = []
+            start = time.perf_counter()
+            big = asyncio.create_task(post(client, "/v1/completions", {"prompt": prompt, "max_tokens": 2}))
+            while not big.done():
+                t0 = time.perf_counter()
+                await asyncio.wait_for((await client.get("/health")).read(), 30)
+                latencies.append(time.perf_counter() - t0)
+                await asyncio.sleep(0.01)
+            status, out = await asyncio.wait_for(big, 30)
+            return status, out, time.perf_counter() - start, latencies
+
+    status, out, took, latencies = asyncio.run(main())
+    assert status == 400 and "this engine allows 256" in out["error"]["message"], out  # tokenized, then too long
+    assert took > 0.3, f"tokenizing took only {took:.2f} s: the test would prove nothing"
+    assert max(latencies) < took / 3, f"/health took up to {max(latencies):.2f} s while tokenizing for {took:.2f} s"
+
+
+def test_server_tokenization_equals_the_engine_tokenizer(ref: Engine) -> None:
+    from harness.model import Tokenizer
+    from harness.server.app import releasing_gil
+
+    shipped = Tokenizer.from_dir(Path(__file__).resolve().parents[1] / "fixtures" / "models" / "gemma2-tiny-swa")
+    texts = ["", "the cat", prompt_text(3, 40), "Question: 3 + 4?\nAnswer: 7 \u00e9\U0001F600", "  two  spaces \n"]
+    for tokenizer in (ref.tokenizer, shipped):
+        for text in texts:
+            assert releasing_gil(tokenizer).encode(text) == tokenizer.encode(text), text

@@ -13,7 +13,7 @@ import torch
 from harness.engine.forward_batch import ForwardMode
 from harness.engine.model_runner import ModelRunner, PoolSizes
 from harness.engine.request import FinishReason, GenerateOutput, Req, RequestError, SamplingParams
-from harness.engine.sampling import sample
+from harness.engine.sampling import SamplingFailure, sample
 from harness.engine.scheduler import Scheduler
 from harness.mem import HybridPoolSpec, PoolBuilder, build_hybrid_pool
 from harness.model import Tokenizer, load_model
@@ -179,6 +179,11 @@ class Engine:
         tokens = sample(rows, sampling)
         finished = []
         for row, (req, token) in enumerate(zip(sampling, tokens)):
+            if isinstance(token, SamplingFailure):  # this request fails alone; the batch goes on
+                req.finish_reason, req.error = FinishReason.ERROR, token.message
+                self.scheduler.release(req)
+                finished.append(self._output(req))
+                continue
             if req.return_logits:
                 req.step_logits.append(rows[row].clone())
             self._append_token(req, token)
@@ -209,7 +214,7 @@ class Engine:
     def _output(self, req: Req) -> GenerateOutput:
         logits = torch.stack(req.step_logits) if req.return_logits else None
         return GenerateOutput(req.rid, req.prompt_ids, req.output_ids, req.text, req.finish_reason,
-                              req.matched_stop, logits)
+                              req.matched_stop, logits, req.error)
 
     def run_until_done(self) -> list[GenerateOutput]:
         outputs = []

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import enum
+import math
 from dataclasses import dataclass, field
 
 import torch
@@ -10,6 +11,13 @@ import torch
 
 class RequestError(ValueError):
     """A request the engine refuses up front; the message names the field and the limit."""
+
+
+# Caps on what one request may ask the engine to check at every step: a stop list is scanned
+# against the decoded output each step, so an unbounded one slows every request in the batch.
+MAX_STOP_STRINGS = 32
+MAX_STOP_CHARS = 256
+MAX_STOP_TOKEN_IDS = 256
 
 
 @dataclass(frozen=True)
@@ -24,15 +32,24 @@ class SamplingParams:
     def validate(self) -> None:
         if not isinstance(self.max_new_tokens, int) or self.max_new_tokens < 1:
             raise RequestError(f"max_new_tokens must be a positive integer, got {self.max_new_tokens!r}")
-        if not self.temperature >= 0:
-            raise RequestError(f"temperature must be >= 0, got {self.temperature!r}")
-        if any(not isinstance(s, str) or not s for s in self.stop):
-            raise RequestError(f"stop must hold non-empty strings, got {self.stop!r}")
+        if not (self.temperature >= 0 and math.isfinite(self.temperature)):
+            raise RequestError(f"temperature must be a finite number >= 0, got {self.temperature!r}")
+        if len(self.stop) > MAX_STOP_STRINGS:
+            raise RequestError(f"stop holds {len(self.stop)} strings; at most {MAX_STOP_STRINGS} are allowed")
+        for s in self.stop:
+            if not isinstance(s, str) or not s:
+                raise RequestError(f"stop must hold non-empty strings, got {s!r:.80}")
+            if len(s) > MAX_STOP_CHARS:
+                raise RequestError(f"stop strings may have at most {MAX_STOP_CHARS} characters, got {len(s)}")
+        if len(self.stop_token_ids) > MAX_STOP_TOKEN_IDS:
+            raise RequestError(f"stop_token_ids holds {len(self.stop_token_ids)} ids; "
+                               f"at most {MAX_STOP_TOKEN_IDS} are allowed")
 
 
 class FinishReason(str, enum.Enum):
     LENGTH = "length"  # max_new_tokens reached
     STOP = "stop"  # EOS, a stop token id or a stop string
+    ERROR = "error"  # this request failed alone (e.g. its sampling); ``error`` says why
 
 
 @dataclass
@@ -44,6 +61,7 @@ class GenerateOutput:
     finish_reason: FinishReason
     matched_stop: str | int | None = None
     logits: torch.Tensor | None = None  # [len(output_ids), vocab] when requested
+    error: str | None = None  # set with FinishReason.ERROR
 
 
 @dataclass(eq=False)
@@ -66,6 +84,7 @@ class Req:
     finish_reason: FinishReason | None = None
     matched_stop: str | int | None = None
     text: str = ""
+    error: str | None = None  # set with FinishReason.ERROR
 
     @property
     def fill_ids(self) -> list[int]:

@@ -1,20 +1,60 @@
 """``swa-harness eval``: accuracy suites with graphs ON and OFF on the same items, compared paired.
 
 The command line is parsed here and only here, into an :class:`EvalConfig`; the job gets that.
+Usage errors (a limit outside 1..the set's size, a batch size of 0, ...) end here with exit code 2
+and argparse's one-line message naming the option, before any server or lm-eval starts.
 """
 
 from __future__ import annotations
 
 import argparse
+import math
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 from harness.evals.config import EvalConfig
+from harness.evals.paths import REPO
 from harness.evals.run import run_eval
-from harness.evals.suites import SUITES
+from harness.evals.suites import SUITES, SuiteSpec
 from harness.evals.threshold_options import add_threshold_options, thresholds_from_options
 
 _DEFAULTS = EvalConfig()  # the option defaults, so the CLI and the dataclass cannot drift apart
+
+
+def set_size(spec: SuiteSpec) -> int:
+    """Items in the suite's frozen test set (the default limit when the set is not shipped here)."""
+    path = REPO / "fixtures" / "data" / spec.name / "test.jsonl"
+    if not path.is_file():
+        return spec.default_limit
+    with open(path, encoding="utf-8") as f:
+        return sum(1 for line in f if line.strip())
+
+
+def int_in(low: int, high: int | None = None, what: str = "") -> Callable[[str], int]:
+    """An argparse type: an integer in [low, high]."""
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"must be an integer, got {text!r}") from None
+        if value < low or (high is not None and value > high):
+            bound = f"between {low} and {high}{what}" if high is not None else f"at least {low}"
+            raise argparse.ArgumentTypeError(f"must be {bound}, got {value}")
+        return value
+
+    return parse
+
+
+def positive_seconds(text: str) -> float:
+    """An argparse type: a finite number of seconds > 0."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be a number of seconds, got {text!r}") from None
+    if not (math.isfinite(value) and value > 0):
+        raise argparse.ArgumentTypeError(f"must be a finite number of seconds > 0, got {text}")
+    return value
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -23,23 +63,25 @@ def build_parser() -> argparse.ArgumentParser:
                         help="HF-format checkpoint (default: the shipped tiny model)")
     parser.add_argument("--suites", default=",".join(SUITES))
     for name, spec in SUITES.items():
-        parser.add_argument(f"--limit-{name.replace('_', '-')}", type=int, default=spec.default_limit,
-                            help=f"items of {name} (default {spec.default_limit})")
+        size = set_size(spec)
+        parser.add_argument(f"--limit-{name.replace('_', '-')}", type=int_in(1, size, " (the set's size)"),
+                            default=min(spec.default_limit, size),
+                            help=f"items of {name}, 1..{size} (default {min(spec.default_limit, size)})")
     parser.add_argument("--graphs-on", default=_DEFAULTS.graphs_on, choices=("tape", "cuda", "auto", "eager"))
     parser.add_argument("--fault", default=None, help="catalog fault to inject into the graphs-on server")
     parser.add_argument("--on-url", default=None, help="use this running server as graphs ON instead of launching one")
     parser.add_argument("--off-url", default=None, help="use this running server as graphs OFF")
     parser.add_argument("--out", type=Path, default=_DEFAULTS.out)
     parser.add_argument("--kill-matrix", type=Path, default=_DEFAULTS.kill_matrix)
-    parser.add_argument("--batch-size", type=int, default=_DEFAULTS.batch_size)
-    parser.add_argument("--max-running", type=int, default=_DEFAULTS.max_running)
-    parser.add_argument("--threads", type=int, default=_DEFAULTS.threads, help="torch threads per server")
+    parser.add_argument("--batch-size", type=int_in(1), default=_DEFAULTS.batch_size)
+    parser.add_argument("--max-running", type=int_in(1), default=_DEFAULTS.max_running)
+    parser.add_argument("--threads", type=int_in(1), default=_DEFAULTS.threads, help="torch threads per server")
     parser.add_argument("--device", default=_DEFAULTS.device, help="device of both servers (cuda on a GPU machine)")
     parser.add_argument("--sequential", action="store_true", help="run OFF after ON instead of side by side")
     parser.add_argument("--resume", action="store_true",
                         help="reuse the responses a previous, interrupted run of exactly this configuration cached")
-    parser.add_argument("--server-timeout", type=float, default=_DEFAULTS.server_timeout)
-    parser.add_argument("--lm-eval-timeout", type=float, default=_DEFAULTS.lm_eval_timeout)
+    parser.add_argument("--server-timeout", type=positive_seconds, default=_DEFAULTS.server_timeout)
+    parser.add_argument("--lm-eval-timeout", type=positive_seconds, default=_DEFAULTS.lm_eval_timeout)
     add_threshold_options(parser)
     return parser
 

@@ -4,55 +4,109 @@ Routes: ``POST /v1/completions``, ``POST /v1/chat/completions``, ``GET /v1/model
 Every error is JSON in OpenAI's shape (see protocol.ApiError): 400 for a request that can never be
 served (its field is named in ``param``), 500 when the engine failed while the request ran, 503 while
 shutting down; the server keeps serving the next request either way.
+
+Hostile input is the client's error and costs the others nothing:
+* a request with an ``Origin`` that is not loopback is refused (403), and so is a POST body that is
+  not ``application/json`` (415): a web page cannot post to the local server;
+* bodies are capped (413), decoded as strict UTF-8, and JSON that nests too deep or holds a lone
+  UTF-16 surrogate is a 400; prompts are capped in characters (protocol.Limits) before any work;
+* tokenization runs in a thread pool with the GIL released (``releasing_gil``), never on the event
+  loop, so /health answers while a long prompt is tokenized;
+* a client that disconnects cancels its handler (``handler_cancellation``), which cancels its requests
+  in the engine (see worker.EngineWorker.generate).
 """
 
 from __future__ import annotations
 
+import asyncio
+import copy
+import ipaddress
 import json
 import logging
+import re
 import time
 import uuid
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from aiohttp import web
+from tokenizers import Encoding
+from yarl import URL
 
 from harness.engine import GenerateOutput, RequestError
+from harness.model import Tokenizer
 from harness.server.chat import ChatRenderer
-from harness.server.protocol import ApiError, Limits, parse_chat, parse_completion
+from harness.server.protocol import ApiError, ChatMessage, Limits, Prompt, parse_chat, parse_completion, short_repr
 from harness.server.worker import EngineFailure, EngineWorker, WorkerStopped
 
 logger = logging.getLogger(__name__)
 
 WORKER_KEY = web.AppKey("worker", EngineWorker)
 STATE_KEY = web.AppKey("state", dict)
-MAX_BODY_BYTES = 64 * 1024 * 1024  # eval batches of long prompts; aiohttp's default is 1 MiB
+TOKENIZE_KEY = web.AppKey("tokenize", ThreadPoolExecutor)
+MAX_BODY_BYTES = 16 * 1024 * 1024  # eval batches of long prompts; aiohttp's default is 1 MiB
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 
-def build_app(worker: EngineWorker, model_name: str) -> web.Application:
-    """An application serving ``worker``'s engine as ``model_name``; the worker must be started."""
+def build_app(worker: EngineWorker, model_name: str, *, build: Mapping[str, Any] | None = None) -> web.Application:
+    """An application serving ``worker``'s engine as ``model_name``; the worker must be started.
+
+    ``build`` identifies what answers (code, weights, fault...); /health reports it so that a client
+    (the eval's resume cache) can tell two servers at the same address apart.
+    """
     engine = worker.engine
     if engine is None:
         raise ValueError("start the EngineWorker before building the app (its engine does not exist yet)")
     if engine.tokenizer is None:
         raise ValueError(f"{engine.config.model_path} has no tokenizer.json: the OpenAI server takes and returns "
                          "text, so it needs the checkpoint's tokenizer")
-    app = web.Application(middlewares=[_errors], client_max_size=MAX_BODY_BYTES)
+    tokenizer = releasing_gil(engine.tokenizer)
+    longest = max(map(len, engine.tokenizer.tokenizer.get_vocab()), default=1)
+    app = web.Application(middlewares=[_errors, _guard], client_max_size=MAX_BODY_BYTES)
     app[WORKER_KEY] = worker
+    app[TOKENIZE_KEY] = ThreadPoolExecutor(2, thread_name_prefix="swa-tokenize")
     app[STATE_KEY] = {
         "model": model_name,
-        "limits": Limits(max_context_len=engine.max_context_len, vocab_size=engine.model_config.vocab_size),
-        "chat": ChatRenderer.from_dir(engine.config.model_path, engine.tokenizer),
+        "limits": Limits.for_tokenizer(engine.max_context_len, engine.model_config.vocab_size, longest),
+        "tokenizer": tokenizer,
+        "chat": ChatRenderer.from_dir(engine.config.model_path, tokenizer),
         "graph_mode": engine.graph_mode,
+        "build": dict(build or {}),
         "created": int(time.time()),
     }
+    app.on_cleanup.append(_stop_tokenizer_pool)
     app.router.add_post("/v1/completions", completions)
     app.router.add_post("/v1/chat/completions", chat_completions)
     app.router.add_get("/v1/models", models)
     app.router.add_get("/health", health)
     return app
+
+
+async def _stop_tokenizer_pool(app: web.Application) -> None:
+    app[TOKENIZE_KEY].shutdown(wait=False, cancel_futures=True)
+
+
+class _EncodeReleasingGil:
+    """``tokenizers.Tokenizer.encode`` holds the GIL for the whole call (about 1 s per MB), which stops
+    the event loop's thread too; ``encode_batch`` releases it. Same pipeline, same ids."""
+
+    def __init__(self, hf: Any) -> None:
+        self._hf = hf
+
+    def encode(self, text: str, add_special_tokens: bool = True) -> Encoding:
+        return self._hf.encode_batch([text], add_special_tokens=add_special_tokens)[0]
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._hf, name)
+
+
+def releasing_gil(tokenizer: Tokenizer) -> Tokenizer:
+    """A copy of ``tokenizer`` whose encoding releases the GIL (its BOS rules unchanged)."""
+    clone = copy.copy(tokenizer)
+    clone.tokenizer = _EncodeReleasingGil(tokenizer.tokenizer)
+    return clone
 
 
 # -- handlers ------------------------------------------------------------------------------------
@@ -62,7 +116,8 @@ async def completions(request: web.Request) -> web.Response:
     state = request.app[STATE_KEY]
     req = parse_completion(await _json_body(request), state["limits"])
     _check_model(req.model, state["model"])
-    outputs = await _generate(request, req.prompts, req.gen.sampling(), prompt_field="prompt")
+    prompts = await _off_loop(request, _encode_all, state["tokenizer"], req.prompts)
+    outputs = await _generate(request, prompts, req.gen.sampling(), prompt_field="prompt")
     choices = [{"text": o.text, "index": i, "logprobs": None, "finish_reason": _finish(o)}
                for i, o in enumerate(outputs)]
     return web.json_response({
@@ -79,7 +134,7 @@ async def chat_completions(request: web.Request) -> web.Response:
     state = request.app[STATE_KEY]
     req = parse_chat(await _json_body(request), state["limits"])
     _check_model(req.model, state["model"])
-    prompt = state["chat"].prompt(req.messages)
+    prompt = await _off_loop(request, _chat_ids, state["chat"], state["tokenizer"], req.messages)
     outputs = await _generate(request, [prompt], req.gen.sampling(), prompt_field="messages")
     out = outputs[0]
     return web.json_response({
@@ -101,31 +156,71 @@ async def models(request: web.Request) -> web.Response:
         "created": state["created"],
         "owned_by": "swa-harness",
         "max_model_len": state["limits"].max_context_len,
+        "graph_mode": state["graph_mode"],
     }]})
 
 
 async def health(request: web.Request) -> web.Response:
+    """Identity (model, graph mode, build), counters and pool occupancy. The worker updates both before
+    it answers a request, so they already include every response a client has received."""
     state = request.app[STATE_KEY]
     worker = request.app[WORKER_KEY]
+    pools = worker.pools()
+    limits: Limits = state["limits"]
     return web.json_response({
         "status": "ok" if worker.alive else "stopped",
         "model": state["model"],
         "graph_mode": state["graph_mode"],
-        "max_context_len": state["limits"].max_context_len,
+        "build": state["build"],
+        "max_context_len": limits.max_context_len,
+        "max_prompt_chars": limits.max_prompt_chars,
         "chat_template": state["chat"].source,
         "stats": worker.stats().as_dict(),
+        "pools": pools.as_dict() if pools is not None else None,
     }, status=200 if worker.alive else 503)
 
 
 # -- helpers -------------------------------------------------------------------------------------
 
 
+# A \uD800-\uDFFF escape: only these can put a surrogate into a parsed string (strict UTF-8 refuses
+# surrogates as bytes). Rare in practice (emoji escaped as pairs), so only then are the strings walked.
+_SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89a-fA-F][0-9a-fA-F]{2}")
+
+
 async def _json_body(request: web.Request) -> Any:
     raw = await request.read()
     try:
-        return json.loads(raw, parse_constant=_refuse_constant)
-    except (UnicodeDecodeError, ValueError) as exc:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise ApiError(f"the request body is not valid UTF-8: {exc}") from exc
+    try:
+        body = json.loads(text, parse_constant=_refuse_constant)
+    except RecursionError:
+        raise ApiError("the request body is not acceptable JSON: it is nested too deeply") from None
+    except ValueError as exc:
         raise ApiError(f"the request body is not valid JSON: {exc}") from exc
+    if _SURROGATE_ESCAPE.search(raw):
+        _refuse_lone_surrogates(body)
+    return body
+
+
+def _refuse_lone_surrogates(body: Any) -> None:
+    """Every string (keys included) must be valid Unicode: a lone UTF-16 surrogate cannot be tokenized."""
+    todo = [body]
+    while todo:
+        value = todo.pop()
+        if isinstance(value, dict):
+            todo += value.keys()
+            todo += value.values()
+        elif isinstance(value, list):
+            todo += value
+        elif isinstance(value, str):
+            try:
+                value.encode("utf-8")
+            except UnicodeEncodeError as exc:
+                raise ApiError(f"the request body holds a lone UTF-16 surrogate ({short_repr(value[exc.start])}), "
+                               "which is not valid Unicode") from None
 
 
 def _refuse_constant(name: str) -> Any:
@@ -134,8 +229,23 @@ def _refuse_constant(name: str) -> Any:
 
 def _check_model(requested: str | None, served: str) -> None:
     if requested is not None and requested != served:
-        raise ApiError(f"model {requested!r} is not served here; this server serves {served!r}",
+        raise ApiError(f"model {short_repr(requested)} is not served here; this server serves {served!r}",
                        param="model", status=404, code="model_not_found")
+
+
+async def _off_loop(request: web.Request, fn: Callable[..., Any], *args: Any) -> Any:
+    """``fn(*args)`` on the tokenizer pool, so the event loop keeps serving meanwhile."""
+    return await asyncio.get_running_loop().run_in_executor(request.app[TOKENIZE_KEY], fn, *args)
+
+
+def _encode_all(tokenizer: Tokenizer, prompts: list[Prompt]) -> list[list[int]]:
+    """Text prompts as token ids (token-id prompts as they are); the engine then never tokenizes."""
+    return [tokenizer.encode(p) if isinstance(p, str) else p for p in prompts]
+
+
+def _chat_ids(chat: ChatRenderer, tokenizer: Tokenizer, messages: Sequence[ChatMessage]) -> list[int]:
+    """The chat template's rendering (or the plain fallback text) as token ids."""
+    return _encode_all(tokenizer, [chat.prompt(messages)])[0]
 
 
 async def _generate(request: web.Request, prompts: list, sampling: Any, *, prompt_field: str) -> list[GenerateOutput]:
@@ -165,6 +275,37 @@ def _usage(outputs: list[GenerateOutput]) -> dict[str, int]:
     return {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion}
 
 
+def _local_origin(origin: str) -> bool:
+    """An Origin a browser sends for a page served from this machine (loopback or localhost)."""
+    try:
+        host = URL(origin).host
+    except ValueError:
+        return False
+    if not host:  # "null" (sandboxed frames, file:// pages) and garbage
+        return False
+    if host == "localhost" or host.endswith(".localhost"):
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
+
+
+@web.middleware
+async def _guard(request: web.Request, handler: Handler) -> web.StreamResponse:
+    """Only local pages and API clients: a foreign Origin is refused (403), POST bodies must be JSON (415).
+    Browsers post text/plain and forms cross-site without asking first; they cannot send application/json."""
+    origin = request.headers.get("Origin")
+    if origin is not None and not _local_origin(origin):
+        raise ApiError(f"requests from web pages at Origin {short_repr(origin)} are refused: this server accepts "
+                       "only local origins", status=403, type="permission_error")
+    if request.method == "POST" and request.content_type != "application/json":
+        sent = request.headers.get("Content-Type")
+        raise ApiError(f"Content-Type must be application/json, got {short_repr(sent) if sent else 'none'}",
+                       status=415)
+    return await handler(request)
+
+
 @web.middleware
 async def _errors(request: web.Request, handler: Handler) -> web.StreamResponse:
     """Every failure becomes a JSON error; nothing leaves the server as an HTML page or a dropped socket."""
@@ -180,7 +321,8 @@ async def _errors(request: web.Request, handler: Handler) -> web.StreamResponse:
         if exc.status < 400:
             raise
         kind = "invalid_request_error" if exc.status < 500 else "server_error"
-        body = ApiError(f"{exc.reason}: {request.method} {request.path}", status=exc.status, type=kind).body()
+        detail = f"{exc.reason}: {exc.text}" if exc.status == 413 else exc.reason  # names the size limit
+        body = ApiError(f"{detail}: {request.method} {request.path}", status=exc.status, type=kind).body()
         return web.json_response(body, status=exc.status)
     except Exception as exc:  # noqa: BLE001 - a bug here must not take the server down
         logger.exception("unhandled error in %s %s", request.method, request.path)

@@ -20,6 +20,7 @@ from aiohttp import web
 from harness.engine import Engine, EngineConfig
 from harness.faults import activate_from_env
 from harness.server.app import build_app
+from harness.server.identity import server_build
 from harness.server.launch import READY_PREFIX
 from harness.server.worker import EngineWorker
 
@@ -60,7 +61,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     worker = EngineWorker(lambda: Engine(config))
     try:
         worker.start()
-        app = build_app(worker, args.served_model_name or args.model)
+        build = server_build(args.model, dtype=args.dtype, device=args.device, max_running=args.max_running,
+                             fault=fault.id if fault is not None else None)
+        app = build_app(worker, args.served_model_name or args.model, build=build)
     except (RuntimeError, ValueError) as exc:
         print(f"swa-harness server: {exc}", file=sys.stderr)
         worker.stop()
@@ -78,9 +81,13 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 async def serve(app: web.Application, worker: EngineWorker, host: str, port: int, *, access_log: bool = False) -> None:
-    """Listen, print the ready line, and run until SIGINT or SIGTERM."""
+    """Listen, print the ready line, and run until SIGINT or SIGTERM.
+
+    ``handler_cancellation``: a client that disconnects cancels its handler, and with it its requests
+    in the engine (aiohttp's default since 3.9 lets the handler run on).
+    """
     runner = web.AppRunner(app, access_log=logging.getLogger("aiohttp.access") if access_log else None,
-                           shutdown_timeout=5.0)
+                           shutdown_timeout=5.0, handler_cancellation=True)
     await runner.setup()
     try:
         site = web.TCPSite(runner, host, port)

@@ -4,12 +4,15 @@ The eval orchestrator uses this: ``with launch_server(path, "tape") as server: .
 The child's stderr (logs, tracebacks) and stdout both go to ``log_path``; a reader thread watches
 stdout for the ready line. If the child dies or does not become ready in time, ServerLaunchError
 carries the tail of that log, so the cause (a bad checkpoint, a busy port) is in the message.
+
+The server runs under ``harness.server.guard`` in its own process group, owned by a
+``ChildProcesses`` registry: it is stopped as a group, and it dies with the launching process
+(SIGKILL included), so no server is left listening after the process that started it.
 """
 
 from __future__ import annotations
 
 import os
-import signal
 import subprocess
 import sys
 import tempfile
@@ -18,22 +21,30 @@ import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
+from harness.server.guard import CHILDREN, ChildProcesses
+
 READY_PREFIX = "SWA_HARNESS_SERVER_READY"  # printed by cli.serve; defined here because this module must not import torch
 _REPO_ROOT = Path(__file__).resolve().parents[2]
 
 
 class ServerLaunchError(RuntimeError):
-    """The server process died or never printed its ready line."""
+    """The server process died or never printed its ready line; ``reason`` says which, in one line."""
+
+    def __init__(self, message: str, *, reason: str | None = None) -> None:
+        super().__init__(message)
+        self.reason = reason or message.splitlines()[0]
 
 
 class ServerProcess:
     """A running server subprocess; ``stop()`` (or leaving the ``with`` block) ends it."""
 
-    def __init__(self, proc: subprocess.Popen, log_path: Path, reader: threading.Thread) -> None:
+    def __init__(self, proc: subprocess.Popen, log_path: Path, reader: threading.Thread,
+                 children: ChildProcesses = CHILDREN) -> None:
         self.proc = proc
         self.log_path = log_path
         self.base_url = ""  # "http://127.0.0.1:PORT", set once ready
         self._reader = reader
+        self._children = children
 
     @property
     def pid(self) -> int:
@@ -47,16 +58,10 @@ class ServerProcess:
         return self.proc.poll() is None
 
     def stop(self, timeout: float = 30.0) -> int:
-        """SIGTERM, then SIGKILL after ``timeout`` seconds; returns the exit code."""
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(timeout)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
+        """SIGTERM to its process group, then SIGKILL after ``timeout`` seconds; returns the exit code."""
+        code = self._children.stop(self.proc, grace=timeout)
         self._reader.join(5.0)
-        return self.proc.returncode
+        return code
 
     def log_tail(self, lines: int = 40) -> str:
         try:
@@ -90,12 +95,13 @@ def launch_server(
     log_path: str | os.PathLike | None = None,
     timeout: float = 300.0,
     python: str = sys.executable,
+    children: ChildProcesses = CHILDREN,
 ) -> ServerProcess:
     """Start the server and return once it printed its ready line.
 
     ``env`` holds variables layered over ``os.environ`` (a replacement environment would lose PATH
     and the venv); the repo root is put on PYTHONPATH so this works without installing the package.
-    ``log_path`` defaults to a fresh temporary file (see ``.log_path``).
+    ``log_path`` defaults to a fresh temporary file (see ``.log_path``). ``children`` owns the process.
     """
     cmd = [python, "-m", "harness.server", "--model", str(model_path), "--graphs", graphs, "--host", host,
            "--port", str(port), "--max-running", str(max_running), "--num-threads", str(num_threads)]
@@ -119,14 +125,13 @@ def launch_server(
     log_path.write_text(f"$ {' '.join(cmd)}\n")
 
     with open(log_path, "ab") as stderr_log:  # the child keeps its own copy of the descriptor
-        proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=stderr_log,
-                                env=child_env, cwd=str(_REPO_ROOT))
+        proc = children.spawn(cmd, stdout=subprocess.PIPE, stderr=stderr_log, env=child_env, cwd=str(_REPO_ROOT))
     ready: list[str] = []
     ready_event = threading.Event()
     reader = threading.Thread(target=_pump_stdout, args=(proc, log_path, ready, ready_event),
                               name=f"server-stdout-{proc.pid}", daemon=True)
     reader.start()
-    server = ServerProcess(proc, log_path, reader)
+    server = ServerProcess(proc, log_path, reader, children)
 
     deadline = time.monotonic() + timeout
     while not ready_event.wait(0.05):
@@ -134,12 +139,13 @@ def launch_server(
             reader.join(2.0)  # the ready line may have raced with the exit
             if ready:
                 break
-            raise ServerLaunchError(
-                f"server exited with code {proc.returncode} before it was ready; log {log_path}:\n{server.log_tail()}")
+            server.stop()  # forget it, and whatever is left of its group
+            reason = f"exited with code {proc.returncode} before it was ready"
+            raise ServerLaunchError(f"server {reason}; log {log_path}:\n{server.log_tail()}", reason=reason)
         if time.monotonic() > deadline:
             server.stop(timeout=5.0)
-            raise ServerLaunchError(
-                f"server was not ready after {timeout:.0f} s (killed); log {log_path}:\n{server.log_tail()}")
+            reason = f"was not ready after {timeout:.0f} s (killed)"
+            raise ServerLaunchError(f"server {reason}; log {log_path}:\n{server.log_tail()}", reason=reason)
     server.base_url = ready[0]
     return server
 

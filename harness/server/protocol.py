@@ -6,21 +6,28 @@ Policy, so that an eval never runs with settings the engine silently ignores:
   change the result (``n: 1``, ``stream: false``, ``echo: false``, ``logprobs: null``, penalties
   at their neutral value, ``top_p``/``top_k``/``min_p`` either disabled or with greedy decoding,
   where they cannot matter), and refused otherwise;
-* nothing is truncated: a prompt that does not fit is the engine's RequestError, also a 400.
+* nothing is truncated: a prompt that does not fit is the engine's RequestError, also a 400;
+* sizes are capped before any work is done on them: a prompt longer than ``max_prompt_chars``
+  characters cannot fit in the context and is refused with 413 naming the limit, as are more than
+  ``max_prompts`` prompts in one request; the stop list is capped in count and length (400);
+* error messages quote client values shortened (``short_repr``), never whole.
 """
 
 from __future__ import annotations
 
 import math
+import reprlib
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 from harness.engine import SamplingParams
+from harness.engine.request import MAX_STOP_CHARS, MAX_STOP_STRINGS, MAX_STOP_TOKEN_IDS
 
 Prompt = str | list[int]
 
 DEFAULT_MAX_TOKENS = 16  # OpenAI's default for /v1/completions
+MAX_PROMPTS = 1024  # prompts in one /v1/completions request
 
 
 class ApiError(Exception):
@@ -46,6 +53,14 @@ class Limits:
     max_context_len: int
     vocab_size: int
     default_max_tokens: int = DEFAULT_MAX_TOKENS
+    max_prompt_chars: int | None = None  # None: no character cap (only the engine's token limit)
+    max_prompts: int = MAX_PROMPTS
+
+    @classmethod
+    def for_tokenizer(cls, max_context_len: int, vocab_size: int, longest_token_chars: int) -> Limits:
+        """The character cap a prompt must stay under to have any chance of fitting the context: every
+        token covers at most ``longest_token_chars`` characters (doubled: normalizers may shrink text)."""
+        return cls(max_context_len, vocab_size, max_prompt_chars=2 * max_context_len * max(1, longest_token_chars))
 
 
 @dataclass(frozen=True)
@@ -106,7 +121,7 @@ def parse_completion(body: Any, limits: Limits) -> CompletionRequest:
     _refuse_unknown(body, COMPLETION_FIELDS)
     if "prompt" not in body:
         raise ApiError("missing required field 'prompt'", param="prompt")
-    prompts = _prompts(body["prompt"])
+    prompts = _prompts(body["prompt"], limits)
     _neutral(body, "echo", _is_bool, lambda v: v is False, "echo=true (returning the prompt) is not supported")
     _neutral(body, "best_of", _is_int, lambda v: v == 1, "best_of must be 1")
     _neutral(body, "suffix", _is_str, lambda v: v == "", "suffix (insertion) is not supported")
@@ -122,6 +137,10 @@ def parse_chat(body: Any, limits: Limits) -> ChatRequest:
     if "messages" not in body:
         raise ApiError("missing required field 'messages'", param="messages")
     messages = _messages(body["messages"])
+    chars = sum(len(m.content) for m in messages)
+    if limits.max_prompt_chars is not None and chars > limits.max_prompt_chars:
+        raise ApiError(f"messages hold {chars} characters; this server accepts at most {limits.max_prompt_chars} "
+                       f"(its context holds {limits.max_context_len} tokens)", param="messages", status=413)
     _neutral(body, "logprobs", _is_bool, lambda v: v is False, "logprobs are not implemented by this server")
     _neutral(body, "top_logprobs", _is_int, lambda v: v == 0, "top_logprobs are not implemented by this server")
     max_tokens = _int_field(body, "max_tokens", 1, limits.max_context_len)
@@ -149,7 +168,7 @@ def _generation(body: dict[str, Any], limits: Limits, *, max_tokens: int | None)
     if ignore_eos is None:
         ignore_eos = False
     if not isinstance(ignore_eos, bool):
-        raise ApiError(f"ignore_eos must be a boolean, got {ignore_eos!r}", param="ignore_eos")
+        raise ApiError(f"ignore_eos must be a boolean, got {short_repr(ignore_eos)}", param="ignore_eos")
     _check_neutral_fields(body, greedy)
     return GenerationFields(
         max_tokens=limits.default_max_tokens if max_tokens is None else max_tokens,
@@ -181,7 +200,7 @@ def _check_neutral_fields(body: dict[str, Any], greedy: bool) -> None:
     do_sample = body.get("do_sample")
     if do_sample is not None:
         if not isinstance(do_sample, bool):
-            raise ApiError(f"do_sample must be a boolean, got {do_sample!r}", param="do_sample")
+            raise ApiError(f"do_sample must be a boolean, got {short_repr(do_sample)}", param="do_sample")
         if do_sample == greedy:
             raise ApiError(f"do_sample={str(do_sample).lower()} contradicts temperature "
                            f"{'0' if greedy else '> 0'}", param="do_sample")
@@ -190,25 +209,47 @@ def _check_neutral_fields(body: dict[str, Any], greedy: bool) -> None:
 def _model(body: dict[str, Any]) -> str | None:
     model = body.get("model")
     if model is not None and not isinstance(model, str):
-        raise ApiError(f"model must be a string, got {model!r}", param="model")
+        raise ApiError(f"model must be a string, got {short_repr(model)}", param="model")
     return model
 
 
-def _prompts(value: Any) -> list[Prompt]:
+def _prompts(value: Any, limits: Limits) -> list[Prompt]:
     what = "prompt must be a string, a list of strings, a list of token ids or a list of token-id lists"
     if isinstance(value, str):
-        return [value]
-    if not isinstance(value, list):
+        prompts: list[Prompt] = [value]
+    elif not isinstance(value, list):
         raise ApiError(f"{what}; got {_json_type(value)}", param="prompt")
-    if not value:
+    elif not value:
         raise ApiError("prompt must not be an empty list", param="prompt")
-    if all(isinstance(p, str) for p in value):
-        return list(value)
-    if all(_is_int(t) for t in value):
-        return [list(value)]
-    if all(isinstance(p, list) and p and all(_is_int(t) for t in p) for p in value):
-        return [list(p) for p in value]
-    raise ApiError(f"{what}; got a list holding {sorted({_json_type(p) for p in value})}", param="prompt")
+    elif _is_int(value[0]):  # one prompt of token ids: its length is checked before its items
+        prompts = [_token_list(value, limits, "prompt")]
+    elif len(value) > limits.max_prompts:
+        raise ApiError(f"prompt holds {len(value)} prompts; this server accepts at most {limits.max_prompts} "
+                       "per request", param="prompt", status=413)
+    elif all(isinstance(p, str) for p in value):
+        prompts = list(value)
+    elif all(isinstance(p, list) and p and _is_int(p[0]) for p in value):
+        prompts = [_token_list(p, limits, f"prompt[{i}]") for i, p in enumerate(value)]
+    else:
+        raise ApiError(f"{what}; got a list holding {sorted({_json_type(p) for p in value})}", param="prompt")
+    cap = limits.max_prompt_chars
+    for i, p in enumerate(prompts):
+        if cap is not None and isinstance(p, str) and len(p) > cap:
+            where = f"prompt[{i}]" if len(prompts) > 1 else "prompt"
+            raise ApiError(f"{where} has {len(p)} characters; this server accepts at most {cap} characters per "
+                           f"prompt (its context holds {limits.max_context_len} tokens)", param="prompt", status=413)
+    return prompts
+
+
+def _token_list(value: list, limits: Limits, where: str) -> list[int]:
+    """A prompt of token ids: no longer than the context (checked first: a huge list is refused unread)."""
+    what = "prompt must be a string, a list of strings, a list of token ids or a list of token-id lists"
+    if len(value) > limits.max_context_len:
+        raise ApiError(f"{where} has {len(value)} token ids; the context holds at most {limits.max_context_len}",
+                       param="prompt", status=413)
+    if not all(_is_int(t) for t in value):
+        raise ApiError(f"{what}; {where} mixes token ids with other values", param="prompt")
+    return list(value)
 
 
 def _messages(value: Any) -> tuple[ChatMessage, ...]:
@@ -224,7 +265,7 @@ def _messages(value: Any) -> tuple[ChatMessage, ...]:
             raise ApiError(f"{where} has unsupported field(s): {', '.join(unknown)}", param="messages")
         role = msg.get("role")
         if role not in CHAT_ROLES:
-            raise ApiError(f"{where}.role must be one of {list(CHAT_ROLES)}, got {role!r}", param="messages")
+            raise ApiError(f"{where}.role must be one of {list(CHAT_ROLES)}, got {short_repr(role)}", param="messages")
         if "name" in msg and not isinstance(msg["name"], str):
             raise ApiError(f"{where}.name must be a string", param="messages")
         out.append(ChatMessage(role, _content(msg.get("content", _MISSING), where)))
@@ -251,10 +292,16 @@ def _stop(value: Any) -> tuple[str, ...]:
     if value is None:
         return ()
     stops = [value] if isinstance(value, str) else value
+    if isinstance(stops, list) and len(stops) > MAX_STOP_STRINGS:
+        raise ApiError(f"stop holds {len(stops)} strings; at most {MAX_STOP_STRINGS} are allowed", param="stop")
     if not isinstance(stops, list) or not all(isinstance(s, str) for s in stops):
-        raise ApiError(f"stop must be a string or a list of strings, got {value!r}", param="stop")
+        raise ApiError(f"stop must be a string or a list of strings, got {short_repr(value)}", param="stop")
     if any(s == "" for s in stops):
         raise ApiError("stop strings must not be empty", param="stop")
+    longest = max(len(s) for s in stops) if stops else 0
+    if longest > MAX_STOP_CHARS:
+        raise ApiError(f"stop strings may have at most {MAX_STOP_CHARS} characters, got one of {longest}",
+                       param="stop")
     return tuple(stops)
 
 
@@ -281,9 +328,9 @@ def _neutral(body: dict[str, Any], key: str, type_ok: Callable[[Any], bool], val
     if value is None:
         return
     if not type_ok(value):
-        raise ApiError(f"{key} has the wrong type: {_json_type(value)} {value!r}", param=key)
+        raise ApiError(f"{key} has the wrong type: {_json_type(value)} {short_repr(value)}", param=key)
     if not value_ok(value):
-        raise ApiError(f"{key}={value!r} is not supported: {why}", param=key)
+        raise ApiError(f"{key}={short_repr(value)} is not supported: {why}", param=key)
 
 
 def _int_field(body: dict[str, Any], key: str, lo: int, hi: int) -> int | None:
@@ -291,7 +338,7 @@ def _int_field(body: dict[str, Any], key: str, lo: int, hi: int) -> int | None:
     if value is None:
         return None
     if not _is_int(value):
-        raise ApiError(f"{key} must be an integer, got {_json_type(value)} {value!r}", param=key)
+        raise ApiError(f"{key} must be an integer, got {_json_type(value)} {short_repr(value)}", param=key)
     if not lo <= value <= hi:
         raise ApiError(f"{key} must be in [{lo}, {hi}], got {value}", param=key)
     return value
@@ -302,7 +349,7 @@ def _number_field(body: dict[str, Any], key: str) -> float | None:
     if value is None:
         return None
     if not _is_number(value):
-        raise ApiError(f"{key} must be a number, got {_json_type(value)} {value!r}", param=key)
+        raise ApiError(f"{key} must be a number, got {_json_type(value)} {short_repr(value)}", param=key)
     return float(value)
 
 
@@ -310,9 +357,21 @@ def _token_ids_field(body: dict[str, Any], key: str, vocab: int) -> tuple[int, .
     value = body.get(key)
     if value is None:
         return ()
+    if isinstance(value, list) and len(value) > MAX_STOP_TOKEN_IDS:
+        raise ApiError(f"{key} holds {len(value)} ids; at most {MAX_STOP_TOKEN_IDS} are allowed", param=key)
     if not isinstance(value, list) or not all(_is_int(t) and 0 <= t < vocab for t in value):
-        raise ApiError(f"{key} must be a list of token ids in [0, {vocab}), got {value!r}", param=key)
+        raise ApiError(f"{key} must be a list of token ids in [0, {vocab}), got {short_repr(value)}", param=key)
     return tuple(value)
+
+
+_REPR = reprlib.Repr()  # keyword arguments only from Python 3.12
+_REPR.maxlevel, _REPR.maxlist, _REPR.maxdict = 2, 4, 4
+_REPR.maxstring = _REPR.maxother = _REPR.maxlong = 40
+
+
+def short_repr(value: Any) -> str:
+    """A client value quoted in an error: bounded in length and depth, whatever was sent."""
+    return _REPR.repr(value)
 
 
 def _is_int(v: Any) -> bool:

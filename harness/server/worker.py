@@ -8,7 +8,13 @@ batch (continuous batching by the engine's own scheduler), steps while there is 
 the queue when idle. Results go back with ``loop.call_soon_threadsafe``.
 
 If ``engine.step()`` raises, every request in flight fails with ``EngineFailure`` (HTTP 500), the
-engine drops them with ``abort_all()`` and the worker keeps serving the next requests.
+engine drops them with ``abort_all()`` and the worker keeps serving the next requests. A request
+that fails alone (its sampling: ``FinishReason.ERROR``) fails only its own job, with ``RequestFailed``.
+A job whose awaiting handler is cancelled (the client disconnected) is cancelled in the engine,
+which frees its slots at once.
+
+The counters and the pool occupancy that /health reports are updated before a job's result is
+handed back, so a client that reads /health after its answer sees that answer counted.
 """
 
 from __future__ import annotations
@@ -43,12 +49,47 @@ class WorkerStopped(WorkerError):
     """The worker is stopped or stopping (HTTP 503)."""
 
 
+class RequestFailed(EngineFailure):
+    """One request of the job failed alone in the engine (e.g. its sampling); the others were unaffected."""
+
+
+@dataclass(frozen=True)
+class PoolUse:
+    used: int
+    size: int
+
+
+@dataclass(frozen=True)
+class PoolOccupancy:
+    """What the engine holds right now: full-attention slots, SWA slots, request rows."""
+
+    full: PoolUse
+    swa: PoolUse
+    req_rows: PoolUse
+
+    @property
+    def idle(self) -> bool:
+        return self.full.used == 0 and self.swa.used == 0 and self.req_rows.used == 0
+
+    @classmethod
+    def of(cls, engine: Engine) -> PoolOccupancy:
+        """Read on the worker thread, which owns the engine."""
+        alloc, rows = engine.runner.allocator, engine.runner.req_to_token_pool
+        return cls(PoolUse(alloc.size - alloc.full_available_size(), alloc.size),
+                   PoolUse(alloc.size_swa - alloc.swa_available_size(), alloc.size_swa),
+                   PoolUse(rows.size - rows.available_size(), rows.size))
+
+    def as_dict(self) -> dict[str, Any]:
+        return {**dataclasses.asdict(self), "idle": self.idle}
+
+
 @dataclass
 class WorkerStats:
     """Counters for /health and for tests that need to prove batching happened."""
 
     requests_served: int = 0  # prompts that finished with a result
     requests_failed: int = 0  # prompts refused (RequestError) or lost to an engine failure
+    requests_cancelled: int = 0  # prompts dropped because their client went away
     jobs_served: int = 0  # HTTP-level jobs resolved with results
     steps: int = 0  # engine.step() calls that ran a forward
     engine_failures: int = 0  # engine.step() calls that raised
@@ -101,6 +142,13 @@ class _Entry:
     req: Req
 
 
+@dataclass(frozen=True)
+class _Cancel:
+    """The handler awaiting ``job`` went away: drop whatever of it is still in the engine."""
+
+    job: _Job
+
+
 _STOP = object()
 
 
@@ -123,6 +171,7 @@ class EngineWorker:
         self._stats = WorkerStats()
         self._inflight: dict[int, _Entry] = {}
         self._unadmitted: list[_Job] = []  # drained from the queue together with the stop request
+        self._pools: PoolOccupancy | None = None  # last snapshot taken on the engine thread
 
     # -- lifecycle -------------------------------------------------------------------------------
 
@@ -161,6 +210,11 @@ class EngineWorker:
         with self._lock:
             return dataclasses.replace(self._stats)
 
+    def pools(self) -> PoolOccupancy | None:
+        """Pool occupancy as of the engine thread's last change (None before the engine exists)."""
+        with self._lock:
+            return self._pools
+
     # -- submission (any thread with a running asyncio loop) -------------------------------------
 
     async def generate(self, prompts: Sequence[Prompt], params: SamplingParams) -> list[GenerateOutput]:
@@ -174,7 +228,11 @@ class EngineWorker:
             if self._stopping or not self._thread.is_alive():
                 raise WorkerStopped("the engine worker is not running")
             self._queue.put(job)
-        return await job.future
+        try:
+            return await job.future
+        except asyncio.CancelledError:  # the client went away: free the engine's slots for the others
+            self._queue.put(_Cancel(job))
+            raise
 
     # -- the engine thread -----------------------------------------------------------------------
 
@@ -188,6 +246,7 @@ class EngineWorker:
             self._startup_error = exc
             self._ready.set()
             return
+        self._snapshot_pools()
         self._ready.set()
         try:
             self._loop()
@@ -207,9 +266,12 @@ class EngineWorker:
                     break
             for i, item in enumerate(items):
                 if item is _STOP:
-                    self._unadmitted = [j for j in items[i + 1:] if j is not _STOP]
+                    self._unadmitted = [j for j in items[i + 1:] if isinstance(j, _Job)]
                     return
-                self._admit(item)
+                if isinstance(item, _Cancel):
+                    self._cancel(item.job)
+                else:
+                    self._admit(item)
             if engine.has_work():
                 self._step()
 
@@ -245,6 +307,35 @@ class EngineWorker:
         with self._lock:
             self._stats.running = len(self._inflight)
 
+    def _cancel(self, job: _Job) -> None:
+        """Drop ``job``'s requests from the engine (queued or running): their slots are free at once."""
+        engine = self.engine
+        assert engine is not None
+        dropped = len(self._drop_job(job))
+        job.done = True
+        if dropped:
+            logger.info("client went away: cancelled %d request(s)", dropped)
+        with self._lock:
+            self._stats.requests_cancelled += dropped
+            self._stats.running = len(self._inflight)
+            self._pools = PoolOccupancy.of(engine)
+
+    def _drop_job(self, job: _Job) -> list[int]:
+        """Cancel every request of ``job`` still in flight; their rids."""
+        engine = self.engine
+        assert engine is not None
+        entries = [e for e in self._inflight.values() if e.job is job]
+        for entry in entries:
+            del self._inflight[entry.req.rid]
+            engine.cancel(entry.req)
+        return [e.req.rid for e in entries]
+
+    def _snapshot_pools(self) -> None:
+        if self.engine is not None:
+            occupancy = PoolOccupancy.of(self.engine)
+            with self._lock:
+                self._pools = occupancy
+
     def _step(self) -> None:
         engine = self.engine
         assert engine is not None
@@ -255,30 +346,45 @@ class EngineWorker:
             self._fail_inflight(exc)
             return
         busy = time.perf_counter() - started
-        new_tokens = jobs_done = 0
+        new_tokens = served = failed = 0
+        settle: list[tuple[_Job, list[GenerateOutput] | None, BaseException | None]] = []
+        dropped: set[int] = set()  # siblings of a failed request, counted as failed with it
         for out in step.finished:
             entry = self._inflight.pop(out.rid, None)
             if entry is None:
-                logger.warning("engine finished unknown request %d", out.rid)
+                if out.rid not in dropped:
+                    logger.warning("engine finished unknown request %d", out.rid)
                 continue
             job = entry.job
+            new_tokens += len(out.output_ids)
+            if out.error is not None:  # this request failed alone: its job fails, its siblings are dropped
+                logger.error("request %d failed: %s", out.rid, out.error)
+                siblings = self._drop_job(job)
+                dropped.update(siblings)
+                failed += 1 + len(siblings)
+                settle.append((job, None, RequestFailed(f"the request failed in the engine: {out.error}")))
+                continue
+            served += 1
             job.outputs[entry.index] = out
             job.remaining -= 1
-            new_tokens += len(out.output_ids)
             if job.remaining == 0:
-                job.resolve(result=list(job.outputs))  # type: ignore[arg-type]
-                jobs_done += 1
-        with self._lock:
+                settle.append((job, list(job.outputs), None))  # type: ignore[arg-type]
+        pools = PoolOccupancy.of(engine)
+        with self._lock:  # counted before anyone is answered
             s = self._stats
             s.steps += 1
             s.engine_busy_s += busy
             s.max_batch_size = max(s.max_batch_size, len(step.advanced))
             if step.mode is ForwardMode.DECODE:
                 s.max_decode_batch_size = max(s.max_decode_batch_size, len(step.advanced))
-            s.requests_served += len(step.finished)
+            s.requests_served += served
+            s.requests_failed += failed
             s.generated_tokens += new_tokens
-            s.jobs_served += jobs_done
+            s.jobs_served += sum(error is None for _, _, error in settle)
             s.running = len(self._inflight)
+            self._pools = pools
+        for job, result, error in settle:
+            job.resolve(result=result, error=error)
 
     def _fail_inflight(self, exc: Exception) -> None:
         engine = self.engine
@@ -293,12 +399,14 @@ class EngineWorker:
             engine.abort_all()
         except Exception:  # noqa: BLE001 - keep serving; the next step will tell
             logger.exception("engine.abort_all() failed after a failed step")
-        for job in jobs.values():
-            job.resolve(error=error)
+        pools = PoolOccupancy.of(engine)
         with self._lock:
             self._stats.engine_failures += 1
             self._stats.requests_failed += lost
             self._stats.running = 0
+            self._pools = pools
+        for job in jobs.values():
+            job.resolve(error=error)
 
     def _shutdown(self) -> None:
         """Fail everything still queued or in flight; nobody will step the engine again."""
@@ -313,7 +421,7 @@ class EngineWorker:
                 item = self._queue.get_nowait()
             except queue.Empty:
                 break
-            if item is not _STOP:
+            if isinstance(item, _Job):
                 jobs[id(item)] = item
         for job in jobs.values():
             job.resolve(error=error)
