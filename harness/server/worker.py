@@ -55,6 +55,8 @@ class RequestFailed(EngineFailure):
 
 @dataclass(frozen=True)
 class PoolUse:
+    """Slots (or request rows) in use, out of the pool's size."""
+
     used: int
     size: int
 
