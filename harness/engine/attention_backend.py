@@ -9,6 +9,10 @@ Decode runs eagerly or inside a captured graph. For graphs the index metadata li
 buffers filled outside the graph (``prepare_graph_metadata``), and everything computed from
 ``seq_lens`` (the visibility masks) is computed inside the forward (``begin_forward``), so that
 it is recorded into the graph rather than frozen from the warm-up run.
+
+Extend runs eagerly or inside a piecewise graph (``prepare_extend_graph``): there the K/V write and
+the ragged attention are a ``graph_break`` between the captured pieces, over the bucket's padded
+tokens, with the per-request metadata of the real batch computed on the host before every replay.
 """
 
 from __future__ import annotations
@@ -25,6 +29,8 @@ from harness.engine.kv_indices import (
     decode_window_positions,
 )
 from harness.graph.buffers import DecodeInputs
+from harness.graph.extend_buffers import ExtendInputs
+from harness.graph.piecewise import graph_break
 from harness.mem import ReqToTokenPool, SWAKVPool
 from harness.mem.index import LOC_DTYPE
 from harness.model.attention_api import AttentionLayerSpec
@@ -110,6 +116,7 @@ class PoolAttentionBackend:
         self.positions = torch.arange(self.max_context_len, device=device)
         self.decode: DecodeMetadata | None = None
         self.extend: list[ExtendRequestMetadata] | None = None
+        self.piecewise = False  # inside an extend graph: attention is a graph break
 
     # -- metadata (eager, outside any graph) ---------------------------------------------------
 
@@ -123,6 +130,7 @@ class PoolAttentionBackend:
         else:
             self.extend = self._extend_metadata(batch)
             self.decode = None
+        self.piecewise = False
 
     def prepare_graph_metadata(self, inputs: DecodeInputs) -> None:
         """Fill the static index buffers a captured decode graph reads (capture and every replay)."""
@@ -130,6 +138,14 @@ class PoolAttentionBackend:
         self.decode = self._decode_metadata(inputs.req_pool_indices, inputs.seq_lens, kv_len,
                                             self.graph_kv_indices, self.graph_window_indices)
         self.extend = None
+        self.piecewise = False
+
+    def prepare_extend_graph(self, inputs: ExtendInputs) -> None:
+        """The real batch's per-request metadata for the eager attention between an extend graph's
+        pieces (none while capturing on an all-padding batch)."""
+        self.extend = self._extend_metadata(inputs.batch) if inputs.batch is not None else []
+        self.decode = None
+        self.piecewise = True
 
     def _decode_metadata(self, req_pool_indices, seq_lens, kv_len, kv_out, window_out) -> DecodeMetadata:
         rt = self.req_to_token_pool.req_to_token
@@ -172,7 +188,12 @@ class PoolAttentionBackend:
         self.decode.visible = self.positions[:kv_len][None, :] < batch.seq_lens[:, None]
         self.decode.window_visible = {w: decode_window_positions(batch.seq_lens, w) >= 0 for w in self.windows}
 
-    def forward(self, layer: AttentionLayerSpec, q, k, v, batch: ForwardBatch | DecodeInputs) -> torch.Tensor:
+    def forward(self, layer: AttentionLayerSpec, q, k, v, batch: ForwardBatch | DecodeInputs | ExtendInputs) -> torch.Tensor:
+        if self.piecewise:
+            return graph_break(lambda: self._write_and_attend(layer, q, k, v, batch))
+        return self._write_and_attend(layer, q, k, v, batch)
+
+    def _write_and_attend(self, layer: AttentionLayerSpec, q, k, v, batch) -> torch.Tensor:
         self.pool.set_kv_buffer(layer.layer_id, batch.out_cache_loc, k, v, swa_loc=self._swa_write_loc(layer, batch))
         k_cache = self.pool.get_key_buffer(layer.layer_id)
         v_cache = self.pool.get_value_buffer(layer.layer_id)
@@ -201,4 +222,7 @@ class PoolAttentionBackend:
             else:
                 slots, visible = meta.full_slots, meta.full_visible
             outs.append(attend_over_cache(layer, q[meta.rows][None], k_cache, v_cache, slots[None], visible[None])[0])
+        real = sum(o.shape[0] for o in outs)
+        if real < q.shape[0]:  # an extend graph's padded tokens belong to no request: they attend to nothing
+            outs.append(q.new_zeros((q.shape[0] - real, *q.shape[1:])))
         return torch.cat(outs)

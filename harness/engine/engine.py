@@ -37,6 +37,7 @@ class EngineConfig:
     full_pool_size: int | None = None
     swa_pool_size: int | None = None
     num_threads: int | None = None  # torch intra-op threads; small models on CPU run fastest on 1
+    extend_graphs: bool = True  # with graphs on, prefill/extend batches run piecewise graphs too
 
     def __post_init__(self) -> None:
         for name in ("dtype", "kv_dtype"):
@@ -68,7 +69,8 @@ class Engine:
         self.model_config = self.model.config
         self.tokenizer = Tokenizer.from_dir(path) if (path / "tokenizer.json").is_file() else None
         self.max_context_len = config.max_context_len or self.model_config.max_position_embeddings
-        self.runner = ModelRunner(self.model, pool_builder(self._pool_spec()), graphs=config.graphs)
+        self.runner = ModelRunner(self.model, pool_builder(self._pool_spec()), graphs=config.graphs,
+                                  max_extend_tokens=config.max_prefill_tokens if config.extend_graphs else None)
         self.scheduler = Scheduler(
             self.runner.req_to_token_pool,
             self.runner.allocator,

@@ -3,7 +3,9 @@
 
 from __future__ import annotations
 
+import dataclasses
 import logging
+from collections import Counter
 from dataclasses import dataclass
 
 import torch
@@ -12,6 +14,8 @@ from harness.engine.attention_backend import PoolAttentionBackend
 from harness.engine.forward_batch import ForwardBatch
 from harness.graph.backends import make_backend, resolve_mode
 from harness.graph.buffers import DecodeInputs
+from harness.graph.extend_buffers import ExtendInputs
+from harness.graph.extend_runner import ExtendGraphRunner
 from harness.graph.runner import GraphRunner
 from harness.mem import HybridPool
 from harness.model import HybridSWAForCausalLM
@@ -47,7 +51,8 @@ def kv_len_buckets(max_context_len: int, smallest: int = 64) -> list[int]:
 
 
 class ModelRunner:
-    def __init__(self, model: HybridSWAForCausalLM, memory: HybridPool, *, graphs: str = "auto") -> None:
+    def __init__(self, model: HybridSWAForCausalLM, memory: HybridPool, *, graphs: str = "auto",
+                 max_extend_tokens: int | None = None) -> None:
         self.model = model
         self.device = model.embed.device
         self.pool = memory.pool
@@ -57,6 +62,8 @@ class ModelRunner:
         self.attn_backend = PoolAttentionBackend(self.pool, self.req_to_token_pool, model.layer_specs, max_bs=max_bs)
         self.graph_mode = resolve_mode(graphs, self.device)
         self.graph_runner: GraphRunner | None = None
+        self.extend_graph_runner: ExtendGraphRunner | None = None
+        self.paths: Counter[str] = Counter()  # forwards per path: decode/extend x graph/eager
         if self.graph_mode != "off":
             self.graph_runner = GraphRunner(
                 self,
@@ -68,6 +75,13 @@ class ModelRunner:
                 kv_len_buckets=kv_len_buckets(self.req_to_token_pool.max_context_len),
             )
             self.graph_runner.capture()
+            if max_extend_tokens:
+                self.extend_graph_runner = ExtendGraphRunner(
+                    self, make_backend(self.graph_mode), max_tokens=max_extend_tokens, max_reqs=max_bs,
+                    vocab_size=model.config.vocab_size, is_hybrid_swa=bool(model.config.sliding_layer_ids),
+                    device=self.device,
+                )
+                self.extend_graph_runner.capture()
 
     # -- the forward -----------------------------------------------------------------------------
 
@@ -75,8 +89,14 @@ class ModelRunner:
     def forward(self, batch: ForwardBatch) -> torch.Tensor:
         """Logits for ``batch.logits_indices`` (extend) or every row (decode)."""
         self._begin_forward()
-        if self.graph_runner is not None and self.graph_runner.can_run(batch, is_decode=batch.forward_mode.is_decode()):
+        kind = "decode" if batch.forward_mode.is_decode() else "extend"
+        if self.graph_runner is not None and self.graph_runner.can_run(batch, is_decode=kind == "decode"):
+            self.paths[f"{kind}-graph"] += 1
             return self._forward_graph(batch)
+        if self.extend_graph_runner is not None and self.extend_graph_runner.can_run(batch):
+            self.paths[f"{kind}-graph"] += 1
+            return self._forward_extend_graph(batch)
+        self.paths[f"{kind}-eager"] += 1
         return self._forward_eager(batch)
 
     @seam("invalidate-after-graph-check")
@@ -88,6 +108,10 @@ class ModelRunner:
     def _forward_graph(self, batch: ForwardBatch) -> torch.Tensor:
         batch.out_cache_loc_swa = self.pretranslate_swa_loc(batch)
         return self.graph_runner.replay(batch)  # fills the graph's metadata, then replays
+
+    def _forward_extend_graph(self, batch: ForwardBatch) -> torch.Tensor:
+        batch.out_cache_loc_swa = self.pretranslate_swa_loc(batch)
+        return self.extend_graph_runner.replay(batch)
 
     @seam("invalidate-after-graph-check")
     def _forward_eager(self, batch: ForwardBatch) -> torch.Tensor:
@@ -102,7 +126,7 @@ class ModelRunner:
 
     # -- DecodeGraphTarget -----------------------------------------------------------------------
 
-    @seam("capture-after-warm-cache")
+    @seam("capture-after-warm-cache", "extend-capture-after-warm-cache")
     def begin_capture_run(self) -> None:
         """Warm-up and capture each start from an empty memo: a translation cached by the warm-up
         would be a Python-side hit during capture, the gather it skips would be missing from the
@@ -115,3 +139,15 @@ class ModelRunner:
     def graph_forward(self, inputs: DecodeInputs) -> torch.Tensor:
         self.attn_backend.begin_forward(inputs)
         return self.model(inputs.input_ids, inputs.positions, self.attn_backend, inputs)
+
+    # -- ExtendGraphTarget -----------------------------------------------------------------------
+
+    def prepare_extend_graph_metadata(self, inputs: ExtendInputs) -> None:
+        self.attn_backend.prepare_extend_graph(inputs)
+
+    def extend_graph_forward(self, inputs: ExtendInputs) -> torch.Tensor:
+        if inputs.out_cache_loc_swa is None and self.model.config.sliding_layer_ids:
+            # No pre-set SWA loc: the captured body translates the write loc itself (the slow path).
+            inputs = dataclasses.replace(inputs, out_cache_loc_swa=self.pool.translate_loc_from_full_to_swa(inputs.out_cache_loc))
+        return self.model(inputs.input_ids, inputs.positions, self.attn_backend, inputs,
+                          logits_indices=inputs.logits_indices)

@@ -9,6 +9,8 @@ from __future__ import annotations
 from harness.faults.base import FAULT_ENV, Fault, Patch, activate_from_env, inject
 from harness.faults.catalog import (
     capture_after_warm_cache,
+    extend_capture_after_warm_cache,
+    extend_pad_swa_loc_not_zeroed,
     invalidate_after_graph_check,
     no_invalidate_on_mutation,
     pad_swa_loc_not_zeroed,
@@ -33,6 +35,8 @@ FAULTS: dict[str, Fault] = {
         capture_after_warm_cache,
         invalidate_after_graph_check,
         window_indices_pollute_memo,
+        extend_pad_swa_loc_not_zeroed,
+        extend_capture_after_warm_cache,
     )
     for fault in getattr(m, "FAULTS", None) or (m.FAULT,)  # a module holds one fault, or one per mutation point
 }

@@ -42,3 +42,33 @@ class CudaGraphBackend:
             output = fn()
         torch.cuda.synchronize()
         return CudaGraph(graph, output, static_inputs)
+
+    def segmenter(self) -> "CudaSegmenter":
+        return CudaSegmenter(self)
+
+
+class CudaSegmenter:
+    """One ``torch.cuda.CUDAGraph`` per piece of a piecewise graph, all in the backend's memory pool."""
+
+    def __init__(self, backend: CudaGraphBackend) -> None:
+        self._backend = backend
+        self._graph: "torch.cuda.CUDAGraph | None" = None
+        self._context = None
+
+    def begin(self) -> None:
+        torch.cuda.synchronize()
+        self._graph = torch.cuda.CUDAGraph()
+        self._context = torch.cuda.graph(self._graph, pool=self._backend._pool, stream=self._backend._stream)
+        self._context.__enter__()
+
+    def end(self) -> CudaGraph:
+        graph, context, self._graph, self._context = self._graph, self._context, None, None
+        if context is not None:
+            context.__exit__(None, None, None)
+        torch.cuda.synchronize()
+        return CudaGraph(graph, None, {}) if graph is not None else _NoPiece()
+
+
+class _NoPiece:
+    def replay(self, current_inputs=None) -> None:
+        return None

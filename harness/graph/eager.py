@@ -27,3 +27,7 @@ class EagerBackend:
     def capture(self, fn: Callable[[], Any], *, static_inputs: Mapping[str, torch.Tensor]) -> EagerGraph:
         with torch.no_grad():
             return EagerGraph(fn, fn())
+
+    def segmenter(self) -> None:
+        """Graphs off needs no pieces: ``capture_piecewise`` is not used, the whole callable re-runs."""
+        return None

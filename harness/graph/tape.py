@@ -178,12 +178,38 @@ class TapeBackend:
     name = "tape"
 
     def capture(self, fn: Callable[[], Any], *, static_inputs: Mapping[str, torch.Tensor]) -> TapeGraph:
-        recorder = _Recorder()
-        saved = torch.Tensor.tolist, torch.Tensor.numpy
-        torch.Tensor.tolist, torch.Tensor.numpy = _forbid("tolist"), _forbid("numpy")
+        segment = TapeSegmenter()
+        segment.begin()
         try:
-            with torch.no_grad(), recorder:
-                output = fn()
+            output = fn()
         finally:
-            torch.Tensor.tolist, torch.Tensor.numpy = saved
-        return TapeGraph(recorder.steps, output, static_inputs, recorder.ops_seen)
+            piece = segment.end()
+        return TapeGraph(piece._steps, output, static_inputs, piece.ops_seen)
+
+    def segmenter(self) -> "TapeSegmenter":
+        return TapeSegmenter()
+
+
+class TapeSegmenter:
+    """Records one piece of a piecewise graph at a time (``harness.graph.piecewise``)."""
+
+    def __init__(self) -> None:
+        self._recorder: _Recorder | None = None
+        self._saved: tuple | None = None
+        self._grad = torch.no_grad()
+
+    def begin(self) -> None:
+        self._saved = torch.Tensor.tolist, torch.Tensor.numpy
+        torch.Tensor.tolist, torch.Tensor.numpy = _forbid("tolist"), _forbid("numpy")
+        self._recorder = _Recorder()
+        self._grad.__enter__()
+        self._recorder.__enter__()
+
+    def end(self) -> TapeGraph:
+        recorder, self._recorder = self._recorder, None
+        if recorder is None:  # already ended (a break failed between pieces)
+            return TapeGraph([], None, {}, 0)
+        recorder.__exit__(None, None, None)
+        self._grad.__exit__(None, None, None)
+        torch.Tensor.tolist, torch.Tensor.numpy = self._saved
+        return TapeGraph(recorder.steps, None, {}, recorder.ops_seen)

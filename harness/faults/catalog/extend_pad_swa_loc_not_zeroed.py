@@ -1,0 +1,24 @@
+"""#24743 on the extend path: the extend graph's padded SWA loc tail keeps the previous replay's slots."""
+
+from __future__ import annotations
+
+import dataclasses
+from types import MappingProxyType
+
+from harness.faults.base import Fault, Patch
+from harness.graph.extend_buffers import EXTEND_FIELDS, ExtendInputBuffers
+
+_SWA_LOC_UNPADDED = MappingProxyType(
+    {**EXTEND_FIELDS, "out_cache_loc_swa": dataclasses.replace(EXTEND_FIELDS["out_cache_loc_swa"], pad=None)}
+)
+
+FAULT = Fault(
+    id="extend-pad-swa-loc-not-zeroed",
+    seed="#24743",
+    breaks="when an extend batch's tokens are padded up to their bucket, the out_cache_loc_swa tail is not reset "
+    "to the padding slot (SGLang's piecewise runner zeroes it), so padded tokens write K/V into SWA slots a "
+    "previous, larger extend gave to live requests",
+    user_sees="silent SWA KV corruption of live requests after every padded prefill",
+    invariant="2: padded rows write only to the sentinel slot",
+    patches=(Patch(ExtendInputBuffers, "fields", _SWA_LOC_UNPADDED),),
+)

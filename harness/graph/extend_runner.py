@@ -1,0 +1,99 @@
+"""ExtendGraphRunner: capture one piecewise graph per token-count bucket, pad each extend batch's
+tokens up to its bucket, replay (SGLang's piecewise CUDA graph runner, on the harness's backends).
+
+The target's captured body runs the model over the bucket's tokens; its attention calls
+``graph_break`` (``harness.graph.piecewise``), so the K/V write and the ragged attention over the
+pool run eagerly between the captured pieces, with per-request extents from the host, as SGLang
+splits its piecewise graph around attention. With graphs ``eager`` the whole body re-runs instead.
+"""
+
+from __future__ import annotations
+
+import bisect
+from collections.abc import Sequence
+from typing import Any, Protocol
+
+import torch
+
+from harness.graph.backends import GraphBackend
+from harness.graph.extend_buffers import ExtendInputBuffers, ExtendInputs
+from harness.graph.piecewise import capture_piecewise
+from harness.seams import seam
+
+DEFAULT_CAPTURE_TOKENS: tuple[int, ...] = (8, 16, 32, 48, 64, 96, 128, 192, 256, 384, 512, 768, 1024, 1536, 2048,
+                                           3072, 4096, 6144, 8192)
+
+
+def capture_tokens_for(max_tokens: int, candidates: Sequence[int] = DEFAULT_CAPTURE_TOKENS) -> list[int]:
+    """Buckets up to ``max_tokens``, which is always the last one (no batch the engine builds is larger)."""
+    return sorted({t for t in candidates if t < max_tokens} | {max_tokens})
+
+
+class ExtendGraphTarget(Protocol):
+    def begin_capture_run(self) -> None: ...
+
+    def prepare_extend_graph_metadata(self, inputs: ExtendInputs) -> None:
+        """Eager, outside the graph: the attention's per-request metadata for ``inputs.batch``."""
+
+    def extend_graph_forward(self, inputs: ExtendInputs) -> torch.Tensor:
+        """The captured body: logits ``[max_reqs, vocab]`` for the rows in ``inputs.logits_indices``."""
+
+
+class ExtendGraphRunner:
+    def __init__(self, target: ExtendGraphTarget, backend: GraphBackend, *, max_tokens: int, max_reqs: int,
+                 vocab_size: int, is_hybrid_swa: bool = False, device: str | torch.device = "cpu",
+                 logits_dtype: torch.dtype = torch.float32, capture_tokens: Sequence[int] | None = None) -> None:
+        self.target = target
+        self.backend = backend
+        self.capture_tokens = capture_tokens_for(max_tokens, capture_tokens or DEFAULT_CAPTURE_TOKENS)
+        self.max_reqs = max_reqs
+        self.buffers = ExtendInputBuffers.create(self.capture_tokens[-1], max_reqs, vocab_size,
+                                                 is_hybrid_swa=is_hybrid_swa, device=device, logits_dtype=logits_dtype)
+        self.graphs: dict[int, Any] = {}
+
+    def bucket_for(self, num_tokens: int) -> int:
+        i = bisect.bisect_left(self.capture_tokens, num_tokens)
+        if num_tokens < 1 or i == len(self.capture_tokens):
+            raise ValueError(f"{num_tokens} tokens have no bucket (buckets go up to {self.capture_tokens[-1]})")
+        return self.capture_tokens[i]
+
+    def can_run(self, batch: Any) -> bool:
+        return (bool(self.graphs) and not batch.forward_mode.is_decode()
+                and 1 <= batch.input_ids.numel() <= self.capture_tokens[-1] and batch.batch_size <= self.max_reqs)
+
+    def capture(self) -> None:
+        for tokens in reversed(self.capture_tokens):
+            self.graphs[tokens] = self._capture_one(tokens)
+
+    @seam("extend-capture-after-warm-cache")
+    def _capture_inputs(self, num_tokens: int) -> ExtendInputs:
+        """The batch the graph is captured on: the static buffers, SWA loc pre-set (#23552, #24743)."""
+        return self.buffers.view(num_tokens)
+
+    def _capture_one(self, num_tokens: int) -> Any:
+        self.buffers.pad(0, num_tokens)  # an all-padding batch: every write goes to the padding slot
+        self.buffers.logits_indices.zero_()
+        self.buffers.current = None
+        inputs = self._capture_inputs(num_tokens)
+        self.target.prepare_extend_graph_metadata(inputs)
+        self.target.begin_capture_run()  # warm-up, then capture, each from a fresh start (#25824)
+        with torch.no_grad():
+            self.target.extend_graph_forward(inputs)
+        self.target.begin_capture_run()
+        segmenter = getattr(self.backend, "segmenter", lambda: None)()
+        body = lambda: self._body(inputs)  # noqa: E731
+        if segmenter is None:  # graphs "eager": the whole body re-runs at every replay
+            return self.backend.capture(body, static_inputs=self.buffers.tensors())
+        return capture_piecewise(segmenter, body, static_inputs=self.buffers.tensors())
+
+    def _body(self, inputs: ExtendInputs) -> torch.Tensor:
+        self.buffers.logits.copy_(self.target.extend_graph_forward(inputs))
+        return self.buffers.logits
+
+    def replay(self, batch: Any) -> torch.Tensor:
+        """Logits of the batch's ``logits_indices`` rows; a view of the static buffer (valid until the next replay)."""
+        tokens = self.bucket_for(batch.input_ids.numel())
+        self.buffers.populate(batch, tokens)
+        self.target.prepare_extend_graph_metadata(self.buffers.view(tokens))
+        self.graphs[tokens].replay(self.buffers.tensors())
+        return self.buffers.logits[: batch.logits_indices.numel()]

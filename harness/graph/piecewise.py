@@ -1,0 +1,102 @@
+"""Piecewise graphs: captured pieces with eager breaks between them, as SGLang's piecewise runner
+splits an extend forward around attention.
+
+An extend batch is ragged: which keys each new token attends over depends on per-request extents
+that only the host knows. So the forward is captured in pieces (embedding, projections, norms, MLPs,
+logits) and every call of ``graph_break(run)`` inside the captured callable ends the current piece,
+runs ``run()`` eagerly, and starts the next piece. At replay the pieces replay and each break runs
+its ``run()`` again, between them, writing into the tensor the capture returned to the caller, so
+the following piece reads it where capture recorded it. Outside a piecewise capture,
+``graph_break(run)`` is just ``run()``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+import torch
+
+from harness.graph.errors import GraphInputReplacedError
+
+
+class Piece(Protocol):
+    def replay(self, current_inputs: Any = None) -> Any: ...
+
+
+class Segmenter(Protocol):
+    """A backend's way of recording one piece: ``begin()`` starts recording, ``end()`` returns the piece."""
+
+    def begin(self) -> None: ...
+
+    def end(self) -> Piece: ...
+
+
+@dataclass
+class PiecewiseGraph:
+    pieces: list[Piece]
+    breaks: list[Callable[[], None]]  # breaks[i] runs after pieces[i]
+    output: Any
+    input_ptrs: dict[str, int] = field(default_factory=dict)
+
+    def replay(self, current_inputs: Mapping[str, torch.Tensor] | None = None) -> Any:
+        if current_inputs is not None:
+            for name, ptr in self.input_ptrs.items():
+                now = current_inputs.get(name)
+                if now is None or now.data_ptr() != ptr:
+                    raise GraphInputReplacedError(f"static input '{name}' was replaced since capture; refill it with copy_()")
+        with torch.no_grad():
+            for i, piece in enumerate(self.pieces):
+                piece.replay()
+                if i < len(self.breaks):
+                    self.breaks[i]()
+        return self.output
+
+    @property
+    def num_breaks(self) -> int:
+        return len(self.breaks)
+
+
+class _Capture:
+    def __init__(self, segmenter: Segmenter) -> None:
+        self.segmenter = segmenter
+        self.pieces: list[Piece] = []
+        self.breaks: list[Callable[[], None]] = []
+
+    def split(self, run: Callable[[], torch.Tensor]) -> torch.Tensor:
+        self.pieces.append(self.segmenter.end())
+        static = run()  # eager: nothing of it is recorded
+
+        def again() -> None:
+            static.copy_(run())
+
+        self.breaks.append(again)
+        self.segmenter.begin()
+        return static
+
+
+_active: list[_Capture] = []
+
+
+def graph_break(run: Callable[[], torch.Tensor]) -> torch.Tensor:
+    """Run ``run`` outside the piece being captured, and again between the pieces at every replay."""
+    if not _active:
+        return run()
+    return _active[-1].split(run)
+
+
+def capture_piecewise(segmenter: Segmenter, fn: Callable[[], Any], *,
+                      static_inputs: Mapping[str, torch.Tensor]) -> PiecewiseGraph:
+    capture = _Capture(segmenter)
+    _active.append(capture)
+    segmenter.begin()
+    try:
+        with torch.no_grad():
+            output = fn()
+    finally:
+        _active.pop()
+        last = segmenter.end()
+    capture.pieces.append(last)
+    return PiecewiseGraph(capture.pieces, capture.breaks, output,
+                          {name: t.data_ptr() for name, t in static_inputs.items()})
