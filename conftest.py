@@ -1,8 +1,8 @@
 """Repo-wide pytest setup, shared by tests/ and suites/.
 
-* Hypothesis profiles: the default keeps the ordinary session fast;
+* Hypothesis profiles: the default keeps the ordinary session fast (and derandomized);
   ``SWA_HARNESS_HYPOTHESIS=exhaustive`` runs the scenario generators much harder; ``matrix`` (used
-  by the kill matrix) does not shrink failing examples.
+  by the kill matrix) does not shrink failing examples; ``seeded`` draws from ``--hypothesis-seed``.
 * ``SWA_HARNESS_FAULT=<id>`` switches one catalog fault on for the whole run (the kill matrix
   runs the suites once per fault this way).
 * One torch intra-op thread per test process.
@@ -31,6 +31,15 @@ settings.register_profile(
     "exhaustive",
     max_examples=1000,
     deadline=None,
+    suppress_health_check=[HealthCheck.too_slow],
+)
+# False-alarm runs (bench/false_alarms.py): the default sizes, but examples drawn from --hypothesis-seed.
+settings.register_profile(
+    "seeded",
+    max_examples=40,
+    deadline=None,
+    derandomize=False,
+    database=None,
     suppress_health_check=[HealthCheck.too_slow],
 )
 # The kill matrix: a failing example is the verdict, so skip shrinking (slow on engine-level cases).

@@ -116,7 +116,7 @@ def run_suite(target: MatrixTarget, fault_id: str | None, suite: str, workdir: P
     env = {**os.environ, target.fault_env: fault_id or "", "SWA_HARNESS_HYPOTHESIS": "matrix", "PYTHONHASHSEED": "0",
            VERDICTS_ENV: str(verdicts), STOP_ENV: "1" if fault_id else "0"}
     cmd = [sys.executable, "-m", "pytest", target.suites[suite], *target.pytest_args, "-q", "-p", "no:cacheprovider",
-           "-p", "no:xdist", "-p", "harness.faults.verdicts"]
+           "-p", "no:xdist", "-p", "harness.faults.verdicts", "--timeout", "300"]
     start = time.perf_counter()
     proc = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=timeout_s)
     wall = time.perf_counter() - start

@@ -36,6 +36,8 @@ def classify(report: pytest.TestReport) -> str:
         return "error"
     in_suite = Path(crash.path).resolve().is_relative_to(Path.cwd().resolve() / SUITE_DIR)
     head = crash.message.strip()
+    if head.startswith("Failed: Timeout"):  # pytest-timeout: the run hung, no assertion judged an output
+        return "error"
     return "kill" if in_suite and (head.startswith(_ASSERTION) or _STRUCTURAL in head.split(":", 1)[0]) else "error"
 
 
