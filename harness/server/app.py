@@ -294,7 +294,8 @@ def _local_origin(origin: str) -> bool:
 @web.middleware
 async def _guard(request: web.Request, handler: Handler) -> web.StreamResponse:
     """Only local pages and API clients: a foreign Origin is refused (403), POST bodies must be JSON (415).
-    Browsers post text/plain and forms cross-site without asking first; they cannot send application/json."""
+    Browsers post text/plain and forms cross-site without asking first; application/json needs a CORS
+    preflight, which this server never grants."""
     origin = request.headers.get("Origin")
     if origin is not None and not _local_origin(origin):
         raise ApiError(f"requests from web pages at Origin {short_repr(origin)} are refused: this server accepts "
