@@ -10,8 +10,10 @@ declared for that fault is refused when the catalog is built.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import os
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
+from types import MappingProxyType
 from dataclasses import dataclass
 from typing import Any
 
@@ -52,6 +54,11 @@ class Fault:
         return {"id": self.id, "seed": self.seed, "breaks": self.breaks, "user_sees": self.user_sees,
                 "invariant": self.invariant, "expected_kill": "structural" if self.structural_only else "behavioural",
                 "structural_reason": self.structural_only}
+
+
+def with_entry(table: Mapping[str, Any], name: str, **changes: Any) -> Mapping[str, Any]:
+    """A copy of a field table (e.g. ``DECODE_FIELDS``) whose entry ``name`` has ``changes``: a table twin."""
+    return MappingProxyType({**table, name: dataclasses.replace(table[name], **changes)})
 
 
 _active: list[tuple[Patch, Any]] = []

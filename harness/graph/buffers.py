@@ -102,15 +102,7 @@ class DecodeInputBuffers:
         raw_bs = batch.batch_size
         if not 0 < raw_bs <= bs <= self.max_bs:
             raise ValueError(f"cannot place a batch of {raw_bs} into bucket {bs} (buffers hold {self.max_bs})")
-        for name, dst in self.inputs.items():
-            src = getattr(batch, name)
-            if src is None:
-                raise ValueError(f"the decode graph reads {name}, but the batch does not carry it")
-            if src.dtype != dst.dtype:
-                raise IndexContractError(f"batch.{name} has dtype {src.dtype}, the graph buffer {dst.dtype}")
-            if src.numel() != raw_bs:
-                raise ValueError(f"batch.{name} has {src.numel()} entries for a batch of {raw_bs}")
-            dst[:raw_bs].copy_(src)
+        copy_rows(self.inputs, batch, raw_bs, "decode")
         self.pad(raw_bs, bs)
 
     def pad(self, start: int, end: int) -> None:
@@ -120,6 +112,21 @@ class DecodeInputBuffers:
             fill = self.fields[name].pad
             if fill is not None:
                 buf[start:end].fill_(fill)
+
+
+def copy_rows(inputs: dict[str, torch.Tensor], batch: Any, n: int, graph: str) -> None:
+    """Copy each of the batch's ``n``-long input tensors into the head of its static buffer, refusing a
+    missing field, another dtype or another length by name (a silent cast or a short copy would leave
+    stale rows behind)."""
+    for name, dst in inputs.items():
+        src = getattr(batch, name)
+        if src is None:
+            raise ValueError(f"the {graph} graph reads {name}, but the batch does not carry it")
+        if src.dtype != dst.dtype:
+            raise IndexContractError(f"batch.{name} has dtype {src.dtype}, the graph buffer {dst.dtype}")
+        if src.numel() != n:
+            raise ValueError(f"batch.{name} has {src.numel()} entries for {n} rows")
+        dst[:n].copy_(src)
 
 
 seam_value(DecodeInputBuffers, "fields", "pad-swa-loc-not-zeroed", "swa-loc-int64")

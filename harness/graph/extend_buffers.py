@@ -16,8 +16,7 @@ from typing import Any, ClassVar
 
 import torch
 
-from harness.graph.buffers import DecodeField
-from harness.mem.errors import IndexContractError
+from harness.graph.buffers import DecodeField, copy_rows
 from harness.mem.index import LOC_DTYPE, PADDING_SLOT
 from harness.seams import seam_value
 
@@ -78,13 +77,7 @@ class ExtendInputBuffers:
         real = batch.input_ids.numel()
         if not 0 < real <= num_tokens <= self.max_tokens:
             raise ValueError(f"cannot place {real} tokens into bucket {num_tokens} (buffers hold {self.max_tokens})")
-        for name, dst in self.inputs.items():
-            src = getattr(batch, name)
-            if src is None:
-                raise ValueError(f"the extend graph reads {name}, but the batch does not carry it")
-            if src.dtype != dst.dtype:
-                raise IndexContractError(f"batch.{name} has dtype {src.dtype}, the graph buffer {dst.dtype}")
-            dst[:real].copy_(src)
+        copy_rows(self.inputs, batch, real, "extend")
         self.pad(real, num_tokens)
         wanted = batch.logits_indices
         self.logits_indices.zero_()

@@ -8,7 +8,7 @@ from harness.faults.catalog.swa_loc_not_preset import capture_inputs_without_swa
 from harness.graph.runner import GraphRunner
 
 
-def _capture_run_keeps_memo(self: ModelRunner) -> None:
+def capture_run_keeps_memo(self: ModelRunner) -> None:
     """Twin of ``ModelRunner.begin_capture_run``: capture runs start with whatever the memo holds."""
 
 
@@ -22,6 +22,6 @@ FAULT = Fault(
     invariant="1: graph replay equals eager execution",
     patches=(
         Patch(GraphRunner, "_capture_inputs", capture_inputs_without_swa_loc),
-        Patch(ModelRunner, "begin_capture_run", _capture_run_keeps_memo),
+        Patch(ModelRunner, "begin_capture_run", capture_run_keeps_memo),
     ),
 )

@@ -6,6 +6,7 @@ import dataclasses
 
 from harness.engine.model_runner import ModelRunner
 from harness.faults.base import Fault, Patch
+from harness.faults.catalog.capture_after_warm_cache import capture_run_keeps_memo
 from harness.graph.extend_buffers import ExtendInputs
 from harness.graph.extend_runner import ExtendGraphRunner
 
@@ -13,10 +14,6 @@ from harness.graph.extend_runner import ExtendGraphRunner
 def _capture_inputs_without_swa_loc(self: ExtendGraphRunner, num_tokens: int) -> ExtendInputs:
     """Twin of ``ExtendGraphRunner._capture_inputs``: the captured body translates the write loc itself."""
     return dataclasses.replace(self.buffers.view(num_tokens), out_cache_loc_swa=None)
-
-
-def _capture_run_keeps_memo(self: ModelRunner) -> None:
-    """Twin of ``ModelRunner.begin_capture_run``: capture runs start with whatever the memo holds."""
 
 
 FAULT = Fault(
@@ -30,6 +27,6 @@ FAULT = Fault(
     invariant="1: graph replay equals eager execution",
     patches=(
         Patch(ExtendGraphRunner, "_capture_inputs", _capture_inputs_without_swa_loc),
-        Patch(ModelRunner, "begin_capture_run", _capture_run_keeps_memo),
+        Patch(ModelRunner, "begin_capture_run", capture_run_keeps_memo),
     ),
 )

@@ -2,15 +2,10 @@
 
 from __future__ import annotations
 
-import dataclasses
-from types import MappingProxyType
-
-from harness.faults.base import Fault, Patch
+from harness.faults.base import Fault, Patch, with_entry
 from harness.graph.extend_buffers import EXTEND_FIELDS, ExtendInputBuffers
 
-_SWA_LOC_UNPADDED = MappingProxyType(
-    {**EXTEND_FIELDS, "out_cache_loc_swa": dataclasses.replace(EXTEND_FIELDS["out_cache_loc_swa"], pad=None)}
-)
+_SWA_LOC_UNPADDED = with_entry(EXTEND_FIELDS, "out_cache_loc_swa", pad=None)
 
 FAULT = Fault(
     id="extend-pad-swa-loc-not-zeroed",

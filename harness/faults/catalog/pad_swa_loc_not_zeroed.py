@@ -2,15 +2,10 @@
 
 from __future__ import annotations
 
-import dataclasses
-from types import MappingProxyType
-
-from harness.faults.base import Fault, Patch
+from harness.faults.base import Fault, Patch, with_entry
 from harness.graph.buffers import DECODE_FIELDS, DecodeInputBuffers
 
-_SWA_LOC_UNPADDED = MappingProxyType(
-    {**DECODE_FIELDS, "out_cache_loc_swa": dataclasses.replace(DECODE_FIELDS["out_cache_loc_swa"], pad=None)}
-)
+_SWA_LOC_UNPADDED = with_entry(DECODE_FIELDS, "out_cache_loc_swa", pad=None)
 
 FAULT = Fault(
     id="pad-swa-loc-not-zeroed",

@@ -2,17 +2,12 @@
 
 from __future__ import annotations
 
-import dataclasses
-from types import MappingProxyType
-
 import torch
 
-from harness.faults.base import Fault, Patch
+from harness.faults.base import Fault, Patch, with_entry
 from harness.graph.buffers import DECODE_FIELDS, DecodeInputBuffers
 
-_SWA_LOC_INT64 = MappingProxyType(
-    {**DECODE_FIELDS, "out_cache_loc_swa": dataclasses.replace(DECODE_FIELDS["out_cache_loc_swa"], dtype=torch.int64)}
-)
+_SWA_LOC_INT64 = with_entry(DECODE_FIELDS, "out_cache_loc_swa", dtype=torch.int64)
 
 FAULT = Fault(
     id="swa-loc-int64",
