@@ -92,3 +92,23 @@ def sglang_faults(session: nox.Session) -> None:
     the suites; writes reports/kill-matrix-sglang.json."""
     _install_sglang(session)
     session.run("swa-harness", "faults", "--target", "sglang", *session.posargs)
+
+
+# The nightly GPU job (docs/NIGHTLY.md) needs SGLang's real GPU build: SGLang goes in *with* its dependencies
+# (the CUDA torch it pins, not TORCH_PIN), then lm-eval, then the harness with --no-deps over them (its own
+# torch range would pull SGLang's torch back down). `-- --dry-run` prints the plan and needs neither a GPU nor
+# SGLang: it installs what `nox -s tests` installs.
+NIGHTLY_DEPS = ["numpy", "safetensors", "tokenizers", "jinja2", "aiohttp", "pyyaml", "rich", "lm-eval[api]==0.4.13"]
+
+
+@nox.session(python=PYTHON)
+def gpu_nightly(session: nox.Session) -> None:
+    """Real SGLang servers per model and arm (graphs on/off, stress arms, fault demo), lm-eval per task, paired
+    comparisons, reports under reports/nightly/; `-- --dry-run` prints the whole plan without a GPU."""
+    if "--dry-run" in session.posargs:
+        _install(session, "eval")
+    else:
+        session.install(*(["-e", SGLANG] if os.path.isdir(SGLANG) else [SGLANG]))
+        session.install(*NIGHTLY_DEPS)
+        session.install("--no-deps", "-e", ".")
+    session.run("python", "-m", "harness.nightly", *session.posargs)
