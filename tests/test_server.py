@@ -295,7 +295,9 @@ def test_engine_failure_gives_500_and_the_next_request_succeeds(fresh_worker: En
 
     def flaky_forward(batch):
         calls["n"] += 1
-        if calls["n"] == 3:  # mid-generation, with both requests in flight
+        in_engine = len(engine.scheduler.running) + len(engine.scheduler.waiting)
+        if in_engine == 3 and not calls.get("failed"):  # mid-generation, with both jobs' 3 prompts in flight
+            calls["failed"] = 1
             raise RuntimeError("injected forward failure")
         return real_forward(batch)
 

@@ -73,6 +73,10 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--off-url", default=None, help="use this running server as graphs OFF")
     parser.add_argument("--out", type=Path, default=_DEFAULTS.out)
     parser.add_argument("--kill-matrix", type=Path, default=_DEFAULTS.kill_matrix)
+    parser.add_argument("--history", type=Path, default=None,
+                        help="JSON-lines record of every eval, read for the report's trend (default: history.jsonl "
+                             "beside --out, i.e. reports/history.jsonl)")
+    parser.add_argument("--no-history", action="store_true", help="neither record this eval nor show a trend")
     parser.add_argument("--batch-size", type=int_in(1), default=_DEFAULTS.batch_size)
     parser.add_argument("--max-running", type=int_in(1), default=_DEFAULTS.max_running)
     parser.add_argument("--threads", type=int_in(1), default=_DEFAULTS.threads, help="torch threads per server")
@@ -109,6 +113,8 @@ def parse_config(argv: list[str]) -> EvalConfig:
         off_url=args.off_url,
         out=args.out,
         kill_matrix=args.kill_matrix,
+        history=args.history,
+        keep_history=not args.no_history,
         batch_size=args.batch_size,
         max_running=args.max_running,
         threads=args.threads,

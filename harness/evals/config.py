@@ -37,6 +37,8 @@ class EvalConfig:
     off_url: str | None = None
     out: Path = DEFAULT_OUT
     kill_matrix: Path | None = DEFAULT_KILL_MATRIX
+    history: Path | None = None  # the JSON-lines record of every eval; None: history.jsonl beside the out folder
+    keep_history: bool = True
     batch_size: int = 32
     max_running: int = 32
     threads: int = 1  # torch threads per server
@@ -47,6 +49,13 @@ class EvalConfig:
     lm_eval_timeout: float = 3600
     thresholds: Thresholds = field(default_factory=Thresholds)
     argv: tuple[str, ...] = ()  # the command line, recorded in the provenance
+
+    @property
+    def history_file(self) -> Path | None:
+        """Where this eval is recorded and its trend read from (the report's "since when")."""
+        if not self.keep_history:
+            return None
+        return Path(self.history) if self.history else Path(self.out).parent / "history.jsonl"
 
     @property
     def suites(self) -> list[SuiteSpec]:

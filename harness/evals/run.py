@@ -99,7 +99,7 @@ def run_mode(config: EvalConfig, mode: ModeSpec, progress: Progress,
         except ServerUnreachable as exc:
             raise RunFailure(f"{part} does not answer: {exc}") from exc
         graphs = identity.get("graph_mode") or mode.graphs  # "auto" resolved by the server
-        progress.watch(mode.label, base_url, sum(limits[s.name] for s in suites))
+        progress.watch(mode.label, base_url, {s.name: limits[s.name] for s in suites})  # lm-eval runs them in order
         raw = Path(config.out) / "lm_eval" / mode.label
         shutil.rmtree(raw, ignore_errors=True)
         cmd = lm_eval_command(base_url, suites, limits, raw, "swa-harness", config.batch_size,
@@ -203,7 +203,7 @@ def run_eval(config: EvalConfig) -> int:
     prov = provenance(config) | {"wall time": f"{wall:.0f} s"}
     (out / "provenance.json").write_text(json.dumps(prov, indent=2))
     code = finish(runs, out, model=config.model, thresholds=config.thresholds, kill_matrix=config.kill_matrix,
-                  provenance=prov)
+                  provenance=prov, history=config.history_file)
     failures = list(dict.fromkeys(run.error for run in runs if not run.complete and run.error))
     if failures:
         print(f"swa-harness eval: FAILED (exit 2, not a verdict): {' | '.join(failures)}", file=sys.stderr, flush=True)

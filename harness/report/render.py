@@ -123,10 +123,13 @@ def _joined(data: Mapping[str, Any], keys: Sequence[str], sep: str = " · ") -> 
     return sep.join(f"{k} {data[k]}" if k not in ("cpu", "device", "name") else str(data[k]) for k in keys if data.get(k))
 
 
-def provenance_glance(provenance: Mapping[str, Any], graphs: Mapping[str, str] | None = None) -> list[dict[str, str]]:
+def provenance_glance(provenance: Mapping[str, Any], graphs: Mapping[str, str] | None = None,
+                      paths: Mapping[str, Mapping[str, int]] | None = None) -> list[dict[str, str]]:
     """One line per provenance group for the top of the report: what ran, on what, where, with what data.
 
-    ``graphs`` maps an arm to the graph mode its server actually ran (``auto`` resolves at start-up).
+    ``graphs`` maps an arm to the graph mode its server actually ran (``auto`` resolves at start-up);
+    ``paths`` to its forwards per path (``decode-graph``, ``extend-eager``, ...), so the reader sees which
+    paths actually ran graphs.
     Missing groups are left out (older provenance records are flat); the full record is shown folded below.
     """
     graphs = graphs or {}
@@ -143,7 +146,10 @@ def provenance_glance(provenance: Mapping[str, Any], graphs: Mapping[str, str] |
             asked, ran = str(arm.get("graphs", "?")), graphs.get(label)
             mode = f"{ran} (asked {asked})" if ran and ran != asked else asked
             fault = f", fault {arm['fault']}" if arm.get("fault") not in (None, "none") else ""
-            return f"{label.upper()}: graphs {mode}{fault}"
+            counts = (paths or {}).get(label) or {}
+            ran = ", ".join(f"{p.removesuffix('-graph')} {n}" for p, n in sorted(counts.items()) if p.endswith("-graph") and n)
+            graphed = f" (graph forwards: {ran})" if ran else (" (no graph forwards)" if counts else "")
+            return f"{label.upper()}: graphs {mode}{graphed}{fault}"
 
         text = " · ".join(arm_text(label, arm) for label, arm in arms.items() if isinstance(arm, Mapping))
         rows.append({"label": "arms", "text": text, "title": ""})
@@ -436,7 +442,9 @@ def build_context(
         "trend": _trend_view(trend),
         "thresholds": [(k, "None" if v is None else str(v)) for k, v in thresholds.items()],
         "provenance": provenance_groups(provenance),
-        "glance": provenance_glance(provenance, {r.meta["mode"]: r.graphs for r in runs if r.meta.get("mode")})
+        "glance": provenance_glance(provenance, {r.meta["mode"]: r.graphs for r in runs if r.meta.get("mode")},
+                                    {r.meta["mode"]: (r.meta.get("engine") or {}).get("forward_paths") or {}
+                                     for r in runs if r.meta.get("mode")})
         if provenance else [],
         "engine": engine_label(provenance),
         "colours": {v.value: c for v, c in VERDICT_COLOURS.items()},

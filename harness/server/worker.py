@@ -100,6 +100,7 @@ class WorkerStats:
     generated_tokens: int = 0
     engine_busy_s: float = 0.0  # wall time inside engine.step(): the engine's share of a run
     running: int = 0  # requests in the engine right now (queued inside it or running)
+    forward_paths: dict[str, int] = field(default_factory=dict)  # forwards per path: decode/extend x graph/eager
     started_at: float = field(default_factory=time.time)
 
     def as_dict(self) -> dict[str, Any]:
@@ -384,6 +385,7 @@ class EngineWorker:
             s.generated_tokens += new_tokens
             s.jobs_served += sum(error is None for _, _, error in settle)
             s.running = len(self._inflight)
+            s.forward_paths = dict(engine.runner.paths)  # copied on the engine thread, which owns the counter
             self._pools = pools
         for job, result, error in settle:
             job.resolve(result=result, error=error)
