@@ -61,11 +61,11 @@ def _sglang_catalog() -> dict[str, dict]:
 MATRIX_TARGETS: dict[str, MatrixTarget] = {
     "harness": MatrixTarget(
         "harness", {"scenarios": "suites/scenarios", "differential": "suites/differential"},
-        {"scenarios": 85, "differential": 10}, "SWA_HARNESS_FAULT", _harness_catalog),
+        {"scenarios": 110, "differential": 15}, "SWA_HARNESS_FAULT", _harness_catalog),
     "sglang": MatrixTarget(
         "sglang", {"pool": "suites/pool", "scenarios": "suites/scenarios", "differential": "suites/differential",
-                   "registry": "suites/sglang"},
-        {"pool": 2, "scenarios": 85, "differential": 10, "registry": 20}, "SWA_HARNESS_SGLANG_FAULT",
+                   "registry": "suites/sglang/test_decode_registry.py"},
+        {"pool": 2, "scenarios": 110, "differential": 15, "registry": 14}, "SWA_HARNESS_SGLANG_FAULT",
         _sglang_catalog, ("--target", "sglang"), REPO / "reports" / "kill-matrix-sglang.json"),
 }
 
