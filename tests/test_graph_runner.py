@@ -197,10 +197,14 @@ def test_kv_len_buckets_key_the_graphs_and_bound_can_run():
         runner.kv_bucket_for(too_long)
 
 
-def test_engine_kv_len_buckets_grow_by_at_most_one_and_a_half():
+def test_engine_kv_len_buckets_are_few_and_end_at_the_context():
     from harness.engine.model_runner import kv_len_buckets
 
-    buckets = kv_len_buckets(1024)
-    assert buckets[0] == 64 and buckets[-1] == 1024
-    assert all(b / a <= 1.5 for a, b in zip(buckets, buckets[1:]))
-    assert kv_len_buckets(100)[-1] == 100
+    assert kv_len_buckets(1024) == [64, 256, 1024]
+    assert kv_len_buckets(4096) == [64, 256, 1024, 4096]  # was 13 buckets with 1.5x steps
+    assert len(kv_len_buckets(32768)) == 6  # was 19: x 8 batch buckets, a 270M model ran out of memory
+    for context in (100, 128, 1500, 4100, 32768):
+        buckets = kv_len_buckets(context)
+        assert buckets[-1] == context and buckets == sorted(set(buckets))
+        assert all(b / a <= 4 for a, b in zip(buckets, buckets[1:-1]))
+        assert len(buckets) == 1 or buckets[-1] / buckets[-2] < 8

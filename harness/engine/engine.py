@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import itertools
 import logging
+import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,6 +22,25 @@ from harness.model import Tokenizer, load_model
 logger = logging.getLogger(__name__)
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+DEFAULT_CONTEXT_CAP = 4096  # default max_context_len when the model allows more
+
+
+def available_memory_bytes(device: torch.device | str = "cpu") -> int | None:
+    """Free memory where the KV pools live: the CUDA device's free memory, else the host's MemAvailable."""
+    device = torch.device(device)
+    if device.type == "cuda":
+        return torch.cuda.mem_get_info(device)[0]
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    try:
+        return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (ValueError, OSError, AttributeError):
+        return None
 
 
 @dataclass(frozen=True)
@@ -31,11 +51,14 @@ class EngineConfig:
     kv_dtype: str | None = None  # defaults to dtype
     device: str = "cpu"
     max_running_requests: int = 32  # also the largest decode graph bucket
-    max_context_len: int | None = None  # defaults to the model's max_position_embeddings
+    # Default: the model's max_position_embeddings, capped at DEFAULT_CONTEXT_CAP with a warning (a
+    # real model's 32k-128k would size every pool and graph for contexts nobody asked for).
+    max_context_len: int | None = None
     chunk_size: int = 256  # prefill tokens per request per step
     max_prefill_tokens: int = 1024  # prefill tokens per step
-    full_pool_size: int | None = None
+    full_pool_size: int | None = None  # default: max_running x context, shrunk to kv_memory_fraction (warned)
     swa_pool_size: int | None = None
+    kv_memory_fraction: float = 0.25  # share of available memory the default full pool may take
     num_threads: int | None = None  # torch intra-op threads; small models on CPU run fastest on 1
     extend_graphs: bool = True  # with graphs on, prefill/extend batches run piecewise graphs too
 
@@ -47,6 +70,8 @@ class EngineConfig:
         for name in ("max_running_requests", "chunk_size", "max_prefill_tokens"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
+        if not 0 < self.kv_memory_fraction <= 1:
+            raise ValueError(f"kv_memory_fraction must be in (0, 1], got {self.kv_memory_fraction}")
 
 
 @dataclass(frozen=True)
@@ -68,7 +93,7 @@ class Engine:
                                 max_positions=config.max_context_len)
         self.model_config = self.model.config
         self.tokenizer = Tokenizer.from_dir(path) if (path / "tokenizer.json").is_file() else None
-        self.max_context_len = config.max_context_len or self.model_config.max_position_embeddings
+        self.max_context_len = config.max_context_len or self._default_context_len()
         self.runner = ModelRunner(self.model, pool_builder(self._pool_spec()), graphs=config.graphs,
                                   max_extend_tokens=config.max_prefill_tokens if config.extend_graphs else None)
         self.scheduler = Scheduler(
@@ -82,11 +107,28 @@ class Engine:
         self.eos_token_ids = set(self.model_config.eos_token_ids) | set(self.tokenizer.eos_token_ids if self.tokenizer else ())
         self._rids = itertools.count()
 
+    def _default_context_len(self) -> int:
+        """The model's max_position_embeddings, capped at ``DEFAULT_CONTEXT_CAP`` (warned)."""
+        model_max = self.model_config.max_position_embeddings
+        if model_max <= DEFAULT_CONTEXT_CAP:
+            return model_max
+        logger.warning("max_context_len capped at %d tokens (the model allows %d): the default sizes the full KV "
+                       "pool and the decode graphs' KV buckets for it; pass max_context_len (--max-context-len) to "
+                       "raise it", DEFAULT_CONTEXT_CAP, model_max)
+        return DEFAULT_CONTEXT_CAP
+
     def _pool_spec(self) -> HybridPoolSpec:
-        """The pools' sizes from the serving limits (overridable), layout and dtype from the model."""
+        """The pools' sizes from the serving limits (overridable), layout and dtype from the model.
+
+        The default full pool holds every running request at the whole context, unless that takes more
+        than ``kv_memory_fraction`` of the available memory: then it is shrunk to fit (never below one
+        whole context), with a warning. Admission reserves each request's worst case, so a smaller
+        full pool only admits fewer long requests at once; it never fails mid-generation."""
         cfg, limits = self.model_config, self.config
         default = PoolSizes.default(max_running=limits.max_running_requests, max_context_len=self.max_context_len,
                                     window=cfg.swa_window, max_prefill_tokens=limits.max_prefill_tokens)
+        kv_dtype = DTYPES[limits.kv_dtype] if limits.kv_dtype else self.model.dtype
+        full_size = limits.full_pool_size or self._fit_full_pool(default.full_size, kv_dtype)
         swa_size = limits.swa_pool_size or default.swa_size
         if swa_size < default.swa_size:
             raise ValueError(
@@ -94,13 +136,30 @@ class Engine:
                 f"= {default.swa_size} slots; raise it or lower those limits"
             )
         return HybridPoolSpec(
-            size=limits.full_pool_size or default.full_size, size_swa=swa_size,
+            size=full_size, size_swa=swa_size,
             swa_layers=cfg.sliding_layer_ids, full_layers=cfg.full_layer_ids,
-            dtype=DTYPES[limits.kv_dtype] if limits.kv_dtype else self.model.dtype,
+            dtype=kv_dtype,
             head_num=cfg.num_key_value_heads, head_dim=cfg.head_dim,
             max_requests=limits.max_running_requests, max_context_len=self.max_context_len,
             device=self.model.embed.device,
         )
+
+    def _fit_full_pool(self, wanted: int, kv_dtype: torch.dtype) -> int:
+        cfg = self.model_config
+        per_token = len(cfg.full_layer_ids) * 2 * cfg.num_key_value_heads * cfg.head_dim * kv_dtype.itemsize
+        available = available_memory_bytes(self.model.embed.device)
+        if not per_token or available is None:
+            return wanted
+        budget = int(available * self.config.kv_memory_fraction)
+        if wanted * per_token <= budget:
+            return wanted
+        fitted = max(self.max_context_len, budget // per_token)
+        logger.warning("full KV pool capped at %d slots (%.2f GiB), not max_running_requests x max_context_len = "
+                       "%d x %d = %d slots (%.2f GiB): kv_memory_fraction=%.2f of the %.1f GiB available; fewer "
+                       "long requests run at once (pass full_pool_size to override)",
+                       fitted, fitted * per_token / 2**30, self.config.max_running_requests, self.max_context_len,
+                       wanted, wanted * per_token / 2**30, self.config.kv_memory_fraction, available / 2**30)
+        return fitted
 
     @property
     def graph_mode(self) -> str:

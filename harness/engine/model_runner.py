@@ -40,13 +40,20 @@ class PoolSizes:
         return cls(max_running, max_context_len, full_size=max_running * max_context_len, swa_size=swa)
 
 
-def kv_len_buckets(max_context_len: int, smallest: int = 64) -> list[int]:
-    """64, 96, 128, 192, 256, 384, ... (steps of 1.5x and 4/3x) up to the context length, always
-    the last bucket: a row never reads more than ~1.5x the keys it needs."""
+def kv_len_buckets(max_context_len: int, smallest: int = 64, growth: int = 4) -> list[int]:
+    """64, 256, 1024, 4096, ... (steps of ``growth``) up to the context length, always the last bucket,
+    which is at least twice the one before it.
+
+    Every (batch bucket, KV bucket) pair is one captured decode graph, so the KV buckets multiply the
+    graphs, their capture time and (tape graphs keep their intermediates) their memory: with 1.5x steps
+    a 32k context had 19 KV buckets, 152 graphs at 32 requests, and a 270M model ran out of memory
+    capturing them. With 4x steps a 4k context has 4. A decode row reads at most 4x the keys it needs
+    (under 8x in the last bucket), in the full-attention layers only (sliding layers read their window
+    whatever the bucket): on CPU a real model's decode is dominated by its weights, not these reads."""
     buckets, n = [], smallest
-    while n < max_context_len:
-        buckets += [n] + ([n * 3 // 2] if n * 3 // 2 < max_context_len else [])
-        n *= 2
+    while n * 2 <= max_context_len:
+        buckets.append(n)
+        n *= growth
     return buckets + [max_context_len]
 
 
