@@ -40,12 +40,18 @@ from harness.seams import seam
 
 @dataclass
 class DecodeMetadata:
-    """Per-row slots to read: full slots of positions ``0 .. L-1`` and SWA slots of each window."""
+    """Per-row slots to read: full slots of positions ``0 .. L-1`` and SWA slots of each window.
+
+    ``begin_forward`` derives, once per forward for all layers of a kind, the cache rows to gather
+    (``kv_head_rows``) and the additive visibility masks (``additive_mask``).
+    """
 
     kv_indices: torch.Tensor  # int32 [bs, L]
     window_indices: dict[int, torch.Tensor]  # window -> int32 [bs, W]
-    visible: torch.Tensor | None = None  # [bs, L] bool, set by begin_forward
-    window_visible: dict[int, torch.Tensor] = field(default_factory=dict)
+    rows: torch.Tensor | None = None  # int32 [bs * KVH * L], set by begin_forward
+    mask: torch.Tensor | None = None  # float32 [bs, L]: 0 visible, -inf past seq_len; set by begin_forward
+    window_rows: dict[int, torch.Tensor] = field(default_factory=dict)
+    window_mask: dict[int, torch.Tensor] = field(default_factory=dict)
 
 
 @dataclass
@@ -59,6 +65,55 @@ class ExtendRequestMetadata:
     window_visible: dict[int, torch.Tensor]  # window -> [n, S - a_W]
 
 
+def kv_head_rows(slots: torch.Tensor, kv_heads: torch.Tensor) -> torch.Tensor:
+    """Rows of a K/V cache viewed as ``[slots * KVH, D]`` that hold every KV head of ``slots [B, L]``.
+
+    ``kv_heads`` is ``arange(KVH)``; the rows come out ordered ``(b, head, l)``, so one ``index_select``
+    gathers all heads of all rows as contiguous ``[B * KVH, L, D]`` blocks: row ``slot * KVH + head``.
+    """
+    return torch.add(kv_heads[:, None], slots[:, None, :], alpha=kv_heads.numel()).view(-1)
+
+
+def additive_mask(hidden: torch.Tensor) -> torch.Tensor:
+    """float32 mask, ``-inf`` where ``hidden`` and 0 elsewhere: added to the scores before the softmax."""
+    return torch.zeros(hidden.shape, dtype=torch.float32, device=hidden.device).masked_fill(hidden, float("-inf"))
+
+
+def attend_over_rows(
+    layer: AttentionLayerSpec,
+    q: torch.Tensor,
+    k_cache: torch.Tensor,
+    v_cache: torch.Tensor,
+    rows: torch.Tensor,
+    mask: torch.Tensor,
+) -> torch.Tensor:
+    """``q [B, n, H, D]`` attends over the cache rows ``rows`` (``kv_head_rows`` of ``[B, L]`` slots) with
+    the additive ``mask [B, n, L]``; returns ``[B, n, H, D]``.
+
+    One ``index_select`` per cache gathers every KV head (``[B * KVH, L, D]`` blocks), queries are
+    grouped by the KV head they read (query head ``h`` reads KV head ``h // group``) and pre-scaled in
+    one op, so both products are single batched matmuls and the soft-cap and mask are one op each:
+    ``cap * tanh(q.k * scaling / cap) + mask``. For decode (``n == 1``) nothing is copied for layout.
+    Written independently of the dense reference on purpose: the two are compared, not shared.
+    """
+    b, n, h, d = q.shape
+    kvh = layer.num_kv_heads
+    group = h // kvh
+    length = mask.shape[-1]
+    keys = k_cache.view(-1, d).index_select(0, rows).view(b * kvh, length, d).to(q.dtype)
+    values = v_cache.view(-1, d).index_select(0, rows).view(b * kvh, length, d).to(q.dtype)
+    cap = layer.logit_softcap
+    grouped = torch.empty((b, kvh, n, group, d), dtype=q.dtype, device=q.device)
+    torch.mul(q.view(b, n, kvh, group, d).transpose(1, 2), layer.scaling if cap is None else layer.scaling / cap,
+              out=grouped)
+    scores = torch.bmm(grouped.view(b * kvh, n * group, d), keys.transpose(1, 2)).view(b, kvh, n, group, length)
+    mask = mask.view(b, 1, n, 1, length).to(scores.dtype)
+    scores = scores + mask if cap is None else torch.add(mask, torch.tanh(scores), alpha=cap)
+    probs = torch.softmax(scores, dim=-1, dtype=torch.float32).to(q.dtype).view(b * kvh, n * group, length)
+    out = torch.bmm(probs, values).view(b, kvh, n, group, d)
+    return out.transpose(1, 2).reshape(b, n, h, d)  # a view for n == 1
+
+
 def attend_over_cache(
     layer: AttentionLayerSpec,
     q: torch.Tensor,
@@ -67,32 +122,9 @@ def attend_over_cache(
     slots: torch.Tensor,
     visible: torch.Tensor,
 ) -> torch.Tensor:
-    """``q [B, n, H, D]`` attends over the cached rows ``slots [B, L]`` where ``visible [B, n, L]``.
-
-    Keys are gathered per KV head with ``index_select`` into contiguous ``[B, L, D]`` blocks, so both
-    products are plain batched matmuls with no layout copies (on CPU this is ~5x faster than
-    advanced indexing followed by permuted matmuls). Query head ``h`` reads KV head ``h // group``.
-    Written independently of the dense reference on purpose: the two are compared, not shared.
-    """
-    b, n, h, d = q.shape
-    kvh = layer.num_kv_heads
-    group = h // kvh
-    length = slots.shape[1]
-    flat = slots.reshape(-1)
-    q_groups = q.reshape(b, n, kvh, group, d)
-    keys = [k_cache[:, j].index_select(0, flat).view(b, length, d).to(q.dtype) for j in range(kvh)]
-    scores = torch.stack(
-        [torch.bmm(q_groups[:, :, j].reshape(b, n * group, d), keys[j].transpose(1, 2)) for j in range(kvh)], 1
-    ) * layer.scaling  # [B, KVH, n * g, L]
-    if layer.logit_softcap is not None:
-        scores = torch.tanh(scores / layer.logit_softcap) * layer.logit_softcap
-    scores = scores.view(b, kvh, n, group, length).masked_fill(~visible[:, None, :, None, :], float("-inf"))
-    probs = torch.softmax(scores, dim=-1, dtype=torch.float32).to(q.dtype).view(b, kvh, n * group, length)
-    outs = [
-        torch.bmm(probs[:, j], v_cache[:, j].index_select(0, flat).view(b, length, d).to(q.dtype)).view(b, n, group, d)
-        for j in range(kvh)
-    ]
-    return torch.cat(outs, dim=2)  # [B, n, KVH * g = H, D]
+    """``q [B, n, H, D]`` attends over the cached rows ``slots [B, L]`` where ``visible [B, n, L]``."""
+    kv_heads = torch.arange(layer.num_kv_heads, dtype=slots.dtype, device=slots.device)
+    return attend_over_rows(layer, q, k_cache, v_cache, kv_head_rows(slots, kv_heads), additive_mask(~visible))
 
 
 class PoolAttentionBackend:
@@ -114,6 +146,10 @@ class PoolAttentionBackend:
         self.graph_kv_indices = torch.zeros((max_bs, self.max_context_len), dtype=LOC_DTYPE, device=device)
         self.graph_window_indices = {w: torch.zeros((max_bs, w), dtype=LOC_DTYPE, device=device) for w in self.windows}
         self.positions = torch.arange(self.max_context_len, device=device)
+        kv_heads = {spec.num_kv_heads for spec in layer_specs}
+        if len(kv_heads) != 1:
+            raise ValueError(f"every layer must have the pool's number of KV heads, got {sorted(kv_heads)}")
+        self.kv_heads = torch.arange(kv_heads.pop(), dtype=LOC_DTYPE, device=device)
         self.decode: DecodeMetadata | None = None
         self.extend: list[ExtendRequestMetadata] | None = None
         self.piecewise = False  # inside an extend graph: attention is a graph break
@@ -181,12 +217,17 @@ class PoolAttentionBackend:
     # -- forward (inside the graph for decode replays) -----------------------------------------
 
     def begin_forward(self, batch: ForwardBatch | DecodeInputs) -> None:
-        """Per-forward tensors derived from ``seq_lens``; runs inside the captured body."""
-        if self.decode is None:
+        """Per-forward tensors derived from ``seq_lens`` and the index buffers, built once for all layers;
+        runs inside the captured body."""
+        meta = self.decode
+        if meta is None:
             return
-        kv_len = self.decode.kv_indices.shape[1]
-        self.decode.visible = self.positions[:kv_len][None, :] < batch.seq_lens[:, None]
-        self.decode.window_visible = {w: decode_window_positions(batch.seq_lens, w) >= 0 for w in self.windows}
+        kv_len = meta.kv_indices.shape[1]
+        meta.rows = kv_head_rows(meta.kv_indices, self.kv_heads)
+        meta.mask = additive_mask(self.positions[:kv_len][None, :] >= batch.seq_lens[:, None])
+        for w in self.windows:
+            meta.window_rows[w] = kv_head_rows(meta.window_indices[w], self.kv_heads)
+            meta.window_mask[w] = additive_mask(decode_window_positions(batch.seq_lens, w) < 0)
 
     def forward(self, layer: AttentionLayerSpec, q, k, v, batch: ForwardBatch | DecodeInputs | ExtendInputs) -> torch.Tensor:
         if self.piecewise:
@@ -209,10 +250,10 @@ class PoolAttentionBackend:
     def _decode_forward(self, layer, q, k_cache, v_cache) -> torch.Tensor:
         meta = self.decode
         if layer.is_sliding:
-            slots, visible = meta.window_indices[layer.sliding_window], meta.window_visible[layer.sliding_window]
+            rows, mask = meta.window_rows[layer.sliding_window], meta.window_mask[layer.sliding_window]
         else:
-            slots, visible = meta.kv_indices, meta.visible
-        return attend_over_cache(layer, q[:, None], k_cache, v_cache, slots, visible[:, None, :])[:, 0]
+            rows, mask = meta.rows, meta.mask
+        return attend_over_rows(layer, q[:, None], k_cache, v_cache, rows, mask[:, None, :])[:, 0]
 
     def _extend_forward(self, layer, q, k_cache, v_cache) -> torch.Tensor:
         outs = []

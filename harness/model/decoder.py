@@ -11,6 +11,7 @@ from harness.model.attention_api import AttentionBackend
 from harness.model.config import HybridModelConfig
 from harness.model.mlp import GatedMLP
 from harness.model.norm import RMSNorm
+from harness.model.rotary import Rope
 from harness.model.self_attention import SelfAttention
 
 
@@ -39,9 +40,8 @@ class DecoderLayer(nn.Module):
         else:
             self.post_attn_norm = self.post_mlp_norm = None
 
-    def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
-                attention: AttentionBackend, batch: Any) -> torch.Tensor:
-        h = self.attn(self.input_norm(x), cos, sin, attention, batch)
+    def forward(self, x: torch.Tensor, rope: Rope, attention: AttentionBackend, batch: Any) -> torch.Tensor:
+        h = self.attn(self.input_norm(x), rope, attention, batch)
         if self.post_attn_norm is not None:
             h = self.post_attn_norm(h)
         x = x + h

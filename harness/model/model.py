@@ -82,10 +82,9 @@ class HybridSWAForCausalLM(nn.Module):
         x = F.embedding(input_ids, self.embed)
         if self.embed_scale is not None:
             x = x * self.embed_scale
-        rope = [tables(positions) for tables in self.rotary]
+        rope = [tables.for_positions(positions) for tables in self.rotary]
         for layer, r in zip(self.layers, self.layer_rope):
-            cos, sin = rope[r]
-            x = layer(x, cos, sin, attention, batch)
+            x = layer(x, rope[r], attention, batch)
         return x
 
     def compute_logits(self, hidden: torch.Tensor) -> torch.Tensor:

@@ -11,7 +11,7 @@ from torch import nn
 from harness.model.attention_api import AttentionBackend, AttentionLayerSpec
 from harness.model.config import HybridModelConfig
 from harness.model.norm import RMSNorm
-from harness.model.rotary import apply_rotary
+from harness.model.rotary import Rope
 
 
 class SelfAttention(nn.Module):
@@ -46,15 +46,14 @@ class SelfAttention(nn.Module):
         self.qk_norm = (RMSNorm((h + kvh, d), config.rms_norm_eps, config.gemma_norm, dtype, device)
                         if config.qk_norm else None)
 
-    def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
-                attention: AttentionBackend, batch: Any) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, rope: Rope, attention: AttentionBackend, batch: Any) -> torch.Tensor:
         s = self.spec
         t = x.shape[0]
         qkv = F.linear(x, self.qkv, self.qkv_bias).view(t, s.num_heads + 2 * s.num_kv_heads, s.head_dim)
         qk, v = qkv.split([s.num_heads + s.num_kv_heads, s.num_kv_heads], dim=1)
         if self.qk_norm is not None:
             qk = self.qk_norm(qk)
-        qk = apply_rotary(qk, cos, sin)
+        qk = rope(qk)
         q, k = qk.split([s.num_heads, s.num_kv_heads], dim=1)
         out = attention.forward(s, q, k, v, batch)
         return F.linear(out.reshape(t, s.num_heads * s.head_dim), self.o, self.o_bias)

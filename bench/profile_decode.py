@@ -1,0 +1,228 @@
+"""Where one engine decode step spends its time (CPU): the step's phases, and the captured tape by op class.
+
+Builds the engine of ``bench.bench_engine`` (same checkpoint and limits), prefills ``--batch``
+prompts, then runs decode steps by hand, timing each phase of ``Engine.step`` (schedule + batch
+build, graph-runner host work, tape replay, commit + sampling). The tape of the bucket the batch
+replays is then replayed op by op, each op timed on its own (medians over ``--repeats`` replays),
+and summed by op class. Eager (graphs off) forward time is measured alongside for comparison.
+All measurements interleave and report medians; the machine is shared, so only ratios within one
+run are meaningful.
+
+    python -m bench.profile_decode [--batch 32] [--write]   # --write: the table into docs/BENCHMARKS.md
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+from collections import defaultdict
+
+import torch
+
+from bench.bench_engine import default_checkpoint, prompts_for
+from bench.common import markdown_table, write_section
+from harness.engine import Engine, EngineConfig, SamplingParams
+
+# aten op name (overload packet) -> class shown in the table
+OP_CLASSES: dict[str, str] = {
+    "mm": "weight matmuls (qkv, o, gate_up, down, LM head)",
+    "addmm": "weight matmuls (qkv, o, gate_up, down, LM head)",
+    "index_select": "KV gather (index_select)",
+    "index": "index / gather (RoPE tables, KV)",
+    "embedding": "embedding",
+    "index_put_": "KV write (index_put_)",
+    "bmm": "attention matmuls (bmm)",
+    "baddbmm": "attention matmuls (bmm)",
+    "_softmax": "softmax",
+    "tanh": "soft-cap (tanh)",
+    "pow": "RMSNorm (pow, mean, rsqrt)",
+    "mean": "RMSNorm (pow, mean, rsqrt)",
+    "rsqrt": "RMSNorm (pow, mean, rsqrt)",
+    "gelu": "activation",
+    "silu": "activation",
+    "roll": "RoPE roll",
+    "masked_fill": "masks",
+    "bitwise_not": "masks",
+    "lt": "masks",
+    "ge": "masks",
+    "le": "masks",
+    "where": "masks",
+    "stack": "layout copies (stack, cat, clone, copy_)",
+    "cat": "layout copies (stack, cat, clone, copy_)",
+    "clone": "layout copies (stack, cat, clone, copy_)",
+    "copy_": "layout copies (stack, cat, clone, copy_)",
+}
+ELEMENTWISE = "elementwise (mul, add, div, ...)"
+
+
+def clock() -> float:
+    return _CLOCK()
+
+
+_CLOCK = time.perf_counter
+
+
+def op_name(step) -> str:
+    func = getattr(step, "op", None) or step.func
+    name = getattr(func, "__name__", None) or str(func)
+    packet = getattr(func, "overloadpacket", None)
+    return packet.__name__ if packet is not None else name.split(".")[0]
+
+
+def op_class(name: str) -> str:
+    return OP_CLASSES.get(name, ELEMENTWISE if name in {"mul", "add", "div", "sub", "neg", "addcmul"} else f"other ({name})")
+
+
+def build(graphs: str, threads: int, prompt_len: int, new_tokens: int) -> Engine:
+    limits = dict(max_running_requests=32, max_context_len=prompt_len + new_tokens + 64, num_threads=threads)
+    return Engine(EngineConfig(default_checkpoint(), graphs=graphs, **limits))
+
+
+def start_decoding(engine: Engine, batch: int, prompt_len: int, new_tokens: int) -> None:
+    vocab = engine.model_config.vocab_size
+    for p in prompts_for(batch, prompt_len, vocab):
+        engine.add_request(p, SamplingParams(max_new_tokens=new_tokens, ignore_eos=True))
+    while any(not r.prefill_done for r in engine.scheduler.running) or engine.scheduler.waiting:
+        engine.step()
+
+
+def timed_step(engine: Engine) -> dict[str, float]:
+    """One ``Engine.step`` of a decode batch, split into phases (seconds)."""
+    from harness.engine.sampling import sample
+
+    runner, sched = engine.runner, engine.scheduler
+    t0 = clock()
+    s = sched.schedule()
+    batch = sched.build_forward_batch(s)
+    t1 = clock()
+    phases = {"schedule + build batch (host)": t1 - t0}
+    if runner.graph_runner is not None:
+        gr = runner.graph_runner
+        runner._begin_forward()
+        gr.can_run(batch)
+        batch.out_cache_loc_swa = runner.pretranslate_swa_loc(batch)
+        bs, kv_len = gr.bucket_for(batch.batch_size), gr.kv_bucket_for(batch)
+        gr.buffers.populate(batch, bs)
+        t2 = clock()
+        runner.attn_backend.prepare_graph_metadata(gr.buffers.view(bs, kv_len))
+        t3 = clock()
+        gr.graphs[bs, kv_len].replay(gr.buffers.tensors())
+        logits = gr.buffers.logits[: batch.batch_size]
+        t4 = clock()
+        phases["graph inputs: memo, buckets, populate (host)"] = t2 - t1
+        phases["decode metadata: KV indices, window translation (host)"] = t3 - t2
+        phases["tape replay"] = t4 - t3
+        runner.paths["decode-graph"] += 1
+    else:
+        logits = runner.forward(batch)
+        t4 = clock()
+        phases["eager forward"] = t4 - t1
+    sampling = sched.commit(s)
+    tokens = sample(logits, sampling)
+    for req, token in zip(sampling, tokens):
+        engine._append_token(req, token)
+        if req.finished:
+            sched.release(req)
+    phases["commit, sample, append (host)"] = clock() - t4
+    return phases
+
+
+def tape_profile(engine: Engine, repeats: int) -> tuple[dict[str, list[float]], dict[str, int], int, float]:
+    """Per op class: median µs per replay (summed over the class's ops) and op counts; whole replay median."""
+    gr = engine.runner.graph_runner
+    runner = engine.runner
+    # the bucket the current batch would replay
+    sched = engine.scheduler
+    bs = gr.bucket_for(len(sched.running))
+    longest = max(r.kv_len for r in sched.running) + 1
+    kv_len = next(k for k in gr.kv_len_buckets if k is None or k >= longest)
+    graph = gr.graphs[bs, kv_len]
+    steps = graph._steps
+    calls = [getattr(step, "call", None) for step in steps]
+    per_op = [[] for _ in steps]
+    whole = []
+    del runner
+    for _ in range(repeats):
+        t0 = clock()
+        graph.replay()
+        whole.append(clock() - t0)
+        for i, step in enumerate(steps):
+            a = clock()
+            if calls[i] is not None:
+                calls[i]()
+            else:
+                step.func(*step.args, **step.kwargs)
+            per_op[i].append(clock() - a)
+    by_class: dict[str, float] = defaultdict(float)
+    counts: dict[str, int] = defaultdict(int)
+    for step, samples in zip(steps, per_op):
+        cls = op_class(op_name(step))
+        by_class[cls] += statistics.median(samples)
+        counts[cls] += 1
+    return by_class, counts, len(steps), statistics.median(whole)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--batch", type=int, default=32)
+    parser.add_argument("--prompt-len", type=int, default=64)
+    parser.add_argument("--new-tokens", type=int, default=64)
+    parser.add_argument("--repeats", type=int, default=200)
+    parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--clock", choices=("wall", "cpu"), default="wall",
+                        help="wall: perf_counter; cpu: this thread's CPU time (leaves out time the OS gave to other "
+                             "processes, for a shared machine)")
+    parser.add_argument("--write", action="store_true", help="write the tables into docs/BENCHMARKS.md")
+    args = parser.parse_args()
+    global _CLOCK
+    _CLOCK = time.perf_counter if args.clock == "wall" else time.thread_time
+    torch.set_num_threads(args.threads)
+    steps_wanted = min(args.new_tokens - 2, 40)
+    engines = {"tape": build("tape", args.threads, args.prompt_len, args.new_tokens),
+               "off": build("off", args.threads, args.prompt_len, args.new_tokens)}
+    for e in engines.values():
+        start_decoding(e, args.batch, args.prompt_len, args.new_tokens)
+    phase_samples: dict[str, dict[str, list[float]]] = {name: defaultdict(list) for name in engines}
+    with torch.no_grad():
+        for _ in range(steps_wanted):  # interleaved: one step of each engine in turn
+            for name, e in engines.items():
+                for phase, sec in timed_step(e).items():
+                    phase_samples[name][phase].append(sec)
+        by_class, counts, n_ops, replay_s = tape_profile(engines["tape"], args.repeats)
+
+    def us(x: float) -> str:
+        return f"{x * 1e6:.0f}"
+
+    phase_rows = []
+    totals = {}
+    for name in engines:
+        med = {p: statistics.median(s) for p, s in phase_samples[name].items()}
+        totals[name] = sum(med.values())
+        for phase, sec in med.items():
+            phase_rows.append([f"graphs {name}", phase, us(sec), f"{sec / totals[name]:.0%}"])
+        phase_rows.append([f"graphs {name}", "**step (sum of medians)**", f"**{us(totals[name])}**", "100%"])
+    phase_table = markdown_table(["engine", "phase", "µs (median)", "share"], phase_rows)
+    op_total = sum(by_class.values())
+    op_rows = [[cls, counts[cls], us(sec), f"{sec / op_total:.0%}"]
+               for cls, sec in sorted(by_class.items(), key=lambda kv: -kv[1])]
+    op_rows.append(["**sum of per-op medians**", n_ops, f"**{us(op_total)}**", "100%"])
+    op_table = markdown_table(["op class", "ops per step", "µs per step (median)", "share"], op_rows)
+    text = (
+        f"Engine decode step at batch {args.batch} (checkpoint of the engine bench, {args.prompt_len}-token prompts, "
+        f"medians of {steps_wanted} interleaved steps per engine, {args.threads} torch thread(s)).\n\n{phase_table}\n\n"
+        f"Tape of that step: {n_ops} replayed ops, whole replay {us(replay_s)} µs (median of {args.repeats}); "
+        f"each op timed on its own (median), by class:\n\n{op_table}"
+    )
+    print(text)
+    if args.write:
+        write_section(
+            f"profile-bs{args.batch}",
+            f"Profile: one engine decode step at batch {args.batch} (CPU)",
+            f"python -m bench.profile_decode --batch {args.batch} --repeats {args.repeats} --threads {args.threads} --write",
+            text,
+        )
+
+
+if __name__ == "__main__":
+    main()
