@@ -210,7 +210,9 @@ def main() -> None:
     op_table = markdown_table(["op class", "ops per step", "µs per step (median)", "share"], op_rows)
     text = (
         f"Engine decode step at batch {args.batch} (checkpoint of the engine bench, {args.prompt_len}-token prompts, "
-        f"medians of {steps_wanted} interleaved steps per engine, {args.threads} torch thread(s)).\n\n{phase_table}\n\n"
+        f"medians of {steps_wanted} interleaved steps per engine, {args.threads} torch thread(s), "
+        f"{'wall clock' if args.clock == 'wall' else 'thread CPU clock (the machine is shared)'}).\n\n"
+        f"{phase_table}\n\n"
         f"Tape of that step: {n_ops} replayed ops, whole replay {us(replay_s)} µs (median of {args.repeats}); "
         f"each op timed on its own (median), by class:\n\n{op_table}"
     )
@@ -219,7 +221,8 @@ def main() -> None:
         write_section(
             f"profile-bs{args.batch}",
             f"Profile: one engine decode step at batch {args.batch} (CPU)",
-            f"python -m bench.profile_decode --batch {args.batch} --repeats {args.repeats} --threads {args.threads} --write",
+            f"python -m bench.profile_decode --batch {args.batch} --repeats {args.repeats} --threads {args.threads} "
+            f"--clock {args.clock} --write",
             text,
         )
 

@@ -17,6 +17,7 @@ tokens, with the per-request metadata of the real batch computed on the host bef
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
@@ -79,6 +80,13 @@ def additive_mask(hidden: torch.Tensor) -> torch.Tensor:
     return torch.zeros(hidden.shape, dtype=torch.float32, device=hidden.device).masked_fill(hidden, float("-inf"))
 
 
+@functools.cache
+def _scalar(value: float, device: torch.device) -> torch.Tensor:
+    """A 0-dim fp32 tensor holding ``value``: multiplies like the Python float (whose fp32 value it is),
+    without boxing it into a new tensor on every call."""
+    return torch.tensor(value, dtype=torch.float32, device=device)
+
+
 def attend_over_rows(
     layer: AttentionLayerSpec,
     q: torch.Tensor,
@@ -104,8 +112,8 @@ def attend_over_rows(
     values = v_cache.view(-1, d).index_select(0, rows).view(b * kvh, length, d).to(q.dtype)
     cap = layer.logit_softcap
     grouped = torch.empty((b, kvh, n, group, d), dtype=q.dtype, device=q.device)
-    torch.mul(q.view(b, n, kvh, group, d).transpose(1, 2), layer.scaling if cap is None else layer.scaling / cap,
-              out=grouped)
+    scale = _scalar(layer.scaling if cap is None else layer.scaling / cap, q.device)
+    torch.mul(q.view(b, n, kvh, group, d).transpose(1, 2), scale, out=grouped)
     scores = torch.bmm(grouped.view(b * kvh, n * group, d), keys.transpose(1, 2)).view(b, kvh, n, group, length)
     mask = mask.view(b, 1, n, 1, length).to(scores.dtype)
     scores = scores + mask if cap is None else torch.add(mask, torch.tanh(scores), alpha=cap)

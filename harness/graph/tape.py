@@ -120,6 +120,18 @@ _BINDINGS: dict[torch._ops.OpOverload, Callable[..., Any]] = {
     aten.ge.Tensor_out: torch.ge,
     aten.ge.Scalar_out: torch.ge,
     aten.where.self_out: torch.where,
+    aten.eq.Tensor_out: torch.eq,
+    aten.eq.Scalar_out: torch.eq,
+    aten.ne.Tensor_out: torch.ne,
+    aten.ne.Scalar_out: torch.ne,
+    aten.exp.out: torch.exp,
+    aten.sigmoid.out: torch.sigmoid,
+    aten.sum.IntList_out: torch.sum,
+    aten.amax.out: torch.amax,
+    aten.argmax.out: torch.argmax,
+    aten.gather.out: torch.gather,
+    aten.clamp.out: torch.clamp,
+    aten._softmax.out: torch._softmax,
     aten.gelu.out: torch._C._nn.gelu,
     aten.silu.out: torch._C._nn.silu,
 }
@@ -311,7 +323,8 @@ class TapeGraph:
     def replay(self, current_inputs: Mapping[str, torch.Tensor] | None = None) -> Any:
         if current_inputs is not None:
             self.check_inputs(current_inputs)
-        with torch.no_grad():
+        # Inference mode: the replayed ops skip autograd's dispatch layers (no_grad still enters them).
+        with torch.inference_mode():
             for call in self._calls:
                 call()
         return self.output

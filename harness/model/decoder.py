@@ -42,10 +42,6 @@ class DecoderLayer(nn.Module):
 
     def forward(self, x: torch.Tensor, rope: Rope, attention: AttentionBackend, batch: Any) -> torch.Tensor:
         h = self.attn(self.input_norm(x), rope, attention, batch)
-        if self.post_attn_norm is not None:
-            h = self.post_attn_norm(h)
-        x = x + h
+        x = x + h if self.post_attn_norm is None else self.post_attn_norm.add_to(x, h)
         h = self.mlp(self.pre_mlp_norm(x))
-        if self.post_mlp_norm is not None:
-            h = self.post_mlp_norm(h)
-        return x + h
+        return x + h if self.post_mlp_norm is None else self.post_mlp_norm.add_to(x, h)

@@ -45,6 +45,12 @@ class HybridSWAForCausalLM(nn.Module):
             self.register_buffer("embed_scale", scale, persistent=False)
         else:
             self.embed_scale = None
+        # the cap as a tensor: the fp32 value the Python float becomes, not boxed again on every forward
+        if config.final_logit_softcap is not None:
+            cap = torch.tensor(config.final_logit_softcap, dtype=torch.float32, device=device)
+            self.register_buffer("final_softcap", cap, persistent=False)
+        else:
+            self.final_softcap = None
         self.layers = nn.ModuleList(DecoderLayer(config, i, dtype, device) for i in range(config.num_hidden_layers))
         self.norm = RMSNorm(config.hidden_size, config.rms_norm_eps, config.gemma_norm, dtype, device)
 
@@ -90,7 +96,6 @@ class HybridSWAForCausalLM(nn.Module):
     def compute_logits(self, hidden: torch.Tensor) -> torch.Tensor:
         """Final norm, LM head and optional soft-cap ``tanh(l / cap) * cap``; float32 out."""
         logits = F.linear(self.norm(hidden), self.lm_head_weight)
-        cap = self.config.final_logit_softcap
-        if cap is not None:
-            logits = torch.tanh(logits / cap) * cap
+        if self.final_softcap is not None:
+            logits = torch.tanh(logits / self.final_softcap) * self.final_softcap
         return logits if logits.dtype == torch.float32 else logits.float()

@@ -28,16 +28,25 @@ class RMSNorm(nn.Module):
         self.gemma = gemma
         scale_dtype = torch.float32 if gemma else dtype
         self.scale = nn.Parameter(torch.ones(shape, dtype=scale_dtype, device=device), requires_grad=False)
+        # eps as a tensor: the same fp32 value a Python float becomes, without boxing it on every call
+        self.register_buffer("eps_t", torch.tensor(eps, dtype=torch.float32, device=device), persistent=False)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         # dtype checks are static per model, so fp32 models record no no-op casts.
         cast = x.dtype != torch.float32
         xf = x.float() if cast else x
-        xf = xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + self.eps)
+        xf = xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + self.eps_t)
         if self.gemma:
             out = xf * self.scale
             return out.to(x.dtype) if cast else out
         return self.scale * (xf.to(x.dtype) if cast else xf)
+
+    def add_to(self, residual: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+        """``residual + self(x)``; in fp32 the scale and the add are one ``addcmul`` (fused multiply-add:
+        within an ulp of the two-op sum)."""
+        if x.dtype != torch.float32 or residual.dtype != torch.float32:
+            return residual + self(x)
+        return torch.addcmul(residual, x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps_t), self.scale)
 
     def extra_repr(self) -> str:
         return f"{tuple(self.scale.shape)}, eps={self.eps}, gemma={self.gemma}"
