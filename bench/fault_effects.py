@@ -1,0 +1,469 @@
+"""The fault-effect table: what each behavioural fault does to the accuracy suites, on both shipped checkpoints.
+
+For every checkpoint, one clean ``swa-harness eval`` (no fault: the baseline) and one
+``swa-harness eval --fault ID`` per behavioural catalog fault (``expected_kill == "behavioural"``),
+run one at a time (each eval already runs its graphs-on and graphs-off servers side by side). Each
+eval's saved runs (``<out>/runs/<suite>-<on|off>.json``) are compared paired again here with the
+eval's own code and thresholds (``harness.evals.run.compare_all``), so the numbers are the ones its
+summary printed; the eval's exit code is checked against them (1 exactly when a suite is RED).
+
+Writes ``docs/fault-effects.json`` (rows ``{fault, checkpoint, suite, on_accuracy, off_accuracy,
+delta_pp, p_value, flips, verdict}``; accuracies are fractions, ``delta_pp`` is ON − OFF in
+percentage points, ``p_value`` McNemar's exact, ``flips`` the items scored differently; the clean
+baseline rows have ``fault == "clean"``), which the HTML report renders, and ``docs/FAULT_EFFECTS.md``
+(the table, the command, limits, machine, wall time, and per fault what accuracy alone would miss,
+read against the kill matrix).
+
+    python -m bench.fault_effects                      # both checkpoints, every behavioural fault
+    python -m bench.fault_effects --models fixtures/models/gemma2-tiny-swa --faults pad-swa-loc-not-zeroed
+
+Eval outputs go under ``--work`` (default ``/tmp/swa-fault-effects``), not into the checkout: each
+eval's folder holds its runs, ``eval.log`` and ``outcome.json`` (exit code, wall time, command), and
+``manifest.json`` records the whole run (command, limits, machine, wall time), so
+``python -m bench.fault_effects --render-only`` re-writes the two docs from a finished run without
+running anything. Greedy decoding and a fixed bootstrap seed (``--seed``) make a rerun give the same
+table.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import shlex
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any, Sequence
+
+from harness.evals.compare import Thresholds
+from harness.evals.paths import DEFAULT_KILL_MATRIX, REPO
+from harness.evals.results import RunResult, SuiteComparison
+from harness.evals.run import compare_all
+
+MODELS = ("fixtures/models/gemma2-tiny-swa", "fixtures/models/gemma3-tiny-swa")
+SUITES = ("gsm_style", "aime_style")
+SUITE_LABEL = {"gsm_style": "GSM-style", "aime_style": "AIME-style"}
+CLEAN = "clean"
+DOCS_JSON = REPO / "docs" / "fault-effects.json"
+DOCS_MD = REPO / "docs" / "FAULT_EFFECTS.md"
+ROW_KEYS = ("fault", "checkpoint", "suite", "on_accuracy", "off_accuracy", "delta_pp", "p_value", "flips", "verdict")
+
+
+def behavioural_faults() -> list[str]:
+    """Catalog faults whose expected kill is behavioural, in catalog order."""
+    from harness.faults import FAULTS
+
+    return [fid for fid, f in FAULTS.items() if f.to_dict()["expected_kill"] == "behavioural"]
+
+
+@dataclass
+class EvalOutcome:
+    checkpoint: str
+    fault: str  # CLEAN for the baseline
+    exit_code: int
+    wall_s: float
+    command: list[str]
+    out: Path
+    sequential: bool
+    comparisons: list[SuiteComparison] = field(default_factory=list)
+    error: str | None = None
+    retried_after: str | None = None  # the side-by-side attempt's failure, when this is the --sequential retry
+
+    @property
+    def overall(self) -> str:
+        if self.error:
+            return "ERROR"
+        order = {"GREEN": 0, "AMBER": 1, "RED": 2}
+        return max((c.verdict.name for c in self.comparisons), key=lambda v: order.get(v, 3), default="ERROR")
+
+
+    def save(self) -> None:
+        (self.out / "outcome.json").write_text(json.dumps(
+            {"checkpoint": self.checkpoint, "fault": self.fault, "exit_code": self.exit_code,
+             "wall_s": round(self.wall_s, 1), "command": self.command, "sequential": self.sequential,
+             "error": self.error, "retried_after": self.retried_after}, indent=1) + "\n")
+
+    @classmethod
+    def load(cls, out: Path, seed: int) -> EvalOutcome:
+        """A finished eval from its folder: its outcome.json, and its runs compared again."""
+        d = json.loads((out / "outcome.json").read_text())
+        o = cls(d["checkpoint"], d["fault"], d["exit_code"], d["wall_s"], d["command"], out, d["sequential"],
+                error=d.get("error"), retried_after=d.get("retried_after"))
+        if o.error is None:
+            o.comparisons = load_comparisons(out, seed)
+        return o
+
+
+def eval_command(model: str, fault: str, out: Path, limits: dict[str, int], seed: int, sequential: bool) -> list[str]:
+    exe = Path(sys.executable).with_name("swa-harness")
+    cmd = [str(exe)] if exe.is_file() else [sys.executable, "-m", "harness.cli"]
+    cmd += ["eval", "--model", model, "--out", str(out), "--seed", str(seed),
+            "--limit-gsm-style", str(limits["gsm_style"]), "--limit-aime-style", str(limits["aime_style"]),
+            "--no-history"]
+    if fault != CLEAN:
+        cmd += ["--fault", fault]
+    if sequential:
+        cmd.append("--sequential")
+    return cmd
+
+
+def load_comparisons(out: Path, seed: int) -> list[SuiteComparison]:
+    """The eval's saved runs, paired and judged with the eval's own code and default thresholds."""
+    paths = sorted((out / "runs").glob("*.json"))
+    if not paths:
+        raise FileNotFoundError(f"no saved runs under {out / 'runs'}")
+    runs = [RunResult.load(p) for p in paths]
+    by_suite = {c.suite: c for c in compare_all(runs, Thresholds(seed=seed), tokenize=None)}
+    return [by_suite[s] for s in SUITES if s in by_suite]
+
+
+def run_one(model: str, fault: str, work: Path, limits: dict[str, int], seed: int, sequential: bool,
+            log: Any) -> EvalOutcome:
+    name = Path(model).name
+    out = work / name / fault
+    out.mkdir(parents=True, exist_ok=True)
+    attempts = [sequential] if sequential else [False, True]  # side by side first; sequential only if that fails
+    outcome: EvalOutcome | None = None
+    previous: str | None = None
+    for seq in attempts:
+        cmd = eval_command(model, fault, out, limits, seed, seq)
+        print(f"[{time.strftime('%H:%M:%S')}] {name} / {fault}: {shlex.join(cmd)}", file=log, flush=True)
+        start = time.perf_counter()
+        with open(out / "eval.log", "w") as f:
+            code = subprocess.run(cmd, cwd=REPO, stdout=f, stderr=subprocess.STDOUT).returncode
+        wall = time.perf_counter() - start
+        outcome = EvalOutcome(name, fault, code, wall, cmd, out, seq, retried_after=previous)
+        if code in (0, 1):
+            break
+        lines = (out / "eval.log").read_text(errors="replace").strip().splitlines()
+        failed = [line for line in lines if "FAILED" in line]  # the eval's own one-line reason for exit 2
+        outcome.error = f"exit {code}: " + " | ".join(failed[-1:] or lines[-3:])
+        previous = outcome.error
+        print(f"    infrastructure failure ({outcome.error})", file=log, flush=True)
+    assert outcome is not None
+    if outcome.error is None:
+        try:
+            outcome.comparisons = load_comparisons(out, seed)
+        except (OSError, ValueError) as exc:
+            outcome.error = f"unreadable runs: {exc}"
+    if outcome.error is None:
+        red = any(c.verdict.name == "RED" for c in outcome.comparisons)
+        if red != (outcome.exit_code == 1):
+            outcome.error = f"exit code {outcome.exit_code} disagrees with the recomputed verdicts"
+    outcome.save()
+    verdicts = ", ".join(f"{c.suite} {_pp(c.difference.value) if c.difference else '—'} {c.verdict.name}"
+                         for c in outcome.comparisons)
+    print(f"    {outcome.wall_s:.0f} s, exit {outcome.exit_code}: {verdicts or outcome.error}", file=log, flush=True)
+    return outcome
+
+
+def _pp(fraction: float) -> str:
+    return f"{100 * fraction:+.1f} pp"
+
+
+def rows_of(outcomes: Sequence[EvalOutcome]) -> list[dict[str, Any]]:
+    rows = []
+    for o in outcomes:
+        if o.error:
+            rows += [{"fault": o.fault, "checkpoint": o.checkpoint, "suite": s, "on_accuracy": None,
+                      "off_accuracy": None, "delta_pp": None, "p_value": None, "flips": None, "verdict": "ERROR"}
+                     for s in SUITES]
+            continue
+        for c in o.comparisons:
+            ok = c.complete and c.on_accuracy and c.off_accuracy and c.difference
+            rows.append({
+                "fault": o.fault, "checkpoint": o.checkpoint, "suite": c.suite,
+                "on_accuracy": round(c.on_accuracy.value, 4) if ok else None,
+                "off_accuracy": round(c.off_accuracy.value, 4) if ok else None,
+                "delta_pp": round(100 * c.difference.value, 2) if ok else None,
+                "p_value": (round(c.mcnemar_p, 6) if c.mcnemar_p is not None else None),
+                "flips": len(c.flips), "verdict": c.verdict.name,
+            })
+    return rows
+
+
+def machine() -> dict[str, str]:
+    cpu = "unknown"
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    import torch
+
+    return {"nproc": str(os.cpu_count()), "cpu": cpu, "arch": platform.machine(), "python": platform.python_version(),
+            "torch": torch.__version__, "load": " ".join(f"{x:.2f}" for x in os.getloadavg())}
+
+
+def kill_matrix_index(path: Path) -> tuple[dict[str, dict[str, Any]], str]:
+    """Fault id -> its kill-matrix record, and a line saying where that came from."""
+    try:
+        data = json.loads(Path(path).read_text())
+    except (OSError, ValueError):
+        return {}, f"no kill matrix at `{path}` (run `swa-harness faults`)"
+    shown = os.path.relpath(path, REPO) if Path(path).resolve().is_relative_to(REPO) else str(path)
+    where = f"`{shown}` ({data.get('target', 'harness')}, generated {data.get('generated_at', '?')})"
+    return {f["id"]: f for f in data.get("faults", [])}, where
+
+
+def _cell(c: SuiteComparison | None) -> str:
+    if c is None or not c.complete or c.difference is None:
+        return "ERROR"
+    p = f"p={c.mcnemar_p:.2g}" if c.mcnemar_p is not None else "p=—"
+    return f"{_pp(c.difference.value)} ({p}, {len(c.flips)} flips, {c.n_divergent} texts differ) **{c.verdict.name}**"
+
+
+def _comp(o: EvalOutcome, suite: str) -> SuiteComparison | None:
+    return next((c for c in o.comparisons if c.suite == suite), None)
+
+
+def _kills(record: dict[str, Any] | None) -> str:
+    if record is None:
+        return "not in the kill matrix"
+    parts = [f"{s}: {v['status']}" + (f" ({v['kill_class']})" if v.get("kill_class") else "")
+             for s, v in record.get("suites", {}).items()]
+    return "; ".join(parts) or "—"
+
+
+def _killed_by(record: dict[str, Any] | None) -> list[str]:
+    if record is None:
+        return []
+    return [s for s, v in record.get("suites", {}).items() if v.get("status") == "killed"]
+
+
+def _kill_text(record: dict[str, Any] | None) -> str:
+    killers = _killed_by(record)
+    if record is None:
+        return "It is not in the kill matrix read here."
+    if not killers:
+        return "No suite of the kill matrix kills it either."
+    first = record["suites"][killers[0]].get("first_failure") or ""
+    classes = sorted({record["suites"][k].get("kill_class") or "?" for k in killers})
+    names = " and ".join(f"{k}" for k in killers)
+    return (f"The {names} suite{'s' if len(killers) > 1 else ''} kill{'' if len(killers) > 1 else 's'} it "
+            f"({'/'.join(classes)}; first failure `{first.split(' [', 1)[0]}`), whatever the accuracy.")
+
+
+def paragraph(fault: str, outcomes: Sequence[EvalOutcome], record: dict[str, Any] | None, user_sees: str,
+              clean_mde: dict[tuple[str, str], float], alpha: float = Thresholds().alpha) -> str:
+    """What accuracy alone says about this fault, per checkpoint, against what the kill matrix says.
+
+    ``clean_mde`` is each (checkpoint, suite)'s MDE in its clean eval: the smallest drop the suite
+    could prove at this size, which is what a user running the accuracy job without the fault has.
+    """
+    per_ckpt, weak = [], []
+    red = identical = evals = 0
+    for o in outcomes:
+        evals += 1
+        if o.error:
+            per_ckpt.append(f"`{o.checkpoint}` eval failed ({o.error})")
+            continue
+        parts = []
+        for c in o.comparisons:
+            if c.difference is None:
+                parts.append(f"{SUITE_LABEL[c.suite]} incomplete")
+                continue
+            parts.append(f"{SUITE_LABEL[c.suite]} {_pp(c.difference.value)} {c.verdict.name}")
+            mde = clean_mde.get((o.checkpoint, c.suite))
+            if c.verdict.name == "RED" and (c.mcnemar_p is None or c.mcnemar_p >= alpha):
+                inside = f", inside its {100 * mde:.1f} pp MDE" if mde and abs(c.difference.value) < mde else ""
+                p_text = "—" if c.mcnemar_p is None else f"{c.mcnemar_p:.2g}"
+                weak.append(f"{SUITE_LABEL[c.suite]} on `{o.checkpoint}` ({_pp(c.difference.value)}, p = {p_text}{inside})")
+        divergent = sum(c.n_divergent for c in o.comparisons)
+        identical += divergent == 0
+        red += o.overall == "RED"
+        per_ckpt.append(f"`{o.checkpoint}` " + ", ".join(parts) +
+                        (" (every generation byte-identical to graphs off)" if divergent == 0 else
+                         f" ({divergent} of {sum(c.n for c in o.comparisons)} generations differ)"))
+    kill = _kill_text(record)
+    if red == 0 and identical == evals:
+        judgement = ("**Accuracy alone would miss it.** Not one generated token differs from graphs off on either "
+                     "checkpoint, so more items of the same kind would not help: the eval's requests evidently "
+                     f"never put the engine in the state the fault needs. {kill}")
+    elif red == 0:
+        judgement = f"**Accuracy alone would miss it** at these sizes: no RED on any checkpoint. {kill}"
+    elif red < evals:
+        judgement = (f"**Accuracy alone would miss it on part of the checkpoints** (RED on {red} of {evals}). {kill}")
+    elif weak:
+        judgement = ("Accuracy flags it, but narrowly: " + "; ".join(weak) + (" is" if len(weak) == 1 else " are") +
+                     " RED only by the "
+                     f"{100 * Thresholds().max_drop:.0f} pp max-drop rule, not by significance, so a smaller suite "
+                     f"or a workload that pads less could pass it. {kill}")
+    else:
+        judgement = ("Accuracy catches it loudly (significant drops everywhere) but cannot say where it comes from. "
+                     f"{kill}")
+    return f"**`{fault}`** — {user_sees} Accuracy: {'; '.join(per_ckpt)}. {judgement}"
+
+
+def _short(text: str | None, limit: int = 200) -> str:
+    text = " ".join((text or "").split())
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def _commit_range(outcomes: Sequence[EvalOutcome]) -> str:
+    commits = list(dict.fromkeys(_commit(o) for o in outcomes))
+    if len(commits) == 1:
+        return f"`{commits[0]}` for every eval"
+    return (f"{len(commits)} states of the checkout ({', '.join(f'`{c}`' for c in commits)}; column `engine commit`): "
+            "the shared working tree moved during the run. Each eval's ON and OFF arms ran the same code, so every "
+            "Δ is paired within one state")
+
+
+def _commit(o: EvalOutcome) -> str:
+    try:
+        e = json.loads((o.out / "provenance.json").read_text())["engine under test"]
+        return f"{e['commit'][:7]}{'+dirty' if e.get('dirty') else ''}"
+    except (OSError, ValueError, KeyError, TypeError):
+        return "?"
+
+
+def write_markdown(path: Path, outcomes: Sequence[EvalOutcome], faults: Sequence[str], models: Sequence[str],
+                   limits: dict[str, int], command: str, wall_s: float, info: dict[str, str], kill_matrix: Path,
+                   started: str, rendered: str | None = None) -> None:
+    from harness.faults import FAULTS
+
+    names = [Path(m).name for m in models]
+    by = {(o.checkpoint, o.fault): o for o in outcomes}
+    index, km_where = kill_matrix_index(kill_matrix)
+    out = ["# Fault effects on the accuracy suites", "",
+           "What each behavioural fault of the catalog does to the accuracy suites: `swa-harness eval --fault ID` "
+           "injects the fault into the graphs-on server only, the graphs-off server is the reference, the two are "
+           "compared paired (McNemar exact, paired bootstrap CI, MDE at 80 % power; verdict rule in "
+           "`harness/evals/compare.py`). A clean eval (no fault) per checkpoint is the baseline. "
+           "Machine-readable: `docs/fault-effects.json` (rendered in the HTML report).", "",
+           f"Command: `{command}`  ",
+           f"Limits: GSM-style {limits['gsm_style']} items, AIME-style {limits['aime_style']} items (the first N of "
+           f"each frozen set), greedy decoding, bootstrap seed from `--seed`.  ",
+           f"Machine: {info['nproc']} CPUs ({info['cpu']}, {info['arch']}), torch {info['torch']}, "
+           f"Python {info['python']}; load average at start {info['load']} (shared machine).  ",
+           f"Started {started}; **total wall time {wall_s / 60:.1f} min** for {len(outcomes)} evals, one at a time "
+           f"(each eval runs its graphs-on and graphs-off servers side by side).  ",
+           *[f"Retried with `--sequential`: `{o.checkpoint}` / `{o.fault}`, after the side-by-side attempt failed "
+             f"({_short(o.retried_after)}).  " for o in outcomes if o.sequential and o.retried_after],
+           f"Engine under test: {_commit_range(outcomes)}.  ",
+           f"Kill matrix read for the last column: {km_where}.  ",
+           *([f"Docs re-rendered from the saved evals (nothing re-run) by `{rendered}`.  "] if rendered else []),
+           "",
+           "Cells: ON − OFF accuracy (McNemar p, items scored differently) and the suite's verdict; the eval's "
+           "overall verdict is the worst of the two.", ""]
+    header = ["fault", "checkpoint", "Δ GSM-style", "Δ AIME-style", "eval verdict", "wall s", "engine commit",
+              "kill matrix (scenarios; differential)"]
+    out += ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    for fault in [CLEAN, *faults]:
+        for name in names:
+            o = by.get((name, fault))
+            if o is None:
+                continue
+            kills = "—" if fault == CLEAN else _kills(index.get(fault))
+            cells = [f"`{fault}`" if fault != CLEAN else "clean (baseline)", f"`{name}`",
+                     _cell(_comp(o, "gsm_style")) if not o.error else "ERROR",
+                     _cell(_comp(o, "aime_style")) if not o.error else "ERROR",
+                     f"**{o.overall}**", f"{o.wall_s:.0f}{' (sequential)' if o.sequential else ''}", _commit(o),
+                     kills]
+            out.append("| " + " | ".join(cells) + " |")
+    out += ["", "A clean eval is AMBER wherever a suite's MDE exceeds the 5 pp `max_mde` (AIME-style at these sizes): "
+            "underpowered, not a difference.", "",
+            "Accuracy of the graphs-off reference (no fault is ever injected there, so it should not move between "
+            "the evals of a checkpoint) and the smallest drop each suite could prove at these sizes:", "",
+            "| checkpoint | suite | N | OFF accuracy (clean eval) | OFF accuracy across all evals | MDE (clean eval) |",
+            "|---|---|---|---|---|---|"]
+    for name in names:
+        o = by.get((name, CLEAN))
+        for suite in SUITES:
+            c = _comp(o, suite) if o else None
+            if c and c.off_accuracy:
+                mde = "—" if c.mde is None else f"{100 * c.mde:.1f} pp"
+                offs = [x.off_accuracy.value for e in outcomes if e.checkpoint == name
+                        for x in e.comparisons if x.suite == suite and x.off_accuracy]
+                spread = (f"identical in all {len(offs)}" if len(set(offs)) == 1 else
+                          f"{100 * min(offs):.1f} – {100 * max(offs):.1f} % over {len(offs)}")
+                out.append(f"| `{name}` | {SUITE_LABEL[suite]} | {c.n} | {100 * c.off_accuracy.value:.1f} % | {spread} "
+                           f"| {mde} |")
+    clean_mde = {(o.checkpoint, c.suite): c.mde for o in outcomes if o.fault == CLEAN for c in o.comparisons
+                 if c.mde is not None}
+    out += ["", "## What accuracy alone would miss", "",
+            "Per fault: what the user sees in a real deployment (from the catalog), what the accuracy job says here, "
+            "and what the scenario and differential suites say (kill matrix above).", ""]
+    for fault in faults:
+        fo = [by[(n, fault)] for n in names if (n, fault) in by]
+        user_sees = FAULTS[fault].to_dict().get("user_sees", "").rstrip(".") + "." if fault in FAULTS else ""
+        out += [paragraph(fault, fo, index.get(fault), user_sees, clean_mde), ""]
+    path.write_text("\n".join(out).rstrip() + "\n")
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--models", default=",".join(MODELS),
+                        help="comma-separated checkpoints (default: both shipped)")
+    parser.add_argument("--faults", default=None, help="comma-separated fault ids (default: every behavioural fault)")
+    parser.add_argument("--limit-gsm-style", type=int, default=200)
+    parser.add_argument("--limit-aime-style", type=int, default=100)
+    parser.add_argument("--seed", type=int, default=0, help="bootstrap seed passed to every eval (default 0)")
+    parser.add_argument("--sequential", action="store_true",
+                        help="run every eval's OFF after its ON (default: side by side, --sequential only on failure)")
+    parser.add_argument("--work", type=Path, default=Path("/tmp/swa-fault-effects"), help="where the evals write")
+    parser.add_argument("--kill-matrix", type=Path, default=DEFAULT_KILL_MATRIX)
+    parser.add_argument("--json", type=Path, default=DOCS_JSON)
+    parser.add_argument("--md", type=Path, default=DOCS_MD)
+    parser.add_argument("--render-only", action="store_true",
+                        help="run nothing: re-write the docs from the finished run recorded in --work/manifest.json")
+    args = parser.parse_args(argv)
+    args.argv = list(argv if argv is not None else sys.argv[1:])
+    if args.render_only:
+        return render(args)
+
+    models = [m.strip() for m in args.models.split(",") if m.strip()]
+    known = behavioural_faults()
+    faults = known if args.faults is None else [f.strip() for f in args.faults.split(",") if f.strip()]
+    unknown = [f for f in faults if f not in known]
+    if unknown:
+        parser.error(f"not behavioural catalog faults: {unknown}; known: {', '.join(known)}")
+    limits = {"gsm_style": args.limit_gsm_style, "aime_style": args.limit_aime_style}
+    info = machine()
+    started = datetime.now(timezone.utc).isoformat(timespec="seconds")
+    command = " ".join(["python -m bench.fault_effects", shlex.join(args.argv)]).strip()
+    print(f"{len(models)} checkpoint(s) x ({len(faults)} faults + clean) = {len(models) * (len(faults) + 1)} evals; "
+          f"limits {limits}; work {args.work}", flush=True)
+
+    start = time.perf_counter()
+    outcomes = [run_one(m, f, args.work, limits, args.seed, args.sequential, sys.stdout)
+                for m in models for f in [CLEAN, *faults]]
+    wall = time.perf_counter() - start
+
+    manifest = {"command": command, "started": started, "wall_s": round(wall, 1), "machine": info, "limits": limits,
+                "models": models, "faults": faults, "seed": args.seed,
+                "evals": [str(o.out.relative_to(args.work)) for o in outcomes]}
+    (args.work / "manifest.json").write_text(json.dumps(manifest, indent=1) + "\n")
+    write_docs(args, outcomes, manifest)
+    print(f"total wall {wall / 60:.1f} min; wrote {args.json} and {args.md}", flush=True)
+    return 1 if any(o.error for o in outcomes) else 0
+
+
+def write_docs(args: argparse.Namespace, outcomes: Sequence[EvalOutcome], manifest: dict[str, Any]) -> None:
+    rows = rows_of(outcomes)
+    assert all(tuple(r) == ROW_KEYS for r in rows), "fault-effects rows must keep the documented keys"
+    args.json.write_text(json.dumps(rows, indent=1) + "\n")
+    write_markdown(args.md, outcomes, manifest["faults"], manifest["models"], manifest["limits"], manifest["command"],
+                   manifest["wall_s"], manifest["machine"], args.kill_matrix, manifest["started"],
+                   rendered=manifest.get("rendered"))
+
+
+def render(args: argparse.Namespace) -> int:
+    """The docs from a finished run's manifest and eval folders; nothing is run."""
+    manifest = json.loads((args.work / "manifest.json").read_text())
+    outcomes = [EvalOutcome.load(args.work / rel, manifest["seed"]) for rel in manifest["evals"]]
+    rendered = " ".join(["python -m bench.fault_effects", shlex.join(args.argv)])
+    write_docs(args, outcomes, {**manifest, "rendered": rendered})
+    print(f"re-rendered {args.json} and {args.md} from {args.work / 'manifest.json'}", flush=True)
+    return 1 if any(o.error for o in outcomes) else 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
