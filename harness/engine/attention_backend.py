@@ -98,10 +98,11 @@ def attend_over_rows(
     """``q [B, n, H, D]`` attends over the cache rows ``rows`` (``kv_head_rows`` of ``[B, L]`` slots) with
     the additive ``mask [B, n, L]``; returns ``[B, n, H, D]``.
 
-    One ``index_select`` per cache gathers every KV head (``[B * KVH, L, D]`` blocks), queries are
-    grouped by the KV head they read (query head ``h`` reads KV head ``h // group``) and pre-scaled in
-    one op, so both products are single batched matmuls and the soft-cap and mask are one op each:
-    ``cap * tanh(q.k * scaling / cap) + mask``. For decode (``n == 1``) nothing is copied for layout.
+    One ``index_select`` per cache gathers every KV head (``[B * KVH, L, D]`` blocks) and queries are
+    grouped by the KV head they read (query head ``h`` reads KV head ``h // group``), so both products
+    are single batched matmuls; the mask is one add. Scores are scaled and soft-capped in transformers'
+    order and rounding (``tanh(q.k * scaling / cap) * cap``), the last multiply fused with the mask add
+    (``cap * t + 0`` rounds as ``t * cap``). For decode (``n == 1``) the output needs no layout copy.
     Written independently of the dense reference on purpose: the two are compared, not shared.
     """
     b, n, h, d = q.shape
@@ -110,13 +111,16 @@ def attend_over_rows(
     length = mask.shape[-1]
     keys = k_cache.view(-1, d).index_select(0, rows).view(b * kvh, length, d).to(q.dtype)
     values = v_cache.view(-1, d).index_select(0, rows).view(b * kvh, length, d).to(q.dtype)
-    cap = layer.logit_softcap
     grouped = torch.empty((b, kvh, n, group, d), dtype=q.dtype, device=q.device)
-    scale = _scalar(layer.scaling if cap is None else layer.scaling / cap, q.device)
-    torch.mul(q.view(b, n, kvh, group, d).transpose(1, 2), scale, out=grouped)
+    grouped.copy_(q.view(b, n, kvh, group, d).transpose(1, 2))
     scores = torch.bmm(grouped.view(b * kvh, n * group, d), keys.transpose(1, 2)).view(b, kvh, n, group, length)
+    scores = scores * _scalar(layer.scaling, q.device)
     mask = mask.view(b, 1, n, 1, length).to(scores.dtype)
-    scores = scores + mask if cap is None else torch.add(mask, torch.tanh(scores), alpha=cap)
+    cap = layer.logit_softcap
+    if cap is None:
+        scores = scores + mask
+    else:
+        scores = torch.add(mask, torch.tanh(scores / _scalar(cap, q.device)), alpha=cap)
     probs = torch.softmax(scores, dim=-1, dtype=torch.float32).to(q.dtype).view(b * kvh, n * group, length)
     out = torch.bmm(probs, values).view(b, kvh, n, group, d)
     return out.transpose(1, 2).reshape(b, n, h, d)  # a view for n == 1

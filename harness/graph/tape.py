@@ -323,8 +323,9 @@ class TapeGraph:
     def replay(self, current_inputs: Mapping[str, torch.Tensor] | None = None) -> Any:
         if current_inputs is not None:
             self.check_inputs(current_inputs)
-        # Inference mode: the replayed ops skip autograd's dispatch layers (no_grad still enters them).
-        with torch.inference_mode():
+        # Inference mode: the replayed ops skip autograd's dispatch layers (no_grad still enters them);
+        # the C++ guard directly, without torch.inference_mode's Python wrapper.
+        with torch._C._InferenceMode(True):
             for call in self._calls:
                 call()
         return self.output
