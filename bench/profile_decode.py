@@ -191,7 +191,7 @@ def main() -> None:
     global _CLOCK
     _CLOCK = time.perf_counter if args.clock == "wall" else time.thread_time
     torch.set_num_threads(args.threads)
-    rounds, per_round = 8, 5
+    rounds, per_round = 2, 20
     steps_wanted = rounds * per_round
     new_tokens = max(args.new_tokens, steps_wanted + 2)
     engines = {"tape": build("tape", args.threads, args.prompt_len, new_tokens),

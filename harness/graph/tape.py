@@ -102,6 +102,7 @@ _BINDINGS: dict[torch._ops.OpOverload, Callable[..., Any]] = {
     aten.rsqrt.out: torch.rsqrt,
     aten.tanh.out: torch.tanh,
     aten.mean.out: torch.mean,
+    aten.linalg_vector_norm.out: torch.linalg.vector_norm,
     aten.addcmul.out: torch.addcmul,
     aten.mm.out: torch.mm,
     aten.bmm.out: torch.bmm,
