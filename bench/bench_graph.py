@@ -88,7 +88,10 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=300)
     parser.add_argument("--layers", type=int, default=4)
     parser.add_argument("--device", default="cpu", help="cpu (tape backend) or cuda (CUDA graph backend)")
+    parser.add_argument("--threads", type=int, default=1,
+                        help="torch intra-op threads (ops this small run fastest on one, as in bench_engine)")
     args = parser.parse_args()
+    torch.set_num_threads(args.threads)
     torch.manual_seed(0)
     rows = run([1, 8, 32], args.repeats, args.layers, args.device)
     name = "tape" if args.device == "cpu" else "CUDA graph"
@@ -110,7 +113,7 @@ def main() -> None:
     write_section(
         "graph" if args.device == "cpu" else "graph-cuda",
         f"Graph runner: {name} replay vs eager ({args.device}{gpu})",
-        f"python -m bench.bench_graph --repeats {args.repeats} --layers {args.layers}"
+        f"python -m bench.bench_graph --repeats {args.repeats} --layers {args.layers} --threads {args.threads}"
         + ("" if args.device == "cpu" else f" --device {args.device}"),
         f"Toy decode step ({args.layers} layers, alternating sliding/full, window 8, 12-token prefixes), "
         f"{args.repeats} interleaved repeats per cell; each call timed on the wall clock and on the thread's CPU "
