@@ -158,12 +158,12 @@ def check(name: str, engines, hf_model, lengths: tuple[int, ...], *, eager: bool
         ref = hf_logits(hf_model, prompts[i], o.output_ids)
         hf_greedy = ref.argmax(-1).tolist()
         # Compare up to the first greedy disagreement, which must be a near-tie of the reference.
-        steps = NEW_TOKENS
+        steps, base = NEW_TOKENS, "eager" if eager else "tape"
         for other, tol, who in ((hf_greedy, TOL_HF, "transformers"), (t.output_ids, TOL_GRAPH, "tape")):
             k = first_difference(o.output_ids, other)
             if k is not None:
                 assert margin(ref[k]) < 2 * tol, (
-                    f"{name} request {i} ({n} tokens): {who} greedy token {k} is {other[k]}, eager's is "
+                    f"{name} request {i} ({n} tokens): {who} greedy token {k} is {other[k]}, {base}'s is "
                     f"{o.output_ids[k]}, and the reference margin there is {margin(ref[k]):.3g} (no tie)")
                 steps = min(steps, k + 1)
         d_hf_off = float((o.logits[:steps] - ref[:steps]).abs().max())
