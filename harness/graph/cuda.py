@@ -7,21 +7,18 @@ from typing import Any
 
 import torch
 
-from harness.graph.errors import GraphInputReplacedError
+from harness.graph.errors import check_static_inputs, input_addresses
 
 
 class CudaGraph:
     def __init__(self, graph: "torch.cuda.CUDAGraph", output: Any, static_inputs: Mapping[str, torch.Tensor]):
         self._graph = graph
         self.output = output
-        self._input_ptrs = {name: t.data_ptr() for name, t in static_inputs.items()}
+        self._input_ptrs = input_addresses(static_inputs)
 
     def replay(self, current_inputs: Mapping[str, torch.Tensor] | None = None) -> Any:
         if current_inputs is not None:
-            for name, ptr in self._input_ptrs.items():
-                now = current_inputs.get(name)
-                if now is None or now.data_ptr() != ptr:
-                    raise GraphInputReplacedError(f"static input '{name}' was replaced since capture; refill it with copy_()")
+            check_static_inputs(self._input_ptrs, current_inputs)
         self._graph.replay()
         return self.output
 

@@ -18,7 +18,7 @@ from typing import Any, Protocol
 
 import torch
 
-from harness.graph.errors import GraphInputReplacedError
+from harness.graph.errors import check_static_inputs, input_addresses
 
 
 class Piece(Protocol):
@@ -42,10 +42,7 @@ class PiecewiseGraph:
 
     def replay(self, current_inputs: Mapping[str, torch.Tensor] | None = None) -> Any:
         if current_inputs is not None:
-            for name, ptr in self.input_ptrs.items():
-                now = current_inputs.get(name)
-                if now is None or now.data_ptr() != ptr:
-                    raise GraphInputReplacedError(f"static input '{name}' was replaced since capture; refill it with copy_()")
+            check_static_inputs(self.input_ptrs, current_inputs)
         with torch.no_grad():
             for i, piece in enumerate(self.pieces):
                 piece.replay()
@@ -98,5 +95,4 @@ def capture_piecewise(segmenter: Segmenter, fn: Callable[[], Any], *,
         _active.pop()
         last = segmenter.end()
     capture.pieces.append(last)
-    return PiecewiseGraph(capture.pieces, capture.breaks, output,
-                          {name: t.data_ptr() for name, t in static_inputs.items()})
+    return PiecewiseGraph(capture.pieces, capture.breaks, output, input_addresses(static_inputs))

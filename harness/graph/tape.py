@@ -32,7 +32,7 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from harness.op_args import iter_tensors
-from harness.graph.errors import GraphCaptureError, GraphInputReplacedError
+from harness.graph.errors import GraphCaptureError, check_static_inputs, input_addresses
 
 aten = torch.ops.aten
 
@@ -304,26 +304,16 @@ class TapeGraph:
         self._steps = steps
         self._calls = tuple(step.call for step in steps)
         self.output = output
-        self._input_ptrs = {name: t.data_ptr() for name, t in static_inputs.items()}
+        self._input_ptrs = input_addresses(static_inputs)
         self.ops_seen = ops_seen
 
     @property
     def num_steps(self) -> int:
         return len(self._steps)
 
-    def check_inputs(self, current: Mapping[str, torch.Tensor]) -> None:
-        for name, ptr in self._input_ptrs.items():
-            now = current.get(name)
-            if now is None or now.data_ptr() != ptr:
-                got = "missing" if now is None else f"data_ptr {now.data_ptr():#x}"
-                raise GraphInputReplacedError(
-                    f"static input '{name}' was replaced since capture (captured data_ptr {ptr:#x}, now {got}); "
-                    "refill it in place with copy_() instead"
-                )
-
     def replay(self, current_inputs: Mapping[str, torch.Tensor] | None = None) -> Any:
         if current_inputs is not None:
-            self.check_inputs(current_inputs)
+            check_static_inputs(self._input_ptrs, current_inputs)
         # Inference mode: the replayed ops skip autograd's dispatch layers (no_grad still enters them);
         # the C++ guard directly, without torch.inference_mode's Python wrapper.
         with torch._C._InferenceMode(True):
