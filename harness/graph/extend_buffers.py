@@ -40,7 +40,6 @@ class ExtendInputs:
     out_cache_loc: torch.Tensor
     out_cache_loc_swa: torch.Tensor | None
     logits_indices: torch.Tensor  # [max_reqs] rows of T; the tail repeats row 0 and is sliced off
-    num_tokens: int  # the bucket
     batch: Any = None  # the real ForwardBatch (None while capturing on an all-padding batch)
 
 
@@ -70,7 +69,7 @@ class ExtendInputBuffers:
 
     def view(self, num_tokens: int) -> ExtendInputs:
         views = {name: self.inputs[name][:num_tokens] if name in self.inputs else None for name in EXTEND_FIELDS}
-        return ExtendInputs(**views, logits_indices=self.logits_indices, num_tokens=num_tokens, batch=self.current)
+        return ExtendInputs(**views, logits_indices=self.logits_indices, batch=self.current)
 
     def populate(self, batch: Any, num_tokens: int) -> None:
         """Copy the batch's ``T`` tokens into rows ``[0, T)`` and pad ``[T, num_tokens)`` per the table."""

@@ -50,10 +50,6 @@ class PiecewiseGraph:
                     self.breaks[i]()
         return self.output
 
-    @property
-    def num_breaks(self) -> int:
-        return len(self.breaks)
-
 
 class _Capture:
     def __init__(self, segmenter: Segmenter) -> None:
