@@ -17,7 +17,7 @@ from harness.engine.request import FinishReason, GenerateOutput, Req, RequestErr
 from harness.engine.sampling import SamplingFailure, sample
 from harness.engine.scheduler import Scheduler
 from harness.mem import HybridPoolSpec, PoolBuilder, build_hybrid_pool
-from harness.model import Tokenizer, load_model
+from harness.model import Tokenizer, load_config, load_model
 
 logger = logging.getLogger(__name__)
 
@@ -89,11 +89,12 @@ class Engine:
         if config.num_threads is not None:
             torch.set_num_threads(config.num_threads)
         path = Path(config.model_path)
-        self.model = load_model(path, dtype=DTYPES[config.dtype], device=config.device,
-                                max_positions=config.max_context_len)
-        self.model_config = self.model.config
-        self.tokenizer = Tokenizer.from_dir(path) if (path / "tokenizer.json").is_file() else None
+        self.model_config = load_config(path)
         self.max_context_len = config.max_context_len or self._default_context_len()
+        # RoPE tables for the context actually served, not the model's (possibly 128k) maximum.
+        self.model = load_model(path, dtype=DTYPES[config.dtype], device=config.device, config=self.model_config,
+                                max_positions=self.max_context_len)
+        self.tokenizer = Tokenizer.from_dir(path) if (path / "tokenizer.json").is_file() else None
         self.runner = ModelRunner(self.model, pool_builder(self._pool_spec()), graphs=config.graphs,
                                   max_extend_tokens=config.max_prefill_tokens if config.extend_graphs else None)
         self.scheduler = Scheduler(
