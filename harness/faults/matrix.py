@@ -164,16 +164,16 @@ def verdict(matrix: dict) -> tuple[bool, list[str]]:
 
 
 def _cell(result: dict) -> str:
-    return f"killed ({result['kill_class'][:6]})" if result["status"] == "killed" else result["status"]
+    return f"killed: {result['kill_class']}" if result["status"] == "killed" else result["status"]
 
 
 def format_matrix(matrix: dict) -> str:
     suites = matrix["suites"]
     width = max([len(f["id"]) for f in matrix["faults"]] + [14])
-    lines = [f"target: {matrix['target']}", f"{'':{width}}  " + "  ".join(f"{s:>18}" for s in suites)]
-    lines.append(f"{'(clean build)':{width}}  " + "  ".join(f"{matrix['clean'][s]['status']:>18}" for s in suites))
+    lines = [f"target: {matrix['target']}", f"{'':{width}}  " + "  ".join(f"{s:>20}" for s in suites)]
+    lines.append(f"{'(clean build)':{width}}  " + "  ".join(f"{matrix['clean'][s]['status']:>20}" for s in suites))
     for fault in matrix["faults"]:
-        lines.append(f"{fault['id']:{width}}  " + "  ".join(f"{_cell(fault['suites'][s]):>18}" for s in suites))
+        lines.append(f"{fault['id']:{width}}  " + "  ".join(f"{_cell(fault['suites'][s]):>20}" for s in suites))
     lines.append("")
     for fault in matrix["faults"]:
         kills = [s for s in fault["suites"].values() if s["status"] == "killed"]
