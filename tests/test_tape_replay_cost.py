@@ -8,7 +8,8 @@ from collections import Counter
 import torch
 import torch.nn.functional as F
 
-from harness.graph.tape import TapeBackend, TapeSegmenter
+from harness.graph.piecewise import graph_break
+from harness.graph.tape import TapeBackend
 from harness.opcount import OpCounter
 
 
@@ -76,12 +77,19 @@ def test_random_ops_are_never_constants():
     assert graph.num_steps == 2 and not torch.equal(graph.replay(), first)
 
 
-def test_pieces_keep_their_constants():
-    """A piece cannot see whether a later piece or a break writes a constant's output."""
-    segmenter = TapeSegmenter()
-    segmenter.begin()
-    try:
-        torch.arange(3.0) * 2
-    finally:
-        piece = segmenter.end()
-    assert piece.num_steps == 2
+def test_a_constant_a_break_may_write_is_rebuilt_every_replay():
+    """A break's Python may write its inputs in place, so a constant it reads is no constant."""
+    x = torch.zeros(3)
+
+    def bump(t: torch.Tensor) -> torch.Tensor:
+        t.add_(1.0)
+        return t * 1
+
+    def body():
+        base = torch.arange(3.0)
+        return graph_break(bump, base) + x
+
+    graph = TapeBackend().capture_piecewise(body, static_inputs={"x": x})
+    for value in (1.0, 5.0):
+        x.fill_(value)
+        assert torch.equal(graph.replay(), torch.arange(3.0) + 1 + value)

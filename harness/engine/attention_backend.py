@@ -243,7 +243,7 @@ class PoolAttentionBackend:
 
     def forward(self, layer: AttentionLayerSpec, q, k, v, batch: ForwardBatch | DecodeInputs | ExtendInputs) -> torch.Tensor:
         if self.piecewise:
-            return graph_break(lambda: self._write_and_attend(layer, q, k, v, batch))
+            return graph_break(lambda q, k, v: self._write_and_attend(layer, q, k, v, batch), q, k, v)
         return self._write_and_attend(layer, q, k, v, batch)
 
     def _write_and_attend(self, layer: AttentionLayerSpec, q, k, v, batch) -> torch.Tensor:

@@ -15,6 +15,9 @@ class GraphBackend(Protocol):
     def capture(self, fn: Any, *, static_inputs: Any) -> Any:
         """A graph object with ``replay(current_inputs)``, each backend its own kind."""
 
+    def capture_piecewise(self, fn: Any, *, static_inputs: Any) -> Any:
+        """The same, with every ``graph_break`` in ``fn`` run eagerly between captured pieces."""
+
 
 def resolve_mode(mode: str, device: torch.device | str = "cpu") -> str:
     """``auto`` means CUDA graphs on a CUDA device and the tape on CPU."""

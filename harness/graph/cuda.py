@@ -8,6 +8,7 @@ from typing import Any
 import torch
 
 from harness.graph.errors import check_static_inputs, input_addresses
+from harness.graph.piecewise import PiecewiseGraph, capture_pieces
 
 
 class CudaGraph:
@@ -40,8 +41,9 @@ class CudaGraphBackend:
         torch.cuda.synchronize()
         return CudaGraph(graph, output, static_inputs)
 
-    def segmenter(self) -> "CudaSegmenter":
-        return CudaSegmenter(self)
+    def capture_piecewise(self, fn: Callable[[], Any], *, static_inputs: Mapping[str, torch.Tensor]) -> PiecewiseGraph:
+        """One ``torch.cuda.CUDAGraph`` per piece, all in the backend's pool, the breaks eager between them."""
+        return capture_pieces(CudaSegmenter(self), fn, static_inputs=static_inputs)
 
 
 class CudaSegmenter:

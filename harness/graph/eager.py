@@ -28,6 +28,6 @@ class EagerBackend:
         with torch.no_grad():
             return EagerGraph(fn, fn())
 
-    def segmenter(self) -> None:
-        """Graphs off needs no pieces: ``capture_piecewise`` is not used, the whole callable re-runs."""
-        return None
+    def capture_piecewise(self, fn: Callable[[], Any], *, static_inputs: Mapping[str, torch.Tensor]) -> EagerGraph:
+        """No pieces needed: the whole callable (breaks included) re-runs at every replay."""
+        return self.capture(fn, static_inputs=static_inputs)

@@ -17,7 +17,6 @@ import torch
 
 from harness.graph.backends import GraphBackend
 from harness.graph.extend_buffers import ExtendInputBuffers, ExtendInputs
-from harness.graph.piecewise import capture_piecewise
 from harness.seams import seam
 
 DEFAULT_CAPTURE_TOKENS: tuple[int, ...] = (8, 16, 32, 48, 64, 96, 128, 192, 256, 384, 512, 768, 1024, 1536, 2048,
@@ -80,11 +79,7 @@ class ExtendGraphRunner:
         with torch.no_grad():
             self.target.extend_graph_forward(inputs)
         self.target.begin_capture_run()
-        segmenter = getattr(self.backend, "segmenter", lambda: None)()
-        body = lambda: self._body(inputs)  # noqa: E731
-        if segmenter is None:  # graphs "eager": the whole body re-runs at every replay
-            return self.backend.capture(body, static_inputs=self.buffers.tensors())
-        return capture_piecewise(segmenter, body, static_inputs=self.buffers.tensors())
+        return self.backend.capture_piecewise(lambda: self._body(inputs), static_inputs=self.buffers.tensors())
 
     def _body(self, inputs: ExtendInputs) -> torch.Tensor:
         self.buffers.logits.copy_(self.target.extend_graph_forward(inputs))

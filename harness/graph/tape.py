@@ -11,19 +11,26 @@ result into the tensor captured for it; Python does not run again. So, as with a
 
 View ops are not replayed (a captured view still aliases its base); in-place and ``out=`` ops are
 replayed as recorded; functional ops are replayed through their ``out=`` overload into the captured
-output when aten has one, else computed and copied in.
+output when aten has one, else computed and copied in. A piecewise capture (``capture_piecewise``)
+records each ``graph_break`` as one more step, which runs its Python again at replay.
+
+The tensors a capture allocates belong to the graph, and like a CUDA graph's they do not each keep
+their own memory: after capture they are planned into an arena every graph of the backend shares, by
+the step ranges over which they are used (``harness.graph.tape_memory``).
 
 Replay cost per op is kept low, since a decode step of a small model is hundreds of tiny ops: each
-step is bound once at capture into a zero-argument callable (no argument unpacking or kwargs merging
-at replay), through torch's generated Python binding of the op where one calls exactly the recorded
-overload (checked once per overload and argument kinds, else the overload itself is called, whose
-generic schema matching costs more); and a whole-graph capture drops the steps that are constants
-(an op with no tensor inputs, such as ``arange``, whose output nothing in the graph writes again).
+step is bound once into a zero-argument callable (no argument unpacking or kwargs merging at replay),
+through torch's generated Python binding of the op where one calls exactly the recorded overload
+(checked once per overload and argument kinds, else the overload itself is called, whose generic
+schema matching costs more); and the steps that are constants (an op with no tensor inputs, such as
+``arange``, whose output nothing in the graph writes again) run once when the graph is bound, not at
+every replay.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
+from contextlib import nullcontext
 from dataclasses import dataclass, field
 from functools import partial
 from typing import Any
@@ -33,6 +40,8 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 from harness.op_args import iter_tensors
 from harness.graph.errors import GraphCaptureError, check_static_inputs, input_addresses
+from harness.graph.piecewise import splitting
+from harness.graph.tape_memory import Arena, GraphMemory, OwnedStorages
 
 aten = torch.ops.aten
 
@@ -187,11 +196,13 @@ def _binding_for(func: torch._ops.OpOverload, args: tuple, kwargs: dict) -> Call
 
 @dataclass
 class _Step:
-    """One recorded op, bound to the tensors it must read and write at replay.
+    """One recorded op, bound at bind time to the tensors it must read and write at replay.
 
-    ``call`` is the same op bound once to its arguments (a faster binding where one applies);
-    ``writes`` are the tensors it writes; ``constant``: it reads no tensor and is not random, so
-    rerunning it recomputes the value it already left in its output.
+    ``args``/``kwargs`` hold the graph's own tensors as ``TensorRef``s (their memory is planned after
+    capture, ``harness.graph.tape_memory``) and outside tensors as themselves; ``writes`` are the keys
+    of the storages it writes; ``constant``: it reads no tensor and is not random, so rerunning it
+    recomputes the value it already left in its output; ``fast``: a cheaper callable that dispatches
+    exactly ``func`` for these arguments; ``call`` is the op bound to its tensors.
     """
 
     func: Callable[..., Any]
@@ -199,15 +210,14 @@ class _Step:
     kwargs: dict
     writes: tuple = ()
     constant: bool = False
+    fast: Callable[..., Any] | None = None
     call: Callable[[], Any] = field(init=False, repr=False)
 
-    def __post_init__(self) -> None:
-        self.bind(self.func)
-
-    def bind(self, fast: Callable[..., Any]) -> None:
+    def bind(self, resolve: Callable[[Any], Any]) -> None:
+        fast = self.fast or self.func
         if isinstance(fast, torch._ops.OpOverload):
             fast = fast._op  # the C++ entry point: skips OpOverload.__call__'s Python frame
-        self.call = partial(fast, *self.args, **self.kwargs)
+        self.call = partial(fast, *resolve(self.args), **resolve(self.kwargs))
 
 
 def _written_args(func: torch._ops.OpOverload, args: tuple, kwargs: dict) -> tuple:
@@ -220,25 +230,83 @@ def _written_args(func: torch._ops.OpOverload, args: tuple, kwargs: dict) -> tup
     return tuple(written)
 
 
-def _drop_constants(steps: list[_Step], keep: Any) -> list[_Step]:
-    """Steps minus the constant ones whose outputs no step (and not the caller, via ``keep``) writes again."""
-    written: dict[int, int] = {}
+def _split_constants(steps: list[_Step], keep: set) -> tuple[list[_Step], list[_Step]]:
+    """(steps to replay, constant steps to run once at bind): a constant is run once when no other step
+    (and not the caller, via the storage keys in ``keep``) writes its output again."""
+    written: dict[Any, int] = {}
     for step in steps:
-        for storage in _storages(step.writes):
-            written[storage] = written.get(storage, 0) + 1
-    kept = _storages(keep)
-    return [step for step in steps
-            if not (step.constant and all(written[s] == 1 and s not in kept for s in _storages(step.writes)))]
+        for key in step.writes:
+            written[key] = written.get(key, 0) + 1
+    once = [step for step in steps
+            if step.constant and all(written[k] == 1 and k not in keep for k in step.writes)]
+    ids = {id(step) for step in once}
+    return [step for step in steps if id(step) not in ids], once
+
+
+def _run_break(run: Callable[..., torch.Tensor]) -> Callable[..., None]:
+    def call(out: torch.Tensor, inputs: tuple) -> None:
+        # Eager Python between the pieces, as at capture: outside inference mode (it may keep tensors).
+        with torch._C._InferenceMode(False), torch.no_grad():
+            out.copy_(run(*inputs))
+
+    return call
 
 
 class _Recorder(TorchDispatchMode):
+    """Records the ops of one capture into steps; ``split`` records a piecewise graph's eager break."""
+
     def __init__(self) -> None:
         super().__init__()
         self.steps: list[_Step] = []
+        self.owned = OwnedStorages()
         self.ops_seen = 0
+        self.paused = False
+        self._grad = torch.no_grad()
+        self._saved: tuple | None = None
+
+    def start(self) -> None:
+        self._forbid_host_reads()
+        self._grad.__enter__()
+        self.__enter__()
+
+    def stop(self) -> None:
+        self.__exit__(None, None, None)
+        self._grad.__exit__(None, None, None)
+        self._allow_host_reads()
+
+    def _forbid_host_reads(self) -> None:
+        self._saved = torch.Tensor.tolist, torch.Tensor.numpy
+        torch.Tensor.tolist, torch.Tensor.numpy = _forbid("tolist"), _forbid("numpy")
+
+    def _allow_host_reads(self) -> None:
+        if self._saved is not None:
+            torch.Tensor.tolist, torch.Tensor.numpy = self._saved
+            self._saved = None
+
+    def split(self, run: Callable[..., torch.Tensor], inputs: tuple) -> torch.Tensor:
+        """A ``graph_break``: run eagerly now and, as one step, at every replay, writing the tensor returned here."""
+        self.paused = True
+        self._allow_host_reads()
+        try:
+            result = run(*inputs)
+        finally:
+            self.paused = False
+            self._forbid_host_reads()
+        out = torch.empty_like(result)  # recorded: a storage of the graph's, planned like any other
+        self.paused = True
+        try:
+            out.copy_(result)
+        finally:
+            self.paused = False
+        owned = self.owned
+        writes = tuple(owned.key(t) for t in (out, *iter_tensors(inputs)))  # the break may write its inputs
+        self._append(_Step(_run_break(run), (owned.ref(out), tuple(self._refs(inputs))), {}, writes=writes))
+        return out
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
+        if self.paused:
+            return func(*args, **kwargs)
         reason = _host_sync_reason(func, args, kwargs)
         if reason is not None:
             raise GraphCaptureError(f"{func} cannot be captured into a graph: {reason} needs a host sync")
@@ -247,38 +315,63 @@ class _Recorder(TorchDispatchMode):
         self._record(func, args, kwargs, out)
         return out
 
+    def _refs(self, tree: Any) -> Any:
+        ref = self.owned.ref
+        if isinstance(tree, torch.Tensor):
+            return ref(tree)
+        if isinstance(tree, tuple):
+            return tuple(self._refs(t) for t in tree)
+        if isinstance(tree, list):
+            return [self._refs(t) for t in tree]
+        if isinstance(tree, dict):
+            return {k: self._refs(v) for k, v in tree.items()}
+        return tree
+
+    def _append(self, step: _Step) -> None:
+        self.steps.append(step)
+        self.owned.step = len(self.steps)
+
     def _record(self, func, args: tuple, kwargs: dict, out: Any) -> None:
-        if func.is_view or func in _SKIP_AT_REPLAY:
+        owned = self.owned
+        outs = out if isinstance(out, (tuple, list)) else (out,)
+        if func.is_view:  # not replayed: a captured view still aliases its base
+            for o in iter_tensors(outs):
+                owned.track(o)
+            return
+        if func in _SKIP_AT_REPLAY:
+            for o in outs:
+                owned.adopt(o)
             return
         if func._schema.is_mutable:  # in-place or out=: replaying writes into the same tensors
-            step = _Step(func, args, kwargs, writes=_written_args(func, args, kwargs))
-            if func in _MUTATING_BINDINGS:
-                step.bind(_MUTATING_BINDINGS[func])
-            self.steps.append(step)
+            writes = tuple(owned.key(t) for t in _written_args(func, args, kwargs))
+            self._append(_Step(func, self._refs(args), self._refs(kwargs), writes=writes,
+                               fast=_MUTATING_BINDINGS.get(func)))
+            for o in iter_tensors(outs):
+                owned.track(o)
             return
-        outs = out if isinstance(out, (tuple, list)) else (out,)
         if not all(isinstance(o, torch.Tensor) for o in outs):
             raise GraphCaptureError(f"{func} returned a non-tensor value, which a graph cannot replay")
         inputs = _storages((args, kwargs))
         if _storages(outs) & inputs:  # aliases an input: nothing to recompute
+            for o in outs:
+                owned.track(o)
             return
+        for o in outs:
+            owned.adopt(o)
         constant = not inputs and torch.Tag.nondeterministic_seeded not in func.tags
+        writes = tuple(owned.key(o) for o in outs)
         variant = _out_variant(func)
         if variant is not None:
             out_func, out_names = variant
-            # out= gets an alias frozen at the shape the op produced: an in-place metadata op recorded
-            # later (``squeeze_``) changes the original tensor object, not what this step writes.
-            frozen = (o.as_strided(o.shape, o.stride(), o.storage_offset()) for o in outs)
-            out_kwargs = {**kwargs, **dict(zip(out_names, frozen))}
-            step = _Step(out_func, args, out_kwargs, writes=tuple(outs), constant=constant)
-            binding = _binding_for(out_func, args, out_kwargs)
-            if binding is not None:
-                step.bind(binding)
-            self.steps.append(step)
+            # The refs freeze each output's shape as the op produced it: an in-place metadata op recorded
+            # later (``squeeze_``) changes the tensor object, not what this step writes.
+            out_kwargs = {**kwargs, **dict(zip(out_names, outs))}
+            self._append(_Step(out_func, self._refs(args), self._refs(out_kwargs), writes=writes, constant=constant,
+                               fast=_binding_for(out_func, args, out_kwargs)))
         else:
             multi = isinstance(out, (tuple, list))
-            self.steps.append(_Step(_compute_and_copy(func, multi), (outs, args), kwargs, writes=tuple(outs),
-                                    constant=constant))
+            self._append(_Step(_compute_and_copy(func, multi), (self._refs(tuple(outs)), self._refs(args)),
+                               self._refs(kwargs), writes=writes, constant=constant))
 
 
 def _compute_and_copy(func, multi: bool) -> Callable[..., None]:
@@ -298,14 +391,32 @@ def _forbid(name: str):
 
 
 class TapeGraph:
-    """A captured tape: ``replay()`` re-runs the recorded ops; ``output`` is what capture returned."""
+    """A captured tape: ``replay()`` re-runs the recorded ops; ``output`` is what capture returned.
 
-    def __init__(self, steps: list[_Step], output: Any, static_inputs: Mapping[str, torch.Tensor], ops_seen: int):
+    Its own tensors live where ``memory`` put them (``harness.graph.tape_memory``); the steps are bound
+    to them here, and again whenever the shared arena grows.
+    """
+
+    def __init__(self, steps: list[_Step], constants: list[_Step], output: Any,
+                 static_inputs: Mapping[str, torch.Tensor], ops_seen: int, memory: GraphMemory):
         self._steps = steps
-        self._calls = tuple(step.call for step in steps)
+        self._constants = constants
         self.output = output
+        self.memory = memory
         self._input_ptrs = input_addresses(static_inputs)
         self.ops_seen = ops_seen
+        self._calls: tuple[Callable[[], Any], ...] = ()
+        memory.arena.reserve(memory.shared_nbytes, self._bind)
+        self._bind()
+
+    def _bind(self) -> None:
+        resolve = self.memory.resolver()
+        for step in self._constants:
+            step.bind(resolve)
+            step.call()  # once: nothing in the graph writes a constant's output again
+        for step in self._steps:
+            step.bind(resolve)
+        self._calls = tuple(step.call for step in self._steps)
 
     @property
     def num_steps(self) -> int:
@@ -323,46 +434,32 @@ class TapeGraph:
 
 
 class TapeBackend:
-    """Graphs on, CPU: record once, replay the ops without Python."""
+    """Graphs on, CPU: record once, replay the ops without Python. Every graph of one backend shares its
+    ``arena`` for the tensors Python dropped during capture, as CUDA graphs share a memory pool."""
 
     name = "tape"
 
-    def capture(self, fn: Callable[[], Any], *, static_inputs: Mapping[str, torch.Tensor]) -> TapeGraph:
-        segment = TapeSegmenter()
-        segment.begin()
-        try:
-            output = fn()
-        finally:
-            piece = segment.end()
-        # Only a whole graph knows every writer of a constant's output (a piece of a piecewise graph
-        # does not: a later piece or a break may write it), so only here are constants dropped.
-        steps = _drop_constants(piece._steps, keep=(output, dict(static_inputs)))
-        return TapeGraph(steps, output, static_inputs, piece.ops_seen)
-
-    def segmenter(self) -> "TapeSegmenter":
-        return TapeSegmenter()
-
-
-class TapeSegmenter:
-    """Records one piece of a piecewise graph at a time (``harness.graph.piecewise``)."""
-
     def __init__(self) -> None:
-        self._recorder: _Recorder | None = None
-        self._saved: tuple | None = None
-        self._grad = torch.no_grad()
+        self.arena = Arena()
 
-    def begin(self) -> None:
-        self._saved = torch.Tensor.tolist, torch.Tensor.numpy
-        torch.Tensor.tolist, torch.Tensor.numpy = _forbid("tolist"), _forbid("numpy")
-        self._recorder = _Recorder()
-        self._grad.__enter__()
-        self._recorder.__enter__()
+    def capture(self, fn: Callable[[], Any], *, static_inputs: Mapping[str, torch.Tensor]) -> TapeGraph:
+        return self._capture(fn, static_inputs, piecewise=False)
 
-    def end(self) -> TapeGraph:
-        recorder, self._recorder = self._recorder, None
-        if recorder is None:  # already ended (a break failed between pieces)
-            return TapeGraph([], None, {}, 0)
-        recorder.__exit__(None, None, None)
-        self._grad.__exit__(None, None, None)
-        torch.Tensor.tolist, torch.Tensor.numpy = self._saved
-        return TapeGraph(recorder.steps, None, {}, recorder.ops_seen)
+    def capture_piecewise(self, fn: Callable[[], Any], *, static_inputs: Mapping[str, torch.Tensor]) -> TapeGraph:
+        """One tape for the whole callable; each ``graph_break`` in it is a step that runs its Python again."""
+        return self._capture(fn, static_inputs, piecewise=True)
+
+    def _capture(self, fn: Callable[[], Any], static_inputs: Mapping[str, torch.Tensor], *, piecewise: bool) -> TapeGraph:
+        recorder = _Recorder()
+        recorder.start()
+        try:
+            with splitting(recorder) if piecewise else nullcontext():
+                output = fn()
+        finally:
+            recorder.stop()
+        owned = recorder.owned
+        keep = {owned.key(t) for t in iter_tensors((output, dict(static_inputs)))}
+        steps, constants = _split_constants(recorder.steps, keep)
+        once = {k for step in constants for k in step.writes if isinstance(k, int)}
+        memory = GraphMemory(owned, self.arena, private=once)
+        return TapeGraph(steps, constants, output, static_inputs, recorder.ops_seen, memory)
