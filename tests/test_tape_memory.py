@@ -153,3 +153,23 @@ def test_an_engines_graphs_hold_a_fraction_of_what_they_allocated_and_still_gene
     assert engine.runner.paths["decode-graph"] and engine.runner.paths["extend-graph"]
     eager = make_engine("gemma3_text", graphs="off")
     assert with_graphs == [o.output_ids for o in eager.generate(prompts, params)]
+
+
+def test_lazy_capture_builds_only_the_graphs_used_from_reset_buffers_and_generates_the_same():
+    from tests.engine_helpers import make_engine
+
+    lazy = make_engine("gemma3_text", capture="lazy")
+    assert not lazy.runner.graph_runner.graphs and not lazy.runner.extend_graph_runner.graphs
+    seen: list[torch.Tensor] = []
+    capture_one = lazy.runner.graph_runner._capture_one
+    lazy.runner.graph_runner._capture_one = lambda bs, kv: (seen.append(lazy.runner.graph_runner.buffers.inputs[
+        "out_cache_loc_swa"].clone()), capture_one(bs, kv))[1]
+    prompts = [[3, 1, 4, 1, 5] * k for k in (1, 3, 2, 7, 4)]
+    # Requests finish one by one, so the batch shrinks through buckets 8, 4, 2, 1: each captured after replays.
+    params = [SamplingParams(max_new_tokens=n, ignore_eos=True) for n in (4, 9, 14, 19, 24)]
+    got = [o.output_ids for o in lazy.generate(prompts, params)]
+    startup = make_engine("gemma3_text")
+    assert got == [o.output_ids for o in startup.generate(prompts, params)]
+    used, every = set(lazy.runner.graph_runner.graphs), set(startup.runner.graph_runner.graphs)
+    assert used and used < every and lazy.runner.extend_graph_runner.graphs
+    assert len(seen) == len(used) >= 4 and all(not s.any() for s in seen)  # no earlier replay's slots at capture

@@ -61,6 +61,7 @@ class EngineConfig:
     kv_memory_fraction: float = 0.25  # share of available memory the default full pool may take
     num_threads: int | None = None  # torch intra-op threads; small models on CPU run fastest on 1
     extend_graphs: bool = True  # with graphs on, prefill/extend batches run piecewise graphs too
+    capture: str = "startup"  # startup | lazy: every graph at start-up (SGLang's way), or each on first use
 
     def __post_init__(self) -> None:
         for name in ("dtype", "kv_dtype"):
@@ -96,7 +97,8 @@ class Engine:
                                 max_positions=self.max_context_len)
         self.tokenizer = Tokenizer.from_dir(path) if (path / "tokenizer.json").is_file() else None
         self.runner = ModelRunner(self.model, pool_builder(self._pool_spec()), graphs=config.graphs,
-                                  max_extend_tokens=config.max_prefill_tokens if config.extend_graphs else None)
+                                  max_extend_tokens=config.max_prefill_tokens if config.extend_graphs else None,
+                                  capture=config.capture)
         self.scheduler = Scheduler(
             self.runner.req_to_token_pool,
             self.runner.allocator,

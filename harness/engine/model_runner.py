@@ -57,9 +57,15 @@ def kv_len_buckets(max_context_len: int, smallest: int = 64, growth: int = 4) ->
     return buckets + [max_context_len]
 
 
+CAPTURE_MODES = ("startup", "lazy")
+"""When graphs are captured: all at start-up (as SGLang does), or each on the first batch that needs it."""
+
+
 class ModelRunner:
     def __init__(self, model: HybridSWAForCausalLM, memory: HybridPool, *, graphs: str = "auto",
-                 max_extend_tokens: int | None = None) -> None:
+                 max_extend_tokens: int | None = None, capture: str = "startup") -> None:
+        if capture not in CAPTURE_MODES:
+            raise ValueError(f"capture must be one of {CAPTURE_MODES}, got {capture!r}")
         self.model = model
         self.device = model.embed.device
         self.pool = memory.pool
@@ -81,14 +87,14 @@ class ModelRunner:
                 device=self.device,
                 kv_len_buckets=kv_len_buckets(self.req_to_token_pool.max_context_len),
             )
-            self.graph_runner.capture()
+            self.graph_runner.capture(lazy=capture == "lazy")
             if max_extend_tokens:
                 self.extend_graph_runner = ExtendGraphRunner(
                     self, make_backend(self.graph_mode), max_tokens=max_extend_tokens, max_reqs=max_bs,
                     vocab_size=model.config.vocab_size, is_hybrid_swa=bool(model.config.sliding_layer_ids),
                     device=self.device,
                 )
-                self.extend_graph_runner.capture()
+                self.extend_graph_runner.capture(lazy=capture == "lazy")
 
     # -- the forward -----------------------------------------------------------------------------
 

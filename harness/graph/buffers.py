@@ -105,6 +105,10 @@ class DecodeInputBuffers:
         copy_rows(self.inputs, batch, raw_bs, "decode")
         self.pad(raw_bs, bs)
 
+    def reset(self) -> None:
+        """Back to the state ``create`` left (before a lazy capture, which must see what a start-up capture saw)."""
+        reset_inputs(self.inputs, self.fields)
+
     def pad(self, start: int, end: int) -> None:
         if start >= end:
             return
@@ -112,6 +116,12 @@ class DecodeInputBuffers:
             fill = self.fields[name].pad
             if fill is not None:
                 buf[start:end].fill_(fill)
+
+
+def reset_inputs(inputs: dict[str, torch.Tensor], fields: Mapping[str, DecodeField]) -> None:
+    """Every row of every static input to its initial value: the field's padding value, else 0."""
+    for name, buf in inputs.items():
+        buf.fill_(fields[name].pad or 0)
 
 
 def copy_rows(inputs: dict[str, torch.Tensor], batch: Any, n: int, graph: str) -> None:

@@ -16,7 +16,7 @@ from typing import Any, ClassVar
 
 import torch
 
-from harness.graph.buffers import DecodeField, copy_rows
+from harness.graph.buffers import DecodeField, copy_rows, reset_inputs
 from harness.mem.index import LOC_DTYPE, PADDING_SLOT
 from harness.seams import seam_value
 
@@ -82,6 +82,12 @@ class ExtendInputBuffers:
         self.logits_indices.zero_()
         self.logits_indices[: wanted.numel()].copy_(wanted)
         self.current = batch
+
+    def reset(self) -> None:
+        """Back to the state ``create`` left (before a lazy capture, which must see what a start-up capture saw)."""
+        reset_inputs(self.inputs, self.fields)
+        self.logits_indices.zero_()
+        self.current = None
 
     def pad(self, start: int, end: int) -> None:
         for name, buf in self.inputs.items():

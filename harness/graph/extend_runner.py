@@ -49,6 +49,8 @@ class ExtendGraphRunner:
         self.buffers = ExtendInputBuffers.create(self.capture_tokens[-1], max_reqs, vocab_size,
                                                  is_hybrid_swa=is_hybrid_swa, device=device, logits_dtype=logits_dtype)
         self.graphs: dict[int, Any] = {}
+        self.ready = False  # captured, or set to capture each graph on first use
+        self.lazy = False
 
     def bucket_for(self, num_tokens: int) -> int:
         i = bisect.bisect_left(self.capture_tokens, num_tokens)
@@ -57,12 +59,23 @@ class ExtendGraphRunner:
         return self.capture_tokens[i]
 
     def can_run(self, batch: Any) -> bool:
-        return (bool(self.graphs) and not batch.forward_mode.is_decode()
+        return (self.ready and not batch.forward_mode.is_decode()
                 and 1 <= batch.input_ids.numel() <= self.capture_tokens[-1] and batch.batch_size <= self.max_reqs)
 
-    def capture(self) -> None:
+    def capture(self, *, lazy: bool = False) -> None:
+        """Largest bucket first; ``lazy``: each on the first batch that needs it (``GraphRunner.capture``)."""
+        self.ready, self.lazy = True, lazy
+        if lazy:
+            return
         for tokens in reversed(self.capture_tokens):
             self.graphs[tokens] = self._capture_one(tokens)
+
+    def graph_for(self, tokens: int) -> Any:
+        graph = self.graphs.get(tokens)
+        if graph is None and self.lazy:
+            self.buffers.reset()
+            graph = self.graphs[tokens] = self._capture_one(tokens)
+        return graph
 
     @seam("extend-capture-after-warm-cache")
     def _capture_inputs(self, num_tokens: int) -> ExtendInputs:
@@ -88,7 +101,8 @@ class ExtendGraphRunner:
     def replay(self, batch: Any) -> torch.Tensor:
         """Logits of the batch's ``logits_indices`` rows; a view of the static buffer (valid until the next replay)."""
         tokens = self.bucket_for(batch.input_ids.numel())
+        graph = self.graph_for(tokens)
         self.buffers.populate(batch, tokens)
         self.target.prepare_extend_graph_metadata(self.buffers.view(tokens))
-        self.graphs[tokens].replay(self.buffers.tensors())
+        graph.replay(self.buffers.tensors())
         return self.buffers.logits[: batch.logits_indices.numel()]

@@ -71,6 +71,8 @@ class GraphRunner:
         )
         self.kv_len_buckets: list[int | None] = sorted(set(kv_len_buckets)) if kv_len_buckets else [None]
         self.graphs: dict[tuple[int, int | None], object] = {}
+        self.ready = False  # captured, or set to capture each graph on first use
+        self.lazy = False
 
     # -- bucket choice -------------------------------------------------------------------------
 
@@ -92,17 +94,32 @@ class GraphRunner:
         return self.kv_len_buckets[i]
 
     def can_run(self, batch: Any, *, is_decode: bool = True) -> bool:
-        if not (is_decode and self.graphs and 1 <= batch.batch_size <= self.max_bs):
+        if not (is_decode and self.ready and 1 <= batch.batch_size <= self.max_bs):
             return False
         return self.kv_len_buckets == [None] or int(batch.seq_lens.max()) <= self.kv_len_buckets[-1]
 
     # -- capture -------------------------------------------------------------------------------
 
-    def capture(self) -> None:
-        """Largest bucket first, as SGLang does, so smaller graphs reuse the pool's memory."""
+    def capture(self, *, lazy: bool = False) -> None:
+        """Largest bucket first, as SGLang does, so smaller graphs reuse the pool's memory.
+
+        ``lazy``: capture nothing now, each graph on the first batch that needs it, from reset buffers
+        (as at start-up). Start-up then takes seconds, not the minute a large model's 30-odd captures
+        take; but a graph captured mid-run sees a pool with live requests, which SGLang's never does.
+        """
+        self.ready, self.lazy = True, lazy
+        if lazy:
+            return
         for bs in reversed(self.capture_bs):
             for kv_len in reversed(self.kv_len_buckets):
                 self.graphs[bs, kv_len] = self._capture_one(bs, kv_len)
+
+    def graph_for(self, bs: int, kv_len: int | None) -> object:
+        graph = self.graphs.get((bs, kv_len))
+        if graph is None and self.lazy:
+            self.buffers.reset()
+            graph = self.graphs[bs, kv_len] = self._capture_one(bs, kv_len)
+        return graph
 
     @seam("swa-loc-not-preset", "capture-after-warm-cache")
     def _capture_inputs(self, bs: int, kv_len: int | None) -> DecodeInputs:
@@ -131,7 +148,8 @@ class GraphRunner:
         """Logits of the ``raw_bs`` real rows; a view of the static logits buffer (valid until the next replay)."""
         raw_bs = batch.batch_size
         bs, kv_len = self.bucket_for(raw_bs), self.kv_bucket_for(batch)
+        graph = self.graph_for(bs, kv_len)
         self.buffers.populate(batch, bs)
         self.target.prepare_graph_metadata(self.buffers.view(bs, kv_len))
-        self.graphs[bs, kv_len].replay(self.buffers.tensors())
+        graph.replay(self.buffers.tensors())
         return self.buffers.logits[:raw_bs]

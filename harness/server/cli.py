@@ -31,6 +31,8 @@ def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m harness.server", description=__doc__.split("\n\n")[0])
     p.add_argument("--model", required=True, help="checkpoint directory (config.json, safetensors, tokenizer.json)")
     p.add_argument("--graphs", default="auto", choices=("off", "eager", "tape", "cuda", "auto"))
+    p.add_argument("--capture", default="startup", choices=("startup", "lazy"),
+                   help="capture every graph at start-up (default, as SGLang) or each on the first batch that needs it")
     p.add_argument("--host", default="127.0.0.1", help="bind address (default: loopback only)")
     p.add_argument("--port", type=int, default=0, help="0 picks a free port (default)")
     p.add_argument("--max-running", type=int, default=32, help="max concurrently running requests (decode batch)")
@@ -51,7 +53,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         config = EngineConfig(model_path=args.model, graphs=args.graphs, max_running_requests=args.max_running,
                               num_threads=args.num_threads, max_context_len=args.max_context_len, dtype=args.dtype,
-                              device=args.device)
+                              device=args.device, capture=args.capture)
     except ValueError as exc:
         print(f"swa-harness server: {exc}", file=sys.stderr)
         return 2
