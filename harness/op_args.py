@@ -22,3 +22,14 @@ def iter_tensors(obj: Any) -> Iterator[torch.Tensor]:
     elif isinstance(obj, dict):
         for item in obj.values():
             yield from iter_tensors(item)
+
+
+def map_leaves(obj: Any, fn: Any) -> Any:
+    """``obj`` with every leaf (anything but a tuple, list or dict) replaced by ``fn(leaf)``."""
+    if isinstance(obj, tuple):
+        return tuple(map_leaves(o, fn) for o in obj)
+    if isinstance(obj, list):
+        return [map_leaves(o, fn) for o in obj]
+    if isinstance(obj, dict):
+        return {k: map_leaves(v, fn) for k, v in obj.items()}
+    return fn(obj)

@@ -29,8 +29,8 @@ every replay.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
-from contextlib import nullcontext
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field
 from functools import partial
 from typing import Any
@@ -38,7 +38,7 @@ from typing import Any
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from harness.op_args import iter_tensors
+from harness.op_args import iter_tensors, map_leaves
 from harness.graph.errors import GraphCaptureError, check_static_inputs, input_addresses
 from harness.graph.piecewise import splitting
 from harness.graph.tape_memory import Arena, GraphMemory, OwnedStorages
@@ -283,21 +283,24 @@ class _Recorder(TorchDispatchMode):
             torch.Tensor.tolist, torch.Tensor.numpy = self._saved
             self._saved = None
 
-    def split(self, run: Callable[..., torch.Tensor], inputs: tuple) -> torch.Tensor:
-        """A ``graph_break``: run eagerly now and, as one step, at every replay, writing the tensor returned here."""
+    @contextmanager
+    def _paused(self) -> Iterator[None]:
+        """Eager Python inside a capture (a break): nothing recorded, host reads allowed."""
         self.paused = True
         self._allow_host_reads()
         try:
-            result = run(*inputs)
+            yield
         finally:
             self.paused = False
             self._forbid_host_reads()
+
+    def split(self, run: Callable[..., torch.Tensor], inputs: tuple) -> torch.Tensor:
+        """A ``graph_break``: run eagerly now and, as one step, at every replay, writing the tensor returned here."""
+        with self._paused():
+            result = run(*inputs)
         out = torch.empty_like(result)  # recorded: a storage of the graph's, planned like any other
-        self.paused = True
-        try:
+        with self._paused():
             out.copy_(result)
-        finally:
-            self.paused = False
         owned = self.owned
         writes = tuple(owned.key(t) for t in (out, *iter_tensors(inputs)))  # the break may write its inputs
         self._append(_Step(_run_break(run), (owned.ref(out), tuple(self._refs(inputs))), {}, writes=writes))
@@ -317,15 +320,7 @@ class _Recorder(TorchDispatchMode):
 
     def _refs(self, tree: Any) -> Any:
         ref = self.owned.ref
-        if isinstance(tree, torch.Tensor):
-            return ref(tree)
-        if isinstance(tree, tuple):
-            return tuple(self._refs(t) for t in tree)
-        if isinstance(tree, list):
-            return [self._refs(t) for t in tree]
-        if isinstance(tree, dict):
-            return {k: self._refs(v) for k, v in tree.items()}
-        return tree
+        return map_leaves(tree, lambda x: ref(x) if isinstance(x, torch.Tensor) else x)
 
     def _append(self, step: _Step) -> None:
         self.steps.append(step)

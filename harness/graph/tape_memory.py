@@ -28,6 +28,8 @@ from typing import Any
 
 import torch
 
+from harness.op_args import map_leaves
+
 ALIGN = 64  # bytes: every shared storage starts on a cache line (and on any dtype's element size)
 
 
@@ -185,17 +187,11 @@ class GraphMemory:
         """Replaces every ``TensorRef`` in a step's arguments by its tensor (one object per ref)."""
         made: dict[TensorRef, torch.Tensor] = {}
 
-        def resolve(obj: Any) -> Any:
-            if isinstance(obj, TensorRef):
-                if obj not in made:
-                    made[obj] = self.tensor(obj)
-                return made[obj]
-            if isinstance(obj, tuple):
-                return tuple(resolve(o) for o in obj)
-            if isinstance(obj, list):
-                return [resolve(o) for o in obj]
-            if isinstance(obj, dict):
-                return {k: resolve(v) for k, v in obj.items()}
-            return obj
+        def leaf(obj: Any) -> Any:
+            if not isinstance(obj, TensorRef):
+                return obj
+            if obj not in made:
+                made[obj] = self.tensor(obj)
+            return made[obj]
 
-        return resolve
+        return lambda tree: map_leaves(tree, leaf)
