@@ -10,6 +10,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from harness.model.errors import CheckpointError
+from harness.model.linear import linear_weight
 
 ACTIVATIONS: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {
     "gelu_pytorch_tanh": partial(F.gelu, approximate="tanh"),
@@ -29,10 +30,8 @@ class GatedMLP(nn.Module):
             raise CheckpointError(f"unsupported activation {act!r}; supported: {sorted(ACTIVATIONS)}")
         self.act_name = act
         self.act = ACTIVATIONS[act]
-        self.gate_up = nn.Parameter(torch.empty(2 * intermediate_size, hidden_size, dtype=dtype, device=device),
-                                    requires_grad=False)
-        self.down = nn.Parameter(torch.empty(hidden_size, intermediate_size, dtype=dtype, device=device),
-                                 requires_grad=False)
+        self.gate_up = linear_weight(2 * intermediate_size, hidden_size, dtype, device)
+        self.down = linear_weight(hidden_size, intermediate_size, dtype, device)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         gate, up = F.linear(x, self.gate_up).chunk(2, dim=-1)

@@ -11,6 +11,7 @@ from torch import nn
 from harness.model.attention_api import AttentionBackend, AttentionLayerSpec
 from harness.model.config import HybridModelConfig
 from harness.model.decoder import DecoderLayer
+from harness.model.linear import linear_weight
 from harness.model.norm import RMSNorm
 from harness.model.rotary import RotaryTables
 
@@ -37,7 +38,8 @@ class HybridSWAForCausalLM(nn.Module):
             return nn.Parameter(torch.empty(*shape, dtype=dtype, device=device), requires_grad=False)
 
         self.embed = param(config.vocab_size, config.hidden_size)
-        self.lm_head = None if config.tie_word_embeddings else param(config.vocab_size, config.hidden_size)
+        # tied: the embedding's rows stay contiguous for the lookup, so the LM head reads them transposed
+        self.lm_head = None if config.tie_word_embeddings else linear_weight(config.vocab_size, config.hidden_size, dtype, device)
         # transformers keeps the scale as a tensor cast to the weight dtype
         # (sqrt(3072) becomes 55.5 in bf16), so we do too.
         if config.embed_scale != 1.0:

@@ -10,6 +10,7 @@ from torch import nn
 
 from harness.model.attention_api import AttentionBackend, AttentionLayerSpec
 from harness.model.config import HybridModelConfig
+from harness.model.linear import linear_weight
 from harness.model.norm import RMSNorm
 from harness.model.rotary import Rope
 
@@ -39,9 +40,9 @@ class SelfAttention(nn.Module):
         def param(*shape: int) -> nn.Parameter:
             return nn.Parameter(torch.empty(*shape, dtype=dtype, device=device), requires_grad=False)
 
-        self.qkv = param((h + 2 * kvh) * d, config.hidden_size)
+        self.qkv = linear_weight((h + 2 * kvh) * d, config.hidden_size, dtype, device)
         self.qkv_bias = param((h + 2 * kvh) * d) if config.attention_bias else None
-        self.o = param(config.hidden_size, h * d)
+        self.o = linear_weight(config.hidden_size, h * d, dtype, device)
         self.o_bias = param(config.hidden_size) if config.attention_bias else None
         self.qk_norm = (RMSNorm((h + kvh, d), config.rms_norm_eps, config.gemma_norm, dtype, device)
                         if config.qk_norm else None)
