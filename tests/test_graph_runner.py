@@ -200,11 +200,13 @@ def test_kv_len_buckets_key_the_graphs_and_bound_can_run():
 def test_engine_kv_len_buckets_are_few_and_end_at_the_context():
     from harness.engine.model_runner import kv_len_buckets
 
-    assert kv_len_buckets(1024) == [64, 256, 1024]
-    assert kv_len_buckets(4096) == [64, 256, 1024, 4096]  # was 13 buckets with 1.5x steps
-    assert len(kv_len_buckets(32768)) == 6  # was 19: x 8 batch buckets, a 270M model ran out of memory
-    for context in (100, 128, 1500, 4100, 32768):
+    assert kv_len_buckets(192) == [64, 128, 192]
+    assert kv_len_buckets(1024) == [64, 128, 256, 512, 1024]
+    assert kv_len_buckets(4096) == [64, 128, 256, 512, 1024, 2048, 4096]
+    assert kv_len_buckets(4100) == [64, 128, 256, 512, 1024, 2048, 4100]  # not 4096 and 4100
+    assert len(kv_len_buckets(32768)) == 10  # was 19 with 1.5x steps: x 8 batch buckets
+    for context in (50, 64, 100, 128, 1500, 4100, 32768):
         buckets = kv_len_buckets(context)
         assert buckets[-1] == context and buckets == sorted(set(buckets))
-        assert all(b / a <= 4 for a, b in zip(buckets, buckets[1:-1]))
-        assert len(buckets) == 1 or buckets[-1] / buckets[-2] < 8
+        assert all(b / a <= 2 for a, b in zip(buckets, buckets[1:-1]))
+        assert len(buckets) == 1 or 1.25 <= buckets[-1] / buckets[-2] < 2.5

@@ -40,18 +40,19 @@ class PoolSizes:
         return cls(max_running, max_context_len, full_size=max_running * max_context_len, swa_size=swa)
 
 
-def kv_len_buckets(max_context_len: int, smallest: int = 64, growth: int = 4) -> list[int]:
-    """64, 256, 1024, 4096, ... (steps of ``growth``) up to the context length, always the last bucket,
-    which is at least twice the one before it.
+def kv_len_buckets(max_context_len: int, smallest: int = 64, growth: int = 2) -> list[int]:
+    """64, 128, 256, ... (steps of ``growth``) below the context length, then the context length itself;
+    a step within 1.25x of the context is left to the last bucket.
 
-    Every (batch bucket, KV bucket) pair is one captured decode graph, so the KV buckets multiply the
-    graphs, their capture time and (tape graphs keep their intermediates) their memory: with 1.5x steps
-    a 32k context had 19 KV buckets, 152 graphs at 32 requests, and a 270M model ran out of memory
-    capturing them. With 4x steps a 4k context has 4. A decode row reads at most 4x the keys it needs
-    (under 8x in the last bucket), in the full-attention layers only (sliding layers read their window
-    whatever the bucket): on CPU a real model's decode is dominated by its weights, not these reads."""
+    A torch reference kernel reads a fixed ``[bs, kv_len]`` block of keys in the full-attention layers
+    (sliding layers read their window whatever the bucket), so a decode row reads under ``growth`` times
+    the keys it needs (under 2.5x in the last bucket). At batch 32 those reads are a third of a small
+    model's step (docs/BENCHMARKS.md, profile), so the steps are 2x, not the 4x they were while every tape
+    graph kept its own intermediates: graphs now share one arena (``harness.graph.tape_memory``), and each
+    (batch bucket, KV bucket) pair costs its capture time and the few tensors it holds on to. A 4k context
+    has 7 buckets, a 32k one 10."""
     buckets, n = [], smallest
-    while n * 2 <= max_context_len:
+    while n * 1.25 <= max_context_len:
         buckets.append(n)
         n *= growth
     return buckets + [max_context_len]

@@ -90,6 +90,15 @@ class Req:
     def fill_ids(self) -> list[int]:
         return self.prompt_ids + self.output_ids
 
+    def fill_slice(self, begin: int, end: int) -> list[int]:
+        """``fill_ids[begin:end]`` without building the whole list (a decode step reads one token)."""
+        p = len(self.prompt_ids)
+        if end <= p:
+            return self.prompt_ids[begin:end]
+        if begin >= p:
+            return self.output_ids[begin - p:end - p]
+        return self.prompt_ids[begin:] + self.output_ids[:end - p]
+
     @property
     def max_total_tokens(self) -> int:
         """KV tokens the request can ever hold: the prompt plus every output token but the last."""

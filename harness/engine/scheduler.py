@@ -106,12 +106,15 @@ class Scheduler:
         input_ids, positions, seq_lens, start = [], [], [], 0
         for req, n in zip(sched.reqs, lens):
             begin = req.kv_len
-            self.req_to_token_pool.write(req.req_pool_idx, begin, loc[start : start + n])
+            if not is_decode:  # a few long chunks: one write each
+                self.req_to_token_pool.write(req.req_pool_idx, begin, loc[start : start + n])
             req.slots_len = begin + n
-            input_ids += req.fill_ids[begin : begin + n]
+            input_ids += req.fill_slice(begin, begin + n)
             positions += range(begin, begin + n)
             seq_lens.append(begin + n)
             start += n
+        if is_decode:  # one token per request: one scatter for the whole batch
+            self.req_to_token_pool.write_tokens([r.req_pool_idx for r in sched.reqs], positions, loc)
         logits_rows = self._logits_rows(sched, lens, seq_lens)
         dev = self.device
         return ForwardBatch(
@@ -151,15 +154,14 @@ class Scheduler:
         """Give back the SWA slots of positions no future query can see (position < kv_len - W + 1)."""
         if self.window is None:
             return
-        rt = self.req_to_token_pool.req_to_token
         leaving = []
         for req in reqs:
             keep_from = max(0, req.kv_len - self.window + 1)
             if keep_from > req.swa_evicted:
-                leaving.append(rt[req.req_pool_idx, req.swa_evicted : keep_from])
+                leaving.append((req.req_pool_idx, req.swa_evicted, keep_from))
                 req.swa_evicted = keep_from
         if leaving:
-            self.allocator.free_swa(torch.cat(leaving))
+            self.allocator.free_swa(self.req_to_token_pool.read_tokens(leaving))
 
     def release(self, req: Req) -> None:
         """A finished (or aborted) request gives back every full slot, the SWA slots it still holds, and its row."""

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import torch
 
-from harness.mem.errors import AlignmentError, DoubleFreeError, PaddingSlotError, PoolError
-from harness.mem.index import LOC_DTYPE, check_index, check_slot_range
+from harness.mem.errors import AlignmentError, DoubleFreeError, IndexContractError, PaddingSlotError, PoolError
+from harness.mem.index import LOC_DTYPE, check_index
 
 
 class TokenToKVPoolAllocator:
@@ -62,11 +62,15 @@ class TokenToKVPoolAllocator:
         check_index("free_index", free_index, device=self.device)
         if free_index.numel() == 0:
             return free_index
-        padding = free_index[(free_index >= 0) & (free_index < self.page_size)]
-        if padding.numel():
-            raise PaddingSlotError(f"slots {padding.tolist()} belong to the padding page and are never allocated")
-        check_slot_range("free_index", free_index, low=self.page_size, high=self.size + self.page_size)
-        pages = torch.unique(free_index // self.page_size)
+        lo, hi = (int(v) for v in torch.aminmax(free_index))  # one pass for both checks below
+        if 0 <= lo < self.page_size or (lo < 0 and hi >= 0):
+            padding = free_index[(free_index >= 0) & (free_index < self.page_size)]
+            if padding.numel():
+                raise PaddingSlotError(f"slots {padding.tolist()} belong to the padding page and are never allocated")
+        if lo < self.page_size or hi >= self.size + self.page_size:
+            raise IndexContractError(f"free_index holds slot ids in [{lo}, {hi}], outside the valid range "
+                                     f"[{self.page_size}, {self.size + self.page_size})")
+        pages = torch.unique(free_index if self.page_size == 1 else free_index // self.page_size)
         if pages.numel() * self.page_size != free_index.numel():
             if self.page_size == 1:
                 raise DoubleFreeError(f"free_index names a slot more than once: {free_index.tolist()}")

@@ -68,3 +68,30 @@ class ReqToTokenPool:
                 f"positions [{start}, {end}) do not fit in max_context_len={self.max_context_len}"
             )
         self.req_to_token[req_pool_idx, start:end] = locs
+
+    def write_tokens(self, req_pool_indices: list[int], positions: list[int], locs: torch.Tensor) -> None:
+        """Record one full KV slot per ``(request slot, position)`` pair in a single scatter: a decode
+        step's tokens, one per request, without a tensor op per request."""
+        check_index("locs", locs, device=self.device)
+        if not len(req_pool_indices) == len(positions) == locs.numel():
+            raise IndexContractError(f"write_tokens: {len(req_pool_indices)} request slots, {len(positions)} "
+                                     f"positions and {locs.numel()} locs")
+        if not req_pool_indices:
+            return
+        for slot in req_pool_indices:
+            if not 0 < slot <= self.size or self._is_free[slot]:
+                raise IndexContractError(f"request slot {slot} is not allocated")
+        if min(positions) < 0 or max(positions) >= self.max_context_len:
+            raise IndexContractError(f"positions {min(positions)}..{max(positions)} do not fit in "
+                                     f"max_context_len={self.max_context_len}")
+        width = self.max_context_len
+        flat = torch.tensor([slot * width + pos for slot, pos in zip(req_pool_indices, positions)],
+                            dtype=torch.int64, device=self.device)
+        self.req_to_token.view(-1)[flat] = locs
+
+    def read_tokens(self, ranges: list[tuple[int, int, int]]) -> torch.Tensor:
+        """The slots of positions ``[start, end)`` of each ``(request slot, start, end)``, concatenated,
+        in one gather."""
+        width = self.max_context_len
+        flat = [i for slot, start, end in ranges for i in range(slot * width + start, slot * width + end)]
+        return self.req_to_token.view(-1)[torch.tensor(flat, dtype=torch.int64, device=self.device)]
