@@ -77,8 +77,8 @@ class TokenToKVPoolAllocator:
             raise AlignmentError(f"free_index must cover whole pages of {self.page_size} slots exactly once")
         if self.page_size > 1 and torch.unique(free_index).numel() != free_index.numel():
             raise AlignmentError(f"free_index must cover whole pages of {self.page_size} slots exactly once")
-        already_free = pages[self._page_is_free[pages]]
-        if already_free.numel():
+        if self._page_is_free[pages].any():  # the failing path alone pays for naming them
+            already_free = pages[self._page_is_free[pages]]
             raise DoubleFreeError(f"{'slots' if self.page_size == 1 else 'pages'} {already_free.tolist()} are already free")
         return pages
 
@@ -91,5 +91,5 @@ class TokenToKVPoolAllocator:
 
     def is_allocated(self, slots: torch.Tensor) -> torch.Tensor:
         """Per slot: whether it is currently handed out (padding counts as not allocated)."""
-        pages = slots // self.page_size
+        pages = slots if self.page_size == 1 else slots // self.page_size
         return ~self._page_is_free[pages] & (pages > 0)

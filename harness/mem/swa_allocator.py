@@ -95,12 +95,12 @@ class SWATokenToKVPoolAllocator:
         if free_index.numel() == 0:
             return
         check_slot_range("free_index", free_index, low=self.page_size, high=self.size + self.page_size)
-        not_owned = free_index[~self.full_attn_allocator.is_allocated(free_index)]
-        if not_owned.numel():
-            raise PoolError(f"free_swa: full slots {not_owned.tolist()} are not allocated")
+        owned = self.full_attn_allocator.is_allocated(free_index)
+        if not owned.all():  # each check is one reduction; naming the culprits is the failing path's cost
+            raise PoolError(f"free_swa: full slots {free_index[~owned].tolist()} are not allocated")
         swa = self.full_to_swa_index_mapping[free_index]
-        released = free_index[swa == 0]
-        if released.numel():
+        if not swa.all():
+            released = free_index[swa == 0]
             raise DoubleFreeError(f"free_swa: full slots {released.tolist()} hold no SWA slot (already released)")
         self.swa_attn_allocator.free(swa)
         self.full_to_swa_index_mapping[free_index] = 0
