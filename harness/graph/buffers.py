@@ -12,7 +12,7 @@ padding can be audited and tested on its own, and everything else derives from i
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any, ClassVar
 
@@ -67,6 +67,10 @@ class DecodeInputBuffers:
 
     inputs: dict[str, torch.Tensor]  # field name -> [max_bs]; swa-only fields absent without SWA layers
     logits: torch.Tensor
+    # Per row count: each field's first rows, and every static tensor by name. Views of static tensors stay
+    # valid, and replay runs once per decode step, so they are built once, not on every replay.
+    _heads: dict[int, dict[str, torch.Tensor]] = field(default_factory=dict, init=False, repr=False)
+    _tensors: dict[str, torch.Tensor] | None = field(default=None, init=False, repr=False)
 
     fields: ClassVar[Mapping[str, DecodeField]] = DECODE_FIELDS
 
@@ -90,11 +94,21 @@ class DecodeInputBuffers:
 
     def tensors(self) -> dict[str, torch.Tensor]:
         """Every static tensor by name: what a captured graph reads and writes."""
-        return {**self.inputs, "logits": self.logits}
+        if self._tensors is None:
+            self._tensors = {**self.inputs, "logits": self.logits}
+        return self._tensors
+
+    def heads(self, n: int) -> dict[str, torch.Tensor]:
+        """Each field's rows ``[0, n)`` (views, built once per ``n``)."""
+        heads = self._heads.get(n)
+        if heads is None:
+            heads = self._heads[n] = {name: buf[:n] for name, buf in self.inputs.items()}
+        return heads
 
     def view(self, bs: int, kv_len: int | None = None) -> DecodeInputs:
-        views = {name: self.inputs[name][:bs] if name in self.inputs else None for name in DECODE_FIELDS}
-        return DecodeInputs(**views, kv_len=kv_len)
+        """A new ``DecodeInputs`` over rows ``[0, bs)`` (a fresh object: callers may set its fields)."""
+        heads = self.heads(bs)
+        return DecodeInputs(**{name: heads.get(name) for name in DECODE_FIELDS}, kv_len=kv_len)
 
     def populate(self, batch: Any, bs: int) -> None:
         """Copy ``batch`` (anything with the decode fields) into rows ``[0, raw_bs)`` and pad rows
@@ -102,7 +116,7 @@ class DecodeInputBuffers:
         raw_bs = batch.batch_size
         if not 0 < raw_bs <= bs <= self.max_bs:
             raise ValueError(f"cannot place a batch of {raw_bs} into bucket {bs} (buffers hold {self.max_bs})")
-        copy_rows(self.inputs, batch, raw_bs, "decode")
+        copy_rows(self.heads(raw_bs), batch, raw_bs, "decode")
         self.pad(raw_bs, bs)
 
     def reset(self) -> None:
@@ -124,19 +138,21 @@ def reset_inputs(inputs: dict[str, torch.Tensor], fields: Mapping[str, DecodeFie
         buf.fill_(fields[name].pad or 0)
 
 
-def copy_rows(inputs: dict[str, torch.Tensor], batch: Any, n: int, graph: str) -> None:
-    """Copy each of the batch's ``n``-long input tensors into the head of its static buffer, refusing a
-    missing field, another dtype or another length by name (a silent cast or a short copy would leave
-    stale rows behind)."""
-    for name, dst in inputs.items():
+def copy_rows(heads: dict[str, torch.Tensor], batch: Any, n: int, graph: str) -> None:
+    """Copy each of the batch's ``n``-long input tensors into ``heads`` (each static buffer's first ``n``
+    rows), refusing a missing field, another dtype or another length by name (a silent cast or a short
+    copy would leave stale rows behind); then all copies in one call."""
+    srcs = []
+    for name, dst in heads.items():
         src = getattr(batch, name)
         if src is None:
             raise ValueError(f"the {graph} graph reads {name}, but the batch does not carry it")
         if src.dtype != dst.dtype:
             raise IndexContractError(f"batch.{name} has dtype {src.dtype}, the graph buffer {dst.dtype}")
-        if src.numel() != n:
+        if src.numel() != dst.numel():
             raise ValueError(f"batch.{name} has {src.numel()} entries for {n} rows")
-        dst[:n].copy_(src)
+        srcs.append(src)
+    torch._foreach_copy_(list(heads.values()), srcs)
 
 
 seam_value(DecodeInputBuffers, "fields", "pad-swa-loc-not-zeroed", "swa-loc-int64")

@@ -76,7 +76,7 @@ class ExtendInputBuffers:
         real = batch.input_ids.numel()
         if not 0 < real <= num_tokens <= self.max_tokens:
             raise ValueError(f"cannot place {real} tokens into bucket {num_tokens} (buffers hold {self.max_tokens})")
-        copy_rows(self.inputs, batch, real, "extend")
+        copy_rows({name: buf[:real] for name, buf in self.inputs.items()}, batch, real, "extend")
         self.pad(real, num_tokens)
         wanted = batch.logits_indices
         self.logits_indices.zero_()
