@@ -177,3 +177,27 @@ def test_cuda_graphs_match_eager_on_the_gpu(arch):
         assert diff <= 1e-3, f"{arch}: cuda graph vs eager teacher-forced logits differ by {diff:.2e}"
     assert [o.output_ids for o in graphs.generate(prompts, GREEDY)] == [o.output_ids for o in eager.generate(prompts, GREEDY)]
     assert graphs.pools_idle()
+
+
+def test_fill_slice_is_the_slice_of_fill_ids():
+    from harness.engine.request import Req
+
+    req = Req(0, [5, 6, 7], SamplingParams(), output_ids=[8, 9])
+    for begin in range(6):
+        for end in range(begin, 6):
+            assert req.fill_slice(begin, end) == req.fill_ids[begin:end]
+
+
+def test_greedy_sampling_takes_the_first_maximum_and_fails_nan_rows_alone():
+    from harness.engine.request import Req
+    from harness.engine.sampling import SamplingFailure, sample
+
+    logits = torch.randn(5, 11, generator=torch.Generator().manual_seed(0))
+    logits[1, [2, 7]] = 9.0  # a tie: the first index wins, as argmax
+    logits[2, 4] = float("nan")
+    logits[3, 0], logits[3, 6] = float("inf"), float("nan")  # NaN beside +inf still fails the row
+    logits[4, 3] = float("inf")
+    reqs = [Req(i, [1], SamplingParams()) for i in range(5)]
+    tokens = sample(logits, reqs)
+    assert tokens[0] == int(logits[0].argmax()) and tokens[1] == 2 and tokens[4] == 3
+    assert all(isinstance(tokens[i], SamplingFailure) and f"request {i}" in tokens[i].message for i in (2, 3))

@@ -53,6 +53,38 @@ def test_req_to_token_bad_input(action, error):
         action(pool)
 
 
+def test_req_to_token_write_tokens_is_one_write_per_pair_and_read_tokens_reads_ranges_back():
+    batched, single = ReqToTokenPool(size=3, max_context_len=8), ReqToTokenPool(size=3, max_context_len=8)
+    for pool in (batched, single):
+        pool.alloc(3)
+    slots, positions, locs = [3, 1, 2], [0, 5, 7], idx(11, 12, 13)
+    batched.write_tokens(slots, positions, locs)
+    for i, (slot, pos) in enumerate(zip(slots, positions)):
+        single.write(slot, pos, locs[i : i + 1])
+    assert torch.equal(batched.req_to_token, single.req_to_token)
+    batched.write(2, 0, idx(1, 2, 3))
+    got = batched.read_tokens([(2, 1, 3), (1, 5, 6), (3, 0, 0)])  # an empty range reads nothing
+    assert got.dtype == torch.int32 and got.tolist() == [2, 3, 12]
+
+
+@pytest.mark.parametrize(
+    "slots, positions, locs, match",
+    [
+        ([1, 2], [0, 0], idx(5, 6), "request slot 2 is not allocated"),
+        ([1], [8], idx(5), "do not fit in max_context_len=8"),
+        ([1], [-1], idx(5), "do not fit"),
+        ([1, 1], [0], idx(5, 6), "2 request slots, 1 positions and 2 locs"),
+        ([1], [0], torch.tensor([5]), "dtype"),
+    ],
+)
+def test_req_to_token_write_tokens_bad_input_writes_nothing(slots, positions, locs, match):
+    pool = ReqToTokenPool(size=2, max_context_len=8)
+    pool.alloc(1)
+    with pytest.raises(IndexContractError, match=match):
+        pool.write_tokens(slots, positions, locs)
+    assert pool.req_to_token.sum() == 0
+
+
 # -- MHATokenToKVPool ----------------------------------------------------------------------------
 
 
@@ -120,6 +152,8 @@ def test_allocator_accounting_and_none_when_full():
         (lambda a, s: a.free(idx(0)), PaddingSlotError),
         (lambda a, s: a.free(idx(99)), IndexContractError),
         (lambda a, s: a.free(idx(-1)), IndexContractError),
+        (lambda a, s: a.free(idx(-1, 0)), PaddingSlotError),  # the padding slot is named first, as before
+        (lambda a, s: a.free(idx(s[0].item(), 99)), IndexContractError),
         (lambda a, s: a.free(s.long()), IndexContractError),
         (lambda a, s: a.alloc(-2), PoolError),
     ],
@@ -203,6 +237,7 @@ def test_free_swa_keeps_full_slot_and_resets_mapping():
     "action, error",
     [
         (lambda a, s: a.free_swa(idx(5)), PoolError),  # never allocated
+        (lambda a, s: a.free_swa(s[:1]) or a.free_swa(s), DoubleFreeError),  # its SWA slot is gone already
         (lambda a, s: a.free_swa(s.long()), IndexContractError),
         (lambda a, s: a.free(idx(0)), PaddingSlotError),
         (lambda a, s: a.free(s) or a.free(s), DoubleFreeError),
