@@ -144,7 +144,8 @@ def main() -> None:
         f"CPU time {ratios[bs][1]:.2f}x ({'met' if ratios[bs][1] >= goal else 'not met'})"
         for bs, goal in GOALS.items() if bs in ratios)
     floor = matmul_floor_s(engines["engine (tape)"], 32)
-    bound = (f"Compute floor at batch 32: the step's weight matmuls alone take {floor * 1e3:.2f} ms (median, "
+    bound = (f"Compute floor at batch 32: the step's weight matmuls alone, in this engine's weight layout "
+             f"(`harness/model/linear.py`), take {floor * 1e3:.2f} ms (median, "
              f"{args.threads} thread(s)); transformers takes {hf_step_s * 1e3:.2f} ms per step, so no engine doing "
              f"the same matmuls could be more than {hf_step_s / floor:.1f}x faster on this CPU.")
     hybrid, full_only = pool_memory(engines["engine (tape)"])

@@ -47,6 +47,41 @@ from harness.graph.backends import make_backend
 from harness.graph.runner import GraphRunner
 
 
+def replay_profile(world: ToyWorld, runner: GraphRunner, batch, repeats: int) -> tuple[list[list[object]], list[list[object]]]:
+    """Where the tape path's time goes for ``batch``: the phases of ``GraphRunner.replay`` (each timed on
+    its own, medians), then the replayed ops by aten name, each op timed on its own (medians, summed)."""
+    bs = runner.bucket_for(batch.batch_size)
+    graph = runner.graphs[bs, None]
+    static = runner.buffers.tensors()
+
+    def metadata() -> None:
+        world.pool.invalidate_loc_cache()
+        world.target.prepare_graph_metadata(runner.buffers.view(bs))
+
+    phases = {"populate the static inputs": lambda: runner.buffers.populate(batch, bs),
+              "attention metadata (eager; the eager step runs it too)": metadata,
+              "tape replay": lambda: graph.replay(static)}
+    med = interleaved_medians_wall_cpu(phases, repeats=repeats)
+    phase_rows = [[name, f"{cpu * 1e6:.0f}"] for name, (_, cpu) in med.items()]
+    steps = graph._steps
+    samples: list[list[float]] = [[] for _ in steps]
+    with torch.inference_mode():  # as replay runs them
+        for _ in range(repeats):
+            for i, step in enumerate(steps):
+                c0 = time.thread_time()
+                step.call()
+                samples[i].append(time.thread_time() - c0)
+    by_op: dict[tuple[str, str], list[float]] = {}
+    for step, times in zip(steps, samples):
+        packet = getattr(step.func, "overloadpacket", None)
+        name = packet.__name__ if packet is not None else "computed and copied"
+        via = "Python binding" if step.fast is not None else "OpOverload (schema-generic call)"
+        by_op.setdefault((name, via), []).append(statistics.median(times))
+    op_rows = [[name, via, len(t), f"{sum(t) * 1e6:.0f}", f"{sum(t) / len(t) * 1e6:.1f}"]
+               for (name, via), t in sorted(by_op.items(), key=lambda kv: -sum(kv[1]))]
+    return phase_rows, op_rows
+
+
 def run(batch_sizes: list[int], repeats: int, layers: int, device: str = "cpu") -> list[list[object]]:
     backend = "tape" if device == "cpu" else "cuda"
     sync = torch.cuda.synchronize if device != "cpu" else (lambda: None)
@@ -80,7 +115,12 @@ def run(batch_sizes: list[int], repeats: int, layers: int, device: str = "cpu") 
         if device == "cpu":
             row += [f"{eager_cpu * 1e6:.0f}", f"{graph_cpu * 1e6:.0f}", f"{eager_cpu / graph_cpu:.2f}x"]
         rows.append(row)
+        if device == "cpu" and bs == min(GOALS):
+            PROFILE[:] = replay_profile(world, runner, batch, repeats)
     return rows
+
+
+PROFILE: list[list[list[object]]] = []  # (phase rows, op rows) of the smallest goal's batch, filled by run()
 
 
 def main() -> None:
@@ -109,6 +149,15 @@ def main() -> None:
         goals = "Goal (issue 19): " + "; ".join(verdicts) + "."
     table = markdown_table(header, rows)
     print(table, goals, sep="\n")
+    if PROFILE:
+        phases, ops = PROFILE
+        profile = (f"\n\nWhere the tape path's time goes at bs {min(GOALS)} (thread CPU clock, medians of "
+                  f"{args.repeats}, each part timed on its own, so hotter than inside one call):\n\n"
+                  + markdown_table(["phase of GraphRunner.replay", "µs"], phases)
+                  + "\n\nReplayed ops by aten name (each op timed on its own):\n\n"
+                  + markdown_table(["op", "called through", "ops", "µs", "µs per op"], ops))
+        print(profile)
+        goals += profile
     gpu = "" if args.device == "cpu" else f", {torch.cuda.get_device_name(args.device)}"
     write_section(
         "graph" if args.device == "cpu" else "graph-cuda",

@@ -70,7 +70,9 @@ class TokenToKVPoolAllocator:
         if lo < self.page_size or hi >= self.size + self.page_size:
             raise IndexContractError(f"free_index holds slot ids in [{lo}, {hi}], outside the valid range "
                                      f"[{self.page_size}, {self.size + self.page_size})")
-        pages = torch.unique(free_index if self.page_size == 1 else free_index // self.page_size)
+        pages = free_index if self.page_size == 1 else free_index // self.page_size
+        if pages.numel() > 1:  # sorted and deduplicated; one slot needs neither
+            pages = torch.unique(pages)
         if pages.numel() * self.page_size != free_index.numel():
             if self.page_size == 1:
                 raise DoubleFreeError(f"free_index names a slot more than once: {free_index.tolist()}")

@@ -41,6 +41,6 @@ def check_slot_range(name: str, index: torch.Tensor, *, low: int, high: int) -> 
     """Raise unless every slot id lies in ``[low, high)``; a host sync, so never call it inside capture."""
     if index.numel() == 0:
         return
-    lo, hi = int(index.min()), int(index.max())
+    lo, hi = (int(v) for v in torch.aminmax(index))
     if lo < low or hi >= high:
         raise IndexContractError(f"{name} holds slot ids in [{lo}, {hi}], outside the valid range [{low}, {high})")

@@ -95,9 +95,12 @@ class SWATokenToKVPoolAllocator:
         if free_index.numel() == 0:
             return
         check_slot_range("free_index", free_index, low=self.page_size, high=self.size + self.page_size)
-        owned = self.full_attn_allocator.is_allocated(free_index)
-        if not owned.all():  # each check is one reduction; naming the culprits is the failing path's cost
-            raise PoolError(f"free_swa: full slots {free_index[~owned].tolist()} are not allocated")
+        # In range, so no padding page: a slot is owned iff its page is not free. Each check is one reduction;
+        # naming the culprits is the failing path's cost.
+        full = self.full_attn_allocator
+        pages = free_index if self.page_size == 1 else free_index // self.page_size
+        if full._page_is_free[pages].any():
+            raise PoolError(f"free_swa: full slots {free_index[~full.is_allocated(free_index)].tolist()} are not allocated")
         swa = self.full_to_swa_index_mapping[free_index]
         if not swa.all():
             released = free_index[swa == 0]
