@@ -82,10 +82,11 @@ def replay_profile(world: ToyWorld, runner: GraphRunner, batch, repeats: int) ->
     return phase_rows, op_rows
 
 
-def run(batch_sizes: list[int], repeats: int, layers: int, device: str = "cpu") -> list[list[object]]:
+def run(batch_sizes: list[int], repeats: int, layers: int, device: str = "cpu") -> tuple[list[list[object]], tuple | None]:
+    """The table rows, and on CPU the ``replay_profile`` of the smallest goal's batch size."""
     backend = "tape" if device == "cpu" else "cuda"
     sync = torch.cuda.synchronize if device != "cpu" else (lambda: None)
-    rows = []
+    rows, profile = [], None
     for bs in batch_sizes:
         world = ToyWorld.build([12] * bs, window=8, swa_layers=[i % 2 == 0 for i in range(layers)],
                                max_bs=max(batch_sizes), max_context_len=64, device=device)
@@ -116,11 +117,8 @@ def run(batch_sizes: list[int], repeats: int, layers: int, device: str = "cpu") 
             row += [f"{eager_cpu * 1e6:.0f}", f"{graph_cpu * 1e6:.0f}", f"{eager_cpu / graph_cpu:.2f}x"]
         rows.append(row)
         if device == "cpu" and bs == min(GOALS):
-            PROFILE[:] = replay_profile(world, runner, batch, repeats)
-    return rows
-
-
-PROFILE: list[list[list[object]]] = []  # (phase rows, op rows) of the smallest goal's batch, filled by run()
+            profile = replay_profile(world, runner, batch, repeats)
+    return rows, profile
 
 
 def main() -> None:
@@ -133,7 +131,7 @@ def main() -> None:
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     torch.manual_seed(0)
-    rows = run([1, 8, 32], args.repeats, args.layers, args.device)
+    rows, profile_rows = run([1, 8, 32], args.repeats, args.layers, args.device)
     name = "tape" if args.device == "cpu" else "CUDA graph"
     header = ["bs", "bucket", "tape ops", "eager µs (median)", f"{name} replay µs (median)", f"eager / {name}"]
     goals = "Goal: replay no slower than eager (ratio >= 1)."
@@ -149,8 +147,8 @@ def main() -> None:
         goals = "Goal (issue 19): " + "; ".join(verdicts) + "."
     table = markdown_table(header, rows)
     print(table, goals, sep="\n")
-    if PROFILE:
-        phases, ops = PROFILE
+    if profile_rows:
+        phases, ops = profile_rows
         profile = (f"\n\nWhere the tape path's time goes at bs {min(GOALS)} (thread CPU clock, medians of "
                   f"{args.repeats}, each part timed on its own, so hotter than inside one call):\n\n"
                   + markdown_table(["phase of GraphRunner.replay", "µs"], phases)

@@ -70,9 +70,12 @@ class DecodeInputBuffers:
     # Per row count: each field's first rows, and every static tensor by name. Views of static tensors stay
     # valid, and replay runs once per decode step, so they are built once, not on every replay.
     _heads: dict[int, dict[str, torch.Tensor]] = field(default_factory=dict, init=False, repr=False)
-    _tensors: dict[str, torch.Tensor] | None = field(default=None, init=False, repr=False)
+    _tensors: dict[str, torch.Tensor] = field(init=False, repr=False)
 
     fields: ClassVar[Mapping[str, DecodeField]] = DECODE_FIELDS
+
+    def __post_init__(self) -> None:
+        self._tensors = {**self.inputs, "logits": self.logits}
 
     @classmethod
     def create(
@@ -94,8 +97,6 @@ class DecodeInputBuffers:
 
     def tensors(self) -> dict[str, torch.Tensor]:
         """Every static tensor by name: what a captured graph reads and writes."""
-        if self._tensors is None:
-            self._tensors = {**self.inputs, "logits": self.logits}
         return self._tensors
 
     def heads(self, n: int) -> dict[str, torch.Tensor]:

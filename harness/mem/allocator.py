@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import torch
 
-from harness.mem.errors import AlignmentError, DoubleFreeError, IndexContractError, PaddingSlotError, PoolError
-from harness.mem.index import LOC_DTYPE, check_index
+from harness.mem.errors import AlignmentError, DoubleFreeError, PaddingSlotError, PoolError
+from harness.mem.index import LOC_DTYPE, check_index, check_slot_range, slot_bounds
 
 
 class TokenToKVPoolAllocator:
@@ -62,15 +62,13 @@ class TokenToKVPoolAllocator:
         check_index("free_index", free_index, device=self.device)
         if free_index.numel() == 0:
             return free_index
-        lo, hi = (int(v) for v in torch.aminmax(free_index))  # one pass for both checks below
-        if 0 <= lo < self.page_size or (lo < 0 and hi >= 0):
+        bounds = slot_bounds(free_index)  # one pass for both checks below
+        if bounds[0] < self.page_size and bounds[1] >= 0:  # some slot may be on the padding page: name it first
             padding = free_index[(free_index >= 0) & (free_index < self.page_size)]
             if padding.numel():
                 raise PaddingSlotError(f"slots {padding.tolist()} belong to the padding page and are never allocated")
-        if lo < self.page_size or hi >= self.size + self.page_size:
-            raise IndexContractError(f"free_index holds slot ids in [{lo}, {hi}], outside the valid range "
-                                     f"[{self.page_size}, {self.size + self.page_size})")
-        pages = free_index if self.page_size == 1 else free_index // self.page_size
+        check_slot_range("free_index", free_index, low=self.page_size, high=self.size + self.page_size, bounds=bounds)
+        pages = self.page_index(free_index)
         if pages.numel() > 1:  # sorted and deduplicated; one slot needs neither
             pages = torch.unique(pages)
         if pages.numel() * self.page_size != free_index.numel():
@@ -91,7 +89,15 @@ class TokenToKVPoolAllocator:
         self._page_is_free[pages] = True
         self.free_pages = torch.cat((self.free_pages, pages.to(LOC_DTYPE)))
 
+    def page_index(self, slots: torch.Tensor) -> torch.Tensor:
+        """The page of each slot (the slots themselves when pages are single slots)."""
+        return slots if self.page_size == 1 else slots // self.page_size
+
+    def any_free(self, slots: torch.Tensor) -> bool:
+        """Whether any of these slots (none on the padding page) is free; one reduction."""
+        return bool(self._page_is_free[self.page_index(slots)].any())
+
     def is_allocated(self, slots: torch.Tensor) -> torch.Tensor:
         """Per slot: whether it is currently handed out (padding counts as not allocated)."""
-        pages = slots if self.page_size == 1 else slots // self.page_size
+        pages = self.page_index(slots)
         return ~self._page_is_free[pages] & (pages > 0)

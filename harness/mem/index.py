@@ -37,10 +37,17 @@ def check_index(
         raise IndexContractError(f"{name} must have rank {ndim}, got shape {tuple(index.shape)}")
 
 
-def check_slot_range(name: str, index: torch.Tensor, *, low: int, high: int) -> None:
-    """Raise unless every slot id lies in ``[low, high)``; a host sync, so never call it inside capture."""
+def slot_bounds(index: torch.Tensor) -> tuple[int, int]:
+    """Smallest and largest slot id of a non-empty index, in one pass; a host sync, so never inside capture."""
+    lo, hi = torch.aminmax(index)
+    return int(lo), int(hi)
+
+
+def check_slot_range(name: str, index: torch.Tensor, *, low: int, high: int,
+                     bounds: tuple[int, int] | None = None) -> None:
+    """Raise unless every slot id lies in ``[low, high)`` (``bounds``: the index's ``slot_bounds``, if read)."""
     if index.numel() == 0:
         return
-    lo, hi = (int(v) for v in torch.aminmax(index))
+    lo, hi = bounds or slot_bounds(index)
     if lo < low or hi >= high:
         raise IndexContractError(f"{name} holds slot ids in [{lo}, {hi}], outside the valid range [{low}, {high})")

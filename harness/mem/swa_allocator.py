@@ -95,11 +95,9 @@ class SWATokenToKVPoolAllocator:
         if free_index.numel() == 0:
             return
         check_slot_range("free_index", free_index, low=self.page_size, high=self.size + self.page_size)
-        # In range, so no padding page: a slot is owned iff its page is not free. Each check is one reduction;
-        # naming the culprits is the failing path's cost.
+        # Each check is one reduction; naming the culprits is the failing path's cost.
         full = self.full_attn_allocator
-        pages = free_index if self.page_size == 1 else free_index // self.page_size
-        if full._page_is_free[pages].any():
+        if full.any_free(free_index):  # in range, so none is on the padding page
             raise PoolError(f"free_swa: full slots {free_index[~full.is_allocated(free_index)].tolist()} are not allocated")
         swa = self.full_to_swa_index_mapping[free_index]
         if not swa.all():

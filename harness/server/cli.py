@@ -18,6 +18,7 @@ from collections.abc import Sequence
 from aiohttp import web
 
 from harness.engine import Engine, EngineConfig
+from harness.engine.model_runner import CAPTURE_MODES
 from harness.faults import activate_from_env
 from harness.server.app import build_app
 from harness.server.identity import server_build
@@ -31,7 +32,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m harness.server", description=__doc__.split("\n\n")[0])
     p.add_argument("--model", required=True, help="checkpoint directory (config.json, safetensors, tokenizer.json)")
     p.add_argument("--graphs", default="auto", choices=("off", "eager", "tape", "cuda", "auto"))
-    p.add_argument("--capture", default="startup", choices=("startup", "lazy"),
+    p.add_argument("--capture", default="startup", choices=CAPTURE_MODES,
                    help="capture every graph at start-up (default, as SGLang) or each on the first batch that needs it")
     p.add_argument("--host", default="127.0.0.1", help="bind address (default: loopback only)")
     p.add_argument("--port", type=int, default=0, help="0 picks a free port (default)")
