@@ -93,3 +93,44 @@ def test_a_constant_a_break_may_write_is_rebuilt_every_replay():
     for value in (1.0, 5.0):
         x.fill_(value)
         assert torch.equal(graph.replay(), torch.arange(3.0) + 1 + value)
+
+
+def _steps_by_op(graph) -> Counter:
+    return Counter(str(step.func) for step in graph._steps)
+
+
+def test_number_operands_and_masked_fill_are_substituted_with_the_same_bits():
+    """fp32/int64 ops on a Python number replay with a 0-dim tensor, masked_fill as where; values equal bit
+    for bit, NaN, infinities, signed zeros and out-of-range fills included."""
+    special = torch.tensor([0.0, -0.0, 1.0, -1.5, 3.4e38, -3.4e38, 1e-45, float("inf"), float("-inf"), float("nan")])
+    x = torch.cat([special, torch.randn(54, generator=torch.Generator().manual_seed(0))])
+    n = torch.arange(-32, 32)
+
+    def body():
+        scaled = (x / 0.1767766952966369 + 2.5) * 3 - 1e-3
+        masked = scaled.masked_fill(x > 1.0, float("-inf")).masked_fill(n.ge(5), 0.0)
+        return masked, n * 3 + 7, (n + 2.0) / 3, n < 4, x != 0.5
+
+    graph = TapeBackend().capture(body, static_inputs={"x": x, "n": n})
+    ops = _steps_by_op(graph)
+    assert ops["aten.where.self_out"] == 2 and "aten.masked_fill.Scalar_out" not in ops
+    assert ops["aten.lt.Tensor_out"] == 1 and ops["aten.ne.Tensor_out"] == 1 and ops["aten.ge.Tensor_out"] == 1
+    for seed in range(3):
+        fresh = torch.randn(64, generator=torch.Generator().manual_seed(seed + 1)) * 10
+        x.copy_(torch.cat([special, fresh[:54]]))
+        n.copy_(torch.randint(-100, 100, (64,), generator=torch.Generator().manual_seed(seed)))
+        for got, want in zip(graph.replay({"x": x, "n": n}), body()):
+            assert got.dtype == want.dtype
+            assert torch.equal(got.view(torch.int32) if got.is_floating_point() else got,
+                               want.view(torch.int32) if want.is_floating_point() else want)
+
+
+def test_reduced_precision_number_operands_are_not_substituted():
+    """A bf16 op reads a Python number in fp32; a bf16 0-dim tensor would round it first, so it stays."""
+    x = torch.randn(16, dtype=torch.bfloat16)
+    graph = TapeBackend().capture(lambda: x * 0.1 + 3, static_inputs={"x": x})
+    steps = [step for step in graph._steps if str(step.func) in ("aten.mul.out", "aten.add.out")]
+    assert len(steps) == 2 and all(not any(isinstance(a, torch.Tensor) and a.dim() == 0 for a in s.args) for s in steps)
+    x.copy_(torch.randn(16, dtype=torch.bfloat16, generator=torch.Generator().manual_seed(3)))
+    assert not torch.equal(x * 0.1, x * torch.tensor(0.1, dtype=torch.bfloat16))  # why: the rounding differs
+    assert torch.equal(graph.replay({"x": x}).view(torch.int16), (x * 0.1 + 3).view(torch.int16))

@@ -7,6 +7,8 @@ positions ``i - W < j <= i``, i.e. itself and the ``W - 1`` before it. For a dec
 
 from __future__ import annotations
 
+import functools
+
 import torch
 
 from harness.mem.index import PADDING_SLOT
@@ -30,12 +32,22 @@ def decode_window_positions(seq_lens: torch.Tensor, window: int) -> torch.Tensor
     return seq_lens[:, None] + offsets
 
 
+@functools.cache
+def _window_offsets(window: int, device: torch.device) -> torch.Tensor:
+    """``-W .. -1`` as int64 (gather's index dtype), made once: host metadata only, never inside a capture,
+    where a tensor kept across calls would be one the graph's memory planner believes it owns."""
+    return torch.arange(-window, 0, device=device)
+
+
 def decode_window_full_indices(
     req_to_token: torch.Tensor, req_pool_indices: torch.Tensor, seq_lens: torch.Tensor, window: int
 ) -> torch.Tensor:
-    """Full slots of each row's window ``[bs, W]`` (the padding slot where the position is < 0)."""
-    positions = decode_window_positions(seq_lens, window)
-    rows = req_to_token.index_select(0, req_pool_indices)
-    full = rows.gather(1, positions.clamp(min=0).long())
-    return torch.where(positions >= 0, full, torch.full_like(full, PADDING_SLOT))
+    """Full slots of each row's window ``[bs, W]`` (the padding slot where the position is < 0).
 
+    Host metadata (outside any graph); ``decode_window_positions``' positions, in int64 so the gather
+    takes them as they are.
+    """
+    positions = seq_lens[:, None] + _window_offsets(window, seq_lens.device)
+    rows = req_to_token.index_select(0, req_pool_indices)
+    full = rows.gather(1, positions.clamp(min=0))
+    return torch.where(positions >= 0, full, PADDING_SLOT)

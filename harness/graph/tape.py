@@ -151,6 +151,57 @@ _MUTATING_BINDINGS: dict[torch._ops.OpOverload, Callable[..., Any]] = {
 }
 _PROBED: dict[tuple, bool] = {}
 
+# Exact substitutions, made when a step is recorded, for calls whose every replay would otherwise pay a
+# fixed cost unrelated to the math: a Python number operand is boxed into a new tensor or Scalar on every
+# call, and ``masked_fill.Scalar_out`` has no Python binding. Each substitute computes the same bits:
+# * a Python number operand of an arithmetic or comparison op becomes a 0-dim tensor made once, of the
+#   other operand's dtype, when that is fp32 (any number) or int64 (an int). The kernel reads the boxed
+#   number cast to that dtype, which is the tensor's value, and a 0-dim operand of the same dtype
+#   changes no result dtype. Not for reduced-precision floats: there the boxed number stays in fp32
+#   while a 0-dim tensor of that dtype would round it.
+# * ``masked_fill(x, mask, v)`` on a floating ``x`` is ``where(mask, v, x)`` with ``v`` a 0-dim tensor of
+#   ``x``'s dtype (masked_fill casts ``v`` to that dtype too), when ``mask`` broadcasts to ``x``'s shape.
+_NUMBER_OPERAND_OPS: dict[torch._ops.OpOverload, torch._ops.OpOverload] = {
+    aten.add.out: aten.add.out, aten.sub.out: aten.sub.out, aten.mul.out: aten.mul.out, aten.div.out: aten.div.out,
+    **{getattr(aten, op).Scalar_out: getattr(aten, op).Tensor_out for op in ("lt", "le", "gt", "ge", "eq", "ne")},
+}
+_SCALAR_TENSORS: dict[tuple, torch.Tensor] = {}
+
+
+def _scalar_tensor(value: float, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+    key = (type(value), value, dtype, device)
+    if key not in _SCALAR_TENSORS:
+        _SCALAR_TENSORS[key] = torch.tensor(value, dtype=dtype, device=device)
+    return _SCALAR_TENSORS[key]
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def _exact_operand(tensor: Any, value: Any) -> torch.Tensor | None:
+    """A 0-dim tensor standing exactly for the Python number ``value`` beside ``tensor``, or None."""
+    if not isinstance(tensor, torch.Tensor) or not _is_number(value):
+        return None
+    if tensor.dtype == torch.float32 or (tensor.dtype == torch.int64 and isinstance(value, int)):
+        return _scalar_tensor(value, tensor.dtype, tensor.device)
+    return None
+
+
+def _exact_substitute(func: torch._ops.OpOverload, args: tuple, kwargs: dict) -> tuple[torch._ops.OpOverload, tuple, dict]:
+    """``(func, args, kwargs)`` of a cheaper call computing exactly what ``func(*args, **kwargs)`` does
+    (see above), or the call unchanged. ``kwargs`` holds the ``out=`` tensor."""
+    if func in _NUMBER_OPERAND_OPS and len(args) == 2:
+        operand = _exact_operand(args[0], args[1])
+        if operand is not None:
+            return _NUMBER_OPERAND_OPS[func], (args[0], operand), kwargs
+    if func is aten.masked_fill.Scalar_out and len(args) == 3 and _is_number(args[2]) and kwargs.keys() == {"out"}:
+        x, mask, value = args
+        if (x.is_floating_point() and mask.dtype == torch.bool and kwargs["out"].dtype == x.dtype
+                and torch.broadcast_shapes(mask.shape, x.shape) == x.shape):
+            return aten.where.self_out, (mask, _scalar_tensor(value, x.dtype, x.device), x), kwargs
+    return func, args, kwargs
+
 
 class _Probe(TorchDispatchMode):
     def __init__(self) -> None:
@@ -361,6 +412,7 @@ class _Recorder(TorchDispatchMode):
             # The refs freeze each output's shape as the op produced it: an in-place metadata op recorded
             # later (``squeeze_``) changes the tensor object, not what this step writes.
             out_kwargs = {**kwargs, **dict(zip(out_names, outs))}
+            out_func, args, out_kwargs = _exact_substitute(out_func, args, out_kwargs)
             self._append(_Step(out_func, self._refs(args), self._refs(out_kwargs), writes=writes, constant=constant,
                                fast=_binding_for(out_func, args, out_kwargs)))
         else:
