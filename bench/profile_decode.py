@@ -41,6 +41,7 @@ OP_CLASSES: dict[str, str] = {
     "pow": "RMSNorm reductions (vector_norm or pow + mean, rsqrt)",
     "mean": "RMSNorm reductions (vector_norm or pow + mean, rsqrt)",
     "rsqrt": "RMSNorm reductions (vector_norm or pow + mean, rsqrt)",
+    "decode_attention": "fused decode attention (compiled kernel)",
     "gelu": "activation",
     "silu": "activation",
     "roll": "RoPE roll",

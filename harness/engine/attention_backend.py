@@ -18,7 +18,7 @@ tokens, with the per-request metadata of the real batch computed on the host bef
 from __future__ import annotations
 
 import functools
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 import torch
@@ -149,7 +149,9 @@ class PoolAttentionBackend:
         layer_specs: Sequence[AttentionLayerSpec],
         *,
         max_bs: int,
+        decode_kernel: Callable[..., None] | None = None,
     ) -> None:
+        """``decode_kernel``: the compiled decode attention (``cpu_kernels``); None runs ``attend_over_rows``."""
         self.pool = pool
         self.req_to_token_pool = req_to_token_pool
         self.windows = sorted({spec.sliding_window for spec in layer_specs if spec.sliding_window is not None})
@@ -162,6 +164,7 @@ class PoolAttentionBackend:
         if len(kv_heads) != 1:
             raise ValueError(f"every layer must have the pool's number of KV heads, got {sorted(kv_heads)}")
         self.kv_heads = torch.arange(kv_heads.pop(), dtype=LOC_DTYPE, device=device)
+        self.decode_kernel = decode_kernel
         self.decode: DecodeMetadata | None = None
         self.extend: list[ExtendRequestMetadata] | None = None
         self.piecewise = False  # inside an extend graph: attention is a graph break
@@ -265,6 +268,10 @@ class PoolAttentionBackend:
             rows, mask = meta.window_rows[layer.sliding_window], meta.window_mask[layer.sliding_window]
         else:
             rows, mask = meta.rows, meta.mask
+        if self.decode_kernel is not None and q.dtype == k_cache.dtype == torch.float32:
+            out = torch.empty(q.shape, dtype=q.dtype, device=q.device)
+            self.decode_kernel(q, k_cache, v_cache, rows, mask, layer.scaling, layer.logit_softcap, out=out)
+            return out
         return attend_over_rows(layer, q[:, None], k_cache, v_cache, rows, mask[:, None, :])[:, 0]
 
     def _extend_forward(self, layer, q, k_cache, v_cache) -> torch.Tensor:

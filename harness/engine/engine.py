@@ -12,6 +12,7 @@ from pathlib import Path
 import torch
 
 from harness.engine.forward_batch import ForwardMode
+from harness.engine.cpu_kernels import KERNEL_MODES, resolve_kernels
 from harness.engine.model_runner import ModelRunner, PoolSizes
 from harness.engine.request import FinishReason, GenerateOutput, Req, RequestError, SamplingParams
 from harness.engine.sampling import SamplingFailure, sample
@@ -62,6 +63,9 @@ class EngineConfig:
     num_threads: int | None = None  # torch intra-op threads; small models on CPU run fastest on 1
     extend_graphs: bool = True  # with graphs on, prefill/extend batches run piecewise graphs too
     capture: str = "startup"  # startup | lazy: every graph at start-up (SGLang's way), or each on first use
+    # auto | torch | fused: decode attention and the MLP's gelu * up as compiled CPU kernels (fp32) where they
+    # build, or torch ops (harness/engine/cpu_kernels.py)
+    cpu_kernels: str = "auto"
 
     def __post_init__(self) -> None:
         for name in ("dtype", "kv_dtype"):
@@ -71,6 +75,8 @@ class EngineConfig:
         for name in ("max_running_requests", "chunk_size", "max_prefill_tokens"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
+        if self.cpu_kernels not in KERNEL_MODES:
+            raise ValueError(f"cpu_kernels must be one of {KERNEL_MODES}, got {self.cpu_kernels!r}")
         if not 0 < self.kv_memory_fraction <= 1:
             raise ValueError(f"kv_memory_fraction must be in (0, 1], got {self.kv_memory_fraction}")
 
@@ -98,7 +104,9 @@ class Engine:
         self.tokenizer = Tokenizer.from_dir(path) if (path / "tokenizer.json").is_file() else None
         self.runner = ModelRunner(self.model, pool_builder(self._pool_spec()), graphs=config.graphs,
                                   max_extend_tokens=config.max_prefill_tokens if config.extend_graphs else None,
-                                  capture=config.capture)
+                                  capture=config.capture,
+                                  kernels=resolve_kernels(config.cpu_kernels, device=self.model.embed.device,
+                                                          dtype=self.model.dtype))
         self.scheduler = Scheduler(
             self.runner.req_to_token_pool,
             self.runner.allocator,

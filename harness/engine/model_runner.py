@@ -11,6 +11,7 @@ from dataclasses import dataclass
 import torch
 
 from harness.engine.attention_backend import PoolAttentionBackend
+from harness.engine.cpu_kernels import CpuKernels
 from harness.engine.forward_batch import ForwardBatch
 from harness.graph.backends import make_backend, resolve_mode
 from harness.graph.buffers import DecodeInputs
@@ -64,7 +65,8 @@ CAPTURE_MODES = ("startup", "lazy")
 
 class ModelRunner:
     def __init__(self, model: HybridSWAForCausalLM, memory: HybridPool, *, graphs: str = "auto",
-                 max_extend_tokens: int | None = None, capture: str = "startup") -> None:
+                 max_extend_tokens: int | None = None, capture: str = "startup",
+                 kernels: CpuKernels = CpuKernels()) -> None:
         if capture not in CAPTURE_MODES:
             raise ValueError(f"capture must be one of {CAPTURE_MODES}, got {capture!r}")
         self.model = model
@@ -73,7 +75,9 @@ class ModelRunner:
         self.allocator = memory.allocator
         self.req_to_token_pool = memory.req_to_token_pool
         max_bs = self.req_to_token_pool.size
-        self.attn_backend = PoolAttentionBackend(self.pool, self.req_to_token_pool, model.layer_specs, max_bs=max_bs)
+        self.attn_backend = PoolAttentionBackend(self.pool, self.req_to_token_pool, model.layer_specs, max_bs=max_bs,
+                                                 decode_kernel=kernels.decode_attention)
+        model.use_gelu_and_mul(kernels.gelu_tanh_and_mul)
         self.graph_mode = resolve_mode(graphs, self.device)
         self.graph_runner: GraphRunner | None = None
         self.extend_graph_runner: ExtendGraphRunner | None = None

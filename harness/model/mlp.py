@@ -32,9 +32,16 @@ class GatedMLP(nn.Module):
         self.act = ACTIVATIONS[act]
         self.gate_up = linear_weight(2 * intermediate_size, hidden_size, dtype, device)
         self.down = linear_weight(hidden_size, intermediate_size, dtype, device)
+        # A compiled ``act(gate) * up`` (the engine's ``cpu_kernels``), writing its ``out=``; None: torch ops.
+        self.act_and_mul: Callable[..., None] | None = None
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        gate, up = F.linear(x, self.gate_up).chunk(2, dim=-1)
+        gate_up = F.linear(x, self.gate_up)
+        if self.act_and_mul is not None and gate_up.dim() == 2 and gate_up.dtype == torch.float32:
+            h = torch.empty((gate_up.shape[0], gate_up.shape[1] // 2), dtype=gate_up.dtype, device=gate_up.device)
+            self.act_and_mul(gate_up, out=h)
+            return F.linear(h, self.down)
+        gate, up = gate_up.chunk(2, dim=-1)
         return F.linear(self.act(gate) * up, self.down)
 
     def extra_repr(self) -> str:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -62,6 +63,12 @@ class HybridSWAForCausalLM(nn.Module):
             RotaryTables(r, config.head_dim, self.max_positions, dtype, device) for r in ropes
         )
         self.layer_rope = tuple(ropes.index(config.rope_for(i)) for i in range(config.num_hidden_layers))
+
+    def use_gelu_and_mul(self, kernel: Callable[..., None] | None) -> None:
+        """Run every tanh-GELU MLP's ``gelu(gate) * up`` with ``kernel`` (an ``out=`` op; None: torch ops)."""
+        for layer in self.layers:
+            if layer.mlp.act_name == "gelu_pytorch_tanh":
+                layer.mlp.act_and_mul = kernel
 
     @property
     def lm_head_weight(self) -> torch.Tensor:
