@@ -42,6 +42,8 @@ OP_CLASSES: dict[str, str] = {
     "mean": "RMSNorm reductions (vector_norm or pow + mean, rsqrt)",
     "rsqrt": "RMSNorm reductions (vector_norm or pow + mean, rsqrt)",
     "decode_attention": "fused decode attention (compiled kernel)",
+    "gelu_tanh_and_mul": "activation",
+    "rms_norm": "RMSNorm (compiled kernel)",
     "gelu": "activation",
     "silu": "activation",
     "roll": "RoPE roll",

@@ -15,6 +15,7 @@ from harness.engine.attention_backend import additive_mask, attend_over_rows, kv
 from harness.engine.cpu_kernels import KernelUnavailable, resolve_kernels
 from harness.graph.tape import TapeBackend
 from harness.model.attention_api import AttentionLayerSpec
+from harness.model.norm import RMSNorm
 from tests.engine_helpers import make_engine
 from fixtures.checkpoints import random_sequences
 
@@ -120,6 +121,25 @@ def test_gelu_tanh_and_mul_matches_torch(t, i):
     assert out[1, 0].isnan() and not out[2].isnan().any()
     with pytest.raises(RuntimeError, match="out must be contiguous float32"):
         KERNELS.gelu_tanh_and_mul(x, out=torch.empty(t, i + 1))
+
+
+@needs_kernels
+@pytest.mark.parametrize("gemma", [True, False])
+@pytest.mark.parametrize("t,n", [(32, 128), (3, 37)])
+def test_rms_norm_matches_the_torch_module(gemma, t, n):
+    g = torch.Generator().manual_seed(n)
+    norm = RMSNorm(n, 1e-6, gemma, torch.float32)
+    norm.scale.copy_(1 + torch.randn(n, generator=g) * 0.1)
+    x, residual = torch.randn(t, n, generator=g) * 5, torch.randn(t, n, generator=g)
+    x[0] = 0.0  # an all-zero row: 1 / sqrt(eps)
+    want, want_add = norm(x), norm.add_to(residual, x)
+    norm.kernel = KERNELS.rms_norm
+    torch.testing.assert_close(norm(x), want, rtol=2e-6, atol=1e-6)
+    torch.testing.assert_close(norm.add_to(residual, x), want_add, rtol=2e-6, atol=1e-6)
+    with pytest.raises(RuntimeError, match="residual must be contiguous float32"):
+        KERNELS.rms_norm(x, norm.scale, 1e-6, residual[:1], out=torch.empty_like(x))
+    with pytest.raises(RuntimeError, match="scale must be contiguous float32"):
+        KERNELS.rms_norm(x, norm.scale[:-1], 1e-6, None, out=torch.empty_like(x))
 
 
 @needs_kernels

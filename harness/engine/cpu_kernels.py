@@ -1,4 +1,4 @@
-"""Compiled CPU kernels for a decode step's two costliest torch-op chains, and when the engine uses them.
+"""Compiled CPU kernels for a decode step's costliest torch-op chains, and when the engine uses them.
 
 * ``decode_attention`` (``csrc/decode_attention.cpp``). In torch ops, decode attention gathers every
   key and value row a batch may read, then runs small batched matmuls, soft-cap, mask and softmax
@@ -6,6 +6,8 @@
   request's length in a graph's KV bucket are copied too. The kernel reads each visible row once from
   the cache. ``attention_backend.attend_over_rows`` stays the readable reference it is tested against.
 * ``gelu_tanh_and_mul`` (``csrc/gelu_and_mul.cpp``): a gated MLP's ``gelu_tanh(gate) * up`` in one pass.
+* ``rms_norm`` (``csrc/rms_norm.cpp``): an fp32 RMSNorm, optionally added to the residual, in one op
+  instead of four or five (``harness/model/norm.py`` is the reference).
 
 Serving engines do the same with their own kernels (FlashInfer or Triton attention, sgl-kernel's
 ``gelu_tanh_and_mul``). Both kernels are compiled on first use with the machine's C++ compiler
@@ -31,7 +33,8 @@ import torch
 logger = logging.getLogger(__name__)
 
 KERNEL_MODES = ("auto", "torch", "fused")
-SOURCES = tuple(Path(__file__).with_name("csrc") / name for name in ("decode_attention.cpp", "gelu_and_mul.cpp"))
+SOURCES = tuple(Path(__file__).with_name("csrc") / name
+                for name in ("decode_attention.cpp", "gelu_and_mul.cpp", "rms_norm.cpp"))
 
 # torch's CPU capability -> compiler flags that make ATen's Vectorized<float> the width torch's kernels use.
 _CAPABILITY_FLAGS = {
@@ -66,6 +69,7 @@ class CpuKernels:
 
     decode_attention: Callable[..., None] | None = None
     gelu_tanh_and_mul: Callable[..., None] | None = None
+    rms_norm: Callable[..., None] | None = None
 
 
 def resolve_kernels(mode: str, *, device: torch.device, dtype: torch.dtype) -> CpuKernels:
@@ -82,7 +86,8 @@ def resolve_kernels(mode: str, *, device: torch.device, dtype: torch.dtype) -> C
     if failure is not None:
         if mode == "fused":
             raise KernelUnavailable(f"the CPU kernels could not be built: {failure}")
-        logger.warning("decode attention and the MLP activation run as torch ops: the CPU kernels could not "
+        logger.warning("decode attention, the MLP activation and RMSNorm run as torch ops: the CPU kernels could not "
                        "be built (%s)", failure)
         return CpuKernels()
-    return CpuKernels(torch.ops.harness.decode_attention.default, torch.ops.harness.gelu_tanh_and_mul.default)
+    ops = torch.ops.harness
+    return CpuKernels(ops.decode_attention.default, ops.gelu_tanh_and_mul.default, ops.rms_norm.default)

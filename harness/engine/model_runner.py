@@ -77,7 +77,7 @@ class ModelRunner:
         max_bs = self.req_to_token_pool.size
         self.attn_backend = PoolAttentionBackend(self.pool, self.req_to_token_pool, model.layer_specs, max_bs=max_bs,
                                                  decode_kernel=kernels.decode_attention)
-        model.use_gelu_and_mul(kernels.gelu_tanh_and_mul)
+        model.use_kernels(gelu_tanh_and_mul=kernels.gelu_tanh_and_mul, rms_norm=kernels.rms_norm)
         self.graph_mode = resolve_mode(graphs, self.device)
         self.graph_runner: GraphRunner | None = None
         self.extend_graph_runner: ExtendGraphRunner | None = None

@@ -13,6 +13,7 @@ from harness.model.attention_api import AttentionBackend, AttentionLayerSpec
 from harness.model.config import HybridModelConfig
 from harness.model.decoder import DecoderLayer
 from harness.model.linear import linear_weight
+from harness.model.mlp import GatedMLP
 from harness.model.norm import RMSNorm
 from harness.model.rotary import RotaryTables
 
@@ -64,11 +65,15 @@ class HybridSWAForCausalLM(nn.Module):
         )
         self.layer_rope = tuple(ropes.index(config.rope_for(i)) for i in range(config.num_hidden_layers))
 
-    def use_gelu_and_mul(self, kernel: Callable[..., None] | None) -> None:
-        """Run every tanh-GELU MLP's ``gelu(gate) * up`` with ``kernel`` (an ``out=`` op; None: torch ops)."""
-        for layer in self.layers:
-            if layer.mlp.act_name == "gelu_pytorch_tanh":
-                layer.mlp.act_and_mul = kernel
+    def use_kernels(self, *, gelu_tanh_and_mul: Callable[..., None] | None,
+                    rms_norm: Callable[..., None] | None) -> None:
+        """Compiled ``out=`` ops for every tanh-GELU MLP's ``gelu(gate) * up`` and every RMSNorm (the
+        engine's ``cpu_kernels``); None: torch ops."""
+        for module in self.modules():
+            if isinstance(module, RMSNorm):
+                module.kernel = rms_norm
+            elif isinstance(module, GatedMLP) and module.act_name == "gelu_pytorch_tanh":
+                module.act_and_mul = gelu_tanh_and_mul
 
     @property
     def lm_head_weight(self) -> torch.Tensor:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import torch
 from torch import nn
 
@@ -33,8 +35,18 @@ class RMSNorm(nn.Module):
         self.scale = nn.Parameter(torch.ones(shape, dtype=scale_dtype, device=device), requires_grad=False)
         # eps as a tensor: the same fp32 value a Python float becomes, without boxing it on every call
         self.register_buffer("eps_t", torch.tensor(eps, dtype=torch.float32, device=device), persistent=False)
+        # A compiled fp32 norm (the engine's ``cpu_kernels``: ``rms_norm(x, scale, eps, residual, out=)``);
+        # None: the torch ops below, which are its reference.
+        self.kernel: Callable[..., None] | None = None
+
+    def _use_kernel(self, x: torch.Tensor) -> bool:
+        return self.kernel is not None and x.dtype == torch.float32 and self.scale.dim() == 1 and x.is_contiguous()
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self._use_kernel(x):
+            out = torch.empty(x.shape, dtype=x.dtype, device=x.device)
+            self.kernel(x, self.scale, self.eps, None, out=out)
+            return out
         # dtype checks are static per model, so fp32 models record no no-op casts.
         if x.dtype == torch.float32:
             xf = x * self._inv_rms(x)
@@ -50,6 +62,10 @@ class RMSNorm(nn.Module):
         within an ulp of the two-op sum)."""
         if x.dtype != torch.float32 or residual.dtype != torch.float32:
             return residual + self(x)
+        if self._use_kernel(x) and residual.is_contiguous() and residual.shape == x.shape:
+            out = torch.empty(x.shape, dtype=x.dtype, device=x.device)
+            self.kernel(x, self.scale, self.eps, residual, out=out)
+            return out
         return torch.addcmul(residual, x * self._inv_rms(x), self.scale)
 
     def _inv_rms(self, x: torch.Tensor) -> torch.Tensor:
