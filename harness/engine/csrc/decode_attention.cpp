@@ -20,6 +20,12 @@ namespace {
 
 using Vec = at::vec::Vectorized<float>;
 
+constexpr int64_t kPrefetch = 8;  // rows ahead
+
+inline void prefetch_row(const float* row, int64_t n) {
+  for (int64_t i = 0; i < n; i += 64 / sizeof(float)) __builtin_prefetch(row + i);
+}
+
 inline float dot(const float* a, const float* b, int64_t n) {
   Vec acc(0.f);
   int64_t i = 0;
@@ -124,23 +130,28 @@ void decode_attention(const at::Tensor& q, const at::Tensor& k_cache, const at::
     for (int64_t kh = 0; kh < KVH; ++kh) {
       const int32_t* r = rp + (b * KVH + kh) * L;
       for (int64_t l = 0; l < L; ++l) {
+        // Rows are scattered over the pool (a request's tokens are a batch apart): fetch the key and
+        // value rows a few keys ahead, so both are in cache when the loops below reach them.
+        if (l + kPrefetch < L && m[l + kPrefetch] != hidden) {
+          prefetch_row(kp + static_cast<int64_t>(r[l + kPrefetch]) * D, D);
+          prefetch_row(vp + static_cast<int64_t>(r[l + kPrefetch]) * D, D);
+        }
         const float* key = kp + static_cast<int64_t>(r[l]) * D;
         for (int64_t g = 0; g < G; ++g) {
           scores[g * L + l] = m[l] == hidden ? hidden : dot(qp + b * qs0 + (kh * G + g) * qs1, key, D) * scale;
         }
       }
-      for (int64_t g = 0; g < G; ++g) {
-        float* o = op + (b * H + kh * G + g) * D;
-        if (!any_visible) {  // softmax over nothing: NaN, as torch's softmax of an all -inf row
-          std::fill(o, o + D, std::numeric_limits<float>::quiet_NaN());
-          continue;
-        }
-        float* p = scores.data() + g * L;
-        softcap_mask_softmax(p, m, L, cap);
-        std::fill(o, o + D, 0.f);
-        for (int64_t l = 0; l < L; ++l) {
-          if (m[l] != hidden) axpy(p[l], vp + static_cast<int64_t>(r[l]) * D, o, D);
-        }
+      float* o = op + (b * H + kh * G) * D;  // the G query heads of this KV head: G rows of D
+      if (!any_visible) {  // softmax over nothing: NaN, as torch's softmax of an all -inf row
+        std::fill(o, o + G * D, std::numeric_limits<float>::quiet_NaN());
+        continue;
+      }
+      for (int64_t g = 0; g < G; ++g) softcap_mask_softmax(scores.data() + g * L, m, L, cap);
+      std::fill(o, o + G * D, 0.f);
+      for (int64_t l = 0; l < L; ++l) {
+        if (m[l] == hidden) continue;
+        const float* value = vp + static_cast<int64_t>(r[l]) * D;
+        for (int64_t g = 0; g < G; ++g) axpy(scores[g * L + l], value, o + g * D, D);
       }
     }
   }
