@@ -50,6 +50,45 @@ inline Vec softcap(Vec x, float c) {
 
 inline float softcap(float x, float c) { return c - 2.f * c / (1.f + std::exp(x * (2.f / c))); }
 
+// o[g] = sum over visible l of p[g * L + l] * value row r[l], for the G query heads of one KV head.
+// With NV vectors per row, the accumulators stay in registers (a row of o through memory at every key
+// would chain each key's update to the previous one's store).
+template <int64_t NV>
+void weighted_sum_rows(const float* p, const float* vp, const int32_t* r, const float* m, int64_t L, int64_t G,
+                       float* o) {
+  constexpr int64_t D = NV * Vec::size();
+  const float hidden = -std::numeric_limits<float>::infinity();
+  for (int64_t g = 0; g < G; ++g) {
+    Vec acc[NV];
+    for (int64_t i = 0; i < NV; ++i) acc[i] = Vec(0.f);
+    for (int64_t l = 0; l < L; ++l) {
+      if (m[l] == hidden) continue;
+      const float* value = vp + static_cast<int64_t>(r[l]) * D;
+      const Vec w(p[g * L + l]);
+      for (int64_t i = 0; i < NV; ++i) acc[i] = at::vec::fmadd(w, Vec::loadu(value + i * Vec::size()), acc[i]);
+    }
+    for (int64_t i = 0; i < NV; ++i) acc[i].store(o + g * D + i * Vec::size());
+  }
+}
+
+void weighted_sum(const float* p, const float* vp, const int32_t* r, const float* m, int64_t L, int64_t G, int64_t D,
+                  float* o) {
+  switch (D % Vec::size() ? 0 : D / Vec::size()) {
+    case 1: return weighted_sum_rows<1>(p, vp, r, m, L, G, o);
+    case 2: return weighted_sum_rows<2>(p, vp, r, m, L, G, o);
+    case 4: return weighted_sum_rows<4>(p, vp, r, m, L, G, o);
+    case 8: return weighted_sum_rows<8>(p, vp, r, m, L, G, o);
+    case 16: return weighted_sum_rows<16>(p, vp, r, m, L, G, o);
+  }
+  const float hidden = -std::numeric_limits<float>::infinity();
+  std::fill(o, o + G * D, 0.f);
+  for (int64_t l = 0; l < L; ++l) {
+    if (m[l] == hidden) continue;
+    const float* value = vp + static_cast<int64_t>(r[l]) * D;
+    for (int64_t g = 0; g < G; ++g) axpy(p[g * L + l], value, o + g * D, D);
+  }
+}
+
 // scores <- softmax(mask + softcap(scores)) in place (no cap: softmax(scores + mask)).
 void softcap_mask_softmax(float* s, const float* mask, int64_t n, std::optional<double> cap) {
   const float c = cap.has_value() ? static_cast<float>(*cap) : 0.f;
@@ -147,12 +186,7 @@ void decode_attention(const at::Tensor& q, const at::Tensor& k_cache, const at::
         continue;
       }
       for (int64_t g = 0; g < G; ++g) softcap_mask_softmax(scores.data() + g * L, m, L, cap);
-      std::fill(o, o + G * D, 0.f);
-      for (int64_t l = 0; l < L; ++l) {
-        if (m[l] == hidden) continue;
-        const float* value = vp + static_cast<int64_t>(r[l]) * D;
-        for (int64_t g = 0; g < G; ++g) axpy(scores[g * L + l], value, o + g * D, D);
-      }
+      weighted_sum(scores.data(), vp, r, m, L, G, D, o);
     }
   }
 }
