@@ -54,6 +54,8 @@ def _build() -> str | None:
 
     capability = torch.backends.cpu.get_cpu_capability()
     flags = ["-O3", *_CAPABILITY_FLAGS.get(capability, []), f"-DCPU_CAPABILITY={capability}"]
+    logger.info("loading the CPU kernels for %s (the first load on a machine compiles them: about half a minute)",
+                capability)
     try:
         load(name=f"swa_harness_cpu_kernels_{capability.lower()}", sources=[str(s) for s in SOURCES],
              extra_cflags=flags, is_python_module=False, verbose=False)
@@ -70,6 +72,11 @@ class CpuKernels:
     decode_attention: Callable[..., None] | None = None
     gelu_tanh_and_mul: Callable[..., None] | None = None
     rms_norm: Callable[..., None] | None = None
+
+    @property
+    def in_use(self) -> str:
+        """``fused`` when the compiled kernels run, ``torch`` when torch ops do (what a server reports)."""
+        return "torch" if self.decode_attention is None else "fused"
 
 
 def resolve_kernels(mode: str, *, device: torch.device, dtype: torch.dtype) -> CpuKernels:

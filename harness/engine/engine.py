@@ -102,11 +102,10 @@ class Engine:
         self.model = load_model(path, dtype=DTYPES[config.dtype], device=config.device, config=self.model_config,
                                 max_positions=self.max_context_len)
         self.tokenizer = Tokenizer.from_dir(path) if (path / "tokenizer.json").is_file() else None
+        self.kernels = resolve_kernels(config.cpu_kernels, device=self.model.embed.device, dtype=self.model.dtype)
         self.runner = ModelRunner(self.model, pool_builder(self._pool_spec()), graphs=config.graphs,
                                   max_extend_tokens=config.max_prefill_tokens if config.extend_graphs else None,
-                                  capture=config.capture,
-                                  kernels=resolve_kernels(config.cpu_kernels, device=self.model.embed.device,
-                                                          dtype=self.model.dtype))
+                                  capture=config.capture, kernels=self.kernels)
         self.scheduler = Scheduler(
             self.runner.req_to_token_pool,
             self.runner.allocator,

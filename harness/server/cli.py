@@ -18,6 +18,7 @@ from collections.abc import Sequence
 from aiohttp import web
 
 from harness.engine import Engine, EngineConfig
+from harness.engine.cpu_kernels import KERNEL_MODES
 from harness.engine.model_runner import CAPTURE_MODES
 from harness.faults import activate_from_env
 from harness.server.app import build_app
@@ -34,6 +35,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--graphs", default="auto", choices=("off", "eager", "tape", "cuda", "auto"))
     p.add_argument("--capture", default="startup", choices=CAPTURE_MODES,
                    help="capture every graph at start-up (default, as SGLang) or each on the first batch that needs it")
+    p.add_argument("--cpu-kernels", default="auto", choices=KERNEL_MODES,
+                   help="decode attention, gelu * up and RMSNorm as compiled CPU kernels (auto: where they build, "
+                        "fp32 on CPU), or torch ops")
     p.add_argument("--host", default="127.0.0.1", help="bind address (default: loopback only)")
     p.add_argument("--port", type=int, default=0, help="0 picks a free port (default)")
     p.add_argument("--max-running", type=int, default=32, help="max concurrently running requests (decode batch)")
@@ -54,7 +58,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         config = EngineConfig(model_path=args.model, graphs=args.graphs, max_running_requests=args.max_running,
                               num_threads=args.num_threads, max_context_len=args.max_context_len, dtype=args.dtype,
-                              device=args.device, capture=args.capture)
+                              device=args.device, capture=args.capture, cpu_kernels=args.cpu_kernels)
     except ValueError as exc:
         print(f"swa-harness server: {exc}", file=sys.stderr)
         return 2
@@ -65,14 +69,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         worker.start()
         build = server_build(args.model, dtype=args.dtype, device=args.device, max_running=args.max_running,
-                             fault=fault.id if fault is not None else None)
+                             cpu_kernels=worker.engine.kernels.in_use, fault=fault.id if fault is not None else None)
         app = build_app(worker, args.served_model_name or args.model, build=build)
     except (RuntimeError, ValueError) as exc:
         print(f"swa-harness server: {exc}", file=sys.stderr)
         worker.stop()
         return 1
-    logger.info("engine ready: %s, graphs=%s, max_context_len=%d", args.model, worker.engine.graph_mode,
-                worker.engine.max_context_len)
+    logger.info("engine ready: %s, graphs=%s, cpu kernels=%s, max_context_len=%d", args.model,
+                worker.engine.graph_mode, worker.engine.kernels.in_use, worker.engine.max_context_len)
     try:
         asyncio.run(serve(app, worker, args.host, args.port, access_log=args.access_log))
     except OSError as exc:  # e.g. the port is taken
