@@ -65,6 +65,9 @@ def test_req_to_token_write_tokens_is_one_write_per_pair_and_read_tokens_reads_r
     batched.write(2, 0, idx(1, 2, 3))
     got = batched.read_tokens([(2, 1, 3), (1, 5, 6), (3, 0, 0)])  # an empty range reads nothing
     assert got.dtype == torch.int32 and got.tolist() == [2, 3, 12]
+    for bad in ((2, -1, 1), (2, 7, 9), (2, 3, 2), (4, 0, 1)):  # never another row's or the tensor's end
+        with pytest.raises(IndexContractError, match="read_tokens: request slot"):
+            batched.read_tokens([(1, 0, 1), bad])
 
 
 @pytest.mark.parametrize(

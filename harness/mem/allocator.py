@@ -77,7 +77,7 @@ class TokenToKVPoolAllocator:
             raise AlignmentError(f"free_index must cover whole pages of {self.page_size} slots exactly once")
         if self.page_size > 1 and torch.unique(free_index).numel() != free_index.numel():
             raise AlignmentError(f"free_index must cover whole pages of {self.page_size} slots exactly once")
-        if self._page_is_free[pages].any():  # the failing path alone pays for naming them
+        if self._page_is_free.index_select(0, pages).any():  # the failing path alone pays for naming them
             already_free = pages[self._page_is_free[pages]]
             raise DoubleFreeError(f"{'slots' if self.page_size == 1 else 'pages'} {already_free.tolist()} are already free")
         return pages
@@ -95,7 +95,7 @@ class TokenToKVPoolAllocator:
 
     def any_free(self, slots: torch.Tensor) -> bool:
         """Whether any of these slots (none on the padding page) is free; one reduction."""
-        return bool(self._page_is_free[self.page_index(slots)].any())
+        return bool(self._page_is_free.index_select(0, self.page_index(slots)).any())
 
     def is_allocated(self, slots: torch.Tensor) -> torch.Tensor:
         """Per slot: whether it is currently handed out (padding counts as not allocated)."""

@@ -93,5 +93,9 @@ class ReqToTokenPool:
         """The slots of positions ``[start, end)`` of each ``(request slot, start, end)``, concatenated,
         in one gather."""
         width = self.max_context_len
+        for slot, start, end in ranges:
+            if not (0 <= slot <= self.size and 0 <= start <= end <= width):
+                raise IndexContractError(f"read_tokens: request slot {slot}, positions [{start}, {end}) are outside "
+                                         f"{self.size} slots x max_context_len={width}")
         flat = [i for slot, start, end in ranges for i in range(slot * width + start, slot * width + end)]
-        return self.req_to_token.view(-1)[torch.tensor(flat, dtype=torch.int64, device=self.device)]
+        return self.req_to_token.view(-1).index_select(0, torch.tensor(flat, dtype=torch.int64, device=self.device))

@@ -80,7 +80,7 @@ class SWATokenToKVPoolAllocator:
         if free_index.numel() == 0:
             return
         full_pages = self.full_attn_allocator.pages_of(free_index)
-        swa = self.full_to_swa_index_mapping[free_index]
+        swa = self.full_to_swa_index_mapping.index_select(0, free_index)  # in range: checked above
         live_swa = swa[swa > 0]
         swa_pages = self.swa_attn_allocator.pages_of(live_swa)
         self.full_attn_allocator.free(free_index)
@@ -99,7 +99,7 @@ class SWATokenToKVPoolAllocator:
         full = self.full_attn_allocator
         if full.any_free(free_index):  # in range, so none is on the padding page
             raise PoolError(f"free_swa: full slots {free_index[~full.is_allocated(free_index)].tolist()} are not allocated")
-        swa = self.full_to_swa_index_mapping[free_index]
+        swa = self.full_to_swa_index_mapping.index_select(0, free_index)  # in range: checked above
         if not swa.all():
             released = free_index[swa == 0]
             raise DoubleFreeError(f"free_swa: full slots {released.tolist()} hold no SWA slot (already released)")
