@@ -54,6 +54,7 @@ def _reference(spec, q, k_cache, v_cache, rows, mask) -> torch.Tensor:
     (3, 4, 2, 32, 16, 50.0),  # its sliding layers
     (5, 8, 8, 20, 37, None),  # no grouping, a head_dim and a length off the vector width, no soft-cap
     (2, 6, 1, 64, 7, 5.0),  # one KV head for six queries, a cap that bites
+    (3, 4, 1, 256, 40, None),  # Gemma-3-270M's heads: head_dim 256, four queries per KV head
 ])
 def test_decode_attention_matches_the_torch_reference(b, h, kvh, d, length, cap):
     case = _attention_case(b, h, kvh, d, length, seed=b + length, cap=cap)

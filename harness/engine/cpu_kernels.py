@@ -24,6 +24,8 @@ from __future__ import annotations
 
 import functools
 import logging
+import os
+import shutil
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -47,11 +49,24 @@ class KernelUnavailable(RuntimeError):
     """The kernels were required (``cpu_kernels="fused"``) but cannot be used here."""
 
 
+def _put_ninja_on_path() -> None:
+    """torch's builder runs ``ninja`` from PATH; a venv's pip-installed one is not there unless the venv is
+    activated (a server started as ``.venv/bin/python -m harness.server``)."""
+    if shutil.which("ninja") is not None:
+        return
+    try:
+        import ninja
+    except ImportError:
+        return
+    os.environ["PATH"] = ninja.BIN_DIR + os.pathsep + os.environ.get("PATH", "")
+
+
 @functools.cache
 def _build() -> str | None:
     """Build and load the kernels once per process; None when they loaded, else why not."""
     from torch.utils.cpp_extension import load  # imports setuptools: only when the kernels are wanted
 
+    _put_ninja_on_path()
     capability = torch.backends.cpu.get_cpu_capability()
     flags = ["-O3", *_CAPABILITY_FLAGS.get(capability, []), f"-DCPU_CAPABILITY={capability}"]
     logger.info("loading the CPU kernels for %s (the first load on a machine compiles them: about half a minute)",
