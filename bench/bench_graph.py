@@ -47,6 +47,15 @@ from harness.graph.backends import make_backend
 from harness.graph.runner import GraphRunner
 
 
+def call_path(step) -> str:
+    """How a tape step calls its op at replay (``harness.graph.tape._Step.bind``)."""
+    if step.fast is not None:
+        return "Python binding"
+    if getattr(step.call, "func", None) is torch._C._dispatch_call_boxed:
+        return "dispatcher boxed call (no Python binding)"
+    return "jit entry point (no Python binding)" if isinstance(step.func, torch._ops.OpOverload) else "Python"
+
+
 def replay_profile(world: ToyWorld, runner: GraphRunner, batch, repeats: int) -> tuple[list[list[object]], list[list[object]]]:
     """Where the tape path's time goes for ``batch``: the phases of ``GraphRunner.replay`` (each timed on
     its own, medians), then the replayed ops by aten name, each op timed on its own (medians, summed)."""
@@ -75,7 +84,7 @@ def replay_profile(world: ToyWorld, runner: GraphRunner, batch, repeats: int) ->
     for step, times in zip(steps, samples):
         packet = getattr(step.func, "overloadpacket", None)
         name = packet.__name__ if packet is not None else "computed and copied"
-        via = "Python binding" if step.fast is not None else "OpOverload (schema-generic call)"
+        via = call_path(step)
         by_op.setdefault((name, via), []).append(statistics.median(times))
     op_rows = [[name, via, len(t), f"{sum(t) * 1e6:.0f}", f"{sum(t) / len(t) * 1e6:.1f}"]
                for (name, via), t in sorted(by_op.items(), key=lambda kv: -sum(kv[1]))]

@@ -105,21 +105,23 @@ def test_number_operands_and_masked_fill_are_substituted_with_the_same_bits():
     special = torch.tensor([0.0, -0.0, 1.0, -1.5, 3.4e38, -3.4e38, 1e-45, float("inf"), float("-inf"), float("nan")])
     x = torch.cat([special, torch.randn(54, generator=torch.Generator().manual_seed(0))])
     n = torch.arange(-32, 32)
+    m = torch.arange(-32, 32, dtype=torch.int32)
 
     def body():
         scaled = (x / 0.1767766952966369 + 2.5) * 3 - 1e-3
         masked = scaled.masked_fill(x > 1.0, float("-inf")).masked_fill(n.ge(5), 0.0)
-        return masked, n * 3 + 7, (n + 2.0) / 3, n < 4, x != 0.5
+        return masked, n * 3 + 7, (n + 2.0) / 3, n < 4, x != 0.5, m * 70000 - 5, m >= -3, m / 7, m + 2**40
 
-    graph = TapeBackend().capture(body, static_inputs={"x": x, "n": n})
+    graph = TapeBackend().capture(body, static_inputs={"x": x, "n": n, "m": m})
     ops = _steps_by_op(graph)
     assert ops["aten.where.self_out"] == 2 and "aten.masked_fill.Scalar_out" not in ops
-    assert ops["aten.lt.Tensor_out"] == 1 and ops["aten.ne.Tensor_out"] == 1 and ops["aten.ge.Tensor_out"] == 1
+    assert ops["aten.lt.Tensor_out"] == 1 and ops["aten.ne.Tensor_out"] == 1 and ops["aten.ge.Tensor_out"] == 2
     for seed in range(3):
         fresh = torch.randn(64, generator=torch.Generator().manual_seed(seed + 1)) * 10
         x.copy_(torch.cat([special, fresh[:54]]))
         n.copy_(torch.randint(-100, 100, (64,), generator=torch.Generator().manual_seed(seed)))
-        for got, want in zip(graph.replay({"x": x, "n": n}), body()):
+        m.copy_(torch.randint(-2**31, 2**31 - 1, (64,), generator=torch.Generator().manual_seed(seed), dtype=torch.int32))
+        for got, want in zip(graph.replay({"x": x, "n": n, "m": m}), body()):
             assert got.dtype == want.dtype
             assert torch.equal(got.view(torch.int32) if got.is_floating_point() else got,
                                want.view(torch.int32) if want.is_floating_point() else want)

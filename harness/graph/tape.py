@@ -155,7 +155,7 @@ _PROBED: dict[tuple, bool] = {}
 # fixed cost unrelated to the math: a Python number operand is boxed into a new tensor or Scalar on every
 # call, and ``masked_fill.Scalar_out`` has no Python binding. Each substitute computes the same bits:
 # * a Python number operand of an arithmetic or comparison op becomes a 0-dim tensor made once, of the
-#   other operand's dtype, when that is fp32 (any number) or int64 (an int). The kernel reads the boxed
+#   other operand's dtype, when that is fp32 (any number) or int32/int64 (an int it holds). The kernel reads the boxed
 #   number cast to that dtype, which is the tensor's value, and a 0-dim operand of the same dtype
 #   changes no result dtype. Not for reduced-precision floats: there the boxed number stays in fp32
 #   while a 0-dim tensor of that dtype would round it.
@@ -183,8 +183,12 @@ def _exact_operand(tensor: Any, value: Any) -> torch.Tensor | None:
     """A 0-dim tensor standing exactly for the Python number ``value`` beside ``tensor``, or None."""
     if not isinstance(tensor, torch.Tensor) or not _is_number(value):
         return None
-    if tensor.dtype == torch.float32 or (tensor.dtype == torch.int64 and isinstance(value, int)):
+    if tensor.dtype == torch.float32:
         return _scalar_tensor(value, tensor.dtype, tensor.device)
+    if tensor.dtype in (torch.int32, torch.int64) and isinstance(value, int):
+        info = torch.iinfo(tensor.dtype)
+        if info.min <= value <= info.max:  # else the boxed number's cast wraps, a tensor's would refuse
+            return _scalar_tensor(value, tensor.dtype, tensor.device)
     return None
 
 
