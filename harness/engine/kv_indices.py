@@ -48,6 +48,9 @@ def decode_window_full_indices(
     takes them as they are.
     """
     positions = seq_lens[:, None] + _window_offsets(window, seq_lens.device)
-    rows = req_to_token.index_select(0, req_pool_indices)
-    full = rows.gather(1, positions.clamp(min=0))
+    # One gather of the W entries per row from the flat table (not a copy of whole rows first): a row
+    # outside the table gives an index outside it, which index_select refuses.
+    width = req_to_token.shape[1]
+    flat = torch.add(positions.clamp(min=0), req_pool_indices[:, None], alpha=width)
+    full = req_to_token.view(-1).index_select(0, flat.view(-1)).view(positions.shape)
     return torch.where(positions >= 0, full, PADDING_SLOT)
