@@ -139,6 +139,13 @@ def attend_over_cache(
     return attend_over_rows(layer, q, k_cache, v_cache, kv_head_rows(slots, kv_heads), additive_mask(~visible))
 
 
+def _kernel_reads(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor) -> bool:
+    """Whether the compiled decode kernel takes these tensors (fp32, caches ``[S, KVH, D]`` contiguous, as
+    this engine's pools and SGLang's are); anything else runs ``attend_over_rows``."""
+    return (q.dtype == k_cache.dtype == v_cache.dtype == torch.float32 and q.stride(-1) == 1
+            and k_cache.dim() == 3 and k_cache.is_contiguous() and v_cache.is_contiguous())
+
+
 class PoolAttentionBackend:
     """``AttentionBackend`` over a hybrid pool + ``ReqToTokenPool`` (the implementation under test)."""
 
@@ -268,7 +275,7 @@ class PoolAttentionBackend:
             rows, mask = meta.window_rows[layer.sliding_window], meta.window_mask[layer.sliding_window]
         else:
             rows, mask = meta.rows, meta.mask
-        if self.decode_kernel is not None and q.dtype == k_cache.dtype == torch.float32:
+        if self.decode_kernel is not None and _kernel_reads(q, k_cache, v_cache):
             out = torch.empty(q.shape, dtype=q.dtype, device=q.device)
             self.decode_kernel(q, k_cache, v_cache, rows, mask, layer.scaling, layer.logit_softcap, out=out)
             return out

@@ -48,6 +48,13 @@ class DecodeGraphTarget(Protocol):
         """The captured body: logits ``[bs, vocab]`` for the batch in ``inputs``."""
 
 
+def longest_seq_len(batch: Any) -> int:
+    """The batch's longest row: from its host copy of ``seq_lens`` where it has one (an engine's ForwardBatch,
+    as SGLang's ``seq_lens_cpu``), else read from the tensor (a host sync)."""
+    host = getattr(batch, "seq_lens_cpu", None)
+    return max(host) if host else int(batch.seq_lens.max())
+
+
 class GraphRunner:
     def __init__(
         self,
@@ -87,7 +94,7 @@ class GraphRunner:
         """The first KV-length bucket that holds every row's keys (None when graphs are not keyed by it)."""
         if self.kv_len_buckets == [None]:
             return None
-        longest = int(batch.seq_lens.max())
+        longest = longest_seq_len(batch)
         i = bisect.bisect_left(self.kv_len_buckets, longest)
         if i == len(self.kv_len_buckets):
             raise ValueError(f"sequence length {longest} exceeds the largest KV bucket {self.kv_len_buckets[-1]}")
@@ -96,7 +103,7 @@ class GraphRunner:
     def can_run(self, batch: Any, *, is_decode: bool = True) -> bool:
         if not (is_decode and self.ready and 1 <= batch.batch_size <= self.max_bs):
             return False
-        return self.kv_len_buckets == [None] or int(batch.seq_lens.max()) <= self.kv_len_buckets[-1]
+        return self.kv_len_buckets == [None] or longest_seq_len(batch) <= self.kv_len_buckets[-1]
 
     # -- capture -------------------------------------------------------------------------------
 

@@ -30,6 +30,8 @@ class TokenToKVPoolAllocator:
         self.num_pages = size // page_size
         self._page_is_free = torch.zeros(self.num_pages + 1, dtype=torch.bool, device=self.device)
         self._page_offsets = torch.arange(page_size, dtype=LOC_DTYPE, device=self.device)
+        # The values written into _page_is_free, made once (``t[i] = True`` makes a tensor of True every call).
+        self._free, self._taken = (torch.tensor(v, device=self.device) for v in (True, False))
         self.clear()
 
     def clear(self) -> None:
@@ -50,7 +52,7 @@ class TokenToKVPoolAllocator:
         if num_pages > self.free_pages.numel():
             return None
         pages, self.free_pages = self.free_pages[:num_pages], self.free_pages[num_pages:]
-        self._page_is_free[pages] = False
+        self._page_is_free.index_put_((pages,), self._taken)
         if self.page_size == 1:
             # A view into the free list, like SGLang's: successive allocations are views of one
             # storage at different offsets, which is exactly what a storage-keyed memo gets wrong.
@@ -86,7 +88,7 @@ class TokenToKVPoolAllocator:
         pages = self.pages_of(free_index)
         if pages.numel() == 0:
             return
-        self._page_is_free[pages] = True
+        self._page_is_free.index_put_((pages,), self._free)
         self.free_pages = torch.cat((self.free_pages, pages.to(LOC_DTYPE)))
 
     def page_index(self, slots: torch.Tensor) -> torch.Tensor:
