@@ -21,10 +21,11 @@ the step ranges over which they are used (``harness.graph.tape_memory``).
 Replay cost per op is kept low, since a decode step of a small model is hundreds of tiny ops: each
 step is bound once into a zero-argument callable (no argument unpacking or kwargs merging at replay),
 through torch's generated Python binding of the op where one calls exactly the recorded overload
-(checked once per overload and argument kinds, else the overload itself is called, whose generic
-schema matching costs more); and the steps that are constants (an op with no tensor inputs, such as
+(checked once per overload and argument kinds, else the dispatcher's boxed call on the overload's
+handle, whose generic schema matching costs more); and the steps that are constants (an op with no tensor inputs, such as
 ``arange``, whose output nothing in the graph writes again) run once when the graph is bound, not at
-every replay.
+every replay. A few calls are recorded as cheaper ones that compute the same bits (``_exact_substitute``:
+a Python number operand as a 0-dim tensor made once, ``masked_fill`` as ``where``).
 """
 
 from __future__ import annotations
