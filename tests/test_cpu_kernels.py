@@ -7,12 +7,15 @@ the engine's outputs where the torch ops put them.
 
 from __future__ import annotations
 
+import logging
+
 import pytest
 import torch
 import torch.nn.functional as F
 
 from harness.engine.attention_backend import additive_mask, attend_over_rows, kv_head_rows
-from harness.engine.cpu_kernels import KernelUnavailable, resolve_kernels
+from harness.engine import cpu_kernels
+from harness.engine.cpu_kernels import CpuKernels, KernelUnavailable, resolve_kernels
 from harness.graph.tape import TapeBackend
 from harness.model.attention_api import AttentionLayerSpec
 from harness.model.norm import RMSNorm
@@ -183,3 +186,13 @@ def test_kernel_modes_are_checked():
     with pytest.raises(KernelUnavailable, match="float32 on CPU"):
         resolve_kernels("fused", device=torch.device("cpu"), dtype=torch.bfloat16)
     assert resolve_kernels("torch", device=torch.device("cpu"), dtype=torch.float32).decode_attention is None
+
+
+def test_a_failed_build_falls_back_to_torch_ops_in_auto_and_is_an_error_in_fused(monkeypatch, caplog):
+    monkeypatch.setattr(cpu_kernels, "_build", lambda: "CalledProcessError: g++: not found")
+    with caplog.at_level(logging.WARNING):
+        kernels = resolve_kernels("auto", device=torch.device("cpu"), dtype=torch.float32)
+    assert kernels == CpuKernels() and kernels.in_use == "torch"
+    assert "could not be built (CalledProcessError: g++: not found)" in caplog.text
+    with pytest.raises(KernelUnavailable, match="g\\+\\+: not found"):
+        resolve_kernels("fused", device=torch.device("cpu"), dtype=torch.float32)

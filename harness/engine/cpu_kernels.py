@@ -76,7 +76,8 @@ def _build() -> str | None:
              extra_cflags=flags, is_python_module=False, verbose=False)
     except Exception as exc:  # no compiler, no ninja, a header mismatch: the caller decides what it means
         lines = str(exc).strip().splitlines()
-        return f"{type(exc).__name__}: {lines[-1] if lines else exc!r}"
+        errors = [line.strip() for line in lines if "error" in line.lower()]  # a compiler's first complaint
+        return f"{type(exc).__name__}: {(errors or lines or [repr(exc)])[0]}"
     return None
 
 
