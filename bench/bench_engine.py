@@ -23,6 +23,7 @@ from fixtures.checkpoints import _ROOT, write_checkpoint
 from harness.engine import Engine, EngineConfig, SamplingParams
 
 SHIPPED = Path(__file__).resolve().parent.parent / "fixtures" / "models" / "gemma2-tiny-swa"
+DEFAULT_BATCH_SIZES = [1, 8, 32]
 GOALS = {1: 2.0, 32: 2.5}  # issue 19: engine (tape) >= 2x transformers at batch 1, >= 2.5x at batch 32
 
 
@@ -112,7 +113,7 @@ def main() -> None:
     parser.add_argument("--new-tokens", type=int, default=128)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--threads", type=int, default=1)
-    parser.add_argument("--batch-sizes", type=int, nargs="+", default=[1, 8, 32],
+    parser.add_argument("--batch-sizes", type=int, nargs="+", default=DEFAULT_BATCH_SIZES,
                         help="a subset for a quick look; the written section needs every goal's batch size")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
@@ -168,7 +169,8 @@ def main() -> None:
         "engine",
         "Engine decode throughput vs transformers (CPU)",
         f"python -m bench.bench_engine --prompt-len {args.prompt_len} --new-tokens {args.new_tokens} "
-        f"--repeats {args.repeats} --threads {args.threads}",
+        f"--repeats {args.repeats} --threads {args.threads}"
+        + (f" --batch-sizes {' '.join(map(str, args.batch_sizes))}" if args.batch_sizes != DEFAULT_BATCH_SIZES else ""),
         f"Checkpoint: `{checkpoint.relative_to(Path.cwd()) if checkpoint.is_relative_to(Path.cwd()) else checkpoint.name}`; "
         f"greedy, {args.prompt_len}-token prompts, {args.new_tokens} new tokens, EOS ignored, "
         f"decode time = t(new) - t(1), medians of {args.repeats} interleaved repeats, {args.threads} torch thread(s); "
