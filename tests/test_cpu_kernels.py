@@ -18,6 +18,7 @@ from harness.engine import cpu_kernels
 from harness.engine.cpu_kernels import CpuKernels, KernelUnavailable, resolve_kernels
 from harness.graph.tape import TapeBackend
 from harness.model.attention_api import AttentionLayerSpec
+from harness.model.dense import reference_logits
 from harness.model.norm import RMSNorm
 from tests.engine_helpers import make_engine
 from fixtures.checkpoints import random_sequences
@@ -196,3 +197,15 @@ def test_a_failed_build_falls_back_to_torch_ops_in_auto_and_is_an_error_in_fused
     assert "could not be built (CalledProcessError: g++: not found)" in caplog.text
     with pytest.raises(KernelUnavailable, match="g\\+\\+: not found"):
         resolve_kernels("fused", device=torch.device("cpu"), dtype=torch.float32)
+
+
+@needs_kernels
+def test_the_dense_reference_runs_torch_ops_even_on_a_model_with_kernels():
+    """The dense reference checks the kernels, so it must not run them."""
+    engine = make_engine("gemma2", "off", cpu_kernels="fused")
+    model, kernels = engine.model, engine.kernels
+    seqs = random_sequences([9, 30], seed=4)
+    first = reference_logits(model, seqs)
+    assert model.layers[0].input_norm.kernel is kernels.rms_norm  # back in use after the reference run
+    model.use_kernels(gelu_tanh_and_mul=None, rms_norm=None)
+    assert all(torch.equal(a, b) for a, b in zip(first, reference_logits(model, seqs)))

@@ -63,8 +63,8 @@ class EngineConfig:
     num_threads: int | None = None  # torch intra-op threads; small models on CPU run fastest on 1
     extend_graphs: bool = True  # with graphs on, prefill/extend batches run piecewise graphs too
     capture: str = "startup"  # startup | lazy: every graph at start-up (SGLang's way), or each on first use
-    # auto | torch | fused: decode attention and the MLP's gelu * up as compiled CPU kernels (fp32) where they
-    # build, or torch ops (harness/engine/cpu_kernels.py)
+    # auto | torch | fused: decode attention, the MLP's gelu * up and RMSNorm as compiled CPU kernels (fp32)
+    # where they build, or torch ops (harness/engine/cpu_kernels.py)
     cpu_kernels: str = "auto"
 
     def __post_init__(self) -> None:

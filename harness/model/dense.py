@@ -76,9 +76,11 @@ class DenseAttention:
 
 @torch.inference_mode()
 def reference_logits(model: HybridSWAForCausalLM, token_ids: list[list[int]]) -> list[torch.Tensor]:
-    """Teacher-forced float32 logits ``[len(seq), vocab]`` for each sequence."""
+    """Teacher-forced float32 logits ``[len(seq), vocab]`` for each sequence, in torch ops only (no compiled
+    kernels, whatever the engine that owns ``model`` uses)."""
     batch = DenseBatch(tuple(len(s) for s in token_ids))
     device = model.embed.device
     input_ids = torch.tensor([t for s in token_ids for t in s], dtype=torch.long, device=device)
-    logits = model(input_ids, batch.positions(device), DenseAttention(), batch)
+    with model.torch_ops_only():
+        logits = model(input_ids, batch.positions(device), DenseAttention(), batch)
     return list(logits.split(list(batch.seq_lens)))

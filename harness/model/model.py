@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import torch
@@ -64,16 +65,29 @@ class HybridSWAForCausalLM(nn.Module):
             RotaryTables(r, config.head_dim, self.max_positions, dtype, device) for r in ropes
         )
         self.layer_rope = tuple(ropes.index(config.rope_for(i)) for i in range(config.num_hidden_layers))
+        self.kernels: dict[str, Callable[..., None] | None] = {"gelu_tanh_and_mul": None, "rms_norm": None}
 
     def use_kernels(self, *, gelu_tanh_and_mul: Callable[..., None] | None,
                     rms_norm: Callable[..., None] | None) -> None:
         """Compiled ``out=`` ops for every tanh-GELU MLP's ``gelu(gate) * up`` and every RMSNorm (the
         engine's ``cpu_kernels``); None: torch ops."""
+        self.kernels = {"gelu_tanh_and_mul": gelu_tanh_and_mul, "rms_norm": rms_norm}
         for module in self.modules():
             if isinstance(module, RMSNorm):
                 module.kernel = rms_norm
             elif isinstance(module, GatedMLP) and module.act_name == "gelu_pytorch_tanh":
                 module.act_and_mul = gelu_tanh_and_mul
+
+    @contextmanager
+    def torch_ops_only(self) -> Iterator[None]:
+        """Torch ops in every norm and MLP while inside, whatever kernels are in use (the dense reference
+        checks the kernels; it must not run them)."""
+        saved = self.kernels
+        self.use_kernels(gelu_tanh_and_mul=None, rms_norm=None)
+        try:
+            yield
+        finally:
+            self.use_kernels(**saved)
 
     @property
     def lm_head_weight(self) -> torch.Tensor:
