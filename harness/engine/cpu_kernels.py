@@ -10,10 +10,10 @@
   instead of four or five (``harness/model/norm.py`` is the reference).
 
 Serving engines do the same with their own kernels (FlashInfer or Triton attention, sgl-kernel's
-``gelu_tanh_and_mul``). Both kernels are compiled on first use with the machine's C++ compiler
-(torch's extension builder, cached under ``~/.cache/torch_extensions``: about half a minute once,
-then a load), for the CPU capability torch itself dispatches to, and both are registered as torch
-ops, so a graph capture records each as one op.
+``gelu_tanh_and_mul``). The three are compiled on first use with the machine's C++ compiler
+(torch's extension builder, cached under ``~/.cache/torch_extensions``: 42 s on this project's 2-core
+CI machine, then a load; a checkout at another path builds again), for the CPU capability torch itself
+dispatches to, and each is registered as a torch op, so a graph capture records it as one op.
 
 Modes (``EngineConfig.cpu_kernels``): ``torch`` never uses them; ``fused`` requires them (a build
 failure is an error); ``auto`` uses them for fp32 on CPU when they build, else torch ops, with one
@@ -69,7 +69,7 @@ def _build() -> str | None:
     _put_ninja_on_path()
     capability = torch.backends.cpu.get_cpu_capability()
     flags = ["-O3", *_CAPABILITY_FLAGS.get(capability, []), f"-DCPU_CAPABILITY={capability}"]
-    logger.info("loading the CPU kernels for %s (the first load on a machine compiles them: about half a minute)",
+    logger.info("loading the CPU kernels for %s (the first load on a machine compiles them: under a minute)",
                 capability)
     try:
         load(name=f"swa_harness_cpu_kernels_{capability.lower()}", sources=[str(s) for s in SOURCES],

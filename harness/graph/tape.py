@@ -22,10 +22,11 @@ Replay cost per op is kept low, since a decode step of a small model is hundreds
 step is bound once into a zero-argument callable (no argument unpacking or kwargs merging at replay),
 through torch's generated Python binding of the op where one calls exactly the recorded overload
 (checked once per overload and argument kinds, else the dispatcher's boxed call on the overload's
-handle, whose generic schema matching costs more); and the steps that are constants (an op with no tensor inputs, such as
-``arange``, whose output nothing in the graph writes again) run once when the graph is bound, not at
-every replay. A few calls are recorded as cheaper ones that compute the same bits (``_exact_substitute``:
-a Python number operand as a 0-dim tensor made once, ``masked_fill`` as ``where``).
+handle, whose generic schema matching costs more); and the steps that are constants (an op with no
+tensor inputs, such as ``arange``, whose output nothing in the graph writes again) run once when the
+graph is bound, not at every replay. A few calls are recorded as cheaper ones that compute the same
+bits (``_exact_substitute``: a Python number operand as a 0-dim tensor made once, ``masked_fill`` as
+``where``).
 """
 
 from __future__ import annotations
@@ -156,9 +157,9 @@ _PROBED: dict[tuple, bool] = {}
 # fixed cost unrelated to the math: a Python number operand is boxed into a new tensor or Scalar on every
 # call, and ``masked_fill.Scalar_out`` has no Python binding. Each substitute computes the same bits:
 # * a Python number operand of an arithmetic or comparison op becomes a 0-dim tensor made once, of the
-#   other operand's dtype, when that is fp32 (any number) or int32/int64 (an int it holds). The kernel reads the boxed
-#   number cast to that dtype, which is the tensor's value, and a 0-dim operand of the same dtype
-#   changes no result dtype. Not for reduced-precision floats: there the boxed number stays in fp32
+#   other operand's dtype, when that is fp32 (any number) or int32/int64 (an int it holds). The kernel
+#   reads the boxed number cast to that dtype, which is the tensor's value, and a 0-dim operand of the
+#   same dtype changes no result dtype. Not for reduced-precision floats: there the boxed number stays in fp32
 #   while a 0-dim tensor of that dtype would round it.
 # * ``masked_fill(x, mask, v)`` on a floating ``x`` is ``where(mask, v, x)`` with ``v`` a 0-dim tensor of
 #   ``x``'s dtype (masked_fill casts ``v`` to that dtype too), when ``mask`` broadcasts to ``x``'s shape.

@@ -73,8 +73,8 @@ class HybridSWAForCausalLM(nn.Module):
         engine's ``cpu_kernels``); None: torch ops."""
         self.kernels = {"gelu_tanh_and_mul": gelu_tanh_and_mul, "rms_norm": rms_norm}
         for module in self.modules():
-            if isinstance(module, RMSNorm):
-                module.kernel = rms_norm
+            if isinstance(module, RMSNorm):  # per-head q/k norms (a 2-D scale) stay torch ops
+                module.kernel = rms_norm if module.scale.dim() == 1 else None
             elif isinstance(module, GatedMLP) and module.act_name == "gelu_pytorch_tanh":
                 module.act_and_mul = gelu_tanh_and_mul
 

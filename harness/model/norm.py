@@ -35,12 +35,13 @@ class RMSNorm(nn.Module):
         self.scale = nn.Parameter(torch.ones(shape, dtype=scale_dtype, device=device), requires_grad=False)
         # eps as a tensor: the same fp32 value a Python float becomes, without boxing it on every call
         self.register_buffer("eps_t", torch.tensor(eps, dtype=torch.float32, device=device), persistent=False)
-        # A compiled fp32 norm (the engine's ``cpu_kernels``: ``rms_norm(x, scale, eps, residual, out=)``);
-        # None: the torch ops below, which are its reference.
+        # A compiled fp32 norm (the engine's ``cpu_kernels``: ``rms_norm(x, scale, eps, residual, out=)``), set
+        # only on norms with one scale per feature (``HybridSWAForCausalLM.use_kernels``); None: the torch ops
+        # below, which are its reference.
         self.kernel: Callable[..., None] | None = None
 
     def _use_kernel(self, x: torch.Tensor) -> bool:
-        return self.kernel is not None and x.dtype == torch.float32 and self.scale.dim() == 1 and x.is_contiguous()
+        return self.kernel is not None and x.dtype == torch.float32 and x.is_contiguous()
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if self._use_kernel(x):
