@@ -2,6 +2,7 @@
 
 from harness.mem.allocator import TokenToKVPoolAllocator
 from harness.mem.build import HybridPool, HybridPoolSpec, PoolBuilder, build_hybrid_pool
+from harness.mem.contracts import KVAllocator, KVBuffers, KVPool, SlotOwnership
 from harness.mem.errors import (
     AlignmentError,
     DoubleFreeError,
@@ -22,6 +23,9 @@ __all__ = [
     "HybridPool",
     "HybridPoolSpec",
     "IndexContractError",
+    "KVAllocator",
+    "KVBuffers",
+    "KVPool",
     "KV_DTYPES",
     "LOC_DTYPE",
     "MHATokenToKVPool",
@@ -33,6 +37,7 @@ __all__ = [
     "STALE_KEY_WARNING",
     "SWAKVPool",
     "SWATokenToKVPoolAllocator",
+    "SlotOwnership",
     "SwaLocMemo",
     "TokenToKVPoolAllocator",
     "build_hybrid_pool",

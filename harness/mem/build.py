@@ -8,10 +8,10 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
 
 import torch
 
+from harness.mem.contracts import KVAllocator, KVPool
 from harness.mem.req_to_token_pool import ReqToTokenPool
 from harness.mem.swa_allocator import SWATokenToKVPoolAllocator
 from harness.mem.swa_kv_pool import SWAKVPool
@@ -36,8 +36,8 @@ class HybridPoolSpec:
 class HybridPool:
     """What the engine and the suites need of a target's memory: pool, allocator, request map."""
 
-    pool: Any  # SWAKVPool or an adapter with its interface
-    allocator: Any  # SWATokenToKVPoolAllocator or an adapter with its interface
+    pool: KVPool  # SWAKVPool, or an adapter over another target's pool
+    allocator: KVAllocator  # SWATokenToKVPoolAllocator, or an adapter over another target's allocator
     req_to_token_pool: ReqToTokenPool
 
 

@@ -1,0 +1,136 @@
+"""What the rest of the harness may use of a hybrid pool and its allocator: the contract both the
+harness's own memory code (``SWAKVPool``, ``SWATokenToKVPoolAllocator``) and the adapters over real
+SGLang (``harness.targets.sglang.adapters``) must meet.
+
+Each member is here because the engine, the suites or the fixtures use it; anything else either side
+has (SGLang's page tables, the harness's memo) stays private to that side. ``tests/test_mem_contracts.py``
+checks both sides against these protocols.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Protocol, runtime_checkable
+
+import torch
+
+
+@runtime_checkable
+class KVBuffers(Protocol):
+    """One sub-pool (full or SWA) as the suites read it."""
+
+    k_buffer: Sequence[torch.Tensor]
+    """Per-layer keys: the suites snapshot them to find slots a forward wrote but does not own."""
+    v_buffer: Sequence[torch.Tensor]
+    """Per-layer values, snapshotted with the keys."""
+    head_num: int
+    """The dtype fixtures shape their K/V writes with it."""
+    head_dim: int
+    """As ``head_num``."""
+
+
+@runtime_checkable
+class SlotOwnership(Protocol):
+    """The full-slot allocator inside a hybrid allocator, as the accounting audit asks it."""
+
+    def is_allocated(self, slots: torch.Tensor) -> torch.Tensor:
+        """Per slot, whether it is handed out: every token a request holds must own its full slot."""
+        ...
+
+
+@runtime_checkable
+class KVPool(Protocol):
+    """A hybrid KV pool: full and sliding layers, full slots translated to SWA slots for the latter."""
+
+    device: torch.device
+    """The attention backend and the toy decode allocate their index buffers on it."""
+    size_swa: int
+    """The stale-cache suite maps a probe to the last SWA slot."""
+    full_kv_pool: KVBuffers
+    """The suites snapshot the full layers' buffers."""
+    swa_kv_pool: KVBuffers
+    """The suites snapshot the sliding layers' buffers."""
+    layers_mapping: Mapping[int, tuple[int, bool]]
+    """Layer id -> (index in its sub-pool, is sliding): the dtype fixtures pick one layer of each kind."""
+
+    @property
+    def full_to_swa_index_mapping(self) -> torch.Tensor | None:
+        """The mapping the pool translates through: the SWA write spy checks each write against it."""
+        ...
+
+    def is_swa_layer(self, layer_id: int) -> bool:
+        """The SWA write spy checks only sliding layers' writes."""
+        ...
+
+    def get_key_buffer(self, layer_id: int) -> torch.Tensor:
+        """Attention reads a layer's keys by slot."""
+        ...
+
+    def get_value_buffer(self, layer_id: int) -> torch.Tensor:
+        """Attention reads a layer's values by slot."""
+        ...
+
+    def set_kv_buffer(self, layer_id: int, loc: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *,
+                      swa_loc: torch.Tensor | None = None) -> None:
+        """Attention writes the new tokens' K/V; ``swa_loc`` is the forward's pre-translated SWA loc (#23552)."""
+        ...
+
+    def invalidate_loc_cache(self) -> None:
+        """The engine flushes the pool's translation state before each forward and capture run (#26152)."""
+        ...
+
+    def translate_loc_from_full_to_swa(self, kv_indices: torch.Tensor) -> torch.Tensor:
+        """The model runner translates each forward's write loc once, for every sliding layer (#23552)."""
+        ...
+
+    def translate_fresh_loc(self, full_slots: torch.Tensor) -> torch.Tensor:
+        """Attention translates the window's key slots, built fresh for this forward."""
+        ...
+
+
+@runtime_checkable
+class KVAllocator(Protocol):
+    """The allocator of a hybrid pool: a full slot per token, an SWA slot while it is in the window."""
+
+    size: int
+    """Full slots: the engine refuses a request larger than the pool, the scheduler reserves against it."""
+    size_swa: int
+    """SWA slots: the engine's idle check and the accounting suites count against it."""
+    device: torch.device
+    """The scheduler builds its batch tensors on it."""
+    full_to_swa_index_mapping: torch.Tensor
+    """Full slot -> SWA slot (0: none). The suites read it; the stale-cache suite also replaces it."""
+    full_attn_allocator: SlotOwnership
+    """The accounting suite asks it which full slots are handed out."""
+
+    def register_mapping(self) -> None:
+        """Hand a replaced mapping to the pool again (the stale-cache suite)."""
+        ...
+
+    def full_available_size(self) -> int:
+        """Free full slots: the engine's idle check and the accounting suites."""
+        ...
+
+    def swa_available_size(self) -> int:
+        """Free SWA slots: as ``full_available_size``."""
+        ...
+
+    def alloc(self, need_size: int) -> torch.Tensor | None:
+        """The scheduler's slots for a batch's new tokens; ``None`` when either pool is full."""
+        ...
+
+    def free(self, free_index: torch.Tensor) -> None:
+        """The scheduler frees a finished request's slots (any of them may have left the window)."""
+        ...
+
+    def free_swa(self, free_index: torch.Tensor) -> None:
+        """The scheduler frees the SWA slots of tokens that left the window."""
+        ...
+
+    def set_full_to_swa_mapping(self, full_index: torch.Tensor, swa_index: torch.Tensor) -> None:
+        """The suites and fixtures overwrite mapping entries (the cache-restore path SGLang has)."""
+        ...
+
+    def clear(self) -> None:
+        """The allocator state machine resets everything."""
+        ...
