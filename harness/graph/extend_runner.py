@@ -9,13 +9,13 @@ splits its piecewise graph around attention. With graphs ``eager`` the whole bod
 
 from __future__ import annotations
 
-import bisect
 from collections.abc import Sequence
 from typing import Any, Protocol
 
 import torch
 
 from harness.graph.backends import GraphBackend
+from harness.graph.bucketed import BucketedGraphRunner, first_at_least
 from harness.graph.extend_buffers import ExtendInputBuffers, ExtendInputs
 from harness.seams import seam
 
@@ -38,60 +38,56 @@ class ExtendGraphTarget(Protocol):
         """The captured body: logits ``[max_reqs, vocab]`` for the rows in ``inputs.logits_indices``."""
 
 
-class ExtendGraphRunner:
+class ExtendGraphRunner(BucketedGraphRunner[ExtendInputs]):
+    """Piecewise extend graphs, one per token-count bucket; the capture and replay skeleton is
+    ``BucketedGraphRunner``'s (see ``GraphRunner``)."""
+
+    target: ExtendGraphTarget
+    graphs: dict[int, Any]
+
     def __init__(self, target: ExtendGraphTarget, backend: GraphBackend, *, max_tokens: int, max_reqs: int,
                  vocab_size: int, is_hybrid_swa: bool = False, device: str | torch.device = "cpu",
                  logits_dtype: torch.dtype = torch.float32, capture_tokens: Sequence[int] | None = None) -> None:
-        self.target = target
-        self.backend = backend
+        super().__init__(target, backend)
         self.capture_tokens = capture_tokens_for(max_tokens, capture_tokens or DEFAULT_CAPTURE_TOKENS)
         self.max_reqs = max_reqs
         self.buffers = ExtendInputBuffers.create(self.capture_tokens[-1], max_reqs, vocab_size,
                                                  is_hybrid_swa=is_hybrid_swa, device=device, logits_dtype=logits_dtype)
-        self.graphs: dict[int, Any] = {}
-        self.ready = False  # captured, or set to capture each graph on first use
-        self.lazy = False
 
     def bucket_for(self, num_tokens: int) -> int:
-        i = bisect.bisect_left(self.capture_tokens, num_tokens)
-        if num_tokens < 1 or i == len(self.capture_tokens):
+        bucket = first_at_least(self.capture_tokens, num_tokens)
+        if num_tokens < 1 or bucket is None:
             raise ValueError(f"{num_tokens} tokens have no bucket (buckets go up to {self.capture_tokens[-1]})")
-        return self.capture_tokens[i]
+        return bucket
 
     def can_run(self, batch: Any) -> bool:
         return (self.ready and not batch.forward_mode.is_decode()
                 and 1 <= batch.input_ids.numel() <= self.capture_tokens[-1] and batch.batch_size <= self.max_reqs)
 
-    def capture(self, *, lazy: bool = False) -> None:
-        """Largest bucket first; ``lazy``: each on the first batch that needs it (``GraphRunner.capture``)."""
-        self.ready, self.lazy = True, lazy
-        if lazy:
-            return
-        for tokens in reversed(self.capture_tokens):
-            self.graphs[tokens] = self._capture_one(tokens)
+    def _buckets(self) -> list[tuple[int]]:
+        return [(tokens,) for tokens in reversed(self.capture_tokens)]
 
-    def graph_for(self, tokens: int) -> Any:
-        graph = self.graphs.get(tokens)
-        if graph is None and self.lazy:
-            self.buffers.reset()
-            graph = self.graphs[tokens] = self._capture_one(tokens)
-        return graph
+    def _key(self, num_tokens: int) -> int:
+        return num_tokens
 
     @seam("extend-capture-after-warm-cache")
     def _capture_inputs(self, num_tokens: int) -> ExtendInputs:
         """The batch the graph is captured on: the static buffers, SWA loc pre-set (#23552, #24743)."""
         return self.buffers.view(num_tokens)
 
-    def _capture_one(self, num_tokens: int) -> Any:
+    def _capture_batch(self, num_tokens: int) -> ExtendInputs:
         self.buffers.pad(0, num_tokens)  # an all-padding batch: every write goes to the padding slot
         self.buffers.logits_indices.zero_()
         self.buffers.current = None
-        inputs = self._capture_inputs(num_tokens)
+        return self._capture_inputs(num_tokens)
+
+    def _prepare(self, inputs: ExtendInputs) -> None:
         self.target.prepare_extend_graph_metadata(inputs)
-        self.target.begin_capture_run()  # warm-up, then capture, each from a fresh start (#25824)
-        with torch.no_grad():
-            self.target.extend_graph_forward(inputs)
-        self.target.begin_capture_run()
+
+    def _forward(self, inputs: ExtendInputs) -> torch.Tensor:
+        return self.target.extend_graph_forward(inputs)
+
+    def _record(self, inputs: ExtendInputs, num_tokens: int) -> Any:
         return self.backend.capture_piecewise(lambda: self._body(inputs), static_inputs=self.buffers.tensors())
 
     def _body(self, inputs: ExtendInputs) -> torch.Tensor:
@@ -100,9 +96,5 @@ class ExtendGraphRunner:
 
     def replay(self, batch: Any) -> torch.Tensor:
         """Logits of the batch's ``logits_indices`` rows; a view of the static buffer (valid until the next replay)."""
-        tokens = self.bucket_for(batch.input_ids.numel())
-        graph = self.graph_for(tokens)
-        self.buffers.populate(batch, tokens)
-        self.target.prepare_extend_graph_metadata(self.buffers.view(tokens))
-        graph.replay(self.buffers.tensors())
+        self._replay(batch, self.bucket_for(batch.input_ids.numel()))
         return self.buffers.logits[: batch.logits_indices.numel()]

@@ -13,7 +13,6 @@ per (bs, kv_len) keeps a short sequence from paying for the longest one.
 
 from __future__ import annotations
 
-import bisect
 import logging
 from collections.abc import Sequence
 from typing import Any, Protocol
@@ -21,6 +20,7 @@ from typing import Any, Protocol
 import torch
 
 from harness.graph.backends import GraphBackend
+from harness.graph.bucketed import BucketedGraphRunner, first_at_least
 from harness.graph.buffers import DecodeInputBuffers, DecodeInputs
 from harness.seams import seam
 
@@ -55,7 +55,17 @@ def longest_seq_len(batch: Any) -> int:
     return max(host) if host else int(batch.seq_lens.max())
 
 
-class GraphRunner:
+class GraphRunner(BucketedGraphRunner[DecodeInputs]):
+    """Decode graphs, one per batch-size bucket (and KV-length bucket).
+
+    ``BucketedGraphRunner`` runs each capture: ``_capture_batch`` (pad, then the ``_capture_inputs``
+    seam), ``_prepare``, a warm-up ``_forward`` and ``_record``, both runs from a fresh
+    ``begin_capture_run``; what follows says what each step is for decode.
+    """
+
+    target: DecodeGraphTarget
+    graphs: dict[tuple[int, int | None], object]
+
     def __init__(
         self,
         target: DecodeGraphTarget,
@@ -69,36 +79,32 @@ class GraphRunner:
         capture_bs: Sequence[int] | None = None,
         kv_len_buckets: Sequence[int] | None = None,
     ) -> None:
-        self.target = target
-        self.backend = backend
+        super().__init__(target, backend)
         self.capture_bs = capture_bs_for(max_bs, capture_bs or DEFAULT_CAPTURE_BS)
         self.max_bs = self.capture_bs[-1]
         self.buffers = DecodeInputBuffers.create(
             self.max_bs, vocab_size, is_hybrid_swa=is_hybrid_swa, device=device, logits_dtype=logits_dtype
         )
         self.kv_len_buckets: list[int | None] = sorted(set(kv_len_buckets)) if kv_len_buckets else [None]
-        self.graphs: dict[tuple[int, int | None], object] = {}
-        self.ready = False  # captured, or set to capture each graph on first use
-        self.lazy = False
 
     # -- bucket choice -------------------------------------------------------------------------
 
     def bucket_for(self, raw_bs: int) -> int:
         """The first captured bucket >= raw_bs."""
-        i = bisect.bisect_left(self.capture_bs, raw_bs)
-        if raw_bs < 1 or i == len(self.capture_bs):
+        bucket = first_at_least(self.capture_bs, raw_bs)
+        if raw_bs < 1 or bucket is None:
             raise ValueError(f"batch size {raw_bs} has no bucket (buckets go up to {self.max_bs})")
-        return self.capture_bs[i]
+        return bucket
 
     def kv_bucket_for(self, batch: Any) -> int | None:
         """The first KV-length bucket that holds every row's keys (None when graphs are not keyed by it)."""
         if self.kv_len_buckets == [None]:
             return None
         longest = longest_seq_len(batch)
-        i = bisect.bisect_left(self.kv_len_buckets, longest)
-        if i == len(self.kv_len_buckets):
+        bucket = first_at_least(self.kv_len_buckets, longest)
+        if bucket is None:
             raise ValueError(f"sequence length {longest} exceeds the largest KV bucket {self.kv_len_buckets[-1]}")
-        return self.kv_len_buckets[i]
+        return bucket
 
     def can_run(self, batch: Any, *, is_decode: bool = True) -> bool:
         if not (is_decode and self.ready and 1 <= batch.batch_size <= self.max_bs):
@@ -107,41 +113,29 @@ class GraphRunner:
 
     # -- capture -------------------------------------------------------------------------------
 
-    def capture(self, *, lazy: bool = False) -> None:
-        """Largest bucket first, as SGLang does, so smaller graphs reuse the pool's memory.
+    def _buckets(self) -> list[tuple[int, int | None]]:
+        """Largest first: by batch size, then by KV length."""
+        return [(bs, kv_len) for bs in reversed(self.capture_bs) for kv_len in reversed(self.kv_len_buckets)]
 
-        ``lazy``: capture nothing now, each graph on the first batch that needs it, from reset buffers
-        (as at start-up). Start-up then takes seconds, not the minute a large model's 30-odd captures
-        take; but a graph captured mid-run sees a pool with live requests, which SGLang's never does.
-        """
-        self.ready, self.lazy = True, lazy
-        if lazy:
-            return
-        for bs in reversed(self.capture_bs):
-            for kv_len in reversed(self.kv_len_buckets):
-                self.graphs[bs, kv_len] = self._capture_one(bs, kv_len)
-
-    def graph_for(self, bs: int, kv_len: int | None) -> object:
-        graph = self.graphs.get((bs, kv_len))
-        if graph is None and self.lazy:
-            self.buffers.reset()
-            graph = self.graphs[bs, kv_len] = self._capture_one(bs, kv_len)
-        return graph
+    def _key(self, bs: int, kv_len: int | None) -> tuple[int, int | None]:
+        return bs, kv_len
 
     @seam("swa-loc-not-preset", "capture-after-warm-cache")
     def _capture_inputs(self, bs: int, kv_len: int | None) -> DecodeInputs:
         """The batch the graph is captured on: the static buffers, SWA loc pre-set (#23552)."""
         return self.buffers.view(bs, kv_len)
 
-    def _capture_one(self, bs: int, kv_len: int | None) -> object:
+    def _capture_batch(self, bs: int, kv_len: int | None) -> DecodeInputs:
         self.buffers.pad(0, bs)  # capture on an all-padding batch: writes go to the padding slot
-        inputs = self._capture_inputs(bs, kv_len)
+        return self._capture_inputs(bs, kv_len)
+
+    def _prepare(self, inputs: DecodeInputs) -> None:
         self.target.prepare_graph_metadata(inputs)
-        # Warm-up, then capture, each from a fresh start (#25824: see the target's begin_capture_run).
-        self.target.begin_capture_run()
-        with torch.no_grad():
-            self.target.graph_forward(inputs)
-        self.target.begin_capture_run()
+
+    def _forward(self, inputs: DecodeInputs) -> torch.Tensor:
+        return self.target.graph_forward(inputs)
+
+    def _record(self, inputs: DecodeInputs, bs: int, kv_len: int | None) -> object:
         return self.backend.capture(lambda: self._body(inputs, bs), static_inputs=self.buffers.tensors())
 
     def _body(self, inputs: DecodeInputs, bs: int) -> torch.Tensor:
@@ -154,9 +148,5 @@ class GraphRunner:
     def replay(self, batch: Any) -> torch.Tensor:
         """Logits of the ``raw_bs`` real rows; a view of the static logits buffer (valid until the next replay)."""
         raw_bs = batch.batch_size
-        bs, kv_len = self.bucket_for(raw_bs), self.kv_bucket_for(batch)
-        graph = self.graph_for(bs, kv_len)
-        self.buffers.populate(batch, bs)
-        self.target.prepare_graph_metadata(self.buffers.view(bs, kv_len))
-        graph.replay(self.buffers.tensors())
+        self._replay(batch, self.bucket_for(raw_bs), self.kv_bucket_for(batch))
         return self.buffers.logits[:raw_bs]
