@@ -1,4 +1,4 @@
-"""``swa-harness``: serve | eval | report | faults."""
+"""``swa-harness``: serve | eval | nightly | report | faults."""
 
 from __future__ import annotations
 
@@ -10,8 +10,9 @@ def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     commands = {
         "serve": ("harness.server.cli", "OpenAI-compatible server over the engine"),
-        "eval": ("harness.evals.cli", "accuracy suites with graphs on and off, paired comparison, HTML report"),
-        "report": ("harness.evals.report_cli", "re-render the HTML report from saved runs"),
+        "eval": ("harness.jobs.eval_cli", "accuracy suites with graphs on and off, paired comparison, HTML report"),
+        "nightly": ("harness.jobs.nightly_cli", "the GPU nightly: SGLang servers per model and arm (--dry-run: the plan)"),
+        "report": ("harness.jobs.report_cli", "re-render the HTML report from saved runs"),
         "faults": ("harness.faults.matrix", "kill matrix: every catalog fault through the suites"),
     }
     if not argv or argv[0] in ("-h", "--help") or argv[0] not in commands:

@@ -22,7 +22,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
-from harness.evals.paths import REPO
+from harness.paths import REPO
 from harness.evals.results import Estimate, RunResult, SuiteComparison, Summary
 
 DEFAULT_HISTORY = REPO / "reports" / "history.jsonl"

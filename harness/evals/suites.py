@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from harness.paths import DATA_DIR
+
 
 @dataclass(frozen=True)
 class SuiteSpec:
@@ -20,3 +22,12 @@ SUITES = {
     "gsm_style": SuiteSpec("gsm_style", "swa_gsm_style", "strict-match", 500),
     "aime_style": SuiteSpec("aime_style", "swa_aime_style", "strict-match", 200),
 }
+
+
+def set_size(spec: SuiteSpec) -> int:
+    """Items in the suite's frozen test set (the default limit when the set is not shipped here)."""
+    path = DATA_DIR / spec.name / "test.jsonl"
+    if not path.is_file():
+        return spec.default_limit
+    with open(path, encoding="utf-8") as f:
+        return sum(1 for line in f if line.strip())

@@ -19,7 +19,7 @@ from typing import Any
 
 from harness.seams import SeamError, lookup
 
-FAULT_ENV = "SWA_HARNESS_FAULT"
+from harness.env import FAULT_ENV
 
 
 @dataclass(frozen=True)

@@ -4,13 +4,13 @@ fails when the committed file differs from a fresh rendering, so the doc cannot 
 from __future__ import annotations
 
 import sys
-from pathlib import Path
 
 from harness.faults import FAULTS
+from harness.paths import REPO
 from harness.faults.base import Fault
 from harness.targets.sglang.faults.catalog import SEEDS_NOT_PORTED, SGLANG_FAULTS
 
-DOC = Path(__file__).resolve().parents[2] / "docs" / "FAULTS.md"
+DOC = REPO / "docs" / "FAULTS.md"
 
 INVARIANTS = (
     "Graph replay equals eager execution on the same batch (teacher-forced logits within fp tolerance; "

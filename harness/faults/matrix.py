@@ -28,9 +28,8 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 
-from harness.faults.verdicts import STOP_ENV, VERDICTS_ENV
-
-REPO = Path(__file__).resolve().parents[2]
+from harness.env import FAULT_ENV, HYPOTHESIS_ENV, SGLANG_FAULT_ENV, STOP_ON_KILL_ENV, VERDICTS_ENV
+from harness.paths import REPO
 
 
 @dataclass(frozen=True)
@@ -61,11 +60,11 @@ def _sglang_catalog() -> dict[str, dict]:
 MATRIX_TARGETS: dict[str, MatrixTarget] = {
     "harness": MatrixTarget(
         "harness", {"scenarios": "suites/scenarios", "differential": "suites/differential"},
-        {"scenarios": 110, "differential": 15}, "SWA_HARNESS_FAULT", _harness_catalog),
+        {"scenarios": 110, "differential": 15}, FAULT_ENV, _harness_catalog),
     "sglang": MatrixTarget(
         "sglang", {"pool": "suites/pool", "scenarios": "suites/scenarios", "differential": "suites/differential",
                    "registry": "suites/sglang/test_decode_registry.py"},
-        {"pool": 2, "scenarios": 110, "differential": 15, "registry": 14}, "SWA_HARNESS_SGLANG_FAULT",
+        {"pool": 2, "scenarios": 110, "differential": 15, "registry": 14}, SGLANG_FAULT_ENV,
         _sglang_catalog, ("--target", "sglang"), REPO / "reports" / "kill-matrix-sglang.json"),
 }
 
@@ -113,8 +112,8 @@ def _describe(record: dict) -> str:
 def run_suite(target: MatrixTarget, fault_id: str | None, suite: str, workdir: Path,
               timeout_s: float) -> tuple[SuiteOutcome, float]:
     verdicts = workdir / f"{fault_id or 'clean'}-{suite}.jsonl"
-    env = {**os.environ, target.fault_env: fault_id or "", "SWA_HARNESS_HYPOTHESIS": "matrix", "PYTHONHASHSEED": "0",
-           VERDICTS_ENV: str(verdicts), STOP_ENV: "1" if fault_id else "0"}
+    env = {**os.environ, target.fault_env: fault_id or "", HYPOTHESIS_ENV: "matrix", "PYTHONHASHSEED": "0",
+           VERDICTS_ENV: str(verdicts), STOP_ON_KILL_ENV: "1" if fault_id else "0"}
     cmd = [sys.executable, "-m", "pytest", target.suites[suite], *target.pytest_args, "-q", "-p", "no:cacheprovider",
            "-p", "no:xdist", "-p", "harness.faults.verdicts", "--timeout", "300"]
     start = time.perf_counter()

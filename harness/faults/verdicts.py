@@ -19,8 +19,8 @@ from pathlib import Path
 
 import pytest
 
-VERDICTS_ENV = "SWA_HARNESS_VERDICTS"
-STOP_ENV = "SWA_HARNESS_STOP_ON_KILL"
+from harness.env import STOP_ON_KILL_ENV as STOP_ENV
+from harness.env import VERDICTS_ENV
 SUITE_DIR = "suites"
 _ASSERTION = ("AssertionError", "Failed:", "assert ")
 _STRUCTURAL = "StructuralFailure"  # suites/checks.py: a structural assertion inside a behavioural test

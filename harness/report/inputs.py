@@ -12,9 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
-from harness.evals.paths import REPO
-
-DEFAULT_FAULT_EFFECTS = REPO / "docs" / "fault-effects.json"
+from harness.paths import DEFAULT_FAULT_EFFECTS
 
 
 @dataclass(frozen=True)

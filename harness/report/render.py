@@ -27,7 +27,8 @@ from harness.evals.compare import Tokenize
 from harness.evals.history import SuiteSnapshot, Trend, TrendPoint, engine_label
 from harness.evals.results import ItemDiff, RunResult, SuiteComparison, Summary
 from harness.report.inputs import FaultEffects, KillMatrixFile
-from harness.report.svg import VERDICT_COLOURS, forest_plot, trend_chart
+from harness.report.palette import INK, LINE, MUTED, SOFT, VERDICT_COLOURS
+from harness.report.svg import forest_plot, trend_chart
 
 TEMPLATES = Path(__file__).resolve().parent / "templates"
 TEMPLATE_NAME = "report.html.j2"
@@ -447,7 +448,8 @@ def build_context(
                                      for r in runs if r.meta.get("mode")})
         if provenance else [],
         "engine": engine_label(provenance),
-        "colours": {v.value: c for v, c in VERDICT_COLOURS.items()},
+        "colours": {**{v.value: c for v, c in VERDICT_COLOURS.items()}, "line": LINE, "muted": MUTED, "soft": SOFT,
+                    "ink": INK},
     }
 
 

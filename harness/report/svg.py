@@ -12,8 +12,7 @@ from typing import Sequence
 
 from harness.evals.history import TrendPoint
 from harness.evals.results import SuiteComparison, Verdict
-
-VERDICT_COLOURS = {Verdict.GREEN: "#1a7f37", Verdict.AMBER: "#b26b00", Verdict.RED: "#c62828"}
+from harness.report.palette import MUTED, VERDICT_COLOURS
 _NICE_STEPS = (0.001, 0.002, 0.005, 0.01, 0.02, 0.025, 0.05, 0.1, 0.2, 0.25, 0.5)
 
 
@@ -171,7 +170,7 @@ def trend_chart(suite: str, points: Sequence[TrendPoint]) -> str:
                        f"INCOMPLETE ({escape(s.verdict)})</title>"
                        f'<path d="M{cx - 5:.1f},{cy - 5:.1f} l10,10 m0,-10 l-10,10" class="cross"/></g>')
             continue
-        colour = VERDICT_COLOURS.get(Verdict(s.verdict), "#59636e")
+        colour = VERDICT_COLOURS.get(Verdict(s.verdict), MUTED)
         tip = escape(f"#{p.index} {p.entry.recorded_at} · {p.entry.engine}: ON {100 * s.on.value:.1f} % "
                      f"OFF {100 * s.off.value:.1f} % · {s.verdict}")
         out.append(f'<g class="trend-point" data-index="{p.index}" data-verdict="{escape(s.verdict)}"><title>{tip}</title>')

@@ -20,10 +20,10 @@ from aiohttp import web
 from harness.engine import Engine, EngineConfig
 from harness.engine.cpu_kernels import KERNEL_MODES
 from harness.engine.model_runner import CAPTURE_MODES
+from harness.env import SERVER_READY
 from harness.faults import activate_from_env
+from harness.identity import server_build
 from harness.server.app import build_app
-from harness.server.identity import server_build
-from harness.server.launch import READY_PREFIX
 from harness.server.worker import EngineWorker
 
 logger = logging.getLogger("harness.server")
@@ -99,7 +99,7 @@ async def serve(app: web.Application, worker: EngineWorker, host: str, port: int
     try:
         site = web.TCPSite(runner, host, port)
         await site.start()
-        print(f"{READY_PREFIX} {ready_url(runner.addresses[0])}", flush=True)
+        print(f"{SERVER_READY} {ready_url(runner.addresses[0])}", flush=True)
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGINT, signal.SIGTERM):

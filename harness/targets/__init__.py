@@ -18,7 +18,7 @@ import torch
 from harness.engine import Engine, EngineConfig
 from harness.mem import LOC_DTYPE, HybridPool, HybridPoolSpec, SWAKVPool, build_hybrid_pool
 
-TARGET_ENV = "SWA_HARNESS_TARGET"
+from harness.env import TARGET_ENV
 
 PoolSpec = HybridPoolSpec  # the suites' name for it
 

@@ -26,7 +26,7 @@ from harness.targets.sglang.imports import SGLANG_VERSION, SGLangUnavailable, im
 __all__ = ["PATCH_ENV", "SGLANG_VERSION", "SGLangTarget", "SGLangUnavailable"]
 
 logger = logging.getLogger(__name__)
-PATCH_ENV = "SWA_HARNESS_SGLANG_PATCH"
+from harness.env import SGLANG_PATCH_ENV as PATCH_ENV
 
 
 class SGLangTarget:

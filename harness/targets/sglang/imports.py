@@ -15,7 +15,7 @@ from pathlib import Path
 from types import ModuleType
 
 SGLANG_VERSION = "0.5.23"
-ANY_VERSION_ENV = "SWA_HARNESS_SGLANG_ANY_VERSION"
+from harness.env import SGLANG_ANY_VERSION_ENV as ANY_VERSION_ENV
 SHIMS = Path(__file__).resolve().parent / "import_shims"
 
 

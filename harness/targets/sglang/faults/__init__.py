@@ -16,7 +16,7 @@ import inspect
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-FAULT_ENV = "SWA_HARNESS_SGLANG_FAULT"
+from harness.env import SGLANG_FAULT_ENV as FAULT_ENV
 
 
 @dataclass(frozen=True)

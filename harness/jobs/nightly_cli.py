@@ -6,8 +6,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from harness.evals.compare import Thresholds
-from harness.nightly.plan import (
+from harness.jobs.nightly import (
     ARM_NAMES,
     DEFAULT_CONCURRENCY,
     DEFAULT_FAULT,
@@ -16,10 +15,10 @@ from harness.nightly.plan import (
     DEFAULT_PORT,
     DEFAULT_TASKS,
     MODELS,
-    ModelSpec,
-    build_plan,
-    render,
+    build_nightly_plan,
 )
+from harness.jobs.plan import Model, render
+from harness.jobs.runner import RunOptions, finish, load_runs, run_plan
 
 
 def _names(text: str) -> list[str]:
@@ -35,7 +34,7 @@ def _url(text: str) -> tuple[str, str]:
 
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
-        prog="python -m harness.nightly",
+        prog="swa-harness nightly",
         description="Real SGLang servers per model and arm (graphs on/off, stress, fault demo), lm-eval per task, "
                     "paired comparisons, HTML reports. Needs a GPU unless --dry-run or --report-only.")
     p.add_argument("--model", action="append", dest="models", metavar="HUB_ID",
@@ -64,20 +63,20 @@ def parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     args = parser().parse_args(argv)
-    models = [MODELS.get(m) or ModelSpec(m, chat=args.chat) for m in (args.models or DEFAULT_MODELS)]
+    models = [MODELS.get(m) or Model(m, chat=args.chat) for m in (args.models or DEFAULT_MODELS)]
     try:
-        plan = build_plan(models=models, arms=args.arms, tasks=args.tasks, limit=args.limit, out=args.out,
-                          fault=args.fault, port=args.port, concurrency=args.concurrency, urls=dict(args.url))
+        plan = build_nightly_plan(models=models, arms=args.arms, tasks=args.tasks, limit=args.limit, out=args.out,
+                                  fault=args.fault, port=args.port, concurrency=args.concurrency, urls=dict(args.url))
     except ValueError as exc:
         print(f"nightly: {exc}", file=sys.stderr)
         return 2
     if args.dry_run:
         sys.stdout.write(plan.to_json() if args.json else render(plan))
         return 0
-    from harness.nightly import runner
-
+    options = RunOptions(server_timeout=args.server_timeout, eval_timeout=args.eval_timeout, fault_effects=None, check_args=not args.no_preflight, argv=tuple(argv),
+                         command="swa-harness nightly", device="cuda", name="nightly")
     if args.report_only:
-        return runner.finish(plan, runner.load_runs(plan), thresholds=Thresholds(),
-                             provenance=runner.job_provenance(plan, argv))
-    return runner.run_plan(plan, argv=argv, server_timeout=args.server_timeout, eval_timeout=args.eval_timeout,
-                           check_args=not args.no_preflight)
+        from harness.jobs.provenance import job_provenance
+
+        return finish(plan, load_runs(plan), options, job_provenance(plan, options))
+    return run_plan(plan, options)

@@ -1,6 +1,6 @@
 """Child processes that never outlive the process that started them.
 
-``ChildProcesses.spawn(cmd)`` starts ``python -m harness.server.guard CMD...`` as the leader of a new
+``ChildProcesses.spawn(cmd)`` starts ``python -m harness.engines.guard CMD...`` as the leader of a new
 process group, with a pipe as its stdin that nobody writes. The guard runs CMD in that group and
 waits for it; it forwards SIGTERM/SIGINT/SIGHUP to it; and when its stdin reaches EOF (the parent
 is gone, even by SIGKILL, so the kernel closed the pipe) it terminates CMD, then kills the whole
@@ -31,7 +31,7 @@ class ChildrenClosed(RuntimeError):
 
 def guarded(cmd: Sequence[str]) -> list[str]:
     """``cmd`` run under the guard (see the module docstring)."""
-    return [sys.executable, "-m", "harness.server.guard", *cmd]
+    return [sys.executable, "-m", "harness.engines.guard", *cmd]
 
 
 class ChildProcesses:
@@ -133,7 +133,7 @@ def _watch_parent(child: subprocess.Popen) -> None:
 def main(argv: Sequence[str] | None = None) -> int:
     cmd = list(sys.argv[1:] if argv is None else argv)
     if not cmd:
-        print("usage: python -m harness.server.guard CMD [ARG...]", file=sys.stderr)
+        print("usage: python -m harness.engines.guard CMD [ARG...]", file=sys.stderr)
         return 2
     child = subprocess.Popen(cmd, stdin=subprocess.DEVNULL)
 

@@ -1,6 +1,6 @@
 """Launch an SGLang server with one SGLang-side catalog fault patched into every one of its processes.
 
-    python -m harness.nightly.patched_server --fault <id> -- <sglang.launch_server flags>
+    python -m harness.engines.sglang.patched_server --fault <id> -- <sglang.launch_server flags>
 
 A catalog fault (``harness/targets/sglang/faults/catalog``) swaps the ``__code__`` of SGLang functions
 in the process that applies it. SGLang's server is several processes: the launcher (HTTP, tokenizer)
@@ -28,7 +28,7 @@ import runpy
 import sys
 from typing import Any
 
-FAULT_ENV = "SWA_HARNESS_SGLANG_FAULT"
+from harness.env import SGLANG_FAULT_ENV as FAULT_ENV
 
 
 def _import_sglang() -> None:
@@ -94,7 +94,7 @@ def self_check(fault_id: str, timeout: float = 300.0) -> dict[str, Any]:
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     split = argv.index("--") if "--" in argv else len(argv)
-    parser = argparse.ArgumentParser(prog="python -m harness.nightly.patched_server",
+    parser = argparse.ArgumentParser(prog="python -m harness.engines.sglang.patched_server",
                                      description="sglang.launch_server with a catalog fault in every process")
     parser.add_argument("--fault", required=True, help="SGLang-side catalog fault id")
     parser.add_argument("--self-check", action="store_true",

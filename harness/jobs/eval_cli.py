@@ -1,73 +1,44 @@
 """``swa-harness eval``: accuracy suites with graphs ON and OFF on the same items, compared paired.
 
-The command line is parsed here and only here, into an :class:`EvalConfig`; the job gets that.
-Usage errors (a limit outside 1..the set's size, a batch size of 0, ...) end here with exit code 2
-and argparse's one-line message naming the option, before any server or lm-eval starts.
+The command line is parsed here and only here, into an :class:`EvalConfig` and then a plan
+(``harness.jobs.cpu``), or a plan is read from ``--plan FILE``; the one runner runs it. Usage errors
+(a limit outside 1..the set's size, a batch size of 0, an engine not installed, ...) end here with
+exit code 2 and a one-line message naming the problem, before any server or lm-eval starts.
 """
 
 from __future__ import annotations
 
 import argparse
-import math
 import sys
-from collections.abc import Callable
 from pathlib import Path
 
-from harness.evals.config import EvalConfig
-from harness.evals.paths import REPO
-from harness.evals.run import run_eval
-from harness.evals.suites import SUITES, SuiteSpec
-from harness.evals.threshold_options import add_threshold_options, thresholds_from_options
+from harness.engines.registry import ENGINES, get_engine
+from harness.evals.suites import SUITES, set_size
+from harness.jobs.cpu import EvalConfig, cpu_plan
+from harness.jobs.options import add_threshold_options, int_in, positive_seconds, thresholds_from_options
+from harness.jobs.plan import plan_from_file, render
+from harness.jobs.runner import RunOptions, run_plan
 
 _DEFAULTS = EvalConfig()  # the option defaults, so the CLI and the dataclass cannot drift apart
-
-
-def set_size(spec: SuiteSpec) -> int:
-    """Items in the suite's frozen test set (the default limit when the set is not shipped here)."""
-    path = REPO / "fixtures" / "data" / spec.name / "test.jsonl"
-    if not path.is_file():
-        return spec.default_limit
-    with open(path, encoding="utf-8") as f:
-        return sum(1 for line in f if line.strip())
-
-
-def int_in(low: int, high: int | None = None, what: str = "") -> Callable[[str], int]:
-    """An argparse type: an integer in [low, high]."""
-    def parse(text: str) -> int:
-        try:
-            value = int(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"must be an integer, got {text!r}") from None
-        if value < low or (high is not None and value > high):
-            bound = f"between {low} and {high}{what}" if high is not None else f"at least {low}"
-            raise argparse.ArgumentTypeError(f"must be {bound}, got {value}")
-        return value
-
-    return parse
-
-
-def positive_seconds(text: str) -> float:
-    """An argparse type: a finite number of seconds > 0."""
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"must be a number of seconds, got {text!r}") from None
-    if not (math.isfinite(value) and value > 0):
-        raise argparse.ArgumentTypeError(f"must be a finite number of seconds > 0, got {text}")
-    return value
+LAUNCHED_ENGINES = tuple(name for name in ENGINES if name != "external")
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="swa-harness eval", description=__doc__.split("\n\n")[0])
     parser.add_argument("--model", type=Path, default=_DEFAULTS.model,
                         help="HF-format checkpoint (default: the shipped tiny model)")
+    parser.add_argument("--engine", default=_DEFAULTS.engine, choices=LAUNCHED_ENGINES,
+                        help="the engine that serves both arms (default: harness, this checkout's server)")
+    parser.add_argument("--plan", type=Path, default=None,
+                        help="run this YAML plan (arms, tasks, limit, client...) instead of the two-arm job")
     parser.add_argument("--suites", default=",".join(SUITES))
     for name, spec in SUITES.items():
         size = set_size(spec)
         parser.add_argument(f"--limit-{name.replace('_', '-')}", type=int_in(1, size, " (the set's size)"),
                             default=min(spec.default_limit, size),
                             help=f"items of {name}, 1..{size} (default {min(spec.default_limit, size)})")
-    parser.add_argument("--graphs-on", default=_DEFAULTS.graphs_on, choices=("tape", "cuda", "auto", "eager"))
+    parser.add_argument("--graphs-on", default=None, choices=("tape", "cuda", "auto", "eager", "on"),
+                        help="graph mode of the ON arm (default: the engine's own: auto for harness, on otherwise)")
     parser.add_argument("--fault", default=None, help="catalog fault to inject into the graphs-on server")
     parser.add_argument("--on-url", default=None, help="use this running server as graphs ON instead of launching one")
     parser.add_argument("--off-url", default=None, help="use this running server as graphs OFF")
@@ -84,6 +55,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--sequential", action="store_true", help="run OFF after ON instead of side by side")
     parser.add_argument("--resume", action="store_true",
                         help="reuse the responses a previous, interrupted run of exactly this configuration cached")
+    parser.add_argument("--dry-run", action="store_true", help="print the plan and exit; starts nothing")
     parser.add_argument("--server-timeout", type=positive_seconds, default=_DEFAULTS.server_timeout)
     parser.add_argument("--lm-eval-timeout", type=positive_seconds, default=_DEFAULTS.lm_eval_timeout)
     add_threshold_options(parser)
@@ -91,14 +63,20 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def parse_config(argv: list[str]) -> EvalConfig:
-    """The command line as an EvalConfig; a bad suite, fault or checkpoint exits here, before anything starts."""
+    """The command line as an EvalConfig; a bad suite, fault, engine or checkpoint exits here, before anything starts."""
     parser = build_parser()
-    args = parser.parse_args(argv)
+    return config_from_args(parser, parser.parse_args(argv), argv)
+
+
+def config_from_args(parser: argparse.ArgumentParser, args: argparse.Namespace, argv: list[str]) -> EvalConfig:
     names = [s.strip() for s in args.suites.split(",") if s.strip()]
     unknown = [n for n in names if n not in SUITES]
     if unknown:
         parser.error(f"unknown suites {unknown}; known: {', '.join(SUITES)}")
-    if args.fault:
+    if not (args.on_url and args.off_url):
+        if reason := get_engine(args.engine).missing():
+            parser.exit(2, f"swa-harness eval: {reason}\n")
+    if args.fault and args.engine == "harness":
         from harness.faults import get_fault  # imported here: the fault catalog pulls in the engine
 
         get_fault(args.fault)  # a clear error before anything starts
@@ -107,6 +85,7 @@ def parse_config(argv: list[str]) -> EvalConfig:
     return EvalConfig(
         model=args.model,
         limits={name: getattr(args, f"limit_{name}") for name in names},
+        engine=args.engine,
         graphs_on=args.graphs_on,
         fault=args.fault,
         on_url=args.on_url,
@@ -128,8 +107,33 @@ def parse_config(argv: list[str]) -> EvalConfig:
     )
 
 
+def run_options(config: EvalConfig) -> RunOptions:
+    return RunOptions(server_timeout=config.server_timeout, eval_timeout=config.lm_eval_timeout, resume=config.resume,
+                      thresholds=config.thresholds, kill_matrix=config.kill_matrix, history=config.history_file,
+                      argv=config.argv, device=config.device)
+
+
 def main(argv: list[str] | None = None) -> int:
-    return run_eval(parse_config(list(sys.argv[1:] if argv is None else argv)))
+    argv = list(sys.argv[1:] if argv is None else argv)
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    config = config_from_args(parser, args, argv)
+    plan_file = args.plan
+    if plan_file is None:
+        plan = cpu_plan(config)
+    else:
+        try:
+            plan = plan_from_file(plan_file)
+        except ValueError as exc:
+            parser.exit(2, f"swa-harness eval: {exc}\n")
+    print(f"swa-harness eval: {plan.title}: {len(plan.runs)} server(s), tasks "
+          f"{', '.join(f'{t.name}' for t in plan.tasks)}"
+          + (f", fault {config.fault} injected into graphs on" if config.fault and plan_file is None else ""),
+          file=sys.stderr, flush=True)
+    if args.dry_run:
+        sys.stdout.write(render(plan))
+        return 0
+    return run_plan(plan, run_options(config))
 
 
 if __name__ == "__main__":

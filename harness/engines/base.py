@@ -1,0 +1,89 @@
+"""An engine serves one arm of an accuracy job over an OpenAI-compatible endpoint.
+
+Each engine says how to check it is installed, the command line of a server for a ``ServerSpec``
+(graphs on, off, a stress arm's flags), where that server will listen, how to read its identity and
+how long it may take to stop; ``start`` runs it through the one lifecycle of
+``harness.engines.lifecycle``. Engines know nothing of plans, lm-eval or reports.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Mapping
+
+from harness.engines.guard import CHILDREN, ChildProcesses
+from harness.engines.identity import Identity, server_identity, server_version
+from harness.engines.lifecycle import Command, ServerProcess, launch
+from harness.identity import weights_fingerprint
+
+
+class EngineNotInstalled(RuntimeError):
+    """The engine cannot run here; the message is one line saying what is missing and how to get it."""
+
+
+@dataclass(frozen=True)
+class ServerSpec:
+    """What one arm asks of its engine: a model, a graph mode, extra flags and variables, maybe a fault."""
+
+    model: str  # a checkpoint folder, or a hub id where the engine fetches weights itself
+    served_name: str  # the ``model`` clients send
+    graphs: str = "on"  # "on" | "off", or an engine's own mode name (the harness server: tape, cuda, auto, eager)
+    flags: tuple[str, ...] = ()  # appended to the engine's command line
+    env: Mapping[str, str] = field(default_factory=dict)
+    fault: str | None = None  # a catalog fault of this engine, injected into this server only
+    port: int = 0  # 0: the server picks one and reports it (engines that can)
+    url: str | None = None  # an external server: nothing is launched
+
+
+class Engine:
+    """The base every engine refines; the defaults fit an OpenAI-compatible server with a fixed port."""
+
+    name = "engine"
+    stop_grace_s = 30.0  # SIGTERM -> SIGKILL
+    health_path = "/health"
+    required_modules: tuple[str, ...] = ()
+    install_hint = ""
+
+    def missing(self) -> str | None:
+        """Why this engine cannot run here, in one line; None when it can."""
+        absent = [m for m in self.required_modules if importlib.util.find_spec(m) is None]
+        if not absent:
+            return None
+        return f"engine {self.name} is not installed (missing {', '.join(absent)})" + (
+            f"; {self.install_hint}" if self.install_hint else "")
+
+    def check_installed(self) -> None:
+        if reason := self.missing():
+            raise EngineNotInstalled(reason)
+
+    def graph_flags(self, graphs: str) -> tuple[str, ...]:
+        """The flags that set graph mode ``graphs`` on this engine's command line."""
+        return ()
+
+    def command(self, spec: ServerSpec) -> Command:
+        raise NotImplementedError
+
+    def url(self, spec: ServerSpec) -> str | None:
+        """Where the server will listen; None when it picks its port and prints it."""
+        return spec.url or (f"http://127.0.0.1:{spec.port}" if spec.port else None)
+
+    def url_from_line(self, line: str) -> str | None:
+        return None
+
+    def start(self, spec: ServerSpec, *, log_path: Path, timeout: float, python: str = sys.executable,
+              children: ChildProcesses = CHILDREN) -> ServerProcess:
+        """Launch the server for ``spec`` and return once it answers (ServerLaunchError otherwise)."""
+        return launch(self.command(spec), log_path=log_path, timeout=timeout, url=self.url(spec),
+                      url_from_line=self.url_from_line, health_path=self.health_path, python=python,
+                      grace_s=self.stop_grace_s, children=children)
+
+    def identity(self, base_url: str, spec: ServerSpec) -> Identity:
+        """What the server at ``base_url`` reports; ServerUnreachable when it answers nothing."""
+        raw = server_identity(base_url)
+        local = Path(spec.model)
+        return Identity(engine=self.name, version=server_version(base_url), model=spec.model,
+                        weights=weights_fingerprint(local) if local.is_dir() else None,
+                        flags={"graphs": spec.graphs, "flags": " ".join(spec.flags)}, raw=raw)

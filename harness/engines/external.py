@@ -1,0 +1,20 @@
+"""A server someone else started (``--on-url``, a plan arm with ``url``): read, never launched or stopped."""
+
+from __future__ import annotations
+
+from harness.engines.base import Engine, ServerSpec
+from harness.engines.identity import Identity, server_identity, server_version
+from harness.engines.lifecycle import Command
+
+
+class ExternalEngine(Engine):
+    name = "external"
+
+    def command(self, spec: ServerSpec) -> Command:
+        raise ValueError(f"an external server is not launched: give its url (arm model {spec.model})")
+
+    def identity(self, base_url: str, spec: ServerSpec) -> Identity:
+        raw = server_identity(base_url)
+        build = raw.get("build") if isinstance(raw.get("build"), dict) else {}
+        return Identity(engine=self.name, version=server_version(base_url), model=str(raw.get("model", spec.model)),
+                        weights=build.get("weights"), flags={"graphs": raw.get("graph_mode", spec.graphs)}, raw=raw)

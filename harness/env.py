@@ -1,0 +1,23 @@
+"""Every environment variable the harness reads or sets, spelled once.
+
+Variables cross process boundaries (a job sets one, the server it launches reads it), so a typo on
+either side fails silently; both sides import the name from here instead.
+"""
+
+from __future__ import annotations
+
+FAULT_ENV = "SWA_HARNESS_FAULT"  # a harness catalog fault to inject (harness/faults), read by every process
+SGLANG_FAULT_ENV = "SWA_HARNESS_SGLANG_FAULT"  # an SGLang-side catalog fault (harness/targets/sglang/faults)
+SGLANG_SOURCE_ENV = "SWA_HARNESS_SGLANG"  # the SGLang under test: a pip requirement or a checkout's python/
+SGLANG_PATCH_ENV = "SWA_HARNESS_SGLANG_PATCH"  # an ad-hoc source patch (SGLang's source_patcher YAML)
+SGLANG_ANY_VERSION_ENV = "SWA_HARNESS_SGLANG_ANY_VERSION"  # accept an SGLang release the adapters were not written for
+TARGET_ENV = "SWA_HARNESS_TARGET"  # the memory-level target of the suites: harness | sglang
+HYPOTHESIS_ENV = "SWA_HARNESS_HYPOTHESIS"  # the hypothesis profile: default | matrix | seeded | exhaustive
+VERDICTS_ENV = "SWA_HARNESS_VERDICTS"  # where a kill-matrix run's pytest plugin writes each failure's class
+STOP_ON_KILL_ENV = "SWA_HARNESS_STOP_ON_KILL"  # a kill-matrix run stops at its first behavioural kill
+CACHE_ENV = "SWA_HARNESS_CACHE"  # converted real weights (never committed); default ~/.cache/swa-harness
+REAL_WEIGHTS_ENV = "SWA_HARNESS_REAL_WEIGHTS"  # "require": the real-weights suite fails instead of skipping
+SERVER_READY = "SWA_HARNESS_SERVER_READY"  # not a variable: the line the harness server prints once listening
+
+# lm-eval and every server it talks to run offline: the data sets and tokenizers are in the checkout.
+OFFLINE_ENV = {"HF_DATASETS_OFFLINE": "1", "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}

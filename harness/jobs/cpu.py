@@ -1,0 +1,95 @@
+"""The CPU main job (``swa-harness eval``): one model, graphs ON vs OFF, as a two-arm plan.
+
+The command line is parsed once into an :class:`EvalConfig` (``harness.jobs.eval_cli``); ``cpu_plan``
+turns it into the plan the one runner executes. Both arms run side by side (two servers on a CPU box),
+each sent every suite in one lm-eval run, ``batch_size`` prompts per request and no concurrency, so
+the engine always sees the same batches in the same order.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Mapping
+
+from harness.evals.compare import Thresholds
+from harness.evals.suites import SUITES
+from harness.env import OFFLINE_ENV
+from harness.jobs.plan import Arm, Client, Model, Plan, build_plan, frozen_task
+from harness.paths import DEFAULT_KILL_MATRIX, DEFAULT_MODEL, DEFAULT_OUT
+
+SERVED_NAME = "swa-harness"
+# The graph mode an engine's ON arm asks for when --graphs-on is left at its default.
+GRAPHS_ON = {"harness": "auto", "sglang": "on", "vllm": "on"}
+
+
+def _default_limits() -> dict[str, int]:
+    return {name: spec.default_limit for name, spec in SUITES.items()}
+
+
+@dataclass(frozen=True)
+class EvalConfig:
+    """Everything ``swa-harness eval`` was asked to do; the defaults are the CLI's defaults."""
+
+    model: Path = DEFAULT_MODEL
+    limits: Mapping[str, int] = field(default_factory=_default_limits)  # suite name -> items, in run order
+    engine: str = "harness"
+    graphs_on: str | None = None  # None: the engine's graphs-on mode (GRAPHS_ON)
+    fault: str | None = None
+    on_url: str | None = None
+    off_url: str | None = None
+    out: Path = DEFAULT_OUT
+    kill_matrix: Path | None = DEFAULT_KILL_MATRIX
+    history: Path | None = None  # the JSON-lines record of every eval; None: history.jsonl beside the out folder
+    keep_history: bool = True
+    batch_size: int = 32
+    max_running: int = 32
+    threads: int = 1  # torch threads per server
+    device: str = "cpu"
+    sequential: bool = False
+    resume: bool = False
+    server_timeout: float = 600
+    lm_eval_timeout: float = 3600
+    thresholds: Thresholds = field(default_factory=Thresholds)
+    argv: tuple[str, ...] = ()  # the command line, recorded in the provenance
+
+    @property
+    def history_file(self) -> Path | None:
+        """Where this eval is recorded and its trend read from (the report's "since when")."""
+        if not self.keep_history:
+            return None
+        return Path(self.history) if self.history else Path(self.out).parent / "history.jsonl"
+
+    @property
+    def model_name(self) -> str:
+        return Path(self.model).name
+
+
+def engine_flags(config: EvalConfig) -> tuple[str, ...]:
+    """The flags a server of ``config.engine`` gets on this job: the harness server's batch and threads."""
+    if config.engine == "harness":
+        return ("--max-running", str(config.max_running), "--num-threads", str(config.threads),
+                "--device", config.device)
+    return ()
+
+
+def cpu_plan(config: EvalConfig) -> Plan:
+    """Graphs ON (the baseline, with ``config.fault`` injected if any) vs OFF (the reference), one model."""
+    flags = engine_flags(config)
+    graphs_on = config.graphs_on or GRAPHS_ON.get(config.engine, "on")
+    arms = [Arm("on", f"graphs on ({graphs_on})", engine=config.engine, graphs=graphs_on, flags=flags,
+                fault=config.fault, role="baseline", url=config.on_url),
+            Arm("off", "graphs off", engine=config.engine, graphs="off", flags=flags, role="reference",
+                url=config.off_url)]
+    return build_plan(
+        title="eval plan", models=[Model(str(config.model), served=SERVED_NAME)], arms=arms,
+        tasks=[frozen_task(name) for name in config.limits], out=Path(config.out), limit=dict(config.limits),
+        client=Client(concurrency=1, batch_size=config.batch_size, max_retries=1, timeout_s=1800, samples=True,
+                      env=OFFLINE_ENV),
+        parallel=1 if config.sequential else 2, overview=False, one_step_per_arm=True,
+        inputs={"eval": {k: getattr(config, k) for k in PLAN_FIELDS}})
+
+
+PLAN_FIELDS = ("model", "limits", "engine", "graphs_on", "fault", "on_url", "off_url", "out", "batch_size",
+               "max_running", "threads", "device", "sequential")  # what decides the plan (plan.json keeps them)
+

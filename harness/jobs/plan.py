@@ -1,0 +1,476 @@
+"""An accuracy job as data: models x arms -> one server each, tasks scored by lm-eval, pairings compared.
+
+Everything a job will do is decided here, before anything runs, so a plan can be printed (``--dry-run``),
+saved beside its results (``plan.json``, so saved runs can be judged again) and checked by tests
+without an engine. A plan is deterministic: the same options give the same plan (fixed ports where the
+engine needs one, paths relative to the checkout, ``python`` rather than this interpreter's path).
+
+* an **arm** is one server configuration: its engine (``harness``, ``sglang``, ``vllm``; an external URL),
+  graph mode, flags, environment, an injected fault, and its role: the ``baseline`` (``on``), a
+  ``reference`` (compared as "on vs it", e.g. graphs off) or a ``treatment`` (compared as "it vs on", e.g.
+  a stress arm, or a fault demo that must come out RED);
+* a **task** is an lm-eval task and the filter that decides correctness;
+* every (model, arm) is one **run**: one server, and one or more lm-eval steps against it;
+* every non-baseline arm gives one **comparison** per model, paired item by item.
+
+``build_plan`` is the one builder: the CPU main job (``harness.jobs.cpu``), the GPU nightly
+(``harness.jobs.nightly``) and a YAML plan file (``plan_from_file``) all go through it.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+import yaml
+
+from harness.engines.base import ServerSpec
+from harness.engines.lifecycle import Command
+from harness.engines.registry import get_engine
+from harness.evals.suites import SUITES, set_size
+from harness.paths import REPO
+
+TASKS_INCLUDE = Path("suites/accuracy")  # the frozen GSM/AIME-style task YAMLs, relative to the checkout
+ROLES = ("baseline", "reference", "treatment")
+
+
+@dataclass(frozen=True)
+class Model:
+    """A model every arm serves. ``chat`` models are asked through ``/v1/chat/completions`` with their chat
+    template (lm-eval's ``local-chat-completions --apply_chat_template``)."""
+
+    name: str  # a checkpoint folder (relative to the checkout or absolute) or a hub id
+    chat: bool = False
+    served: str | None = None  # the ``model`` clients send (default: ``name``)
+    server_args: tuple[str, ...] = ()  # flags every arm of this model gets
+    max_gen_toks: Mapping[str, int] = field(default_factory=dict)  # task -> generation budget (else the task's own)
+    note: str = ""
+
+    @property
+    def slug(self) -> str:
+        """A checkpoint folder by its name, a hub id with its slash spelled ``--``."""
+        return Path(self.name).name if (REPO / self.name).is_dir() else self.name.replace("/", "--")
+
+    @property
+    def served_name(self) -> str:
+        return self.served or self.name
+
+
+@dataclass(frozen=True)
+class Arm:
+    """One server configuration. ``expect`` names the server-argument fields its flags must set (checked with
+    the engine's own parser where it has one); ``url`` is a server already running (nothing is launched)."""
+
+    name: str
+    purpose: str
+    engine: str = "harness"
+    graphs: str = "on"
+    flags: tuple[str, ...] = ()
+    env: Mapping[str, str] = field(default_factory=dict)
+    fault: str | None = None
+    role: str = "treatment"
+    expect_red: bool = False
+    expect: Mapping[str, Any] = field(default_factory=dict)
+    url: str | None = None
+
+
+@dataclass(frozen=True)
+class Task:
+    """One lm-eval task: frozen in ``suites/accuracy`` (``frozen``) or built into lm-eval (a hub dataset)."""
+
+    name: str  # the suite name in runs and reports
+    lm_eval_task: str
+    items: int  # size of the whole test set
+    filter: str  # the filter whose exact match decides correctness, for completions models
+    chat_filter: str  # the same for chat models (they do not reliably keep the few-shot "#### N" format)
+    frozen: bool
+    source: str
+    max_drop: float | None = None  # the comparison's tolerated unproven drop for this task (None: the default)
+
+    def primary_filter(self, model: Model) -> str:
+        return self.chat_filter if model.chat else self.filter
+
+
+@dataclass(frozen=True)
+class Client:
+    """How lm-eval talks to every server. ``samples``: select items by ``--samples`` (several tasks in one lm-eval
+    run, each with its own count), else by ``--limit`` (one run per task)."""
+
+    concurrency: int = 1
+    batch_size: int = 1
+    max_retries: int = 3
+    timeout_s: int = 7200
+    samples: bool = False
+    env: Mapping[str, str] = field(default_factory=lambda: {"TOKENIZERS_PARALLELISM": "false"})
+
+
+@dataclass(frozen=True)
+class EvalStep:
+    """One lm-eval run against one server: its tasks, the items each scores and the filter that counts."""
+
+    tasks: tuple[Task, ...]
+    items: Mapping[str, int]  # task name -> items scored
+    filters: Mapping[str, str]  # task name -> primary filter
+    out: Path  # lm-eval's --output_path
+    model: Model
+    client: Client
+    limited: bool  # the plan set a limit (else whole sets: no --limit/--samples)
+
+    @property
+    def name(self) -> str:
+        return "+".join(t.name for t in self.tasks)
+
+    def command(self, url: str, cache: Path | None = None) -> Command:
+        """lm-eval against ``url``: chat models through ``local-chat-completions`` with their chat template
+        (few-shot as multi-turn), others through ``local-completions``; greedy (the tasks' own settings)."""
+        model, client = self.model, self.client
+        endpoint = "chat/completions" if model.chat else "completions"
+        model_args = (f"model={model.served_name},base_url={url}/v1/{endpoint},num_concurrent={client.concurrency},"
+                      f"max_retries={client.max_retries},timeout={client.timeout_s},tokenized_requests=False"
+                      + ("" if model.chat else ",tokenizer_backend=None"))
+        argv = ["python", "-m", "lm_eval", "run", "--model",
+                "local-chat-completions" if model.chat else "local-completions", "--model_args", model_args,
+                "--tasks", ",".join(t.lm_eval_task for t in self.tasks)]
+        if any(t.frozen for t in self.tasks):
+            argv += ["--include_path", str(TASKS_INCLUDE)]
+        if model.chat:
+            argv += ["--apply_chat_template", "--fewshot_as_multiturn", "true"]  # few-shot examples as earlier turns
+        budgets = {model.max_gen_toks[t.name] for t in self.tasks if t.name in model.max_gen_toks}
+        if budgets:
+            argv += ["--gen_kwargs", f"max_gen_toks={max(budgets)}"]
+        if self.limited and client.samples:
+            argv += ["--samples", json.dumps({t.lm_eval_task: list(range(self.items[t.name])) for t in self.tasks})]
+        elif self.limited:
+            argv += ["--limit", str(self.items[self.tasks[0].name])]
+        argv += ["--batch_size", str(client.batch_size), "--log_samples", "--output_path", str(self.out),
+                 "--seed", "0,0,0,0"]
+        if cache is not None:
+            argv += ["--use_cache", str(cache)]
+        return Command(tuple(argv), dict(client.env))
+
+
+@dataclass(frozen=True)
+class ArmRun:
+    """One server (model, arm) and the lm-eval runs against it."""
+
+    model: Model
+    arm: Arm
+    port: int
+    url: str | None  # where it listens: planned, external, or None when the server picks its port
+    evals: tuple[EvalStep, ...]
+    dir: Path
+
+    @property
+    def key(self) -> str:
+        return f"{self.model.slug}/{self.arm.name}"
+
+    @property
+    def label(self) -> str:
+        return f"{self.model.name} · {self.arm.name}"
+
+    @property
+    def launched(self) -> bool:
+        return self.arm.url is None
+
+    @property
+    def spec(self) -> ServerSpec:
+        """What the arm asks of its engine."""
+        arm = self.arm
+        return ServerSpec(model=self.model.name, served_name=self.model.served_name, graphs=arm.graphs,
+                          flags=(*self.model.server_args, *arm.flags), env=dict(arm.env), fault=arm.fault,
+                          port=self.port, url=arm.url)
+
+    @property
+    def server(self) -> Command | None:
+        """The server's command line (None for an external server)."""
+        if not self.launched:
+            return None
+        return get_engine(self.arm.engine).command(self.spec)
+
+
+@dataclass(frozen=True)
+class Comparison:
+    model: Model
+    treatment: str  # arm compared as "ON" (the one that may be broken)
+    reference: str  # arm compared as "OFF"
+    expect_red: bool
+    dir: Path  # where its report goes
+
+    @property
+    def name(self) -> str:
+        return f"{self.treatment}-vs-{self.reference}"
+
+    @property
+    def expectation(self) -> str:
+        return "RED (the fault must be seen)" if self.expect_red else "not RED"
+
+
+@dataclass(frozen=True)
+class Plan:
+    title: str
+    models: tuple[Model, ...]
+    arms: tuple[Arm, ...]
+    tasks: tuple[Task, ...]
+    limit: int | Mapping[str, int] | None  # items per task: one number, per task, or None (whole sets)
+    client: Client
+    out: Path
+    runs: tuple[ArmRun, ...]
+    comparisons: tuple[Comparison, ...]
+    parallel: int = 1  # servers running at once (one GPU: 1)
+    overview: bool = True  # a front page over every comparison (else the one comparison's report is the page)
+    inputs: Mapping[str, Any] = field(default_factory=dict)  # what build_plan was given: plan.json rebuilds from it
+
+    @property
+    def concurrency(self) -> int:
+        return self.client.concurrency
+
+    def run_for(self, model: Model, arm: str) -> ArmRun:
+        return next(r for r in self.runs if r.model == model and r.arm.name == arm)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "models": [{"name": m.name, "chat": m.chat, "server_args": list(m.server_args),
+                        "max_gen_toks": dict(m.max_gen_toks), "note": m.note} for m in self.models],
+            "arms": [{"name": a.name, "purpose": a.purpose, "engine": a.engine, "graphs": a.graphs, "flags": list(a.flags),
+                      "env": dict(a.env), "fault": a.fault, "role": a.role, "expect_red": a.expect_red}
+                     for a in self.arms],
+            "tasks": [{"name": t.name, "lm_eval_task": t.lm_eval_task, "items": t.items, "filter": t.filter,
+                       "chat_filter": t.chat_filter, "frozen": t.frozen, "source": t.source, "max_drop": t.max_drop}
+                      for t in self.tasks],
+            "limit": self.limit if not isinstance(self.limit, Mapping) else dict(self.limit),
+            "concurrency": self.concurrency,
+            "out": str(self.out),
+            "runs": [{"model": r.model.name, "arm": r.arm.name, "url": r.url,
+                      "server": r.server.to_dict() if r.server else None,
+                      "evals": [{"task": e.name, "items": sum(e.items.values()), "filter": "/".join(e.filters.values()),
+                                 "out": str(e.out), **e.command(r.url or "<url>").to_dict()} for e in r.evals]}
+                     for r in self.runs],
+            "comparisons": [{"model": c.model.name, "name": c.name, "treatment": c.treatment, "reference": c.reference,
+                             "expect": c.expectation, "report": str(c.dir / "index.html")} for c in self.comparisons],
+            "report": str(self.out / "index.html"),
+            "inputs": _jsonable(self.inputs),
+        }
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict(), indent=1, sort_keys=False) + "\n"
+
+
+def _jsonable(value: Any) -> Any:
+    if isinstance(value, Mapping):
+        return {str(k): _jsonable(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_jsonable(v) for v in value]
+    if isinstance(value, Path):
+        return str(value)
+    if hasattr(value, "__dataclass_fields__"):
+        return {f.name: _jsonable(getattr(value, f.name)) for f in fields(value)}
+    return value
+
+
+# -- the one builder -------------------------------------------------------------------------------------
+
+
+def _unique(items: Sequence[Any], what: str) -> None:
+    names = [i.name for i in items]
+    if twice := sorted({n for n in names if names.count(n) > 1}):
+        raise ValueError(f"{what} listed twice: {', '.join(twice)}")
+
+
+def _items_for(task: Task, limit: int | Mapping[str, int] | None) -> int:
+    wanted = limit.get(task.name) if isinstance(limit, Mapping) else limit
+    if wanted is None:
+        return task.items
+    if wanted < 1:
+        raise ValueError(f"limit must be at least 1, got {wanted} for {task.name}")
+    return min(wanted, task.items)
+
+
+def build_plan(*, title: str, models: Sequence[Model], arms: Sequence[Arm], tasks: Sequence[Task], out: Path,
+               limit: int | Mapping[str, int] | None = None, client: Client = Client(), port: int = 0,
+               parallel: int = 1, overview: bool = True, one_step_per_arm: bool = False,
+               inputs: Mapping[str, Any] | None = None) -> Plan:
+    """The whole job. ``port``: the first server's port, arm i of a model on ``port + i`` (0: each server picks
+    its own and reports it). ``one_step_per_arm``: all tasks in one lm-eval run per server (else one per task).
+
+    Raises ValueError on an empty or duplicated model/arm/task list, a plan without exactly one baseline, an
+    unknown role, a bad limit or concurrency, or an external arm across several models.
+    """
+    if not models:
+        raise ValueError("no model to run")
+    if not tasks:
+        raise ValueError("no task to run")
+    _unique(models, "model(s)")
+    _unique(arms, "arm(s)")
+    _unique(tasks, "task(s)")
+    if bad := [a.name for a in arms if a.role not in ROLES]:
+        raise ValueError(f"arm(s) {', '.join(bad)} have no role among {', '.join(ROLES)}")
+    baselines = [a for a in arms if a.role == "baseline"]
+    if len(baselines) != 1:
+        raise ValueError(f"a plan needs exactly one baseline arm (compared against every other), got "
+                         f"{len(baselines)}: {', '.join(a.name for a in baselines) or 'none'}")
+    if client.concurrency < 1 or client.batch_size < 1:
+        raise ValueError(f"concurrency and batch size must be at least 1, got {client.concurrency}, "
+                         f"{client.batch_size}")
+    if any(a.url for a in arms) and len(models) != 1:
+        raise ValueError("external servers (url) serve one model: plan exactly one model")
+    if isinstance(limit, Mapping) and (unknown := sorted(set(limit) - {t.name for t in tasks})):
+        raise ValueError(f"limit for task(s) not in the plan: {', '.join(unknown)}")
+    items = {t.name: _items_for(t, limit) for t in tasks}
+
+    out = Path(out)
+    runs = []
+    for model in models:
+        for index, arm in enumerate(arms):
+            arm_port = port + index if port and arm.url is None else 0
+            url = arm.url.rstrip("/") if arm.url else (f"http://127.0.0.1:{arm_port}" if arm_port else None)
+            run_dir = out / model.slug / arm.name
+            groups = [tuple(tasks)] if one_step_per_arm else [(t,) for t in tasks]
+            evals = tuple(
+                EvalStep(group, {t.name: items[t.name] for t in group},
+                         {t.name: t.primary_filter(model) for t in group},
+                         run_dir / "lm_eval" / ("all" if one_step_per_arm else group[0].name), model, client,
+                         limited=limit is not None)
+                for group in groups)
+            runs.append(ArmRun(model, arm, arm_port, url, evals, run_dir))
+    baseline = baselines[0].name
+    comparisons = []
+    for model in models:
+        for arm in arms:
+            if arm.role == "baseline":
+                continue
+            treatment, reference = (baseline, arm.name) if arm.role == "reference" else (arm.name, baseline)
+            where = out / model.slug / "compare" / f"{treatment}-vs-{reference}" if overview else out
+            comparisons.append(Comparison(model, treatment, reference, arm.expect_red, where))
+    if not overview and len(comparisons) != 1:
+        raise ValueError(f"a plan without an overview page has one comparison, this one has {len(comparisons)}")
+    return Plan(title, tuple(models), tuple(arms), tuple(tasks), limit, client, out, tuple(runs), tuple(comparisons),
+                parallel=parallel, overview=overview, inputs=dict(inputs or {}))
+
+
+# -- plan files ------------------------------------------------------------------------------------------
+
+_PLAN_KEYS = {"title", "models", "arms", "tasks", "limit", "client", "out", "port", "parallel", "overview",
+              "one_step_per_arm"}
+
+
+def _record(cls: type, data: Any, where: str) -> Any:
+    """``cls(**data)`` with lists as tuples; an unknown key is an error that names it."""
+    if isinstance(data, str) and cls is Model:
+        data = {"name": data}
+    if not isinstance(data, Mapping):
+        raise ValueError(f"{where}: expected a mapping, got {type(data).__name__}")
+    known = {f.name for f in fields(cls)}
+    if unknown := sorted(set(data) - known):
+        raise ValueError(f"{where}: unknown key(s) {', '.join(unknown)}; known: {', '.join(sorted(known))}")
+    return cls(**{k: tuple(v) if isinstance(v, list) else v for k, v in data.items()})
+
+
+def frozen_task(name: str) -> Task:
+    """A frozen suite of ``suites/accuracy`` as a task (its whole set; a plan's limit cuts it)."""
+    spec = SUITES[name]
+    return Task(spec.name, spec.task, set_size(spec), spec.primary_filter, "flexible-extract", True,
+                f"frozen {spec.name} set, suites/accuracy/{spec.name}.yaml over fixtures/data")
+
+
+def plan_from_mapping(data: Mapping[str, Any], where: str = "plan") -> Plan:
+    """A plan from its YAML/JSON form: the keyword arguments of ``build_plan``; a task may be a frozen suite's
+    name, a model a checkpoint path or hub id."""
+    if unknown := sorted(set(data) - _PLAN_KEYS):
+        raise ValueError(f"{where}: unknown key(s) {', '.join(unknown)}; known: {', '.join(sorted(_PLAN_KEYS))}")
+    tasks = []
+    for i, task in enumerate(data.get("tasks") or ()):
+        if isinstance(task, str):
+            if task not in SUITES:
+                raise ValueError(f"{where}: task {task!r} is no frozen suite ({', '.join(SUITES)}); give it as a mapping")
+            tasks.append(frozen_task(task))
+        else:
+            tasks.append(_record(Task, task, f"{where}: tasks[{i}]"))
+    kwargs = {k: v for k, v in data.items() if k in ("title", "limit", "port", "parallel", "overview", "one_step_per_arm")}
+    return build_plan(
+        title=str(data.get("title") or Path(where).stem),
+        models=[_record(Model, m, f"{where}: models[{i}]") for i, m in enumerate(data.get("models") or ())],
+        arms=[_record(Arm, a, f"{where}: arms[{i}]") for i, a in enumerate(data.get("arms") or ())],
+        tasks=tasks, out=Path(data.get("out") or Path("reports") / Path(where).stem),
+        client=_record(Client, data.get("client") or {}, f"{where}: client"),
+        **{k: v for k, v in kwargs.items() if k != "title"}, inputs=dict(data))
+
+
+def plan_from_file(path: Path) -> Plan:
+    """``--plan FILE``: a YAML (or JSON) plan; every error names the file and the key."""
+    try:
+        data = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
+    except (OSError, yaml.YAMLError) as exc:
+        raise ValueError(f"{path}: cannot read the plan: {type(exc).__name__}: {exc}".splitlines()[0]) from None
+    if not isinstance(data, Mapping):
+        raise ValueError(f"{path}: a plan is a mapping of {', '.join(sorted(_PLAN_KEYS))}")
+    return plan_from_mapping(data, str(path))
+
+
+# -- the plan as text (what --dry-run prints) ------------------------------------------------------------
+
+
+def _table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> list[str]:
+    widths = [max(len(str(c)) for c in col) for col in zip(header, *rows)]
+    line = lambda cells: "  " + " | ".join(str(c).ljust(w) for c, w in zip(cells, widths)).rstrip()  # noqa: E731
+    return [line(header), "  " + "-+-".join("-" * w for w in widths), *(line(r) for r in rows)]
+
+
+def _engines(plan: Plan) -> str:
+    names = {"harness": "harness", "sglang": "SGLang", "vllm": "vLLM", "external": "external"}
+    return "/".join(dict.fromkeys(names.get(a.engine, a.engine) for a in plan.arms))
+
+
+def render(plan: Plan) -> str:
+    """The plan as text: arms, tasks, models, every command with its env, comparisons."""
+    n_evals = sum(len(r.evals) for r in plan.runs)
+    n_servers = sum(r.launched for r in plan.runs)
+    at_once = "one at a time" if plan.parallel == 1 else f"{plan.parallel} at a time"
+    limit = plan.limit
+    items = ("whole test sets" if limit is None else f"first {limit} per task" if not isinstance(limit, Mapping)
+             else ", ".join(f"{k}={v}" for k, v in limit.items()))
+    requests = (f"{plan.concurrency} concurrent requests per server" if plan.client.batch_size == 1
+                else f"{plan.client.batch_size} prompts per request, {plan.concurrency} concurrent per server")
+    lines = [f"{plan.title}: {len(plan.models)} model(s) x {len(plan.arms)} arm(s) x {len(plan.tasks)} task(s): "
+             f"{n_servers} {_engines(plan)} server(s) launched {at_once}, {n_evals} lm-eval run(s), "
+             f"{len(plan.comparisons)} comparison(s)",
+             f"items: {items}; {requests}; greedy decoding; out: {plan.out}", "", "arms:"]
+    baseline = next(a.name for a in plan.arms if a.role == "baseline")
+    lines += _table(("arm", "flags", "env", "compared", "expected", "purpose"), [
+        (a.name, " ".join((*a.flags, *get_engine(a.engine).graph_flags(a.graphs))) or "(defaults)", " ".join(f"{k}={v}" for k, v in sorted(a.env.items())) or "-",
+         "baseline" if a.role == "baseline" else (f"{baseline} vs {a.name}" if a.role == "reference"
+                                                  else f"{a.name} vs {baseline}"),
+         "-" if a.role == "baseline" else ("RED" if a.expect_red else "not RED"), a.purpose) for a in plan.arms])
+    lines += ["", "tasks:"]
+    lines += _table(("task", "lm-eval task", "items", "filter (completions / chat)", "max drop", "source"), [
+        (t.name, t.lm_eval_task, str(t.items), f"{t.filter} / {t.chat_filter}",
+         "default" if t.max_drop is None else f"{100 * t.max_drop:g} pp", t.source) for t in plan.tasks])
+    lines += ["", "models:"]
+    lines += _table(("model", "API", "server flags", "max_gen_toks", "note"), [
+        (m.name, "chat (local-chat-completions, chat template)" if m.chat else "completions (local-completions)",
+         " ".join(m.server_args) or "-", " ".join(f"{k}={v}" for k, v in m.max_gen_toks.items()) or "task defaults",
+         m.note) for m in plan.models])
+    for i, run in enumerate(plan.runs, 1):
+        lines += ["", f"[{i}/{len(plan.runs)}] {run.label}  ({run.dir})"]
+        url = run.url or "http://127.0.0.1:<port it reports>"
+        if run.server is None:
+            lines.append(f"  server: external, {run.url}")
+        else:
+            lines += [f"  server: {run.server.shell()}", f"  ready:  GET {url}/health (200), log {run.dir / 'server.log'}"]
+        for step in run.evals:
+            count = sum(step.items.values())
+            lines.append(f"  {step.name} ({count} items, filter {'/'.join(dict.fromkeys(step.filters.values()))}): "
+                         f"{step.command(url).shell()}")
+        if run.server is not None:
+            grace = get_engine(run.arm.engine).stop_grace_s
+            lines.append(f"  stop:   SIGTERM to the server's process group (SIGKILL after {grace:g} s)")
+    lines += ["", "comparisons (paired by item; McNemar exact, paired bootstrap, MDE; verdict per task, worst overall):"]
+    lines += _table(("model", "comparison", "ON (treatment)", "OFF (reference)", "expected", "report"), [
+        (c.model.name, c.name, c.treatment, c.reference, c.expectation, str(c.dir / "index.html"))
+        for c in plan.comparisons])
+    if plan.overview:
+        lines += ["", f"overview: {plan.out / 'index.html'} (one column per arm), {plan.out / 'summary.json'}"]
+    lines.append("exit code: 0 when every comparison meets its expectation, 1 otherwise, 2 when an arm could not run "
+                 "(no verdict)")
+    return "\n".join(lines) + "\n"

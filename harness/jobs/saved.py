@@ -1,0 +1,20 @@
+"""A job's plan read back from the ``plan.json`` it saved beside its runs (``swa-harness report``)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Mapping
+
+from harness.jobs.cpu import PLAN_FIELDS, EvalConfig, cpu_plan
+from harness.jobs.nightly import build_nightly_plan
+from harness.jobs.plan import Plan, plan_from_mapping
+
+
+def plan_from_inputs(inputs: Mapping[str, Any]) -> Plan:
+    """The plan built again from what its builder was given (the ``inputs`` of plan.json)."""
+    if "eval" in inputs:
+        fields = {k: v for k, v in inputs["eval"].items() if k in PLAN_FIELDS}
+        return cpu_plan(EvalConfig(**{**fields, "model": Path(fields["model"]), "out": Path(fields["out"])}))
+    if "nightly" in inputs:
+        return build_nightly_plan(**{**inputs["nightly"], "out": Path(inputs["nightly"]["out"])})
+    return plan_from_mapping(inputs)

@@ -1,0 +1,106 @@
+"""The front page of a job with several comparisons (the nightly): per model, one column per arm (accuracy
+per task), then every comparison's verdict per task, whether it met its expectation, and a link to its
+full report. Self-contained HTML in the report's palette; it takes plain data, not the job's plan."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from html import escape
+from pathlib import Path
+from typing import Mapping, Sequence
+
+from harness.evals import stats
+from harness.evals.compare import Thresholds
+from harness.evals.results import RunResult, SuiteComparison
+from harness.report.palette import INK, LINE, MUTED, SOFT, verdict_colour
+
+
+@dataclass(frozen=True)
+class OverviewComparison:
+    label: str  # "on vs off"
+    suites: Sequence[SuiteComparison]
+    verdict: str
+    expectation: str
+    ok: bool
+    report: str | None  # its report, relative to the overview page
+
+
+@dataclass(frozen=True)
+class OverviewModel:
+    name: str
+    arms: Sequence[tuple[str, str, str]]  # name, flags, env
+    tasks: Sequence[str]
+    cells: Mapping[tuple[str, str], RunResult | None]  # (arm, task) -> its run
+    comparisons: Sequence[OverviewComparison]
+
+
+_CSS = f"""
+body{{font:14px/1.45 system-ui,sans-serif;margin:24px;max-width:1360px;color:{INK}}}
+table{{border-collapse:collapse;margin:8px 0 20px}}th,td{{border:1px solid {LINE};padding:4px 8px;text-align:left;
+vertical-align:top}}th{{background:{SOFT}}}.v{{color:#fff;font-weight:600;padding:1px 6px;border-radius:3px}}
+.banner{{padding:10px 14px;border-radius:6px;color:#fff;font-weight:600;margin-bottom:16px}}.small{{color:{MUTED};
+font-size:12px}}code{{font-size:12px;overflow-wrap:anywhere}}
+"""
+
+
+def _verdict(value: str) -> str:
+    return f'<span class="v" style="background:{verdict_colour(value)}">{escape(value)}</span>'
+
+
+def _cell(run: RunResult | None, confidence: float) -> str:
+    if run is None:
+        return "—"
+    if not run.complete:
+        return f'<span class="v" style="background:{MUTED}">NO RESULT</span>' \
+               f'<div class="small">{escape((run.error or "").splitlines()[0][:200])}</div>'
+    if not run.items:
+        return "no items"
+    acc = stats.accuracy([i.correct for i in run.items], confidence)
+    return (f"{100 * acc.value:.1f} %<div class=\"small\">[{100 * acc.low:.1f}, {100 * acc.high:.1f}] · "
+            f"N={len(run.items)}</div>")
+
+
+def render_overview(models: Sequence[OverviewModel], thresholds: Thresholds = Thresholds(),
+                    title: str = "Nightly: graphs on vs off and stress arms") -> str:
+    outcomes = [c for m in models for c in m.comparisons]
+    ok = all(c.ok for c in outcomes)
+    unexpected = [f"{m.name} {c.label}: {c.verdict}, expected {c.expectation}"
+                  for m in models for c in m.comparisons if not c.ok]
+    n = sorted({len(r.items) for m in models for r in m.cells.values() if r is not None and r.complete})
+    parts = ["<!doctype html><html><head><meta charset=\"utf-8\"><title>swa-harness overview</title>",
+             f"<style>{_CSS}</style></head><body><h1>{escape(title)}</h1>",
+             f'<div class="banner" style="background:{verdict_colour("GREEN" if ok else "RED")}">'
+             + ("every comparison as expected" if ok else "not as expected: " + escape("; ".join(unexpected)))
+             + "</div>",
+             f'<p class="small">N per task: {", ".join(map(str, n)) or "none"}; CIs {100 * thresholds.confidence:.0f} %; '
+             "plan: plan.json, verdicts: summary.json</p>"]
+    for model in models:
+        parts.append(f"<h2>{escape(model.name)}</h2><table><tr><th>task</th>"
+                     + "".join(f"<th>{escape(name)}<div class=\"small\">{escape(flags)}"
+                               f"{escape(' ' + env if env else '')}</div></th>" for name, flags, env in model.arms)
+                     + "</tr>")
+        for task in model.tasks:
+            parts.append(f"<tr><th>{escape(task)}</th>"
+                         + "".join(f"<td>{_cell(model.cells.get((arm, task)), thresholds.confidence)}</td>"
+                                   for arm, _, _ in model.arms) + "</tr>")
+        parts.append("</table><table><tr><th>comparison (ON vs OFF)</th>"
+                     + "".join(f"<th>{escape(t)}</th>" for t in model.tasks)
+                     + "<th>verdict</th><th>expected</th><th>report</th></tr>")
+        for c in model.comparisons:
+            cells = []
+            for suite in c.suites:
+                diff = f" {100 * suite.difference.value:+.1f} pp" if suite.difference else ""
+                cells.append(f"<td>{_verdict(suite.verdict.value)}{diff}<div class=\"small\">{escape(suite.reason[:160])}"
+                             "</div></td>")
+            link = f'<a href="{escape(c.report)}">report</a>' if c.report else "—"
+            parts.append(f"<tr><th>{escape(c.label)}</th>" + "".join(cells) + f"<td>{_verdict(c.verdict)}</td>"
+                         f"<td>{escape(c.expectation)} {'✓' if c.ok else '✗'}</td><td>{link}</td></tr>")
+        parts.append("</table>")
+    parts.append("</body></html>\n")
+    return "".join(parts)
+
+
+def write_overview(path: Path, models: Sequence[OverviewModel], thresholds: Thresholds = Thresholds()) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(render_overview(models, thresholds), encoding="utf-8")
+    return path

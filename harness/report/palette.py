@@ -1,0 +1,16 @@
+"""The report's colours, one table for every page (the comparison report, its charts, the overview)."""
+
+from __future__ import annotations
+
+from harness.evals.results import Verdict
+
+VERDICT_COLOURS = {Verdict.GREEN: "#1a7f37", Verdict.AMBER: "#b26b00", Verdict.RED: "#c62828"}
+MUTED = "#59636e"  # secondary text, and a verdict that is none of the three (an arm with no result)
+LINE = "#d0d7de"
+SOFT = "#f6f8fa"
+INK = "#1f2328"
+
+
+def verdict_colour(value: str) -> str:
+    """The colour of a verdict given by its name (``"RED"``); MUTED for anything else."""
+    return VERDICT_COLOURS[Verdict(value)] if value in Verdict.__members__ else MUTED
