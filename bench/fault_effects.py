@@ -3,8 +3,8 @@
 For every checkpoint, one clean ``swa-harness eval`` (no fault: the baseline) and one
 ``swa-harness eval --fault ID`` per behavioural catalog fault (``expected_kill == "behavioural"``),
 run one at a time (each eval already runs its graphs-on and graphs-off servers side by side). Each
-eval's saved runs (``<out>/runs/<suite>-<on|off>.json``) are compared paired again here with the
-eval's own code and thresholds (``harness.evals.run.compare_all``), so the numbers are the ones its
+eval's saved runs (``<out>/<model>/<on|off>/runs/<suite>.json``, found through its ``plan.json``) are compared paired again here with the
+eval's own code and thresholds (``harness.jobs.runner.judge`` over the plan it saved), so the numbers are the ones its
 summary printed; the eval's exit code is checked against them (1 exactly when a suite is RED).
 
 Writes ``docs/fault-effects.json`` (rows ``{fault, checkpoint, suite, on_accuracy, off_accuracy,
@@ -41,9 +41,10 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from harness.evals.compare import Thresholds
-from harness.evals.paths import DEFAULT_KILL_MATRIX, REPO
-from harness.evals.results import RunResult, SuiteComparison
-from harness.evals.run import compare_all
+from harness.paths import DEFAULT_KILL_MATRIX, REPO
+from harness.evals.results import SuiteComparison
+from harness.jobs.runner import judge, load_runs
+from harness.jobs.saved import plan_from_inputs
 
 MODELS = ("fixtures/models/gemma2-tiny-swa", "fixtures/models/gemma3-tiny-swa")
 SUITES = ("gsm_style", "aime_style")
@@ -114,11 +115,12 @@ def eval_command(model: str, fault: str, out: Path, limits: dict[str, int], seed
 
 def load_comparisons(out: Path, seed: int) -> list[SuiteComparison]:
     """The eval's saved runs, paired and judged with the eval's own code and default thresholds."""
-    paths = sorted((out / "runs").glob("*.json"))
-    if not paths:
-        raise FileNotFoundError(f"no saved runs under {out / 'runs'}")
-    runs = [RunResult.load(p) for p in paths]
-    by_suite = {c.suite: c for c in compare_all(runs, Thresholds(seed=seed), tokenize=None)}
+    saved = out / "plan.json"
+    if not saved.is_file():
+        raise FileNotFoundError(f"no saved job under {out} (plan.json missing)")
+    plan = plan_from_inputs(json.loads(saved.read_text())["inputs"])
+    [(_, suites, _)] = judge(plan, load_runs(plan), Thresholds(seed=seed))
+    by_suite = {c.suite: c for c in suites}
     return [by_suite[s] for s in SUITES if s in by_suite]
 
 

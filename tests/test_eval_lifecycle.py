@@ -24,12 +24,13 @@ from typing import Any
 
 import pytest
 
-from harness.evals import run as run_module
-from harness.evals.cli import parse_config
-from harness.evals.config import EvalConfig, ModeSpec
-from harness.evals.progress import Progress
-from harness.server import ServerProcess
-from harness.server.launch import launch_server
+from harness.engines.harness_server import HarnessEngine
+from harness.engines.lifecycle import Command, ServerProcess
+from harness.jobs import runner
+from harness.jobs.cpu import EvalConfig, cpu_plan
+from harness.jobs.eval_cli import parse_config
+from harness.jobs.plan import EvalStep
+from harness.jobs.progress import Progress
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -100,7 +101,7 @@ def test_a_killed_eval_leaves_no_process_behind(tmp_path: Path, sig: signal.Sign
         while True:  # mid-run: both servers up and both lm-eval runs started
             seen.update(descendants(proc.pid))
             lm_evals = [pid for pid, c in seen.items() if " lm_eval " in c and alive(pid, c)]
-            started = all((out / "logs" / f"lm_eval-{m}.log").is_file() for m in ("on", "off"))
+            started = all((out / "gemma2-tiny-swa" / m / "lm_eval-all.log").is_file() for m in ("on", "off"))
             if started and len(lm_evals) >= 2:
                 break
             assert proc.poll() is None, f"the eval ended early ({proc.returncode}):\n{log.read_text()[-2000:]}"
@@ -196,85 +197,100 @@ def fake_server() -> Iterator[FakeServer]:
     server.close()
 
 
-def fake_launcher(tmp_path: Path, url: str, launched: list[ServerProcess]):
-    """A stand-in for launch_server: a process that prints the ready line for ``url`` and sleeps."""
+def fake_python(tmp_path: Path, url: str) -> str:
+    """A stand-in interpreter for the server: it prints the ready line for ``url`` (a FakeServer) and sleeps."""
     script = tmp_path / "fake-python"
     script.write_text(f'#!/bin/sh\necho "SWA_HARNESS_SERVER_READY {url}"\nexec sleep 60\n')
     script.chmod(0o755)
-
-    def launch(model: Any, graphs: str, **kwargs: Any) -> ServerProcess:
-        kwargs.pop("python", None)
-        server = launch_server(model, graphs, python=str(script), **kwargs)
-        launched.append(server)
-        return server
-
-    return launch
+    return str(script)
 
 
 def config(tmp_path: Path, **overrides: Any) -> EvalConfig:
     return EvalConfig(**{"model": tmp_path / "model", "limits": {"gsm_style": 2}, "out": tmp_path / "out",
-                         "server_timeout": 30, "lm_eval_timeout": 30, "batch_size": 2,
-                         "kill_matrix": tmp_path / "none.json", **overrides})
+                         "batch_size": 2, "graphs_on": "tape", "kill_matrix": tmp_path / "none.json", **overrides})
+
+
+def options(tmp_path: Path, **overrides: Any) -> runner.RunOptions:
+    return runner.RunOptions(**{"server_timeout": 30, "eval_timeout": 30, "kill_matrix": tmp_path / "none.json",
+                                **overrides})
+
+
+def recording_start(monkeypatch: pytest.MonkeyPatch) -> list[ServerProcess]:
+    """Every server the harness engine starts, in order."""
+    launched: list[ServerProcess] = []
+    start = HarnessEngine.start
+
+    def recorded(self: HarnessEngine, *args: Any, **kwargs: Any) -> ServerProcess:
+        launched.append(start(self, *args, **kwargs))
+        return launched[-1]
+
+    monkeypatch.setattr(HarnessEngine, "start", recorded)
+    return launched
 
 
 def test_a_server_that_dies_is_named_as_the_failure(tmp_path: Path, fake_server: FakeServer,
                                                     monkeypatch: pytest.MonkeyPatch) -> None:
     """It used to read "lm-eval exited with code 1"."""
-    launched: list[ServerProcess] = []
-    monkeypatch.setattr(run_module, "launch_server", fake_launcher(tmp_path, fake_server.url, launched))
+    launched = recording_start(monkeypatch)
 
-    def lm_eval_whose_server_dies(cmd: list[str], log_path: Path, timeout: float, **kwargs: Any) -> int:
+    def lm_eval_whose_server_dies(command: Command, log_path: Path, timeout: float, **kwargs: Any) -> int:
         os.killpg(launched[0].pid, signal.SIGKILL)  # the server's whole process group
         launched[0].proc.wait(10)
         return 1
 
-    monkeypatch.setattr(run_module, "_run_lm_eval", lm_eval_whose_server_dies)
+    monkeypatch.setattr(runner, "run_lm_eval", lm_eval_whose_server_dies)
     with Progress(interval_s=60) as progress:
-        [result] = run_module.run_mode(config(tmp_path), ModeSpec("on", "tape"), progress)
+        [result] = runner.run_arm(cpu_plan(config(tmp_path)).runs[0],
+                                  options(tmp_path, python=fake_python(tmp_path, fake_server.url)), progress)
     assert not result.complete and "\n" not in result.error, result.error
     assert "server" in result.error and "died" in result.error and "lm-eval exited" not in result.error, result.error
-    assert "server-on.log" in result.error, result.error
+    assert "on/server.log" in result.error, result.error
 
 
 def test_a_timed_out_lm_eval_is_one_line_and_leaves_nothing(tmp_path: Path, fake_server: FakeServer,
                                                             monkeypatch: pytest.MonkeyPatch) -> None:
     """It used to put lm-eval's whole command line into the report's banner."""
-    launched: list[ServerProcess] = []
-    monkeypatch.setattr(run_module, "launch_server", fake_launcher(tmp_path, fake_server.url, launched))
+    launched = recording_start(monkeypatch)
     marker = f"time.sleep(60)  # {tmp_path.name}"
-    monkeypatch.setattr(run_module, "lm_eval_command", lambda *args: [sys.executable, "-c", f"import time; {marker}"])
+    monkeypatch.setattr(EvalStep, "command",
+                        lambda self, url, cache=None: Command((sys.executable, "-c", f"import time; {marker}")))
     with Progress(interval_s=60) as progress:
         start = time.monotonic()
-        [result] = run_module.run_mode(config(tmp_path, lm_eval_timeout=1), ModeSpec("on", "tape"), progress)
+        [result] = runner.run_arm(cpu_plan(config(tmp_path)).runs[0],
+                                  options(tmp_path, eval_timeout=1, python=fake_python(tmp_path, fake_server.url)),
+                                  progress)
     assert time.monotonic() - start < 20
     assert not result.complete and "\n" not in result.error, result.error
-    assert "lm-eval (graphs on) timed out after 1 s" in result.error and "lm_eval-on.log" in result.error, result.error
+    assert "lm-eval (on) timed out after 1 s" in result.error and "lm_eval-all.log" in result.error, result.error
     assert "time.sleep" not in result.error and len(result.error) < 300, result.error
     assert not [c for c in descendants(os.getpid()).values() if marker in c]
-    assert all(not s.alive() for s in launched)
+    assert launched and all(not s.alive() for s in launched)
 
 
 def test_an_infrastructure_failure_exits_2_with_a_one_line_reason(tmp_path: Path,
-                                                                   monkeypatch: pytest.MonkeyPatch,
                                                                    capsys: pytest.CaptureFixture[str]) -> None:
     """A server that never starts used to end RED (exit 1), like a regression."""
     script = tmp_path / "broken-python"
     script.write_text('#!/bin/sh\necho "Traceback (most recent call last):" >&2\necho "CheckpointError: no config.json" >&2\n'
                       "exit 1\n")
     script.chmod(0o755)
+    code = runner.run_plan(cpu_plan(config(tmp_path)), options(tmp_path, python=str(script)))
+    captured = capsys.readouterr()
+    assert code == 2, captured.err
+    [reason] = [line for line in captured.err.splitlines() if line.startswith("swa-harness eval: no verdict")]
+    assert "server (on)" in reason and "exited with code 1 before it was ready" in reason, reason
+    assert "RED" not in captured.err
+    runs = [json.loads(p.read_text()) for p in (tmp_path / "out").glob("*/*/runs/*.json")]
+    assert len(runs) == 2 and all(not r["complete"] and "\n" not in r["error"] for r in runs), runs
 
-    def broken_launch(model: Any, graphs: str, **kwargs: Any) -> ServerProcess:
-        return launch_server(model, graphs, python=str(script), **kwargs)
 
-    monkeypatch.setattr(run_module, "launch_server", broken_launch)
-    monkeypatch.setattr(run_module, "finish", lambda *args, **kwargs: 1)  # incomplete runs judge RED
-    code = run_module.run_eval(config(tmp_path))
-    err = capsys.readouterr().err
-    assert code == 2, err
-    [reason] = [line for line in err.splitlines() if line.startswith("swa-harness eval: FAILED")]
-    assert "server (graphs on)" in reason and "exited with code 1 before it was ready" in reason, reason
-    runs = [json.loads(p.read_text()) for p in (tmp_path / "out" / "runs").glob("*.json")]
-    assert runs and all(not r["complete"] and "\n" not in r["error"] for r in runs), runs
+def test_an_engine_that_is_not_installed_is_one_line_and_exit_2(capsys: pytest.CaptureFixture[str]) -> None:
+    for engine in ("sglang", "vllm"):
+        with pytest.raises(SystemExit) as exit_:
+            parse_config(["--engine", engine])
+        assert exit_.value.code == 2
+        [line] = capsys.readouterr().err.strip().splitlines()
+        assert line.startswith(f"swa-harness eval: engine {engine} is not installed (missing "), line
 
 
 # -- the resume cache knows which server answered -----------------------------------------------------
@@ -284,19 +300,18 @@ def test_resume_reuses_answers_only_from_a_server_with_the_same_identity(tmp_pat
                                                                          monkeypatch: pytest.MonkeyPatch) -> None:
     caches: list[Path] = []
 
-    def capture(base_url: str, suites: Any, limits: Any, out: Path, model: str, batch: int, cache: Path) -> list[str]:
+    def capture(self: EvalStep, url: str, cache: Path | None = None) -> Command:
         caches.append(cache)
-        return ["unused"]
+        return Command(("unused",))
 
-    monkeypatch.setattr(run_module, "lm_eval_command", capture)
-    monkeypatch.setattr(run_module, "_run_lm_eval", lambda cmd, log_path, timeout, **kwargs: 1)
-    cfg = config(tmp_path, on_url=fake_server.url, off_url=fake_server.url, resume=True)
-    mode = ModeSpec("on", "auto", base_url=fake_server.url)
+    monkeypatch.setattr(EvalStep, "command", capture)
+    monkeypatch.setattr(runner, "run_lm_eval", lambda command, log_path, timeout, **kwargs: 1)
+    run = cpu_plan(config(tmp_path, on_url=fake_server.url, off_url=fake_server.url)).runs[0]
     identities = [{"build": "b1"}, {"build": "b2"}, {"graph_mode": "off"}, {"model": "other"}, {}]
     with Progress(interval_s=60) as progress:
         for change in identities:
             fake_server.identity = {"model": "swa-harness", "graph_mode": "tape", "build": "b1", **change}
-            run_module.run_mode(cfg, mode, progress)
+            runner.run_arm(run, options(tmp_path, resume=True), progress)
     first, build, graphs, model, again = caches
     assert len({first, build, graphs, model}) == 4, caches
     assert again == first  # the same server again: its answers are reused

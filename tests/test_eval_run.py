@@ -10,18 +10,27 @@ from pathlib import Path
 import pytest
 
 from harness.evals.compare import compare_runs
-from harness.evals.cli import main
-from harness.evals.config import EvalConfig, ModeSpec
-from harness.evals.lmeval import lm_eval_command, parse_samples
-from harness.evals.progress import Progress
-from harness.evals.run import run_mode
+from harness.evals.samples import parse_samples
 from harness.evals.suites import SUITES
+from harness.jobs.cpu import EvalConfig, cpu_plan
+from harness.jobs.eval_cli import main
+from harness.jobs.progress import Progress
+from harness.jobs.runner import RunOptions, run_arm
 
+
+def runs_of(out: Path) -> dict[str, dict]:
+    """The saved runs of a CPU job as ``{"<suite>-<arm>": run}``."""
+    return {f"{p.stem}-{p.parent.parent.name}": json.loads(p.read_text()) for p in out.glob("*/*/runs/*.json")}
 
 
 def test_lm_eval_command_is_offline_deterministic_and_selects_items_per_task(tmp_path):
-    cmd = lm_eval_command("http://127.0.0.1:9", list(SUITES.values()), {"gsm_style": 5, "aime_style": 2}, tmp_path, "m", 32)
+    plan = cpu_plan(EvalConfig(limits={"gsm_style": 5, "aime_style": 2}, out=tmp_path))
+    [step] = plan.runs[0].evals  # every suite in one lm-eval run: the same batches in the same order
+    command = step.command("http://127.0.0.1:9")
+    cmd = command.argv
     args = dict(zip(cmd, cmd[1:]))
+    assert command.env["HF_DATASETS_OFFLINE"] == "1" and command.env["HF_HUB_OFFLINE"] == "1"
+    assert args["--batch_size"] == "32" and args["--seed"] == "0,0,0,0"
     assert args["--model"] == "local-completions"
     assert "tokenizer_backend=None" in args["--model_args"] and "tokenized_requests=False" in args["--model_args"]
     assert "num_concurrent=1" in args["--model_args"] and "max_retries=1" in args["--model_args"]
@@ -47,11 +56,12 @@ def test_parse_samples_reads_the_primary_filter_of_lm_eval_sample_logs(tmp_path)
 
 def test_a_run_whose_server_never_starts_is_incomplete_and_never_scored(tmp_path):
     config = EvalConfig(model=tmp_path / "missing", limits={"gsm_style": 2}, out=tmp_path, max_running=4, threads=1,
-                        server_timeout=60, lm_eval_timeout=60, batch_size=4)
+                        batch_size=4, graphs_on="tape")
+    plan = cpu_plan(config)
     with Progress(interval_s=60) as progress:
-        on = run_mode(config, ModeSpec("on", "tape"), progress)[0]
+        on = run_arm(plan.runs[0], RunOptions(server_timeout=60, eval_timeout=60), progress)[0]
     assert not on.complete and on.items == [] and "\n" not in on.error
-    assert on.error.startswith("server (graphs on) exited with code") and "server-on.log" in on.error, on.error
+    assert on.error.startswith("server (on) exited with code") and "on/server.log" in on.error, on.error
     off = on.__class__(suite="gsm_style", graphs="off", model="missing", complete=True, error=None, items=[], wall_s=0.0, meta={})
     comparison = compare_runs(on, off)
     assert comparison.verdict.name == "RED" and not comparison.complete
@@ -62,7 +72,7 @@ def test_clean_build_shows_no_significant_difference_end_to_end(tmp_path, capsys
                  "--kill-matrix", str(tmp_path / "none.json")])
     out = capsys.readouterr().out
     assert code == 0, out
-    runs = {p.stem: json.loads(p.read_text()) for p in (tmp_path / "runs").glob("*.json")}
+    runs = runs_of(tmp_path)
     assert set(runs) == {"gsm_style-on", "gsm_style-off", "aime_style-on", "aime_style-off"}
     assert all(r["complete"] for r in runs.values()) and len(runs["gsm_style-on"]["items"]) == 24
     assert runs["gsm_style-on"]["graphs"] == "tape"
@@ -79,26 +89,27 @@ def test_an_injected_fault_gives_a_significant_drop_and_a_red_verdict(tmp_path, 
     assert code == 1, out
     line = next(l for l in out.splitlines() if l.startswith("gsm_style:"))
     assert "-> RED" in line, line
-    on = json.loads((tmp_path / "runs" / "gsm_style-on.json").read_text())
-    off = json.loads((tmp_path / "runs" / "gsm_style-off.json").read_text())
+    on, off = runs_of(tmp_path)["gsm_style-on"], runs_of(tmp_path)["gsm_style-off"]
     assert on["meta"]["fault"] == fault and off["meta"]["fault"] is None
     assert sum(i["correct"] for i in on["items"]) < sum(i["correct"] for i in off["items"])
     assert "flip" in (tmp_path / "index.html").read_text().lower()
 
 
 def test_response_cache_is_keyed_by_configuration_and_cleared_unless_resuming(tmp_path):
-    from harness.evals.cache import response_cache
+    from harness.jobs.cache import response_cache
 
-    config = EvalConfig(model=tmp_path, limits={"gsm_style": 4}, out=tmp_path, batch_size=8, max_running=8, device="cpu",
-                        resume=False)
+    def cache(resume: bool = False, **overrides):
+        config = EvalConfig(**{"model": tmp_path, "limits": {"gsm_style": 4}, "out": tmp_path, "batch_size": 8,
+                               "max_running": 8, "device": "cpu", "graphs_on": "tape", **overrides})
+        run = cpu_plan(config).runs[0]
+        return response_cache(run, run.evals[0], server, cache_dir=tmp_path / "cache", resume=resume)
+
     server = {"model": "swa-harness", "graph_mode": "tape", "build": {"code": "abc"}}
-    clean = response_cache(config, ModeSpec("on", "tape"), server)
-    faulty = response_cache(config, ModeSpec("on", "tape", fault="pad-swa-loc-not-zeroed"), server)
-    more = response_cache(replace(config, limits={"gsm_style": 5}), ModeSpec("on", "tape"), server)
+    clean = cache()
+    faulty = cache(fault="pad-swa-loc-not-zeroed")
+    more = cache(limits={"gsm_style": 5})
     assert len({clean, faulty, more}) == 3
     (cached := clean.with_name(clean.name + "_rank0.db")).write_text("responses")
-    config = replace(config, resume=True)
-    assert response_cache(config, ModeSpec("on", "tape"), server) == clean and cached.exists()
-    config = replace(config, resume=False)
-    response_cache(config, ModeSpec("on", "tape"), server)
+    assert cache(resume=True) == clean and cached.exists()
+    cache(resume=False)
     assert not cached.exists()

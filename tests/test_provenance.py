@@ -12,15 +12,27 @@ from pathlib import Path
 
 import pytest
 
-from harness.evals.config import EvalConfig
-from harness.evals.paths import DEFAULT_MODEL, REPO
-from harness.evals.provenance import engine_under_test, provenance, relevant_env
+from harness.engines.registry import get_engine
+
+from harness.evals.results import RunResult
+from harness.jobs.cpu import EvalConfig, cpu_plan
+from harness.jobs.provenance import comparison_provenance, job_provenance, relevant_env
+from harness.jobs.runner import RunOptions
+from harness.paths import DEFAULT_MODEL, REPO
 
 
 def _logs(out: Path, label: str, server: str, lm_eval: str) -> None:
-    (out / "logs").mkdir(parents=True, exist_ok=True)
-    (out / "logs" / f"server-{label}.log").write_text(f"$ {server}\nserver output\n")
-    (out / "logs" / f"lm_eval-{label}.log").write_text(f"$ {lm_eval}\nlm-eval output\n")
+    arm = out / DEFAULT_MODEL.name / label
+    arm.mkdir(parents=True, exist_ok=True)
+    (arm / "server.log").write_text(f"$ {server}\nserver output\n")
+    (arm / "lm_eval-all.log").write_text(f"$ {lm_eval}\nlm-eval output\n")
+
+
+def provenance(config: EvalConfig, runs: list[RunResult] = ()) -> dict:
+    """The record the job keeps with its one comparison."""
+    plan = cpu_plan(config)
+    options = RunOptions(argv=config.argv, device=config.device)
+    return comparison_provenance(plan, plan.comparisons[0], runs, job_provenance(plan, options))
 
 
 def test_provenance_of_a_launched_eval(tmp_path, monkeypatch) -> None:
@@ -43,6 +55,7 @@ def test_provenance_of_a_launched_eval(tmp_path, monkeypatch) -> None:
     assert off["lm-eval command"] == "python -m lm_eval run (off)"
     assert on["fault"] == "pad-swa-loc-not-zeroed" and off["fault"] == "none"
     assert on["env"]["SWA_HARNESS_FAULT"] == "pad-swa-loc-not-zeroed" and off["env"]["SWA_HARNESS_FAULT"] == ""
+    assert on["engine"] == off["engine"] == "harness"
     assert on["env"]["HF_HUB_OFFLINE"] == "1" and on["env"]["OMP_NUM_THREADS"] == "1"
     assert "HF_TOKEN" not in on["env"] and "hf_secret" not in json.dumps(prov)  # secrets never recorded
     assert prov["hardware"]["device"] == "cpu" and prov["hardware"]["logical cores"] >= 1
@@ -61,8 +74,9 @@ def test_secret_looking_variables_are_left_out() -> None:
 
 class _SGLangInfo(BaseHTTPRequestHandler):
     def do_GET(self) -> None:  # noqa: N802 - http.server's name
-        body = json.dumps({"version": "0.5.23"}).encode() if self.path == "/get_server_info" else b"{}"
-        self.send_response(200 if self.path == "/get_server_info" else 404)
+        answers = {"/get_server_info": {"version": "0.5.23"}, "/v1/models": {"data": [{"id": "m"}]}}
+        body = json.dumps(answers.get(self.path, {})).encode()
+        self.send_response(200 if self.path in answers else 404)
         self.send_header("Content-Type", "application/json")
         self.end_headers()
         self.wfile.write(body)
@@ -89,8 +103,14 @@ def test_an_external_server_is_the_engine_under_test(tmp_path, sglang_server, mo
     sha = subprocess.run(["git", "rev-parse", "HEAD"], cwd=checkout, capture_output=True, text=True).stdout.strip()
     monkeypatch.setenv("SWA_HARNESS_SGLANG", str(checkout))
     config = EvalConfig(limits={"gsm_style": 3}, out=tmp_path, on_url=sglang_server, off_url=sglang_server)
-    engine = engine_under_test(config)
-    assert engine["summary"] == "sglang 0.5.23" and engine["servers"]["on"].endswith("sglang 0.5.23")
+    plan = cpu_plan(config)
+    engine = plan.runs[0].arm.engine
+    identity = get_engine(engine).identity(sglang_server, plan.runs[0].spec)  # what the server reports
+    runs = [RunResult("gsm_style", "on", "m", True, None, [], 0.0, {"arm": arm, "identity": identity.to_dict()})
+            for arm in ("on", "off")]
+    prov = provenance(config, runs)
+    engine = prov["engine under test"]
+    assert engine["summary"] == "sglang 0.5.23" and engine["servers"]["on"].endswith("sglang 0.5.23"), engine
     assert engine["sglang source"] == {"spec": str(checkout), "commit": sha, "dirty": False}
-    arms = provenance(config)["arms"]
+    arms = prov["arms"]
     assert arms["on"]["server"] == f"external: {sglang_server}" and "env" not in arms["on"]

@@ -4,6 +4,7 @@ real HTTP, including by lm-eval's own ``local-completions`` model class."""
 from __future__ import annotations
 
 import json
+import time
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
@@ -13,7 +14,8 @@ from typing import Any
 import pytest
 
 from harness.engine import Engine, EngineConfig, SamplingParams
-from harness.server import ServerLaunchError, ServerProcess, launch_server
+from harness.engines.harness_server import launch_server
+from harness.engines.lifecycle import ServerLaunchError, ServerProcess
 from tests.test_server import ENGINE_ARGS, MODEL, prompt_text, tokenized_checkpoint
 
 
@@ -128,8 +130,45 @@ def test_launch_timeout_kills_the_process(tmp_path: Path) -> None:
     assert "still loading" in str(err.value)
 
 
+def serving_python(tmp_path: Path, before: str = "", delay_s: float = 0.0) -> str:
+    """A stand-in server: prints ``before``, its URL, then (after ``delay_s``) answers GET /health with 200."""
+    root = tmp_path / "www"
+    root.mkdir(exist_ok=True)
+    (root / "health").write_text("ok")
+    code = (f"import http.server, os, time; os.chdir({str(root)!r}); "
+            "s = http.server.ThreadingHTTPServer(('127.0.0.1', 0), http.server.SimpleHTTPRequestHandler); "
+            f"print({before!r}); print(f'SWA_HARNESS_SERVER_READY http://127.0.0.1:{{s.server_port}}', flush=True); "
+            f"s.socket.close() if {delay_s} else None; time.sleep({delay_s}); "
+            "s = http.server.ThreadingHTTPServer(('127.0.0.1', s.server_port), http.server.SimpleHTTPRequestHandler) "
+            f"if {delay_s} else s; s.serve_forever()")
+    return fake_python(tmp_path, f'exec python3 -c "{code}"')
+
+
 def test_ready_line_is_found_among_other_output(tmp_path: Path) -> None:
-    python = fake_python(tmp_path, 'echo "hello"; echo "SWA_HARNESS_SERVER_READY http://127.0.0.1:9"; exec sleep 60')
+    python = serving_python(tmp_path, before="hello")
     with launch_server(tmp_path, "off", log_path=tmp_path / "ok.log", python=python, timeout=30) as proc:
-        assert proc.base_url == "http://127.0.0.1:9" and proc.alive() and proc.pid > 0
+        assert proc.base_url.startswith("http://127.0.0.1:") and proc.alive() and proc.pid > 0
+        assert "hello" in (tmp_path / "ok.log").read_text()
     assert not proc.alive()
+
+
+def test_readiness_is_polled_until_the_port_answers(tmp_path: Path) -> None:
+    """The URL is printed 2 s before the port opens: the launch waits for /health, not for the line."""
+    python = serving_python(tmp_path, delay_s=2.0)
+    start = time.monotonic()
+    with launch_server(tmp_path, "off", log_path=tmp_path / "ok.log", python=python, timeout=30) as proc:
+        assert time.monotonic() - start >= 2.0
+        with urllib.request.urlopen(proc.base_url + "/health", timeout=5) as resp:
+            assert resp.status == 200
+    assert not proc.alive()
+
+
+def test_a_port_that_never_opens_is_a_bounded_wait_that_names_it(tmp_path: Path) -> None:
+    python = fake_python(tmp_path, 'echo "SWA_HARNESS_SERVER_READY http://127.0.0.1:9"; echo "loading shards" >&2; '
+                                   "exec sleep 60")
+    start = time.monotonic()
+    with pytest.raises(ServerLaunchError) as err:
+        launch_server(tmp_path, "off", log_path=tmp_path / "never.log", python=python, timeout=2)
+    assert time.monotonic() - start < 15
+    assert err.value.reason == "was not ready after 2 s (http://127.0.0.1:9/health never answered; killed)"
+    assert "loading shards" in str(err.value)  # the log's last lines are in the message

@@ -77,9 +77,12 @@ def cpu_plan(config: EvalConfig) -> Plan:
     """Graphs ON (the baseline, with ``config.fault`` injected if any) vs OFF (the reference), one model."""
     flags = engine_flags(config)
     graphs_on = config.graphs_on or GRAPHS_ON.get(config.engine, "on")
-    arms = [Arm("on", f"graphs on ({graphs_on})", engine=config.engine, graphs=graphs_on, flags=flags,
+    def engine(url: str | None) -> str:
+        return "external" if url else config.engine  # a server someone started: only read
+
+    arms = [Arm("on", f"graphs on ({graphs_on})", engine=engine(config.on_url), graphs=graphs_on, flags=flags,
                 fault=config.fault, role="baseline", url=config.on_url),
-            Arm("off", "graphs off", engine=config.engine, graphs="off", flags=flags, role="reference",
+            Arm("off", "graphs off", engine=engine(config.off_url), graphs="off", flags=flags, role="reference",
                 url=config.off_url)]
     return build_plan(
         title="eval plan", models=[Model(str(config.model), served=SERVED_NAME)], arms=arms,

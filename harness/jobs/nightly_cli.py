@@ -80,3 +80,7 @@ def main(argv: list[str] | None = None) -> int:
 
         return finish(plan, load_runs(plan), options, job_provenance(plan, options))
     return run_plan(plan, options)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

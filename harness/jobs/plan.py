@@ -50,8 +50,9 @@ class Model:
 
     @property
     def slug(self) -> str:
-        """A checkpoint folder by its name, a hub id with its slash spelled ``--``."""
-        return Path(self.name).name if (REPO / self.name).is_dir() else self.name.replace("/", "--")
+        """A checkpoint folder by its name, a hub id (``org/name``, no such folder here) with its slash as ``--``."""
+        local = Path(self.name).is_absolute() or self.name.startswith(".") or (REPO / self.name).is_dir()
+        return Path(self.name).name if local else self.name.replace("/", "--")
 
     @property
     def served_name(self) -> str:
@@ -121,6 +122,11 @@ class EvalStep:
     @property
     def name(self) -> str:
         return "+".join(t.name for t in self.tasks)
+
+    @property
+    def log_name(self) -> str:
+        """Its log beside the run's server log: named like its output folder (a task, or ``all``)."""
+        return f"lm_eval-{self.out.name}.log"
 
     def command(self, url: str, cache: Path | None = None) -> Command:
         """lm-eval against ``url``: chat models through ``local-chat-completions`` with their chat template

@@ -60,10 +60,12 @@ def engine_under_test(arms: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
     if all(a.get("engine") == "harness" and not a.get("url") for a in arms.values()):
         return {"summary": f"harness {short}", "kind": "harness engine of this checkout", **harness}
     versions = {label: str((a.get("identity") or {}).get("version") or "unknown") for label, a in arms.items()}
-    named = sorted({f"{arms[label].get('engine')} {v}" if not v.startswith(str(arms[label].get("engine")))
-                    else v for label, v in versions.items() if v != "unknown"})
+    def named(engine: str, version: str) -> str:  # "sglang 0.5.23" as SGLang says it; vLLM's /version is bare
+        return version if engine == "external" or version.startswith(engine) else f"{engine} {version}"
+
+    names = sorted({named(str(arms[label].get("engine")), v) for label, v in versions.items() if v != "unknown"})
     return {
-        "summary": " / ".join(named) if named else "external server (version unknown)",
+        "summary": " / ".join(names) if names else "external server (version unknown)",
         "kind": "servers of " + ", ".join(dict.fromkeys(str(a.get("engine")) for a in arms.values())),
         "servers": {label: f"{a.get('url') or 'launched'} — {versions[label]}" for label, a in arms.items()},
         "harness (orchestration)": short,
@@ -121,7 +123,7 @@ def arm_provenance(plan: Plan, comparison: Comparison, arm_name: str, runs: Sequ
         out["server"] = f"external: {run.arm.url}"
     for step in run.evals:
         out[f"lm-eval command ({step.name})" if len(run.evals) > 1 else "lm-eval command"] = \
-            _first_line(run.dir / f"lm_eval-{step.name}.log")
+            _first_line(run.dir / step.log_name)
     return out
 
 

@@ -190,7 +190,7 @@ def _run_step(run: ArmRun, step: EvalStep, url: str, identity: Identity | None, 
         cache = response_cache(run, step, identity.raw if identity else {}, cache_dir=run.dir / "cache",
                                resume=options.resume)
     command = step.command(url, cache)
-    log = run.dir / f"lm_eval-{step.name}.log"
+    log = run.dir / step.log_name
     progress.watch(label, url, dict(step.items))
     try:
         try:
