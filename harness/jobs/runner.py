@@ -424,10 +424,22 @@ def finish(plan: Plan, runs: Sequence[RunResult], options: RunOptions, base: Map
     else:
         print(f"report: {outcomes[0].report}")
     failures = list(dict.fromkeys(r.error.splitlines()[0] for r in runs if not r.complete and r.error))
+    failures += different_models(plan, runs)
     if failures:
         print(f"{options.name}: no verdict (exit 2): {' | '.join(failures)}", file=sys.stderr, flush=True)
         return 2
     return 0 if all(o.ok for o in outcomes) else 1
+
+
+def different_models(plan: Plan, runs: Sequence[RunResult]) -> list[str]:
+    """Comparisons whose two arms reported different weights: their difference is no graph effect, so no verdict."""
+    reported = {(r.model, r.meta.get("arm")): r.meta["identity"] for r in runs if r.meta.get("identity")}
+    problems = []
+    for c in plan.comparisons:
+        on, off = reported.get((c.model.slug, c.treatment)), reported.get((c.model.slug, c.reference))
+        if on and off and (diff := Identity(**on).model_differences(Identity(**off))):
+            problems.append(f"{c.model.name} {c.name}: the arms served different models ({'; '.join(diff)})")
+    return problems
 
 
 def _overview(plan: Plan, runs: Sequence[RunResult], outcomes: Sequence[Outcome]) -> list[OverviewModel]:

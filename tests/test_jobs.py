@@ -1,0 +1,107 @@
+"""The jobs layer without servers: plans (the CPU job, a YAML plan, bad plans), engines' command lines, the
+check that both arms of a comparison served the same weights, and the dry run."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from harness.engines.base import ServerSpec
+from harness.engines.identity import Identity
+from harness.engines.registry import get_engine
+from harness.evals.results import ItemResult, RunResult
+from harness.jobs.cpu import EvalConfig, cpu_plan
+from harness.jobs.plan import plan_from_file, plan_from_mapping
+from harness.jobs.runner import RunOptions, finish
+from harness.paths import REPO
+
+EXAMPLE = REPO / "suites" / "plans" / "cpu-capture-modes.yaml"
+
+
+def test_the_cpu_job_is_a_two_arm_plan_on_the_harness_engine(tmp_path: Path) -> None:
+    plan = cpu_plan(EvalConfig(limits={"gsm_style": 5, "aime_style": 2}, out=tmp_path, fault="pad-swa-loc-not-zeroed"))
+    on, off = plan.runs
+    assert (on.arm.engine, on.arm.role, on.arm.fault) == ("harness", "baseline", "pad-swa-loc-not-zeroed")
+    assert (off.arm.engine, off.arm.role, off.arm.fault) == ("harness", "reference", None)
+    assert on.server.env["SWA_HARNESS_FAULT"] == "pad-swa-loc-not-zeroed" and off.server.env["SWA_HARNESS_FAULT"] == ""
+    assert on.server.argv[on.server.argv.index("--graphs") + 1] == "auto"
+    assert off.server.argv[off.server.argv.index("--graphs") + 1] == "off"
+    [comparison] = plan.comparisons
+    assert (comparison.treatment, comparison.reference, comparison.dir) == ("on", "off", tmp_path)
+    assert plan.parallel == 2 and not plan.overview and on.url is None  # the server picks its port and says it
+
+
+def test_a_yaml_plan_builds_through_the_same_builder() -> None:
+    plan = plan_from_file(EXAMPLE)
+    assert [a.name for a in plan.arms] == ["on", "off", "lazy-capture"]
+    assert [(c.treatment, c.reference) for c in plan.comparisons] == [("on", "off"), ("lazy-capture", "on")]
+    assert [t.name for t in plan.tasks] == ["gsm_style", "aime_style"] and plan.overview
+    lazy = plan.run_for(plan.models[0], "lazy-capture").server
+    assert lazy.argv[-2:] == ("--capture", "lazy") and "--graphs" in lazy.argv
+    [step] = plan.runs[0].evals
+    assert json.loads(dict(zip(step.command("u").argv, step.command("u").argv[1:]))["--samples"]) == {
+        "swa_gsm_style": list(range(40)), "swa_aime_style": list(range(40))}
+
+
+@pytest.mark.parametrize("change, words", [
+    ({"arms": [{"name": "on", "purpose": "x", "colour": "red"}]}, "arms[0]: unknown key(s) colour"),
+    ({"wat": 1}, "unknown key(s) wat"),
+    ({"arms": [{"name": "on", "purpose": "x", "role": "treatment"}]}, "exactly one baseline arm"),
+    ({"tasks": ["gsm_styl"]}, "task 'gsm_styl' is no frozen suite"),
+    ({"limit": 0}, "limit must be at least 1"),
+    ({"arms": [{"name": "on", "purpose": "x", "role": "baseline"}, {"name": "on", "purpose": "y"}]}, "arm(s) listed twice"),
+])
+def test_a_bad_plan_is_refused_by_name(change: dict, words: str) -> None:
+    import yaml
+
+    data = {**yaml.safe_load(EXAMPLE.read_text()), **change}
+    with pytest.raises(ValueError) as err:
+        plan_from_mapping(data, "bad.yaml")
+    assert words in str(err.value), err.value
+
+
+def test_engines_spell_graphs_on_and_off_their_own_way() -> None:
+    spec = ServerSpec(model="m", served_name="m", port=8000)
+    vllm, sglang = get_engine("vllm"), get_engine("sglang")
+    assert "--enforce-eager" not in vllm.command(spec).argv
+    assert vllm.command(ServerSpec("m", "m", graphs="off", port=8000)).argv[-1] == "--enforce-eager"
+    assert sglang.command(ServerSpec("m", "m", graphs="off", port=8000)).argv[-4:] == (
+        "--cuda-graph-backend-decode", "disabled", "--cuda-graph-backend-prefill", "disabled")
+    patched = sglang.command(ServerSpec("m", "m", fault="sglang-registry-out-cache-loc-not-zeroed", port=8000))
+    assert patched.argv[:3] == ("python", "-m", "harness.engines.sglang.patched_server")
+    assert patched.env["SWA_HARNESS_SGLANG_FAULT"] == "sglang-registry-out-cache-loc-not-zeroed"
+    with pytest.raises(ValueError, match="no fault catalog"):
+        vllm.command(ServerSpec("m", "m", fault="x"))
+    with pytest.raises(ValueError, match="no graph mode 'sideways'"):
+        get_engine("harness").command(ServerSpec("m", "m", graphs="sideways"))
+    assert vllm.url(spec) == "http://127.0.0.1:8000" and get_engine("harness").url(ServerSpec("m", "m")) is None
+
+
+def _run(arm: str, weights: str, correct: bool) -> RunResult:
+    item = ItemResult("gsm_style/0", "Q", "1", "1" if correct else "2", "1" if correct else "2", correct)
+    identity = Identity("harness", "abc", "swa-harness", weights).to_dict()
+    return RunResult("gsm_style", "tape", "gemma2-tiny-swa", True, None, [item], 0.0,
+                     {"arm": arm, "mode": arm, "identity": identity})
+
+
+def test_arms_that_served_different_weights_give_no_verdict(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    plan = cpu_plan(EvalConfig(limits={"gsm_style": 1}, out=tmp_path))
+    options = RunOptions(kill_matrix=None, fault_effects=None)
+    assert finish(plan, [_run("on", "sha256:a", True), _run("off", "sha256:a", True)], options, {}) == 0
+    assert finish(plan, [_run("on", "sha256:a", True), _run("off", "sha256:b", True)], options, {}) == 2
+    err = capsys.readouterr().err
+    assert "no verdict (exit 2)" in err and "served different models (weights sha256:a vs sha256:b)" in err, err
+
+
+def test_dry_run_prints_the_plan_and_starts_nothing(tmp_path: Path) -> None:
+    proc = subprocess.run([sys.executable, "-m", "harness.cli", "eval", "--dry-run", "--out", str(tmp_path),
+                           "--limit-gsm-style", "4", "--limit-aime-style", "4"], cwd=REPO, capture_output=True,
+                          text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert "eval plan: 1 model(s) x 2 arm(s) x 2 task(s): 2 harness server(s) launched 2 at a time" in proc.stdout
+    assert "python -m harness.server" in proc.stdout and "--graphs off" in proc.stdout
+    assert not any(tmp_path.iterdir())  # nothing ran, nothing was written
