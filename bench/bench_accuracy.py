@@ -17,7 +17,7 @@ import time
 from pathlib import Path
 
 from bench.common import markdown_table, write_section
-from harness.evals.cli import main as eval_main
+from harness.jobs.eval_cli import main as eval_main
 
 
 def main() -> None:

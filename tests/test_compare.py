@@ -20,7 +20,7 @@ from harness.evals.compare import (
     summarize,
 )
 from harness.evals.results import ItemDiff, ItemResult, RunResult, SuiteComparison, Summary, Verdict
-from harness.evals.threshold_options import add_threshold_options, thresholds_from_options
+from harness.jobs.options import add_threshold_options, thresholds_from_options
 
 
 def _item(i: int, correct: bool, response: str | None = None, suite: str = "gsm") -> ItemResult:

@@ -4,7 +4,6 @@ shipped checkpoint (clean: no significant difference; a fault injected into grap
 from __future__ import annotations
 
 import json
-from dataclasses import replace
 from pathlib import Path
 
 import pytest

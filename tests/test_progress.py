@@ -5,7 +5,7 @@ from __future__ import annotations
 import io
 import time
 
-from harness.evals.progress import ArmProgress, Progress, plain_line
+from harness.jobs.progress import ArmProgress, Progress, plain_line
 
 
 class FakeServers:

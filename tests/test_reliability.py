@@ -18,7 +18,8 @@ from typing import Any, TypeVar
 import aiohttp
 import pytest
 
-from harness.server import ServerProcess, launch_server
+from harness.engines.harness_server import launch_server
+from harness.engines.lifecycle import ServerProcess
 
 REPO = Path(__file__).resolve().parents[1]
 CHECKPOINT = REPO / "fixtures" / "models" / "gemma2-tiny-swa"
