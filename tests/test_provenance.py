@@ -32,7 +32,8 @@ def provenance(config: EvalConfig, runs: list[RunResult] = ()) -> dict:
     """The record the job keeps with its one comparison."""
     plan = cpu_plan(config)
     options = RunOptions(argv=config.argv, device=config.device)
-    return comparison_provenance(plan, plan.comparisons[0], runs, job_provenance(plan, options))
+    return comparison_provenance(plan, plan.comparisons[0], runs,
+                                 job_provenance(plan, options.command_line, options.device))
 
 
 def test_provenance_of_a_launched_eval(tmp_path, monkeypatch) -> None:

@@ -78,7 +78,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.report_only:
         from harness.jobs.provenance import job_provenance
 
-        return finish(plan, load_runs(plan), options, job_provenance(plan, options))
+        return finish(plan, load_runs(plan), options, job_provenance(plan, options.command_line, options.device))
     return run_plan(plan, options)
 
 

@@ -17,16 +17,13 @@ import uuid
 from datetime import datetime, timezone
 from importlib import metadata
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Iterable, Mapping, Sequence
+from typing import Any, Iterable, Mapping, Sequence
 
 from harness.env import SGLANG_PATCH_ENV, SGLANG_SOURCE_ENV
 from harness.evals.results import RunResult
 from harness.identity import checkout_state, file_sha256
 from harness.jobs.plan import Comparison, Plan
 from harness.paths import DATA_DIR, REPO, TASKS_DIR
-
-if TYPE_CHECKING:
-    from harness.jobs.runner import RunOptions
 
 # Environment variables that change what an arm computes; secrets never enter the record.
 _ENV_PREFIXES = ("SWA_HARNESS_", "OMP_", "MKL_", "CUDA_", "TORCH", "PYTORCH_", "HF_", "TOKENIZERS_", "SGLANG", "VLLM_")
@@ -171,21 +168,22 @@ def dataset_hashes(suites: Iterable[str]) -> dict[str, dict[str, str]]:
     return out
 
 
-def job_provenance(plan: Plan, options: RunOptions) -> dict[str, Any]:
-    """What every comparison of the job shares: the run, the hardware, the software, the data sets."""
+def job_provenance(plan: Plan, command: str, device: str) -> dict[str, Any]:
+    """What every comparison of the job shares: the run (``command`` as typed), the hardware, the software,
+    the data sets."""
     now = datetime.now(timezone.utc)
     limit = plan.limit
     return {
         "run": {
             "id": f"{now:%Y%m%dT%H%M%SZ}-{uuid.uuid4().hex[:6]}",
             "recorded at": now.isoformat(timespec="seconds"),
-            "command": " ".join((options.command, *options.argv)),
+            "command": command,
             "items": ("whole test sets" if limit is None else f"first {limit} per task" if isinstance(limit, int)
                       else ", ".join(f"{k}={v}" for k, v in limit.items())),
             "decoding": "greedy (temperature 0), lm-eval seed 0",
             "lm-eval requests": f"{plan.client.batch_size} prompts per request, {plan.concurrency} concurrent per server",
         },
-        "hardware": hardware(options.device),
+        "hardware": hardware(device),
         "software": {"python": platform.python_version(), "torch": _version("torch"), "lm-eval": _version("lm_eval"),
                      **{name: _version(name) for name in ("sglang", "vllm") if _version(name) != "not installed"},
                      "platform": platform.platform()},

@@ -86,6 +86,10 @@ class RunOptions:
     python: str = sys.executable
     name: str = "swa-harness eval"  # how the job names itself on stderr
 
+    @property
+    def command_line(self) -> str:
+        return " ".join((self.command, *self.argv))
+
 
 @dataclass(frozen=True)
 class Outcome:
@@ -320,7 +324,7 @@ def run_plan(plan: Plan, options: RunOptions = RunOptions()) -> int:
         print(f"{options.name}: interrupted by {exc}; its servers and lm-eval runs were stopped", file=sys.stderr,
               flush=True)
         return 128 + exc.signum
-    base = job_provenance(plan, options) | {"wall time": f"{time.perf_counter() - start:.0f} s"}
+    base = job_provenance(plan, options.command_line, options.device) | {"wall time": f"{time.perf_counter() - start:.0f} s"}
     (plan.out / "provenance.json").write_text(json.dumps(base, indent=2))
     return finish(plan, runs, options, base)
 
