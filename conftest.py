@@ -16,6 +16,8 @@ import pytest
 import torch
 from hypothesis import HealthCheck, Phase, settings
 
+from harness.env import HYPOTHESIS_ENV
+
 # The tensors here are tiny and xdist already runs one worker per core: two threads per worker
 # oversubscribe the cores and run ~20x slower.
 torch.set_num_threads(1)
@@ -51,7 +53,7 @@ settings.register_profile(
     phases=[Phase.explicit, Phase.reuse, Phase.generate],
     suppress_health_check=[HealthCheck.too_slow],
 )
-settings.load_profile(os.environ.get("SWA_HARNESS_HYPOTHESIS", "default"))
+settings.load_profile(os.environ.get(HYPOTHESIS_ENV, "default"))
 
 _FAULT_KEY = pytest.StashKey[str]()
 

@@ -18,13 +18,15 @@ import sys
 import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
+from harness.env import HYPOTHESIS_ENV
+from harness.paths import REPO
+
 SUITES = ["suites/pool", "suites/scenarios", "suites/differential"]
 OUT = REPO / "docs" / "FALSE_ALARMS.md"
 
 
 def run_seed(seed: int, workers: str) -> tuple[str, float]:
-    env = {**os.environ, "SWA_HARNESS_HYPOTHESIS": "seeded"}
+    env = {**os.environ, HYPOTHESIS_ENV: "seeded"}
     cmd = [sys.executable, "-m", "pytest", *SUITES, "-q", "-p", "no:cacheprovider", "-n", workers,
            f"--hypothesis-seed={seed}"]
     start = time.perf_counter()

@@ -11,6 +11,7 @@ import pytest
 import torch
 from torch.utils._python_dispatch import _disable_current_modes
 
+from harness.env import HYPOTHESIS_ENV
 from harness.targets import Target, load_target
 from harness.mem import STALE_KEY_WARNING, SWAKVPool
 
@@ -19,7 +20,7 @@ ENGINE_LIMITS = dict(max_running_requests=32, chunk_size=16, max_prefill_tokens=
 # The checkpoints this repo trains and ships (fixtures/models): two hybrid layouts, Gemma2 1:1 and Gemma3 5:1.
 TRAINED_CHECKPOINTS = {name: Path(__file__).resolve().parent.parent / "fixtures" / "models" / name
                        for name in ("gemma2-tiny-swa", "gemma3-tiny-swa")}
-EXHAUSTIVE = os.environ.get("SWA_HARNESS_HYPOTHESIS") == "exhaustive"
+EXHAUSTIVE = os.environ.get(HYPOTHESIS_ENV) == "exhaustive"
 
 
 def examples(default: int) -> int:

@@ -15,9 +15,10 @@ from pathlib import Path
 import pytest
 
 from fixtures.real_weights import checkpoint_dir, find_checkpoint
+from harness.env import REAL_WEIGHTS_ENV
 
 HERE = Path(__file__).resolve().parent
-MODE = os.environ.get("SWA_HARNESS_REAL_WEIGHTS", "")
+MODE = os.environ.get(REAL_WEIGHTS_ENV, "")
 
 
 def _named(config: pytest.Config) -> bool:

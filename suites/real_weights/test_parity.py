@@ -34,6 +34,7 @@ import pytest
 import torch
 
 from harness.engine import Engine, EngineConfig, SamplingParams
+from harness.paths import REPO
 from suites.hooks import on_every_forward
 
 # Calibrated on this model (docs/BENCHMARKS.md, "Real weights: parity"): two full runs measured at
@@ -48,7 +49,6 @@ LIMITS = dict(max_running_requests=8, max_context_len=4096, chunk_size=256, max_
 BATCH_3 = (1530, 2040, 2550)  # bucket 4
 SINGLE = (2040,)  # bucket 1; transformers' logits reused from the 3-batch
 BATCH_7 = (500, 600, 700, 800, 900, 1010, 1100)  # bucket 8; 500 and 1010 cross 512 / 1024 while decoding
-REPO = Path(__file__).resolve().parents[2]
 TABLE: list[dict] = []
 
 
