@@ -28,7 +28,6 @@ import json
 import os
 import time
 from collections.abc import Sequence
-from pathlib import Path
 
 import pytest
 import torch
