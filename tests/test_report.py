@@ -13,8 +13,10 @@ import pytest
 from harness.evals.compare import Thresholds, compare_runs, summarize
 from harness.evals.history import load as load_history
 from harness.evals.results import ItemResult, RunResult
-from harness.evals.report_cli import main as report_main
-from harness.evals.run import finish
+from harness.jobs.cpu import EvalConfig, cpu_plan
+from harness.jobs.plan import Plan
+from harness.jobs.report_cli import main as report_main
+from harness.jobs.runner import RunOptions, finish
 from harness.report import render_html, render_report
 from harness.report.inputs import load_fault_effects, load_kill_matrices, matrices_from
 from harness.report.render import TEMPLATES, breakable
@@ -190,28 +192,35 @@ FAULT_EFFECTS = [
 ]
 
 
+MODEL = "gemma2-tiny-swa"
+
+
 def _pair(suite: str, n: int, *, broken: set[int] = frozenset(), error: str | None = None) -> list[RunResult]:
-    """An ON/OFF pair as run_mode saves it (mode in meta); ``error`` makes the ON run incomplete."""
-    meta_on = {"mode": "on", "graphs": "tape", "fault": None, "base_url": None, "server_start_s": 2.5,
+    """An ON/OFF pair as the runner saves it (model slug, arm and mode in meta); ``error`` makes the ON run
+    incomplete."""
+    meta_on = {"arm": "on", "mode": "on", "graphs": "tape", "fault": None, "base_url": None, "server_start_s": 2.5,
                "lm_eval_s": 31.2, "engine": {"requests_served": n, "generated_tokens": 40 * n, "steps": 900}}
     on_items = [] if error else _items(suite, n, broken=broken)
-    on = RunResult(suite, "tape", "gemma2-tiny-swa", error is None, error, on_items, 33.0, meta_on)
-    off = RunResult(suite, "off", "gemma2-tiny-swa", True, None, _items(suite, n), 35.0,
-                    {**meta_on, "mode": "off", "graphs": "off"})
+    on = RunResult(suite, "tape", MODEL, error is None, error, on_items, 33.0, meta_on)
+    off = RunResult(suite, "off", MODEL, True, None, _items(suite, n), 35.0,
+                    {**meta_on, "arm": "off", "mode": "off", "graphs": "off"})
     return [on, off]
 
 
+def _eval_plan(root: Path, out: Path, limits: dict[str, int]) -> Plan:
+    """The CPU job's plan (graphs ON vs OFF, one comparison, its report ``<out>/index.html``) for a model folder
+    named ``MODEL`` under ``root`` (no tokenizer: flips split by character), whose slug the runs carry."""
+    (root / MODEL).mkdir(parents=True, exist_ok=True)
+    plan = cpu_plan(EvalConfig(model=root / MODEL, limits=limits, out=out))
+    assert plan.models[0].slug == MODEL and [c.dir for c in plan.comparisons] == [out]
+    return plan
+
+
 def _nightly_provenance(run: int) -> dict:
-    sha = f"{run:040x}"
+    """What the job shares between comparisons; ``finish`` adds the engine, model and arms from the plan."""
     return {
         "run": {"id": f"night-{run}", "recorded at": f"2026-01-0{run}T03:00:00+00:00",
                 "command": "swa-harness eval --out reports/latest"},
-        "engine under test": {"summary": f"harness {sha[:10]}", "kind": "harness engine of this checkout",
-                              "commit": sha, "dirty": False},
-        "model": {"name": "gemma2-tiny-swa", "model.safetensors sha256": "feedbeef" * 8},
-        "arms": {"on": {"graphs": "tape", "fault": "none", "server command": " ".join(LONG_COMMAND),
-                        "env": {"HF_HUB_OFFLINE": "1", "SWA_HARNESS_FAULT": ""}},
-                 "off": {"graphs": "off", "fault": "none", "env": {"HF_HUB_OFFLINE": "1"}}},
         "hardware": {"device": "cpu", "cpu": "AMD EPYC", "logical cores": 2},
         "software": {"torch": "2.13.0+cpu", "lm-eval": "0.4.13"},
         "datasets": {"gsm_style": {"test.jsonl": "9d786b50e0e8c8cf"}},
@@ -224,14 +233,17 @@ def run_nightly(root: Path) -> tuple[list[int], Path, Path]:
     (root / "kill-matrix.json").write_text(json.dumps(NIGHTLY_MATRIX))
     (root / "kill-matrix-sglang.json").write_text(json.dumps(SGLANG_MATRIX))
     (root / "fault-effects.json").write_text(json.dumps(FAULT_EFFECTS))
-    t = Thresholds(resamples=1000)
+    plan = _eval_plan(root, out, {"gsm_style": 500, "aime_style": 200})
+    on = plan.run_for(plan.models[0], "on")
+    on.dir.mkdir(parents=True)  # the provenance reads the server command from the first line of its log
+    (on.dir / "server.log").write_text("$ " + " ".join(LONG_COMMAND) + "\n")
+    options = RunOptions(thresholds=Thresholds(resamples=1000), kill_matrix=root / "kill-matrix.json",
+                         fault_effects=root / "fault-effects.json", history=history)
     nights = [
         _pair("gsm_style", 500) + _pair("aime_style", 200),
         _pair("gsm_style", 500, broken=set(range(1, 120, 4))) + _pair("aime_style", 200, error=TIMEOUT_ERROR),
     ]
-    codes = [finish(runs, out, model=root / "no-model", thresholds=t, kill_matrix=root / "kill-matrix.json",
-                    provenance=_nightly_provenance(i + 1), history=history, fault_effects=root / "fault-effects.json")
-             for i, runs in enumerate(nights)]
+    codes = [finish(plan, runs, options, _nightly_provenance(i + 1)) for i, runs in enumerate(nights)]
     return codes, out / "index.html", history
 
 
@@ -418,7 +430,7 @@ def test_templates_ship_with_the_package() -> None:
 
 def test_two_consecutive_runs_show_a_trend_with_the_verdict_change(nightly) -> None:
     codes, _, _, page, history = nightly
-    assert codes == [0, 1]  # night 1 GREEN, night 2 RED
+    assert codes == [0, 2]  # night 1 GREEN, night 2 RED with an incomplete run: no verdict (exit 2)
     records = [json.loads(line) for line in history.read_text().splitlines()]
     assert [r["run_id"] for r in records] == ["night-1", "night-2"] and [r["verdict"] for r in records] == ["GREEN", "RED"]
     gsm = next(s for s in records[1]["suites"] if s["suite"] == "gsm_style")
@@ -443,9 +455,12 @@ def test_two_consecutive_runs_show_a_trend_with_the_verdict_change(nightly) -> N
 def test_rerendering_the_same_runs_replaces_their_history_record(tmp_path, capsys) -> None:
     """`swa-harness report` judges saved runs again: their history record is updated, not duplicated."""
     out, history = tmp_path / "latest", tmp_path / "history.jsonl"
+    plan = _eval_plan(tmp_path, out, {"gsm_style": 100})
+    out.mkdir()
+    (out / "plan.json").write_text(plan.to_json())  # what the job saved beside its runs: the report rebuilds it
     for run in _pair("gsm_style", 100):
-        run.save(out / "runs" / f"{run.suite}-{run.meta['mode']}.json")
-    args = ["--out", str(out), "--model", str(tmp_path), "--kill-matrix", str(tmp_path / "none.json"), "--resamples", "200"]
+        run.save(plan.run_for(plan.models[0], run.meta["arm"]).dir / "runs" / f"{run.suite}.json")
+    args = ["--out", str(out), "--kill-matrix", str(tmp_path / "none.json"), "--resamples", "200"]
     assert report_main([*args, "--history", str(history)]) == 0
     assert json.loads(history.read_text())["verdict"] == "AMBER"  # N = 100 is underpowered at max_mde 5 pp
     assert report_main([*args, "--history", str(history), "--max-mde", "0.2"]) == 0  # judged again: GREEN
@@ -466,9 +481,10 @@ def test_history_skips_damaged_lines_and_keeps_series_apart(tmp_path) -> None:
     demo = _pair("gsm_style", 100, broken=set(range(0, 100, 3)))
     for run in demo:
         run.meta["fault"] = "pad-swa-loc-not-zeroed" if run.meta["mode"] == "on" else None
+    plan = _eval_plan(tmp_path, tmp_path / "out", {"gsm_style": 100})
+    options = RunOptions(thresholds=t, kill_matrix=None, fault_effects=None, history=history)
     for i, runs in enumerate([nightly, demo, nightly]):
-        finish(runs, tmp_path / "out", model=tmp_path, thresholds=t, kill_matrix=None, fault_effects=None,
-               provenance={"run": {"id": f"r{i}", "recorded at": f"2026-02-0{i + 1}T00:00:00+00:00"}}, history=history)
+        finish(plan, runs, options, {"run": {"id": f"r{i}", "recorded at": f"2026-02-0{i + 1}T00:00:00+00:00"}})
     loaded = load_history(history)
     assert loaded.unreadable == 1 and [e.run_id for e in loaded.entries] == ["r0", "r1", "r2"]
     assert loaded.entries[1].series != loaded.entries[0].series == loaded.entries[2].series
