@@ -3,18 +3,21 @@ real HTTP, including by lm-eval's own ``local-completions`` model class."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import time
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from harness.engine import Engine, EngineConfig, SamplingParams
-from harness.engines.harness_server import launch_server
+from harness.engines.base import ServerSpec
+from harness.engines.harness_server import HarnessEngine, launch_server
 from harness.engines.lifecycle import ServerLaunchError, ServerProcess
 from tests.test_server import ENGINE_ARGS, MODEL, prompt_text, tokenized_checkpoint
 
@@ -64,6 +67,19 @@ def test_launch_server_reports_a_loopback_url_and_serves(server: ServerProcess, 
     assert status == 400 and body["error"]["param"] == "max_tokens"
     ready_lines = [ln for ln in server.log_path.read_text().splitlines() if ln.startswith("SWA_HARNESS_SERVER_READY")]
     assert ready_lines == [f"SWA_HARNESS_SERVER_READY {server.base_url}"]
+
+
+def test_the_harness_engine_reads_what_the_server_serves(server: ServerProcess, ckpt: Path) -> None:
+    """The identity comes from the server's own /health: its code, the weights it loaded, its graph mode."""
+    engine = HarnessEngine()
+    spec = ServerSpec(model=str(ckpt), served_name=MODEL, graphs="tape")
+    identity = engine.identity(server.base_url, spec)
+    weights = hashlib.sha256((ckpt / "model.safetensors").read_bytes()).hexdigest()
+    assert (identity.engine, identity.model, identity.weights) == ("harness", MODEL, f"sha256:{weights}")
+    assert identity.flags["graphs"] == "tape" and identity.version == identity.raw["build"]["code"]
+    other = replace(identity, weights="sha256:" + "0" * 64)
+    assert identity.model_differences(identity) == []
+    assert identity.model_differences(other) == [f"weights sha256:{weights} vs sha256:{'0' * 64}"]
 
 
 @pytest.mark.parametrize("num_concurrent", [1, 4])
