@@ -1,4 +1,5 @@
-"""The self-contained HTML report: verdict, per-suite statistics, forest plot, flips, kill matrix."""
+"""Every HTML page: a comparison's self-contained report (verdict, per-suite statistics, forest plot, flips,
+kill matrix) and the overview of a job with several comparisons, in one palette (``palette``)."""
 
 from harness.report.render import build_context, render_html, render_report
 
