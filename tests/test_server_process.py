@@ -188,3 +188,39 @@ def test_a_port_that_never_opens_is_a_bounded_wait_that_names_it(tmp_path: Path)
     assert time.monotonic() - start < 15
     assert err.value.reason == "was not ready after 2 s (http://127.0.0.1:9/health never answered; killed)"
     assert "loading shards" in str(err.value)  # the log's last lines are in the message
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not __import__("torch").cuda.is_available(), reason="needs a CUDA device")
+def test_cuda_graph_server_answers_as_the_eager_server(tmp_path: Path) -> None:
+    """Two harness servers on one GPU, started by the jobs' lifecycle: CUDA graphs vs graphs off, 24 concurrent
+    prompts of several lengths (batches pad into buckets), the shipped trained checkpoint: the same text."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from harness.paths import DEFAULT_MODEL
+
+    servers = [launch_server(DEFAULT_MODEL, mode, served_model_name="m", max_running=32, log_path=tmp_path / f"{mode}.log",
+                             extra_args=["--device", "cuda"], timeout=300) for mode in ("cuda", "off")]
+    try:
+        status, health = http(f"{servers[0].base_url}/health")
+        assert status == 200 and health["graph_mode"] == "cuda", health
+        prompts = [f"Question: Tom has {3 + i} apples and buys {i * 7 % 11 + 2} more. " * (1 + i % 3) + "How many?\nAnswer:"
+                   for i in range(24)]
+
+        def answers(server: ServerProcess) -> list[str]:
+            def one(prompt: str) -> str:
+                code, body = http(server.completions_url, {"model": "m", "prompt": prompt, "max_tokens": 48,
+                                                           "temperature": 0})
+                assert code == 200, body
+                return body["choices"][0]["text"]
+
+            with ThreadPoolExecutor(24) as pool:
+                return list(pool.map(one, prompts))
+
+        on, off = (answers(s) for s in servers)
+        assert on == off
+        status, health = http(f"{servers[0].base_url}/health")
+        assert health["stats"].get("forward_paths", {}).get("decode-graph", 0) > 0, health["stats"]
+    finally:
+        for server in servers:
+            server.stop()
