@@ -48,7 +48,7 @@ def test_greedy_matches_transformers_on_50_prompts_spanning_several_windows():
     assert engine.pools_idle()
 
 
-@pytest.mark.parametrize("arch", ["gemma3_text", "qwen3"])
+@pytest.mark.parametrize("arch", ["gemma3_text", "qwen3", "mellum"])
 def test_greedy_matches_transformers_other_layouts(arch):
     prompts = random_sequences([9, 17, 26, 33, 40, 12], seed=4)
     outputs = make_engine(arch, "tape").generate(prompts, GREEDY)

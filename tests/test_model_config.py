@@ -36,6 +36,15 @@ CASES = [
     ("qwen3", {"use_sliding_window": True, "sliding_window": 4, "num_hidden_layers": 4, "layer_types": [S, F, S, F]}),
     ("qwen3", {"num_key_value_heads": None, "rope_theta": 1e6, "tie_word_embeddings": True}),
     ("qwen3", {"rope_scaling": {"type": "linear", "factor": 4.0}}),
+    ("mellum", {"mlp_layer_types": ["dense"] * 28}),  # all full attention, the default RoPE pair
+    ("mellum", {"num_hidden_layers": 4, "layer_types": [S, F, S, F], "mlp_layer_types": ["dense"] * 4,
+                "sliding_window": 16}),
+    ("mellum", {"num_hidden_layers": 3, "layer_types": [S, S, S], "mlp_layer_types": ["dense"] * 3,
+                "rope_parameters": {S: {"rope_type": "default", "rope_theta": 2e4}}}),
+    ("mellum", {"num_hidden_layers": 2, "layer_types": [F, S], "mlp_layer_types": ["dense"] * 2,
+                "head_dim": 64, "tie_word_embeddings": True, "attention_bias": True,
+                "rope_parameters": {F: {"rope_type": "linear", "factor": 4.0, "rope_theta": 1e5},
+                                    S: {"rope_type": "default", "rope_theta": 1e4}}}),
 ]
 
 
@@ -51,6 +60,9 @@ def _hf_rope(hf: transformers.PreTrainedConfig, layer_type: str) -> dict:
 def _hf_inv_freq(hf: transformers.PreTrainedConfig, layer_type: str) -> torch.Tensor:
     if hf.model_type == "gemma3_text":
         rotary = transformers.models.gemma3.modeling_gemma3.Gemma3RotaryEmbedding(hf)
+        return getattr(rotary, f"{layer_type}_inv_freq")
+    if hf.model_type == "mellum":
+        rotary = transformers.models.mellum.modeling_mellum.MellumRotaryEmbedding(hf)
         return getattr(rotary, f"{layer_type}_inv_freq")
     module = {"gemma2": transformers.models.gemma2.modeling_gemma2.Gemma2RotaryEmbedding,
               "qwen3": transformers.models.qwen3.modeling_qwen3.Qwen3RotaryEmbedding}[hf.model_type]
@@ -69,9 +81,9 @@ def test_parse_matches_transformers(model_type: str, fragment: dict) -> None:
                  "num_key_value_heads", "head_dim", "max_position_embeddings", "rms_norm_eps",
                  "attention_bias", "tie_word_embeddings"):
         assert getattr(ours, name) == getattr(hf, name), name
-    act = hf.hidden_act if model_type == "qwen3" else hf.hidden_activation
+    act = hf.hidden_act if model_type in ("qwen3", "mellum") else hf.hidden_activation
     assert ours.hidden_act == act
-    if model_type == "qwen3":
+    if model_type in ("qwen3", "mellum"):
         assert ours.attn_scaling == hf.head_dim**-0.5
         assert ours.attn_logit_softcap is None and ours.final_logit_softcap is None
     else:
@@ -80,6 +92,8 @@ def test_parse_matches_transformers(model_type: str, fragment: dict) -> None:
         want_attn_cap = hf.attn_logit_softcapping if model_type == "gemma2" else None
         assert ours.attn_logit_softcap == want_attn_cap
     for layer_type, rope in ((F, ours.rope_full), (S, ours.rope_sliding)):
+        if model_type == "mellum" and layer_type not in hf.layer_types:
+            continue  # transformers builds (and may lack parameters for) only the layer types in use
         params = _hf_rope(hf, layer_type)
         assert rope.theta == params["rope_theta"], layer_type
         assert rope.rope_type == params["rope_type"], layer_type
@@ -142,6 +156,21 @@ def test_gemma3_default_pattern_is_five_local_one_global() -> None:
         ({"model_type": "gemma3_text", "use_bidirectional_attention": True}, "use_bidirectional_attention"),
         ({"model_type": "qwen3", "rope_scaling": {"rope_type": "yarn", "factor": 4.0}}, "yarn"),
         ({"model_type": "qwen3", "hidden_act": "relu2"}, "relu2"),
+        # Mellum: MoE layers are refused by name, as is anything transformers and SGLang read differently.
+        ({"model_type": "mellum"}, "mlp_layer_types"),
+        ({"model_type": "mellum", "num_hidden_layers": 3, "mlp_layer_types": ["dense", "sparse", "sparse"]},
+         "mlp_layer_types marks layer(s) [1, 2] 'sparse'"),
+        ({"model_type": "mellum", "num_hidden_layers": 2, "mlp_layer_types": ["dense"]}, "num_hidden_layers=2"),
+        ({"model_type": "mellum", "num_hidden_layers": 1, "mlp_layer_types": ["moe"]}, "'moe'"),
+        ({"model_type": "mellum", "num_hidden_layers": 2, "layer_types": [S, F], "mlp_layer_types": ["dense"] * 2,
+          "rope_parameters": {"rope_type": "default", "rope_theta": 1e4}}, "nested per layer type"),
+        ({"model_type": "mellum", "num_hidden_layers": 1, "mlp_layer_types": ["dense"],
+          "rope_parameters": {F: {"rope_type": "default"}}}, "rope_theta"),
+        ({"model_type": "mellum", "num_hidden_layers": 1, "mlp_layer_types": ["dense"],
+          "rope_parameters": {F: {"rope_type": "default", "rope_theta": 1e4, "partial_rotary_factor": 0.5}}},
+         "partial_rotary_factor"),
+        ({"model_type": "mellum", "num_hidden_layers": 1, "layer_types": [S], "mlp_layer_types": ["dense"],
+          "sliding_window": None}, "sliding_window"),
     ],
 )
 def test_bad_configs_raise_checkpoint_error(hf: dict, needle: str) -> None:
@@ -149,7 +178,7 @@ def test_bad_configs_raise_checkpoint_error(hf: dict, needle: str) -> None:
         HybridModelConfig.from_hf(hf)
     assert needle in str(err.value)
     if "unsupported model_type" in str(err.value):
-        for supported in ("gemma2", "gemma3_text", "qwen3"):
+        for supported in ("gemma2", "gemma3_text", "qwen3", "mellum"):
             assert supported in str(err.value)
 
 
@@ -165,3 +194,12 @@ def test_load_config_errors(tmp_path) -> None:
     (tmp_path / "config.json").write_text("{not json")
     with pytest.raises(CheckpointError, match="not valid JSON"):
         load_config(tmp_path)
+
+
+def test_mellum_moe_checkpoint_is_refused_naming_the_field(tmp_path) -> None:
+    """A Mellum checkpoint with one MoE layer (transformers builds and saves it fine) is refused before
+    any weight is read, and the error names the field and the layer."""
+    path = write_checkpoint("mellum", tmp_path / "moe", seed=3, mlp_layer_types=["dense", "sparse", "dense", "dense"],
+                            num_experts=4, num_experts_per_tok=2, moe_intermediate_size=32)
+    with pytest.raises(CheckpointError, match=r"mlp_layer_types marks layer\(s\) \[1\] 'sparse' \(MoE\)"):
+        load_model(path)

@@ -66,7 +66,7 @@ def test_decode_forward_is_fused_and_lean(arch: str) -> None:
     """4 matmuls per layer (qkv, o, gate_up, down) + LM head; one cos/sin lookup per RoPE base."""
     model = load_model(checkpoint(arch))
     n_layers, n_ropes = model.config.num_hidden_layers, len(model.rotary)
-    assert n_ropes == (2 if arch == "gemma3_text" else 1)
+    assert n_ropes == (2 if arch in ("gemma3_text", "mellum") else 1)
     ids, positions = torch.tensor([1, 2, 3]), torch.tensor([5, 9, 30])
     with torch.inference_mode(), OpCounter() as ops:
         model(ids, positions, _Echo(), None)

@@ -124,7 +124,7 @@ def test_no_safetensors(tmp_path: Path) -> None:
         load_model(dst)
 
 
-@pytest.mark.parametrize("arch", ["gemma2", "gemma3_text", "qwen3"])
+@pytest.mark.parametrize("arch", ["gemma2", "gemma3_text", "qwen3", "mellum"])
 def test_expected_tensors_are_exactly_what_transformers_saves(arch: str) -> None:
     path = checkpoint(arch)
     saved = {n: tuple(t.shape) for n, t in load_file(path / "model.safetensors").items()}

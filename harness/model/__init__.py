@@ -1,4 +1,4 @@
-"""Hybrid sliding-window-attention models (Gemma2, Gemma3 text, Qwen3): pure model math.
+"""Hybrid sliding-window-attention models (Gemma2, Gemma3 text, Qwen3, dense Mellum): pure model math.
 
 The KV pool and engine live elsewhere and plug in through `AttentionBackend`.
 """

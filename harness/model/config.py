@@ -18,11 +18,11 @@ SLIDING = "sliding_attention"
 FULL = "full_attention"
 _LEGACY_LAYER_TYPES = {"attention": FULL}  # transformers' _LEGACY_LAYER_TYPE_REMAP
 
-SUPPORTED_MODEL_TYPES = ("gemma2", "gemma3_text", "qwen3")
+SUPPORTED_MODEL_TYPES = ("gemma2", "gemma3_text", "qwen3", "mellum")
 SUPPORTED_ACTIVATIONS = ("gelu_pytorch_tanh", "gelu", "silu", "swish")
 SUPPORTED_ROPE_TYPES = ("default", "linear")
 
-# transformers 5.x class defaults (Gemma2Config, Gemma3TextConfig, Qwen3Config).
+# transformers 5.x class defaults (Gemma2Config, Gemma3TextConfig, Qwen3Config, MellumConfig).
 _DEFAULTS: dict[str, dict[str, Any]] = {
     "gemma2": dict(
         vocab_size=256000, hidden_size=2304, intermediate_size=9216, num_hidden_layers=26,
@@ -48,6 +48,18 @@ _DEFAULTS: dict[str, dict[str, Any]] = {
         bos_token_id=None, tie_word_embeddings=False, attention_bias=False,
         use_sliding_window=False, sliding_window=4096, max_window_layers=28, rope_theta=10_000.0,
     ),
+    # layer_types defaults to all full attention, mlp_layer_types to all "sparse" (MoE), and
+    # rope_parameters to {full: 500000, sliding: 10000} (MellumConfig.__post_init__).
+    "mellum": dict(
+        vocab_size=98304, hidden_size=2304, intermediate_size=7168, num_hidden_layers=28,
+        num_attention_heads=32, num_key_value_heads=4, head_dim=128, hidden_act="silu",
+        max_position_embeddings=131072, rms_norm_eps=1e-6, pad_token_id=None, eos_token_id=None,
+        bos_token_id=None, tie_word_embeddings=False, attention_bias=False, sliding_window=1024,
+    ),
+}
+_MELLUM_DEFAULT_ROPE = {
+    FULL: {"rope_type": "default", "rope_theta": 500_000.0},
+    SLIDING: {"rope_type": "default", "rope_theta": 10_000.0},
 }
 
 
@@ -159,7 +171,7 @@ class _Fields:
 
 def _common(f: _Fields, layer_types: list[str], sliding_window: int | None,
             act_key: str) -> dict[str, Any]:
-    """Fields shared by all three architectures, validated."""
+    """Fields shared by all architectures, validated."""
     if f.hf.get("use_bidirectional_attention"):
         raise CheckpointError(f"{f.model_type}: use_bidirectional_attention=True is not supported")
     n_layers = int(f["num_hidden_layers"])
@@ -320,8 +332,73 @@ def _parse_qwen3(f: _Fields) -> HybridModelConfig:
     )
 
 
+def _parse_mellum(f: _Fields) -> HybridModelConfig:
+    """Mellum (transformers' MellumForCausalLM, SGLang's ``models/mellum.py``): Qwen3-MoE attention (q/k
+    norm, plain RMSNorm, no soft-caps) with per-layer sliding windows, one RoPE per layer type, and a
+    dense or MoE MLP per layer. Only all-dense checkpoints are supported."""
+    n = int(f["num_hidden_layers"])
+    layer_types = f.hf.get("layer_types")
+    if layer_types is None:
+        layer_types = [FULL] * n  # MellumConfig.__post_init__
+    mlp_types = f.hf.get("mlp_layer_types")
+    if mlp_types is None:
+        raise CheckpointError(
+            "mellum: mlp_layer_types is not set, which means every layer is 'sparse' (MoE); only dense MLP "
+            "layers are supported: set mlp_layer_types to 'dense' for every layer"
+        )
+    if len(mlp_types) != n:
+        raise CheckpointError(f"mellum: mlp_layer_types has {len(mlp_types)} entries but num_hidden_layers={n}")
+    unknown = sorted({t for t in mlp_types if t not in ("dense", "sparse")})
+    if unknown:
+        raise CheckpointError(f"mellum: unsupported mlp_layer_types entries {unknown}; expected 'dense' or 'sparse'")
+    sparse = [i for i, t in enumerate(mlp_types) if t == "sparse"]
+    if sparse:
+        raise CheckpointError(
+            f"mellum: mlp_layer_types marks layer(s) {sparse} 'sparse' (MoE); only dense MLP layers are supported"
+        )
+    common = _common(f, layer_types, f["sliding_window"], "hidden_act")
+
+    # MellumConfig keeps rope_parameters nested per layer type and has no legacy keys
+    # (no rope_theta / rope_scaling fallback): transformers and SGLang both index it by layer type.
+    params = f.hf.get("rope_parameters")
+    params = _MELLUM_DEFAULT_ROPE if params is None else params
+    ropes: dict[str, RopeConfig] = {}
+    for layer_type in dict.fromkeys(common["layer_types"]):
+        entry = params.get(layer_type)
+        if not isinstance(entry, dict):
+            raise CheckpointError(
+                f"mellum: rope_parameters has no {layer_type!r} entry; it must be nested per layer type "
+                f"(got keys {sorted(params)})"
+            )
+        if "rope_theta" not in entry:
+            raise CheckpointError(f"mellum: rope_parameters[{layer_type!r}] has no rope_theta")
+        # transformers rotates only head_dim * partial_rotary_factor dims; SGLang's Mellum rotates all of them.
+        if float(entry.get("partial_rotary_factor", 1.0)) != 1.0:
+            raise CheckpointError(
+                f"mellum: rope_parameters[{layer_type!r}].partial_rotary_factor="
+                f"{entry['partial_rotary_factor']} is not supported (only 1.0)"
+            )
+        ropes[layer_type] = _rope(entry, layer_type)
+    rope_full = ropes.get(FULL) or ropes[SLIDING]  # a layer type no layer uses: never read
+    rope_sliding = ropes.get(SLIDING) or rope_full
+    return HybridModelConfig(
+        **common,
+        attn_scaling=float(common["head_dim"]) ** -0.5,
+        attn_logit_softcap=None,
+        final_logit_softcap=None,
+        rope_full=rope_full,
+        rope_sliding=rope_sliding,
+        gemma_norm=False,
+        sandwich_norm=False,
+        qk_norm=True,
+        embed_scale=1.0,
+    )
+
+
 def _cap(value: Any) -> float | None:
     return None if value is None else float(value)
 
 
-_PARSERS = {"gemma2": _parse_gemma2, "gemma3_text": _parse_gemma3_text, "qwen3": _parse_qwen3}
+_PARSERS = {
+    "gemma2": _parse_gemma2, "gemma3_text": _parse_gemma3_text, "qwen3": _parse_qwen3, "mellum": _parse_mellum,
+}

@@ -18,7 +18,7 @@ from harness.model.self_attention import SelfAttention
 class DecoderLayer(nn.Module):
     """Residual block.
 
-    Plain (Qwen3): ``x += attn(norm(x)); x += mlp(norm(x))``.
+    Plain (Qwen3, Mellum): ``x += attn(norm(x)); x += mlp(norm(x))``.
     Sandwich (Gemma2/3): the attention and MLP outputs are normalised again
     (`post_attn_norm`, `post_mlp_norm`) before the residual add.
     Norm names say where they sit, not what HF calls them: HF's

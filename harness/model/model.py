@@ -20,7 +20,7 @@ from harness.model.rotary import RotaryTables
 
 
 class HybridSWAForCausalLM(nn.Module):
-    """Gemma2 / Gemma3-text / Qwen3 decoder with pluggable attention.
+    """Gemma2 / Gemma3-text / Qwen3 / Mellum (dense MLPs only) decoder with pluggable attention.
 
     Tokens of several sequences are concatenated (SGLang style): ``input_ids``
     and ``positions`` are ``[T]``; what belongs to which sequence, and which keys
