@@ -86,6 +86,22 @@ def sglang(session: nox.Session) -> None:
                     "--target", "sglang", *session.posargs, env={"SGLANG_INVARIANT_CHECK": level})
 
 
+# Real SGLang *serving* on CPU needs its HTTP stack and grammar backend too; sgl_kernel has no CPU build on PyPI,
+# so the sglang engine puts an import-only stand-in on the server's path (harness/engines/sglang/shims/).
+SGLANG_SERVER_DEPS = ["fastapi", "uvicorn", "uvloop", "setproctitle", "prometheus-client", "python-multipart",
+                      "interegular", "jsonschema", "xgrammar==0.2.7", "soundfile"]
+
+
+@nox.session(python=PYTHON)
+def sglang_server(session: nox.Session) -> None:
+    """A real SGLang server on CPU (its hybrid SWA pool, torch_native attention) against transformers and the
+    harness engine on one checkpoint, at concurrency, with a roomy and a tight pool (suites/engines)."""
+    _install_sglang(session)
+    session.install(*SGLANG_SERVER_DEPS)
+    session.run("python", "-m", "pytest", "-p", "no:cacheprovider", "-rxX", "suites/engines", *session.posargs,
+                env={"SWA_HARNESS_SGLANG_SERVER": "require"})  # a missing piece fails here, it never skips
+
+
 @nox.session(python=PYTHON)
 def sglang_faults(session: nox.Session) -> None:
     """The kill matrix against real SGLang: each SGLang-side catalog fault patched into its source, through

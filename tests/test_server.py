@@ -4,8 +4,6 @@ EngineWorker thread owning the engine, and a second engine on the same checkpoin
 from __future__ import annotations
 
 import asyncio
-import json
-import shutil
 import time
 from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
@@ -14,61 +12,20 @@ from typing import Any, TypeVar
 import pytest
 from aiohttp import ClientResponse
 from aiohttp.test_utils import TestClient, TestServer
-from tokenizers import Tokenizer as HFTokenizer
-from tokenizers import models, pre_tokenizers, processors
 
+from fixtures.checkpoints import untied_checkpoint
+from fixtures.tokenized import prompt_text, tokenized_checkpoint
 from harness.engine import Engine, EngineConfig, SamplingParams
 from harness.server.app import build_app
 from harness.server.chat import ChatRenderer, fallback_prompt
 from harness.server.cli import ready_url
 from harness.server.protocol import ChatMessage
 from harness.server.worker import EngineWorker
-from tests.engine_helpers import untied_checkpoint
 
 MODEL = "tiny-swa"
 T = TypeVar("T")
-
-# A word-level vocabulary that fills the test checkpoints' 128 ids, so every id decodes to a word.
-SPECIAL = ["<pad>", "<eos>", "<bos>", "[UNK]", "<start_of_turn>", "<end_of_turn>"]  # ids 0..5 (config: pad 0, eos 1, bos 2)
-WORDS = (
-    ": . , ? user assistant system the a of and to in is it that was he for on are as with his they at be this "
-    "from have or by one had not but what all were when we there can an your which their said if do will each about "
-    "how up out them then she many some so these would other into has more her two like him see time could no make "
-    "than first been its who now people my made over did down only way find use may water long little very after "
-    "words called just where most know get through back much go good new write our me man too any day same right look"
-).split()
-VOCAB = {tok: i for i, tok in enumerate(SPECIAL + WORDS)}
-assert len(VOCAB) == 128, len(VOCAB)
-
-CHAT_TEMPLATE = (
-    "{{ bos_token }}{% for m in messages %}"
-    "{% if m['role'] == 'system' %}{{ raise_exception('System role not supported') }}{% endif %}"
-    "<start_of_turn>{{ m['role'] }} {{ m['content'] }}<end_of_turn> {% endfor %}"
-    "{% if add_generation_prompt %}<start_of_turn>assistant{% endif %}"
-)
-
 ENGINE_ARGS: dict[str, Any] = dict(graphs="tape", max_running_requests=32, chunk_size=16, max_prefill_tokens=64,
                                    num_threads=1)
-
-
-def tokenized_checkpoint(dst: Path, *, chat_template: str | None = CHAT_TEMPLATE) -> Path:
-    """A copy of the untied gemma2 test checkpoint plus a word-level tokenizer (BOS added on encode)."""
-    shutil.copytree(untied_checkpoint("gemma2"), dst)
-    tok = HFTokenizer(models.WordLevel(VOCAB, unk_token="[UNK]"))
-    tok.pre_tokenizer = pre_tokenizers.Whitespace()
-    tok.add_special_tokens(SPECIAL)
-    tok.post_processor = processors.TemplateProcessing(single="<bos> $A", special_tokens=[("<bos>", 2)])
-    tok.save(str(dst / "tokenizer.json"))
-    config: dict[str, Any] = {"bos_token": "<bos>", "eos_token": "<eos>", "pad_token": "<pad>", "unk_token": "[UNK]"}
-    if chat_template is not None:
-        config["chat_template"] = chat_template
-    (dst / "tokenizer_config.json").write_text(json.dumps(config))
-    return dst
-
-
-def prompt_text(i: int, n_words: int = 6) -> str:
-    return " ".join(WORDS[4 + (i * 7 + k * 3) % (len(WORDS) - 4)] for k in range(n_words))
-
 
 # -- fixtures ------------------------------------------------------------------------------------
 

@@ -19,6 +19,7 @@ from harness.jobs.plan import Arm, Client, Model, Plan, build_plan, frozen_task
 from harness.paths import DEFAULT_KILL_MATRIX, DEFAULT_MODEL, DEFAULT_OUT
 
 SERVED_NAME = "swa-harness"
+FIXED_PORT = 31000  # engines that cannot pick their own port: arm i listens on FIXED_PORT + i
 # The graph mode an engine's ON arm asks for when --graphs-on is left at its default.
 GRAPHS_ON = {"harness": "auto", "sglang": "on", "vllm": "on"}
 
@@ -66,10 +67,15 @@ class EvalConfig:
 
 
 def engine_flags(config: EvalConfig) -> tuple[str, ...]:
-    """The flags a server of ``config.engine`` gets on this job: the harness server's batch and threads."""
+    """The flags a server of ``config.engine`` gets on this job: the harness server's batch and threads; SGLang's
+    CPU recipe on a CPU job."""
     if config.engine == "harness":
         return ("--max-running", str(config.max_running), "--num-threads", str(config.threads),
                 "--device", config.device)
+    if config.engine == "sglang":
+        from harness.engines.sglang import CPU_FLAGS
+
+        return (*CPU_FLAGS, "--max-running-requests", str(config.max_running)) if config.device == "cpu" else ()
     return ()
 
 
@@ -89,6 +95,7 @@ def cpu_plan(config: EvalConfig) -> Plan:
         tasks=[frozen_task(name) for name in config.limits], out=Path(config.out), limit=dict(config.limits),
         client=Client(concurrency=1, batch_size=config.batch_size, max_retries=1, timeout_s=1800, samples=True,
                       env=OFFLINE_ENV),
+        port=0 if config.engine == "harness" else FIXED_PORT,  # the harness server picks its own and says it
         parallel=1 if config.sequential else 2, overview=False, one_step_per_arm=True,
         inputs={"eval": {k: getattr(config, k) for k in PLAN_FIELDS}})
 

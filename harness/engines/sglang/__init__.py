@@ -1,12 +1,20 @@
 """SGLang's server as an engine: graphs on is its default (CUDA graphs for decode), graphs off disables the
-decode and prefill graph backends; a fault arm runs ``patched_server``, which patches an SGLang-side catalog
-fault into every process of the server. ``server_args`` checks an arm's flags with SGLang's own parser."""
+decode and prefill graph backends. On CPU (an arm whose flags say ``--device cpu``) and for a fault arm the
+server runs through ``patched_server``, which installs the CPU stand-ins (``shims/``) and/or patches an
+SGLang-side catalog fault into every process of the server. ``server_args`` checks an arm's flags with
+SGLang's own parser."""
 
 from __future__ import annotations
 
 from harness.engines.base import Engine, ServerSpec
 from harness.engines.lifecycle import Command
 from harness.env import SGLANG_FAULT_ENV
+
+CPU_ENV = {"SGLANG_USE_CPU_ENGINE": "1"}  # without it ``--device cpu`` still takes non-CPU import paths
+# The flags a CPU arm needs: SGLang's plain-PyTorch attention and sampling, fp32 as the harness compares in, and a
+# KV budget (left to itself SGLang sizes its pools from the machine's memory: 14 GB on a 24 GB box).
+CPU_FLAGS = ("--device", "cpu", "--attention-backend", "torch_native", "--sampling-backend", "pytorch",
+             "--dtype", "float32", "--max-total-tokens", "65536")
 
 SGLANG_LAUNCH = ("python", "-m", "sglang.launch_server")
 PATCHED_LAUNCH = ("python", "-m", "harness.engines.sglang.patched_server")
@@ -29,14 +37,23 @@ class SGLangEngine(Engine):
     name = "sglang"
     stop_grace_s = 60.0
     # The server, not only the memory code the suites import: its HTTP stack and its kernel package.
-    required_modules = ("sglang", "uvicorn", "fastapi", "sgl_kernel")
-    install_hint = "the SGLang suites' venv (nox -s sglang) has its memory code only, not its server"
+    required_modules = ("sglang", "uvicorn", "fastapi", "xgrammar")
+    install_hint = "nox -s sglang_server installs its CPU serving recipe (nox -s sglang has its memory code only)"
 
     def graph_flags(self, graphs: str) -> tuple[str, ...]:
         return graph_flags(graphs)
 
     def command(self, spec: ServerSpec) -> Command:
+        cpu = on_cpu(spec.flags)
+        env = {**(CPU_ENV if cpu else {}), **spec.env}
         if spec.fault:
             return Command((*PATCHED_LAUNCH, "--fault", spec.fault, "--", *sglang_args(spec)),
-                           {**spec.env, SGLANG_FAULT_ENV: spec.fault})
-        return Command((*SGLANG_LAUNCH, *sglang_args(spec)), dict(spec.env))
+                           {**env, SGLANG_FAULT_ENV: spec.fault})
+        if cpu:
+            return Command((*PATCHED_LAUNCH, "--", *sglang_args(spec)), env)
+        return Command((*SGLANG_LAUNCH, *sglang_args(spec)), env)
+
+
+def on_cpu(flags: tuple[str, ...]) -> bool:
+    """The arm runs SGLang's CPU engine (``--device cpu``, in either spelling)."""
+    return "--device=cpu" in flags or any(a == "--device" and b == "cpu" for a, b in zip(flags, flags[1:]))

@@ -1,15 +1,17 @@
-"""Launch an SGLang server with one SGLang-side catalog fault patched into every one of its processes.
+"""Launch an SGLang server with the harness's patches in every one of its processes: on CPU the import-only
+stand-ins SGLang's CPU server needs (``shims/``), and optionally one SGLang-side catalog fault.
 
-    python -m harness.engines.sglang.patched_server --fault <id> -- <sglang.launch_server flags>
+    [SGLANG_USE_CPU_ENGINE=1] python -m harness.engines.sglang.patched_server [--fault <id>] -- <sglang.launch_server flags>
 
 A catalog fault (``harness/targets/sglang/faults/catalog``) swaps the ``__code__`` of SGLang functions
 in the process that applies it. SGLang's server is several processes: the launcher (HTTP, tokenizer)
 starts the scheduler (model runner, KV pools, CUDA graph runner) and the detokenizer with
 ``multiprocessing`` in *spawn* mode, so a patch applied only in the launcher would never reach the
 scheduler, where the regressions live. Spawn re-imports the parent's main module in each child, by
-name, as ``__mp_main__``; this module is that main module, and at import under that name it applies
-the fault named by ``SWA_HARNESS_SGLANG_FAULT`` (which the launcher sets, so every child inherits
-it) before the child unpickles its target. The launcher then runs SGLang's own
+name, as ``__mp_main__``; this module is that main module, and at import under that name it installs
+the CPU stand-ins (when ``SGLANG_USE_CPU_ENGINE=1``) and applies the fault named by
+``SWA_HARNESS_SGLANG_FAULT`` (which the launcher sets, so every child inherits it) before the child
+unpickles its target. The launcher then runs SGLang's own
 ``sglang.launch_server`` main block in-process (``runpy``, without replacing ``__main__``, so the
 children still re-import this module).
 
@@ -26,9 +28,31 @@ import multiprocessing
 import os
 import runpy
 import sys
+from pathlib import Path
 from typing import Any
 
 from harness.env import SGLANG_FAULT_ENV as FAULT_ENV
+
+CPU_ENV = "SGLANG_USE_CPU_ENGINE"  # SGLang's own switch for its CPU code paths
+STAND_INS = Path(__file__).resolve().parent / "shims"  # sgl_kernel: see shims/README.md
+
+
+def install_cpu_stand_ins() -> None:
+    """On SGLang's CPU engine: the import shims of the memory-level target (torchvision) and the import-only
+    ``sgl_kernel`` stand-in, first on sys.path (no CPU build of sgl_kernel exists)."""
+    from harness.targets.sglang.imports import _install_shims
+
+    _install_shims()
+    if str(STAND_INS) not in sys.path:
+        sys.path.insert(0, str(STAND_INS))
+
+
+def prepare_process() -> None:
+    """What every process of the server needs before SGLang runs in it: the CPU stand-ins, the fault."""
+    if os.environ.get(CPU_ENV) == "1":
+        install_cpu_stand_ins()
+    if os.environ.get(FAULT_ENV):
+        apply_fault(os.environ[FAULT_ENV])
 
 
 def _import_sglang() -> None:
@@ -95,28 +119,33 @@ def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     split = argv.index("--") if "--" in argv else len(argv)
     parser = argparse.ArgumentParser(prog="python -m harness.engines.sglang.patched_server",
-                                     description="sglang.launch_server with a catalog fault in every process")
-    parser.add_argument("--fault", required=True, help="SGLang-side catalog fault id")
+                                     description="sglang.launch_server with the CPU stand-ins (SGLANG_USE_CPU_ENGINE=1) "
+                                                 "and/or a catalog fault in every process")
+    parser.add_argument("--fault", default=None, help="SGLang-side catalog fault id")
     parser.add_argument("--self-check", action="store_true",
                         help="check that a spawned child process gets the patch, print JSON, exit (no server)")
     args = parser.parse_args(argv[:split])
     if args.self_check:
+        if not args.fault:
+            parser.error("--self-check needs --fault")
         import json
 
         report = self_check(args.fault)
         print(json.dumps(report, indent=1))
         return 0 if report["ok"] else 1
-    os.environ[FAULT_ENV] = args.fault  # inherited by every process the server spawns
-    fault = apply_fault(args.fault)
-    print(f"patched_server: fault {fault.id} ({fault.seed}) applied; children apply it at start-up", file=sys.stderr,
-          flush=True)
+    if args.fault:
+        os.environ[FAULT_ENV] = args.fault  # inherited by every process the server spawns
+    prepare_process()
+    if args.fault:
+        print(f"patched_server: fault {args.fault} applied; children apply it at start-up", file=sys.stderr,
+              flush=True)
     sys.argv = ["sglang.launch_server", *argv[split + 1:]]
     runpy.run_module("sglang.launch_server", run_name="__main__")  # SGLang's own main block; never returns normally
     return 0
 
 
-if __name__ == "__mp_main__" and os.environ.get(FAULT_ENV):
-    apply_fault(os.environ[FAULT_ENV])  # a process spawned by the server (scheduler, detokenizer, ...)
+if __name__ == "__mp_main__":
+    prepare_process()  # a process spawned by the server (scheduler, detokenizer, ...)
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -14,8 +14,9 @@ import sys
 from pathlib import Path
 from types import ModuleType
 
-SGLANG_VERSION = "0.5.23"
 from harness.env import SGLANG_ANY_VERSION_ENV as ANY_VERSION_ENV
+
+SGLANG_VERSION = "0.5.23"
 SHIMS = Path(__file__).resolve().parent / "import_shims"
 
 
@@ -24,6 +25,9 @@ class SGLangUnavailable(ImportError):
 
 
 def _install_shims() -> None:
+    # A process spawned by SGLang's server inherits its parent's sys.path, shim included: without this,
+    # ``import torchvision`` below would find the shim, and transformers would take it for the real one.
+    sys.path[:] = [p for p in sys.path if p != str(SHIMS)]
     try:
         import torchvision  # noqa: F401 - a working torchvision needs no shim
         return
