@@ -59,8 +59,9 @@ class Engine:
         if reason := self.missing():
             raise EngineNotInstalled(reason)
 
-    def graph_flags(self, graphs: str) -> tuple[str, ...]:
-        """The flags that set graph mode ``graphs`` on this engine's command line."""
+    def graph_flags(self, graphs: str, flags: tuple[str, ...] = ()) -> tuple[str, ...]:
+        """The flags that set graph mode ``graphs`` on this engine's command line (``flags``: the arm's others,
+        which may say which device the mode is for)."""
         return ()
 
     def command(self, spec: ServerSpec) -> Command:

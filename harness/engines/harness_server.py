@@ -22,7 +22,7 @@ class HarnessEngine(Engine):
     name = "harness"
     stop_grace_s = 30.0
 
-    def graph_flags(self, graphs: str) -> tuple[str, ...]:
+    def graph_flags(self, graphs: str, flags: tuple[str, ...] = ()) -> tuple[str, ...]:
         """The server's own mode ("on" is its ``auto``: CUDA graphs on a GPU, the tape on CPU)."""
         mode = "auto" if graphs == "on" else graphs
         if mode not in GRAPH_MODES:

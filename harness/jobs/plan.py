@@ -444,7 +444,7 @@ def render(plan: Plan) -> str:
              f"items: {items}; {requests}; greedy decoding; out: {plan.out}", "", "arms:"]
     baseline = next(a.name for a in plan.arms if a.role == "baseline")
     lines += _table(("arm", "flags", "env", "compared", "expected", "purpose"), [
-        (a.name, " ".join((*a.flags, *get_engine(a.engine).graph_flags(a.graphs))) or "(defaults)", " ".join(f"{k}={v}" for k, v in sorted(a.env.items())) or "-",
+        (a.name, " ".join((*a.flags, *get_engine(a.engine).graph_flags(a.graphs, a.flags))) or "(defaults)", " ".join(f"{k}={v}" for k, v in sorted(a.env.items())) or "-",
          "baseline" if a.role == "baseline" else (f"{baseline} vs {a.name}" if a.role == "reference"
                                                   else f"{a.name} vs {baseline}"),
          "-" if a.role == "baseline" else ("RED" if a.expect_red else "not RED"), a.purpose) for a in plan.arms])

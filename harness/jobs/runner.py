@@ -451,7 +451,7 @@ def _overview(plan: Plan, runs: Sequence[RunResult], outcomes: Sequence[Outcome]
     by_key = {(r.model, r.meta.get("arm", r.graphs), r.suite): r for r in runs}
     models = []
     for model in plan.models:
-        arms = [(a.name, " ".join((*a.flags, *get_engine(a.engine).graph_flags(a.graphs))) or "(defaults)",
+        arms = [(a.name, " ".join((*a.flags, *get_engine(a.engine).graph_flags(a.graphs, a.flags))) or "(defaults)",
                  " ".join(f"{k}={v}" for k, v in a.env.items())) for a in plan.arms]
         cells = {(a.name, t.name): by_key.get((model.slug, a.name, t.name)) for a in plan.arms for t in plan.tasks}
         comparisons = [OverviewComparison(f"{o.comparison.treatment} vs {o.comparison.reference}", o.suites,

@@ -42,6 +42,9 @@ SERVED = "tiny-mellum"
 CLIENTS = 16
 NEW_TOKENS = 16
 ROOMY = ("--max-total-tokens", "8192")
+# Graphs on (SGLang's CPU graph runner: decode compiled by torch.compile): at most 4 requests decode together, so
+# every decode batch replays a compiled size (3 pads into 4); each size compiles in about a minute here.
+GRAPHS_ON = ("--max-total-tokens", "8192", "--max-running-requests", "4", "--cuda-graph-bs-decode", "1", "2", "4")
 # So small that SWA slots are freed and reused while requests run, and full slot ids outgrow the SWA pool.
 TIGHT = ("--max-total-tokens", "640", "--swa-full-tokens-ratio", "0.25", "--max-running-requests", "16")
 FINDING_TORCH_NATIVE_SWA_READS = (
@@ -93,8 +96,8 @@ def harness_answers(ckpt: Path) -> list[str]:
 
 
 @contextmanager
-def sglang_server(ckpt: Path, pool: tuple[str, ...], log: Path) -> Iterator[ServerProcess]:
-    spec = ServerSpec(model=str(ckpt), served_name=SERVED, graphs="off", flags=(*CPU_FLAGS, *pool), port=free_port())
+def sglang_server(ckpt: Path, pool: tuple[str, ...], log: Path, graphs: str = "off") -> Iterator[ServerProcess]:
+    spec = ServerSpec(model=str(ckpt), served_name=SERVED, graphs=graphs, flags=(*CPU_FLAGS, *pool), port=free_port())
     server = ENGINE.start(spec, log_path=log, timeout=600)
     try:
         yield server
@@ -135,6 +138,17 @@ def assert_served_like_the_oracles(server: ServerProcess, transformers_answers: 
 def test_concurrent_greedy_answers_equal_transformers_and_the_harness_engine(
         server: ServerProcess, transformers_answers: list[str], harness_answers: list[str]) -> None:
     assert_served_like_the_oracles(server, transformers_answers, harness_answers)
+
+
+def test_graphs_on_answer_as_the_oracles(ckpt: Path, tmp_path: Path, transformers_answers: list[str],
+                                        harness_answers: list[str]) -> None:
+    """SGLang's CPU graph runner (with the hooks torch_native lacks, harness/engines/sglang/cpu_graph_hooks.py)."""
+    with sglang_server(ckpt, GRAPHS_ON, tmp_path / "server.log", graphs="on") as server:
+        assert_served_like_the_oracles(server, transformers_answers, harness_answers)
+        log = server.log_path.read_text()
+    assert "Capture cpu graph bs [1, 2, 4]" in log
+    decode = [line for line in log.splitlines() if "Decode batch" in line]
+    assert decode and all("cpu graph: True" in line for line in decode), decode[:3]
 
 
 @pytest.mark.xfail(strict=True, raises=AssertionError, reason=FINDING_TORCH_NATIVE_SWA_READS)

@@ -15,22 +15,32 @@ CPU_ENV = {"SGLANG_USE_CPU_ENGINE": "1"}  # without it ``--device cpu`` still ta
 # KV budget (left to itself SGLang sizes its pools from the machine's memory: 14 GB on a 24 GB box).
 CPU_FLAGS = ("--device", "cpu", "--attention-backend", "torch_native", "--sampling-backend", "pytorch",
              "--dtype", "float32", "--max-total-tokens", "65536")
+# Decode batch sizes the CPU graph runner compiles when graphs are on (about a minute each on 2 cores); a batch
+# larger than the largest runs eager, as SGLang's own runner decides.
+CPU_GRAPH_BS = ("1", "2", "4", "8")
 
 SGLANG_LAUNCH = ("python", "-m", "sglang.launch_server")
 PATCHED_LAUNCH = ("python", "-m", "harness.engines.sglang.patched_server")
 GRAPHS_OFF_FLAGS = ("--cuda-graph-backend-decode", "disabled", "--cuda-graph-backend-prefill", "disabled")
 
 
-def graph_flags(graphs: str) -> tuple[str, ...]:
+def graph_flags(graphs: str, flags: tuple[str, ...] = ()) -> tuple[str, ...]:
+    """GPU: CUDA graphs are SGLang's default, off disables them. CPU: no graphs is the default, on is its CPU graph
+    runner (torch.compile of decode at CPU_GRAPH_BS, unless the arm's flags name batch sizes themselves)."""
     if graphs not in ("on", "off"):
         raise ValueError(f"SGLang arms are graphs on or off, not {graphs!r}")
+    if on_cpu(flags):
+        if graphs == "off":
+            return ()
+        return ("--enable-torch-compile", *(() if "--cuda-graph-bs-decode" in flags
+                                            else ("--cuda-graph-bs-decode", *CPU_GRAPH_BS)))
     return GRAPHS_OFF_FLAGS if graphs == "off" else ()
 
 
 def sglang_args(spec: ServerSpec) -> tuple[str, ...]:
     """The flags SGLang's own parser sees (what ``ServerArgs`` must accept)."""
     return ("--model-path", spec.model, "--served-model-name", spec.served_name, "--host", "127.0.0.1", "--port",
-            str(spec.port), "--random-seed", "0", *spec.flags, *graph_flags(spec.graphs))
+            str(spec.port), "--random-seed", "0", *spec.flags, *graph_flags(spec.graphs, spec.flags))
 
 
 class SGLangEngine(Engine):
@@ -40,8 +50,8 @@ class SGLangEngine(Engine):
     required_modules = ("sglang", "uvicorn", "fastapi", "xgrammar")
     install_hint = "nox -s sglang_server installs its CPU serving recipe (nox -s sglang has its memory code only)"
 
-    def graph_flags(self, graphs: str) -> tuple[str, ...]:
-        return graph_flags(graphs)
+    def graph_flags(self, graphs: str, flags: tuple[str, ...] = ()) -> tuple[str, ...]:
+        return graph_flags(graphs, flags)
 
     def command(self, spec: ServerSpec) -> Command:
         cpu = on_cpu(spec.flags)

@@ -38,13 +38,17 @@ STAND_INS = Path(__file__).resolve().parent / "shims"  # sgl_kernel: see shims/R
 
 
 def install_cpu_stand_ins() -> None:
-    """On SGLang's CPU engine: the import shims of the memory-level target (torchvision) and the import-only
-    ``sgl_kernel`` stand-in, first on sys.path (no CPU build of sgl_kernel exists)."""
+    """On SGLang's CPU engine: the import shims of the memory-level target (torchvision), the import-only
+    ``sgl_kernel`` stand-in, first on sys.path (no CPU build of sgl_kernel exists), and the CPU-graph hooks
+    ``torch_native`` lacks (``cpu_graph_hooks``)."""
     from harness.targets.sglang.imports import _install_shims
 
     _install_shims()
     if str(STAND_INS) not in sys.path:
         sys.path.insert(0, str(STAND_INS))
+    from harness.engines.sglang import cpu_graph_hooks
+
+    cpu_graph_hooks.install()
 
 
 def prepare_process() -> None:
