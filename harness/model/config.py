@@ -307,17 +307,8 @@ def _parse_gemma3_text(f: _Fields) -> HybridModelConfig:
     )
 
 
-def _parse_qwen3(f: _Fields) -> HybridModelConfig:
-    n = int(f["num_hidden_layers"])
-    # Qwen3Config.__post_init__: the window exists only with use_sliding_window, and
-    # by default layers >= max_window_layers slide.
-    sliding_window = f["sliding_window"] if f["use_sliding_window"] else None
-    max_window_layers = int(f["max_window_layers"])
-    layer_types = f.hf.get("layer_types")
-    if layer_types is None:
-        layer_types = [SLIDING if sliding_window is not None and i >= max_window_layers else FULL for i in range(n)]
-    common = _common(f, layer_types, sliding_window, "hidden_act")
-    rope_full, rope_sliding = _flat_or_nested_rope(f)
+def _qwen_style(common: dict[str, Any], rope_full: RopeConfig, rope_sliding: RopeConfig) -> HybridModelConfig:
+    """Qwen3's block, shared by Mellum: q/k norm, plain RMSNorm, 1/sqrt(head_dim), no soft-caps, no embed scale."""
     return HybridModelConfig(
         **common,
         attn_scaling=float(common["head_dim"]) ** -0.5,
@@ -330,6 +321,20 @@ def _parse_qwen3(f: _Fields) -> HybridModelConfig:
         qk_norm=True,
         embed_scale=1.0,
     )
+
+
+def _parse_qwen3(f: _Fields) -> HybridModelConfig:
+    n = int(f["num_hidden_layers"])
+    # Qwen3Config.__post_init__: the window exists only with use_sliding_window, and
+    # by default layers >= max_window_layers slide.
+    sliding_window = f["sliding_window"] if f["use_sliding_window"] else None
+    max_window_layers = int(f["max_window_layers"])
+    layer_types = f.hf.get("layer_types")
+    if layer_types is None:
+        layer_types = [SLIDING if sliding_window is not None and i >= max_window_layers else FULL for i in range(n)]
+    common = _common(f, layer_types, sliding_window, "hidden_act")
+    rope_full, rope_sliding = _flat_or_nested_rope(f)
+    return _qwen_style(common, rope_full, rope_sliding)
 
 
 def _parse_mellum(f: _Fields) -> HybridModelConfig:
@@ -381,18 +386,7 @@ def _parse_mellum(f: _Fields) -> HybridModelConfig:
         ropes[layer_type] = _rope(entry, layer_type)
     rope_full = ropes.get(FULL) or ropes[SLIDING]  # a layer type no layer uses: never read
     rope_sliding = ropes.get(SLIDING) or rope_full
-    return HybridModelConfig(
-        **common,
-        attn_scaling=float(common["head_dim"]) ** -0.5,
-        attn_logit_softcap=None,
-        final_logit_softcap=None,
-        rope_full=rope_full,
-        rope_sliding=rope_sliding,
-        gemma_norm=False,
-        sandwich_norm=False,
-        qk_norm=True,
-        embed_scale=1.0,
-    )
+    return _qwen_style(common, rope_full, rope_sliding)
 
 
 def _cap(value: Any) -> float | None:
