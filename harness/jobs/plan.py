@@ -398,7 +398,7 @@ def plan_from_mapping(data: Mapping[str, Any], where: str = "plan") -> Plan:
         title=str(data.get("title") or Path(where).stem),
         models=[_record(Model, m, f"{where}: models[{i}]") for i, m in enumerate(data.get("models") or ())],
         arms=[_record(Arm, a, f"{where}: arms[{i}]") for i, a in enumerate(data.get("arms") or ())],
-        tasks=tasks, out=Path(data.get("out") or Path("reports") / Path(where).stem),
+        tasks=tasks, out=REPO / (data.get("out") or Path("reports") / Path(where).stem),  # relative: to the checkout
         client=_record(Client, data.get("client") or {}, f"{where}: client"),
         **{k: v for k, v in kwargs.items() if k != "title"}, inputs=dict(data))
 
