@@ -51,7 +51,8 @@ class Model:
     @property
     def slug(self) -> str:
         """A checkpoint folder by its name, a hub id (``org/name``, no such folder here) with its slash as ``--``."""
-        local = Path(self.name).is_absolute() or self.name.startswith(".") or (REPO / self.name).is_dir()
+        local = (Path(self.name).is_absolute() or self.name.startswith(".") or self.name.count("/") > 1
+                 or (REPO / self.name).is_dir())
         return Path(self.name).name if local else self.name.replace("/", "--")
 
     @property
@@ -357,8 +358,8 @@ def build_plan(*, title: str, models: Sequence[Model], arms: Sequence[Arm], task
 
 # -- plan files ------------------------------------------------------------------------------------------
 
-_PLAN_KEYS = {"title", "models", "arms", "tasks", "limit", "client", "out", "port", "parallel", "overview",
-              "one_step_per_arm"}
+_PLAN_KEYS = {"title", "models", "arm_defaults", "arms", "tasks", "limit", "client", "out", "port", "parallel",
+              "overview", "one_step_per_arm"}
 
 
 def _record(cls: type, data: Any, where: str) -> Any:
@@ -382,7 +383,7 @@ def frozen_task(name: str) -> Task:
 
 def plan_from_mapping(data: Mapping[str, Any], where: str = "plan") -> Plan:
     """A plan from its YAML/JSON form: the keyword arguments of ``build_plan``; a task may be a frozen suite's
-    name, a model a checkpoint path or hub id."""
+    name, a model a checkpoint path or hub id; ``arm_defaults`` go into every arm (its flags before the arm's own)."""
     if unknown := sorted(set(data) - _PLAN_KEYS):
         raise ValueError(f"{where}: unknown key(s) {', '.join(unknown)}; known: {', '.join(sorted(_PLAN_KEYS))}")
     tasks = []
@@ -397,10 +398,22 @@ def plan_from_mapping(data: Mapping[str, Any], where: str = "plan") -> Plan:
     return build_plan(
         title=str(data.get("title") or Path(where).stem),
         models=[_record(Model, m, f"{where}: models[{i}]") for i, m in enumerate(data.get("models") or ())],
-        arms=[_record(Arm, a, f"{where}: arms[{i}]") for i, a in enumerate(data.get("arms") or ())],
+        arms=[_record(Arm, _with_defaults(a, data.get("arm_defaults") or {}), f"{where}: arms[{i}]")
+              for i, a in enumerate(data.get("arms") or ())],
         tasks=tasks, out=REPO / (data.get("out") or Path("reports") / Path(where).stem),  # relative: to the checkout
         client=_record(Client, data.get("client") or {}, f"{where}: client"),
         **{k: v for k, v in kwargs.items() if k != "title"}, inputs=dict(data))
+
+
+def _with_defaults(arm: Any, defaults: Mapping[str, Any]) -> Any:
+    if not isinstance(arm, Mapping):
+        return arm  # _record names the problem
+    merged = {**defaults, **arm}
+    if "flags" in defaults and "flags" in arm:
+        merged["flags"] = [*defaults["flags"], *arm["flags"]]
+    if "env" in defaults and "env" in arm:
+        merged["env"] = {**defaults["env"], **arm["env"]}
+    return merged
 
 
 def plan_from_file(path: Path) -> Plan:
