@@ -284,6 +284,14 @@ def test_an_infrastructure_failure_exits_2_with_a_one_line_reason(tmp_path: Path
     assert len(runs) == 2 and all(not r["complete"] and "\n" not in r["error"] for r in runs), runs
 
 
+def test_an_unknown_fault_is_one_line_and_exit_2(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exit_:
+        parse_config(["--fault", "no-such-fault"])
+    assert exit_.value.code == 2
+    err = capsys.readouterr().err
+    assert "Traceback" not in err and "unknown fault 'no-such-fault'" in err.strip().splitlines()[-1], err
+
+
 def test_an_engine_that_is_not_installed_is_one_line_and_exit_2(capsys: pytest.CaptureFixture[str]) -> None:
     for engine in ("sglang", "vllm"):
         with pytest.raises(SystemExit) as exit_:

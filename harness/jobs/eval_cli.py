@@ -23,6 +23,17 @@ _DEFAULTS = EvalConfig()  # the option defaults, so the CLI and the dataclass ca
 LAUNCHED_ENGINES = tuple(name for name in ENGINES if name != "external")
 
 
+def check_fault(engine: str, fault: str) -> None:
+    """The fault exists in the catalog of the engine it goes into (ValueError naming the known ones otherwise)."""
+    if engine == "harness":
+        from harness.faults import get_fault  # imported here: the fault catalog pulls in the engine
+    elif engine == "sglang":
+        from harness.targets.sglang.faults.catalog import get_fault
+    else:
+        raise ValueError(f"engine {engine} has no fault catalog: --fault {fault} cannot be injected")
+    get_fault(fault)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="swa-harness eval", description=__doc__.split("\n\n")[0])
     parser.add_argument("--model", type=Path, default=_DEFAULTS.model,
@@ -76,10 +87,11 @@ def config_from_args(parser: argparse.ArgumentParser, args: argparse.Namespace, 
     if not (args.on_url and args.off_url):
         if reason := get_engine(args.engine).missing():
             parser.exit(2, f"swa-harness eval: {reason}\n")
-    if args.fault and args.engine == "harness":
-        from harness.faults import get_fault  # imported here: the fault catalog pulls in the engine
-
-        get_fault(args.fault)  # a clear error before anything starts
+    if args.fault:
+        try:
+            check_fault(args.engine, args.fault)
+        except ValueError as exc:
+            parser.error(str(exc).splitlines()[0])
     if not (args.on_url and args.off_url) and not (Path(args.model) / "config.json").is_file():
         parser.error(f"no HF checkpoint at {args.model} (config.json missing)")
     return EvalConfig(
