@@ -14,3 +14,11 @@ DEFAULT_MODEL = REPO / "fixtures" / "models" / "gemma2-tiny-swa"
 DEFAULT_OUT = REPO / "reports" / "latest"
 DEFAULT_KILL_MATRIX = REPO / "reports" / "kill-matrix.json"
 DEFAULT_FAULT_EFFECTS = REPO / "docs" / "fault-effects.json"
+
+
+def shown(path: Path) -> str:
+    """A path as a reader should see it: relative to the checkout when it is inside (no machine paths in reports)."""
+    try:
+        return str(Path(path).resolve().relative_to(REPO))
+    except ValueError:
+        return str(path)

@@ -12,11 +12,9 @@ plain line per interval instead of a redrawn bar.
 
 from __future__ import annotations
 
-import json
 import sys
 import threading
 import time
-import urllib.request
 from dataclasses import dataclass, field
 from typing import Callable, Mapping, TextIO
 
@@ -24,16 +22,15 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, TaskID, TextColumn
 from rich.progress import Progress as RichProgress
 
+from harness.engines.identity import get_json
+
 Fetch = Callable[[str], dict]
 
 
 def health(base_url: str) -> dict:
     """The server's ``/health`` JSON, or ``{}`` when it cannot be read (progress must never fail a run)."""
-    try:
-        with urllib.request.urlopen(f"{base_url.rstrip('/')}/health", timeout=2) as resp:
-            return json.loads(resp.read())
-    except (OSError, ValueError):
-        return {}
+    data = get_json(base_url, "/health", timeout=2)
+    return data if isinstance(data, dict) else {}
 
 
 def _counters(stats: Mapping) -> tuple[int, int]:

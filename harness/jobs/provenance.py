@@ -23,7 +23,7 @@ from harness.env import SGLANG_PATCH_ENV, SGLANG_SOURCE_ENV
 from harness.evals.results import RunResult
 from harness.identity import checkout_state, file_sha256
 from harness.jobs.plan import Comparison, Plan
-from harness.paths import DATA_DIR, REPO, TASKS_DIR
+from harness.paths import DATA_DIR, REPO, TASKS_DIR, shown
 
 # Environment variables that change what an arm computes; secrets never enter the record.
 _ENV_PREFIXES = ("SWA_HARNESS_", "OMP_", "MKL_", "CUDA_", "TORCH", "PYTORCH_", "HF_", "TOKENIZERS_", "SGLANG", "VLLM_")
@@ -76,15 +76,8 @@ def model_provenance(name: str) -> dict[str, Any]:
     if not model.is_dir():
         return {"name": name, "source": "hub"}
     files = {f: file_sha256(model / f) for f in ("model.safetensors", "config.json", "tokenizer.json")}
-    return {"name": model.name, "checkpoint": _shown(model),
+    return {"name": model.name, "checkpoint": shown(model),
             **{f"{f} sha256": digest or "n/a" for f, digest in files.items()}}
-
-
-def _shown(path: Path) -> str:
-    try:
-        return str(Path(path).resolve().relative_to(REPO))
-    except ValueError:
-        return str(path)
 
 
 def _first_line(path: Path) -> str:

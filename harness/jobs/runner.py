@@ -46,7 +46,7 @@ from harness.jobs.cache import response_cache
 from harness.jobs.plan import ArmRun, Comparison, EvalStep, Plan
 from harness.jobs.progress import Progress, health
 from harness.jobs.provenance import comparison_provenance, job_provenance
-from harness.paths import DEFAULT_FAULT_EFFECTS, DEFAULT_KILL_MATRIX, REPO
+from harness.paths import DEFAULT_FAULT_EFFECTS, DEFAULT_KILL_MATRIX, REPO, shown
 from harness.report import render_report
 from harness.report.inputs import load_fault_effects, load_kill_matrices
 from harness.report.overview import OverviewComparison, OverviewModel, write_overview
@@ -142,7 +142,7 @@ def run_arm(run: ArmRun, options: RunOptions, progress: Progress, children: Chil
                 server = engine.start(spec, log_path=run.dir / "server.log", timeout=options.server_timeout,
                                       python=options.python, children=children)
             except ServerLaunchError as exc:
-                raise RunFailure(f"{part} {exc.reason}; see {_shown(run.dir / 'server.log')}") from exc
+                raise RunFailure(f"{part} {exc.reason}; see {shown(run.dir / 'server.log')}") from exc
             meta["server_start_s"] = round(time.perf_counter() - t0, 2)
             url = server.base_url
         else:
@@ -200,22 +200,22 @@ def _run_step(run: ArmRun, step: EvalStep, url: str, identity: Identity | None, 
         try:
             code = run_lm_eval(command, log, options.eval_timeout, python=options.python, children=children)
         except LmEvalTimeout as exc:
-            raise RunFailure(f"lm-eval ({run.arm.name}) {exc}; see {_shown(log)}") from exc
+            raise RunFailure(f"lm-eval ({run.arm.name}) {exc}; see {shown(log)}") from exc
     finally:
         progress.unwatch(label)
     _check_server_survived(server, url, part)  # a dead server is the cause, not lm-eval's exit code
     if code != 0:
-        raise RunFailure(f"lm-eval ({run.arm.name}) exited with code {code}; see {_shown(log)}")
+        raise RunFailure(f"lm-eval ({run.arm.name}) exited with code {code}; see {shown(log)}")
     items = {}
     for task in step.tasks:
         samples = find_samples(step.out, task.lm_eval_task)
         if samples is None:
-            raise RunFailure(f"lm-eval ({run.arm.name}) wrote no samples for {task.lm_eval_task}; see {_shown(log)}")
+            raise RunFailure(f"lm-eval ({run.arm.name}) wrote no samples for {task.lm_eval_task}; see {shown(log)}")
         parsed = parse_samples(samples, SuiteSpec(task.name, task.lm_eval_task, step.filters[task.name],
                                                   step.items[task.name]))
         if len(parsed) != step.items[task.name]:
             raise RunFailure(f"lm-eval ({run.arm.name}) wrote {len(parsed)} samples of {task.lm_eval_task} "
-                             f"(filter {step.filters[task.name]}) for {step.items[task.name]} items; see {_shown(log)}")
+                             f"(filter {step.filters[task.name]}) for {step.items[task.name]} items; see {shown(log)}")
         items[task.name] = parsed
     return items
 
@@ -224,7 +224,7 @@ def _check_server_survived(server: ServerProcess | None, url: str, part: str) ->
     if server is not None:
         if not server.alive():
             raise RunFailure(f"{part} died during the run (exit code {server.proc.returncode}); "
-                             f"see {_shown(server.log_path)}")
+                             f"see {shown(server.log_path)}")
     else:
         try:
             server_identity(url, timeout=5)
@@ -253,14 +253,6 @@ def run_lm_eval(command: Command, log_path: Path, timeout: float, *, python: str
 def _one_line(text: str, limit: int = 200) -> str:
     line = text.strip().splitlines()[0] if text.strip() else ""
     return line if len(line) <= limit else line[:limit] + "..."
-
-
-def _shown(path: Path) -> str:
-    """A path as a reader should see it: relative to the checkout when it is inside."""
-    try:
-        return str(Path(path).resolve().relative_to(REPO))
-    except ValueError:
-        return str(path)
 
 
 # -- the job ---------------------------------------------------------------------------------------------
@@ -368,7 +360,7 @@ def load_runs(plan: Plan) -> list[RunResult]:
                     runs.append(RunResult.load(path))
                 else:
                     runs.append(RunResult(task.name, run.arm.graphs, run.model.slug, False,
-                                          f"no saved run at {_shown(path)}", [], 0.0,
+                                          f"no saved run at {shown(path)}", [], 0.0,
                                           {"arm": run.arm.name, "mode": run.arm.name}))
     return runs
 
@@ -417,7 +409,7 @@ def finish(plan: Plan, runs: Sequence[RunResult], options: RunOptions, base: Map
         _print_outcome(outcome, len(plan.comparisons) > 1)
         if trend is not None:
             since = f"; verdict since run #{trend.since.index}" if trend.since else ""
-            print(f"history: {_shown(Path(options.history))} ({trend.runs} run(s) of {trend.series}{since})")
+            print(f"history: {shown(Path(options.history))} ({trend.runs} run(s) of {trend.series}{since})")
     if plan.overview:
         summary_json = {"as expected": all(o.ok for o in outcomes), "comparisons": [o.to_dict() for o in outcomes],
                         "runs": [{"model": r.model, "arm": r.meta.get("arm", r.graphs), "task": r.suite,
