@@ -70,8 +70,8 @@ def report(session: nox.Session) -> None:
     session.run("swa-harness", "report", *session.posargs)
 
 
-def _install_sglang(session: nox.Session) -> None:
-    _install(session)
+def _install_sglang(session: nox.Session, extras: str = "test") -> None:
+    _install(session, extras)
     session.install("--no-deps", *(["-e", SGLANG] if os.path.isdir(SGLANG) else [SGLANG]), *SGLANG_NO_DEPS)
     session.install(*SGLANG_IMPORT_DEPS)
 
@@ -89,17 +89,32 @@ def sglang(session: nox.Session) -> None:
 # Real SGLang *serving* on CPU needs its HTTP stack and grammar backend too; sgl_kernel has no CPU build on PyPI,
 # so the sglang engine puts an import-only stand-in on the server's path (harness/engines/sglang/shims/).
 SGLANG_SERVER_DEPS = ["fastapi", "uvicorn", "uvloop", "setproctitle", "prometheus-client", "python-multipart",
-                      "interegular", "jsonschema", "xgrammar==0.2.7", "soundfile"]
+                      "interegular", "jsonschema", "xgrammar==0.2.7", "soundfile",
+                      "coverage"]  # coverage: SWA_HARNESS_SGLANG_TRACE (which SGLang code a server ran)
+
+
+def _install_sglang_server(session: nox.Session) -> None:
+    _install_sglang(session, "test,eval")
+    session.install(*SGLANG_SERVER_DEPS)
 
 
 @nox.session(python=PYTHON)
 def sglang_server(session: nox.Session) -> None:
     """A real SGLang server on CPU (its hybrid SWA pool, torch_native attention) against transformers and the
-    harness engine on one checkpoint, at concurrency, with a roomy and a tight pool (suites/engines)."""
-    _install_sglang(session)
-    session.install(*SGLANG_SERVER_DEPS)
+    harness engine on one checkpoint, at concurrency, roomy and tight pools (suites/engines); then the accuracy
+    smoke: graphs on (CPU graph runner, batch sizes 1-2) vs off on 32 items (suites/plans/sglang-cpu-smoke.yaml)."""
+    _install_sglang_server(session)
     session.run("python", "-m", "pytest", "-p", "no:cacheprovider", "-rxX", "suites/engines", *session.posargs,
                 env={"SWA_HARNESS_SGLANG_SERVER": "require"})  # a missing piece fails here, it never skips
+    session.run("swa-harness", "eval", "--plan", "suites/plans/sglang-cpu-smoke.yaml", "--no-history")
+
+
+@nox.session(python=PYTHON)
+def sglang_accuracy(session: nox.Session) -> None:
+    """The full SGLang-on-CPU accuracy job (suites/plans/sglang-cpu.yaml): graphs on vs off, a pool that reuses
+    slots with and without FINDINGS #4's candidate fix, strict invariant checks, a fault demo that must be RED."""
+    _install_sglang_server(session)
+    session.run("swa-harness", "eval", "--plan", "suites/plans/sglang-cpu.yaml", *session.posargs)
 
 
 @nox.session(python=PYTHON)

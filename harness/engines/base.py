@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Mapping
 
+from harness.engines.counters import Counters
 from harness.engines.guard import CHILDREN, ChildProcesses
 from harness.engines.identity import Identity, server_identity, server_version
 from harness.engines.lifecycle import Command, ServerProcess, launch
@@ -80,6 +81,10 @@ class Engine:
         return launch(self.command(spec), log_path=log_path, timeout=timeout, url=self.url(spec),
                       url_from_line=self.url_from_line, health_path=self.health_path, python=python,
                       grace_s=self.stop_grace_s, children=children)
+
+    def counters(self, base_url: str) -> Counters | None:
+        """Requests finished and tokens generated so far, for the live progress; None where it exposes none."""
+        return None
 
     def identity(self, base_url: str, spec: ServerSpec) -> Identity:
         """What the server at ``base_url`` reports; ServerUnreachable when it answers nothing."""

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from harness.engines.base import Engine, ServerSpec
+from harness.engines.counters import Counters, any_counters
 from harness.engines.identity import Identity, server_identity, server_version
 from harness.engines.lifecycle import Command
 
@@ -12,6 +13,9 @@ class ExternalEngine(Engine):
 
     def command(self, spec: ServerSpec) -> Command:
         raise ValueError(f"an external server is not launched: give its url (arm model {spec.model})")
+
+    def counters(self, base_url: str) -> Counters | None:
+        return any_counters(base_url)
 
     def identity(self, base_url: str, spec: ServerSpec) -> Identity:
         raw = server_identity(base_url)

@@ -9,6 +9,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from harness.engines.base import Engine, ServerSpec
+from harness.engines.counters import Counters, health_counters
 from harness.engines.identity import Identity, server_identity
 from harness.engines.guard import CHILDREN, ChildProcesses
 from harness.engines.lifecycle import Command, ServerProcess
@@ -37,6 +38,9 @@ class HarnessEngine(Engine):
     def url_from_line(self, line: str) -> str | None:
         """The server prints ``SWA_HARNESS_SERVER_READY <url>`` once listening (it picks its own port)."""
         return line.split(" ", 1)[1].strip() if line.startswith(SERVER_READY + " ") else None
+
+    def counters(self, base_url: str) -> Counters | None:
+        return health_counters(base_url)
 
     def identity(self, base_url: str, spec: ServerSpec) -> Identity:
         """Everything from the server's /health: its build names the code, the weights it loaded and its settings."""

@@ -5,6 +5,7 @@ so the server is started by module."""
 from __future__ import annotations
 
 from harness.engines.base import Engine, ServerSpec
+from harness.engines.counters import VLLM_METRICS, Counters, metrics_reader
 from harness.engines.lifecycle import Command
 from harness.env import OFFLINE_ENV
 
@@ -22,6 +23,9 @@ class VLLMEngine(Engine):
         if graphs not in ("on", "off"):
             raise ValueError(f"vLLM arms are graphs on or off, not {graphs!r}")
         return GRAPHS_OFF_FLAGS if graphs == "off" else ()
+
+    def counters(self, base_url: str) -> Counters | None:
+        return metrics_reader(*VLLM_METRICS)(base_url)
 
     def command(self, spec: ServerSpec) -> Command:
         if spec.fault:

@@ -1,10 +1,13 @@
 """Live progress while lm-eval runs: per arm and suite, items done / total, tokens per second, ETA.
 
-The counts come from each server's ``/health`` (requests served, tokens generated), because lm-eval
-says nothing per task while it runs. lm-eval (0.4.13, checked against a recording server) sends the
+The counts come from each server's own counters (requests finished, tokens generated: the engine says
+where, ``harness.engines.counters``), because lm-eval says nothing per task while it runs. lm-eval (0.4.13, checked against a recording server) sends the
 suites' requests in the order of ``--tasks``, one suite after the other (they differ in generation
 settings, and it groups by those), so the items a server has served are attributed to the suites in
 that order. A response cache reused with ``--resume`` is not served again, so then the counts lag.
+
+Before that, while a server starts (SGLang's CPU graph runner compiles for minutes), its row says how
+long it has been starting and the last line of its log; the start-up time stays on the row.
 
 On a terminal this is a ``rich`` live display; when stderr is not a terminal (CI logs) it is one
 plain line per interval instead of a redrawn bar.
@@ -16,15 +19,16 @@ import sys
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Callable, Mapping, TextIO
+from collections.abc import Mapping
+from pathlib import Path
+from typing import TextIO
 
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, TaskID, TextColumn
 from rich.progress import Progress as RichProgress
 
+from harness.engines.counters import Counters, ReadCounters, health_counters
 from harness.engines.identity import get_json
-
-Fetch = Callable[[str], dict]
 
 
 def health(base_url: str) -> dict:
@@ -33,8 +37,19 @@ def health(base_url: str) -> dict:
     return data if isinstance(data, dict) else {}
 
 
-def _counters(stats: Mapping) -> tuple[int, int]:
-    return int(stats.get("requests_served") or 0), int(stats.get("generated_tokens") or 0)
+def last_line(log_path: Path | None, width: int = 70) -> str:
+    """The log's last non-empty line, shortened: what a starting server is doing."""
+    if log_path is None:
+        return ""
+    try:
+        with open(log_path, "rb") as log:
+            log.seek(0, 2)
+            log.seek(max(0, log.tell() - 4096))
+            lines = [ln.strip() for ln in log.read().decode(errors="replace").splitlines() if ln.strip()]
+    except OSError:
+        return ""
+    line = lines[-1] if lines else ""
+    return line if len(line) <= width else line[: width - 1] + "…"
 
 
 def _duration(seconds: float | None) -> str:
@@ -54,10 +69,25 @@ class Row:
     total: int
     tokens_per_s: float | None
     eta_s: float | None  # until this row is done, at the arm's rate so far; None before any item
+    startup_s: float | None = None  # the arm's row: how long its server took to start (this job started it)
 
     @property
     def name(self) -> str:
         return f"graphs {self.arm}" + (f" · {self.suite}" if self.suite else "")
+
+
+@dataclass
+class Startup:
+    """A server on its way up: since when, and its log (whose last line says what it is doing)."""
+
+    label: str
+    started: float
+    log_path: Path | None = None
+
+    def line(self, now: float) -> str:
+        text = f"graphs {self.label}: starting server, {_duration(now - self.started)}"
+        tail = last_line(self.log_path)
+        return text + (f" ({tail})" if tail else "")
 
 
 @dataclass
@@ -68,16 +98,20 @@ class ArmProgress:
     base_url: str
     totals: dict[str, int]  # suite -> items, in the order lm-eval sends them; "" when not split
     started: float
-    base_done: int = 0
-    base_tokens: int = 0
+    base: Counters = Counters(0, 0)
+    read: ReadCounters = health_counters
+    startup_s: float | None = None  # how long its server took to answer, when this job started it
     done: int = 0
     tokens: int = 0
     finished: bool = False
 
-    def update(self, stats: Mapping) -> None:
-        if stats:
-            done, tokens = _counters(stats)
-            self.done, self.tokens = max(0, done - self.base_done), max(0, tokens - self.base_tokens)
+    def update(self, counters: Counters | None) -> None:
+        if counters is not None:
+            self.done = max(0, counters.requests - self.base.requests)
+            self.tokens = max(0, counters.tokens - self.base.tokens)
+
+    def poll(self) -> None:
+        self.update(self.read(self.base_url))
 
     def rows(self, now: float) -> list[Row]:
         """The arm's row, then one per suite, the served items filled into the suites in order."""
@@ -90,7 +124,7 @@ class ArmProgress:
         def eta(until: int) -> float | None:
             return 0.0 if done >= until else (until - done) / rate if rate else None
 
-        rows = [Row(self.label, None, done, total, tps, eta(total))]
+        rows = [Row(self.label, None, done, total, tps, eta(total), self.startup_s)]
         if list(self.totals) != [""]:
             before = 0
             for suite, n in self.totals.items():
@@ -100,7 +134,7 @@ class ArmProgress:
         return rows
 
 
-def plain_line(rows: list[Row], elapsed: float) -> str:
+def plain_line(rows: list[Row], elapsed: float, startups: list[str] = ()) -> str:
     """One log line for every arm: ``[  35s] graphs on: 120/700 items, 85.2 tok/s, ETA 2m10s (gsm_style 120/500, ...)``."""
     parts = []
     for row in (r for r in rows if r.suite is None):
@@ -108,9 +142,11 @@ def plain_line(rows: list[Row], elapsed: float) -> str:
         if row.tokens_per_s is not None:
             text += f", {row.tokens_per_s:.1f} tok/s"
         text += f", ETA {_duration(row.eta_s)}"
+        if row.startup_s is not None:
+            text += f", server started in {_duration(row.startup_s)}"
         suites = [f"{r.suite} {r.done}/{r.total}" for r in rows if r.arm == row.arm and r.suite]
         parts.append(text + (f" ({', '.join(suites)})" if suites else ""))
-    return f"[{elapsed:6.0f}s] " + " | ".join(parts)
+    return f"[{elapsed:6.0f}s] " + " | ".join([*startups, *parts])
 
 
 @dataclass
@@ -118,14 +154,15 @@ class Progress:
     """Polls the watched servers every ``interval_s`` and shows their progress on ``stream``.
 
     ``live`` defaults to whether ``stream`` is a terminal; ``interval_s`` to 1 s live and 30 s for
-    plain lines. ``fetch`` reads a server's ``/health`` (replaced in tests).
+    plain lines.
     """
 
     interval_s: float | None = None
     stream: TextIO | None = None
     live: bool | None = None
-    fetch: Fetch = health
     arms: dict[str, ArmProgress] = field(default_factory=dict)
+    startups: dict[str, Startup] = field(default_factory=dict)
+    startup_s: dict[str, float] = field(default_factory=dict)  # label -> seconds its server took to start
 
     def __post_init__(self) -> None:
         self.stream = self.stream or sys.stderr
@@ -140,11 +177,34 @@ class Progress:
         self._rich: RichProgress | None = None
         self._tasks: dict[tuple[str, str | None], TaskID] = {}
 
-    def watch(self, label: str, base_url: str, total: int | Mapping[str, int]) -> None:
-        """Start showing an arm; ``total`` per suite (in the order lm-eval sends them) or as one number."""
+    def starting(self, label: str, log_path: Path | None = None) -> None:
+        """A server for ``label`` is being started: show since when, and the last line of its log."""
+        with self._lock:
+            self.startups[label] = Startup(label, time.perf_counter(), log_path)
+        self._show_startup(self.startups[label])
+
+    def started(self, label: str, ok: bool = True) -> float | None:
+        """The server answers (or failed to, ``ok`` False): the row keeps its start-up time; returns it."""
+        with self._lock:
+            startup = self.startups.pop(label, None)
+        if startup is None:
+            return None
+        seconds = time.perf_counter() - startup.started
+        if ok:
+            self.startup_s[label] = seconds
+        if self._rich is not None and (key := (label, "starting")) in self._tasks:
+            self._rich.remove_task(self._tasks.pop(key))
+        word = "server ready after" if ok else "server failed after"
+        self._say(f"graphs {label}: {word} {_duration(seconds)}")
+        return seconds
+
+    def watch(self, label: str, base_url: str, total: int | Mapping[str, int],
+              read: ReadCounters = health_counters) -> None:
+        """Start showing an arm; ``total`` per suite (in the order lm-eval sends them) or as one number; ``read``
+        gets the server's counters (its engine's reader)."""
         totals = dict(total) if isinstance(total, Mapping) else {"": int(total)}
-        base_done, base_tokens = _counters(self.fetch(base_url).get("stats", {}))
-        arm = ArmProgress(label, base_url, totals, time.perf_counter(), base_done, base_tokens)
+        arm = ArmProgress(label, base_url, totals, time.perf_counter(), read(base_url) or Counters(0, 0), read,
+                          self.startup_s.get(label))
         with self._lock:
             self.arms[label] = arm
         self._show(arm)
@@ -155,7 +215,7 @@ class Progress:
             arm = self.arms.get(label)
         if arm is None or arm.finished:
             return
-        arm.update(self.fetch(arm.base_url).get("stats", {}))
+        arm.poll()
         arm.finished = True
         self._show(arm)
         if not self.live:
@@ -187,16 +247,33 @@ class Progress:
         while not self._stop.wait(self.interval_s):
             with self._lock:
                 active = [arm for arm in self.arms.values() if not arm.finished]
+                startups = list(self.startups.values())
             for arm in active:
-                arm.update(self.fetch(arm.base_url).get("stats", {}))
+                arm.poll()
                 self._show(arm)
-            if active and not self.live:
-                self._print(active)
+            for startup in startups:
+                self._show_startup(startup)
+            if (active or startups) and not self.live:
+                self._print(active, startups)
 
-    def _print(self, arms: list[ArmProgress]) -> None:
+    def _print(self, arms: list[ArmProgress], startups: list[Startup] = ()) -> None:
         now = time.perf_counter()
         rows = [row for arm in arms for row in arm.rows(now)]
-        print(plain_line(rows, now - self._start), file=self.stream, flush=True)
+        print(plain_line(rows, now - self._start, [s.line(now) for s in startups]), file=self.stream, flush=True)
+
+    def _say(self, text: str) -> None:
+        if self._rich is not None:
+            self._rich.console.print(text)
+        else:
+            print(text, file=self.stream, flush=True)
+
+    def _show_startup(self, startup: Startup) -> None:
+        if self._rich is None:
+            return
+        key, text = (startup.label, "starting"), startup.line(time.perf_counter())
+        if key not in self._tasks:
+            self._tasks[key] = self._rich.add_task(text, total=None, rate="", eta="")
+        self._rich.update(self._tasks[key], description=text)
 
     def _show(self, arm: ArmProgress) -> None:
         """Mirror the arm's rows into the rich display (no-op for plain lines)."""

@@ -126,6 +126,7 @@ def run_arm(run: ArmRun, options: RunOptions, progress: Progress, children: Chil
     """
     engine = get_engine(run.arm.engine)
     spec = run.spec
+    label = label or run.key
     part = f"server ({run.arm.name})"
     meta: dict[str, Any] = {"arm": run.arm.name, "mode": run.arm.name, "served by": engine.name,
                             "graphs": run.arm.graphs, "fault": run.arm.fault, "base_url": run.arm.url}
@@ -138,11 +139,14 @@ def run_arm(run: ArmRun, options: RunOptions, progress: Progress, children: Chil
     try:
         if run.launched:
             t0 = time.perf_counter()
+            progress.starting(label, run.dir / "server.log")
             try:
                 server = engine.start(spec, log_path=run.dir / "server.log", timeout=options.server_timeout,
                                       python=options.python, children=children)
             except ServerLaunchError as exc:
                 raise RunFailure(f"{part} {exc.reason}; see {shown(run.dir / 'server.log')}") from exc
+            finally:
+                progress.started(label, ok=server is not None)
             meta["server_start_s"] = round(time.perf_counter() - t0, 2)
             url = server.base_url
         else:
@@ -164,7 +168,7 @@ def run_arm(run: ArmRun, options: RunOptions, progress: Progress, children: Chil
             if error is None:
                 try:
                     items = _run_step(run, step, url, identity, options, progress, server, part, children,
-                                      label or run.key)
+                                      label)
                 except RunFailure as exc:
                     error = str(exc)
                 except (RuntimeError, OSError, ValueError) as exc:
@@ -195,7 +199,7 @@ def _run_step(run: ArmRun, step: EvalStep, url: str, identity: Identity | None, 
                                resume=options.resume)
     command = step.command(url, cache)
     log = run.dir / step.log_name
-    progress.watch(label, url, dict(step.items))
+    progress.watch(label, url, dict(step.items), get_engine(run.arm.engine).counters)
     try:
         try:
             code = run_lm_eval(command, log, options.eval_timeout, python=options.python, children=children)

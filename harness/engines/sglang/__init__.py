@@ -7,8 +7,9 @@ SGLang's own parser."""
 from __future__ import annotations
 
 from harness.engines.base import Engine, ServerSpec
+from harness.engines.counters import SGLANG_METRICS, Counters, metrics_reader
 from harness.engines.lifecycle import Command
-from harness.env import SGLANG_FAULT_ENV
+from harness.env import SGLANG_FAULT_ENV, SGLANG_PATCH_ENV
 
 CPU_ENV = {"SGLANG_USE_CPU_ENGINE": "1"}  # without it ``--device cpu`` still takes non-CPU import paths
 # The flags a CPU arm needs: SGLang's plain-PyTorch attention and sampling, fp32 as the harness compares in, and a
@@ -40,7 +41,8 @@ def graph_flags(graphs: str, flags: tuple[str, ...] = ()) -> tuple[str, ...]:
 def sglang_args(spec: ServerSpec) -> tuple[str, ...]:
     """The flags SGLang's own parser sees (what ``ServerArgs`` must accept)."""
     return ("--model-path", spec.model, "--served-model-name", spec.served_name, "--host", "127.0.0.1", "--port",
-            str(spec.port), "--random-seed", "0", *spec.flags, *graph_flags(spec.graphs, spec.flags))
+            str(spec.port), "--random-seed", "0", "--enable-metrics", *spec.flags,
+            *graph_flags(spec.graphs, spec.flags))
 
 
 class SGLangEngine(Engine):
@@ -53,13 +55,17 @@ class SGLangEngine(Engine):
     def graph_flags(self, graphs: str, flags: tuple[str, ...] = ()) -> tuple[str, ...]:
         return graph_flags(graphs, flags)
 
+    def counters(self, base_url: str) -> Counters | None:
+        """Its Prometheus counters (every arm is started with ``--enable-metrics``, which changes no answer)."""
+        return metrics_reader(*SGLANG_METRICS)(base_url)
+
     def command(self, spec: ServerSpec) -> Command:
         cpu = on_cpu(spec.flags)
         env = {**(CPU_ENV if cpu else {}), **spec.env}
         if spec.fault:
             return Command((*PATCHED_LAUNCH, "--fault", spec.fault, "--", *sglang_args(spec)),
                            {**env, SGLANG_FAULT_ENV: spec.fault})
-        if cpu:
+        if cpu or SGLANG_PATCH_ENV in env:  # the CPU stand-ins, or a source patch (patched_server applies both)
             return Command((*PATCHED_LAUNCH, "--", *sglang_args(spec)), env)
         return Command((*SGLANG_LAUNCH, *sglang_args(spec)), env)
 

@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.env import SGLANG_FAULT_ENV as FAULT_ENV
+from harness.env import SGLANG_PATCH_ENV as PATCH_ENV
 
 CPU_ENV = "SGLANG_USE_CPU_ENGINE"  # SGLang's own switch for its CPU code paths
 STAND_INS = Path(__file__).resolve().parent / "shims"  # sgl_kernel: see shims/README.md
@@ -52,9 +53,20 @@ def install_cpu_stand_ins() -> None:
 
 
 def prepare_process() -> None:
-    """What every process of the server needs before SGLang runs in it: the CPU stand-ins, the fault."""
+    """What every process of the server needs before SGLang runs in it: the CPU stand-ins, an ad-hoc source patch
+    (``SWA_HARNESS_SGLANG_PATCH``: e.g. a candidate fix for a finding), the fault; tracing first, when asked."""
+    from harness.engines.sglang import trace
+
+    trace.start_if_asked()  # SWA_HARNESS_SGLANG_TRACE=<folder>: which SGLang code this process runs
     if os.environ.get(CPU_ENV) == "1":
         install_cpu_stand_ins()
+    if os.environ.get(PATCH_ENV):
+        _import_sglang()
+        from harness.targets.sglang.faults import apply_patch_file
+
+        changed = apply_patch_file(os.environ[PATCH_ENV])
+        print(f"patched_server: source patch {os.environ[PATCH_ENV]} applied ({changed} functions)", file=sys.stderr,
+              flush=True)
     if os.environ.get(FAULT_ENV):
         apply_fault(os.environ[FAULT_ENV])
 

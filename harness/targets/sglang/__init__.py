@@ -19,7 +19,7 @@ import torch
 
 from harness.engine import Engine, EngineConfig
 from harness.mem import HybridPool, HybridPoolSpec, ReqToTokenPool
-from harness.targets.sglang.faults import activate_from_env
+from harness.targets.sglang.faults import activate_from_env, apply_patch_file
 from harness.targets.sglang.adapters import SGLangAllocatorAdapter, SGLangPoolAdapter
 from harness.targets.sglang.imports import SGLANG_VERSION, SGLangUnavailable, import_sglang
 
@@ -40,10 +40,8 @@ class SGLangTarget:
         self.version = self.sglang.__version__
         patch_file = os.environ.get(PATCH_ENV)
         if patch_file:
-            from sglang.srt.debug_utils.source_patcher.code_patcher import apply_patches_from_config
-
-            applied = apply_patches_from_config(Path(patch_file).read_text())  # raises if a match is not found
-            logger.warning("sglang target: %d source patch(es) from %s applied", len(applied), patch_file)
+            applied = apply_patch_file(patch_file)  # raises if a match is not found
+            logger.warning("sglang target: %d source patch(es) from %s applied", applied, patch_file)
         self.fault = activate_from_env(os.environ)  # SWA_HARNESS_SGLANG_FAULT=<id>: one catalog fault, whole process
 
     def build_pool(self, spec: HybridPoolSpec) -> HybridPool:

@@ -13,8 +13,10 @@ from __future__ import annotations
 import contextlib
 import importlib
 import inspect
+import os
 from collections.abc import Iterator
 from dataclasses import dataclass
+from pathlib import Path
 
 from harness.env import SGLANG_FAULT_ENV as FAULT_ENV
 
@@ -91,6 +93,14 @@ def apply(fault: SGLangFault) -> list:
 def source_of(target: str) -> str:
     fn = resolve(target)
     return inspect.getsource(getattr(fn, "__func__", fn))
+
+
+def apply_patch_file(path: str | os.PathLike) -> int:
+    """Apply an ad-hoc source patch (SGLang's ``source_patcher`` YAML: targets, match, replacement/append) for good;
+    how many functions it changed. A match that is not in the source raises: a patch never silently does nothing."""
+    from sglang.srt.debug_utils.source_patcher.code_patcher import apply_patches_from_config
+
+    return len(apply_patches_from_config(Path(path).read_text()))
 
 
 def activate_from_env(environ: dict[str, str]) -> SGLangFault | None:

@@ -1,0 +1,108 @@
+"""Which SGLang code a real server ran: coverage in every one of its processes, summed per file.
+
+    SWA_HARNESS_SGLANG_TRACE=/tmp/trace swa-harness eval --engine sglang ...   # or any patched_server launch
+    python -m harness.engines.sglang.trace /tmp/trace [--json out.json]
+
+A claim such as "the hybrid SWA pool and the CPU graph runner served these answers" should rest on what ran,
+not on which flags were passed. ``patched_server`` calls ``start_if_asked`` in the launcher and in every process
+SGLang spawns (scheduler, detokenizer); each writes its own data file into the folder. SGLang ends its children
+with SIGKILL, so nothing runs at their exit: data is saved every ``SAVE_EVERY_S`` seconds instead (the last
+seconds of a process may be missing; never its start-up or a run's requests, which end before the server is
+stopped). Tracing slows the server (a C tracer on every line of SGLang's Python): use it for a measurement run,
+not for timings.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+
+TRACE_ENV = "SWA_HARNESS_SGLANG_TRACE"
+SAVE_EVERY_S = 5.0
+INCLUDE = ("*/sglang/*",)
+
+
+def start_if_asked() -> bool:
+    """Trace this process when ``SWA_HARNESS_SGLANG_TRACE`` names a folder; whether it does."""
+    folder = os.environ.get(TRACE_ENV)
+    if not folder:
+        return False
+    import coverage  # only here: a traced run needs it (nox -s sglang_server installs it), others do not
+
+    Path(folder).mkdir(parents=True, exist_ok=True)
+    cov = coverage.Coverage(data_file=str(Path(folder) / ".coverage"), data_suffix=True, include=list(INCLUDE),
+                            config_file=False)
+    cov.start()
+
+    def save() -> None:
+        while True:
+            threading.Event().wait(SAVE_EVERY_S)
+            cov.save()
+
+    threading.Thread(target=save, name="sglang-trace", daemon=True).start()
+    return True
+
+
+@dataclass(frozen=True)
+class FileRun:
+    path: str  # relative to the sglang package, e.g. srt/mem_cache/swa_memory_pool.py
+    lines: int  # distinct lines executed, in any process
+
+
+def executed(folder: str | os.PathLike) -> list[FileRun]:
+    """Every SGLang file with at least one line run, over all processes' data in ``folder``, by path."""
+    from coverage import CoverageData
+
+    merged: dict[str, set[int]] = {}
+    for data_file in sorted(Path(folder).glob(".coverage.*")):
+        data = CoverageData(basename=str(data_file))
+        data.read()
+        for name in data.measured_files():
+            merged.setdefault(name, set()).update(data.lines(name) or ())
+    runs = []
+    for name, lines in merged.items():
+        if lines and "/sglang/" in name:
+            runs.append(FileRun(name.rsplit("/sglang/", 1)[1], len(lines)))
+    return sorted(runs, key=lambda r: r.path)
+
+
+def by_folder(runs: list[FileRun]) -> dict[str, list[FileRun]]:
+    """Files grouped by their folder (``srt/mem_cache``), for a table a reader can scan."""
+    groups: dict[str, list[FileRun]] = {}
+    for run in runs:
+        groups.setdefault(run.path.rsplit("/", 1)[0] if "/" in run.path else ".", []).append(run)
+    return groups
+
+
+def markdown(runs: list[FileRun]) -> str:
+    lines = [f"{len(runs)} SGLang files ran ({sum(r.lines for r in runs)} distinct lines).", "",
+             "| folder | files (lines run) |", "|---|---|"]
+    for folder, group in sorted(by_folder(runs).items()):
+        files = ", ".join(f"`{r.path.rsplit('/', 1)[-1]}` ({r.lines})" for r in group)
+        lines.append(f"| `{folder}` | {files} |")
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m harness.engines.sglang.trace",
+                                     description="which SGLang files a traced server ran (SWA_HARNESS_SGLANG_TRACE)")
+    parser.add_argument("folder", type=Path)
+    parser.add_argument("--json", type=Path, default=None, help="also write the list as JSON here")
+    args = parser.parse_args(argv)
+    if not any(args.folder.glob(".coverage.*")):
+        print(f"trace: no coverage data in {args.folder} (was {TRACE_ENV} set for the server?)", file=sys.stderr)
+        return 2
+    runs = executed(args.folder)
+    print(markdown(runs), end="")
+    if args.json:
+        args.json.write_text(json.dumps([r.__dict__ for r in runs], indent=1) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,61 @@
+"""Server counters for the live progress: the harness server's /health, Prometheus text of SGLang and vLLM."""
+
+from __future__ import annotations
+
+import http.server
+import threading
+from collections.abc import Iterator
+
+import pytest
+
+from harness.engines.counters import SGLANG_METRICS, VLLM_METRICS, Counters, any_counters, metrics_reader, \
+    prometheus_sums
+
+SGLANG_TEXT = """\
+# HELP sglang:num_requests_total Number of requests processed.
+# TYPE sglang:num_requests_total counter
+sglang:num_requests_total{model_name="m",is_stream="false"} 30.0
+sglang:num_requests_total{model_name="m",is_stream="true"} 2.0
+sglang:generation_tokens_total{model_name="m",note="a } inside"} 1234.0 1700000000
+sglang:num_requests_created 1.7e9
+"""
+
+
+def test_counters_are_summed_over_label_sets_and_other_metrics_are_ignored() -> None:
+    assert prometheus_sums(SGLANG_TEXT, SGLANG_METRICS) == {SGLANG_METRICS[0]: 32.0, SGLANG_METRICS[1]: 1234.0}
+    assert prometheus_sums("vllm:request_success_total 5\n", VLLM_METRICS) == {VLLM_METRICS[0]: 5.0}
+    assert prometheus_sums("garbage line\nsglang:num_requests_total NaNx\n", SGLANG_METRICS) == {}
+
+
+@pytest.fixture
+def server() -> Iterator[dict[str, bytes]]:
+    """A local HTTP server answering the given bodies per path (404 elsewhere)."""
+    pages: dict[str, bytes] = {}
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:  # noqa: N802 (http.server's name)
+            body = pages.get(self.path)
+            self.send_response(200 if body is not None else 404)
+            self.end_headers()
+            self.wfile.write(body or b"")
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
+    thread.start()
+    pages["url"] = f"http://127.0.0.1:{httpd.server_address[1]}".encode()
+    yield pages
+    httpd.shutdown()
+
+
+def test_readers_against_a_real_http_server(server: dict[str, bytes]) -> None:
+    url = server.pop("url").decode()
+    assert metrics_reader(*SGLANG_METRICS)(url) is None and any_counters(url) is None  # nothing exposed yet
+    server["/metrics"] = SGLANG_TEXT.encode()
+    assert metrics_reader(*SGLANG_METRICS)(url) == Counters(32, 1234)
+    assert metrics_reader(*VLLM_METRICS)(url) is None  # another engine's names: not this server's counters
+    assert any_counters(url) == Counters(32, 1234)
+    server["/health"] = b'{"stats": {"requests_served": 7, "generated_tokens": 70}}'
+    assert any_counters(url) == Counters(7, 70)  # the harness server's own counters come first
