@@ -89,8 +89,7 @@ def sglang(session: nox.Session) -> None:
 # Real SGLang *serving* on CPU needs its HTTP stack and grammar backend too; sgl_kernel has no CPU build on PyPI,
 # so the sglang engine puts an import-only stand-in on the server's path (harness/engines/sglang/shims/).
 SGLANG_SERVER_DEPS = ["fastapi", "uvicorn", "uvloop", "setproctitle", "prometheus-client", "python-multipart",
-                      "interegular", "jsonschema", "xgrammar==0.2.7", "soundfile",
-                      "coverage"]  # coverage: SWA_HARNESS_SGLANG_TRACE (which SGLang code a server ran)
+                      "interegular", "jsonschema", "xgrammar==0.2.7", "soundfile"]
 
 
 def _install_sglang_server(session: nox.Session) -> None:

@@ -25,6 +25,7 @@ from pathlib import Path
 TRACE_ENV = "SWA_HARNESS_SGLANG_TRACE"
 SAVE_EVERY_S = 5.0
 INCLUDE = ("*/sglang/*",)
+OMIT = ("*/harness/*",)  # this package's own harness/engines/sglang/ is not SGLang
 
 
 def start_if_asked() -> bool:
@@ -36,7 +37,7 @@ def start_if_asked() -> bool:
 
     Path(folder).mkdir(parents=True, exist_ok=True)
     cov = coverage.Coverage(data_file=str(Path(folder) / ".coverage"), data_suffix=True, include=list(INCLUDE),
-                            config_file=False)
+                            omit=list(OMIT), config_file=False)
     cov.start()
 
     def save() -> None:
@@ -66,7 +67,7 @@ def executed(folder: str | os.PathLike) -> list[FileRun]:
             merged.setdefault(name, set()).update(data.lines(name) or ())
     runs = []
     for name, lines in merged.items():
-        if lines and "/sglang/" in name:
+        if lines and "/sglang/" in name and "/harness/" not in name:
             runs.append(FileRun(name.rsplit("/sglang/", 1)[1], len(lines)))
     return sorted(runs, key=lambda r: r.path)
 

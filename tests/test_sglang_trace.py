@@ -1,0 +1,77 @@
+"""Which SGLang code a traced server ran: per-process coverage data merged per file (harness/engines/sglang/trace)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+from harness.engines.sglang import trace
+
+coverage = pytest.importorskip("coverage", reason="coverage is in the test extras")
+
+
+def write_data(folder: Path, suffix: str, lines: dict[str, list[int]]) -> None:
+    data = coverage.CoverageData(basename=str(folder / f".coverage.{suffix}"))
+    data.add_lines(lines)
+    data.write()
+
+
+def test_processes_are_merged_per_file_and_only_sglang_files_count(tmp_path: Path) -> None:
+    pool = "/venv/site-packages/sglang/srt/mem_cache/swa_memory_pool.py"
+    write_data(tmp_path, "launcher", {pool: [1, 2, 3], "/venv/site-packages/torch/nn/module.py": [5]})
+    write_data(tmp_path, "scheduler", {pool: [3, 4], "/venv/site-packages/sglang/launch_server.py": [1]})
+    runs = trace.executed(tmp_path)
+    assert runs == [trace.FileRun("launch_server.py", 1), trace.FileRun("srt/mem_cache/swa_memory_pool.py", 4)]
+    table = trace.markdown(runs)
+    assert "2 SGLang files ran (5 distinct lines)" in table and "| `srt/mem_cache` | `swa_memory_pool.py` (4) |" in table
+
+
+def test_a_folder_without_data_is_one_line_and_exit_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert trace.main([str(tmp_path)]) == 2
+    assert "no coverage data" in capsys.readouterr().err
+
+
+def test_a_traced_process_saves_while_it_runs_and_survives_sigkill(tmp_path: Path) -> None:
+    """SGLang SIGKILLs its children: the periodic save is what keeps their data. A fake ``sglang`` package runs
+    under tracing in a child that is then killed; its lines are in the folder."""
+    pkg = tmp_path / "site" / "sglang"
+    pkg.mkdir(parents=True)
+    (pkg / "__init__.py").write_text("def work():\n    total = 0\n    for i in range(3):\n        total += i\n"
+                                     "    return total\n")
+    script = textwrap.dedent(f"""
+        import sys
+        import time
+        from harness.engines.sglang import trace
+        trace.SAVE_EVERY_S = 0.1
+        assert trace.start_if_asked()
+        sys.path.insert(0, {str(tmp_path / 'site')!r})
+        import sglang
+        sglang.work()
+        print("worked", flush=True)
+        time.sleep(60)
+    """)
+    env = {**os.environ, trace.TRACE_ENV: str(tmp_path / "trace"), "PYTHONPATH": str(Path.cwd())}
+    child = subprocess.Popen([sys.executable, "-c", script], env=env, stdout=subprocess.PIPE, text=True)
+    try:
+        assert child.stdout.readline().strip() == "worked"
+        deadline = time.monotonic() + 30
+        while not trace_has_work(tmp_path / "trace") and time.monotonic() < deadline:
+            time.sleep(0.1)
+    finally:
+        child.kill()
+        child.wait()
+    (run,) = trace.executed(tmp_path / "trace")
+    assert run.path == "__init__.py" and run.lines >= 4
+
+
+def trace_has_work(folder: Path) -> bool:
+    try:
+        return any(r.lines >= 4 for r in trace.executed(folder))
+    except Exception:  # a data file being written: not yet
+        return False
