@@ -258,21 +258,22 @@ def test_text_divergence_gate_is_optional() -> None:
 
 
 @pytest.mark.parametrize("side", ["on", "off"])
-def test_incomplete_run_is_red_without_numbers(side: str) -> None:
+def test_incomplete_run_has_no_verdict_and_no_numbers(side: str) -> None:
     on, off = _runs(*_flags(50, 0, 0))
     broken = RunResult("gsm", "tape" if side == "on" else "off", "tiny", False, "server died (exit -9)", on.items[:3], 4.0, {})
     comp = compare_runs(broken, off) if side == "on" else compare_runs(on, broken)
-    assert comp.verdict is Verdict.RED and not comp.complete
+    assert comp.verdict is Verdict.NONE and comp.verdict.text == "NO VERDICT" and not comp.complete
+    assert comp.reason.startswith("no verdict: ")
     assert comp.on_accuracy is None and comp.off_accuracy is None and comp.difference is None
     assert comp.mcnemar_p is None and comp.mde is None and comp.n == 0 and comp.flips == []
     assert f"{side.upper()} run" in comp.reason and "server died (exit -9)" in comp.reason
 
 
-def test_complete_runs_without_items_are_red() -> None:
+def test_complete_runs_without_items_have_no_verdict() -> None:
     on = RunResult("gsm", "tape", "tiny", True, None, [], 0.1, {})
     off = RunResult("gsm", "off", "tiny", True, None, [], 0.1, {})
     comp = compare_runs(on, off)
-    assert comp.verdict is Verdict.RED and comp.on_accuracy is None and "no items" in comp.reason
+    assert comp.verdict is Verdict.NONE and comp.on_accuracy is None and "no items" in comp.reason
 
 
 def test_run_result_must_be_unambiguous() -> None:
@@ -292,8 +293,12 @@ def test_summarize_takes_the_worst_verdict() -> None:
     overall = summarize([green, amber, red])
     assert overall.verdict is Verdict.RED
     assert overall.reason.startswith("hard: ON significantly worse")
-    assert overall.counts == {"GREEN": 1, "AMBER": 1, "RED": 1}
-    assert summarize([]).verdict is Verdict.RED
+    assert overall.counts == {"GREEN": 1, "AMBER": 1, "NO-VERDICT": 0, "RED": 1}
+    assert summarize([]).verdict is Verdict.NONE
+    broken = RunResult("gsm", "tape", "tiny", False, "server died", [], 1.0, {})
+    missing = compare_runs(broken, _runs(*_flags(50, 0, 0))[1])
+    assert summarize([green, missing]).verdict is Verdict.NONE  # nothing measured there: no colour claimed
+    assert summarize([red, missing]).verdict is Verdict.RED  # a measured RED is not hidden by a missing suite
 
 
 # ------------------------------------------------------------------ thresholds and records

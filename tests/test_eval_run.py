@@ -63,7 +63,7 @@ def test_a_run_whose_server_never_starts_is_incomplete_and_never_scored(tmp_path
     assert on.error.startswith("server (on) exited with code") and "on/server.log" in on.error, on.error
     off = on.__class__(suite="gsm_style", graphs="off", model="missing", complete=True, error=None, items=[], wall_s=0.0, meta={})
     comparison = compare_runs(on, off)
-    assert comparison.verdict.name == "RED" and not comparison.complete
+    assert comparison.verdict.name == "NONE" and not comparison.complete
 
 
 def test_clean_build_shows_no_significant_difference_end_to_end(tmp_path, capsys):

@@ -109,14 +109,17 @@ def test_dry_run_prints_the_plan_and_starts_nothing(tmp_path: Path) -> None:
 
 def test_the_sglang_cpu_plan_has_the_nightlys_arms_on_cpu() -> None:
     plan = plan_from_file(REPO / "suites" / "plans" / "sglang-cpu.yaml")
-    assert [a.name for a in plan.arms] == ["on", "off", "swa-pool-reuse", "invariant-check", "fault-demo"]
+    assert [a.name for a in plan.arms] == ["on", "off", "swa-pool-reuse", "swa-pool-reuse-fixed", "invariant-check",
+                                           "fault-demo"]
     assert all(a.engine == "sglang" and a.flags[:2] == ("--device", "cpu") for a in plan.arms)  # arm_defaults first
     runs = {r.arm.name: r for r in plan.runs}
     assert "--enable-torch-compile" in runs["on"].server.argv and "--enable-torch-compile" not in runs["off"].server.argv
     assert runs["on"].server.env["SGLANG_USE_CPU_ENGINE"] == "1"
     assert runs["invariant-check"].server.env["SGLANG_INVARIANT_CHECK"] == "2"
     assert runs["fault-demo"].server.argv[3:5] == ("--fault", "sglang-set-kv-buffer-stale-swa-loc")
+    assert runs["swa-pool-reuse-fixed"].server.env["SWA_HARNESS_SGLANG_PATCH"].endswith("finding-4-swa-reads.yaml")
+    assert (REPO / runs["swa-pool-reuse-fixed"].server.env["SWA_HARNESS_SGLANG_PATCH"]).is_file()
     assert [(c.name, c.expect_red) for c in plan.comparisons] == [
-        ("on-vs-off", False), ("swa-pool-reuse-vs-on", False), ("invariant-check-vs-on", False),
-        ("fault-demo-vs-on", True)]
-    assert len({r.port for r in plan.runs}) == 5 and plan.parallel == 1
+        ("on-vs-off", False), ("swa-pool-reuse-vs-on", True), ("swa-pool-reuse-fixed-vs-on", False),
+        ("invariant-check-vs-on", False), ("fault-demo-vs-on", True)]
+    assert len({r.port for r in plan.runs}) == 6 and plan.parallel == 1

@@ -349,7 +349,7 @@ def test_a_red_stress_arm_or_an_incomplete_arm_fails_the_job(small_plan, capsys)
     runs = _runs(small_plan, {"fault-demo": 15}, incomplete=("invariant-check",))
     assert runner.finish(small_plan, runs, _options(), {}) == 2  # an incomplete arm: no verdict (exit 2), not 1
     captured = capsys.readouterr()
-    assert "UNEXPECTED some/base-model invariant-check-vs-on: RED" in captured.out and "incomplete" in captured.out
+    assert "UNEXPECTED some/base-model invariant-check-vs-on: NO VERDICT" in captured.out and "incomplete" in captured.out
     assert "no verdict (exit 2): server (invariant-check) exited with code 1" in captured.err
 
 
@@ -361,9 +361,9 @@ def test_report_only_reads_the_saved_runs(small_plan, capsys):
     argv = ["--model", "some/base-model", "--tasks", "gsm_style", "--out", str(small_plan.out), "--report-only"]
     assert nightly_main(argv) == 0
     (small_plan.run_for(small_plan.models[0], "off").dir / "runs" / "gsm_style.json").unlink()
-    assert nightly_main(argv) == 2  # a missing run is INCOMPLETE, its comparison RED: no verdict (exit 2)
+    assert nightly_main(argv) == 2  # a missing run is INCOMPLETE, its comparison has no verdict (exit 2)
     captured = capsys.readouterr()
-    assert "no saved run" in captured.out and "UNEXPECTED some/base-model on-vs-off: RED" in captured.out
+    assert "no saved run" in captured.out and "UNEXPECTED some/base-model on-vs-off: NO VERDICT" in captured.out
     assert "no verdict" in captured.err
 
 

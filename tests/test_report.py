@@ -264,8 +264,9 @@ def test_writes_one_index_html(report) -> None:
 def test_verdict_is_at_the_top_with_its_reason(report) -> None:
     _, html, page = report
     section = page.root.find("section", id="verdict")
-    assert section.attrs["data-verdict"] == "RED"
-    assert page.root.find(id="verdict-word").text().strip() == "RED"
+    assert section.attrs["data-verdict"] == "NO-VERDICT"  # aime_style never ran to the end: nothing to colour
+    assert page.root.find(id="verdict-word").text().strip() == "NO VERDICT"
+    assert page.root.find("title").text().startswith("NO VERDICT")
     reason = page.root.find(id="verdict-reason").text()
     assert "aime_style" in reason and "incomplete" in reason and "server died: exit 137 & <no stderr>" in reason
     assert "gsm_style" not in reason  # only the suites that set the verdict
@@ -290,7 +291,7 @@ def test_suite_rows(report) -> None:
     assert _cell(gsm, "diff").startswith("-0.2 pp")
     assert _cell(gsm, "bc") == "2 / 3" and _cell(gsm, "divergent") == "5"
     aime = rows["aime_style"]
-    assert aime.attrs["data-verdict"] == "RED"
+    assert aime.attrs["data-verdict"] == "NO-VERDICT"
     assert "INCOMPLETE" in aime.text() and "%" not in aime.text()  # never an accuracy
 
 
@@ -430,7 +431,7 @@ def test_templates_ship_with_the_package() -> None:
 
 def test_two_consecutive_runs_show_a_trend_with_the_verdict_change(nightly) -> None:
     codes, _, _, page, history = nightly
-    assert codes == [0, 2]  # night 1 GREEN, night 2 RED with an incomplete run: no verdict (exit 2)
+    assert codes == [0, 2]  # night 1 GREEN, night 2 RED (gsm_style) with an incomplete run: no verdict (exit 2)
     records = [json.loads(line) for line in history.read_text().splitlines()]
     assert [r["run_id"] for r in records] == ["night-1", "night-2"] and [r["verdict"] for r in records] == ["GREEN", "RED"]
     gsm = next(s for s in records[1]["suites"] if s["suite"] == "gsm_style")
@@ -447,7 +448,8 @@ def test_two_consecutive_runs_show_a_trend_with_the_verdict_change(nightly) -> N
         assert rows["1"].attrs["data-changed-from"] == "" and "current" in rows["2"].attrs["class"]
         assert "changed from GREEN" in rows["2"].text()
         chart = card.find("svg", class_="trend")
-        assert chart.find_all("line", class_="change") and "GREEN→RED" in chart.text()
+        now = "RED" if suite == "gsm_style" else "NO VERDICT"  # aime_style's run never finished
+        assert chart.find_all("line", class_="change") and f"GREEN→{now}" in chart.text()
     aime_points = trend.find("div", id="trend-aime_style").find("svg").find_all("g", class_="trend-point")
     assert [g.attrs.get("class") for g in aime_points] == ["trend-point", "trend-point incomplete"]
 
@@ -581,7 +583,7 @@ def test_chromium_renders_the_verdict(report, tmp_path) -> None:
     browser = _browser_or_skip()
     path, _, _ = report
     dom = _parse(_dump_dom(browser, path, tmp_path / "profile"))
-    assert dom.root.find(id="verdict-word").text().strip() == "RED"
+    assert dom.root.find(id="verdict-word").text().strip() == "NO VERDICT"
     assert "script" not in dom.start_tags  # the browser did not turn model text into a script either
     assert len(dom.root.find_all("tr", class_="suite-row")) == 2
 

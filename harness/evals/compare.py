@@ -1,4 +1,4 @@
-"""Pair a graphs-ON run with a graphs-OFF run of the same suite and decide GREEN / AMBER / RED.
+"""Pair a graphs-ON run with a graphs-OFF run of the same suite and decide GREEN / AMBER / RED (or no verdict).
 
 Graph capture (CUDA graphs, the tape runner) is an execution strategy: with the same weights and
 greedy decoding it should not change what the model answers. So the comparison is paired by item
@@ -6,9 +6,10 @@ and any *systematic* difference is a finding, whichever way it points.
 
 Verdict rule for one suite (first matching level wins; every matching reason is recorded):
 
-RED
+NO VERDICT (``Verdict.NONE``)
   * either run is incomplete (``complete=False``, e.g. the server died or lm-eval failed) or has
-    no items: no accuracy is computed or shown for it;
+    no items: nothing was measured, so no accuracy is computed or shown and no colour is claimed.
+RED
   * ON is significantly worse: McNemar ``p < alpha`` and ``ON - OFF < 0``;
   * ON's point drop exceeds ``max_drop`` even without significance (``ON - OFF < -max_drop``):
     a loss that large is not tolerated just because the suite is too small to prove it.
@@ -28,7 +29,8 @@ GREEN
 
 Defaults: ``alpha=0.05`` (CIs are ``1 - alpha`` = 95 %), ``max_drop=0.02``, ``max_mde=0.05``,
 ``power=0.80``, ``max_divergent=None``, ``resamples=10_000``, ``seed=0``. The overall verdict
-(:func:`summarize`) is the worst suite verdict, and RED when nothing was compared. Nothing here
+(:func:`summarize`) is the worst suite verdict (a measured RED outranks a suite without a verdict), and no
+verdict when nothing was compared. Nothing here
 retries anything: a run is judged exactly as it was recorded.
 """
 
@@ -217,7 +219,7 @@ def compare_runs(
 
     Raises :class:`ItemMismatchError` when two complete runs did not score the same items (or
     disagree on an item's prompt/gold) and ``ValueError`` when the suites or models differ:
-    those are harness bugs, not findings. An incomplete run is a finding: RED, no statistics.
+    those are harness bugs, not findings. An incomplete run gets no verdict and no statistics.
     """
     if on.suite != off.suite:
         raise ValueError(f"cannot compare different suites: ON {on.suite!r} vs OFF {off.suite!r}")
@@ -242,7 +244,7 @@ def compare_runs(
         return SuiteComparison(
             **base, complete=False, errors=errors, n=0, on_accuracy=None, off_accuracy=None,
             difference=None, on_better=0, off_better=0, mcnemar_p=None, mde=None, flips=[],
-            text_diffs=[], verdict=Verdict.RED, reasons=list(errors),
+            text_diffs=[], verdict=Verdict.NONE, reasons=[f"no verdict: {e}" for e in errors],
         )  # fmt: skip
 
     on_flags = [a.correct for a, _ in pairs]
@@ -313,13 +315,15 @@ def _verdict(
 
 
 def summarize(comparisons: Sequence[SuiteComparison]) -> Summary:
-    """Overall verdict = the worst suite verdict (RED when nothing was compared), with one reason line."""
+    """Overall verdict = the worst suite verdict (no verdict when nothing was compared), with one reason line."""
     counts = {v.value: sum(c.verdict is v for c in comparisons) for v in Verdict}
     if not comparisons:
-        return Summary(Verdict.RED, "no suite was compared", counts)
+        return Summary(Verdict.NONE, "no verdict: no suite was compared", counts)
     worst = Verdict.worst(c.verdict for c in comparisons)
     if worst is Verdict.GREEN:
         names = ", ".join(c.suite for c in comparisons)
         return Summary(worst, f"all {len(comparisons)} suites GREEN ({names}): graphs ON matches OFF", counts)
+    # The suites that set the verdict, then (under a measured verdict) those that have none: both need a look.
     culprits = [c for c in comparisons if c.verdict is worst]
+    culprits += [c for c in comparisons if c.verdict is Verdict.NONE and worst is not Verdict.NONE]
     return Summary(worst, "; ".join(f"{c.suite}: {c.reason}" for c in culprits), counts)

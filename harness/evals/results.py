@@ -115,15 +115,23 @@ class RunResult:
 
 
 class Verdict(str, Enum):
-    """Traffic light for one suite or the whole report; ``RED`` blocks, ``AMBER`` asks a human."""
+    """Traffic light for one suite or the whole report; ``RED`` blocks, ``AMBER`` asks a human. ``NONE``: no
+    verdict, because a run is incomplete (a server that never started, an lm-eval that failed): nothing was
+    measured, so it is never shown as RED, and a measured RED elsewhere outranks it."""
 
     GREEN = "GREEN"
     AMBER = "AMBER"
+    NONE = "NO-VERDICT"
     RED = "RED"
 
     @property
     def severity(self) -> int:
-        return {"GREEN": 0, "AMBER": 1, "RED": 2}[self.value]
+        return {"GREEN": 0, "AMBER": 1, "NO-VERDICT": 2, "RED": 3}[self.value]
+
+    @property
+    def text(self) -> str:
+        """How people read it: ``NO VERDICT`` for NONE, else the colour."""
+        return self.value.replace("-", " ")
 
     @staticmethod
     def worst(verdicts: Iterable[Verdict]) -> Verdict:

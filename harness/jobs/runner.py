@@ -102,8 +102,8 @@ class Outcome:
 
     @property
     def ok(self) -> bool:
-        red = self.summary.verdict is Verdict.RED
-        return red if self.comparison.expect_red else not red
+        verdict = self.summary.verdict
+        return verdict is Verdict.RED if self.comparison.expect_red else verdict in (Verdict.GREEN, Verdict.AMBER)
 
     def to_dict(self) -> dict[str, Any]:
         c = self.comparison
@@ -481,7 +481,7 @@ def _load_tokenizer(path: str) -> Tokenize:
 def _print_outcome(outcome: Outcome, several: bool) -> None:
     for c in outcome.suites:
         if not c.complete:
-            print(f"{c.suite}: INCOMPLETE — {'; '.join(c.errors)}")
+            print(f"{c.suite}: NO VERDICT — {'; '.join(c.errors)}")
             continue
         on, off, diff = c.on_accuracy, c.off_accuracy, c.difference
         print(f"{c.suite}: N={c.n} on {on.value:.1%} [{on.low:.1%}, {on.high:.1%}] "
@@ -492,6 +492,6 @@ def _print_outcome(outcome: Outcome, several: bool) -> None:
     if several:
         c = outcome.comparison
         mark = "ok " if outcome.ok else "UNEXPECTED"
-        print(f"{mark} {c.model.name} {c.name}: {s.verdict.value} (expected {c.expectation}) — {s.reason}")
+        print(f"{mark} {c.model.name} {c.name}: {s.verdict.text} (expected {c.expectation}) — {s.reason}")
     else:
-        print(f"verdict: {s.verdict.name} — {s.reason}")
+        print(f"verdict: {s.verdict.text} — {s.reason}")

@@ -44,7 +44,7 @@ font-size:12px}}code{{font-size:12px;overflow-wrap:anywhere}}
 
 
 def _verdict(value: str) -> str:
-    return f'<span class="v" style="background:{verdict_colour(value)}">{escape(value)}</span>'
+    return f'<span class="v" style="background:{verdict_colour(value)}">{escape(value.replace("-", " "))}</span>'
 
 
 def _cell(run: RunResult | None, confidence: float) -> str:
@@ -64,12 +64,15 @@ def render_overview(models: Sequence[OverviewModel], thresholds: Thresholds = Th
                     title: str = "Nightly: graphs on vs off and stress arms") -> str:
     outcomes = [c for m in models for c in m.comparisons]
     ok = all(c.ok for c in outcomes)
-    unexpected = [f"{m.name} {c.label}: {c.verdict}, expected {c.expectation}"
+    missed = [c for m in models for c in m.comparisons if not c.ok]
+    unexpected = [f"{m.name} {c.label}: {c.verdict.replace('-', ' ')}, expected {c.expectation}"
                   for m in models for c in m.comparisons if not c.ok]
+    # Only a measured verdict against its expectation is a red banner; comparisons without one are grey.
+    banner = "GREEN" if ok else "RED" if any(c.verdict != "NO-VERDICT" for c in missed) else "NO-VERDICT"
     n = sorted({len(r.items) for m in models for r in m.cells.values() if r is not None and r.complete})
     parts = ["<!doctype html><html><head><meta charset=\"utf-8\"><title>swa-harness overview</title>",
              f"<style>{_CSS}</style></head><body><h1>{escape(title)}</h1>",
-             f'<div class="banner" style="background:{verdict_colour("GREEN" if ok else "RED")}">'
+             f'<div class="banner" style="background:{verdict_colour(banner)}">'
              + ("every comparison as expected" if ok else "not as expected: " + escape("; ".join(unexpected)))
              + "</div>",
              f'<p class="small">N per task: {", ".join(map(str, n)) or "none"}; CIs {100 * thresholds.confidence:.0f} %; '

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from harness.evals.results import Verdict
 
-VERDICT_COLOURS = {Verdict.GREEN: "#1a7f37", Verdict.AMBER: "#b26b00", Verdict.RED: "#c62828"}
-MUTED = "#59636e"  # secondary text, and a verdict that is none of the three (an arm with no result)
+MUTED = "#59636e"  # secondary text, no verdict (nothing measured), and an arm with no result
+VERDICT_COLOURS = {Verdict.GREEN: "#1a7f37", Verdict.AMBER: "#b26b00", Verdict.RED: "#c62828", Verdict.NONE: MUTED}
 LINE = "#d0d7de"
 SOFT = "#f6f8fa"
 INK = "#1f2328"

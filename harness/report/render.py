@@ -25,7 +25,7 @@ from markupsafe import Markup, escape
 from harness.evals import stats
 from harness.evals.compare import Tokenize
 from harness.evals.history import SuiteSnapshot, Trend, TrendPoint, engine_label
-from harness.evals.results import ItemDiff, RunResult, SuiteComparison, Summary
+from harness.evals.results import ItemDiff, RunResult, SuiteComparison, Summary, Verdict
 from harness.report.inputs import FaultEffects, KillMatrixFile
 from harness.report.palette import INK, LINE, MUTED, SOFT, VERDICT_COLOURS
 from harness.report.svg import forest_plot, trend_chart
@@ -49,6 +49,7 @@ def _environment() -> Environment:
         keep_trailing_newline=True,
     )
     env.filters["breakable"] = breakable
+    env.filters["verdict_text"] = lambda value: str(value).replace("-", " ")  # NO-VERDICT (a CSS class) reads NO VERDICT
     return env
 
 
@@ -418,7 +419,8 @@ def build_context(
             "reason": fold(summary.reason, 220),
             # The suites that set the verdict, one folded line each, so a long error cannot bury the others.
             "culprits": [{"suite": c.suite, "anchor": f"suite-{c.suite}", "reason": fold(c.reason, 200)}
-                         for c in comparisons if c.verdict is summary.verdict and summary.verdict.name != "GREEN"],
+                         for c in comparisons
+                         if summary.verdict.name != "GREEN" and c.verdict in (summary.verdict, Verdict.NONE)],
             "counts": summary.counts,
             "colour": VERDICT_COLOURS[summary.verdict],
         },

@@ -16,6 +16,11 @@ from harness.report.palette import MUTED, VERDICT_COLOURS
 _NICE_STEPS = (0.001, 0.002, 0.005, 0.01, 0.02, 0.025, 0.05, 0.1, 0.2, 0.25, 0.5)
 
 
+def _text(verdict: str) -> str:
+    """A verdict as people read it (NO-VERDICT is NO VERDICT)."""
+    return verdict.replace("-", " ")
+
+
 def _fmt_pp(x: float) -> str:
     text = f"{100 * x:+.1f}"
     return "0" if text in ("+0.0", "-0.0") else text
@@ -159,7 +164,7 @@ def trend_chart(suite: str, points: Sequence[TrendPoint]) -> str:
             new = p.snapshot.verdict if p.snapshot else "?"
             anchor = "end" if i == n - 1 and n > 1 else ("start" if i == 0 else "middle")
             out.append(f'<text x="{cx:.1f}" y="{top - 8}" text-anchor="{anchor}" class="change-label">'
-                       f"{escape(p.changed_from)}→{escape(new)}</text>")
+                       f"{escape(_text(p.changed_from))}→{escape(_text(new))}</text>")
         s = p.snapshot
         when = escape(p.entry.recorded_at)
         if s is None:
