@@ -3,9 +3,13 @@ check that both arms of a comparison served the same weights, and the dry run.""
 
 from __future__ import annotations
 
+import http.server
 import json
 import subprocess
 import sys
+import threading
+from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -16,7 +20,7 @@ from harness.engines.registry import get_engine
 from harness.evals.results import ItemResult, RunResult
 from harness.jobs.cpu import EvalConfig, cpu_plan
 from harness.jobs.plan import plan_from_file, plan_from_mapping
-from harness.jobs.runner import RunOptions, finish
+from harness.jobs.runner import RunOptions, finish, run_plan
 from harness.paths import REPO
 
 EXAMPLE = REPO / "suites" / "plans" / "cpu-capture-modes.yaml"
@@ -93,8 +97,56 @@ def test_arms_that_served_different_weights_give_no_verdict(tmp_path: Path, caps
     options = RunOptions(kill_matrix=None, fault_effects=None)
     assert finish(plan, [_run("on", "sha256:a", True), _run("off", "sha256:a", True)], options, {}) == 0
     assert finish(plan, [_run("on", "sha256:a", True), _run("off", "sha256:b", True)], options, {}) == 2
+    captured = capsys.readouterr()
+    assert "no verdict (exit 2)" in captured.err and "served different models (weights sha256:a vs sha256:b)" in \
+        captured.err, captured.err
+    assert "verdict: NO VERDICT — no verdict: the arms served different models" in captured.out  # never GREEN/AMBER
+    allowed = replace(options, allow_different_models=True)
+    assert finish(plan, [_run("on", "sha256:a", True), _run("off", "sha256:b", True)], allowed, {}) == 0
+    out = capsys.readouterr().out
+    assert "judged although the arms served different models (weights sha256:a vs sha256:b)" in out, out
+    page = (tmp_path / "index.html").read_text()
+    assert "weights served" in page and "sha256:b" in page  # provenance: what the servers loaded, not the checkout
+
+
+@pytest.fixture
+def two_servers() -> Iterator[list[str]]:
+    """Two OpenAI-style servers whose /health reports different weights (as the harness server reports them)."""
+    servers = []
+    for weights in ("sha256:aaaa", "sha256:bbbb"):
+        body = json.dumps({"model": "swa-harness", "graph_mode": "tape", "build": {"weights": weights}}).encode()
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            page = body
+
+            def do_GET(self) -> None:  # noqa: N802 (http.server's name)
+                self.send_response(200)
+                self.end_headers()
+                self.wfile.write(self.page if self.path == "/health" else b'{"data": [{"id": "swa-harness"}]}')
+
+            def do_POST(self) -> None:  # noqa: N802
+                raise AssertionError("no item may be asked of arms that serve different models")
+
+            def log_message(self, *args: object) -> None:
+                pass
+
+        httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        threading.Thread(target=httpd.serve_forever, daemon=True).start()
+        servers.append(httpd)
+    yield [f"http://127.0.0.1:{s.server_address[1]}" for s in servers]
+    for httpd in servers:
+        httpd.shutdown()
+
+
+def test_external_arms_that_serve_different_weights_are_refused_before_any_item(
+        two_servers: list[str], tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    on, off = two_servers
+    plan = cpu_plan(EvalConfig(limits={"gsm_style": 1}, out=tmp_path / "out", on_url=on, off_url=off))
+    assert run_plan(plan, RunOptions(kill_matrix=None, fault_effects=None)) == 2
     err = capsys.readouterr().err
-    assert "no verdict (exit 2)" in err and "served different models (weights sha256:a vs sha256:b)" in err, err
+    assert "cannot start, no verdict" in err and f"on: {on} serves swa-harness weights sha256:aaaa" in err, err
+    assert f"off: {off} serves swa-harness weights sha256:bbbb" in err and "--allow-different-models" in err
+    assert not (tmp_path / "out").exists()  # nothing ran, nothing was written
 
 
 def test_dry_run_prints_the_plan_and_starts_nothing(tmp_path: Path) -> None:

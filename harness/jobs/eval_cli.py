@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 from harness.engines.registry import ENGINES, get_engine
@@ -67,6 +68,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--resume", action="store_true",
                         help="reuse the responses a previous, interrupted run of exactly this configuration cached")
     parser.add_argument("--dry-run", action="store_true", help="print the plan and exit; starts nothing")
+    parser.add_argument("--allow-different-models", action="store_true",
+                        help="judge arms whose servers serve different weights (refused otherwise; the report says so)")
     parser.add_argument("--server-timeout", type=positive_seconds, default=_DEFAULTS.server_timeout)
     parser.add_argument("--lm-eval-timeout", type=positive_seconds, default=_DEFAULTS.lm_eval_timeout)
     add_threshold_options(parser)
@@ -145,7 +148,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.dry_run:
         sys.stdout.write(render(plan))
         return 0
-    return run_plan(plan, run_options(config))
+    return run_plan(plan, replace(run_options(config), allow_different_models=args.allow_different_models))
 
 
 if __name__ == "__main__":

@@ -55,6 +55,8 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true", help="with --dry-run: the plan as JSON")
     p.add_argument("--report-only", action="store_true", help="judge the runs saved under --out again")
     p.add_argument("--no-preflight", action="store_true", help="do not parse the arms' flags with SGLang first")
+    p.add_argument("--allow-different-models", action="store_true",
+                   help="judge arms whose servers serve different weights (refused otherwise; the report says so)")
     p.add_argument("--server-timeout", type=float, default=1800, help="seconds for a server to become ready")
     p.add_argument("--eval-timeout", type=float, default=6 * 3600, help="seconds for one lm-eval run")
     return p
@@ -73,8 +75,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.dry_run:
         sys.stdout.write(plan.to_json() if args.json else render(plan))
         return 0
-    options = RunOptions(server_timeout=args.server_timeout, eval_timeout=args.eval_timeout, fault_effects=None, check_args=not args.no_preflight, argv=tuple(argv),
-                         command="swa-harness nightly", device="cuda", name="nightly")
+    options = RunOptions(server_timeout=args.server_timeout, eval_timeout=args.eval_timeout, fault_effects=None,
+                         check_args=not args.no_preflight, argv=tuple(argv), command="swa-harness nightly",
+                         device="cuda", name="nightly", allow_different_models=args.allow_different_models)
     if args.report_only:
         from harness.jobs.provenance import job_provenance
 

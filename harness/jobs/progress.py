@@ -38,14 +38,16 @@ def health(base_url: str) -> dict:
 
 
 def last_line(log_path: Path | None, width: int = 70) -> str:
-    """The log's last non-empty line, shortened: what a starting server is doing."""
+    """The log's last non-empty line that is not an HTTP access line (readiness probes fill the log with those),
+    shortened: what a starting server is doing."""
     if log_path is None:
         return ""
     try:
         with open(log_path, "rb") as log:
             log.seek(0, 2)
             log.seek(max(0, log.tell() - 4096))
-            lines = [ln.strip() for ln in log.read().decode(errors="replace").splitlines() if ln.strip()]
+            lines = [ln.strip() for ln in log.read().decode(errors="replace").splitlines()
+                     if ln.strip() and 'HTTP/1.1"' not in ln]
     except OSError:
         return ""
     line = lines[-1] if lines else ""

@@ -35,6 +35,7 @@ from harness.engines.guard import CHILDREN, ChildProcesses
 from harness.engines.identity import Identity, ServerUnreachable, server_identity
 from harness.engines.lifecycle import Command, ServerLaunchError, ServerProcess
 from harness.engines.registry import get_engine
+from harness.identity import weights_fingerprint
 from harness.evals.compare import ItemMismatchError, Thresholds, Tokenize, compare_runs, summarize
 from harness.evals.history import make_entry
 from harness.evals.history import record as record_history
@@ -85,6 +86,7 @@ class RunOptions:
     device: str = "cpu"
     python: str = sys.executable
     name: str = "swa-harness eval"  # how the job names itself on stderr
+    allow_different_models: bool = False  # judge arms that serve different weights anyway (the report says so)
 
     @property
     def command_line(self) -> str:
@@ -263,7 +265,8 @@ def _one_line(text: str, limit: int = 200) -> str:
 
 
 def check_plan(plan: Plan, options: RunOptions) -> list[str]:
-    """What stops the plan before anything starts: an engine not installed here, flags its parser refuses."""
+    """What stops the plan before anything starts: an engine not installed here, flags its parser refuses, two
+    arms of one comparison that will serve different weights (unless allowed)."""
     problems = []
     for name in dict.fromkeys(r.arm.engine for r in plan.runs if r.launched):
         try:
@@ -272,6 +275,36 @@ def check_plan(plan: Plan, options: RunOptions) -> list[str]:
             problems.append(str(exc))
     if not problems and options.check_args:
         problems += _preflight(plan)
+    if not problems and not options.allow_different_models:
+        problems += models_known_to_differ(plan)
+    return problems
+
+
+def _weights_before_start(run: ArmRun) -> tuple[str, str] | None:
+    """The weights an arm will serve, where that is known before it runs: what an external server reports, or the
+    digest of a launched arm's local checkpoint (the harness server reports the same digest); with a description."""
+    if not run.launched:
+        try:
+            identity = get_engine(run.arm.engine).identity(run.url or "", run.spec)
+        except ServerUnreachable:
+            return None  # its run fails with its own reason
+        return (identity.weights, f"{run.url} serves {identity.model} weights {identity.weights}") \
+            if identity.weights else None
+    local = Path(run.spec.model)
+    local = local if local.is_absolute() else REPO / local  # servers run in the checkout
+    digest = weights_fingerprint(local) if local.is_dir() else None
+    return (digest, f"{run.spec.model} weights {digest}") if digest else None
+
+
+def models_known_to_differ(plan: Plan) -> list[str]:
+    """Comparisons whose arms will serve different weights: their difference would be no graph effect."""
+    known = {(r.model.slug, r.arm.name): _weights_before_start(r) for r in plan.runs}
+    problems = []
+    for c in plan.comparisons:
+        on, off = known.get((c.model.slug, c.treatment)), known.get((c.model.slug, c.reference))
+        if on and off and on[0] != off[0]:
+            problems.append(f"{c.model.name} {c.name}: the arms serve different models ({c.treatment}: {on[1]}; "
+                            f"{c.reference}: {off[1]}); --allow-different-models judges them anyway")
     return problems
 
 
@@ -397,8 +430,13 @@ def judge(plan: Plan, runs: Sequence[RunResult], thresholds: Thresholds) -> list
 def finish(plan: Plan, runs: Sequence[RunResult], options: RunOptions, base: Mapping[str, Any]) -> int:
     """Judge, record in the history, report (each comparison, and the overview), print; the exit code."""
     outcomes = []
+    differ = different_models(plan, runs)
     for comparison, suites, pair_runs in judge(plan, runs, options.thresholds):
         summary = summarize(suites)
+        if comparison.name in differ:  # first on the report's first screen, whichever way it is taken
+            summary = (replace(summary, reason=f"judged although {differ[comparison.name]} (--allow-different-models); "
+                                               + summary.reason) if options.allow_different_models
+                       else replace(summary, verdict=Verdict.NONE, reason=f"no verdict: {differ[comparison.name]}"))
         prov = comparison_provenance(plan, comparison, pair_runs, base)
         trend = None
         if options.history is not None:
@@ -424,21 +462,22 @@ def finish(plan: Plan, runs: Sequence[RunResult], options: RunOptions, base: Map
     else:
         print(f"report: {outcomes[0].report}")
     failures = list(dict.fromkeys(r.error.splitlines()[0] for r in runs if not r.complete and r.error))
-    failures += different_models(plan, runs)
+    if not options.allow_different_models:
+        failures += [f"{c.model.name} {c.name}: {differ[c.name]}" for c in plan.comparisons if c.name in differ]
     if failures:
         print(f"{options.name}: no verdict (exit 2): {' | '.join(failures)}", file=sys.stderr, flush=True)
         return 2
     return 0 if all(o.ok for o in outcomes) else 1
 
 
-def different_models(plan: Plan, runs: Sequence[RunResult]) -> list[str]:
-    """Comparisons whose two arms reported different weights: their difference is no graph effect, so no verdict."""
+def different_models(plan: Plan, runs: Sequence[RunResult]) -> dict[str, str]:
+    """Comparison name -> how its two arms' servers reported different weights (their difference is no graph effect)."""
     reported = {(r.model, r.meta.get("arm")): r.meta["identity"] for r in runs if r.meta.get("identity")}
-    problems = []
+    problems = {}
     for c in plan.comparisons:
         on, off = reported.get((c.model.slug, c.treatment)), reported.get((c.model.slug, c.reference))
         if on and off and (diff := Identity(**on).model_differences(Identity(**off))):
-            problems.append(f"{c.model.name} {c.name}: the arms served different models ({'; '.join(diff)})")
+            problems[c.name] = f"the arms served different models ({'; '.join(diff)})"
     return problems
 
 
