@@ -14,6 +14,7 @@ import logging
 import signal
 import sys
 from collections.abc import Sequence
+from pathlib import Path
 
 from aiohttp import web
 
@@ -30,7 +31,10 @@ logger = logging.getLogger("harness.server")
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m harness.server", description=__doc__.split("\n\n")[0])
+    p = argparse.ArgumentParser(prog="swa-harness serve",
+                                description="Serve one checkpoint over the OpenAI API until SIGINT/SIGTERM (also: "
+                                            "python -m harness.server). Once listening it prints one line to stdout, "
+                                            f"'{SERVER_READY} http://HOST:PORT'; logs go to stderr.")
     p.add_argument("--model", required=True, help="checkpoint directory (config.json, safetensors, tokenizer.json)")
     p.add_argument("--graphs", default="auto", choices=("off", "eager", "tape", "cuda", "auto"))
     p.add_argument("--capture", default="startup", choices=CAPTURE_MODES,
@@ -55,12 +59,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     logging.basicConfig(level=args.log_level.upper(), stream=sys.stderr,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    if not (Path(args.model) / "config.json").is_file():
+        what = "no such folder" if not Path(args.model).exists() else "no config.json in it"
+        print(f"swa-harness serve: --model {args.model}: not a checkpoint ({what})", file=sys.stderr)
+        return 2
     try:
         config = EngineConfig(model_path=args.model, graphs=args.graphs, max_running_requests=args.max_running,
                               num_threads=args.num_threads, max_context_len=args.max_context_len, dtype=args.dtype,
                               device=args.device, capture=args.capture, cpu_kernels=args.cpu_kernels)
     except ValueError as exc:
-        print(f"swa-harness server: {exc}", file=sys.stderr)
+        print(f"swa-harness serve: {exc}", file=sys.stderr)
         return 2
     fault = activate_from_env()  # SWA_HARNESS_FAULT=<id>: serve with one catalog fault injected
     if fault is not None:
@@ -71,16 +79,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         build = server_build(args.model, dtype=args.dtype, device=args.device, max_running=args.max_running,
                              cpu_kernels=worker.engine.kernels.in_use, fault=fault.id if fault is not None else None)
         app = build_app(worker, args.served_model_name or args.model, build=build)
-    except (RuntimeError, ValueError) as exc:
-        print(f"swa-harness server: {exc}", file=sys.stderr)
+    except (RuntimeError, ValueError) as exc:  # the engine could not be built from this checkpoint: bad input
+        print(f"swa-harness serve: {exc}", file=sys.stderr)
         worker.stop()
-        return 1
+        return 2
     logger.info("engine ready: %s, graphs=%s, cpu kernels=%s, max_context_len=%d", args.model,
                 worker.engine.graph_mode, worker.engine.kernels.in_use, worker.engine.max_context_len)
     try:
         asyncio.run(serve(app, worker, args.host, args.port, access_log=args.access_log))
     except OSError as exc:  # e.g. the port is taken
-        print(f"swa-harness server: cannot listen on {args.host}:{args.port}: {exc}", file=sys.stderr)
+        print(f"swa-harness serve: cannot listen on {args.host}:{args.port}: {exc}", file=sys.stderr)
         return 1
     finally:
         worker.stop()

@@ -245,7 +245,8 @@ class EngineWorker:
                 assert self._factory is not None
                 self.engine = self._factory()
         except BaseException as exc:  # noqa: BLE001 - reported to start()
-            logger.exception("engine construction failed")
+            logger.error("engine construction failed: %s: %s", type(exc).__name__, exc)  # start() reports it, once
+            logger.debug("engine construction traceback", exc_info=True)  # --log-level debug shows where
             self._startup_error = exc
             self._ready.set()
             return
