@@ -3,8 +3,10 @@
 ``ChildProcesses.spawn(cmd)`` starts ``python -m harness.engines.guard CMD...`` as the leader of a new
 process group, with a pipe as its stdin that nobody writes. The guard runs CMD in that group and
 waits for it; it forwards SIGTERM/SIGINT/SIGHUP to it; and when its stdin reaches EOF (the parent
-is gone, even by SIGKILL, so the kernel closed the pipe) it terminates CMD, then kills the whole
-group. The parent stops a child by signalling its group (SIGTERM, then SIGKILL after a grace
+is gone, even by SIGKILL, so the kernel closed the pipe) it ends CMD's whole tree, then kills the
+group. The guard is a child subreaper, so every process CMD starts stays below it, including those
+in process groups of their own (ninja's compilers); when CMD exits, whatever it left running is ended
+too (SIGTERM, SIGKILL after a grace period). The parent stops a child by signalling its group (SIGTERM, then SIGKILL after a grace
 period), and ``stop_all`` does that for every child, e.g. from a signal handler or at exit.
 
 This module imports neither torch nor aiohttp: the eval imports it, and the guard must start fast.
@@ -113,20 +115,93 @@ CHILDREN = ChildProcesses()  # this process's children: servers and lm-eval runs
 
 # -- the guard process -----------------------------------------------------------------------------
 
+PR_SET_CHILD_SUBREAPER = 36  # linux/prctl.h
 
-def _watch_parent(child: subprocess.Popen) -> None:
-    """Block on stdin; EOF means the parent died: stop the child, then kill the whole group."""
+
+def _become_subreaper() -> None:
+    """Orphans of CMD's tree are re-parented to the guard, not to init, so ``_descendants`` still finds them
+    (ninja puts each compiler in a process group of its own: a group signal never reaches them)."""
+    try:
+        import ctypes
+
+        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
+    except (OSError, AttributeError):  # not Linux: the group signal is all there is
+        pass
+
+
+def _descendants(root: int) -> list[int]:
+    """Every live process below ``root`` (from /proc; empty where there is none)."""
+    children: dict[int, list[int]] = {}
+    try:
+        entries = os.listdir("/proc")
+    except OSError:
+        return []
+    for entry in entries:
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat", "rb") as f:
+                ppid = int(f.read().rsplit(b")", 1)[1].split()[1])  # the field after the state
+        except (OSError, ValueError, IndexError):
+            continue
+        children.setdefault(ppid, []).append(int(entry))
+    found, todo = [], [root]
+    while todo:
+        for pid in children.get(todo.pop(), ()):
+            found.append(pid)
+            todo.append(pid)
+    return found
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            return f.read().rsplit(b")", 1)[1].split()[0] != b"Z"  # a zombie has exited
+    except OSError:
+        return False
+
+
+def _end_tree(grace: float = GRACE_S) -> None:
+    """SIGTERM every descendant (ninja stops its compilers on SIGTERM), SIGKILL those left after ``grace``."""
+    tree = _descendants(os.getpid())
+    for pid in tree:
+        _kill(pid, signal.SIGTERM)
+    deadline = time.monotonic() + grace
+    while any(_alive(pid) for pid in tree) and time.monotonic() < deadline:
+        _reap()
+        time.sleep(0.05)
+    for pid in _descendants(os.getpid()):
+        _kill(pid, signal.SIGKILL)
+    _reap()
+
+
+def _kill(pid: int, sig: signal.Signals) -> None:
+    try:
+        os.kill(pid, sig)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def _reap() -> None:
+    """Collect exited orphans the guard adopted as subreaper (the CMD itself is waited for by Popen)."""
+    while True:
+        try:
+            pid, _ = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return
+        if pid == 0:
+            return
+
+
+def _watch_parent(parent_gone: threading.Event) -> None:
+    """Block on stdin; EOF means the parent died: end CMD's whole tree, then the guard's group."""
     try:
         while os.read(0, 4096):
             pass
     except OSError:
         pass
-    if child.poll() is None:
-        child.terminate()
-        try:
-            child.wait(GRACE_S)
-        except subprocess.TimeoutExpired:
-            pass
+    parent_gone.set()
+    _end_tree()
     os.killpg(0, signal.SIGKILL)
 
 
@@ -135,6 +210,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not cmd:
         print("usage: python -m harness.engines.guard CMD [ARG...]", file=sys.stderr)
         return 2
+    _become_subreaper()
     child = subprocess.Popen(cmd, stdin=subprocess.DEVNULL)
 
     def forward(signum: int, frame: object) -> None:
@@ -143,8 +219,13 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
         signal.signal(sig, forward)
-    threading.Thread(target=_watch_parent, args=(child,), name="parent-watch", daemon=True).start()
+    parent_gone = threading.Event()
+    watcher = threading.Thread(target=_watch_parent, args=(parent_gone,), name="parent-watch", daemon=True)
+    watcher.start()
     code = child.wait()
+    if parent_gone.is_set():  # the watcher is ending the tree: let it finish (it ends this process too)
+        watcher.join()
+    _end_tree()  # whatever CMD left running (a build it started, its orphans): never outlives the guard
     return code if code >= 0 else 128 - code
 
 

@@ -113,6 +113,10 @@ async def serve(app: web.Application, worker: EngineWorker, host: str, port: int
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(sig, stop.set)
         await stop.wait()
+        # A second SIGTERM is on its way when the group and the guard both signal (the guard forwards what it
+        # gets): it must not kill the shutdown with exit 143. SIGKILL still ends a shutdown that hangs.
+        loop.remove_signal_handler(signal.SIGTERM)
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
         logger.info("shutting down")
         await loop.run_in_executor(None, worker.stop)  # in-flight requests get 503 instead of waiting
     finally:
