@@ -209,3 +209,80 @@ def test_the_dense_reference_runs_torch_ops_even_on_a_model_with_kernels():
     assert model.layers[0].input_norm.kernel is kernels.rms_norm  # back in use after the reference run
     model.use_kernels(gelu_tanh_and_mul=None, rms_norm=None)
     assert all(torch.equal(a, b) for a, b in zip(first, reference_logits(model, seqs)))
+
+
+# -- the build: per environment, one at a time, never blocked by a killed one ----------------------------------
+
+
+def _hold_lock(path, release_after: float = 300.0):
+    """Another process holding the build lock (as a build in progress does), writing its pid as a build does."""
+    import subprocess
+    import sys
+    import textwrap
+
+    code = textwrap.dedent(f"""
+        import fcntl, os, sys, time
+        f = open({str(path)!r}, "a+")
+        fcntl.flock(f, fcntl.LOCK_EX)
+        f.seek(0); f.truncate(); f.write(str(os.getpid())); f.flush()
+        print("held", flush=True)
+        time.sleep({release_after})
+    """)
+    proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+    assert proc.stdout.readline().strip() == "held"
+    return proc
+
+
+@pytest.fixture
+def fake_build(monkeypatch, tmp_path):
+    """The build directory in tmp_path and torch's builder replaced by a recorder (no compiler runs)."""
+    calls = []
+    monkeypatch.setattr(cpu_kernels, "build_directory", lambda: tmp_path)
+
+    def load(name, build_directory, **kwargs):
+        calls.append({"name": name, "directory": build_directory,
+                      "baton_left": (tmp_path / name / "lock").exists()})
+
+    import torch.utils.cpp_extension
+
+    monkeypatch.setattr(torch.utils.cpp_extension, "load", load)
+    return calls
+
+
+def _name() -> str:
+    return f"swa_harness_cpu_kernels_{torch.backends.cpu.get_cpu_capability().lower()}"
+
+
+def test_a_build_killed_while_it_held_the_locks_does_not_block_the_next(fake_build, tmp_path) -> None:
+    """It used to: torch's own lock file, left by a SIGKILLed build, made every later start wait forever."""
+    import signal
+
+    holder = _hold_lock(tmp_path / f"{_name()}.lock")
+    (tmp_path / _name()).mkdir()
+    (tmp_path / _name() / "lock").write_text("")  # torch's baton, as a killed build leaves it
+    holder.send_signal(signal.SIGKILL)
+    holder.wait()
+    assert cpu_kernels._build.__wrapped__() is None
+    assert fake_build == [{"name": _name(), "directory": str(tmp_path / _name()), "baton_left": False}]
+
+
+def test_a_wait_for_a_live_build_is_bounded_and_names_the_lock_and_its_holder(fake_build, tmp_path, monkeypatch,
+                                                                               caplog) -> None:
+    monkeypatch.setattr(cpu_kernels, "BUILD_WAIT_S", 1.0)
+    monkeypatch.setattr(cpu_kernels, "_SAY_EVERY_S", 0.3)
+    holder = _hold_lock(tmp_path / f"{_name()}.lock")
+    try:
+        with caplog.at_level(logging.WARNING):
+            reason = cpu_kernels._build.__wrapped__()
+    finally:
+        holder.kill()
+        holder.wait()
+    assert reason == f"waited 1 s for the kernel build lock {tmp_path / (_name() + '.lock')} (held by pid {holder.pid})"
+    assert f"pid {holder.pid} is building them" in caplog.text  # said while waiting, not silent
+    assert fake_build == []  # never built beside another build
+
+
+def test_each_environment_builds_in_its_own_directory() -> None:
+    import sys
+
+    assert str(cpu_kernels.build_directory()).startswith(sys.prefix)  # this venv's, never a shared ~/.cache one

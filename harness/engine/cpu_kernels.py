@@ -11,9 +11,12 @@
 
 Serving engines do the same with their own kernels (FlashInfer or Triton attention, sgl-kernel's
 ``gelu_tanh_and_mul``). The three are compiled on first use with the machine's C++ compiler
-(torch's extension builder, cached under ``~/.cache/torch_extensions``: 42 s on this project's 2-core
-CI machine, then a load; a checkout at another path builds again), for the CPU capability torch itself
-dispatches to, and each is registered as a torch op, so a graph capture records it as one op.
+(torch's extension builder: 42 s on this project's 2-core CI machine, then a load), for the CPU capability
+torch itself dispatches to, and each is registered as a torch op, so a graph capture records it as one op.
+They are built once per environment (``build_directory``: its build files embed that environment's torch),
+by ``python -m harness.engine.cpu_kernels`` in the nox sessions, else at the first server start. One build
+at a time per environment, under a lock the kernel releases when its holder dies (a killed build never
+blocks the next one); a process that waits says who holds it and gives up after ``BUILD_WAIT_S``.
 
 Modes (``EngineConfig.cpu_kernels``): ``torch`` never uses them; ``fused`` requires them (a build
 failure is an error); ``auto`` uses them for fp32 on CPU when they build, else torch ops, with one
@@ -22,13 +25,18 @@ warning naming the reason.
 
 from __future__ import annotations
 
+import fcntl
 import functools
+import hashlib
 import logging
 import os
 import shutil
+import sys
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TextIO
 
 import torch
 
@@ -61,23 +69,84 @@ def _put_ninja_on_path() -> None:
     os.environ["PATH"] = ninja.BIN_DIR + os.pathsep + os.environ.get("PATH", "")
 
 
+BUILD_WAIT_S = 600.0  # how long a process waits for another's build of the same kernels before using torch ops
+_SAY_EVERY_S = 10.0
+
+
+def build_directory() -> Path:
+    """Where this environment's kernels are built: inside the environment (its build files embed this torch's
+    paths, so environments must never share one, nor its lock), else a cache folder keyed by the environment."""
+    inside = Path(sys.prefix) / "share" / "swa-harness" / "kernels"
+    if os.access(sys.prefix, os.W_OK) or inside.is_dir():
+        return inside
+    key = hashlib.sha256(f"{sys.prefix}|{torch.__version__}".encode()).hexdigest()[:12]
+    return Path(os.environ.get("SWA_HARNESS_CACHE", Path.home() / ".cache" / "swa-harness")) / "kernels" / key
+
+
 @functools.cache
-def _build() -> str | None:
+def _build(verbose: bool = False) -> str | None:
     """Build and load the kernels once per process; None when they loaded, else why not."""
+    capability = torch.backends.cpu.get_cpu_capability()
+    name = f"swa_harness_cpu_kernels_{capability.lower()}"
+    root = build_directory()
+    try:
+        root.mkdir(parents=True, exist_ok=True)
+        with open(root / f"{name}.lock", "a+") as lock:
+            if (waited := _take(lock, root / f"{name}.lock")) is not None:
+                return waited
+            return _build_locked(root / name, name, capability, verbose)
+    except OSError as exc:  # a read-only or full disk: torch ops instead
+        return f"{type(exc).__name__}: {exc}"
+
+
+def _take(lock: TextIO, path: Path) -> str | None:
+    """Hold ``lock`` (an flock: the kernel drops it when its holder dies, however it dies); None once held, else
+    why not. Waits at most BUILD_WAIT_S, saying every few seconds who holds it."""
+    start = said = time.monotonic()
+    while True:
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            break
+        except BlockingIOError:
+            lock.seek(0)
+            holder = lock.read().strip() or "?"
+            now = time.monotonic()
+            if now - start > BUILD_WAIT_S:
+                return f"waited {BUILD_WAIT_S:g} s for the kernel build lock {path} (held by pid {holder})"
+            if now - said >= _SAY_EVERY_S:
+                logger.warning("waiting for the kernel build lock %s: pid %s is building them (%.0f s so far)", path,
+                               holder, now - start)
+                said = now
+            time.sleep(0.2)
+    lock.seek(0)
+    lock.truncate()
+    lock.write(str(os.getpid()))
+    lock.flush()
+    return None
+
+
+def _build_locked(directory: Path, name: str, capability: str, verbose: bool) -> str | None:
     from torch.utils.cpp_extension import load  # imports setuptools: only when the kernels are wanted
 
     _put_ninja_on_path()
-    capability = torch.backends.cpu.get_cpu_capability()
+    directory.mkdir(parents=True, exist_ok=True)
+    baton = directory / "lock"  # torch's own build lock: holding ours, one left here is a killed build's
+    if baton.exists():
+        logger.warning("removing %s, left by a build that was killed", baton)
+        baton.unlink()
+    built = (directory / f"{name}.so").exists()
+    logger.info("%s the CPU kernels for %s in %s%s", "loading" if built else "compiling", capability, directory,
+                "" if built else " (about a minute on 2 cores, once per environment)")
     flags = ["-O3", *_CAPABILITY_FLAGS.get(capability, []), f"-DCPU_CAPABILITY={capability}"]
-    logger.info("loading the CPU kernels for %s (the first load on a machine compiles them: under a minute)",
-                capability)
+    start = time.monotonic()
     try:
-        load(name=f"swa_harness_cpu_kernels_{capability.lower()}", sources=[str(s) for s in SOURCES],
-             extra_cflags=flags, is_python_module=False, verbose=False)
+        load(name=name, sources=[str(s) for s in SOURCES], extra_cflags=flags, is_python_module=False,
+             build_directory=str(directory), verbose=verbose)
     except Exception as exc:  # no compiler, no ninja, a header mismatch: the caller decides what it means
         lines = str(exc).strip().splitlines()
         errors = [line.strip() for line in lines if "error" in line.lower()]  # a compiler's first complaint
         return f"{type(exc).__name__}: {(errors or lines or [repr(exc)])[0]}"
+    logger.info("CPU kernels %s in %.1f s", "loaded" if built else "compiled", time.monotonic() - start)
     return None
 
 
@@ -114,3 +183,18 @@ def resolve_kernels(mode: str, *, device: torch.device, dtype: torch.dtype) -> C
         return CpuKernels()
     ops = torch.ops.harness
     return CpuKernels(ops.decode_attention.default, ops.gelu_tanh_and_mul.default, ops.rms_norm.default)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Build this environment's kernels ahead of use, showing the compiler's progress; exit 1 if they do not build."""
+    logging.basicConfig(level=logging.INFO, format="%(message)s", stream=sys.stderr)
+    failure = _build(verbose=True)
+    if failure is not None:
+        print(f"cpu kernels: not built ({failure}); servers will run torch ops (cpu_kernels=auto)", file=sys.stderr)
+        return 1
+    print(f"cpu kernels: ready in {build_directory()}", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
