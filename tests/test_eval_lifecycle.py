@@ -31,6 +31,7 @@ from harness.jobs.cpu import EvalConfig, cpu_plan
 from harness.jobs.eval_cli import parse_config
 from harness.jobs.plan import EvalStep
 from harness.jobs.progress import Progress
+from tests.waits import SERVER_START_S, scaled
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -110,7 +111,7 @@ def test_a_killed_eval_leaves_no_process_behind(tmp_path: Path, sig: signal.Sign
         seen.update(descendants(proc.pid))
         assert sum("harness.server" in c for c in seen.values()) >= 2, seen
         os.kill(proc.pid, sig)
-        code = proc.wait(timeout=60)
+        code = proc.wait(timeout=scaled(120))
         deadline = time.monotonic() + 30
         while (left := {p: c for p, c in seen.items() if alive(p, c)}) and time.monotonic() < deadline:
             time.sleep(0.1)
@@ -211,7 +212,7 @@ def config(tmp_path: Path, **overrides: Any) -> EvalConfig:
 
 
 def options(tmp_path: Path, **overrides: Any) -> runner.RunOptions:
-    return runner.RunOptions(**{"server_timeout": 30, "eval_timeout": 30, "kill_matrix": tmp_path / "none.json",
+    return runner.RunOptions(**{"server_timeout": scaled(60), "eval_timeout": scaled(60), "kill_matrix": tmp_path / "none.json",
                                 **overrides})
 
 

@@ -15,6 +15,7 @@ from harness.jobs.cpu import EvalConfig, cpu_plan
 from harness.jobs.eval_cli import main
 from harness.jobs.progress import Progress
 from harness.jobs.runner import RunOptions, run_arm
+from tests.waits import SERVER_START_S, scaled
 
 
 def runs_of(out: Path) -> dict[str, dict]:
@@ -58,7 +59,7 @@ def test_a_run_whose_server_never_starts_is_incomplete_and_never_scored(tmp_path
                         batch_size=4, graphs_on="tape")
     plan = cpu_plan(config)
     with Progress(interval_s=60) as progress:
-        on = run_arm(plan.runs[0], RunOptions(server_timeout=60, eval_timeout=60), progress)[0]
+        on = run_arm(plan.runs[0], RunOptions(server_timeout=scaled(SERVER_START_S), eval_timeout=scaled(300)), progress)[0]
     assert not on.complete and on.items == [] and "\n" not in on.error
     assert on.error.startswith("server (on) exited with code") and "on/server.log" in on.error, on.error
     off = on.__class__(suite="gsm_style", graphs="off", model="missing", complete=True, error=None, items=[], wall_s=0.0, meta={})

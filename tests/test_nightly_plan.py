@@ -35,6 +35,7 @@ from harness.jobs.nightly_cli import main as nightly_main
 from harness.jobs.plan import render
 from harness.jobs.progress import Progress
 from harness.paths import REPO
+from tests.waits import SERVER_START_S, scaled
 
 WORKFLOW = REPO / ".github" / "workflows" / "nightly-gpu.yml"
 
@@ -397,7 +398,7 @@ def _stub_run(tmp_path, monkeypatch, argv):
     return run
 
 
-def _launch(run, timeout=60):
+def _launch(run, timeout=scaled(SERVER_START_S)):
     return lifecycle.launch(run.server, log_path=run.dir / "server.log", timeout=timeout, url=run.url)
 
 
@@ -420,7 +421,7 @@ def test_a_server_that_dies_makes_every_task_incomplete(tmp_path, monkeypatch):
     run = _stub_run(tmp_path, monkeypatch, ("python", "-c", "import sys; print('no GPU here'); sys.exit(3)"))
     with pytest.raises(ServerLaunchError, match="(?s)code 3.*no GPU here"):
         _launch(run)
-    results = runner.run_arm(run, runner.RunOptions(server_timeout=60, eval_timeout=60), Progress(live=False))
+    results = runner.run_arm(run, runner.RunOptions(server_timeout=scaled(SERVER_START_S), eval_timeout=scaled(300)), Progress(live=False))
     # the run's error is one line naming the failed part and its log; the log holds the server's output
     assert [r.complete for r in results] == [False] and "code 3" in results[0].error
     assert "server (on)" in results[0].error and "server.log" in results[0].error

@@ -20,6 +20,7 @@ import pytest
 
 from harness.engines.harness_server import launch_server
 from harness.engines.lifecycle import ServerProcess
+from tests.waits import SERVER_START_S, scaled
 
 REPO = Path(__file__).resolve().parents[1]
 CHECKPOINT = REPO / "fixtures" / "models" / "gemma2-tiny-swa"
@@ -32,7 +33,7 @@ Result = tuple[int, dict, float]  # status, JSON body, seconds
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
     log = tmp_path_factory.mktemp("reliability") / "server.log"
     proc = launch_server(CHECKPOINT, "tape", served_model_name=SERVED, max_running=32, num_threads=1,
-                         log_path=log, timeout=120, env={"OMP_NUM_THREADS": "1"})
+                         log_path=log, timeout=scaled(SERVER_START_S), env={"OMP_NUM_THREADS": "1"})
     try:
         yield proc
     finally:

@@ -21,6 +21,7 @@ from harness.server.chat import ChatRenderer, fallback_prompt
 from harness.server.cli import ready_url
 from harness.server.protocol import ChatMessage
 from harness.server.worker import EngineWorker
+from tests.waits import SERVER_START_S, scaled
 
 MODEL = "tiny-swa"
 T = TypeVar("T")
@@ -42,7 +43,7 @@ def ref(ckpt: Path) -> Engine:
 
 
 def _worker(ckpt: Path) -> EngineWorker:
-    return EngineWorker(lambda: Engine(EngineConfig(model_path=ckpt, **ENGINE_ARGS))).start(timeout=120)
+    return EngineWorker(lambda: Engine(EngineConfig(model_path=ckpt, **ENGINE_ARGS))).start(timeout=scaled(SERVER_START_S))
 
 
 @pytest.fixture(scope="module")

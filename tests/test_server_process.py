@@ -20,6 +20,7 @@ from harness.engines.base import ServerSpec
 from harness.engines.harness_server import HarnessEngine, launch_server
 from harness.engines.lifecycle import ServerLaunchError, ServerProcess
 from tests.test_server import ENGINE_ARGS, MODEL, prompt_text, tokenized_checkpoint
+from tests.waits import SERVER_START_S, scaled
 
 
 @pytest.fixture(scope="module")
@@ -36,7 +37,7 @@ def ref(ckpt: Path) -> Engine:
 def server(ckpt: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
     log = tmp_path_factory.mktemp("server-log") / "server.log"
     proc = launch_server(ckpt, "tape", served_model_name=MODEL, max_running=32, num_threads=1, log_path=log,
-                         timeout=120, env={"OMP_NUM_THREADS": "1"})
+                         timeout=scaled(SERVER_START_S), env={"OMP_NUM_THREADS": "1"})
     try:
         yield proc
     finally:
@@ -135,7 +136,7 @@ def fake_python(tmp_path: Path, body: str) -> str:
 def test_launch_failure_carries_the_log_tail(tmp_path: Path) -> None:
     python = fake_python(tmp_path, 'echo "loading $4" >&2; echo "CheckpointError: no config.json in $4" >&2; exit 3')
     with pytest.raises(ServerLaunchError, match="exited with code 3") as err:
-        launch_server(tmp_path / "nowhere", "off", log_path=tmp_path / "fail.log", python=python, timeout=60)
+        launch_server(tmp_path / "nowhere", "off", log_path=tmp_path / "fail.log", python=python, timeout=scaled(120))
     assert f"no config.json in {tmp_path / 'nowhere'}" in str(err.value)
 
 
@@ -162,7 +163,7 @@ def serving_python(tmp_path: Path, before: str = "", delay_s: float = 0.0) -> st
 
 def test_ready_line_is_found_among_other_output(tmp_path: Path) -> None:
     python = serving_python(tmp_path, before="hello")
-    with launch_server(tmp_path, "off", log_path=tmp_path / "ok.log", python=python, timeout=30) as proc:
+    with launch_server(tmp_path, "off", log_path=tmp_path / "ok.log", python=python, timeout=scaled(120)) as proc:
         assert proc.base_url.startswith("http://127.0.0.1:") and proc.alive() and proc.pid > 0
         assert "hello" in (tmp_path / "ok.log").read_text()
     assert not proc.alive()
@@ -172,7 +173,7 @@ def test_readiness_is_polled_until_the_port_answers(tmp_path: Path) -> None:
     """The URL is printed 2 s before the port opens: the launch waits for /health, not for the line."""
     python = serving_python(tmp_path, delay_s=2.0)
     start = time.monotonic()
-    with launch_server(tmp_path, "off", log_path=tmp_path / "ok.log", python=python, timeout=30) as proc:
+    with launch_server(tmp_path, "off", log_path=tmp_path / "ok.log", python=python, timeout=scaled(120)) as proc:
         assert time.monotonic() - start >= 2.0
         with urllib.request.urlopen(proc.base_url + "/health", timeout=5) as resp:
             assert resp.status == 200
