@@ -52,7 +52,8 @@ SUITE_LABEL = {"gsm_style": "GSM-style", "aime_style": "AIME-style"}
 CLEAN = "clean"
 DOCS_JSON = REPO / "docs" / "fault-effects.json"
 DOCS_MD = REPO / "docs" / "FAULT_EFFECTS.md"
-ROW_KEYS = ("fault", "checkpoint", "suite", "on_accuracy", "off_accuracy", "delta_pp", "p_value", "flips", "verdict")
+ROW_KEYS = ("fault", "checkpoint", "suite", "on_accuracy", "off_accuracy", "delta_pp", "p_value", "flips", "verdict",
+            "n", "measured_at")  # n: items paired; measured_at: the run's start date (the report labels the table)
 
 
 def behavioural_faults() -> list[str]:
@@ -168,12 +169,13 @@ def _pp(fraction: float) -> str:
     return f"{100 * fraction:+.1f} pp"
 
 
-def rows_of(outcomes: Sequence[EvalOutcome]) -> list[dict[str, Any]]:
+def rows_of(outcomes: Sequence[EvalOutcome], measured_at: str = "") -> list[dict[str, Any]]:
     rows = []
     for o in outcomes:
         if o.error:
             rows += [{"fault": o.fault, "checkpoint": o.checkpoint, "suite": s, "on_accuracy": None,
-                      "off_accuracy": None, "delta_pp": None, "p_value": None, "flips": None, "verdict": "ERROR"}
+                      "off_accuracy": None, "delta_pp": None, "p_value": None, "flips": None, "verdict": "ERROR",
+                      "n": None, "measured_at": measured_at}
                      for s in SUITES]
             continue
         for c in o.comparisons:
@@ -184,7 +186,8 @@ def rows_of(outcomes: Sequence[EvalOutcome]) -> list[dict[str, Any]]:
                 "off_accuracy": round(c.off_accuracy.value, 4) if ok else None,
                 "delta_pp": round(100 * c.difference.value, 2) if ok else None,
                 "p_value": (round(c.mcnemar_p, 6) if c.mcnemar_p is not None else None),
-                "flips": len(c.flips), "verdict": c.verdict.name,
+                "flips": len(c.flips), "verdict": c.verdict.name, "n": c.n if c.complete else None,
+                "measured_at": measured_at,
             })
     return rows
 
@@ -449,7 +452,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def write_docs(args: argparse.Namespace, outcomes: Sequence[EvalOutcome], manifest: dict[str, Any]) -> None:
-    rows = rows_of(outcomes)
+    rows = rows_of(outcomes, str(manifest["started"])[:10])
     assert all(tuple(r) == ROW_KEYS for r in rows), "fault-effects rows must keep the documented keys"
     args.json.write_text(json.dumps(rows, indent=1) + "\n")
     write_markdown(args.md, outcomes, manifest["faults"], manifest["models"], manifest["limits"], manifest["command"],

@@ -18,7 +18,12 @@ DEFAULT_FAULT_EFFECTS = REPO / "docs" / "fault-effects.json"
 
 def shown(path: Path) -> str:
     """A path as a reader should see it: relative to the checkout when it is inside (no machine paths in reports)."""
+    resolved = Path(path).resolve()
     try:
-        return str(Path(path).resolve().relative_to(REPO))
+        return str(resolved.relative_to(REPO))
+    except ValueError:
+        pass
+    try:
+        return "~/" + str(resolved.relative_to(Path.home()))
     except ValueError:
         return str(path)

@@ -57,3 +57,18 @@ def test_runs_of_other_series_are_counted_not_charted() -> None:
     assert [p.entry.run_id for p in t.overall] == ["run-1", "run-3"] and t.since is None
     assert (t.other_series, t.unreadable) == (1, 2)
     assert "fault pad-swa-loc-not-zeroed" in entries[1].series and "fault none" in entries[0].series
+
+
+def test_a_smoke_and_a_full_run_or_other_pool_settings_are_other_series() -> None:
+    """It used to put a 500-item run and a 40-item run in one series and call the change a verdict change."""
+    def entry(items: str, pool: str) -> HistoryEntry:
+        arms = {side: {"graphs": side, "identity": {"flags": {"graphs": side, "flags": f"--max-total-tokens {pool}"}}}
+                for side in ("on", "off")}
+        return HistoryEntry("r", "2026-03-01T00:00:00+00:00", "GREEN", "why", "m", None, "sglang 0.5.23", (),
+                            {"run": {"id": "r", "items": items}, "arms": arms})
+
+    full, smoke, small_pool = entry("first 500 per task", "65536"), entry("first 40 per task", "65536"), \
+        entry("first 500 per task", "2048")
+    assert full.series != smoke.series and full.series != small_pool.series
+    assert entry("first 500 per task", "65536").series == full.series
+    assert "N first 40 per task" in smoke.series  # shown where the trend names its series

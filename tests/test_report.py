@@ -187,8 +187,10 @@ NIGHTLY_MATRIX = {
 }
 SGLANG_MATRIX = {**KILL_MATRIX, "target": "sglang", "faults": KILL_MATRIX["faults"][:1]}
 FAULT_EFFECTS = [
-    {"fault": "pad-swa-loc-not-zeroed", "checkpoint": "gemma2-tiny-swa", "suite": "gsm_style", "delta_pp": -12.4, "verdict": "RED"},
-    {"fault": "capture-after-warm-cache", "checkpoint": "gemma3-tiny-swa", "suite": "aime_style", "delta_pp": 0.0, "verdict": "GREEN"},
+    {"fault": "pad-swa-loc-not-zeroed", "checkpoint": "gemma2-tiny-swa", "suite": "gsm_style", "delta_pp": -12.4,
+     "verdict": "RED", "n": 200, "measured_at": "2026-11-23"},
+    {"fault": "capture-after-warm-cache", "checkpoint": "gemma3-tiny-swa", "suite": "aime_style", "delta_pp": 0.0,
+     "verdict": "GREEN", "n": 100, "measured_at": "2026-11-23"},
 ]
 
 
@@ -295,6 +297,14 @@ def test_suite_rows(report) -> None:
     assert "INCOMPLETE" in aime.text() and "%" not in aime.text()  # never an accuracy
 
 
+def test_the_mde_footnote_is_this_runs_own(report) -> None:
+    """It used to be fixed text (1.6 pp at N = 500 and 3.9 pp at N = 200) under every run, whatever its N."""
+    _, html, page = report
+    note = " ".join(page.root.find("section", id="suites").text().split())
+    assert "(this run: gsm_style " in note and " pp at N = 500)" in note
+    assert "3.9 pp at N = 200" not in html
+
+
 def test_incomplete_run_shows_no_accuracy(report) -> None:
     _, _, page = report
     runs = page.root.find_all("tr", class_="run-row")
@@ -386,7 +396,7 @@ def test_provenance_is_grouped_key_value_tables(report) -> None:
         return {th.text(): th.parent.find("td").text().strip() for th in groups[group].find_all("th")}
 
     assert table("versions")["torch"] == "2.13.0+cpu" and table("run")["commit"] == "0123abcd"
-    assert table("run")["seeds"] == "[1001, 2001]"
+    assert table("run")["seeds"] == "1001, 2001"
     digest = next(td for td in groups["run"].find_all("code") if td.attrs.get("title") == "feedbeef" * 8)
     assert digest.text() == "feedbeeffeed…"  # a hash is shortened, the whole of it on hover
     glance = {tr.attrs["data-key"]: tr.text() for tr in section.find("table", id="provenance-glance").find_all("tr")}
@@ -535,6 +545,10 @@ def test_fault_effect_table(nightly, tmp_path) -> None:
     rows = page.root.find("section", id="fault-effects").find_all("tr", class_="effect-row")
     assert [r.attrs["data-fault"] for r in rows] == ["pad-swa-loc-not-zeroed", "capture-after-warm-cache"]
     assert "-12.4 pp" in rows[0].text() and rows[0].find("span", class_="badge-RED")
+    label = " ".join(page.root.find(id="fault-effects-label").text().split())  # another run's numbers, said so
+    assert label.startswith("Measured by python -m bench.fault_effects, not by this run on 2026-11-23, the harness "
+                            "engine on gemma2-tiny-swa, gemma3-tiny-swa at N = gsm_style 200, aime_style 100")
+    assert label.endswith("Source: fault-effects.json (outside the checkout).")  # no machine paths on a page
     assert load_fault_effects(tmp_path / "absent.json") is None
     (tmp_path / "bad.json").write_text(json.dumps({"fault": "x"}))
     assert load_fault_effects(tmp_path / "bad.json").error.startswith("expected a list")
@@ -632,3 +646,25 @@ def test_chromium_layout_has_no_horizontal_overflow_and_the_verdict_on_the_first
     verdict = result["closed"]["verdict"]
     assert 0 <= verdict["top"] and verdict["bottom"] <= result["closed"]["innerHeight"]  # on the first screen
     assert verdict["right"] <= result["closed"]["clientWidth"]
+
+
+def test_details_are_readable_values_not_json_or_python_spellings() -> None:
+    """It used to show double-encoded JSON, an epoch started_at, unrounded floats and Python None."""
+    from harness.report.render import _kv_rows
+
+    rows = {r["key"]: r["full"] for r in _kv_rows({
+        "started_at": 1764165600.25, "server_start_s": 37.519999, "fault": None, "ok": True, "bs": [1, 2, 4],
+        "override": '{"rope": {"theta": 10000.0}}', "empty": "{}", "name": "x"})}
+    assert rows == {"started_at": "2025-11-26 14:00:00 UTC", "server_start_s": "37.52", "fault": "—", "ok": "yes",
+                    "bs": "1, 2, 4", "override.rope.theta": "10000", "empty": "—", "name": "x"}
+
+
+def test_no_machine_paths_on_the_page(report) -> None:
+    """It used to show the checkout's absolute paths (kill matrices, fault effects, server caches, commands)."""
+    from harness.paths import REPO
+    from harness.report.render import portable
+
+    assert portable(f"python -m lm_eval --include_path {REPO}/suites/accuracy --cache {Path.home()}/.cache/sglang") \
+        == "python -m lm_eval --include_path suites/accuracy --cache ~/.cache/sglang"
+    _, html, _ = report
+    assert f"{REPO}/" not in html and f"{Path.home()}/" not in html

@@ -100,8 +100,16 @@ class HistoryEntry:
 
     @property
     def series(self) -> str:
+        """Runs a trend may put side by side: same model, engine kind, fault, items (N) and arm settings. A 40-item
+        smoke next to a 500-item night, or another pool size, is another series, not a verdict change."""
         kind = self.engine.split(" ", 1)[0] if self.engine else "unknown"
-        return f"{self.model} · {kind} · fault {self.fault or 'none'}"
+        run = self.provenance.get("run") if isinstance(self.provenance.get("run"), Mapping) else {}
+        arms = self.provenance.get("arms") if isinstance(self.provenance.get("arms"), Mapping) else {}
+        settings = {side: (arm.get("identity") or {}).get("flags") or arm.get("graphs")
+                    for side, arm in sorted(arms.items()) if isinstance(arm, Mapping)}
+        digest = hashlib.sha256(json.dumps(settings, sort_keys=True, default=str).encode()).hexdigest()[:8]
+        return (f"{self.model} · {kind} · fault {self.fault or 'none'} · N {run.get('items') or 'unknown'}"
+                f" · settings {digest}")
 
     def suite(self, name: str) -> SuiteSnapshot | None:
         return next((s for s in self.suites if s.suite == name), None)

@@ -26,6 +26,7 @@ from harness.evals import stats
 from harness.evals.compare import Tokenize
 from harness.evals.history import SuiteSnapshot, Trend, TrendPoint, engine_label
 from harness.evals.results import ItemDiff, RunResult, SuiteComparison, Summary, Verdict
+from harness.paths import REPO, shown
 from harness.report.inputs import FaultEffects, KillMatrixFile
 from harness.report.palette import INK, LINE, MUTED, SOFT, VERDICT_COLOURS
 from harness.report.svg import forest_plot, trend_chart
@@ -88,17 +89,51 @@ def _value(text: str) -> dict[str, Any]:
     return cell
 
 
+_EPOCH_KEYS = re.compile(r"(_at|_time|time|timestamp)$")
+
+
+def _decoded(value: Any) -> Any:
+    """A string holding JSON (servers report some settings double-encoded) as the value it encodes."""
+    if isinstance(value, str) and value[:1] in "{[":
+        try:
+            return json.loads(value)
+        except ValueError:
+            return value
+    return value
+
+
+def portable(text: str) -> str:
+    """Machine paths out of a text the report shows: the checkout's prefix dropped, the home folder as ``~``."""
+    return text.replace(f"{REPO}/", "").replace(str(REPO), ".").replace(str(Path.home()), "~")
+
+
+def _shown(key: str, value: Any) -> str:
+    """A value as a reader wants it: no Python or JSON spellings, epochs as UTC dates, floats rounded."""
+    if value is None or value == {} or value == []:
+        return "—"
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if isinstance(value, (int, float)) and _EPOCH_KEYS.search(key) and 1e9 < value < 1e11:
+        return datetime.fromtimestamp(value, timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
+    if isinstance(value, float):
+        return str(int(value)) if value.is_integer() and abs(value) < 1e15 else f"{value:.4g}"
+    if isinstance(value, (list, tuple)):
+        if all(not isinstance(v, (Mapping, list, tuple)) for v in value):
+            return ", ".join(_shown(key, v) for v in value)
+        return portable(json.dumps(value, sort_keys=True, default=str))
+    return portable(str(value))
+
+
 def _flatten(data: Mapping[str, Any], prefix: str = "") -> list[tuple[str, str]]:
-    """``(dotted.key, text)`` rows; nested mappings become dotted keys, lists and numbers JSON."""
+    """``(dotted.key, text)`` rows; nested mappings (JSON in a string too) become dotted keys, values readable."""
     rows: list[tuple[str, str]] = []
     for key, value in data.items():
         name = f"{prefix}{key}"
+        value = _decoded(value)
         if isinstance(value, Mapping) and value:
             rows.extend(_flatten(value, f"{name}."))
-        elif isinstance(value, str):
-            rows.append((name, value))
         else:
-            rows.append((name, json.dumps(value, sort_keys=True, default=str)))
+            rows.append((name, _shown(str(key), value)))
     return rows
 
 
@@ -285,7 +320,7 @@ def _kill_cell(cell: Mapping[str, Any] | None) -> dict[str, Any]:
 
 def _kill_matrix_view(source: KillMatrixFile) -> dict[str, Any]:
     """Fault x suite grid from one target's JSON; unknown statuses are shown, not dropped."""
-    base = {"target": source.target, "source": source.source, "error": source.error}
+    base = {"target": source.target, "source": _where(source.source), "error": source.error}
     if source.matrix is None:
         return {**base, "rows": [], "summary": f"unreadable: {source.error}", "clean_ok": False, "all_killed": False}
     matrix = source.matrix
@@ -338,9 +373,24 @@ def _kill_matrix_view(source: KillMatrixFile) -> dict[str, Any]:
     }
 
 
+def _where(path: str) -> str:
+    """A file the report names: relative to the checkout (or ~), else its name only; no machine paths on a page."""
+    text = shown(Path(path)) if path.startswith("/") else path
+    return text if not text.startswith("/") else f"{Path(path).name} (outside the checkout)"
+
+
 def _fault_effects_view(effects: FaultEffects | None) -> dict[str, Any] | None:
+    """The catalog's measured effects, labelled as another run's numbers: when, on what, at which N."""
     if effects is None:
         return None
+    dates = sorted({str(r["measured_at"]) for r in effects.rows if r.get("measured_at")})
+    sizes = {str(r.get("suite")): r["n"] for r in effects.rows if isinstance(r.get("n"), int)}
+    checkpoints = list(dict.fromkeys(str(r.get("checkpoint")) for r in effects.rows if r.get("checkpoint")))
+    label = (f"Measured by python -m bench.fault_effects, not by this run"
+             f"{' on ' + ' to '.join(dict.fromkeys([dates[0], dates[-1]])) if dates else ''}, "
+             f"the harness engine on {', '.join(checkpoints) or 'its checkpoints'}"
+             f"{' at N = ' + ', '.join(f'{s} {n}' for s, n in sizes.items()) if sizes else ''}: "
+             "its 'clean' rows are that run's baseline, not this one's.")
     rows = []
     for r in effects.rows:
         delta = r.get("delta_pp")
@@ -348,7 +398,7 @@ def _fault_effects_view(effects: FaultEffects | None) -> dict[str, Any] | None:
                      "suite": str(r.get("suite", "")),
                      "delta": f"{delta:+.1f} pp" if isinstance(delta, (int, float)) else str(delta or "—"),
                      "verdict": str(r.get("verdict", ""))})
-    return {"source": effects.source, "error": effects.error, "rows": rows}
+    return {"source": _where(effects.source), "label": label, "error": effects.error, "rows": rows}
 
 
 def _snapshot_cells(s: SuiteSnapshot | None) -> dict[str, Any]:
@@ -425,6 +475,9 @@ def build_context(
             "colour": VERDICT_COLOURS[summary.verdict],
         },
         "confidence": f"{100 * (1 - alpha):g} %",
+        # The footnote's numbers come from this run, never from an example run of another size.
+        "mde_note": "; ".join(f"{c.suite} {100 * c.mde:.1f} pp at N = {c.n}" for c in comparisons
+                              if c.complete and c.mde is not None),
         "suites": [_suite_row(comp) for comp in comparisons],
         "forest": Markup(forest_plot(comparisons, max_drop)),  # built from escaped parts in svg.py
         "flip_sections": [
