@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
+import signal
 import time
 import urllib.error
 import urllib.request
@@ -167,6 +169,33 @@ def test_ready_line_is_found_among_other_output(tmp_path: Path) -> None:
         assert proc.base_url.startswith("http://127.0.0.1:") and proc.alive() and proc.pid > 0
         assert "hello" in (tmp_path / "ok.log").read_text()
     assert not proc.alive()
+
+
+def test_sigterms_that_race_a_shutdown_still_exit_0(ckpt: Path, tmp_path: Path) -> None:
+    """The group's SIGTERM and the guard's forwarded one both reach the server: it used to exit 143 when the second
+    landed after its handler was gone. Here SIGTERMs keep coming through the whole shutdown."""
+    log = tmp_path / "server.log"
+    proc = launch_server(ckpt, "off", served_model_name=MODEL, log_path=log, timeout=scaled(SERVER_START_S),
+                         env={"OMP_NUM_THREADS": "1"})
+    server_pid = next(int(p) for p in os.listdir("/proc") if p.isdigit() and _parent(int(p)) == proc.pid)
+    os.kill(server_pid, signal.SIGTERM)
+    deadline = time.monotonic() + scaled(60)
+    while proc.alive() and time.monotonic() < deadline:
+        try:
+            os.kill(server_pid, signal.SIGTERM)
+        except ProcessLookupError:
+            break
+        time.sleep(0.005)
+    assert proc.stop() == 0, proc.log_tail()
+    assert "shutting down" in log.read_text()
+
+
+def _parent(pid: int) -> int:
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            return int(f.read().rsplit(b")", 1)[1].split()[1])
+    except (OSError, ValueError, IndexError):
+        return -1
 
 
 def test_readiness_is_polled_until_the_port_answers(tmp_path: Path) -> None:

@@ -223,6 +223,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     watcher = threading.Thread(target=_watch_parent, args=(parent_gone,), name="parent-watch", daemon=True)
     watcher.start()
     code = child.wait()
+    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):  # on its way out with CMD's code: a stop that
+        signal.signal(sig, signal.SIG_IGN)  # arrives now (Python resets handlers at exit) must not replace it
     if parent_gone.is_set():  # the watcher is ending the tree: let it finish (it ends this process too)
         watcher.join()
     _end_tree()  # whatever CMD left running (a build it started, its orphans): never outlives the guard

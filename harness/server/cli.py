@@ -110,13 +110,22 @@ async def serve(app: web.Application, worker: EngineWorker, host: str, port: int
         print(f"{SERVER_READY} {ready_url(runner.addresses[0])}", flush=True)
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
+        requested: list[int] = []
+
+        def on_signal(signum: int, frame: object) -> None:
+            # The first SIGINT/SIGTERM starts the shutdown; SIGTERM is ignored from then on (SIGKILL still ends a
+            # shutdown that hangs). A second one is on its way whenever the group and the guard both signal (the
+            # guard forwards what it gets), and it must not turn a clean shutdown into exit 143. Not a handler that
+            # stays: asyncio's (loop.add_signal_handler) is reset to the default action when its loop closes, and
+            # Python's own at interpreter exit, both while the process is still ending; SIG_IGN is kept.
+            signal.signal(signal.SIGTERM, signal.SIG_IGN)
+            if not requested:
+                requested.append(signum)
+                loop.call_soon_threadsafe(stop.set)
+
         for sig in (signal.SIGINT, signal.SIGTERM):
-            loop.add_signal_handler(sig, stop.set)
+            signal.signal(sig, on_signal)
         await stop.wait()
-        # A second SIGTERM is on its way when the group and the guard both signal (the guard forwards what it
-        # gets): it must not kill the shutdown with exit 143. SIGKILL still ends a shutdown that hangs.
-        loop.remove_signal_handler(signal.SIGTERM)
-        signal.signal(signal.SIGTERM, signal.SIG_IGN)
         logger.info("shutting down")
         await loop.run_in_executor(None, worker.stop)  # in-flight requests get 503 instead of waiting
     finally:
