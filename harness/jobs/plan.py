@@ -211,7 +211,7 @@ class Comparison:
 
     @property
     def expectation(self) -> str:
-        return "RED (the fault must be seen)" if self.expect_red else "not RED"
+        return "RED (a known fault or finding must show)" if self.expect_red else "not RED"
 
 
 @dataclass(frozen=True)
