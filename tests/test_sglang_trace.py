@@ -23,13 +23,19 @@ def write_data(folder: Path, suffix: str, lines: dict[str, list[int]]) -> None:
 
 
 def test_processes_are_merged_per_file_and_only_sglang_files_count(tmp_path: Path) -> None:
-    pool = "/venv/site-packages/sglang/srt/mem_cache/swa_memory_pool.py"
-    write_data(tmp_path, "launcher", {pool: [1, 2, 3], "/venv/site-packages/torch/nn/module.py": [5]})
-    write_data(tmp_path, "scheduler", {pool: [3, 4], "/venv/site-packages/sglang/launch_server.py": [1]})
+    site = tmp_path / "site-packages"
+    pool = site / "sglang" / "srt" / "mem_cache" / "swa_memory_pool.py"
+    launch = site / "sglang" / "launch_server.py"
+    pool.parent.mkdir(parents=True)
+    pool.write_text("import os\n\n\ndef alloc(n):\n    x = n\n    return x\n")  # lines 5-6: a function body
+    launch.write_text("import sys\n")
+    write_data(tmp_path, "launcher", {str(pool): [1, 4, 5], str(site / "torch" / "module.py"): [5]})
+    write_data(tmp_path, "scheduler", {str(pool): [5, 6], str(launch): [1]})
     runs = trace.executed(tmp_path)
-    assert runs == [trace.FileRun("launch_server.py", 1), trace.FileRun("srt/mem_cache/swa_memory_pool.py", 4)]
+    assert runs == [trace.FileRun("launch_server.py", 1, 0), trace.FileRun("srt/mem_cache/swa_memory_pool.py", 4, 2)]
     table = trace.markdown(runs)
-    assert "2 SGLang files ran (5 distinct lines)" in table and "| `srt/mem_cache` | `swa_memory_pool.py` (4) |" in table
+    assert "1 SGLang files had code run inside functions (2 lines); 1 more were only imported." in table
+    assert "| `srt/mem_cache` | `swa_memory_pool.py` (2) |" in table and "launch_server" not in table
 
 
 def test_a_folder_without_data_is_one_line_and_exit_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
