@@ -668,3 +668,12 @@ def test_no_machine_paths_on_the_page(report) -> None:
         == "python -m lm_eval --include_path suites/accuracy --cache ~/.cache/sglang"
     _, html, _ = report
     assert f"{REPO}/" not in html and f"{Path.home()}/" not in html
+
+
+def test_a_stress_arm_compared_as_on_is_named_in_the_arms_line() -> None:
+    from harness.report.render import provenance_glance
+
+    arms = {"on": {"arm": "swa-pool-reuse", "graphs": "on", "fault": "none"},
+            "off": {"arm": "on", "graphs": "on", "fault": "none"}}
+    line = next(r["text"] for r in provenance_glance({"arms": arms}) if r["label"] == "arms")
+    assert line == "ON: swa-pool-reuse, graphs on · OFF: on, graphs on"  # not "ON: graphs on · OFF: graphs on"

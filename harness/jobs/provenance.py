@@ -100,7 +100,7 @@ def arm_provenance(plan: Plan, comparison: Comparison, arm_name: str, runs: Sequ
     lm-eval's commands."""
     run = plan.run_for(comparison.model, arm_name)
     seen = next((r.meta for r in runs if r.meta.get("arm") == arm_name), {})
-    out: dict[str, Any] = {"engine": run.arm.engine, "graphs": run.arm.graphs, "purpose": run.arm.purpose,
+    out: dict[str, Any] = {"arm": arm_name, "engine": run.arm.engine, "graphs": run.arm.graphs, "purpose": run.arm.purpose,
                            "fault": run.arm.fault or "none"}
     if seen.get("identity"):
         out["identity"] = dict(seen["identity"])

@@ -186,7 +186,9 @@ def provenance_glance(provenance: Mapping[str, Any], graphs: Mapping[str, str] |
             counts = (paths or {}).get(label) or {}
             ran = ", ".join(f"{p.removesuffix('-graph')} {n}" for p, n in sorted(counts.items()) if p.endswith("-graph") and n)
             graphed = f" (graph forwards: {ran})" if ran else (" (no graph forwards)" if counts else "")
-            return f"{label.upper()}: graphs {mode}{graphed}{fault}"
+            name = str(arm.get("arm") or label)  # a plan's arm (a stress arm compared as ON) by its own name
+            named = f" {name}," if name != label else ""
+            return f"{label.upper()}:{named} graphs {mode}{graphed}{fault}"
 
         text = " · ".join(arm_text(label, arm) for label, arm in arms.items() if isinstance(arm, Mapping))
         rows.append({"label": "arms", "text": text, "title": ""})
