@@ -33,7 +33,7 @@ def _install(session: nox.Session, extras: str = "test") -> None:
     session.install("-e", f".[{extras}]")
     # The engine's compiled CPU kernels, built once per environment now (with the compiler's progress) rather
     # than silently at the first server start; exit 1 (no compiler) only means servers run torch ops.
-    session.run_install("python", "-m", "harness.engine.cpu_kernels", success_codes=[0, 1])
+    session.run_install("swa-harness", "kernels", success_codes=[0, 1])
 
 
 @nox.session(python=PYTHON)

@@ -1,4 +1,4 @@
-"""``swa-harness``: serve | eval | nightly | report | faults."""
+"""``swa-harness``: serve | eval | nightly | report | faults | kernels."""
 
 from __future__ import annotations
 
@@ -14,6 +14,7 @@ def main(argv: list[str] | None = None) -> int:
         "nightly": ("harness.jobs.nightly_cli", "the GPU nightly: SGLang servers per model and arm (--dry-run: the plan)"),
         "report": ("harness.jobs.report_cli", "re-render the HTML report from saved runs"),
         "faults": ("harness.faults.matrix", "kill matrix: every catalog fault through the suites"),
+        "kernels": ("harness.engine.cpu_kernels", "build this environment's compiled CPU kernels now"),
     }
     if not argv or argv[0] in ("-h", "--help") or argv[0] not in commands:
         parser = argparse.ArgumentParser(prog="swa-harness", description=__doc__)

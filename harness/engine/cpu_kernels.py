@@ -14,7 +14,7 @@ Serving engines do the same with their own kernels (FlashInfer or Triton attenti
 (torch's extension builder: 42 s on this project's 2-core CI machine, then a load), for the CPU capability
 torch itself dispatches to, and each is registered as a torch op, so a graph capture records it as one op.
 They are built once per environment (``build_directory``: its build files embed that environment's torch),
-by ``python -m harness.engine.cpu_kernels`` in the nox sessions, else at the first server start. One build
+by ``swa-harness kernels`` in the nox sessions, else at the first server start. One build
 at a time per environment, under a lock the kernel releases when its holder dies (a killed build never
 blocks the next one); a process that waits says who holds it and gives up after ``BUILD_WAIT_S``.
 
@@ -186,7 +186,12 @@ def resolve_kernels(mode: str, *, device: torch.device, dtype: torch.dtype) -> C
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Build this environment's kernels ahead of use, showing the compiler's progress; exit 1 if they do not build."""
+    """``swa-harness kernels``: build this environment's kernels ahead of use, showing the compiler's progress; exit 1
+    if they do not build."""
+    import argparse
+
+    argparse.ArgumentParser(prog="swa-harness kernels",
+                            description="build this environment's compiled CPU kernels now").parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(message)s", stream=sys.stderr)
     failure = _build(verbose=True)
     if failure is not None:
@@ -194,7 +199,3 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     print(f"cpu kernels: ready in {build_directory()}", file=sys.stderr)
     return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())
