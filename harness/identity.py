@@ -70,6 +70,13 @@ def weights_fingerprint(model_path: str | Path) -> str | None:
     return f"sha256:{weights_sha256(Path(model_path))}"
 
 
+def tokenizer_fingerprint(model_path: str | Path) -> str | None:
+    """sha256 of ``tokenizer.json``; None without one. Other weights are one difference, another tokenizer another."""
+    digest = file_sha256(Path(model_path) / "tokenizer.json")
+    return f"sha256:{digest}" if digest else None
+
+
 def server_build(model_path: str | Path, **settings: Any) -> dict[str, Any]:
-    """The build /health reports: code, weights, and ``settings`` (dtype, device, injected fault...)."""
-    return {"code": code_fingerprint(), "weights": weights_fingerprint(model_path), **settings}
+    """The build /health reports: code, weights, tokenizer, and ``settings`` (dtype, device, injected fault...)."""
+    return {"code": code_fingerprint(), "weights": weights_fingerprint(model_path),
+            "tokenizer": tokenizer_fingerprint(model_path), **settings}

@@ -9,6 +9,7 @@ import subprocess
 import sys
 import threading
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import replace
 from pathlib import Path
 
@@ -109,12 +110,12 @@ def test_arms_that_served_different_weights_give_no_verdict(tmp_path: Path, caps
     assert "weights served" in page and "sha256:b" in page  # provenance: what the servers loaded, not the checkout
 
 
-@pytest.fixture
-def two_servers() -> Iterator[list[str]]:
-    """Two OpenAI-style servers whose /health reports different weights (as the harness server reports them)."""
+@contextmanager
+def servers_reporting(*builds: dict[str, str]) -> Iterator[list[str]]:
+    """OpenAI-style servers whose /health reports these builds (as the harness server reports weights and tokenizer)."""
     servers = []
-    for weights in ("sha256:aaaa", "sha256:bbbb"):
-        body = json.dumps({"model": "swa-harness", "graph_mode": "tape", "build": {"weights": weights}}).encode()
+    for build in builds:
+        body = json.dumps({"model": "swa-harness", "graph_mode": "tape", "build": build}).encode()
 
         class Handler(http.server.BaseHTTPRequestHandler):
             page = body
@@ -133,9 +134,27 @@ def two_servers() -> Iterator[list[str]]:
         httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         threading.Thread(target=httpd.serve_forever, daemon=True).start()
         servers.append(httpd)
-    yield [f"http://127.0.0.1:{s.server_address[1]}" for s in servers]
-    for httpd in servers:
-        httpd.shutdown()
+    try:
+        yield [f"http://127.0.0.1:{s.server_address[1]}" for s in servers]
+    finally:
+        for httpd in servers:
+            httpd.shutdown()
+
+
+@pytest.fixture
+def two_servers() -> Iterator[list[str]]:
+    with servers_reporting({"weights": "sha256:aaaa"}, {"weights": "sha256:bbbb"}) as urls:
+        yield urls
+
+
+def test_external_arms_with_another_tokenizer_are_refused_too(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    same = "sha256:aaaa"
+    with servers_reporting({"weights": same, "tokenizer": "sha256:t1"}, {"weights": same, "tokenizer": "sha256:t2"}) \
+            as (on, off):
+        plan = cpu_plan(EvalConfig(limits={"gsm_style": 1}, out=tmp_path / "out", on_url=on, off_url=off))
+        assert run_plan(plan, RunOptions(kill_matrix=None, fault_effects=None)) == 2
+    err = capsys.readouterr().err
+    assert "tokenizer sha256:t1" in err and "tokenizer sha256:t2" in err and "different models" in err, err
 
 
 def test_external_arms_that_serve_different_weights_are_refused_before_any_item(

@@ -18,7 +18,7 @@ from harness.engines.counters import Counters
 from harness.engines.guard import CHILDREN, ChildProcesses
 from harness.engines.identity import Identity, server_identity, server_version
 from harness.engines.lifecycle import Command, ServerProcess, launch
-from harness.identity import weights_fingerprint
+from harness.identity import tokenizer_fingerprint, weights_fingerprint
 
 
 class EngineNotInstalled(RuntimeError):
@@ -92,4 +92,5 @@ class Engine:
         local = Path(spec.model)
         return Identity(engine=self.name, version=server_version(base_url), model=spec.model,
                         weights=weights_fingerprint(local) if local.is_dir() else None,
+                        tokenizer=tokenizer_fingerprint(local) if local.is_dir() else None,
                         flags={"graphs": spec.graphs, "flags": " ".join(spec.flags)}, raw=raw)

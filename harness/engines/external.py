@@ -21,4 +21,5 @@ class ExternalEngine(Engine):
         raw = server_identity(base_url)
         build = raw.get("build") if isinstance(raw.get("build"), dict) else {}
         return Identity(engine=self.name, version=server_version(base_url), model=str(raw.get("model", spec.model)),
-                        weights=build.get("weights"), flags={"graphs": raw.get("graph_mode", spec.graphs)}, raw=raw)
+                        weights=build.get("weights"), tokenizer=build.get("tokenizer"),
+                        flags={"graphs": raw.get("graph_mode", spec.graphs)}, raw=raw)

@@ -48,8 +48,9 @@ class HarnessEngine(Engine):
         build = raw.get("build") if isinstance(raw.get("build"), dict) else {}
         return Identity(engine=self.name, version=str(build.get("code") or code_fingerprint()),
                         model=str(raw.get("model", spec.served_name)), weights=build.get("weights"),
+                        tokenizer=build.get("tokenizer"),
                         flags={"graphs": raw.get("graph_mode", spec.graphs),
-                               **{k: v for k, v in build.items() if k not in ("code", "weights")}}, raw=raw)
+                               **{k: v for k, v in build.items() if k not in ("code", "weights", "tokenizer")}}, raw=raw)
 
 
 def launch_server(model_path: str | os.PathLike, graphs: str = "auto", *, max_running: int = 32, num_threads: int = 1,

@@ -29,18 +29,22 @@ class Identity:
     version: str
     model: str
     weights: str | None = None
+    tokenizer: str | None = None  # a digest when the server reports one
     flags: Mapping[str, Any] = field(default_factory=dict)  # graph mode and the settings that change answers
     raw: Mapping[str, Any] = field(default_factory=dict)  # what the endpoints said, for cache keys
 
     def model_differences(self, other: Identity) -> list[str]:
         """How ``other`` serves another model than this one (empty: the same, as far as both report)."""
+        found = []
         if self.weights and other.weights and self.weights != other.weights:
-            return [f"weights {self.weights} vs {other.weights}"]
-        return []
+            found.append(f"weights {self.weights} vs {other.weights}")
+        if self.tokenizer and other.tokenizer and self.tokenizer != other.tokenizer:
+            found.append(f"tokenizer {self.tokenizer} vs {other.tokenizer}")
+        return found
 
     def to_dict(self) -> dict[str, Any]:
         return {"engine": self.engine, "version": self.version, "model": self.model, "weights": self.weights,
-                "flags": dict(self.flags)}
+                "tokenizer": self.tokenizer, "flags": dict(self.flags)}
 
 
 def get_json(base_url: str, path: str, timeout: float = 10.0) -> Any:

@@ -35,7 +35,7 @@ from harness.engines.guard import CHILDREN, ChildProcesses
 from harness.engines.identity import Identity, ServerUnreachable, server_identity
 from harness.engines.lifecycle import Command, ServerLaunchError, ServerProcess
 from harness.engines.registry import get_engine
-from harness.identity import weights_fingerprint
+from harness.identity import tokenizer_fingerprint, weights_fingerprint
 from harness.evals.compare import ItemMismatchError, Thresholds, Tokenize, compare_runs, summarize
 from harness.evals.history import make_entry
 from harness.evals.history import record as record_history
@@ -280,29 +280,35 @@ def check_plan(plan: Plan, options: RunOptions) -> list[str]:
     return problems
 
 
-def _weights_before_start(run: ArmRun) -> tuple[str, str] | None:
-    """The weights an arm will serve, where that is known before it runs: what an external server reports, or the
-    digest of a launched arm's local checkpoint (the harness server reports the same digest); with a description."""
+def _model_before_start(run: ArmRun) -> tuple[Identity, str] | None:
+    """The weights and tokenizer an arm will serve, where that is known before it runs (what an external server
+    reports, or the digests of a launched arm's local checkpoint, which the harness server reports too), and a
+    description."""
     if not run.launched:
         try:
             identity = get_engine(run.arm.engine).identity(run.url or "", run.spec)
         except ServerUnreachable:
             return None  # its run fails with its own reason
-        return (identity.weights, f"{run.url} serves {identity.model} weights {identity.weights}") \
-            if identity.weights else None
-    local = Path(run.spec.model)
-    local = local if local.is_absolute() else REPO / local  # servers run in the checkout
-    digest = weights_fingerprint(local) if local.is_dir() else None
-    return (digest, f"{run.spec.model} weights {digest}") if digest else None
+        where = f"{run.url} serves {identity.model}"
+    else:
+        local = Path(run.spec.model)
+        local = local if local.is_absolute() else REPO / local  # servers run in the checkout
+        if not local.is_dir():
+            return None
+        identity = Identity(run.arm.engine, "", run.spec.model, weights_fingerprint(local), tokenizer_fingerprint(local))
+        where = run.spec.model
+    parts = [f"{what} {digest}" for what, digest in (("weights", identity.weights), ("tokenizer", identity.tokenizer))
+             if digest]
+    return (identity, f"{where} {', '.join(parts)}") if parts else None
 
 
 def models_known_to_differ(plan: Plan) -> list[str]:
-    """Comparisons whose arms will serve different weights: their difference would be no graph effect."""
-    known = {(r.model.slug, r.arm.name): _weights_before_start(r) for r in plan.runs}
+    """Comparisons whose arms will serve different weights or tokenizers: their difference would be no graph effect."""
+    known = {(r.model.slug, r.arm.name): _model_before_start(r) for r in plan.runs}
     problems = []
     for c in plan.comparisons:
         on, off = known.get((c.model.slug, c.treatment)), known.get((c.model.slug, c.reference))
-        if on and off and on[0] != off[0]:
+        if on and off and on[0].model_differences(off[0]):
             problems.append(f"{c.model.name} {c.name}: the arms serve different models ({c.treatment}: {on[1]}; "
                             f"{c.reference}: {off[1]}); --allow-different-models judges them anyway")
     return problems
