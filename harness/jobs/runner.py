@@ -439,10 +439,10 @@ def finish(plan: Plan, runs: Sequence[RunResult], options: RunOptions, base: Map
     differ = different_models(plan, runs)
     for comparison, suites, pair_runs in judge(plan, runs, options.thresholds):
         summary = summarize(suites)
-        if comparison.name in differ:  # first on the report's first screen, whichever way it is taken
-            summary = (replace(summary, reason=f"judged although {differ[comparison.name]} (--allow-different-models); "
-                                               + summary.reason) if options.allow_different_models
-                       else replace(summary, verdict=Verdict.NONE, reason=f"no verdict: {differ[comparison.name]}"))
+        if diff := differ.get((comparison.model.name, comparison.name)):  # first on the report, whichever way taken
+            summary = (replace(summary, reason=f"judged although {diff} (--allow-different-models); " + summary.reason)
+                       if options.allow_different_models else replace(summary, verdict=Verdict.NONE,
+                                                                      reason=f"no verdict: {diff}"))
         prov = comparison_provenance(plan, comparison, pair_runs, base)
         trend = None
         if options.history is not None:
@@ -469,21 +469,22 @@ def finish(plan: Plan, runs: Sequence[RunResult], options: RunOptions, base: Map
         print(f"report: {outcomes[0].report}")
     failures = list(dict.fromkeys(r.error.splitlines()[0] for r in runs if not r.complete and r.error))
     if not options.allow_different_models:
-        failures += [f"{c.model.name} {c.name}: {differ[c.name]}" for c in plan.comparisons if c.name in differ]
+        failures += [f"{model} {name}: {diff}" for (model, name), diff in differ.items()]
     if failures:
         print(f"{options.name}: no verdict (exit 2): {' | '.join(failures)}", file=sys.stderr, flush=True)
         return 2
     return 0 if all(o.ok for o in outcomes) else 1
 
 
-def different_models(plan: Plan, runs: Sequence[RunResult]) -> dict[str, str]:
-    """Comparison name -> how its two arms' servers reported different weights (their difference is no graph effect)."""
+def different_models(plan: Plan, runs: Sequence[RunResult]) -> dict[tuple[str, str], str]:
+    """(model, comparison) -> how its two arms' servers reported different weights or tokenizers (their difference is
+    no graph effect)."""
     reported = {(r.model, r.meta.get("arm")): r.meta["identity"] for r in runs if r.meta.get("identity")}
     problems = {}
     for c in plan.comparisons:
         on, off = reported.get((c.model.slug, c.treatment)), reported.get((c.model.slug, c.reference))
         if on and off and (diff := Identity(**on).model_differences(Identity(**off))):
-            problems[c.name] = f"the arms served different models ({'; '.join(diff)})"
+            problems[(c.model.name, c.name)] = f"the arms served different models ({'; '.join(diff)})"
     return problems
 
 
