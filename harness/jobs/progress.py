@@ -38,8 +38,8 @@ def health(base_url: str) -> dict:
 
 
 def last_line(log_path: Path | None, width: int = 70) -> str:
-    """The log's last non-empty line that is not an HTTP access line (readiness probes fill the log with those),
-    shortened: what a starting server is doing."""
+    """The log's last non-empty line that is not an HTTP access line (readiness probes fill the log with those) or
+    the source line Python prints under a warning, shortened: what a starting server is doing."""
     if log_path is None:
         return ""
     try:
@@ -47,7 +47,7 @@ def last_line(log_path: Path | None, width: int = 70) -> str:
             log.seek(0, 2)
             log.seek(max(0, log.tell() - 4096))
             lines = [ln.strip() for ln in log.read().decode(errors="replace").splitlines()
-                     if ln.strip() and 'HTTP/1.1"' not in ln]
+                     if ln.strip() and 'HTTP/1.1"' not in ln and not ln.strip().startswith("warnings.warn(")]
     except OSError:
         return ""
     line = lines[-1] if lines else ""
