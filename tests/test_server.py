@@ -247,14 +247,22 @@ def test_bad_requests_get_400_naming_the_field(worker: EngineWorker, ref: Engine
 
 def test_engine_failure_gives_500_and_the_next_request_succeeds(fresh_worker: EngineWorker, ref: Engine,
                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    """Deterministic on a loaded machine (it failed 2 of 4 runs there): the first forward waits until the other
+    client's job is queued, so the failure always lands with all 3 prompts in flight."""
     engine = fresh_worker.engine
     real_forward = engine.runner.forward
     calls = {"n": 0}
 
+    def in_engine() -> int:
+        return len(engine.scheduler.running) + len(engine.scheduler.waiting)
+
     def flaky_forward(batch):
         calls["n"] += 1
-        in_engine = len(engine.scheduler.running) + len(engine.scheduler.waiting)
-        if in_engine == 3 and not calls.get("failed"):  # mid-generation, with both jobs' 3 prompts in flight
+        if calls["n"] == 1:  # one job in: hold its first forward until the other waits in the worker's queue
+            deadline = time.monotonic() + scaled(60)
+            while in_engine() < 3 and fresh_worker._queue.qsize() == 0 and time.monotonic() < deadline:
+                time.sleep(0.005)
+        if in_engine() == 3 and not calls.get("failed"):  # mid-generation, with both jobs' 3 prompts in flight
             calls["failed"] = 1
             raise RuntimeError("injected forward failure")
         return real_forward(batch)
