@@ -1,0 +1,55 @@
+"""Every limit at its exact boundary (issue 31): a request that fills the context to its last slot, decode rows at
+b-1, b and b+1 of every KV bucket (the largest included), and prefill batches of exactly the step's token budget.
+Each must finish, on the graph path, with the tokens the eager engine gives."""
+
+from __future__ import annotations
+
+import pytest
+
+from fixtures.checkpoints import random_sequences
+from harness.engine import RequestError, SamplingParams
+from harness.engine.model_runner import kv_len_buckets
+from tests.engine_helpers import make_engine
+
+CONTEXT = 128  # KV buckets [64, 128]
+
+
+def _greedy(new: int) -> SamplingParams:
+    return SamplingParams(max_new_tokens=new, ignore_eos=True)
+
+
+@pytest.fixture(scope="module")
+def engines():
+    return {graphs: make_engine("gemma2", graphs, max_context_len=CONTEXT) for graphs in ("off", "tape")}
+
+
+def test_the_buckets_are_what_this_file_assumes() -> None:
+    assert kv_len_buckets(CONTEXT) == [64, CONTEXT]
+
+
+@pytest.mark.parametrize("prompt_len", [40, 63, 64, 65, 100, 126])
+def test_a_request_that_fills_the_context_exactly_finishes_on_graphs(engines, prompt_len: int) -> None:
+    """prompt + max_new_tokens = context + 1 (the last token is sampled, never cached): its last decode row reads
+    exactly CONTEXT keys, the largest bucket's length; on the way it crosses 63, 64 and 65 where the prompt allows."""
+    new = CONTEXT + 1 - prompt_len
+    prompt = random_sequences([prompt_len], seed=prompt_len)[0]
+    tape, off = engines["tape"], engines["off"]
+    before = dict(tape.runner.paths)
+    out = tape.generate([prompt], _greedy(new))[0]
+    ran = {k: v - before.get(k, 0) for k, v in tape.runner.paths.items()}
+    assert len(out.output_ids) == new and out.finish_reason == "length"
+    assert out.output_ids == off.generate([prompt], _greedy(new))[0].output_ids
+    assert ran.get("decode-eager", 0) == 0 and ran.get("decode-graph", 0) == new - 1, ran  # every row had a bucket
+    with pytest.raises(RequestError, match=f"needs {CONTEXT + 1} tokens of context"):
+        tape.add_request(prompt, _greedy(new + 1))
+
+
+@pytest.mark.parametrize("tokens", [63, 64, 65])
+def test_a_prefill_of_exactly_the_step_budget_finds_an_extend_graph(tokens: int) -> None:
+    """max_prefill_tokens = 64: a 64-token prefill is one extend at the budget, 65 is 64 + 1, 63 is under it."""
+    tape = make_engine("gemma2", "tape", max_context_len=CONTEXT, chunk_size=64, max_prefill_tokens=64)
+    off = make_engine("gemma2", "off", max_context_len=CONTEXT, chunk_size=64, max_prefill_tokens=64)
+    prompt = random_sequences([tokens], seed=tokens)[0]
+    out = tape.generate([prompt], _greedy(4))[0]
+    assert out.output_ids == off.generate([prompt], _greedy(4))[0].output_ids
+    assert tape.runner.paths.get("extend-eager", 0) == 0 and tape.runner.paths["extend-graph"] >= 1, tape.runner.paths
