@@ -210,3 +210,24 @@ def test_engine_kv_len_buckets_are_few_and_end_at_the_context():
         assert buckets[-1] == context and buckets == sorted(set(buckets))
         assert all(b / a <= 2 for a, b in zip(buckets, buckets[1:-1]))
         assert len(buckets) == 1 or 1.25 <= buckets[-1] / buckets[-2] < 2.5
+
+@pytest.mark.parametrize("raw_bs", [1, 2, 3, 5, 8, 12, 16])
+def test_a_target_translating_through_the_memo_in_its_body_replays_equal_to_eager_at_every_bucket(raw_bs):
+    """Issue 31: the memo is flushed before every bucket's warm-up and capture, not only the first. Here the body
+    itself translates the write loc through the pool's memo (no pre-set SWA loc): a memo left from the warm-up, or
+    from the bucket captured before, would freeze that run's translation into the graph."""
+    world = ToyWorld.build([2 + (5 * i) % 9 for i in range(16)], seed=raw_bs, max_bs=16)
+    world.target.translate_in_body = True
+    runner = make_runner(world, max_bs=16)  # buckets 16, 12, 8, 4, 2, 1: captured largest first
+    for step in range(3):
+        batch = world.next_decode_batch(range(raw_bs), token_seed=step)
+        before = world.kv_snapshot()
+        graph_logits = runner.replay(batch).clone()
+        graph_kv = world.kv_snapshot()
+        world.restore(before)
+        world.pool.invalidate_loc_cache()
+        world.target.prepare_graph_metadata(batch)
+        eager_logits = world.target.graph_forward(batch)
+        torch.testing.assert_close(graph_logits, eager_logits, rtol=0, atol=1e-6)
+        for g, e in zip(graph_kv, world.kv_snapshot()):
+            torch.testing.assert_close(g[1:], e[1:], rtol=0, atol=1e-6)
