@@ -19,6 +19,7 @@ import json
 import os
 import sys
 import threading
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -42,7 +43,7 @@ def start_if_asked() -> bool:
 
     def save() -> None:
         while True:
-            threading.Event().wait(SAVE_EVERY_S)
+            time.sleep(SAVE_EVERY_S)
             cov.save()
 
     threading.Thread(target=save, name="sglang-trace", daemon=True).start()
