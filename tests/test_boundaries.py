@@ -5,8 +5,10 @@ Each must finish, on the graph path, with the tokens the eager engine gives."""
 from __future__ import annotations
 
 import pytest
+from hypothesis import HealthCheck, given, settings
 
 from fixtures.checkpoints import random_sequences
+from fixtures.scenarios.boundaries import context_filling_requests, edges_around
 from harness.engine import RequestError, SamplingParams
 from harness.engine.model_runner import kv_len_buckets
 from tests.engine_helpers import make_engine
@@ -25,6 +27,21 @@ def engines():
 
 def test_the_buckets_are_what_this_file_assumes() -> None:
     assert kv_len_buckets(CONTEXT) == [64, CONTEXT]
+    assert edges_around(kv_len_buckets(CONTEXT), high=CONTEXT - 1) == [63, 64, 65, 127]
+
+
+@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(request=context_filling_requests(kv_len_buckets(CONTEXT), CONTEXT))
+def test_drawn_requests_at_the_edges_finish_on_graphs_like_eager(engines, request: tuple[int, int]) -> None:
+    prompt_len, new = request
+    prompt = random_sequences([prompt_len], seed=prompt_len + 1000 * new)[0]
+    tape, off = engines["tape"], engines["off"]
+    before = dict(tape.runner.paths)
+    out = tape.generate([prompt], _greedy(new))[0]
+    ran = {k: v - before.get(k, 0) for k, v in tape.runner.paths.items()}
+    assert len(out.output_ids) == new and out.finish_reason == "length"
+    assert out.output_ids == off.generate([prompt], _greedy(new))[0].output_ids
+    assert ran.get("decode-eager", 0) == 0, ran
 
 
 @pytest.mark.parametrize("prompt_len", [40, 63, 64, 65, 100, 126])
