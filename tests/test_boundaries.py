@@ -25,6 +25,18 @@ def engines():
     return {graphs: make_engine("gemma2", graphs, max_context_len=CONTEXT) for graphs in ("off", "tape")}
 
 
+def _runs_to_length_like_eager(engines, prompt: list[int], new: int) -> dict[str, int]:
+    """Generate ``new`` tokens on the tape engine: they must run to length and equal the eager engine's; the forward
+    paths this request took (path -> forwards)."""
+    tape, off = engines["tape"], engines["off"]
+    before = dict(tape.runner.paths)
+    out = tape.generate([prompt], _greedy(new))[0]
+    ran = {k: v - before.get(k, 0) for k, v in tape.runner.paths.items()}
+    assert len(out.output_ids) == new and out.finish_reason == "length"
+    assert out.output_ids == off.generate([prompt], _greedy(new))[0].output_ids
+    return ran
+
+
 def test_the_buckets_are_what_this_file_assumes() -> None:
     assert kv_len_buckets(CONTEXT) == [64, CONTEXT]
     assert edges_around(kv_len_buckets(CONTEXT), high=CONTEXT - 1) == [63, 64, 65, 127]
@@ -35,12 +47,7 @@ def test_the_buckets_are_what_this_file_assumes() -> None:
 def test_drawn_requests_at_the_edges_finish_on_graphs_like_eager(engines, request: tuple[int, int]) -> None:
     prompt_len, new = request
     prompt = random_sequences([prompt_len], seed=prompt_len + 1000 * new)[0]
-    tape, off = engines["tape"], engines["off"]
-    before = dict(tape.runner.paths)
-    out = tape.generate([prompt], _greedy(new))[0]
-    ran = {k: v - before.get(k, 0) for k, v in tape.runner.paths.items()}
-    assert len(out.output_ids) == new and out.finish_reason == "length"
-    assert out.output_ids == off.generate([prompt], _greedy(new))[0].output_ids
+    ran = _runs_to_length_like_eager(engines, prompt, new)
     assert ran.get("decode-eager", 0) == 0, ran
 
 
@@ -50,15 +57,10 @@ def test_a_request_that_fills_the_context_exactly_finishes_on_graphs(engines, pr
     exactly CONTEXT keys, the largest bucket's length; on the way it crosses 63, 64 and 65 where the prompt allows."""
     new = CONTEXT + 1 - prompt_len
     prompt = random_sequences([prompt_len], seed=prompt_len)[0]
-    tape, off = engines["tape"], engines["off"]
-    before = dict(tape.runner.paths)
-    out = tape.generate([prompt], _greedy(new))[0]
-    ran = {k: v - before.get(k, 0) for k, v in tape.runner.paths.items()}
-    assert len(out.output_ids) == new and out.finish_reason == "length"
-    assert out.output_ids == off.generate([prompt], _greedy(new))[0].output_ids
+    ran = _runs_to_length_like_eager(engines, prompt, new)
     assert ran.get("decode-eager", 0) == 0 and ran.get("decode-graph", 0) == new - 1, ran  # every row had a bucket
     with pytest.raises(RequestError, match=f"needs {CONTEXT + 1} tokens of context"):
-        tape.add_request(prompt, _greedy(new + 1))
+        engines["tape"].add_request(prompt, _greedy(new + 1))
 
 
 @pytest.mark.parametrize("tokens", [63, 64, 65])
