@@ -11,7 +11,7 @@
 
 Serving engines do the same with their own kernels (FlashInfer or Triton attention, sgl-kernel's
 ``gelu_tanh_and_mul``). The three are compiled on first use with the machine's C++ compiler
-(torch's extension builder: 42 s on this project's 2-core CI machine, then a load), for the CPU capability
+(torch's extension builder: 52-67 s on this project's 2-core machine, measured 2026-11-26; then a load), for the CPU capability
 torch itself dispatches to, and each is registered as a torch op, so a graph capture records it as one op.
 They are built once per environment (``build_directory``: its build files embed that environment's torch),
 by ``swa-harness kernels`` in the nox sessions, else at the first server start. One build
