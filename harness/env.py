@@ -18,6 +18,7 @@ STOP_ON_KILL_ENV = "SWA_HARNESS_STOP_ON_KILL"  # a kill-matrix run stops at its 
 CACHE_ENV = "SWA_HARNESS_CACHE"  # converted real weights (never committed); default ~/.cache/swa-harness
 REAL_WEIGHTS_ENV = "SWA_HARNESS_REAL_WEIGHTS"  # "require": the real-weights suite fails instead of skipping
 SGLANG_SERVER_ENV = "SWA_HARNESS_SGLANG_SERVER"  # "require": the SGLang server suite fails instead of skipping
+VLLM_SERVER_ENV = "SWA_HARNESS_VLLM_SERVER"  # "require": the vLLM server suite fails instead of skipping
 SERVER_READY = "SWA_HARNESS_SERVER_READY"  # not a variable: the line the harness server prints once listening
 
 # lm-eval and every server it talks to run offline: the data sets and tokenizers are in the checkout.

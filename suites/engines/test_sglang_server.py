@@ -17,13 +17,8 @@ Needs the SGLang server recipe (``nox -s sglang_server``); elsewhere it skips, n
 
 from __future__ import annotations
 
-import http.client
-import json
 import os
-import socket
-import urllib.request
 from collections.abc import Iterator
-from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -34,6 +29,8 @@ from harness.engines.base import ServerSpec
 from harness.engines.lifecycle import ServerProcess
 from harness.engines.sglang import CPU_FLAGS, SGLangEngine
 from harness.env import SGLANG_PATCH_ENV, SGLANG_SERVER_ENV
+from suites.engines.oracles import (Reference, agreement, assert_agrees, free_port, harness_answers as harness_run,
+                                    serve_all, transformers_reference)
 
 ENGINE = SGLangEngine()
 if ENGINE.missing() is not None and os.environ.get(SGLANG_SERVER_ENV) == "require":
@@ -53,7 +50,6 @@ GRAPHS_ON = ("--max-total-tokens", "8192", "--max-running-requests", "4", "--cud
 TIGHT = ("--max-total-tokens", "640", "--swa-full-tokens-ratio", "1.0", "--max-running-requests", "16")
 TIGHT_SMALL_SWA = ("--max-total-tokens", "640", "--swa-full-tokens-ratio", "0.25", "--max-running-requests", "16")
 CANDIDATE_FIX = {SGLANG_PATCH_ENV: "suites/plans/patches/finding-4-swa-reads.yaml"}
-TOP = 5
 # fp32 on both sides, but other kernels and summation orders (SGLang's SDPA per request in a batch of 16 vs
 # transformers' eager attention one prompt at a time): measured worst 6.1e-6 nats (roomy pool) and 5.8e-6 (the tight
 # pool with the candidate fix); a wrong KV read moves logprobs by whole nats.
@@ -69,52 +65,19 @@ def prompts() -> list[str]:
             for i in range(CLIENTS)]
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.fixture(scope="module")
 def ckpt(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return tokenized_checkpoint(tmp_path_factory.mktemp("sglang-server") / "ckpt", arch="mellum", chat_template=None)
 
 
-Top = list[list[float]]  # per generated token, its top-TOP logprobs, largest first
-
-
 @pytest.fixture(scope="module")
-def transformers_run(ckpt: Path) -> tuple[list[str], list[Top]]:
-    """Greedy answers and, per generated token, the top-TOP logprobs of the full softmax."""
-    import torch
-    from tokenizers import Tokenizer
-    from transformers import AutoModelForCausalLM
-
-    tok = Tokenizer.from_file(str(ckpt / "tokenizer.json"))
-    model = AutoModelForCausalLM.from_pretrained(ckpt, dtype=torch.float32, attn_implementation="eager").eval()
-    model.generation_config.eos_token_id = None  # fixed-length greedy runs, as the servers are asked (ignore_eos)
-    answers, tops = [], []
-    for prompt in prompts():
-        ids = tok.encode(prompt).ids
-        with torch.no_grad():
-            out = model.generate(torch.tensor([ids]), max_new_tokens=NEW_TOKENS, do_sample=False,
-                                 output_logits=True, return_dict_in_generate=True)
-        answers.append(tok.decode(out.sequences[0, len(ids):].tolist()))
-        tops.append([torch.log_softmax(step[0].double(), -1).topk(TOP).values.tolist() for step in out.logits])
-    return answers, tops
-
-
-@pytest.fixture(scope="module")
-def transformers_answers(transformers_run: tuple[list[str], list[Top]]) -> list[str]:
-    return transformers_run[0]
+def transformers_run(ckpt: Path) -> Reference:
+    return transformers_reference(ckpt, prompts(), NEW_TOKENS)
 
 
 @pytest.fixture(scope="module")
 def harness_answers(ckpt: Path) -> list[str]:
-    from harness.engine import Engine, EngineConfig, SamplingParams
-
-    engine = Engine(EngineConfig(model_path=ckpt, graphs="tape", max_running_requests=CLIENTS, num_threads=1))
-    return [o.text for o in engine.generate(prompts(), SamplingParams(max_new_tokens=NEW_TOKENS, ignore_eos=True))]
+    return harness_run(ckpt, prompts(), NEW_TOKENS)
 
 
 @contextmanager
@@ -136,49 +99,21 @@ def server(ckpt: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Ser
         yield server
 
 
-def complete(server: ServerProcess, prompt: str) -> tuple[str, Top]:
-    """The greedy answer and, per generated token, its top-TOP logprobs (largest first)."""
-    body = json.dumps({"model": SERVED, "prompt": prompt, "max_tokens": NEW_TOKENS, "temperature": 0,
-                       "ignore_eos": True, "logprobs": TOP}).encode()
-    request = urllib.request.Request(server.completions_url, data=body, headers={"Content-Type": "application/json"})
-    try:
-        with urllib.request.urlopen(request, timeout=300) as resp:
-            choice = json.loads(resp.read())["choices"][0]
-            return choice["text"], [sorted(top.values(), reverse=True) for top in choice["logprobs"]["top_logprobs"]]
-    except (OSError, http.client.HTTPException) as exc:  # the server died under this request: say of what
-        crash = [line for line in server.log_path.read_text(errors="replace").splitlines() if "Error" in line]
-        raise AssertionError(f"the SGLang server dropped a request ({type(exc).__name__}); its log's last error: "
-                             f"{crash[-1] if crash else '(none)'}") from None
-
-
-def assert_served_like_the_oracles(server: ServerProcess, transformers_run: tuple[list[str], list[Top]],
+def assert_served_like_the_oracles(server: ServerProcess, transformers_run: Reference,
                                    harness_answers: list[str]) -> float:
     """Answers equal both oracles' and top logprobs transformers' within LOGPROB_TOL; the worst |Δlogprob|."""
-    transformers_answers, transformers_tops = transformers_run
-    with ThreadPoolExecutor(CLIENTS) as pool:
-        served = list(pool.map(lambda p: complete(server, p), prompts()))
-    assert harness_answers == transformers_answers  # the two oracles agree first
-    wrong = [(i, s, t) for i, ((s, _), t) in enumerate(zip(served, transformers_answers)) if s.strip() != t.strip()]
-    assert not wrong, f"{len(wrong)}/{CLIENTS} SGLang answers differ from transformers, e.g. #{wrong[0][0]}: " \
-                      f"{wrong[0][1]!r} vs {wrong[0][2]!r}"
-    worst, where = 0.0, None
-    for i, ((_, tops), expected) in enumerate(zip(served, transformers_tops)):
-        assert len(tops) == len(expected) == NEW_TOKENS and all(len(t) == TOP for t in tops), (i, tops)
-        for step, (got, want) in enumerate(zip(tops, expected)):
-            delta = max(abs(g - w) for g, w in zip(got, want))
-            if delta > worst:
-                worst, where = delta, (i, step)
-    assert worst <= LOGPROB_TOL, f"top-{TOP} logprobs differ from transformers by {worst:.3g} nats " \
-                                 f"(> {LOGPROB_TOL}) at request #{where[0]}, token {where[1]}"
-    return worst
+    assert harness_answers == transformers_run.answers  # the two oracles agree first
+    found = agreement(serve_all(server, SERVED, prompts(), NEW_TOKENS), transformers_run)
+    assert_agrees(found, LOGPROB_TOL, "SGLang")
+    return found.worst
 
 
 def test_concurrent_greedy_answers_equal_transformers_and_the_harness_engine(
-        server: ServerProcess, transformers_run: tuple[list[str], list[Top]], harness_answers: list[str]) -> None:
+        server: ServerProcess, transformers_run: Reference, harness_answers: list[str]) -> None:
     assert_served_like_the_oracles(server, transformers_run, harness_answers)
 
 
-def test_graphs_on_answer_as_the_oracles(ckpt: Path, tmp_path: Path, transformers_run: tuple[list[str], list[Top]],
+def test_graphs_on_answer_as_the_oracles(ckpt: Path, tmp_path: Path, transformers_run: Reference,
                                         harness_answers: list[str]) -> None:
     """SGLang's CPU graph runner (with the hooks torch_native lacks, harness/engines/sglang/cpu_graph_hooks.py)."""
     with sglang_server(ckpt, GRAPHS_ON, tmp_path / "server.log", graphs="on") as server:
@@ -192,7 +127,7 @@ def test_graphs_on_answer_as_the_oracles(ckpt: Path, tmp_path: Path, transformer
 @pytest.mark.xfail(strict=True, raises=AssertionError, reason=FINDING_TORCH_NATIVE_SWA_READS)
 @pytest.mark.parametrize("pool", [TIGHT, TIGHT_SMALL_SWA], ids=["swa-pool-as-large", "swa-pool-a-quarter"])
 def test_a_pool_that_reuses_swa_slots_changes_no_answer(pool: tuple[str, ...], ckpt: Path, tmp_path: Path,
-                                                        transformers_run: tuple[list[str], list[Top]],
+                                                        transformers_run: Reference,
                                                         harness_answers: list[str]) -> None:
     """Strict: the day SGLang reads SWA layers at their SWA slots, this passes and the suite says so."""
     with sglang_server(ckpt, pool, tmp_path / "server.log") as server:
@@ -200,7 +135,7 @@ def test_a_pool_that_reuses_swa_slots_changes_no_answer(pool: tuple[str, ...], c
 
 
 def test_the_candidate_fix_for_finding_4_makes_the_reusing_pool_agree(
-        ckpt: Path, tmp_path: Path, transformers_run: tuple[list[str], list[Top]], harness_answers: list[str]) -> None:
+        ckpt: Path, tmp_path: Path, transformers_run: Reference, harness_answers: list[str]) -> None:
     """The mechanism, confirmed: translating the sliding layers' read ids (and nothing else) makes the tight pool
     answer as the oracles do, so the wrong answers above come from those reads."""
     with sglang_server(ckpt, TIGHT, tmp_path / "server.log", env=CANDIDATE_FIX) as server:

@@ -1,0 +1,129 @@
+"""The two oracles every real server is held to, and the one comparison of a server's answers with them.
+
+transformers (eager attention, fp32, one prompt at a time) gives the greedy continuation of each prompt and, per
+generated token, the top logprobs of the full softmax; the harness engine gives its greedy continuation. A server is
+asked the same prompts at once by one client per prompt, greedy, with ``ignore_eos`` and its top logprobs, and
+``agreement`` says how many answers differ from transformers' and by how much the worst logprob does. Engines differ
+only in what they add to a request (``extra``) and in how their logprob dicts are keyed, which ``Top`` forgets: a
+step's top logprobs are compared as sorted values, so two tokens that decode to one string cannot hide each other.
+"""
+
+from __future__ import annotations
+
+import http.client
+import json
+import socket
+import urllib.request
+from collections.abc import Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from harness.engines.lifecycle import ServerProcess
+
+TOP = 5
+Top = list[list[float]]  # per generated token, its top-TOP logprobs, largest first
+
+
+@dataclass(frozen=True)
+class Reference:
+    """transformers' greedy answers and their top logprobs, per prompt."""
+
+    answers: list[str]
+    tops: list[Top]
+
+
+@dataclass(frozen=True)
+class Agreement:
+    """One server against transformers on one prompt set."""
+
+    n: int
+    wrong: list[tuple[int, str, str]]  # (prompt index, served, transformers') for every answer that differs
+    worst: float  # the largest |Δlogprob| over every generated token's top-TOP
+    where: tuple[int, int] | None  # (prompt index, token) of the worst
+
+    @property
+    def equal(self) -> int:
+        return self.n - len(self.wrong)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def transformers_reference(ckpt: Path, prompts: Sequence[str], new_tokens: int, top: int = TOP) -> Reference:
+    """Greedy, fixed length (no EOS), eager attention in fp32: the slowest and plainest path there is."""
+    import torch
+    from tokenizers import Tokenizer
+    from transformers import AutoModelForCausalLM
+
+    tok = Tokenizer.from_file(str(ckpt / "tokenizer.json"))  # its own encode and decode, as the servers' tokenizers
+    model = AutoModelForCausalLM.from_pretrained(ckpt, dtype=torch.float32, attn_implementation="eager").eval()
+    model.generation_config.eos_token_id = None  # fixed-length greedy runs, as the servers are asked (ignore_eos)
+    answers, tops = [], []
+    for prompt in prompts:
+        ids = torch.tensor([tok.encode(prompt).ids])
+        with torch.no_grad():
+            out = model.generate(ids, max_new_tokens=new_tokens, do_sample=False, output_logits=True,
+                                 return_dict_in_generate=True)
+        answers.append(tok.decode(out.sequences[0, ids.shape[1]:].tolist()))
+        tops.append([torch.log_softmax(step[0].double(), -1).topk(top).values.tolist() for step in out.logits])
+    return Reference(answers, tops)
+
+
+def harness_answers(ckpt: Path, prompts: Sequence[str], new_tokens: int) -> list[str]:
+    """The harness engine's greedy answers (tape graphs, all prompts in one running batch)."""
+    from harness.engine import Engine, EngineConfig, SamplingParams
+
+    engine = Engine(EngineConfig(model_path=ckpt, graphs="tape", max_running_requests=len(prompts), num_threads=1))
+    return [o.text for o in engine.generate(list(prompts), SamplingParams(max_new_tokens=new_tokens, ignore_eos=True))]
+
+
+def complete(server: ServerProcess, served: str, prompt: str, new_tokens: int, top: int = TOP,
+             extra: Mapping[str, Any] | None = None) -> tuple[str, Top]:
+    """The greedy answer and, per generated token, its top logprobs (largest first)."""
+    body = json.dumps({"model": served, "prompt": prompt, "max_tokens": new_tokens, "temperature": 0,
+                       "ignore_eos": True, "logprobs": top, **(extra or {})}).encode()
+    request = urllib.request.Request(server.completions_url, data=body, headers={"Content-Type": "application/json"})
+    try:
+        with urllib.request.urlopen(request, timeout=600) as resp:
+            choice = json.loads(resp.read())["choices"][0]
+            return choice["text"], [sorted(t.values(), reverse=True) for t in choice["logprobs"]["top_logprobs"]]
+    except (OSError, http.client.HTTPException) as exc:  # the server died under this request, or refused it: say why
+        crash = [line for line in server.log_path.read_text(errors="replace").splitlines() if "Error" in line]
+        raise AssertionError(f"the server dropped a request ({type(exc).__name__}: {exc}); its log's last error: "
+                             f"{crash[-1] if crash else '(none)'}") from None
+
+
+def serve_all(server: ServerProcess, served: str, prompts: Sequence[str], new_tokens: int,
+              extra: Mapping[str, Any] | None = None) -> list[tuple[str, Top]]:
+    """Every prompt at once, one client each."""
+    with ThreadPoolExecutor(len(prompts)) as pool:
+        return list(pool.map(lambda p: complete(server, served, p, new_tokens, extra=extra), prompts))
+
+
+def agreement(served: Sequence[tuple[str, Top]], reference: Reference, top: int = TOP) -> Agreement:
+    """How the served answers and logprobs stand against transformers'."""
+    wrong = [(i, s, t) for i, ((s, _), t) in enumerate(zip(served, reference.answers)) if s.strip() != t.strip()]
+    worst, where = 0.0, None
+    for i, ((_, tops), expected) in enumerate(zip(served, reference.tops)):
+        if len(tops) != len(expected) or any(len(t) != top for t in tops):
+            raise AssertionError(f"request #{i}: {len(tops)} tokens of logprobs, expected {len(expected)} of {top} each")
+        for step, (got, want) in enumerate(zip(tops, expected)):
+            delta = max(abs(g - w) for g, w in zip(got, want))
+            if delta > worst:
+                worst, where = delta, (i, step)
+    return Agreement(len(served), wrong, worst, where)
+
+
+def assert_agrees(found: Agreement, tol: float, engine: str) -> None:
+    """Every answer transformers', every top logprob within ``tol``."""
+    if found.wrong:
+        i, got, want = found.wrong[0]
+        raise AssertionError(f"{len(found.wrong)}/{found.n} {engine} answers differ from transformers, e.g. #{i}: "
+                             f"{got!r} vs {want!r}")
+    assert found.worst <= tol, (f"{engine}'s top-{TOP} logprobs differ from transformers' by {found.worst:.3g} nats "
+                                f"(> {tol}) at request #{found.where[0]}, token {found.where[1]}")

