@@ -154,6 +154,14 @@ def vllm(session: nox.Session) -> None:
     session.run("swa-harness", "eval", "--plan", "suites/plans/vllm-cpu-smoke.yaml", "--no-history")
 
 
+@nox.session(python=PYTHON)
+def vllm_accuracy(session: nox.Session) -> None:
+    """The full vLLM-on-CPU accuracy job (suites/plans/vllm-cpu.yaml): both shipped checkpoints, compiled vs eager and
+    a KV cache small enough that requests are preempted and blocks reused."""
+    _install_vllm(session)
+    session.run("swa-harness", "eval", "--plan", "suites/plans/vllm-cpu.yaml", *session.posargs)
+
+
 # The nightly GPU job (docs/NIGHTLY.md) needs SGLang's real GPU build: SGLang goes in *with* its dependencies
 # (the CUDA torch it pins, not TORCH_PIN), then lm-eval, then the harness with --no-deps over them (its own
 # torch range would pull SGLang's torch back down). `-- --dry-run` prints the plan and needs neither a GPU nor

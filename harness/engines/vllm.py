@@ -19,16 +19,21 @@ from harness.engines.counters import VLLM_METRICS, Counters, metrics_reader
 from harness.engines.identity import Identity
 from harness.engines.lifecycle import Command
 from harness.env import OFFLINE_ENV
+from harness.paths import REPO
 
 LAUNCH = ("python", "-m", "vllm.entrypoints.openai.api_server")
 GRAPHS_OFF_FLAGS = ("--enforce-eager",)
+# fp32 as the harness compares in; blocks of 32 tokens, the CPU build's smallest (it rounds 16 up).
+CPU_FLAGS = ("--dtype", "float32", "--block-size", "32")
 KV_SPACE_GIB = "2"  # 2 GiB of fp32 KV holds about a million tokens of the shipped checkpoints
 COMPILE = {"on": "torch.compile (vLLM's default mode for the platform)", "off": "none (--enforce-eager)"}
 
 
 def cache_root() -> Path:
-    """The compile cache of this environment (servers run on this interpreter)."""
-    return Path(sys.prefix) / "share" / "swa-harness" / "vllm-cache"
+    """The compile cache of this environment (servers run on this interpreter), relative to the checkout where it
+    lies inside it (servers run in the checkout; plans say no machine's paths)."""
+    root = Path(sys.prefix) / "share" / "swa-harness" / "vllm-cache"
+    return root.relative_to(REPO) if root.is_relative_to(REPO) else root
 
 
 class VLLMEngine(Engine):

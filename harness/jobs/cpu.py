@@ -68,7 +68,7 @@ class EvalConfig:
 
 def engine_flags(config: EvalConfig) -> tuple[str, ...]:
     """The flags a server of ``config.engine`` gets on this job: the harness server's batch and threads; SGLang's
-    CPU recipe on a CPU job."""
+    and vLLM's CPU recipes on a CPU job."""
     if config.engine == "harness":
         return ("--max-running", str(config.max_running), "--num-threads", str(config.threads),
                 "--device", config.device)
@@ -76,6 +76,10 @@ def engine_flags(config: EvalConfig) -> tuple[str, ...]:
         from harness.engines.sglang import CPU_FLAGS
 
         return (*CPU_FLAGS, "--max-running-requests", str(config.max_running)) if config.device == "cpu" else ()
+    if config.engine == "vllm":
+        from harness.engines.vllm import CPU_FLAGS as VLLM_CPU_FLAGS
+
+        return (*VLLM_CPU_FLAGS, "--max-num-seqs", str(config.max_running)) if config.device == "cpu" else ()
     return ()
 
 

@@ -74,12 +74,19 @@ def transformers_reference(ckpt: Path, prompts: Sequence[str], new_tokens: int, 
     return Reference(answers, tops)
 
 
-def harness_answers(ckpt: Path, prompts: Sequence[str], new_tokens: int) -> list[str]:
-    """The harness engine's greedy answers (tape graphs, all prompts in one running batch)."""
+def harness_reference(ckpt: Path, prompts: Sequence[str], new_tokens: int, top: int = TOP) -> Reference:
+    """The harness engine's greedy answers and top logprobs (tape graphs, all prompts in one running batch)."""
+    import torch
+
     from harness.engine import Engine, EngineConfig, SamplingParams
 
     engine = Engine(EngineConfig(model_path=ckpt, graphs="tape", max_running_requests=len(prompts), num_threads=1))
-    return [o.text for o in engine.generate(list(prompts), SamplingParams(max_new_tokens=new_tokens, ignore_eos=True))]
+    greedy = SamplingParams(max_new_tokens=new_tokens, ignore_eos=True)
+    reqs = [engine.add_request(p, greedy, return_logits=True) for p in prompts]
+    by_rid = {o.rid: o for o in engine.run_until_done()}
+    outs = [by_rid[r.rid] for r in reqs]
+    return Reference([o.text for o in outs],
+                     [torch.log_softmax(o.logits.double(), -1).topk(top).values.tolist() for o in outs])
 
 
 def complete(server: ServerProcess, served: str, prompt: str, new_tokens: int, top: int = TOP,

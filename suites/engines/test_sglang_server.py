@@ -29,8 +29,8 @@ from harness.engines.base import ServerSpec
 from harness.engines.lifecycle import ServerProcess
 from harness.engines.sglang import CPU_FLAGS, SGLangEngine
 from harness.env import SGLANG_PATCH_ENV, SGLANG_SERVER_ENV
-from suites.engines.oracles import (Reference, agreement, assert_agrees, free_port, harness_answers as harness_run,
-                                    serve_all, transformers_reference)
+from suites.engines.oracles import (Reference, agreement, assert_agrees, free_port, harness_reference, serve_all,
+                                    transformers_reference)
 
 ENGINE = SGLangEngine()
 if ENGINE.missing() is not None and os.environ.get(SGLANG_SERVER_ENV) == "require":
@@ -77,7 +77,7 @@ def transformers_run(ckpt: Path) -> Reference:
 
 @pytest.fixture(scope="module")
 def harness_answers(ckpt: Path) -> list[str]:
-    return harness_run(ckpt, prompts(), NEW_TOKENS)
+    return harness_reference(ckpt, prompts(), NEW_TOKENS).answers
 
 
 @contextmanager
