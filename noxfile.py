@@ -147,10 +147,11 @@ def _install_vllm(session: nox.Session) -> None:
 @nox.session(python=PYTHON)
 def vllm(session: nox.Session) -> None:
     """A real vLLM server on CPU (its hybrid KV-cache manager, compiled vs eager) against transformers and the
-    harness engine (suites/engines), then the accuracy smoke: compiled vs eager on a few dozen items."""
+    harness engine (suites/engines), vLLM's KV-cache manager under the ownership rules (suites/vllm), then the
+    accuracy smoke: compiled vs eager on 32 items."""
     _install_vllm(session)
-    session.run("python", "-m", "pytest", "-p", "no:cacheprovider", "-rxX", "suites/engines", "-k", "vllm",
-                *session.posargs, env={"SWA_HARNESS_VLLM_SERVER": "require"})
+    session.run("python", "-m", "pytest", "-p", "no:cacheprovider", "-rxX", "suites/engines/test_vllm_server.py",
+                "suites/vllm", *session.posargs, env={"SWA_HARNESS_VLLM_SERVER": "require"})
     session.run("swa-harness", "eval", "--plan", "suites/plans/vllm-cpu-smoke.yaml", "--no-history")
 
 

@@ -6,7 +6,7 @@ Agreement (``Cross-engine differential``): per engine and shipped checkpoint, th
 against transformers (``suites/engines/oracles.py``): how many answers equal transformers', the worst |Δlogprob|.
 The harness engine is asked in-process (its server has no logprobs); the servers over HTTP.
 
-Speed (``Engines side by side``): tokens/s of each server on the Gemma2 checkpoint, generating 128 tokens (EOS
+Speed (``Engines side by side``): tokens/s of each server on the Gemma3 checkpoint, generating 128 tokens (EOS
 ignored) for the same 16 prompts, at batch 1 (one request after another) and 16 concurrent; the median of
 ``--repeats`` rounds after a warm-up round. Wall time per round, start-up excluded.
 
@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import statistics
 import sys
 import time
@@ -42,7 +43,7 @@ from suites.engines.test_vllm_server import BY_ID, NEW_TOKENS, prompts
 
 MODELS = REPO / "fixtures" / "models"
 CHECKPOINTS = ("gemma2-tiny-swa", "gemma3-tiny-swa", "mellum-tiny-swa")
-SPEED_CHECKPOINT = "gemma2-tiny-swa"
+SPEED_CHECKPOINT = "gemma3-tiny-swa"  # the one checkpoint every engine serves (SGLang 0.5.23 cannot load Gemma2)
 SPEED_TOKENS = 128
 OUT = REPO / "reports" / "bench-engines.json"
 
@@ -82,7 +83,17 @@ class Row:
     start_s: float | None = None
     tok_s_1: float | None = None
     tok_s_16: float | None = None
+    pool: str = ""  # what the engine's KV memory was, from its log
     error: str | None = None
+
+
+def pool_of(log: str) -> str:
+    """How the server laid out its KV memory, as its log says."""
+    if groups := re.search(r"kv cache group sizes \(([\d, ]+)\)", log):
+        return f"{len(groups[1].split(','))} KV cache groups (hybrid manager)"
+    if found := re.search(r"hybrid_swa=(True|False)", log):
+        return "SWAKVPool (hybrid SWA)" if found[1] == "True" else "one full pool (hybrid_swa=False)"
+    return ""
 
 
 def start(server: Server, ckpt: Path, log: Path, python: str) -> ServerProcess:
@@ -115,13 +126,16 @@ def measure(server: Server, ckpt: Path, reference: Reference, python: str, log_d
             repeats: int) -> Row:
     row = Row(server.label, ckpt.name)
     t0 = time.perf_counter()
+    log = log_dir / f"{ckpt.name}-{server.label.split()[0]}-{server.graphs}.log"
     try:
-        srv = start(server, ckpt, log_dir / f"{ckpt.name}-{server.label.split()[0]}-{server.graphs}.log", python)
+        srv = start(server, ckpt, log, python)
     except (ServerLaunchError, ValueError) as exc:
-        row.error = f"does not start: {getattr(exc, 'reason', exc)}"
+        errors = [line.strip() for line in log.read_text(errors="replace").splitlines() if "Error:" in line]
+        row.error = f"does not start: {getattr(exc, 'reason', exc)}" + (f" ({errors[-1][:160]})" if errors else "")
         return row
     try:
         row.start_s = round(time.perf_counter() - t0, 1)
+        row.pool = pool_of(log.read_text(errors="replace"))
         if server.logprobs:
             found = agreement(serve_all(srv, "swa-harness", prompts(), NEW_TOKENS, extra=server.extra), reference)
             row.equal, row.n, row.worst = found.equal, found.n, found.worst
@@ -143,13 +157,13 @@ def render(rows: list[Row], command: str) -> None:
         "16 lm-eval prompts at once (200-230 tokens), greedy, 48 tokens, top-5 logprobs per token; transformers "
         "(eager attention, fp32, one prompt at a time) is the oracle. A wrong KV block or window moves logprobs by "
         "whole nats; kernel and summation-order differences stay near 1e-5.\n\n"
-        + markdown_table(["engine", "checkpoint", "answers equal", "worst |Δlogprob| (nats)", "note"],
+        + markdown_table(["engine", "checkpoint", "answers equal", "worst |Δlogprob| (nats)", "KV memory", "note"],
                          [[r.engine, r.checkpoint, f"{r.equal}/{r.n}" if r.n else "—",
-                           f"{r.worst:.2g}" if r.worst is not None else "—", r.error or ""] for r in agree]))
+                           f"{r.worst:.2g}" if r.worst is not None else "—", r.pool, r.error or ""] for r in agree]))
     speed = [r for r in rows if r.tok_s_1 is not None]
     base = next((r for r in speed if r.engine.startswith("harness")), None)
     write_section(
-        "engines-speed", "Engines side by side: tokens/s on the Gemma2 checkpoint (CPU)", command,
+        "engines-speed", "Engines side by side: tokens/s on the Gemma3 checkpoint (CPU)", command,
         f"The same 16 prompts (200-230 tokens), {SPEED_TOKENS} tokens each, EOS ignored, over each server's "
         "OpenAI API: batch 1 is one request after another, 16 is all at once; median of the rounds after a warm-up, "
         "start-up excluded. One server at a time, one run.\n\n"
@@ -174,11 +188,12 @@ def main(argv: list[str] | None = None) -> int:
         reference = transformers_reference(ckpt, prompts(), NEW_TOKENS)
         harness = harness_reference(ckpt, prompts(), NEW_TOKENS)
         found = agreement(list(zip(harness.answers, harness.tops)), reference)
-        rows.append(Row("harness (tape, in-process)", name, found.equal, found.n, found.worst))
+        rows.append(Row("harness (tape, in-process)", name, found.equal, found.n, found.worst,
+                        pool="SWA + full pools (hybrid)"))
         for server in servers(args.threads):
             sglang = isinstance(server.engine, SGLangEngine)
-            if sglang and not args.sglang_python:
-                continue
+            if (sglang and not args.sglang_python) or (not server.logprobs and name != SPEED_CHECKPOINT):
+                continue  # no SGLang venv named; or nothing to measure (no logprobs, and no speed on this one)
             python = args.sglang_python if sglang else sys.executable
             row = measure(server, ckpt, reference, python, args.logs, name == SPEED_CHECKPOINT, args.repeats)
             print(json.dumps(asdict(row)), flush=True)

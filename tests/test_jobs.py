@@ -86,6 +86,20 @@ def test_engines_spell_graphs_on_and_off_their_own_way() -> None:
     assert vllm.url(spec) == "http://127.0.0.1:8000" and get_engine("harness").url(ServerSpec("m", "m")) is None
 
 
+def test_a_vllm_server_gets_a_bounded_kv_cache_and_this_environments_compile_cache() -> None:
+    """Left alone, vLLM's CPU build takes 21 of 24 GB for KV and shares one compile cache across every venv."""
+    vllm = get_engine("vllm")
+    env = vllm.command(ServerSpec("m", "m", port=8000)).env
+    assert env["VLLM_CPU_KVCACHE_SPACE"] == "2" and env["VLLM_CACHE_ROOT"].endswith("share/swa-harness/vllm-cache")
+    assert not Path(env["VLLM_CACHE_ROOT"]).is_absolute() or not Path(env["VLLM_CACHE_ROOT"]).is_relative_to(REPO)
+    stress = vllm.command(ServerSpec("m", "m", port=8000, env={"VLLM_CPU_KVCACHE_SPACE": "1"})).env
+    assert stress["VLLM_CPU_KVCACHE_SPACE"] == "1"  # an arm's own setting wins
+    plan = cpu_plan(EvalConfig(engine="vllm", limits={"gsm_style": 1}, max_running=8))
+    on, off = (run.spec for run in plan.runs)
+    assert on.flags == off.flags == ("--dtype", "float32", "--block-size", "32", "--max-num-seqs", "8")
+    assert (on.graphs, off.graphs) == ("on", "off")
+
+
 def _run(arm: str, weights: str, correct: bool) -> RunResult:
     item = ItemResult("gsm_style/0", "Q", "1", "1" if correct else "2", "1" if correct else "2", correct)
     identity = Identity("harness", "abc", "swa-harness", weights).to_dict()

@@ -140,6 +140,21 @@ def test_launch_failure_carries_the_log_tail(tmp_path: Path) -> None:
     with pytest.raises(ServerLaunchError, match="exited with code 3") as err:
         launch_server(tmp_path / "nowhere", "off", log_path=tmp_path / "fail.log", python=python, timeout=scaled(120))
     assert f"no config.json in {tmp_path / 'nowhere'}" in str(err.value)
+    # the one-line reason carries the server's own last words
+    assert err.value.reason == f"exited with code 3 before it was ready: CheckpointError: no config.json in " \
+                               f"{tmp_path / 'nowhere'}", err.value.reason
+
+
+def test_a_reason_keeps_one_line_of_the_last_exception(tmp_path: Path) -> None:
+    from harness.engines.lifecycle import ERROR_CHARS, last_error
+
+    log = tmp_path / "server.log"
+    log.write_text("Traceback (most recent call last):\n  ValueError: first\n(EngineCore pid=1) ERROR core.py:1510] "
+                   "ValueError: To serve at least one request " + "x" * 500 + "\nshutting down\n")
+    found = last_error(log)
+    assert found.startswith(": ValueError: To serve at least one request") and len(found) == ERROR_CHARS + 2
+    log.write_text("INFO all fine\n")
+    assert last_error(log) == "" and last_error(tmp_path / "absent.log") == ""
 
 
 def test_launch_timeout_kills_the_process(tmp_path: Path) -> None:

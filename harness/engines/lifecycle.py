@@ -14,6 +14,7 @@ This module imports neither torch nor aiohttp: jobs import it, and the guard mus
 from __future__ import annotations
 
 import os
+import re
 import shlex
 import subprocess
 import sys
@@ -147,7 +148,7 @@ def launch(command: Command, *, log_path: str | os.PathLike, timeout: float, url
         if proc.poll() is not None:
             reader.join(2.0)
             server.stop(timeout=5.0)  # whatever is left of its group
-            reason = f"exited with code {proc.returncode} before it was ready"
+            reason = f"exited with code {proc.returncode} before it was ready" + last_error(log_path)
             raise ServerLaunchError(f"server {reason}; log {log_path}:\n{server.log_tail()}", reason=reason)
         if time.monotonic() > deadline:
             server.stop(timeout=5.0)
@@ -156,6 +157,24 @@ def launch(command: Command, *, log_path: str | os.PathLike, timeout: float, url
             raise ServerLaunchError(f"server {reason}; log {log_path}:\n{server.log_tail()}", reason=reason)
         line_seen.wait(POLL_S)  # a new line (the URL, a traceback) ends the wait early
         line_seen.clear()
+
+
+_EXCEPTION = re.compile(r"\b([A-Za-z_][\w.]*(?:Error|Exception)): (\S.*)")
+ERROR_CHARS = 240  # of a server's last exception in a one-line reason
+
+
+def last_error(log_path: Path) -> str:
+    """``": <exception>: <message>"`` of the last exception line a server wrote (its own words for why it
+    stopped, e.g. vLLM's "ValueError: To serve at least one request..."), or "" when there is none."""
+    try:
+        lines = log_path.read_text(errors="replace").splitlines()
+    except OSError:
+        return ""
+    for line in reversed(lines):
+        if found := _EXCEPTION.search(line):
+            text = f"{found[1]}: {found[2].strip()}"
+            return ": " + (text if len(text) <= ERROR_CHARS else text[:ERROR_CHARS - 3] + "...")
+    return ""
 
 
 def _pump(proc: subprocess.Popen, log_path: Path, url_from_line: Callable[[str], str | None] | None,

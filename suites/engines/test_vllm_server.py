@@ -138,3 +138,27 @@ def test_a_pool_that_preempts_and_reuses_blocks_changes_no_answer(ckpt: Path, re
     assert f"num_gpu_blocks_override={TIGHT_BLOCKS[ckpt.name]}" in log, server.log_tail()
     # the stress happened: requests were preempted (their blocks freed and handed out again) and prefixes were hit
     assert metrics.get(PREEMPTIONS, 0) > 0 and metrics.get(PREFIX_HITS, 0) > 0, metrics
+
+
+def test_a_vllm_server_that_cannot_start_is_no_verdict_in_one_line_and_leaves_nothing_running(tmp_path: Path) -> None:
+    """Two blocks cannot hold one 1024-token request: vLLM refuses to start. The job says so in one line, exits 2
+    (NO VERDICT, never RED) and nothing it started outlives it."""
+    import subprocess
+    import sys
+
+    import yaml
+
+    plan = yaml.safe_load((REPO / "suites" / "plans" / "vllm-cpu-smoke.yaml").read_text())
+    port = free_port()
+    plan.update(out=str(tmp_path / "out"), limit=1, port=port,
+                arm_defaults={**plan["arm_defaults"], "flags": [*BASE, "--num-gpu-blocks-override", "2"]})
+    (tmp_path / "plan.yaml").write_text(yaml.safe_dump(plan))
+    proc = subprocess.run([sys.executable, "-m", "harness.cli", "eval", "--plan", str(tmp_path / "plan.yaml"),
+                           "--no-history"], capture_output=True, text=True, timeout=1200, cwd=REPO)
+    assert proc.returncode == 2, proc.stdout[-2000:] + proc.stderr[-2000:]
+    assert "Traceback" not in proc.stdout + proc.stderr
+    verdict = [line for line in proc.stdout.splitlines() if line.startswith("verdict:")]
+    assert verdict and "NO VERDICT" in verdict[-1], proc.stdout[-2000:]
+    arms = f"--port ({port}|{port + 1}) "  # arm i listens on the plan's port + i
+    leftover = subprocess.run(["pgrep", "-f", arms], capture_output=True, text=True).stdout.split()
+    assert not leftover, f"processes of the failed server outlived the job: {leftover}"
