@@ -24,6 +24,7 @@ import re
 import statistics
 import sys
 import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -129,9 +130,8 @@ def measure(server: Server, ckpt: Path, reference: Reference, python: str, log_d
     log = log_dir / f"{ckpt.name}-{server.label.split()[0]}-{server.graphs}.log"
     try:
         srv = start(server, ckpt, log, python)
-    except (ServerLaunchError, ValueError) as exc:
-        errors = [line.strip() for line in log.read_text(errors="replace").splitlines() if "Error:" in line]
-        row.error = f"does not start: {getattr(exc, 'reason', exc)}" + (f" ({errors[-1][:160]})" if errors else "")
+    except (ServerLaunchError, ValueError) as exc:  # the reason ends with the server's last exception
+        row.error = f"does not start: {getattr(exc, 'reason', exc)}"
         return row
     try:
         row.start_s = round(time.perf_counter() - t0, 1)
@@ -149,21 +149,26 @@ def measure(server: Server, ckpt: Path, reference: Reference, python: str, log_d
     return row
 
 
-def render(rows: list[Row], command: str) -> None:
+def render(rows: list[Row], commands: list[str]) -> None:
+    """The two tables; ``commands``: the full run's, then each ``--only`` run's (whose rows replaced some)."""
+    order = {label: i for i, label in enumerate(["harness (tape, in-process)", *(s.label for s in servers(0))])}
+    rows = sorted(rows, key=lambda r: (CHECKPOINTS.index(r.checkpoint), order.get(r.engine, len(order))))
+    reruns = "".join(f"`, then these rows again: `{c}" for c in commands[1:])
     agree = [r for r in rows if r.equal is not None or (r.error and r.tok_s_1 is None)]
     write_section(
         "cross-engine", "Cross-engine differential: every engine vs transformers on the shipped checkpoints (CPU)",
-        command,
+        commands[0] + reruns,
         "16 lm-eval prompts at once (200-230 tokens), greedy, 48 tokens, top-5 logprobs per token; transformers "
         "(eager attention, fp32, one prompt at a time) is the oracle. A wrong KV block or window moves logprobs by "
-        "whole nats; kernel and summation-order differences stay near 1e-5.\n\n"
-        + markdown_table(["engine", "checkpoint", "answers equal", "worst |Δlogprob| (nats)", "KV memory", "note"],
+        "whole nats; kernel and summation-order differences stay near 1e-5. An engine that cannot serve a "
+        "checkpoint says why in its own words; each such case is written up in docs/FINDINGS.md.\n\n"
+        + markdown_table(["engine", "checkpoint", "answers equal", "worst \\|Δlogprob\\| (nats)", "KV memory", "note"],
                          [[r.engine, r.checkpoint, f"{r.equal}/{r.n}" if r.n else "—",
                            f"{r.worst:.2g}" if r.worst is not None else "—", r.pool, r.error or ""] for r in agree]))
     speed = [r for r in rows if r.tok_s_1 is not None]
     base = next((r for r in speed if r.engine.startswith("harness")), None)
     write_section(
-        "engines-speed", "Engines side by side: tokens/s on the Gemma3 checkpoint (CPU)", command,
+        "engines-speed", "Engines side by side: tokens/s on the Gemma3 checkpoint (CPU)", commands[0],
         f"The same 16 prompts (200-230 tokens), {SPEED_TOKENS} tokens each, EOS ignored, over each server's "
         "OpenAI API: batch 1 is one request after another, 16 is all at once; median of the rounds after a warm-up, "
         "start-up excluded. One server at a time, one run.\n\n"
@@ -180,17 +185,41 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--threads", type=int, default=2, help="torch threads of the harness server (others: all cores)")
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--logs", type=Path, default=REPO / "reports" / "bench-engines")
+    ap.add_argument("--render", action="store_true", help="only re-render the tables from the saved results")
+    ap.add_argument("--only", default=None,
+                    help="measure only the servers whose label starts with this (e.g. SGLang); their rows replace "
+                         "the same engine's and checkpoint's in the saved results, and the tables are re-rendered")
     args = ap.parse_args(argv)
     args.logs.mkdir(parents=True, exist_ok=True)
+    command = "python -m bench.bench_engines " + " ".join(argv if argv is not None else sys.argv[1:])
+    commands_file = OUT.with_suffix(".commands.json")  # the full run's command, then each --only run's
+    if args.render:
+        rows, commands = [Row(**r) for r in json.loads(OUT.read_text())], json.loads(commands_file.read_text())
+    elif args.only:
+        saved = [Row(**r) for r in json.loads(OUT.read_text())]
+        fresh = measure_all(args, lambda s: s.label.startswith(args.only), with_harness=False)
+        keys = {(r.engine, r.checkpoint) for r in fresh}
+        rows = [r for r in saved if (r.engine, r.checkpoint) not in keys] + fresh
+        commands = [*json.loads(commands_file.read_text()), command]
+    else:
+        rows, commands = measure_all(args, lambda s: True, with_harness=True), [command]
+    commands_file.write_text(json.dumps(commands) + "\n")
+    OUT.write_text(json.dumps([asdict(r) for r in rows], indent=1) + "\n")
+    render(rows, commands)
+    return 0
+
+
+def measure_all(args: argparse.Namespace, wanted: Callable[[Server], bool], with_harness: bool) -> list[Row]:
     rows: list[Row] = []
     for name in args.checkpoints.split(","):
         ckpt = MODELS / name
         reference = transformers_reference(ckpt, prompts(), NEW_TOKENS)
-        harness = harness_reference(ckpt, prompts(), NEW_TOKENS)
-        found = agreement(list(zip(harness.answers, harness.tops)), reference)
-        rows.append(Row("harness (tape, in-process)", name, found.equal, found.n, found.worst,
-                        pool="SWA + full pools (hybrid)"))
-        for server in servers(args.threads):
+        if with_harness:
+            harness = harness_reference(ckpt, prompts(), NEW_TOKENS)
+            found = agreement(list(zip(harness.answers, harness.tops)), reference)
+            rows.append(Row("harness (tape, in-process)", name, found.equal, found.n, found.worst,
+                            pool="SWA + full pools (hybrid)"))
+        for server in filter(wanted, servers(args.threads)):
             sglang = isinstance(server.engine, SGLangEngine)
             if (sglang and not args.sglang_python) or (not server.logprobs and name != SPEED_CHECKPOINT):
                 continue  # no SGLang venv named; or nothing to measure (no logprobs, and no speed on this one)
@@ -198,9 +227,7 @@ def main(argv: list[str] | None = None) -> int:
             row = measure(server, ckpt, reference, python, args.logs, name == SPEED_CHECKPOINT, args.repeats)
             print(json.dumps(asdict(row)), flush=True)
             rows.append(row)
-    OUT.write_text(json.dumps([asdict(r) for r in rows], indent=1) + "\n")
-    render(rows, "python -m bench.bench_engines " + " ".join(argv if argv is not None else sys.argv[1:]))
-    return 0
+    return rows
 
 
 if __name__ == "__main__":

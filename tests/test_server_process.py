@@ -153,6 +153,9 @@ def test_a_reason_keeps_one_line_of_the_last_exception(tmp_path: Path) -> None:
                    "ValueError: To serve at least one request " + "x" * 500 + "\nshutting down\n")
     found = last_error(log)
     assert found.startswith(": ValueError: To serve at least one request") and len(found) == ERROR_CHARS + 2
+    log.write_text("ERROR TypeError: unsupported operand\nException: init failed. See stack trace for root cause.\n"
+                   "RuntimeError: Engine core initialization failed. See root cause above.\n")
+    assert last_error(log) == ": TypeError: unsupported operand"  # the cause, not the wrappers pointing at it
     log.write_text("INFO all fine\n")
     assert last_error(log) == "" and last_error(tmp_path / "absent.log") == ""
 

@@ -160,18 +160,21 @@ def launch(command: Command, *, log_path: str | os.PathLike, timeout: float, url
 
 
 _EXCEPTION = re.compile(r"\b([A-Za-z_][\w.]*(?:Error|Exception)): (\S.*)")
+# A wrapper that only points at the real cause (vLLM: "Engine core initialization failed. See root cause above.")
+_POINTS_ELSEWHERE = re.compile(r"root cause|see (the )?(stack trace|above|log)", re.I)
 ERROR_CHARS = 240  # of a server's last exception in a one-line reason
 
 
 def last_error(log_path: Path) -> str:
     """``": <exception>: <message>"`` of the last exception line a server wrote (its own words for why it
-    stopped, e.g. vLLM's "ValueError: To serve at least one request..."), or "" when there is none."""
+    stopped, e.g. vLLM's "ValueError: To serve at least one request..."; wrappers that only say to look above are
+    passed over), or "" when there is none."""
     try:
         lines = log_path.read_text(errors="replace").splitlines()
     except OSError:
         return ""
     for line in reversed(lines):
-        if found := _EXCEPTION.search(line):
+        if (found := _EXCEPTION.search(line)) and not _POINTS_ELSEWHERE.search(found[2]):
             text = f"{found[1]}: {found[2].strip()}"
             return ": " + (text if len(text) <= ERROR_CHARS else text[:ERROR_CHARS - 3] + "...")
     return ""

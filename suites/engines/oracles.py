@@ -118,7 +118,8 @@ def agreement(served: Sequence[tuple[str, Top]], reference: Reference, top: int 
     worst, where = 0.0, None
     for i, ((_, tops), expected) in enumerate(zip(served, reference.tops)):
         if len(tops) != len(expected) or any(len(t) != top for t in tops):
-            raise AssertionError(f"request #{i}: {len(tops)} tokens of logprobs, expected {len(expected)} of {top} each")
+            raise AssertionError(f"request #{i}: {len(tops)} tokens of logprobs, expected {len(expected)} of {top} "
+                                 "each")
         for step, (got, want) in enumerate(zip(tops, expected)):
             delta = max(abs(g - w) for g, w in zip(got, want))
             if delta > worst:
