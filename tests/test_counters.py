@@ -59,3 +59,18 @@ def test_readers_against_a_real_http_server(server: dict[str, bytes]) -> None:
     assert any_counters(url) == Counters(32, 1234)
     server["/health"] = b'{"stats": {"requests_served": 7, "generated_tokens": 70}}'
     assert any_counters(url) == Counters(7, 70)  # the harness server's own counters come first
+
+
+def test_what_a_server_did_over_a_run_is_read_before_it_stops(server: dict[str, bytes]) -> None:
+    """Kept with each run's results: did a vLLM stress arm preempt and hit its prefix cache at all."""
+    from harness.engines.registry import get_engine
+
+    url = server.pop("url").decode()
+    vllm, harness = get_engine("vllm"), get_engine("harness")
+    assert vllm.stats(url) == {} and harness.stats(url) == {}  # nothing exposed: nothing claimed
+    server["/metrics"] = (b'vllm:num_preemptions_total{engine="0"} 4.0\nvllm:prefix_cache_hits_total{engine="0"} 1120\n'
+                          b'vllm:request_success_total{finished_reason="length"} 16\n'
+                          b'vllm:request_success_total{finished_reason="stop"} 2\n')
+    assert vllm.stats(url) == {"preemptions": 4, "prefix_cache_hit_tokens": 1120, "requests": 18}
+    server["/health"] = b'{"stats": {"forward_paths": {"tape": 3}}}'
+    assert harness.stats(url) == {"forward_paths": {"tape": 3}}

@@ -12,11 +12,11 @@ import importlib.util
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Mapping
+from typing import Any, Mapping
 
 from harness.engines.counters import Counters
 from harness.engines.guard import CHILDREN, ChildProcesses
-from harness.engines.identity import Identity, server_identity, server_version
+from harness.engines.identity import Identity, get_json, server_identity, server_version
 from harness.engines.lifecycle import Command, ServerProcess, launch
 from harness.identity import tokenizer_fingerprint, weights_fingerprint
 
@@ -85,6 +85,13 @@ class Engine:
     def counters(self, base_url: str) -> Counters | None:
         """Requests finished and tokens generated so far, for the live progress; None where it exposes none."""
         return None
+
+    def stats(self, base_url: str) -> dict[str, Any]:
+        """What the server did over a run, read once before it stops and kept with the run's results (the harness
+        server: forwards per graph path and tokens, from ``/health``); {} where it says nothing."""
+        health = get_json(base_url, "/health", timeout=5)
+        stats = health.get("stats") if isinstance(health, dict) else None
+        return dict(stats) if isinstance(stats, dict) else {}
 
     def identity(self, base_url: str, spec: ServerSpec) -> Identity:
         """What the server at ``base_url`` reports; ServerUnreachable when it answers nothing."""

@@ -12,10 +12,12 @@ Two of its defaults do not suit a shared 2-core, 24 GB machine, so every launch 
 from __future__ import annotations
 
 import sys
+import urllib.request
 from pathlib import Path
+from typing import Any
 
 from harness.engines.base import Engine, ServerSpec
-from harness.engines.counters import VLLM_METRICS, Counters, metrics_reader
+from harness.engines.counters import VLLM_METRICS, Counters, metrics_reader, prometheus_sums
 from harness.engines.identity import Identity
 from harness.engines.lifecycle import Command
 from harness.env import OFFLINE_ENV
@@ -26,6 +28,9 @@ GRAPHS_OFF_FLAGS = ("--enforce-eager",)
 # fp32 as the harness compares in; blocks of 32 tokens, the CPU build's smallest (it rounds 16 up).
 CPU_FLAGS = ("--dtype", "float32", "--block-size", "32")
 KV_SPACE_GIB = "2"  # 2 GiB of fp32 KV holds about a million tokens of the shipped checkpoints
+STATS = {"vllm:num_preemptions_total": "preemptions", "vllm:prefix_cache_hits_total": "prefix_cache_hit_tokens",
+         "vllm:prefix_cache_queries_total": "prefix_cache_query_tokens",
+         "vllm:request_success_total": "requests", "vllm:generation_tokens_total": "generated_tokens"}
 COMPILE = {"on": "torch.compile (vLLM's default mode for the platform)", "off": "none (--enforce-eager)"}
 
 
@@ -49,6 +54,15 @@ class VLLMEngine(Engine):
 
     def counters(self, base_url: str) -> Counters | None:
         return metrics_reader(*VLLM_METRICS)(base_url)
+
+    def stats(self, base_url: str) -> dict[str, Any]:
+        """Its Prometheus counters that say whether a stress arm stressed: preemptions, prefix-cache hits."""
+        try:
+            with urllib.request.urlopen(base_url.rstrip("/") + "/metrics", timeout=5) as resp:
+                sums = prometheus_sums(resp.read().decode(errors="replace"), tuple(STATS))
+        except (OSError, ValueError):
+            return {}
+        return {short: int(sums[name]) for name, short in STATS.items() if name in sums}
 
     def command(self, spec: ServerSpec) -> Command:
         if spec.fault:

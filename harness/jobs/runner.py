@@ -45,7 +45,7 @@ from harness.evals.samples import find_samples, parse_samples
 from harness.evals.suites import SuiteSpec
 from harness.jobs.cache import response_cache
 from harness.jobs.plan import ArmRun, Comparison, EvalStep, Plan
-from harness.jobs.progress import Progress, health
+from harness.jobs.progress import Progress
 from harness.jobs.provenance import comparison_provenance, job_provenance
 from harness.paths import DEFAULT_FAULT_EFFECTS, DEFAULT_KILL_MATRIX, REPO, shown
 from harness.report import render_report
@@ -178,7 +178,7 @@ def run_arm(run: ArmRun, options: RunOptions, progress: Progress, children: Chil
                 if error is not None and server is not None and not server.alive():
                     arm_error = error  # no later step can run on a dead server
             if server is not None and server.alive():
-                meta["engine"] = health(url).get("stats", {})  # the engine's counters: forwards per path, tokens
+                meta["engine"] = engine.stats(url)  # what it did: forwards per path, tokens, preemptions
             for task in step.tasks:
                 results[task.name] = RunResult(
                     suite=task.name, graphs=str(meta["graphs"]), model=run.model.slug, complete=error is None,
