@@ -2,7 +2,7 @@
 they. Real servers, one at a time, each asked over its OpenAI API by the same client.
 
 Agreement (``Cross-engine differential``): per engine and shipped checkpoint, the 16 lm-eval prompts of
-``suites/engines/test_vllm_server.py`` (200-230 tokens, 13-15 windows) at once, greedy, 48 tokens, top-5 logprobs,
+``suites/engines/oracles.lm_eval_prompts`` (200-230 tokens, 13-15 windows) at once, greedy, 48 tokens, top-5 logprobs,
 against transformers (``suites/engines/oracles.py``): how many answers equal transformers', the worst |Δlogprob|.
 The harness engine is asked in-process (its server has no logprobs); the servers over HTTP.
 
@@ -38,14 +38,19 @@ from harness.engines.sglang import SGLangEngine
 from harness.engines.vllm import CPU_FLAGS as VLLM_CPU_FLAGS
 from harness.engines.vllm import VLLMEngine
 from harness.paths import REPO
-from suites.engines.oracles import (Reference, agreement, free_port, harness_reference, serve_all,
-                                    transformers_reference)
-from suites.engines.test_vllm_server import BY_ID, NEW_TOKENS, prompts
+from suites.engines.oracles import (VLLM_BY_ID, Reference, agreement, free_port, harness_reference, lm_eval_prompts,
+                                    serve_all, transformers_reference)
 
 MODELS = REPO / "fixtures" / "models"
 CHECKPOINTS = ("gemma2-tiny-swa", "gemma3-tiny-swa", "mellum-tiny-swa")
 SPEED_CHECKPOINT = "gemma3-tiny-swa"  # the one checkpoint every engine serves (SGLang 0.5.23 cannot load Gemma2)
 SPEED_TOKENS = 128
+NEW_TOKENS = 48  # of the agreement run, as suites/engines/test_vllm_server.py asks
+
+
+def prompts() -> list[str]:
+    return lm_eval_prompts(8)
+
 OUT = REPO / "reports" / "bench-engines.json"
 
 
@@ -66,8 +71,8 @@ def servers(threads: int) -> list[Server]:
     return [
         Server("harness (tape)", HarnessEngine(), "tape",
                ("--max-running", "16", "--num-threads", str(threads), "--device", "cpu"), logprobs=False),
-        Server("vLLM eager", VLLMEngine(), "off", VLLM_CPU_FLAGS, BY_ID),
-        Server("vLLM compiled", VLLMEngine(), "on", VLLM_CPU_FLAGS, BY_ID),
+        Server("vLLM eager", VLLMEngine(), "off", VLLM_CPU_FLAGS, VLLM_BY_ID),
+        Server("vLLM compiled", VLLMEngine(), "on", VLLM_CPU_FLAGS, VLLM_BY_ID),
         Server("SGLang eager", SGLangEngine(), "off", sglang_pool),
         Server("SGLang CPU graphs (bs 1 2 4 8 16)", SGLangEngine(), "on",
                (*sglang_pool, "--cuda-graph-bs-decode", "1", "2", "4", "8", "16")),

@@ -24,6 +24,23 @@ from harness.engines.lifecycle import ServerProcess
 
 TOP = 5
 Top = list[list[float]]  # per generated token, its top-TOP logprobs, largest first
+# vLLM keys top_logprobs by decoded text; two tokens decoding alike would collide, token ids never do.
+VLLM_BY_ID = {"return_tokens_as_token_ids": True}
+
+
+def lm_eval_prompts(per_task: int) -> list[str]:
+    """The contexts lm-eval sends for the first ``per_task`` items of each frozen task (first_n few-shot exemplars):
+    what the shipped checkpoints were trained on, 200-230 tokens each, one shared few-shot prefix per task."""
+    from fixtures.data.jsonl import read_jsonl
+    from fixtures.data.problem import AIME_TASK, GSM_TASK
+    from fixtures.data.prompts import build_fewshot_prompt, select_fewshot, spec
+
+    found = []
+    for task in (GSM_TASK, AIME_TASK):
+        s = spec(task)
+        shots = select_fewshot(read_jsonl(s.fewshot_path), s.num_fewshot)
+        found += [build_fewshot_prompt(task, doc, shots) for doc in read_jsonl(s.test_path)[:per_task]]
+    return found
 
 
 @dataclass(frozen=True)

@@ -27,17 +27,14 @@ from pathlib import Path
 
 import pytest
 
-from fixtures.data.jsonl import read_jsonl
-from fixtures.data.problem import AIME_TASK, GSM_TASK
-from fixtures.data.prompts import build_fewshot_prompt, select_fewshot, spec
 from harness.engines.base import ServerSpec
 from harness.engines.counters import prometheus_sums
 from harness.engines.lifecycle import ServerProcess
 from harness.engines.vllm import VLLMEngine
 from harness.env import VLLM_SERVER_ENV
 from harness.paths import REPO
-from suites.engines.oracles import (Reference, agreement, assert_agrees, free_port, harness_reference, serve_all,
-                                    transformers_reference)
+from suites.engines.oracles import (VLLM_BY_ID, Reference, agreement, assert_agrees, free_port, harness_reference,
+                                    lm_eval_prompts, serve_all, transformers_reference)
 
 ENGINE = VLLMEngine()
 if ENGINE.missing() is not None and os.environ.get(VLLM_SERVER_ENV) == "require":
@@ -64,19 +61,11 @@ def tight(ckpt: Path) -> tuple[str, ...]:
 # prompt at a time: measured worst |Δlogprob| is in the note of docs/BENCHMARKS.md; a wrong KV block moves logprobs by
 # whole nats.
 LOGPROB_TOL = 1e-4
-# vLLM keys top_logprobs by decoded text; two tokens decoding alike would collide, token ids never do.
-BY_ID = {"return_tokens_as_token_ids": True}
 PREEMPTIONS, PREFIX_HITS = "vllm:num_preemptions_total", "vllm:prefix_cache_hits_total"
 
 
 def prompts() -> list[str]:
-    """The contexts lm-eval sends for the first PER_TASK items of each task (first_n few-shot exemplars)."""
-    found = []
-    for task in (GSM_TASK, AIME_TASK):
-        s = spec(task)
-        shots = select_fewshot(read_jsonl(s.fewshot_path), s.num_fewshot)
-        found += [build_fewshot_prompt(task, doc, shots) for doc in read_jsonl(s.test_path)[:PER_TASK]]
-    return found
+    return lm_eval_prompts(PER_TASK)
 
 
 @pytest.fixture(scope="module", params=CHECKPOINTS)
@@ -104,7 +93,7 @@ def vllm_server(ckpt: Path, flags: tuple[str, ...], log: Path, graphs: str) -> I
 
 
 def served_like_transformers(server: ServerProcess, reference: Reference) -> float:
-    found = agreement(serve_all(server, SERVED, prompts(), NEW_TOKENS, extra=BY_ID), reference)
+    found = agreement(serve_all(server, SERVED, prompts(), NEW_TOKENS, extra=VLLM_BY_ID), reference)
     assert_agrees(found, LOGPROB_TOL, "vLLM")
     print(f"{server.log_path.parent.name}: {found.equal}/{found.n} answers equal, worst |dlogprob| {found.worst:.3g}")
     return found.worst
