@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import sys
 import urllib.request
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -75,6 +76,4 @@ class VLLMEngine(Engine):
     def identity(self, base_url: str, spec: ServerSpec) -> Identity:
         """As every engine's, with the compile mode the arm's flags select (vLLM reports no such thing)."""
         found = super().identity(base_url, spec)
-        return Identity(engine=found.engine, version=found.version, model=found.model, weights=found.weights,
-                        tokenizer=found.tokenizer, flags={**found.flags, "compile": COMPILE[spec.graphs]},
-                        raw=found.raw)
+        return replace(found, flags={**found.flags, "compile": COMPILE[spec.graphs]})
