@@ -14,12 +14,14 @@ import http.client
 import json
 import socket
 import urllib.request
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from harness.engines.base import Engine, ServerSpec
 from harness.engines.lifecycle import ServerProcess
 
 TOP = 5
@@ -63,6 +65,17 @@ class Agreement:
     @property
     def equal(self) -> int:
         return self.n - len(self.wrong)
+
+
+@contextmanager
+def running(engine: Engine, spec: ServerSpec, log: Path, timeout: float) -> Iterator[ServerProcess]:
+    """A server for one test: started as ``swa-harness eval`` starts it, then stopped with its whole process group."""
+    server = engine.start(spec, log_path=log, timeout=timeout)
+    try:
+        yield server
+    finally:
+        code = server.stop()
+        assert not server.alive(), f"the {engine.name} server (exit {code}) outlived its stop"
 
 
 def free_port() -> int:

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterator
-from contextlib import contextmanager
+from typing import ContextManager
 from pathlib import Path
 
 import pytest
@@ -29,8 +29,8 @@ from harness.engines.base import ServerSpec
 from harness.engines.lifecycle import ServerProcess
 from harness.engines.sglang import CPU_FLAGS, SGLangEngine
 from harness.env import SGLANG_PATCH_ENV, SGLANG_SERVER_ENV
-from suites.engines.oracles import (Reference, agreement, assert_agrees, free_port, harness_reference, serve_all,
-                                    transformers_reference)
+from suites.engines.oracles import (Reference, agreement, assert_agrees, free_port, harness_reference, running,
+                                    serve_all, transformers_reference)
 
 ENGINE = SGLangEngine()
 if ENGINE.missing() is not None and os.environ.get(SGLANG_SERVER_ENV) == "require":
@@ -80,17 +80,10 @@ def harness_answers(ckpt: Path) -> list[str]:
     return harness_reference(ckpt, prompts(), NEW_TOKENS).answers
 
 
-@contextmanager
 def sglang_server(ckpt: Path, pool: tuple[str, ...], log: Path, graphs: str = "off",
-                  env: dict[str, str] | None = None) -> Iterator[ServerProcess]:
-    spec = ServerSpec(model=str(ckpt), served_name=SERVED, graphs=graphs, flags=(*CPU_FLAGS, *pool), port=free_port(),
-                      env=env or {})
-    server = ENGINE.start(spec, log_path=log, timeout=600)
-    try:
-        yield server
-    finally:
-        code = server.stop()
-        assert not server.alive(), f"the SGLang server (exit {code}) outlived its stop"
+                  env: dict[str, str] | None = None) -> ContextManager[ServerProcess]:
+    return running(ENGINE, ServerSpec(model=str(ckpt), served_name=SERVED, graphs=graphs, flags=(*CPU_FLAGS, *pool),
+                                      port=free_port(), env=env or {}), log, timeout=600)
 
 
 @pytest.fixture(scope="module")

@@ -21,8 +21,7 @@ from __future__ import annotations
 import os
 import re
 import urllib.request
-from collections.abc import Iterator
-from contextlib import contextmanager
+from typing import ContextManager
 from pathlib import Path
 
 import pytest
@@ -34,7 +33,7 @@ from harness.engines.vllm import VLLMEngine
 from harness.env import VLLM_SERVER_ENV
 from harness.paths import REPO
 from suites.engines.oracles import (VLLM_BY_ID, Reference, agreement, assert_agrees, free_port, harness_reference,
-                                    lm_eval_prompts, serve_all, transformers_reference)
+                                    lm_eval_prompts, running, serve_all, transformers_reference)
 
 ENGINE = VLLMEngine()
 if ENGINE.missing() is not None and os.environ.get(VLLM_SERVER_ENV) == "require":
@@ -81,15 +80,10 @@ def reference(ckpt: Path) -> Reference:
     return found
 
 
-@contextmanager
-def vllm_server(ckpt: Path, flags: tuple[str, ...], log: Path, graphs: str) -> Iterator[ServerProcess]:
-    spec_ = ServerSpec(model=str(ckpt), served_name=SERVED, graphs=graphs, flags=flags, port=free_port())
-    server = ENGINE.start(spec_, log_path=log, timeout=900)
-    try:
-        yield server
-    finally:
-        code = server.stop()
-        assert not server.alive(), f"the vLLM server (exit {code}) outlived its stop"
+def vllm_server(ckpt: Path, flags: tuple[str, ...], log: Path,
+                graphs: str) -> ContextManager[ServerProcess]:
+    return running(ENGINE, ServerSpec(model=str(ckpt), served_name=SERVED, graphs=graphs, flags=flags,
+                                      port=free_port()), log, timeout=900)
 
 
 def served_like_transformers(server: ServerProcess, reference: Reference) -> float:
