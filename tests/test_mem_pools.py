@@ -180,10 +180,10 @@ def test_paged_allocator_hands_out_whole_contiguous_pages():
     assert slots.tolist() == [4, 5, 6, 7, 8, 9, 10, 11]
     with pytest.raises(AlignmentError, match="multiple of page_size"):
         alloc.alloc(3)
-    with pytest.raises(AlignmentError, match="whole pages"):
-        alloc.free(slots[:2])
-    alloc.free(slots[4:])
+    alloc.free(slots[4:6])  # a request's partly used last page is freed with its used slots
     assert alloc.available_size() == 12
+    with pytest.raises(DoubleFreeError):
+        alloc.free(slots[5:7])
     with pytest.raises(PaddingSlotError):
         alloc.free(idx(0, 1, 2, 3))
     assert alloc.alloc(16) is None
@@ -306,3 +306,34 @@ def test_set_kv_buffer_accepts_a_pretranslated_swa_loc_of_the_pool_dtype_only():
     assert torch.equal(pool.get_key_buffer(0)[swa], k)
     with pytest.raises(IndexContractError, match="swa_loc must have dtype torch.int32"):
         pool.set_kv_buffer(0, loc, k, k, swa_loc=swa.long())
+
+
+def test_paged_requests_fill_their_last_page_before_taking_a_new_one():
+    alloc = TokenToKVPoolAllocator(16, page_size=4)
+    first = alloc.alloc_extend([0, 0], [3, 6], [-1, -1])  # two new requests: 1 page and 2 pages
+    assert first.tolist() == [4, 5, 6, 8, 9, 10, 11, 12, 13]
+    assert alloc.available_size() == 4
+    grown = alloc.alloc_extend([3, 6], [4, 7], [6, 13])  # each continues on the page of its last token
+    assert grown.tolist() == [7, 14]
+    assert alloc.alloc_extend([4], [5], [7]).tolist() == [16]  # a full page: a new one
+    assert alloc.alloc_extend([5], [9], [16]) is None and alloc.available_size() == 0  # needs a page: none left
+    with pytest.raises(PoolError, match="last slot"):
+        alloc.alloc_extend([2], [3], [8])  # token 1 of a request cannot live at offset 0 of a page
+
+
+def test_paged_swa_requests_page_in_step_and_leave_the_window_by_whole_pages():
+    pool, allocator = build_swa(size=32, size_swa=16, page_size=4)
+    loc = allocator.alloc_extend([0], [6], [-1])
+    swa = allocator.full_to_swa_index_mapping[loc]
+    assert (loc % 4).tolist() == (swa % 4).tolist() == [0, 1, 2, 3, 0, 1]
+    loc7 = allocator.alloc_decode([7], [int(loc[-1])])
+    assert int(loc7) == int(loc[-1]) + 1 and int(allocator.full_to_swa_index_mapping[loc7]) == int(swa[-1]) + 1
+    with pytest.raises(AlignmentError, match="whole pages"):
+        allocator.free_swa(loc[:2])  # the rest of that page is still in the window
+    allocator.free_swa(loc[:4])
+    assert allocator.swa_available_size() == 12 and allocator.full_available_size() == 24
+    with pytest.raises(PoolError, match="still hold SWA slots"):
+        allocator.free_full(loc[4:])
+    allocator.free_full(loc[:4])
+    allocator.free(torch.cat([loc[4:], loc7]))  # the partly used last page goes with its used slots
+    assert (allocator.full_available_size(), allocator.swa_available_size()) == (32, 16)

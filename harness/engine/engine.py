@@ -59,6 +59,7 @@ class EngineConfig:
     max_prefill_tokens: int = 1024  # prefill tokens per step
     full_pool_size: int | None = None  # default: max_running x context, shrunk to kv_memory_fraction (warned)
     swa_pool_size: int | None = None
+    page_size: int = 1  # KV slots per page; above 1 requests grow page by page (SGLang's paged allocators)
     kv_memory_fraction: float = 0.25  # share of available memory the default full pool may take
     num_threads: int | None = None  # torch intra-op threads; small models on CPU run fastest on 1
     extend_graphs: bool = True  # with graphs on, prefill/extend batches run piecewise graphs too
@@ -72,7 +73,7 @@ class EngineConfig:
             value = getattr(self, name)
             if value is not None and value not in DTYPES:
                 raise ValueError(f"{name} must be one of {sorted(DTYPES)}, got {value!r}")
-        for name in ("max_running_requests", "chunk_size", "max_prefill_tokens"):
+        for name in ("max_running_requests", "chunk_size", "max_prefill_tokens", "page_size"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
         if self.cpu_kernels not in KERNEL_MODES:
@@ -136,22 +137,26 @@ class Engine:
         full pool only admits fewer long requests at once; it never fails mid-generation."""
         cfg, limits = self.model_config, self.config
         default = PoolSizes.default(max_running=limits.max_running_requests, max_context_len=self.max_context_len,
-                                    window=cfg.swa_window, max_prefill_tokens=limits.max_prefill_tokens)
+                                    window=cfg.swa_window, max_prefill_tokens=limits.max_prefill_tokens,
+                                    page_size=limits.page_size)
         kv_dtype = DTYPES[limits.kv_dtype] if limits.kv_dtype else self.model.dtype
         full_size = limits.full_pool_size or self._fit_full_pool(default.full_size, kv_dtype)
         swa_size = limits.swa_pool_size or default.swa_size
         if swa_size < default.swa_size:
             raise ValueError(
                 f"swa_pool_size={swa_size} cannot serve max_running_requests x window + max_prefill_tokens "
-                f"= {default.swa_size} slots; raise it or lower those limits"
+                f"= {default.swa_size} slots (in whole pages of {limits.page_size}); raise it or lower those limits"
             )
+        for name, size in (("full_pool_size", full_size), ("swa_pool_size", swa_size)):
+            if size % limits.page_size:
+                raise ValueError(f"{name}={size} is not a whole number of pages of {limits.page_size} slots")
         return HybridPoolSpec(
             size=full_size, size_swa=swa_size,
             swa_layers=cfg.sliding_layer_ids, full_layers=cfg.full_layer_ids,
             dtype=kv_dtype,
             head_num=cfg.num_key_value_heads, head_dim=cfg.head_dim,
             max_requests=limits.max_running_requests, max_context_len=self.max_context_len,
-            device=self.model.embed.device,
+            page_size=limits.page_size, device=self.model.embed.device,
         )
 
     def _fit_full_pool(self, wanted: int, kv_dtype: torch.dtype) -> int:
@@ -163,7 +168,8 @@ class Engine:
         budget = int(available * self.config.kv_memory_fraction)
         if wanted * per_token <= budget:
             return wanted
-        fitted = max(self.max_context_len, budget // per_token)
+        ps = self.config.page_size
+        fitted = max(-(-self.max_context_len // ps), budget // per_token // ps) * ps  # whole pages
         logger.warning("full KV pool capped at %d slots (%.2f GiB), not max_running_requests x max_context_len = "
                        "%d x %d = %d slots (%.2f GiB): kv_memory_fraction=%.2f of the %.1f GiB available; fewer "
                        "long requests run at once (pass full_pool_size to override)",

@@ -13,6 +13,7 @@ import torch
 from harness.engine.attention_backend import PoolAttentionBackend
 from harness.engine.cpu_kernels import CpuKernels
 from harness.engine.forward_batch import ForwardBatch
+from harness.engine.scheduler import pages, swa_slots_needed
 from harness.graph.backends import make_backend, resolve_mode
 from harness.graph.buffers import DecodeInputs
 from harness.graph.extend_buffers import ExtendInputs
@@ -35,10 +36,13 @@ class PoolSizes:
     swa_size: int
 
     @classmethod
-    def default(cls, *, max_running: int, max_context_len: int, window: int | None, max_prefill_tokens: int) -> "PoolSizes":
-        # The SWA pool is sized for the window, not for whole sequences (see scheduler.py).
-        swa = max_running * (window or 1) + max_prefill_tokens
-        return cls(max_running, max_context_len, full_size=max_running * max_context_len, swa_size=swa)
+    def default(cls, *, max_running: int, max_context_len: int, window: int | None, max_prefill_tokens: int,
+                page_size: int = 1) -> "PoolSizes":
+        # The SWA pool is sized for the window, not for whole sequences (see scheduler.py); both in whole pages.
+        swa = swa_slots_needed(max_running=max_running, window=window, max_prefill_tokens=max_prefill_tokens,
+                               page_size=page_size)
+        full = max_running * pages(max_context_len, page_size) * page_size
+        return cls(max_running, max_context_len, full_size=full, swa_size=swa)
 
 
 def kv_len_buckets(max_context_len: int, smallest: int = 64, growth: int = 2) -> list[int]:

@@ -7,6 +7,11 @@ Memory policy, chosen so the engine can never deadlock or run out mid-generation
   back via ``free_swa``), so a pool of ``max_running * window + max_prefill_tokens`` slots serves
   every decode step and every prefill chunk; the engine checks this size at start-up.
 A request that could not fit even into an empty engine is refused when it is added.
+
+Pages (``page_size > 1``), as SGLang's scheduler does them: a request grows with ``alloc_extend`` and
+``alloc_decode``, each filling the page of its last token before taking a new one, so its last page
+is usually partly used; the window gives back whole pages only (everything before the page that
+holds the oldest visible token); reservations and pool sizes count whole pages (``pool_sizes``).
 """
 
 from __future__ import annotations
@@ -20,6 +25,19 @@ from harness.engine.forward_batch import ForwardBatch, ForwardMode
 from harness.engine.request import Req
 from harness.mem import ReqToTokenPool, SWATokenToKVPoolAllocator
 from harness.mem.index import LOC_DTYPE
+
+
+def pages(tokens: int, page_size: int) -> int:
+    return -(-tokens // page_size)
+
+
+def swa_slots_needed(*, max_running: int, window: int | None, max_prefill_tokens: int, page_size: int = 1) -> int:
+    """The SWA pool that serves every step (see the module docstring). Between steps a request holds the
+    pages from the one with its oldest visible token on: at most ``pages(window - 1 + page_size - 1)``;
+    a step adds a page per request (a decode token, or the partial pages around a chunk) and the
+    step's prefill tokens. At page size 1 that is ``max_running * window + max_prefill_tokens``."""
+    held = pages((window or 1) - 1 + page_size - 1, page_size) + 1
+    return (max_running * held + pages(max_prefill_tokens, page_size)) * page_size
 
 
 @dataclass
@@ -46,6 +64,7 @@ class Scheduler:
         self.chunk_size = chunk_size
         self.max_prefill_tokens = max_prefill_tokens
         self.window = window
+        self.page_size = allocator.page_size
         self.device = allocator.device
         self.waiting: deque[Req] = deque()
         self.running: list[Req] = []
@@ -65,15 +84,19 @@ class Scheduler:
     def _admit(self) -> None:
         while self.waiting and len(self.running) < self.max_running:
             req = self.waiting[0]
-            if self.reserved_tokens + req.max_total_tokens > self.allocator.size:
+            if self.reserved_tokens + self._reservation(req) > self.allocator.size:
                 break  # waits for running requests to finish
             slots = self.req_to_token_pool.alloc(1)
             if slots is None:
                 break
             self.waiting.popleft()
             req.req_pool_idx = slots[0]
-            req.reserved_tokens = req.max_total_tokens
+            req.reserved_tokens = self._reservation(req)
             self.running.append(req)
+
+    def _reservation(self, req: Req) -> int:
+        """A request's worst case in full slots: whole pages."""
+        return pages(req.max_total_tokens, self.page_size) * self.page_size
 
     # -- one step --------------------------------------------------------------------------------
 
@@ -100,7 +123,7 @@ class Scheduler:
         """Allocate the new tokens' slots, record them in req_to_token, and describe the forward."""
         is_decode = sched.mode.is_decode()
         lens = [1] * len(sched.reqs) if is_decode else sched.extend_lens
-        loc = self.allocator.alloc(sum(lens))
+        loc = self._alloc(sched.reqs, lens, is_decode)
         assert loc is not None, "admission reserved these slots"
         loc = loc.clone()  # the allocator hands out a view of its free list
         input_ids, positions, seq_lens, start = [], [], [], 0
@@ -129,6 +152,16 @@ class Scheduler:
             logits_indices=None if is_decode else torch.tensor(logits_rows, dtype=torch.int64, device=dev),
         )
 
+    def _alloc(self, reqs: list[Req], lens: list[int], is_decode: bool) -> torch.Tensor | None:
+        if self.page_size == 1:  # slots are interchangeable: one allocation for the batch
+            return self.allocator.alloc(sum(lens))
+        prefix = [r.kv_len for r in reqs]
+        seq = [p + n for p, n in zip(prefix, lens)]
+        last = self.req_to_token_pool.last_slots([r.req_pool_idx for r in reqs], prefix)
+        if is_decode:
+            return self.allocator.alloc_decode(seq, last)
+        return self.allocator.alloc_extend(prefix, seq, last)
+
     @staticmethod
     def _logits_rows(sched: ScheduledBatch, lens: list[int], seq_lens: list[int]) -> list[int]:
         """Extend rows whose logits are needed: the last prompt token of requests finishing prefill."""
@@ -156,7 +189,7 @@ class Scheduler:
             return
         leaving = []
         for req in reqs:
-            keep_from = max(0, req.kv_len - self.window + 1)
+            keep_from = max(0, req.kv_len - self.window + 1) // self.page_size * self.page_size  # whole pages
             if keep_from > req.swa_evicted:
                 leaving.append((req.req_pool_idx, req.swa_evicted, keep_from))
                 req.swa_evicted = keep_from

@@ -8,6 +8,8 @@ dtype, device or rank — raises a ``PoolError`` naming the problem, before any 
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import torch
 
 from harness.mem.errors import AlignmentError, DoubleFreeError, PaddingSlotError, PoolError
@@ -17,8 +19,10 @@ from harness.mem.index import LOC_DTYPE, check_index, check_slot_range, slot_bou
 class TokenToKVPoolAllocator:
     """Owns slots ``page_size .. size + page_size - 1``; page 0 (slots ``0 .. page_size - 1``) is padding.
 
-    With ``page_size > 1`` every allocation covers whole pages and the slots of a page are
-    contiguous, so token ``i`` of a page lives at ``page * page_size + i``.
+    With ``page_size > 1`` the slots of a page are contiguous, so token ``i`` of a page lives at
+    ``page * page_size + i``. ``alloc`` hands out whole pages; ``alloc_extend`` grows requests, each
+    first filling the page its last token is on (SGLang's paged allocator), so a request's last page
+    is usually partly used, and freeing a request's slots frees the pages they are on.
     """
 
     def __init__(self, size: int, page_size: int = 1, device: str | torch.device = "cpu") -> None:
@@ -59,6 +63,34 @@ class TokenToKVPoolAllocator:
             return pages
         return (pages[:, None] * self.page_size + self._page_offsets).reshape(-1)
 
+    def alloc_extend(self, prefix_lens: Sequence[int], seq_lens: Sequence[int],
+                     last_loc: Sequence[int]) -> torch.Tensor | None:
+        """Slots for tokens ``prefix_lens[i] .. seq_lens[i] - 1`` of each request, in order, or ``None``
+        (nothing taken) when the new pages do not fit. ``last_loc[i]`` is the slot of the request's last
+        token (-1: none); its page is filled first, then whole new pages are taken."""
+        if not len(prefix_lens) == len(seq_lens) == len(last_loc):
+            raise PoolError(f"alloc_extend: {len(prefix_lens)} prefix lengths, {len(seq_lens)} sequence lengths "
+                            f"and {len(last_loc)} last slots for one batch")
+        ps = self.page_size
+        new_pages = 0
+        for prefix, seq, last in zip(prefix_lens, seq_lens, last_loc):
+            if not 0 <= prefix <= seq:
+                raise PoolError(f"alloc_extend: a request grows from {prefix} to {seq} tokens")
+            if prefix % ps and (last < ps or (last + 1) % ps != prefix % ps):
+                raise PoolError(f"alloc_extend: last slot {last} is not where token {prefix - 1} of a "
+                                f"page-aligned request lives (page_size {ps})")
+            new_pages += -(-seq // ps) - -(-prefix // ps)
+        if new_pages > self.free_pages.numel():
+            return None
+        pages, self.free_pages = self.free_pages[:new_pages], self.free_pages[new_pages:]
+        self._page_is_free.index_put_((pages,), self._taken)
+        out, taken = [], iter(pages.tolist())
+        for prefix, seq, last in zip(prefix_lens, seq_lens, last_loc):
+            for pos in range(prefix, seq):
+                out.append(last + 1 if pos % ps else next(taken) * ps)
+                last = out[-1]
+        return torch.tensor(out, dtype=LOC_DTYPE, device=self.device)
+
     def pages_of(self, free_index: torch.Tensor) -> torch.Tensor:
         """Validate slots about to be freed and return their distinct pages; raises before any change."""
         check_index("free_index", free_index, device=self.device)
@@ -73,18 +105,17 @@ class TokenToKVPoolAllocator:
         pages = self.page_index(free_index)
         if pages.numel() > 1:  # sorted and deduplicated; one slot needs neither
             pages = torch.unique(pages)
-        if pages.numel() * self.page_size != free_index.numel():
-            if self.page_size == 1:
-                raise DoubleFreeError(f"free_index names a slot more than once: {free_index.tolist()}")
-            raise AlignmentError(f"free_index must cover whole pages of {self.page_size} slots exactly once")
+        if self.page_size == 1 and pages.numel() != free_index.numel():
+            raise DoubleFreeError(f"free_index names a slot more than once: {free_index.tolist()}")
         if self.page_size > 1 and torch.unique(free_index).numel() != free_index.numel():
-            raise AlignmentError(f"free_index must cover whole pages of {self.page_size} slots exactly once")
+            raise DoubleFreeError(f"free_index names a slot more than once: {free_index.tolist()}")
         if self._page_is_free.index_select(0, pages).any():  # the failing path alone pays for naming them
             already_free = pages[self._page_is_free[pages]]
             raise DoubleFreeError(f"{'slots' if self.page_size == 1 else 'pages'} {already_free.tolist()} are already free")
         return pages
 
     def free(self, free_index: torch.Tensor) -> None:
+        """Free the pages these slots are on: a request's last page is freed with its used slots alone."""
         pages = self.pages_of(free_index)
         if pages.numel() == 0:
             return

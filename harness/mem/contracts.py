@@ -96,6 +96,8 @@ class KVAllocator(Protocol):
     """Full slots: the engine refuses a request larger than the pool, the scheduler reserves against it."""
     size_swa: int
     """SWA slots: the engine's idle check and the accounting suites count against it."""
+    page_size: int
+    """Slots per page: above 1 the scheduler grows requests with ``alloc_extend``/``alloc_decode``."""
     device: torch.device
     """The scheduler builds its batch tensors on it."""
     full_to_swa_index_mapping: torch.Tensor
@@ -119,8 +121,25 @@ class KVAllocator(Protocol):
         """The scheduler's slots for a batch's new tokens; ``None`` when either pool is full."""
         ...
 
+    def alloc_extend(self, prefix_lens: Sequence[int], seq_lens: Sequence[int],
+                     last_loc: Sequence[int]) -> torch.Tensor | None:
+        """Paged: each request's new tokens, continuing the page of its last token (``last_loc``, -1: none)."""
+        ...
+
+    def alloc_decode(self, seq_lens: Sequence[int], last_loc: Sequence[int]) -> torch.Tensor | None:
+        """Paged: one new token per request, a new page only where the last one is full."""
+        ...
+
     def free(self, free_index: torch.Tensor) -> None:
         """The scheduler frees a finished request's slots (any of them may have left the window)."""
+        ...
+
+    def free_full(self, free_index: torch.Tensor) -> None:
+        """Full slots whose SWA slots already left the window (the suites drive it; SGLang's scheduler too)."""
+        ...
+
+    def available_size(self) -> int:
+        """Tokens a new allocation can take: the smaller of the two pools' free slots."""
         ...
 
     def free_swa(self, free_index: torch.Tensor) -> None:

@@ -99,3 +99,10 @@ class ReqToTokenPool:
                                          f"{self.size} slots x max_context_len={width}")
         flat = [i for slot, start, end in ranges for i in range(slot * width + start, slot * width + end)]
         return self.req_to_token.view(-1).index_select(0, torch.tensor(flat, dtype=torch.int64, device=self.device))
+
+    def last_slots(self, req_pool_indices: list[int], lengths: list[int]) -> list[int]:
+        """The full slot of each request's last token (position ``length - 1``), -1 where it has none yet:
+        where a paged allocation continues."""
+        ranges = [(slot, n - 1, n) for slot, n in zip(req_pool_indices, lengths) if n > 0]
+        held = iter(self.read_tokens(ranges).tolist()) if ranges else iter(())
+        return [next(held) if n > 0 else -1 for n in lengths]

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import torch
 
 from harness.mem.allocator import TokenToKVPoolAllocator
@@ -74,8 +76,34 @@ class SWATokenToKVPoolAllocator:
         self._kvcache.on_mapping_changed("alloc")
         return full
 
+    def alloc_extend(self, prefix_lens: Sequence[int], seq_lens: Sequence[int],
+                     last_loc: Sequence[int]) -> torch.Tensor | None:
+        """Grow each request from ``prefix_lens[i]`` to ``seq_lens[i]`` tokens; ``last_loc[i]`` is the full
+        slot of its last token (-1: a new request). Both pools page in step: the SWA side continues from
+        the SWA peer of the same last token, so a token's full and SWA slots sit at the same offset of
+        their pages. ``None``, with nothing taken, when either pool lacks the new pages."""
+        last = torch.tensor(list(last_loc), dtype=torch.int64, device=self.device)
+        swa_last = self.full_to_swa_index_mapping[last].tolist()  # -1 maps to -1 (the trailing entry)
+        if any(s == 0 for s in swa_last):
+            raise PoolError(f"alloc_extend: a request's last token (full slots {list(last_loc)}) holds no SWA slot; "
+                            "it cannot have left the window")
+        ps = self.page_size
+        new_pages = sum(-(-seq // ps) - -(-prefix // ps) for prefix, seq in zip(prefix_lens, seq_lens)) * ps
+        if new_pages > self.available_size():
+            return None
+        full = self.full_attn_allocator.alloc_extend(prefix_lens, seq_lens, last_loc)
+        swa = self.swa_attn_allocator.alloc_extend(prefix_lens, seq_lens, swa_last)
+        assert full is not None and swa is not None  # guaranteed by the size check above
+        self.full_to_swa_index_mapping[full] = swa
+        self._kvcache.on_mapping_changed("alloc")  # the same mutation point as alloc: new tokens get mappings
+        return full
+
+    def alloc_decode(self, seq_lens: Sequence[int], last_loc: Sequence[int]) -> torch.Tensor | None:
+        """One new token per request (its ``seq_lens[i]``-th): ``alloc_extend`` from ``seq_lens[i] - 1``."""
+        return self.alloc_extend([n - 1 for n in seq_lens], seq_lens, last_loc)
+
     def free(self, free_index: torch.Tensor) -> None:
-        """Give back full slots and whatever SWA slots they still hold."""
+        """Give back full slots and whatever SWA slots they still hold (with their pages)."""
         check_index("free_index", free_index, device=self.device)
         if free_index.numel() == 0:
             return
@@ -103,9 +131,23 @@ class SWATokenToKVPoolAllocator:
         if not swa.all():
             released = free_index[swa == 0]
             raise DoubleFreeError(f"free_swa: full slots {released.tolist()} hold no SWA slot (already released)")
+        if self.page_size > 1 and torch.unique(free_index // self.page_size).numel() * self.page_size != free_index.numel():
+            raise AlignmentError(f"free_swa: a window frees whole pages of {self.page_size} slots, got "
+                                 f"{free_index.tolist()}; the rest of a page is still in the window")
         self.swa_attn_allocator.free(swa)
         self.full_to_swa_index_mapping[free_index] = 0
         self._kvcache.on_mapping_changed("free_swa")
+
+    def free_full(self, free_index: torch.Tensor) -> None:
+        """Give back full slots whose SWA slots already left the window (SGLang's scheduler frees those apart)."""
+        check_index("free_index", free_index, device=self.device)
+        if free_index.numel() == 0:
+            return
+        check_slot_range("free_index", free_index, low=self.page_size, high=self.size + self.page_size)
+        held = self.full_to_swa_index_mapping.index_select(0, free_index)
+        if held.any():
+            raise PoolError(f"free_full: full slots {free_index[held != 0].tolist()} still hold SWA slots; use free")
+        self.full_attn_allocator.free(free_index)  # the mapping already reads 0 here: nothing to invalidate
 
     def set_full_to_swa_mapping(self, full_index: torch.Tensor, swa_index: torch.Tensor) -> None:
         """Overwrite mapping entries directly (cache restore paths); the caller owns their consistency."""

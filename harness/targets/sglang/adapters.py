@@ -14,6 +14,7 @@ Where the two designs differ, the adapter follows SGLang's own callers:
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import torch
@@ -115,11 +116,32 @@ class SGLangAllocatorAdapter:
     def alloc(self, need_size: int) -> torch.Tensor | None:
         if self.page_size == 1:
             out = self.sglang.alloc(need_size)
-        else:  # paged allocators only allocate through alloc_extend: one fresh request of need_size tokens
-            lens = torch.tensor([need_size], dtype=torch.int64, device=self.device)
-            none = torch.zeros_like(lens)
-            out = self.sglang.alloc_extend(none, none.cpu(), lens, lens.cpu(), torch.full_like(lens, -1), need_size)
+            return None if out is None else out.to(LOC_DTYPE)
+        return self.alloc_extend([0], [need_size], [-1])  # paged: one fresh request of need_size tokens
+
+    def _lens(self, values: Sequence[int]) -> tuple[torch.Tensor, torch.Tensor]:
+        cpu = torch.tensor(list(values), dtype=torch.int64)
+        return cpu.to(self.device), cpu
+
+    def alloc_extend(self, prefix_lens: Sequence[int], seq_lens: Sequence[int],
+                     last_loc: Sequence[int]) -> torch.Tensor | None:
+        """SGLang's scheduler: ``alloc`` of the batch's new tokens at page size 1, ``alloc_extend`` above."""
+        if self.page_size == 1:
+            return self.alloc(sum(seq_lens) - sum(prefix_lens))
+        (prefix, prefix_cpu), (seq, seq_cpu) = self._lens(prefix_lens), self._lens(seq_lens)
+        last = self._lens(last_loc)[0]
+        out = self.sglang.alloc_extend(prefix, prefix_cpu, seq, seq_cpu, last, sum(seq_lens) - sum(prefix_lens))
         return None if out is None else out.to(LOC_DTYPE)
+
+    def alloc_decode(self, seq_lens: Sequence[int], last_loc: Sequence[int]) -> torch.Tensor | None:
+        if self.page_size == 1:
+            return self.alloc(len(seq_lens))
+        seq, seq_cpu = self._lens(seq_lens)
+        out = self.sglang.alloc_decode(seq, seq_cpu, self._lens(last_loc)[0])
+        return None if out is None else out.to(LOC_DTYPE)
+
+    def free_full(self, free_index: torch.Tensor) -> None:
+        self.sglang.free_full(_long(free_index))
 
     def free(self, free_index: torch.Tensor) -> None:
         if free_index.numel() == 0:
