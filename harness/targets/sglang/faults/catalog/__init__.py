@@ -4,8 +4,10 @@ from __future__ import annotations
 
 from harness.targets.sglang.faults import SGLangFault
 from harness.targets.sglang.faults.catalog import (
+    alloc_decode_swa_last_loc_untranslated,
     free_swa_keeps_mapping,
     registry_out_cache_loc_not_zeroed,
+    release_swa_keeps_padding_page,
     seq_lens_padded_with_zero,
     set_kv_buffer_stale_swa_loc,
     swa_write_ids_not_sink_padded,
@@ -19,6 +21,8 @@ SGLANG_FAULTS: dict[str, SGLangFault] = {
         seq_lens_padded_with_zero,
         free_swa_keeps_mapping,
         set_kv_buffer_stale_swa_loc,
+        alloc_decode_swa_last_loc_untranslated,
+        release_swa_keeps_padding_page,
     )
 }
 
