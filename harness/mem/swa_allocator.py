@@ -43,6 +43,7 @@ class SWATokenToKVPoolAllocator:
         self._kvcache = kvcache
         self.full_to_swa_index_mapping = torch.zeros(size + page_size + 1, dtype=LOC_DTYPE, device=self.device)
         self.full_to_swa_index_mapping[-1] = -1
+        self._free_group: list | None = None  # (free, index) calls held until free_group_end
         self.register_mapping()
 
     def register_mapping(self) -> None:
@@ -105,6 +106,8 @@ class SWATokenToKVPoolAllocator:
     def free(self, free_index: torch.Tensor) -> None:
         """Give back full slots and whatever SWA slots they still hold (with their pages)."""
         check_index("free_index", free_index, device=self.device)
+        if self._held(self.free, free_index):
+            return
         if free_index.numel() == 0:
             return
         full_pages = self.full_attn_allocator.pages_of(free_index)
@@ -120,6 +123,8 @@ class SWATokenToKVPoolAllocator:
     def free_swa(self, free_index: torch.Tensor) -> None:
         """Give back only the SWA slots of tokens that left the window; they keep their full slots."""
         check_index("free_index", free_index, device=self.device)
+        if self._held(self.free_swa, free_index):
+            return
         if free_index.numel() == 0:
             return
         check_slot_range("free_index", free_index, low=self.page_size, high=self.size + self.page_size)
@@ -141,6 +146,8 @@ class SWATokenToKVPoolAllocator:
     def free_full(self, free_index: torch.Tensor) -> None:
         """Give back full slots whose SWA slots already left the window (SGLang's scheduler frees those apart)."""
         check_index("free_index", free_index, device=self.device)
+        if self._held(self.free_full, free_index):
+            return
         if free_index.numel() == 0:
             return
         check_slot_range("free_index", free_index, low=self.page_size, high=self.size + self.page_size)
@@ -162,7 +169,49 @@ class SWATokenToKVPoolAllocator:
         self.full_to_swa_index_mapping[full_index] = swa_index
         self._kvcache.on_mapping_changed("set_full_to_swa_mapping")
 
+    # -- SGLang's scheduler-facing forms of the frees ------------------------------------------
+
+    def _segment_start(self, start_pos: int) -> None:
+        if start_pos % self.page_size:
+            raise AlignmentError(f"a kv-row segment starts at position {start_pos}, not on a page of {self.page_size}")
+
+    def free_segment(self, free_index: torch.Tensor, *, start_pos: int) -> None:
+        """``free`` of a request's positions ``start_pos ..`` (a page-aligned start): how SGLang's
+        scheduler frees a finished request's row."""
+        self._segment_start(start_pos)
+        self.free(free_index)
+
+    def free_swa_segment(self, free_index: torch.Tensor, *, start_pos: int) -> None:
+        """``free_swa`` of positions ``start_pos ..``: how SGLang's scheduler slides a window."""
+        self._segment_start(start_pos)
+        self.free_swa(free_index)
+
+    def free_full_segment(self, free_index: torch.Tensor, *, start_pos: int) -> None:
+        self._segment_start(start_pos)
+        self.free_full(free_index)
+
+    def free_group_begin(self) -> None:
+        """Hold every free until ``free_group_end`` (SGLang batches a step's frees this way)."""
+        if self._free_group is not None:
+            raise PoolError("free groups cannot be nested")
+        self._free_group = []
+
+    def free_group_end(self) -> None:
+        held, self._free_group = self._free_group, None
+        if held is None:
+            raise PoolError("free_group_end without free_group_begin")
+        for free, index in held:
+            free(index)
+
+    def _held(self, free, free_index: torch.Tensor) -> bool:
+        """Inside a free group: keep a copy of the call for the group's end."""
+        if self._free_group is None:
+            return False
+        self._free_group.append((free, free_index.clone()))
+        return True
+
     def clear(self) -> None:
+        self._free_group = None
         self.full_attn_allocator.clear()
         self.swa_attn_allocator.clear()
         self.full_to_swa_index_mapping.zero_()

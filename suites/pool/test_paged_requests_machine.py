@@ -4,8 +4,9 @@ requests, as a scheduler drives them).
 
 Steps: a batch of requests grows (``alloc_extend``: new requests and prefill chunks, ending anywhere in a
 page), a batch decodes one token each (``alloc_decode``), a request's oldest whole pages leave the window
-(``free_swa``), a request finishes with its last page partly used (``free``, or ``free_full`` for what
-already left the window, then ``free``), everything is cleared. An allocation the model says does not fit
+(``free_swa``, or the scheduler's ``free_swa_segment``), a request finishes with its last page partly
+used (``free``; ``free_full`` for what already left the window, then ``free``; or the scheduler's row
+segments), several finish in one free group, everything is cleared. An allocation the model says does not fit
 must return ``None`` and take nothing.
 
 After every step: a request's tokens sit at consecutive offsets of its pages, its SWA slots at the same
@@ -114,27 +115,48 @@ def machine_for(target: Target, page_size: int) -> type[RuleBasedStateMachine]:
             self._grow(data, decode=True)
 
         @precondition(lambda self: any(len(r.full) - 1 >= r.evicted + ps for r in self.reqs.values()))
-        @rule(data=st.data())
-        def window_leaves(self, data):
-            """The request's oldest pages leave the window; the page with its last token never does."""
+        @rule(data=st.data(), segment=st.booleans())
+        def window_leaves(self, data, segment):
+            """The request's oldest pages leave the window, as a set (``free_swa``) or as the scheduler's
+            row segment (``free_swa_segment``); the page with its last token never does."""
             movable = sorted(rid for rid, r in self.reqs.items() if len(r.full) - 1 >= r.evicted + ps)
             req = self.reqs[data.draw(st.sampled_from(movable))]
             whole = ((len(req.full) - 1) // ps * ps - req.evicted) // ps
             end = req.evicted + data.draw(st.integers(1, whole)) * ps
-            self.allocator.free_swa(torch.tensor(req.full[req.evicted:end], dtype=torch.int32))
+            leaving = torch.tensor(req.full[req.evicted:end], dtype=torch.int32)
+            if segment:
+                self.allocator.free_swa_segment(leaving, start_pos=req.evicted)
+            else:
+                self.allocator.free_swa(leaving)
             req.swa[req.evicted:end] = [0] * (end - req.evicted)
             req.evicted = end
 
-        @precondition(lambda self: self.reqs)
-        @rule(data=st.data(), split=st.booleans())
-        def finish(self, data, split):
-            rid = data.draw(st.sampled_from(sorted(self.reqs)))
+        def _release(self, rid: int, how: str) -> None:
             req = self.reqs.pop(rid)
-            if split and req.evicted:  # as SGLang's scheduler frees: what left the window apart
-                self.allocator.free_full(torch.tensor(req.full[: req.evicted], dtype=torch.int32))
-                self.allocator.free(torch.tensor(req.full[req.evicted:], dtype=torch.int32))
-            else:
+            gone, live = (torch.tensor(part, dtype=torch.int32) for part in (req.full[: req.evicted], req.full[req.evicted:]))
+            if how == "free":
                 self.allocator.free(torch.tensor(req.full, dtype=torch.int32))
+            elif how == "split":  # what left the window apart, as sets
+                self.allocator.free_full(gone)
+                self.allocator.free(live)
+            else:  # the scheduler's row segments, from page-aligned positions
+                self.allocator.free_full_segment(gone, start_pos=0)
+                self.allocator.free_segment(live, start_pos=req.evicted)
+
+        @precondition(lambda self: self.reqs)
+        @rule(data=st.data(), how=st.sampled_from(["free", "split", "segments"]))
+        def finish(self, data, how):
+            self._release(data.draw(st.sampled_from(sorted(self.reqs))), how)
+
+        @precondition(lambda self: len(self.reqs) >= 2)
+        @rule(data=st.data())
+        def finish_in_one_group(self, data):
+            """Several requests finish in one scheduler step: their frees are held until the group ends."""
+            rids = data.draw(st.lists(st.sampled_from(sorted(self.reqs)), min_size=2, unique=True))
+            self.allocator.free_group_begin()
+            for rid in rids:
+                self._release(rid, data.draw(st.sampled_from(["free", "split", "segments"])))
+            self.allocator.free_group_end()
 
         @rule()
         def clear(self):
@@ -197,4 +219,4 @@ def machine_for(target: Target, page_size: int) -> type[RuleBasedStateMachine]:
 @pytest.mark.parametrize("page_size", [1, 4, 16])
 def test_paged_requests_machine(target, page_size):
     run_state_machine_as_test(machine_for(target, page_size),
-                              settings=settings(max_examples=examples(40), stateful_step_count=40, deadline=None))
+                              settings=settings(max_examples=examples(60), stateful_step_count=40, deadline=None))

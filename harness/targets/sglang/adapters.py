@@ -143,6 +143,21 @@ class SGLangAllocatorAdapter:
     def free_full(self, free_index: torch.Tensor) -> None:
         self.sglang.free_full(_long(free_index))
 
+    def free_segment(self, free_index: torch.Tensor, *, start_pos: int) -> None:
+        self.sglang.free_segment(_long(free_index), start_pos=start_pos)
+
+    def free_swa_segment(self, free_index: torch.Tensor, *, start_pos: int) -> None:
+        self.sglang.free_swa_segment(_long(free_index), start_pos=start_pos)
+
+    def free_full_segment(self, free_index: torch.Tensor, *, start_pos: int) -> None:
+        self.sglang.free_full_segment(_long(free_index), start_pos=start_pos)
+
+    def free_group_begin(self) -> None:
+        self.sglang.free_group_begin()
+
+    def free_group_end(self) -> None:
+        self.sglang.free_group_end()
+
     def free(self, free_index: torch.Tensor) -> None:
         if free_index.numel() == 0:
             return
