@@ -6,6 +6,7 @@ from harness.targets.sglang.faults import SGLangFault
 from harness.targets.sglang.faults.catalog import (
     alloc_decode_swa_last_loc_untranslated,
     free_swa_keeps_mapping,
+    ragged_verify_sink_lanes_not_sunk,
     registry_out_cache_loc_not_zeroed,
     release_swa_keeps_padding_page,
     seq_lens_padded_with_zero,
@@ -23,6 +24,7 @@ SGLANG_FAULTS: dict[str, SGLangFault] = {
         set_kv_buffer_stale_swa_loc,
         alloc_decode_swa_last_loc_untranslated,
         release_swa_keeps_padding_page,
+        ragged_verify_sink_lanes_not_sunk,
     )
 }
 
