@@ -4,12 +4,15 @@
 
 Runs the pool, scenario, differential and registry suites against the installed SGLang (``--target sglang``, at
 ``SGLANG_INVARIANT_CHECK=0``, in one process: coverage of an xdist run needs a plugin) with coverage limited to
-the files below, then writes the per-file table into docs/BENCHMARKS.md. What a suite never drives shows up here
-as a low number and as the missing line ranges the JSON keeps (``reports/sglang-coverage.json``).
+the files below, then writes the per-file table into docs/BENCHMARKS.md, beside the baseline measured before
+issue 28's suites (docs/sglang-coverage-before.json). What a suite never drives shows up as a low number, as the
+missing line ranges the JSON keeps (``reports/sglang-coverage.json``) and as the public functions no suite calls
+(whose first statement never ran).
 """
 
 from __future__ import annotations
 
+import ast
 import importlib.util
 import json
 import os
@@ -25,6 +28,7 @@ FILES = ("mem_cache/swa_memory_pool.py", "mem_cache/allocator/swa.py", "mem_cach
 SUITES = ("suites/pool", "suites/scenarios", "suites/differential", "suites/sglang")
 REPO = Path(__file__).resolve().parent.parent
 OUT = REPO / "reports" / "sglang-coverage.json"
+BEFORE = REPO / "docs" / "sglang-coverage-before.json"
 
 
 def srt_dir() -> Path:
@@ -58,10 +62,33 @@ def rows(srt: Path, data: Path) -> list[dict]:
             out.append({"file": name, "statements": None})
             continue
         s = entry["summary"]
+        called, never = public_functions(srt / name, set(entry["executed_lines"]))
         out.append({"file": name, "statements": s["num_statements"], "lines_run": s["covered_lines"],
                     "branches": s["num_branches"], "branches_taken": s["covered_branches"],
+                    "public_called": called, "public_never_called": never,
                     "missing_lines": entry["missing_lines"]})
     return out
+
+
+def public_functions(path: Path, executed: set[int]) -> tuple[int, list[str]]:
+    """How many public functions and methods of ``path`` ran (their first statement executed), and the
+    names of those that never did."""
+    called, never = 0, []
+
+    def visit(node: ast.AST, owner: str) -> None:
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, ast.ClassDef):
+                visit(child, f"{owner}{child.name}.")
+            elif isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef)) and not child.name.startswith("_"):
+                body = child.body[1:] if ast.get_docstring(child) and len(child.body) > 1 else child.body
+                nonlocal called
+                if body[0].lineno in executed:
+                    called += 1
+                else:
+                    never.append(f"{owner}{child.name}")
+
+    visit(ast.parse(path.read_text()), "")
+    return called, never
 
 
 def main() -> None:
@@ -77,14 +104,25 @@ def main() -> None:
     def pct(a: int, b: int) -> str:
         return f"{100 * a / b:.1f} % ({a}/{b})" if b else "—"
 
-    body = markdown_table(("file (sglang/srt/)", "lines run", "branches taken"),
-                          [(f"`{r['file']}`", pct(r["lines_run"], r["statements"]), pct(r["branches_taken"], r["branches"]))
-                           if r["statements"] else (f"`{r['file']}`", "not imported", "—") for r in table])
+    before = {r["file"]: r for r in json.loads(BEFORE.read_text())["files"]} if BEFORE.is_file() else {}
+    body = markdown_table(
+        ("file (sglang/srt/)", "lines run (before)", "lines run", "branches taken (before)", "branches taken",
+         "public functions called"),
+        [(f"`{r['file']}`", pct(before[r["file"]]["lines_run"], before[r["file"]]["statements"]) if r["file"] in before else "—",
+          pct(r["lines_run"], r["statements"]),
+          pct(before[r["file"]]["branches_taken"], before[r["file"]]["branches"]) if r["file"] in before else "—",
+          pct(r["branches_taken"], r["branches"]), pct(r["public_called"], r["public_called"] + len(r["public_never_called"])))
+         if r["statements"] else (f"`{r['file']}`", "—", "not imported", "—", "—", "—") for r in table])
+    never = "\n".join(f"- `{r['file']}`: {', '.join(f'`{n}`' for n in r['public_never_called']) or 'none'}"
+                      for r in table if r["statements"])
     write_section("sglang-coverage", f"SGLang {sglang.__version__}'s SWA memory code under the suites (coverage)",
                   "python -m bench.sglang_coverage",
                   f"Suites {', '.join(SUITES)} with `--target sglang`, `SGLANG_INVARIANT_CHECK=0`, one process, "
-                  f"{wall:.0f} s under coverage. Missing line ranges per file: `reports/sglang-coverage.json`.\n\n{body}")
+                  f"{wall:.0f} s under coverage. \"Before\": {json.loads(BEFORE.read_text())['measured_at'] if before else '—'}. "
+                  f"Missing line ranges per file: `reports/sglang-coverage.json`; why each range cannot run on CPU: "
+                  f"docs/SGLANG_MEMORY_COVERAGE.md.\n\n{body}\n\nPublic functions no suite calls:\n\n{never}")
     print(body)
+    print(never)
 
 
 if __name__ == "__main__":

@@ -126,6 +126,10 @@ class KVAllocator(Protocol):
         """Paged: each request's new tokens, continuing the page of its last token (``last_loc``, -1: none)."""
         ...
 
+    def alloc_extend_swa_tail(self, prefix_len: int, seq_len: int, last_loc: int, swa_tail_len: int) -> torch.Tensor | None:
+        """Paged, one request: SWA slots only for its last ``swa_tail_len`` tokens (KV from a prefill server)."""
+        ...
+
     def alloc_decode(self, seq_lens: Sequence[int], last_loc: Sequence[int]) -> torch.Tensor | None:
         """Paged: one new token per request, a new page only where the last one is full."""
         ...

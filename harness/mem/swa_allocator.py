@@ -99,6 +99,24 @@ class SWATokenToKVPoolAllocator:
         self._kvcache.on_mapping_changed("alloc")  # the same mutation point as alloc: new tokens get mappings
         return full
 
+    def alloc_extend_swa_tail(self, prefix_len: int, seq_len: int, last_loc: int, swa_tail_len: int) -> torch.Tensor | None:
+        """One request's full slots for tokens ``prefix_len .. seq_len - 1``, SWA slots for the last
+        ``swa_tail_len`` of them only: a request whose KV arrives from a prefill server needs no SWA
+        slots for tokens already out of its window. The tail starts a page, so both pools stay in step."""
+        ps, n = self.page_size, seq_len - prefix_len
+        if not 0 <= swa_tail_len <= n or (seq_len - swa_tail_len) % ps:
+            raise AlignmentError(f"alloc_extend_swa_tail: an SWA tail of {swa_tail_len} of tokens "
+                                 f"{prefix_len}..{seq_len - 1} does not start a page of {ps}")
+        full_pages, swa_pages = -(-seq_len // ps) - -(-prefix_len // ps), -(-swa_tail_len // ps)
+        if full_pages * ps > self.full_available_size() or swa_pages * ps > self.swa_available_size():
+            return None
+        full = self.full_attn_allocator.alloc_extend([prefix_len], [seq_len], [last_loc])
+        swa = self.swa_attn_allocator.alloc_extend([0], [swa_tail_len], [-1])
+        assert full is not None and swa is not None  # guaranteed by the size check above
+        self.full_to_swa_index_mapping[full[n - swa_tail_len:]] = swa
+        self._kvcache.on_mapping_changed("alloc")
+        return full
+
     def alloc_decode(self, seq_lens: Sequence[int], last_loc: Sequence[int]) -> torch.Tensor | None:
         """One new token per request (its ``seq_lens[i]``-th): ``alloc_extend`` from ``seq_lens[i] - 1``."""
         return self.alloc_extend([n - 1 for n in seq_lens], seq_lens, last_loc)

@@ -3,7 +3,8 @@ target's allocator at page sizes 1, 4 and 16 (the allocator state machine holds 
 requests, as a scheduler drives them).
 
 Steps: a batch of requests grows (``alloc_extend``: new requests and prefill chunks, ending anywhere in a
-page), a batch decodes one token each (``alloc_decode``), a request's oldest whole pages leave the window
+page), a request arrives with its KV from a prefill server and SWA slots for its window's pages only
+(``alloc_extend_swa_tail``), a batch decodes one token each (``alloc_decode``), a request's oldest whole pages leave the window
 (``free_swa``, or the scheduler's ``free_swa_segment``), a request finishes with its last page partly
 used (``free``; ``free_full`` for what already left the window, then ``free``; or the scheduler's row
 segments), several finish in one free group, everything is cleared. An allocation the model says does not fit
@@ -104,6 +105,22 @@ def machine_for(target: Target, page_size: int) -> type[RuleBasedStateMachine]:
             self._record(rids, prefix, seq, out)
 
         # -- steps ---------------------------------------------------------------------------------
+
+        @precondition(lambda self: ps > 1)
+        @rule(n=st.integers(1, 3 * ps), window=st.integers(1, 2 * ps))
+        def arrives_from_prefill(self, n, window):
+            """A request whose KV a prefill server computed: full slots for all of it, SWA slots from the page
+            holding the start of its window on (``alloc_extend_swa_tail``, as SGLang's decode server asks)."""
+            start = max(0, n - window) // ps * ps
+            fits = pages(n, ps) <= FULL_PAGES - len(self._full_pages()) and \
+                pages(n - start, ps) <= SWA_PAGES - len(self._swa_pages())
+            out = self.allocator.alloc_extend_swa_tail(0, n, -1, n - start)
+            if not fits:
+                assert out is None, f"alloc_extend_swa_tail of {n} tokens succeeded without the pages for it"
+                return
+            self._record([self.next_rid], [0], [n], out)
+            self.reqs[self.next_rid].evicted = start
+            self.next_rid += 1
 
         @rule(data=st.data())
         def extend(self, data):

@@ -133,6 +133,12 @@ class SGLangAllocatorAdapter:
         out = self.sglang.alloc_extend(prefix, prefix_cpu, seq, seq_cpu, last, sum(seq_lens) - sum(prefix_lens))
         return None if out is None else out.to(LOC_DTYPE)
 
+    def alloc_extend_swa_tail(self, prefix_len: int, seq_len: int, last_loc: int, swa_tail_len: int) -> torch.Tensor | None:
+        (prefix, prefix_cpu), (seq, seq_cpu) = self._lens([prefix_len]), self._lens([seq_len])
+        out = self.sglang.alloc_extend_swa_tail(prefix, prefix_cpu, seq, seq_cpu, self._lens([last_loc])[0],
+                                                seq_len - prefix_len, swa_tail_len)
+        return None if out is None else out.to(LOC_DTYPE)
+
     def alloc_decode(self, seq_lens: Sequence[int], last_loc: Sequence[int]) -> torch.Tensor | None:
         if self.page_size == 1:
             return self.alloc(len(seq_lens))

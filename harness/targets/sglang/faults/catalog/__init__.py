@@ -11,6 +11,7 @@ from harness.targets.sglang.faults.catalog import (
     release_swa_keeps_padding_page,
     seq_lens_padded_with_zero,
     set_kv_buffer_stale_swa_loc,
+    swa_tail_mapped_to_head,
     swa_write_ids_not_sink_padded,
 )
 
@@ -25,6 +26,7 @@ SGLANG_FAULTS: dict[str, SGLangFault] = {
         alloc_decode_swa_last_loc_untranslated,
         release_swa_keeps_padding_page,
         ragged_verify_sink_lanes_not_sunk,
+        swa_tail_mapped_to_head,
     )
 }
 
