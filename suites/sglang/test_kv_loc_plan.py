@@ -90,6 +90,18 @@ def forwards(sglang, w: Window, plan) -> list[tuple[str, object, list[int]]]:
     return out
 
 
+def scrambled_pool(target):
+    """A pool where a token's full and SWA ids differ but both stay in either pool's range. Fresh, both pools
+    hand out 1, 2, 3, ... in step and every id equals its translation, which hides a full id used as an SWA
+    id. Here request A's oldest tokens left the window (their SWA slots are free again, their full slots are
+    not) and request B, which took the rest, finished: new tokens get full ids from 31 and SWA ids from 1."""
+    handle = target.build_pool(PoolSpec(size=96, size_swa=96, max_requests=MAX_BS + 2, max_context_len=64))
+    a = handle.allocator.alloc(30)
+    handle.allocator.free_swa(a[:29])
+    handle.allocator.free(handle.allocator.alloc(66))
+    return handle
+
+
 def _batch(**fields) -> types.SimpleNamespace:
     """The ForwardBatch attributes the plan, the translator and the decode registry read."""
     base = dict(mrope_positions=None, forward_mode=None, spec_info=None, encoder_lens=None)
@@ -97,7 +109,7 @@ def _batch(**fields) -> types.SimpleNamespace:
 
 
 def check_window(target, sglang, w: Window) -> None:
-    handle = target.build_pool(PoolSpec(size=128, size_swa=96, max_requests=MAX_BS + 2, max_context_len=64))
+    handle = scrambled_pool(target)
     pool, allocator, rows = handle.pool, handle.allocator, handle.req_to_token_pool
     # Another request's tokens, live in both pools: no forward of this iteration may touch them.
     other = allocator.alloc(5).long()
@@ -225,3 +237,38 @@ def test_a_draft_reading_its_own_table_shares_the_iterations_write_ids(target, s
     replay = _batch()
     plan.bind_replay(replay, main, slots=slots)
     assert replay.out_cache_loc is slots and replay.out_cache_loc_virtual is None and replay.kv_loc_plan is plan
+
+
+@settings(max_examples=40, deadline=None)
+@given(bs=st.integers(1, MAX_BS), width=st.integers(2, MAX_WIDTH), data=st.data())
+def test_accepted_drafts_move_to_the_front_of_their_window(target, sglang, bs, width, data):
+    """After a verify, each row keeps the lanes it accepted (a path through its draft, lane 0 first) and
+    ``move_kv_cache`` moves their K/V to the front of the row's window, in both sub-pools. Every front slot
+    then holds its accepted lane's K/V; no slot outside the fronts changed."""
+    handle = scrambled_pool(target)
+    pool, allocator = handle.pool, handle.allocator
+    for sub in (pool.sglang.full_kv_pool, pool.sglang.swa_kv_pool):
+        sub.use_native_move_kv_cache = True  # SGLANG_NATIVE_MOVE_KV_CACHE=1: the Triton copy kernel is GPU-only
+    other = allocator.alloc(5).long()
+    window = allocator.alloc(bs * width).long()
+    mapping = allocator.full_to_swa_index_mapping
+    value = (torch.arange(bs * width, dtype=torch.float32) + 2.0)[:, None, None].expand(-1, 2, 8).contiguous()
+    for layer in (SWA_LAYER, FULL_LAYER):
+        pool.set_kv_buffer(layer, other, torch.full((5, 2, 8), -1.0), torch.full((5, 2, 8), -1.0))
+        pool.set_kv_buffer(layer, window, value, value)  # the verify wrote every lane
+    tgt, src = [], []
+    for b in range(bs):
+        path = [0] + sorted(data.draw(st.sets(st.integers(1, width - 1), max_size=width - 1)))
+        tgt += [b * width + k for k in range(len(path))]
+        src += [b * width + lane for lane in path]
+    before = {layer: pool.get_key_buffer(layer).clone() for layer in (SWA_LAYER, FULL_LAYER)}
+    pool.sglang.move_kv_cache(window[tgt], window[src])
+    for layer, to_pool in ((FULL_LAYER, lambda ids: ids), (SWA_LAYER, lambda ids: mapping[ids])):
+        keys = pool.get_key_buffer(layer)
+        wrong = [(t, s) for t, s in zip(tgt, src) if not torch.equal(keys[to_pool(window[t])], value[s])]
+        assert not wrong, f"layer {layer}: front slots (window position, accepted lane) {wrong} do not hold the " \
+                          f"accepted lane's K/V"
+        changed = set((keys != before[layer]).flatten(1).any(1).nonzero().flatten().tolist())
+        stray = sorted(changed - set(to_pool(window[tgt]).tolist()))
+        assert not stray, f"layer {layer}: moving accepted drafts wrote slots {stray} outside the fronts"
+        assert bool((keys[to_pool(other)] == -1.0).all()), f"layer {layer}: another request's K/V changed"

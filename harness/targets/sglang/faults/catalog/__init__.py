@@ -6,9 +6,11 @@ from harness.targets.sglang.faults import SGLangFault
 from harness.targets.sglang.faults.catalog import (
     alloc_decode_swa_last_loc_untranslated,
     free_swa_keeps_mapping,
+    move_kv_swa_in_full_ids,
     ragged_verify_sink_lanes_not_sunk,
     registry_out_cache_loc_not_zeroed,
     release_swa_keeps_padding_page,
+    retraction_skips_swa,
     seq_lens_padded_with_zero,
     set_kv_buffer_stale_swa_loc,
     swa_tail_mapped_to_head,
@@ -27,6 +29,8 @@ SGLANG_FAULTS: dict[str, SGLangFault] = {
         release_swa_keeps_padding_page,
         ragged_verify_sink_lanes_not_sunk,
         swa_tail_mapped_to_head,
+        move_kv_swa_in_full_ids,
+        retraction_skips_swa,
     )
 }
 
