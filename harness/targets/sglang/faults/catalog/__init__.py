@@ -6,6 +6,7 @@ from harness.targets.sglang.faults import SGLangFault
 from harness.targets.sglang.faults.catalog import (
     alloc_decode_swa_last_loc_untranslated,
     free_swa_keeps_mapping,
+    mla_swa_write_at_full_id,
     move_kv_swa_in_full_ids,
     ragged_verify_sink_lanes_not_sunk,
     registry_out_cache_loc_not_zeroed,
@@ -31,6 +32,7 @@ SGLANG_FAULTS: dict[str, SGLangFault] = {
         swa_tail_mapped_to_head,
         move_kv_swa_in_full_ids,
         retraction_skips_swa,
+        mla_swa_write_at_full_id,
     )
 }
 

@@ -1,0 +1,162 @@
+"""SGLang's hybrid SWA pool in the layouts and roles the engine suites never build it in.
+
+* PD transfer: what a prefill server registers for KV transfer covers each sub-pool's K and V buffers
+  exactly once (full attention as the KV buffers, the window as the state buffers), with their sizes.
+* Layer-wise loading: a read of layer ``L`` waits for ``L``'s transfer, once, at the hybrid pool.
+* MLA sub-pools (DeepSeek-style latent KV in both halves): a sliding layer's latent rows land at the
+  SWA id of the token, a full layer's at its full id, and nothing else changes.
+* All-sliding models (``PureSWATokenToKVPoolAllocator``): one pool, ids that translate to themselves;
+  alloc / free / free_swa / free_full / groups against a model of ownership.
+"""
+
+from __future__ import annotations
+
+import types
+
+import pytest
+import torch
+from hypothesis import settings
+from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule, run_state_machine_as_test
+
+SWA_LAYERS, FULL_LAYERS = [0, 2], [1, 3]
+
+
+@pytest.fixture(scope="module")
+def srt(target):
+    if target.name != "sglang":
+        pytest.skip("builds SGLang's SWAKVPool in other layouts: run with --target sglang (nox -s sglang)")
+    from sglang.srt.mem_cache.allocator.swa import PureSWATokenToKVPoolAllocator
+    from sglang.srt.mem_cache.memory_pool import KVWriteLoc, MLATokenToKVPool
+    from sglang.srt.mem_cache.swa_memory_pool import SWAKVPool
+    from sglang.srt.runtime_context import get_parallel
+
+    return types.SimpleNamespace(SWAKVPool=SWAKVPool, MLATokenToKVPool=MLATokenToKVPool, KVWriteLoc=KVWriteLoc,
+                                 PureSWATokenToKVPoolAllocator=PureSWATokenToKVPoolAllocator, get_parallel=get_parallel)
+
+
+def mha_pool(srt, **kw):
+    return srt.SWAKVPool(size=16, size_swa=8, page_size=1, dtype=torch.float32, head_num=2, head_dim=8,
+                         swa_attention_layer_ids=SWA_LAYERS, full_attention_layer_ids=FULL_LAYERS, device="cpu", **kw)
+
+
+def test_pd_transfer_registers_every_kv_buffer_of_both_sub_pools_once(srt):
+    pool = mha_pool(srt)
+    kv_ptrs, kv_lens, kv_items = pool.get_contiguous_buf_infos()
+    state_ptrs, state_lens, state_items = pool.get_state_buf_infos()
+    for name, sub, ptrs, lens, items in (("full", pool.full_kv_pool, kv_ptrs, kv_lens, kv_items),
+                                         ("SWA", pool.swa_kv_pool, state_ptrs, state_lens, state_items)):
+        buffers = [*sub.k_buffer, *sub.v_buffer]
+        assert sorted(ptrs) == sorted(b.data_ptr() for b in buffers), f"{name}: registered buffers differ from its K/V"
+        assert lens == [b.nbytes for b in buffers] and items == [b[0].nbytes for b in buffers], \
+            f"{name}: registered sizes {lens} / per slot {items} are not its buffers'"
+    assert not set(kv_ptrs) & set(state_ptrs), "a buffer is registered as both KV and state"
+    k_bytes, v_bytes = pool.get_kv_size_bytes()
+    everything = [*pool.full_kv_pool.k_buffer, *pool.swa_kv_pool.k_buffer]
+    assert k_bytes == sum(b.nbytes for b in everything) == v_bytes, "the pool's size is not its sub-pools' K/V bytes"
+
+
+def test_a_read_waits_for_its_layers_transfer_at_the_hybrid_pool_only(srt):
+    pool = mha_pool(srt)
+    waits: list[int] = []
+    pool.register_layer_transfer_counter(types.SimpleNamespace(wait_until=waits.append))
+    assert pool.full_kv_pool.layer_transfer_counter is None and pool.swa_kv_pool.layer_transfer_counter is None, \
+        "a sub-pool would wait again"
+    for layer in (2, 1, 3, 0):
+        k, v = pool.get_kv_buffer(layer)
+        assert k is pool.get_key_buffer(layer) and v is pool.get_value_buffer(layer)
+        sub = pool.swa_kv_pool if layer in SWA_LAYERS else pool.full_kv_pool
+        assert any(k is b for b in sub.k_buffer), f"layer {layer} is served by the wrong sub-pool"
+    assert waits == [2, 2, 2, 1, 1, 1, 3, 3, 3, 0, 0, 0], f"reads waited for layers {waits}"
+    assert pool.get_v_head_dim() == 8
+
+
+def test_mla_sub_pools_route_latent_rows_by_layer(srt):
+    kw = dict(page_size=1, enable_memory_saver=False, device="cpu", kv_lora_rank=8, qk_rope_head_dim=4)
+    with srt.get_parallel().override(attn_dcp_size=1, attn_dcp_rank=0):  # no parallel runtime on this machine
+        pool = srt.SWAKVPool(size=16, size_swa=8, page_size=1, dtype=torch.float32, head_num=1, head_dim=12,
+                             swa_attention_layer_ids=[0], full_attention_layer_ids=[1], device="cpu",
+                             full_kv_pool_class=srt.MLATokenToKVPool, swa_kv_pool_class=srt.MLATokenToKVPool,
+                             full_kv_pool_kwargs=kw, swa_kv_pool_kwargs=kw)
+        assert pool.is_mla() and pool.kv_cache_dim == 12
+        mapping = torch.cat([torch.zeros(17, dtype=torch.int64), torch.tensor([-1])])
+        full = torch.tensor([5, 6, 2])  # inside both pools: a full id used as an SWA id writes, not crashes
+        mapping[full] = torch.tensor([3, 7, 1])  # a token's SWA id differs from its full id
+        pool.register_mapping(mapping)
+        before = {layer: pool.get_key_buffer(layer).clone() for layer in (0, 1)}
+        nope = torch.arange(3, dtype=torch.float32)[:, None, None].expand(3, 1, 8) + 1.0
+        rope = -nope[:, :, :4]
+        for layer in (0, 1):
+            swa = pool.translate_loc_from_full_to_swa(full) if layer == 0 else None
+            pool.set_mla_kv_buffer(types.SimpleNamespace(layer_id=layer), srt.KVWriteLoc(loc=full, swa_loc=swa), nope, rope)
+        for layer, at in ((0, mapping[full]), (1, full)):
+            rows = pool.get_key_buffer(layer)
+            assert torch.equal(rows[at], torch.cat([nope, rope], -1)), f"layer {layer}: latent rows are not at {at.tolist()}"
+            changed = set((rows != before[layer]).flatten(1).any(1).nonzero().flatten().tolist())
+            assert changed == set(at.tolist()), f"layer {layer}: rows {sorted(changed)} changed, {at.tolist()} written"
+
+
+SIZE = 12
+
+
+class PureSWAMachine(RuleBasedStateMachine):
+    """All layers slide: one pool, no mapping to keep, free_swa is a free and free_full frees nothing."""
+
+    srt = None
+
+    @initialize()
+    def setup(self):
+        srt = type(self).srt
+        self.pool = srt.SWAKVPool(size=SIZE, size_swa=SIZE, page_size=1, dtype=torch.float32, head_num=1, head_dim=4,
+                                  swa_attention_layer_ids=[0, 1], full_attention_layer_ids=[], device="cpu")
+        self.alloc = srt.PureSWATokenToKVPoolAllocator(SIZE, 1, torch.float32, "cpu", self.pool, need_sort=False)
+        self.owned: set[int] = set()
+
+    @rule(n=st.integers(1, 5))
+    def alloc_tokens(self, n):
+        out = self.alloc.alloc(n)
+        if n > SIZE - len(self.owned):
+            assert out is None, f"alloc({n}) succeeded with {SIZE - len(self.owned)} slots free"
+            return
+        got = out.tolist()
+        assert 0 not in got and not set(got) & self.owned and len(set(got)) == n, f"alloc({n}) handed out {got}"
+        self.owned |= set(got)
+
+    @precondition(lambda self: self.owned)
+    @rule(data=st.data(), how=st.sampled_from(["free", "free_swa", "segment", "group"]))
+    def release(self, data, how):
+        slots = data.draw(st.lists(st.sampled_from(sorted(self.owned)), min_size=1, unique=True))
+        index = torch.tensor(slots)
+        if how == "free":
+            self.alloc.free(index)
+        elif how == "free_swa":
+            self.alloc.free_swa(index)
+        elif how == "segment":
+            self.alloc.free_full_segment(index, start_pos=0)  # nothing to release: there is no full pool
+            self.alloc.free_full(index)
+            self.alloc.free_segment(index, start_pos=0)
+        else:
+            self.alloc.free_group_begin()
+            self.alloc.free_swa_segment(index, start_pos=0)
+            assert self.alloc.available_size() == SIZE - len(self.owned), "a grouped free took effect early"
+            self.alloc.free_group_end()
+        self.owned -= set(slots)
+
+    @rule()
+    def clear(self):
+        self.alloc.clear()
+        self.owned.clear()
+
+    @invariant()
+    def accounting_and_translation(self):
+        free = SIZE - len(self.owned)
+        got = (self.alloc.available_size(), self.alloc.full_available_size(), self.alloc.swa_available_size())
+        assert got == (free, free, free), f"available (any, full, SWA) {got}, the model's {free}"
+        assert self.alloc.new_pages_available(free, free) and not self.alloc.new_pages_available(free + 1, 0)
+        probe = torch.tensor(sorted(self.owned) + [-1])
+        assert torch.equal(self.alloc.translate_loc_from_full_to_swa(probe), probe), "an all-SWA id must translate to itself"
+
+
+def test_all_sliding_allocator_state_machine(srt):
+    PureSWAMachine.srt = srt
+    run_state_machine_as_test(PureSWAMachine, settings=settings(max_examples=40, stateful_step_count=30, deadline=None))
