@@ -8,6 +8,7 @@ from harness.targets.sglang.faults.catalog import (
     free_swa_keeps_mapping,
     mla_swa_write_at_full_id,
     move_kv_swa_in_full_ids,
+    prefill_registry_out_cache_loc_not_zeroed,
     ragged_verify_sink_lanes_not_sunk,
     registry_out_cache_loc_not_zeroed,
     release_swa_keeps_padding_page,
@@ -33,6 +34,7 @@ SGLANG_FAULTS: dict[str, SGLangFault] = {
         move_kv_swa_in_full_ids,
         retraction_skips_swa,
         mla_swa_write_at_full_id,
+        prefill_registry_out_cache_loc_not_zeroed,
     )
 }
 
