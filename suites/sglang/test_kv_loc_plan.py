@@ -272,3 +272,53 @@ def test_accepted_drafts_move_to_the_front_of_their_window(target, sglang, bs, w
         stray = sorted(changed - set(to_pool(window[tgt]).tolist()))
         assert not stray, f"layer {layer}: moving accepted drafts wrote slots {stray} outside the fronts"
         assert bool((keys[to_pool(other)] == -1.0).all()), f"layer {layer}: another request's K/V changed"
+
+
+def test_a_static_hybrid_pools_translator_reads_virtual_and_writes_through_the_mapping(target, sglang):
+    """SWAKVPool is not a unified pool: reads stay in ``req_to_token`` (each reader gathers its own rows), the
+    window's layers are the sliding sub-pool's, and a batch over a graph runner's own buffer writes its
+    sliding layers at the mapping of that buffer's slots (the sink while it holds zeros, at capture)."""
+    from sglang.srt.runtime_context import get_parallel
+
+    handle = scrambled_pool(target)
+    rows, allocator = handle.req_to_token_pool, handle.allocator
+    translator = sglang.KVIndexTranslator(req_to_token=rows.req_to_token, token_to_kv_pool_allocator=allocator.sglang,
+                                          token_to_kv_pool=handle.pool.sglang, page_size=1, device="cpu")
+    assert not translator.reads_are_translated and translator.full_v2p_table is None
+    assert translator.window_kv_kind is sglang.IdSpaceKind.SLIDING_WINDOW
+    assert translator.capture_token_capacity(96) == 97, "graph capture rows must cover every slot and the sink"
+    with get_parallel().override(attn_dcp_size=1):
+        assert not translator.needs_read_translate
+        ids = torch.tensor([3, 8, 40])
+        assert torch.equal(translator.translate_dcp_read_ids(ids), ids)
+    with get_parallel().override(attn_dcp_size=2):
+        assert translator.translate_dcp_read_ids(torch.tensor([6, 9])).tolist() == [3, 4], \
+            "decode context parallelism widens read ids by its size"
+
+    loc = allocator.alloc(4).long()
+    idx = torch.tensor(rows.alloc(2), dtype=torch.int64)
+    batch = _batch(out_cache_loc=loc, req_pool_indices=idx, seq_lens=torch.tensor([3, 5]),
+                   seq_lens_cpu=torch.tensor([3, 5]), batch_size=2)
+    translator.bind_own_plan(batch)
+    plan = batch.kv_loc_plan
+    assert batch.out_cache_loc is loc and plan.virtual_write_ids() is loc and not plan.has_read_table()
+    for table in (translator.read_table(plan), translator.read_source(plan, req_pool_indices=idx, bs=2)):
+        assert table.ids is rows.req_to_token and table.row_ids is idx and not table.is_translated and table.v2p is None
+    mapping = allocator.full_to_swa_index_mapping
+    swa = translator.write_ids(batch, sglang.IdSpaceKind.SLIDING_WINDOW)
+    assert torch.equal(swa, mapping[loc]) and not torch.equal(swa, loc), "sliding writes skip the mapping"
+
+    for held in (torch.zeros(6, dtype=torch.int64), torch.cat([loc, torch.zeros(2, dtype=torch.int64)])):
+        warmup = _batch(out_cache_loc=held, req_pool_indices=torch.zeros(3, dtype=torch.int64),
+                        seq_lens=torch.ones(3, dtype=torch.int64), seq_lens_cpu=torch.ones(3, dtype=torch.int64),
+                        batch_size=3)
+        translator.bind_runner_slots(warmup)
+        assert warmup.out_cache_loc is held
+        got = translator.write_ids(warmup, sglang.IdSpaceKind.SLIDING_WINDOW)
+        assert torch.equal(got, mapping[held]), f"a runner batch over {held.tolist()} writes its window at {got.tolist()}"
+
+    backends = [types.SimpleNamespace(kv_index_translator=None), None, types.SimpleNamespace(kv_index_translator=translator)]
+    translator.bind_and_verify_backends(backends)
+    assert backends[0].kv_index_translator is translator
+    with pytest.raises(AssertionError, match="not this runner's"):
+        translator.bind_and_verify_backends([types.SimpleNamespace(kv_index_translator=object())])

@@ -7,6 +7,9 @@
   SWA id of the token, a full layer's at its full id, and nothing else changes.
 * All-sliding models (``PureSWATokenToKVPoolAllocator``): one pool, ids that translate to themselves;
   alloc / free / free_swa / free_full / groups against a model of ownership.
+* Admission: the queries a scheduler asks before it admits or preallocates (what is available in each
+  pool, what the radix cache must evict for it), against counts the test holds, and a resize to the
+  sizes fixed after graph capture.
 """
 
 from __future__ import annotations
@@ -15,9 +18,11 @@ import types
 
 import pytest
 import torch
-from hypothesis import settings
+from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule, run_state_machine_as_test
+
+from harness.targets import PoolSpec
 
 SWA_LAYERS, FULL_LAYERS = [0, 2], [1, 3]
 
@@ -160,3 +165,64 @@ class PureSWAMachine(RuleBasedStateMachine):
 def test_all_sliding_allocator_state_machine(srt):
     PureSWAMachine.srt = srt
     run_state_machine_as_test(PureSWAMachine, settings=settings(max_examples=40, stateful_step_count=30, deadline=None))
+
+
+class EvictionLog:
+    """The radix cache a scheduler hands the allocator: records what it is asked to evict, evicts nothing."""
+
+    def __init__(self, sharing: bool = True) -> None:
+        self.asked: list[tuple[int, int]] = []
+        self.sharing = sharing
+
+    def supports_prefix_sharing(self) -> bool:
+        return self.sharing
+
+    def evict_for_alloc(self, params) -> None:
+        self.asked.append((params.num_tokens, params.swa_num_tokens))
+
+
+@settings(max_examples=30, deadline=None)
+@given(page=st.sampled_from([1, 4]), used=st.integers(0, 10), evicted=st.integers(0, 10), ask=st.integers(0, 80))
+def test_admission_queries_match_what_the_pools_hold(target, srt, page, used, evicted, ask):
+    size, size_swa = 64, 32
+    handle = target.build_pool(PoolSpec(size=size, size_swa=size_swa, page_size=page))
+    allocator = handle.allocator.sglang
+    tokens = used * page
+    held = handle.allocator.alloc_extend([0], [tokens], [-1]) if tokens else torch.zeros(0, dtype=torch.int32)
+    left = min(evicted, max(used - 1, 0)) * page  # whole pages, never the last one
+    if left:
+        handle.allocator.free_swa(held[:left])
+    full_free, swa_free = size - tokens, size_swa - (tokens - left)
+    assert (allocator.full_available_size(), allocator.swa_available_size(), allocator.available_size()) == \
+        (full_free, swa_free, min(full_free, swa_free))
+    assert allocator.swa_capacity_and_available(full_capacity=size, swa_capacity=size_swa) == \
+        ((size, full_free), (size_swa, swa_free))
+    assert allocator.size == min(size, size_swa) and allocator.size_full == size and allocator.size_swa == size_swa
+    assert f"#swa-available-size: {swa_free}" in allocator.debug_print()
+    assert allocator.new_pages_available(full_free // page, swa_free // page) and \
+        not allocator.new_pages_available(full_free // page + 1, 0) and not allocator.new_pages_available(0, swa_free // page + 1)
+
+    cache = EvictionLog()
+    allocator.evict_to_free_tokens(cache, ask)
+    short = (max(0, ask - full_free), max(0, ask - swa_free))
+    assert cache.asked == ([short] if any(short) else []), f"asked to evict {cache.asked} for {ask} tokens, short {short}"
+    unshared = EvictionLog(sharing=False)
+    allocator.evict_to_free_tokens(unshared, ask)
+    assert unshared.asked == [], "a cache without prefix sharing has nothing to evict"
+
+    cache = EvictionLog()
+    shortfall = allocator.reclaim_for_prealloc(cache, 0, ask)
+    if ask <= swa_free:
+        assert shortfall is None and cache.asked == [], f"{ask} SWA tokens fit in {swa_free} but reclaim asked {cache.asked}"
+    else:
+        assert cache.asked == [(0, ask - swa_free)], f"reclaim asked {cache.asked} for an SWA shortfall of {ask - swa_free}"
+        assert f"needed={ask}, available={swa_free}" in shortfall
+
+    if tokens:
+        probe = held.long()
+        assert torch.equal(allocator.translate_swa_indices_for_transfer(probe), handle.allocator.full_to_swa_index_mapping[probe])
+    # After graph capture the pools are resized to their final sizes and start empty.
+    allocator.resize(types.SimpleNamespace(full_max_total_num_tokens=48, swa_max_total_num_tokens=16))
+    assert (allocator.full_available_size(), allocator.swa_available_size()) == (48, 16), "resize left slots behind"
+    assert handle.allocator.alloc_extend([0], [17], [-1]) is None, "a resized SWA pool handed out more than its 16 slots"
+    assert handle.allocator.alloc_extend([0], [16], [-1]) is not None, "a resized SWA pool refused its 16 slots"
