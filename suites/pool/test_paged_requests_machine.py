@@ -237,3 +237,19 @@ def machine_for(target: Target, page_size: int) -> type[RuleBasedStateMachine]:
 def test_paged_requests_machine(target, page_size):
     run_state_machine_as_test(machine_for(target, page_size),
                               settings=settings(max_examples=examples(60), stateful_step_count=40, deadline=None))
+
+
+def test_a_decode_that_does_not_fit_takes_nothing(target, request):
+    """The SWA pool is full, the full pool is not: ``alloc_decode`` of a token that opens a page must refuse
+    and leave both pools as they were (the contract ``alloc_extend`` keeps)."""
+    if target.name == "sglang":
+        request.applymarker(pytest.mark.xfail(strict=True, reason="docs/FINDINGS.md #8: SGLang 0.5.23's alloc_decode "
+                                              "takes the full pool's page before it finds the SWA pool short"))
+    handle = target.build_pool(PoolSpec(size=64, size_swa=8, page_size=4))
+    allocator = handle.allocator
+    first = allocator.alloc_extend([0], [4], [-1])
+    allocator.alloc_extend([0], [4], [-1])  # the SWA pool's two pages are taken
+    before = (allocator.full_available_size(), allocator.swa_available_size())
+    assert allocator.alloc_decode([5], [int(first[-1])]) is None, "a decode was served without an SWA page"
+    after = (allocator.full_available_size(), allocator.swa_available_size())
+    assert after == before, f"a refused decode took slots: available (full, SWA) {before} -> {after}"
