@@ -4,8 +4,7 @@ from harness.targets.sglang.faults import SGLangFault, SourceEdit
 
 FAULT = SGLangFault(
     id="sglang-retraction-skips-swa",
-    seed="a hybrid pool's method that forgets its sliding sub-pool (the shape of SWAKVPool.get_contiguous_buf_infos, "
-    "which returns the full sub-pool's buffers alone)",
+    seed="no seed PR: the hazard every method of a hybrid pool carries, delegating to the full sub-pool alone",
     breaks="SWAKVPool.load_cpu_copy loads the full sub-pool's host copy and skips the sliding-window sub-pool's",
     user_sees="a request retracted under memory pressure resumes with whatever its new SWA slots held: its "
     "sliding layers read another request's keys, and its continuation changes silently",
