@@ -197,3 +197,64 @@ def test_the_eager_registry_hands_a_batch_back_unchanged(srt):
     assert reg.get_slot("positions").buffer[:6].tolist() == batch.positions.tolist(), "a slot's own view was disturbed"
     assert srt.registry.same_tensor_view(slot.buffer[:6], slot.slice_for(2, 6)) and not \
         srt.registry.same_tensor_view(slot.buffer[:6], moved)
+
+
+def runner_buffers(max_bs: int, max_tokens: int, prefill: bool) -> types.SimpleNamespace:
+    """A graph runner's own input buffers, which a registry adopts (``source=``) instead of allocating."""
+    tokens, rows = (max_tokens,), (max_bs,)
+    src = types.SimpleNamespace(input_ids=torch.zeros(tokens, dtype=torch.int64), positions=torch.zeros(tokens, dtype=torch.int64),
+                                out_cache_loc=torch.zeros(tokens, dtype=torch.int64),
+                                pp_proxy_tensors={"hidden_states": torch.zeros(max_tokens if prefill else max_bs, HIDDEN)})
+    if not prefill:
+        src.req_pool_indices = torch.zeros(rows, dtype=torch.int64)
+        src.seq_lens, src.seq_lens_cpu = torch.ones(rows, dtype=torch.int64), torch.ones(rows, dtype=torch.int64)
+        src.mrope_positions = torch.zeros((3, max_tokens), dtype=torch.int64)
+        src.ngram_embedding_info = types.SimpleNamespace(column_starts=torch.zeros(rows, dtype=torch.int64),
+                                                         req_lens=torch.zeros(rows, dtype=torch.int64))
+        src.rids_int = torch.zeros(rows, dtype=torch.int64)
+    return src
+
+
+@pytest.mark.parametrize("prefill", [False, True], ids=["decode", "prefill"])
+def test_a_registry_over_a_runners_buffers_fills_those_very_buffers(srt, prefill):
+    """Capture and replay must see one allocation: a registry built over the runner's buffers fills them in place,
+    side inputs included (pipeline-parallel proxies from the replay's argument, n-gram and canary ids from the
+    batch), and refuses a buffer of the wrong shape or dtype instead of copying into a stranger."""
+    src = runner_buffers(MAX_BS, MAX_TOKENS, prefill)
+    reg_kwargs = dict(device=torch.device("cpu"), max_bs=MAX_BS, max_num_token=MAX_TOKENS, cache_loc_dtype=torch.int64,
+                      share_pool=False, source=src)
+    build = srt.registry.build_prefill_registry if prefill else srt.registry.build_decode_registry
+    if not prefill:
+        reg_kwargs.update(seq_len_fill_value=1, register_global_num_tokens=False)
+    reg = build(**reg_kwargs)
+    for name in ("input_ids", "positions", "out_cache_loc"):
+        assert reg.get_slot(name).buffer is getattr(src, name), f"{name}: the registry allocated its own buffer"
+    assert reg.has_slot("pp_proxy_tensors.hidden_states") and not reg.has_slot("input_embeds")
+    n = 6 if prefill else 3
+    loc = torch.arange(11, 11 + n)
+    batch = token_batch(loc, 1 if prefill else n)
+    hidden = torch.full((n, HIDDEN), 3.0)
+    if not prefill:
+        batch.ngram_embedding_info = types.SimpleNamespace(column_starts=torch.tensor([4, 5, 6]), req_lens=torch.tensor([7, 8, 9]))
+        batch.rids_int = torch.tensor([21, 22, 23])
+    proxies = types.SimpleNamespace(tensors={"hidden_states": hidden})
+    padded_bs, padded_tokens = (1, MAX_TOKENS) if prefill else (MAX_BS, MAX_BS)
+    src.pp_proxy_tensors["hidden_states"].fill_(9.0)  # the previous replay's proxies
+    reg.fill_from(batch, raw_bs=batch.batch_size, padded_bs=padded_bs, raw_num_tokens=n, padded_num_tokens=padded_tokens,
+                  pp_proxy_tensors=proxies)
+    assert src.out_cache_loc[:n].tolist() == loc.tolist() and src.input_ids[:n].tolist() == (loc + 1000).tolist()
+    proxy = src.pp_proxy_tensors["hidden_states"]
+    assert bool((proxy[:n] == 3.0).all()), "the replay's pipeline-parallel proxies did not reach the runner's buffer"
+    if prefill:  # a prefill graph processes every padded token: their proxies must be benign
+        assert bool((proxy[n:] == 0).all()), "padded tokens of a prefill graph keep the previous replay's proxies"
+        assert bool((src.out_cache_loc[n:] == 0).all()), "padded tokens of a prefill graph keep write locations"
+    else:
+        assert src.ngram_embedding_info.column_starts.tolist()[:n] == [4, 5, 6] and src.rids_int[:n].tolist() == [21, 22, 23]
+        assert src.seq_lens.tolist() == [9, 9, 9, 1], f"padded rows' seq_lens {src.seq_lens.tolist()}"
+    wrong = runner_buffers(MAX_BS, MAX_TOKENS, prefill)
+    wrong.out_cache_loc = torch.zeros(MAX_TOKENS + 1, dtype=torch.int64)
+    with pytest.raises(ValueError, match="out_cache_loc"):
+        build(**{**reg_kwargs, "source": wrong})
+    wrong.out_cache_loc = torch.zeros(MAX_TOKENS, dtype=torch.int32)
+    with pytest.raises(ValueError, match="dtype"):
+        build(**{**reg_kwargs, "source": wrong})
