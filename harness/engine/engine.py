@@ -60,6 +60,9 @@ class EngineConfig:
     full_pool_size: int | None = None  # default: max_running x context, shrunk to kv_memory_fraction (warned)
     swa_pool_size: int | None = None
     page_size: int = 1  # KV slots per page; above 1 requests grow page by page (SGLang's paged allocators)
+    # Speculative decoding: up to this many prompt-lookup drafts per request, verified in one extend-path
+    # forward (graphs: the piecewise extend graphs); 0 = off. Greedy requests only, page size 1.
+    speculative_tokens: int = 0
     kv_memory_fraction: float = 0.25  # share of available memory the default full pool may take
     num_threads: int | None = None  # torch intra-op threads; small models on CPU run fastest on 1
     extend_graphs: bool = True  # with graphs on, prefill/extend batches run piecewise graphs too
@@ -76,6 +79,10 @@ class EngineConfig:
         for name in ("max_running_requests", "chunk_size", "max_prefill_tokens", "page_size"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
+        if self.speculative_tokens < 0:
+            raise ValueError(f"speculative_tokens must be >= 0, got {self.speculative_tokens}")
+        if self.speculative_tokens and self.page_size > 1:
+            raise ValueError("speculative_tokens needs page_size 1: rejected drafts give back their slots one by one")
         if self.cpu_kernels not in KERNEL_MODES:
             raise ValueError(f"cpu_kernels must be one of {KERNEL_MODES}, got {self.cpu_kernels!r}")
         if not 0 < self.kv_memory_fraction <= 1:
@@ -114,7 +121,9 @@ class Engine:
             chunk_size=config.chunk_size,
             max_prefill_tokens=config.max_prefill_tokens,
             window=self.model_config.swa_window,
+            speculative_tokens=config.speculative_tokens,
         )
+        self.spec_stats = {"verifies": 0, "drafts": 0, "accepted": 0}  # counts over the engine's life
         self.eos_token_ids = set(self.model_config.eos_token_ids) | set(self.tokenizer.eos_token_ids if self.tokenizer else ())
         self._rids = itertools.count()
 
@@ -138,7 +147,7 @@ class Engine:
         cfg, limits = self.model_config, self.config
         default = PoolSizes.default(max_running=limits.max_running_requests, max_context_len=self.max_context_len,
                                     window=cfg.swa_window, max_prefill_tokens=limits.max_prefill_tokens,
-                                    page_size=limits.page_size)
+                                    page_size=limits.page_size, speculative_tokens=limits.speculative_tokens)
         kv_dtype = DTYPES[limits.kv_dtype] if limits.kv_dtype else self.model.dtype
         full_size = limits.full_pool_size or self._fit_full_pool(default.full_size, kv_dtype)
         swa_size = limits.swa_pool_size or default.swa_size
@@ -248,6 +257,8 @@ class Engine:
             return StepOutput(None)
         batch = self.scheduler.build_forward_batch(sched)
         logits = self.runner.forward(batch)
+        if sched.mode is ForwardMode.TARGET_VERIFY:
+            return self._verified(sched, logits)
         sampling = self.scheduler.commit(sched)
         advanced = tuple(req.rid for req in sched.reqs)
         if not sampling:
@@ -268,6 +279,38 @@ class Engine:
                 self.scheduler.release(req)
                 finished.append(self._output(req))
         return StepOutput(sched.mode, advanced, tuple(finished))
+
+    def _verified(self, sched, logits: torch.Tensor) -> StepOutput:
+        """Greedy verification: row ``i`` of a request's rows gives its next token after input ``i``; a draft is
+        accepted while it equals the token the target gives before it. A request emits the accepted drafts
+        and one token more, and keeps the KV of the inputs those came from."""
+        kept, done, start = [], [], 0
+        for req, width, drafts in zip(sched.reqs, sched.extend_lens, sched.drafts):
+            emitted = 0
+            for i in range(width):
+                row = logits[start + i : start + i + 1]
+                token = sample(row, [req])[0]
+                if isinstance(token, SamplingFailure):  # this request fails alone; the batch goes on
+                    req.finish_reason, req.error = FinishReason.ERROR, token.message
+                    break
+                if req.return_logits:
+                    req.step_logits.append(row[0].clone())
+                self._append_token(req, token)
+                emitted += 1
+                if req.finished or i == width - 1 or token != drafts[i]:
+                    break
+            kept.append(max(emitted, 1))  # the last token's KV is written even when its row failed
+            self.spec_stats["drafts"] += len(drafts)
+            self.spec_stats["accepted"] += max(emitted - 1, 0)
+            start += width
+        self.spec_stats["verifies"] += 1
+        self.scheduler.commit_verify(sched, kept)
+        finished = []
+        for req in sched.reqs:
+            if req.finished:
+                self.scheduler.release(req)
+                finished.append(self._output(req))
+        return StepOutput(sched.mode, tuple(req.rid for req in sched.reqs), tuple(finished))
 
     def _append_token(self, req: Req, token: int) -> None:
         req.output_ids.append(token)

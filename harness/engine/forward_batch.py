@@ -11,6 +11,7 @@ import torch
 class ForwardMode(enum.Enum):
     EXTEND = "extend"  # prefill (possibly a chunk of it) on top of whatever the request already cached
     DECODE = "decode"  # one new token per request
+    TARGET_VERIFY = "target_verify"  # each request's last token and its drafts, every position's logits (extend path)
 
     def is_decode(self) -> bool:
         return self is ForwardMode.DECODE

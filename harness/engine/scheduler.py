@@ -12,6 +12,12 @@ Pages (``page_size > 1``), as SGLang's scheduler does them: a request grows with
 ``alloc_decode``, each filling the page of its last token before taking a new one, so its last page
 is usually partly used; the window gives back whole pages only (everything before the page that
 holds the oldest visible token); reservations and pool sizes count whole pages (``pool_sizes``).
+
+Speculative decoding (``speculative_tokens > 0``, page size 1): a decode step becomes a verify, an
+extend of each request's last token and its drafts (``drafts.propose_drafts``) with every position's
+logits. The engine accepts the drafts the target agrees with; ``commit_verify`` keeps their KV and
+gives back the slots of the rest. A request never drafts past its reservation: its last possible
+token needs no KV, so drafts stop one short of ``max_new_tokens``.
 """
 
 from __future__ import annotations
@@ -21,6 +27,7 @@ from dataclasses import dataclass
 
 import torch
 
+from harness.engine.drafts import propose_drafts
 from harness.engine.forward_batch import ForwardBatch, ForwardMode
 from harness.engine.request import Req
 from harness.mem import ReqToTokenPool, SWATokenToKVPoolAllocator
@@ -31,20 +38,23 @@ def pages(tokens: int, page_size: int) -> int:
     return -(-tokens // page_size)
 
 
-def swa_slots_needed(*, max_running: int, window: int | None, max_prefill_tokens: int, page_size: int = 1) -> int:
+def swa_slots_needed(*, max_running: int, window: int | None, max_prefill_tokens: int, page_size: int = 1,
+                     speculative_tokens: int = 0) -> int:
     """The SWA pool that serves every step (see the module docstring). Between steps a request holds the
     pages from the one with its oldest visible token on: at most ``pages(window - 1 + page_size - 1)``;
-    a step adds a page per request (a decode token, or the partial pages around a chunk) and the
-    step's prefill tokens. At page size 1 that is ``max_running * window + max_prefill_tokens``."""
+    a step adds a page per request (a decode token, or the partial pages around a chunk), a verify its
+    drafts, and the step's prefill tokens. At page size 1 without drafts that is
+    ``max_running * window + max_prefill_tokens``."""
     held = pages((window or 1) - 1 + page_size - 1, page_size) + 1
-    return (max_running * held + pages(max_prefill_tokens, page_size)) * page_size
+    return (max_running * (held + speculative_tokens) + pages(max_prefill_tokens, page_size)) * page_size
 
 
 @dataclass
 class ScheduledBatch:
     mode: ForwardMode
     reqs: list[Req]
-    extend_lens: list[int] | None = None  # new tokens per request (extend only)
+    extend_lens: list[int] | None = None  # new tokens per request (extend and verify)
+    drafts: list[list[int]] | None = None  # verify: each request's draft tokens, after its last token
 
 
 class Scheduler:
@@ -57,7 +67,12 @@ class Scheduler:
         chunk_size: int,
         max_prefill_tokens: int,
         window: int | None,
+        speculative_tokens: int = 0,
     ) -> None:
+        if speculative_tokens and allocator.page_size > 1:
+            raise ValueError("speculative decoding needs page_size 1: rejected drafts give back their slots one "
+                             "by one, and a page may hold accepted tokens too")
+        self.speculative_tokens = speculative_tokens
         self.req_to_token_pool = req_to_token_pool
         self.allocator = allocator
         self.max_running = max_running
@@ -117,7 +132,19 @@ class Scheduler:
                 lens.append(n)
                 budget -= n
             return ScheduledBatch(ForwardMode.EXTEND, reqs, lens)
+        if self.speculative_tokens:
+            return self._verify(list(self.running))
         return ScheduledBatch(ForwardMode.DECODE, list(self.running))
+
+    def _verify(self, reqs: list[Req]) -> ScheduledBatch:
+        """Each request's last token and its drafts; sampled requests draft nothing (greedy acceptance only)."""
+        drafts = []
+        for req in reqs:
+            room = req.sampling.max_new_tokens - len(req.output_ids) - 1  # the last token needs no KV
+            greedy = req.forced_output_ids is not None or req.sampling.temperature == 0
+            k = min(self.speculative_tokens, room) if greedy else 0
+            drafts.append(propose_drafts(req.fill_ids, k))
+        return ScheduledBatch(ForwardMode.TARGET_VERIFY, reqs, [1 + len(d) for d in drafts], drafts)
 
     def build_forward_batch(self, sched: ScheduledBatch) -> ForwardBatch:
         """Allocate the new tokens' slots, record them in req_to_token, and describe the forward."""
@@ -127,18 +154,21 @@ class Scheduler:
         assert loc is not None, "admission reserved these slots"
         loc = loc.clone()  # the allocator hands out a view of its free list
         input_ids, positions, seq_lens, start = [], [], [], 0
-        for req, n in zip(sched.reqs, lens):
+        for i, (req, n) in enumerate(zip(sched.reqs, lens)):
             begin = req.kv_len
             if not is_decode:  # a few long chunks: one write each
                 self.req_to_token_pool.write(req.req_pool_idx, begin, loc[start : start + n])
             req.slots_len = begin + n
-            input_ids += req.fill_slice(begin, begin + n)
+            if sched.drafts is None:
+                input_ids += req.fill_slice(begin, begin + n)
+            else:  # its last token, then its drafts
+                input_ids += req.fill_slice(begin, begin + 1) + sched.drafts[i]
             positions += range(begin, begin + n)
             seq_lens.append(begin + n)
             start += n
         if is_decode:  # one token per request: one scatter for the whole batch
             self.req_to_token_pool.write_tokens([r.req_pool_idx for r in sched.reqs], positions, loc)
-        logits_rows = self._logits_rows(sched, lens, seq_lens)
+        logits_rows = list(range(start)) if sched.drafts is not None else self._logits_rows(sched, lens, seq_lens)
         dev = self.device
         return ForwardBatch(
             forward_mode=sched.mode,
@@ -182,6 +212,19 @@ class Scheduler:
                 sampling.append(req)
         self._slide_windows(sched.reqs)
         return sampling
+
+    def commit_verify(self, sched: ScheduledBatch, kept: list[int]) -> None:
+        """After a verify: each request keeps the KV of its first ``kept[i]`` inputs (its last token and the
+        drafts the target accepted) and gives back the slots of the rejected drafts."""
+        rejected = []
+        for req, width, keep in zip(sched.reqs, sched.extend_lens, kept):
+            if keep < width:
+                rejected.append((req.req_pool_idx, req.kv_len + keep, req.kv_len + width))
+            req.kv_len += keep
+            req.slots_len = req.kv_len
+        if rejected:
+            self.allocator.free(self.req_to_token_pool.read_tokens(rejected))
+        self._slide_windows(sched.reqs)
 
     def _slide_windows(self, reqs: list[Req]) -> None:
         """Give back the SWA slots of positions no future query can see (position < kv_len - W + 1)."""

@@ -62,7 +62,8 @@ class ExtendGraphRunner(BucketedGraphRunner[ExtendInputs]):
 
     def can_run(self, batch: Any) -> bool:
         return (self.ready and not batch.forward_mode.is_decode()
-                and 1 <= batch.input_ids.numel() <= self.capture_tokens[-1] and batch.batch_size <= self.max_reqs)
+                and 1 <= batch.input_ids.numel() <= self.capture_tokens[-1] and batch.batch_size <= self.max_reqs
+                and (batch.logits_indices is None or batch.logits_indices.numel() <= self.max_reqs))  # a verify's rows
 
     def _buckets(self) -> list[tuple[int]]:
         return [(tokens,) for tokens in reversed(self.capture_tokens)]
