@@ -11,7 +11,7 @@ A request that could not fit even into an empty engine is refused when it is add
 Pages (``page_size > 1``), as SGLang's scheduler does them: a request grows with ``alloc_extend`` and
 ``alloc_decode``, each filling the page of its last token before taking a new one, so its last page
 is usually partly used; the window gives back whole pages only (everything before the page that
-holds the oldest visible token); reservations and pool sizes count whole pages (``pool_sizes``).
+holds the oldest visible token); reservations and pool sizes count whole pages (``swa_slots_needed``).
 
 Speculative decoding (``speculative_tokens > 0``, page size 1): a decode step becomes a verify, an
 extend of each request's last token and its drafts (``drafts.propose_drafts``) with every position's
@@ -30,6 +30,7 @@ import torch
 from harness.engine.drafts import propose_drafts
 from harness.engine.forward_batch import ForwardBatch, ForwardMode
 from harness.engine.request import Req
+from harness.engine.sampling import GREEDY_BELOW
 from harness.mem import ReqToTokenPool, SWATokenToKVPoolAllocator
 from harness.mem.index import LOC_DTYPE
 
@@ -141,7 +142,7 @@ class Scheduler:
         drafts = []
         for req in reqs:
             room = req.sampling.max_new_tokens - len(req.output_ids) - 1  # the last token needs no KV
-            greedy = req.forced_output_ids is not None or req.sampling.temperature == 0
+            greedy = req.forced_output_ids is not None or req.sampling.temperature < GREEDY_BELOW
             k = min(self.speculative_tokens, room) if greedy else 0
             drafts.append(propose_drafts(req.fill_ids, k))
         return ScheduledBatch(ForwardMode.TARGET_VERIFY, reqs, [1 + len(d) for d in drafts], drafts)
