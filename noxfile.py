@@ -81,12 +81,13 @@ def _install_sglang(session: nox.Session, extras: str = "test") -> None:
 
 @nox.session(python=PYTHON)
 def sglang(session: nox.Session) -> None:
-    """The pool, scenario, differential and registry suites against real SGLang's memory code on CPU, once with
-    SGLANG_INVARIANT_CHECK=0 and once with =2 (strict); SWA_HARNESS_SGLANG_PATCH=<yaml> patches SGLang first."""
+    """The pool, scenario, differential and SGLang suites against real SGLang's memory code on CPU, once with
+    SGLANG_INVARIANT_CHECK=0 and once strict (=2, with SGLang's own memory-pool debug checks on);
+    SWA_HARNESS_SGLANG_PATCH=<yaml> patches SGLang first."""
     _install_sglang(session)
-    for level in ("0", "2"):
+    for checks in ({"SGLANG_INVARIANT_CHECK": "0"}, {"SGLANG_INVARIANT_CHECK": "2", "SGLANG_DEBUG_MEMORY_POOL": "1"}):
         session.run("python", "-m", "pytest", "-n", "auto", "-p", "no:cacheprovider", *SGLANG_SUITES,
-                    "--target", "sglang", *session.posargs, env={"SGLANG_INVARIANT_CHECK": level})
+                    "--target", "sglang", *session.posargs, env=checks)
 
 
 # Real SGLang *serving* on CPU needs its HTTP stack and grammar backend too; sgl_kernel has no CPU build on PyPI,
