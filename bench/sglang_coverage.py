@@ -2,8 +2,9 @@
 
     python -m bench.sglang_coverage                 # in the venv of `nox -s sglang` (coverage is a test extra)
 
-Runs the pool, scenario, differential and registry suites against the installed SGLang (``--target sglang``, at
-``SGLANG_INVARIANT_CHECK=0``, in one process: coverage of an xdist run needs a plugin) with coverage limited to
+Runs the pool, scenario, differential and SGLang suites against the installed SGLang (``--target sglang``, in the
+strict configuration of ``nox -s sglang``'s second pass: ``SGLANG_INVARIANT_CHECK=2`` and SGLang's memory-pool debug
+checks; one process: coverage of an xdist run needs a plugin) with coverage limited to
 the files below, then writes the per-file table into docs/BENCHMARKS.md, beside the baseline measured before
 issue 28's suites (docs/sglang-coverage-before.json). What a suite never drives shows up as a low number, as the
 missing line ranges the JSON keeps (``reports/sglang-coverage.json``) and as the public functions no suite calls
@@ -29,6 +30,7 @@ SUITES = ("suites/pool", "suites/scenarios", "suites/differential", "suites/sgla
 REPO = Path(__file__).resolve().parent.parent
 OUT = REPO / "reports" / "sglang-coverage.json"
 BEFORE = REPO / "docs" / "sglang-coverage-before.json"
+STRICT = {"SGLANG_INVARIANT_CHECK": "2", "SGLANG_DEBUG_MEMORY_POOL": "1"}  # nox -s sglang's second pass
 
 
 def srt_dir() -> Path:
@@ -44,7 +46,7 @@ def measure(srt: Path, data: Path) -> float:
     start = time.perf_counter()
     done = subprocess.run([sys.executable, "-m", "coverage", "run", "--branch", f"--include={include}", "-m", "pytest",
                            "-q", "-p", "no:cacheprovider", *SUITES, "--target", "sglang"],
-                          env={**os.environ, "SGLANG_INVARIANT_CHECK": "0", "COVERAGE_FILE": str(data)}, cwd=REPO)
+                          env={**os.environ, **STRICT, "COVERAGE_FILE": str(data)}, cwd=REPO)
     if done.returncode != 0:
         raise SystemExit(f"the suites failed (exit {done.returncode}): no coverage is reported for a red run")
     return time.perf_counter() - start
@@ -117,7 +119,8 @@ def main() -> None:
                       for r in table if r["statements"])
     write_section("sglang-coverage", f"SGLang {sglang.__version__}'s SWA memory code under the suites (coverage)",
                   "python -m bench.sglang_coverage",
-                  f"Suites {', '.join(SUITES)} with `--target sglang`, `SGLANG_INVARIANT_CHECK=0`, one process, "
+                  f"Suites {', '.join(SUITES)} with `--target sglang`, `SGLANG_INVARIANT_CHECK=2 SGLANG_DEBUG_MEMORY_POOL=1` "
+                  f"(the before column: `SGLANG_INVARIANT_CHECK=0`), one process, "
                   f"{wall:.0f} s under coverage. \"Before\": {json.loads(BEFORE.read_text())['measured_at'] if before else '—'}. "
                   f"Missing line ranges per file: `reports/sglang-coverage.json`; why each range cannot run on CPU: "
                   f"docs/SGLANG_MEMORY_COVERAGE.md.\n\n{body}\n\nPublic functions no suite calls:\n\n{never}")

@@ -258,3 +258,41 @@ def test_a_registry_over_a_runners_buffers_fills_those_very_buffers(srt, prefill
     wrong.out_cache_loc = torch.zeros(MAX_TOKENS, dtype=torch.int32)
     with pytest.raises(ValueError, match="dtype"):
         build(**{**reg_kwargs, "source": wrong})
+
+
+def test_a_malformed_slot_fails_by_name_and_a_disabled_one_is_never_filled(srt):
+    registry, Policy = srt.registry, srt.PaddingPolicy
+    with pytest.raises(ValueError, match="axis must be one of"):
+        registry.GraphSlot("seq_lens", lambda bs, mt: (bs,), torch.int64, axis="rows")
+    reg = registry.CudaGraphBufferRegistry(device=torch.device("cpu"), max_bs=MAX_BS, max_num_tokens=MAX_TOKENS,
+                                           share_pool=False)
+    reg.register_slot(registry.GraphSlot("seq_lens", lambda bs, mt: (bs,), torch.int64, axis="bs",
+                                         padding_policy=Policy.FILL_SENTINEL))  # a sentinel with no value
+    reg.register_slot(registry.GraphSlot("positions", lambda bs, mt: (mt,), torch.int64, enabled=False))
+    with pytest.raises(ValueError, match="already registered"):
+        reg.register_slot(registry.GraphSlot("seq_lens", lambda bs, mt: (bs,), torch.int64, axis="bs"))
+    assert reg.has_slot("seq_lens") and not reg.has_slot("positions") and reg.get_slot("positions").buffer is None
+    with pytest.raises(RuntimeError, match="'positions': buffer not allocated"):
+        reg.get_slot("positions").slice_for(1, 1)
+    with pytest.raises(RuntimeError, match="FILL_SENTINEL requires pad_value"):
+        reg.fill_from(Batch(batch_size=1, seq_lens=torch.tensor([3]), positions=torch.tensor([2])), raw_bs=1,
+                      padded_bs=2, raw_num_tokens=1, padded_num_tokens=2)
+
+
+@pytest.mark.parametrize("tp", [2, 4])
+def test_a_decode_graphs_real_token_count_is_split_over_attention_ranks(srt, tp):
+    """The decode registry's count of real tokens, from the batch's global count, per attention-TP rank."""
+    padded, real = 8, 5
+    counts = []
+    for rank in range(tp):
+        with srt.get_parallel().override(attn_tp_size=tp, attn_tp_rank=rank):
+            reg = srt.registry.build_decode_registry(device=torch.device("cpu"), max_bs=padded, max_num_token=padded,
+                                                     seq_len_fill_value=1, cache_loc_dtype=torch.int64,
+                                                     enable_num_token_non_padded=True, attn_tp_sharded_fn=lambda n: True,
+                                                     register_global_num_tokens=False, share_pool=False)
+            batch = token_batch(torch.arange(1, real + 1), real)
+            batch.global_num_token_non_padded = torch.tensor([real], dtype=torch.int32)
+            reg.fill_from(batch, raw_bs=real, padded_bs=padded, raw_num_tokens=real, padded_num_tokens=padded)
+            counts.append(int(reg.get_slot("num_token_non_padded").buffer))
+    assert sum(counts) == real and counts == [min(max(real - r * (padded // tp), 0), padded // tp) for r in range(tp)], \
+        f"{real} real tokens of {padded} over {tp} ranks counted as {counts}"

@@ -76,9 +76,14 @@ def test_a_read_waits_for_its_layers_transfer_at_the_hybrid_pool_only(srt):
     assert pool.get_v_head_dim() == 8
 
 
-def test_mla_sub_pools_route_latent_rows_by_layer(srt):
+@pytest.mark.parametrize("write", ["latent halves", "combined rows"])
+def test_mla_sub_pools_route_latent_rows_by_layer(srt, write):
+    """MLA models write a token's latent as two halves (``set_mla_kv_buffer``) or as one combined row
+    (``set_kv_buffer``); either way a sliding layer's row lands at the token's SWA id, a full layer's at its
+    full id. An MHA pool refuses the latent write by name."""
     kw = dict(page_size=1, enable_memory_saver=False, device="cpu", kv_lora_rank=8, qk_rope_head_dim=4)
-    with srt.get_parallel().override(attn_dcp_size=1, attn_dcp_rank=0):  # no parallel runtime on this machine
+    no_parallel_runtime = dict(attn_dcp_size=1, attn_dcp_rank=0, dcp_enabled=False)  # not published on this machine
+    with srt.get_parallel().override(**no_parallel_runtime):
         pool = srt.SWAKVPool(size=16, size_swa=8, page_size=1, dtype=torch.float32, head_num=1, head_dim=12,
                              swa_attention_layer_ids=[0], full_attention_layer_ids=[1], device="cpu",
                              full_kv_pool_class=srt.MLATokenToKVPool, swa_kv_pool_class=srt.MLATokenToKVPool,
@@ -91,14 +96,21 @@ def test_mla_sub_pools_route_latent_rows_by_layer(srt):
         before = {layer: pool.get_key_buffer(layer).clone() for layer in (0, 1)}
         nope = torch.arange(3, dtype=torch.float32)[:, None, None].expand(3, 1, 8) + 1.0
         rope = -nope[:, :, :4]
+        row = torch.cat([nope, rope], -1)
         for layer in (0, 1):
-            swa = pool.translate_loc_from_full_to_swa(full) if layer == 0 else None
-            pool.set_mla_kv_buffer(types.SimpleNamespace(layer_id=layer), srt.KVWriteLoc(loc=full, swa_loc=swa), nope, rope)
+            loc = srt.KVWriteLoc(loc=full, swa_loc=pool.translate_loc_from_full_to_swa(full) if layer == 0 else None)
+            owner = types.SimpleNamespace(layer_id=layer)
+            if write == "latent halves":
+                pool.set_mla_kv_buffer(owner, loc, nope, rope)
+            else:
+                pool.set_kv_buffer(owner, loc, row, None)
         for layer, at in ((0, mapping[full]), (1, full)):
             rows = pool.get_key_buffer(layer)
-            assert torch.equal(rows[at], torch.cat([nope, rope], -1)), f"layer {layer}: latent rows are not at {at.tolist()}"
+            assert torch.equal(rows[at], row), f"layer {layer}: latent rows are not at {at.tolist()}"
             changed = set((rows != before[layer]).flatten(1).any(1).nonzero().flatten().tolist())
             assert changed == set(at.tolist()), f"layer {layer}: rows {sorted(changed)} changed, {at.tolist()} written"
+    with pytest.raises(TypeError, match="Layer 1 is not backed by an MLA KV pool"):
+        mha_pool(srt).set_mla_kv_buffer(types.SimpleNamespace(layer_id=1), srt.KVWriteLoc(loc=full), nope, rope)
 
 
 SIZE = 12
@@ -165,6 +177,21 @@ class PureSWAMachine(RuleBasedStateMachine):
 def test_all_sliding_allocator_state_machine(srt):
     PureSWAMachine.srt = srt
     run_state_machine_as_test(PureSWAMachine, settings=settings(max_examples=40, stateful_step_count=30, deadline=None))
+
+
+def test_all_sliding_allocator_refuses_what_it_cannot_do(srt):
+    """One pool and no mapping: paged allocation and mapping edits fail by name, not by a wrong slot."""
+    pool = srt.SWAKVPool(size=SIZE, size_swa=SIZE, page_size=1, dtype=torch.float32, head_num=1, head_dim=4,
+                         swa_attention_layer_ids=[0, 1], full_attention_layer_ids=[], device="cpu")
+    alloc = srt.PureSWATokenToKVPoolAllocator(SIZE, 1, torch.float32, "cpu", pool, need_sort=False)
+    ids = torch.tensor([1, 2])
+    for call, match in ((lambda: alloc.alloc_extend(), "page_size > 1"), (lambda: alloc.alloc_decode(), "page_size > 1"),
+                        (lambda: alloc.alloc_extend_swa_tail(), "page_size > 1"),
+                        (lambda: alloc.set_full_to_swa_mapping(ids, ids), "no full->SWA mapping"),
+                        (lambda: alloc.clear_full_to_swa_mapping(ids), "no full->SWA mapping")):
+        with pytest.raises(NotImplementedError, match=match):
+            call()
+    assert alloc.available_size() == SIZE, "a refused call changed the pool"
 
 
 class EvictionLog:

@@ -125,3 +125,27 @@ def test_a_retraction_after_the_window_moved_across_host_chunks(sglang_target, t
     """Pages 0-2 left the window, the copy is chunked by 5 rows and the request comes back with SWA slots for
     every token, its last page or its last two: the SWA rows are filtered across chunk boundaries."""
     check_retraction(sglang_target, Retraction(page_size=4, tokens=23, evicted_pages=3, tail_pages=tail_pages, chunk=5))
+
+
+def test_a_request_wholly_outside_its_window_comes_back_with_its_full_attention_kv(sglang_target):
+    """Every page of the request left the window (a cached prefix whose window state was dropped): its host copy
+    holds no SWA rows, and loading it restores the full-attention K/V and writes no SWA slot."""
+    ps, n = 4, 12
+    handle = sglang_target.build_pool(PoolSpec(size=64, size_swa=32, page_size=ps, head_num=HEADS, head_dim=DIM,
+                                               swa_layers=SWA_LAYERS, full_layers=FULL_LAYERS))
+    pool, allocator = handle.pool, handle.allocator
+    old = allocator.alloc_extend([0], [n], [-1])
+    for layer in SWA_LAYERS + FULL_LAYERS:
+        k = values(layer, n)
+        pool.set_kv_buffer(layer, old, k, k)
+    allocator.free_swa(old)
+    host = allocator.sglang.get_cpu_copy(old.long())
+    assert host["swa"] is None and not bool(host["swa_mask"].any()), "a copy of unwindowed tokens carries SWA rows"
+    allocator.free_full(old)
+    new = allocator.alloc_extend([0], [n], [-1])
+    before = {layer: pool.get_key_buffer(layer).clone() for layer in SWA_LAYERS}
+    allocator.sglang.load_cpu_copy(host, new.long())
+    for layer in FULL_LAYERS:
+        assert torch.equal(pool.get_key_buffer(layer)[new], values(layer, n)), f"layer {layer}: K/V not restored"
+    for layer in SWA_LAYERS:
+        assert torch.equal(pool.get_key_buffer(layer), before[layer]), f"sliding layer {layer}: a slot was written"
