@@ -66,7 +66,7 @@ MATRIX_TARGETS: dict[str, MatrixTarget] = {
                    "registry": "suites/sglang/test_decode_registry.py", "plan": "suites/sglang/test_kv_loc_plan.py",
                    "retraction": "suites/sglang/test_swa_retraction.py", "layouts": "suites/sglang/test_swa_pool_layouts.py",
                    "registries": "suites/sglang/test_graph_registries.py"},
-        {"pool": 5, "scenarios": 110, "differential": 33, "registry": 14, "plan": 8, "retraction": 5, "layouts": 7,
+        {"pool": 7, "scenarios": 110, "differential": 33, "registry": 14, "plan": 8, "retraction": 5, "layouts": 7,
          "registries": 11},
         SGLANG_FAULT_ENV,
         _sglang_catalog, ("--target", "sglang"), REPO / "reports" / "kill-matrix-sglang.json"),

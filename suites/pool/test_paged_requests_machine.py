@@ -253,3 +253,30 @@ def test_a_decode_that_does_not_fit_takes_nothing(target, request):
     assert allocator.alloc_decode([5], [int(first[-1])]) is None, "a decode was served without an SWA page"
     after = (allocator.full_available_size(), allocator.swa_available_size())
     assert after == before, f"a refused decode took slots: available (full, SWA) {before} -> {after}"
+
+
+@pytest.mark.parametrize("page_size", [1, 4])
+def test_a_free_of_nothing_changes_nothing(target, page_size):
+    """A scheduler step frees whatever left the window or finished, which is often nothing: every free, as a
+    set or as a row segment, inside a free group or not, takes an empty index and changes no count."""
+    handle = target.build_pool(PoolSpec(size=8 * page_size, size_swa=4 * page_size, page_size=page_size))
+    allocator = handle.allocator
+    held = allocator.alloc_extend([0], [page_size + 1], [-1])
+    before = (allocator.full_available_size(), allocator.swa_available_size(), allocator.full_to_swa_index_mapping.clone())
+    nothing = torch.zeros(0, dtype=torch.int32)
+    for grouped in (False, True):
+        if grouped:
+            allocator.free_group_begin()
+        allocator.free(nothing)
+        allocator.free_swa(nothing)
+        allocator.free_full(nothing)
+        allocator.free_segment(nothing, start_pos=0)
+        allocator.free_swa_segment(nothing, start_pos=0)
+        allocator.free_full_segment(nothing, start_pos=0)
+        if grouped:
+            allocator.free_group_end()
+        after = (allocator.full_available_size(), allocator.swa_available_size())
+        assert after == before[:2], f"freeing nothing changed the pools: {before[:2]} -> {after}"
+        assert torch.equal(allocator.full_to_swa_index_mapping, before[2]), "freeing nothing changed the mapping"
+    allocator.free(held)
+    assert (allocator.full_available_size(), allocator.swa_available_size()) == (8 * page_size, 4 * page_size)

@@ -192,6 +192,14 @@ def test_all_sliding_allocator_refuses_what_it_cannot_do(srt):
         with pytest.raises(NotImplementedError, match=match):
             call()
     assert alloc.available_size() == SIZE, "a refused call changed the pool"
+    held = alloc.alloc(3)
+    alloc.free_group_begin()
+    alloc.free(torch.zeros(0, dtype=torch.int64))
+    alloc.free_swa(torch.zeros(0, dtype=torch.int64))
+    alloc.free(held)
+    assert alloc.available_size() == SIZE - 3, "a grouped free took effect before the group ended"
+    alloc.free_group_end()
+    assert alloc.available_size() == SIZE, "the group's frees were lost"
 
 
 class EvictionLog:
