@@ -122,7 +122,7 @@ def main() -> None:
                   f"Suites {', '.join(SUITES)} with `--target sglang`, `SGLANG_INVARIANT_CHECK=2 SGLANG_DEBUG_MEMORY_POOL=1` "
                   f"(the before column: `SGLANG_INVARIANT_CHECK=0`), one process, "
                   f"{wall:.0f} s under coverage. \"Before\": {json.loads(BEFORE.read_text())['measured_at'] if before else '—'}. "
-                  f"Missing line ranges per file: `reports/sglang-coverage.json`; why each range cannot run on CPU: "
+                  f"Missing line ranges per file: `reports/sglang-coverage.json`; why each range is left (accelerator, another memory class, no caller): "
                   f"docs/SGLANG_MEMORY_COVERAGE.md.\n\n{body}\n\nPublic functions no suite calls:\n\n{never}")
     print(body)
     print(never)
