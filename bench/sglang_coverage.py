@@ -106,7 +106,8 @@ def main() -> None:
     def pct(a: int, b: int) -> str:
         return f"{100 * a / b:.1f} % ({a}/{b})" if b else "—"
 
-    before = {r["file"]: r for r in json.loads(BEFORE.read_text())["files"]} if BEFORE.is_file() else {}
+    baseline = json.loads(BEFORE.read_text()) if BEFORE.is_file() else {"files": [], "measured_at": "—"}
+    before = {r["file"]: r for r in baseline["files"]}
     body = markdown_table(
         ("file (sglang/srt/)", "lines run (before)", "lines run", "branches taken (before)", "branches taken",
          "public functions called"),
@@ -121,7 +122,7 @@ def main() -> None:
                   "python -m bench.sglang_coverage",
                   f"Suites {', '.join(SUITES)} with `--target sglang`, `SGLANG_INVARIANT_CHECK=2 SGLANG_DEBUG_MEMORY_POOL=1` "
                   f"(the before column: `SGLANG_INVARIANT_CHECK=0`), one process, "
-                  f"{wall:.0f} s under coverage. \"Before\": {json.loads(BEFORE.read_text())['measured_at'] if before else '—'}. "
+                  f"{wall:.0f} s under coverage. \"Before\": {baseline['measured_at']}. "
                   f"Missing line ranges per file: `reports/sglang-coverage.json`; why each range is left (accelerator, another memory class, no caller): "
                   f"docs/SGLANG_MEMORY_COVERAGE.md.\n\n{body}\n\nPublic functions no suite calls:\n\n{never}")
     print(body)

@@ -16,7 +16,7 @@ from harness.engine.cpu_kernels import KERNEL_MODES, resolve_kernels
 from harness.engine.model_runner import ModelRunner, PoolSizes
 from harness.engine.request import FinishReason, GenerateOutput, Req, RequestError, SamplingParams
 from harness.engine.sampling import SamplingFailure, sample
-from harness.engine.scheduler import Scheduler
+from harness.engine.scheduler import ScheduledBatch, Scheduler
 from harness.mem import HybridPoolSpec, PoolBuilder, build_hybrid_pool
 from harness.model import Tokenizer, load_config, load_model
 
@@ -280,11 +280,11 @@ class Engine:
                 finished.append(self._output(req))
         return StepOutput(sched.mode, advanced, tuple(finished))
 
-    def _verified(self, sched, logits: torch.Tensor) -> StepOutput:
+    def _verified(self, sched: ScheduledBatch, logits: torch.Tensor) -> StepOutput:
         """Greedy verification: row ``i`` of a request's rows gives its next token after input ``i``; a draft is
         accepted while it equals the token the target gives before it. A request emits the accepted drafts
         and one token more, and keeps the KV of the inputs those came from."""
-        kept, done, start = [], [], 0
+        kept, start = [], 0
         for req, width, drafts in zip(sched.reqs, sched.extend_lens, sched.drafts):
             emitted = 0
             for i in range(width):
