@@ -20,6 +20,7 @@ from hypothesis import given, settings
 from fixtures.scenarios.padding import PaddingCase, bucket_boundary_cases, padding_cases
 from harness.graph.runner import DEFAULT_CAPTURE_BS
 from harness.targets import PoolSpec
+from harness.targets.sglang.capabilities import module
 from suites.checks import expect_structure
 
 MAX_BS = 16
@@ -32,12 +33,12 @@ SWA_LAYER, FULL_LAYER = 0, 1
 def sglang(target):
     if target.name != "sglang":
         pytest.skip("drives SGLang's own decode buffer registry: run with --target sglang (nox -s sglang)")
-    from sglang.srt.mem_cache.kv_index_translator import KVIndexTranslator
-    from sglang.srt.mem_cache.kv_loc_plan import IdSpaceKind
-    from sglang.srt.model_executor.cuda_graph_buffer_registry import PaddingPolicy, build_decode_registry
-
-    return types.SimpleNamespace(KVIndexTranslator=KVIndexTranslator, SLIDING_WINDOW=IdSpaceKind.SLIDING_WINDOW,
-                                 PaddingPolicy=PaddingPolicy, build_decode_registry=build_decode_registry)
+    translator = module("sglang.srt.mem_cache.kv_index_translator")
+    plan = module("sglang.srt.mem_cache.kv_loc_plan")
+    registry = module("sglang.srt.model_executor.cuda_graph_buffer_registry")
+    return types.SimpleNamespace(KVIndexTranslator=translator.KVIndexTranslator,
+                                 SLIDING_WINDOW=plan.IdSpaceKind.SLIDING_WINDOW, PaddingPolicy=registry.PaddingPolicy,
+                                 build_decode_registry=registry.build_decode_registry)
 
 
 def _batch(loc: torch.Tensor, req_pool_indices: torch.Tensor, seq_lens: torch.Tensor) -> types.SimpleNamespace:

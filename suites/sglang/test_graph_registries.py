@@ -20,6 +20,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from harness.targets import PoolSpec
+from harness.targets.sglang.capabilities import module, parallel_override
 from suites.checks import expect_structure
 
 MAX_BS, MAX_TOKENS, HIDDEN = 4, 32, 4
@@ -30,10 +31,10 @@ SWA_LAYER, FULL_LAYER = 0, 1
 def srt(target):
     if target.name != "sglang":
         pytest.skip("drives SGLang's graph buffer registries: run with --target sglang (nox -s sglang)")
-    from sglang.srt.model_executor import cuda_graph_buffer_registry as registry
-    from sglang.srt.runtime_context import get_parallel
-
-    return types.SimpleNamespace(registry=registry, PaddingPolicy=registry.PaddingPolicy, get_parallel=get_parallel)
+    registry = module("sglang.srt.model_executor.cuda_graph_buffer_registry")
+    context = module("sglang.srt.runtime_context")
+    return types.SimpleNamespace(registry=registry, PaddingPolicy=registry.PaddingPolicy,
+                                 parallel=parallel_override(context))
 
 
 @dataclasses.dataclass
@@ -139,7 +140,7 @@ def test_every_real_token_is_counted_by_exactly_one_attention_rank(srt, tp):
     for padded, real in ((16, 16), (16, 9), (16, 1), (32, 17)):
         counts = []
         for rank in range(tp):
-            with srt.get_parallel().override(attn_tp_size=tp, attn_tp_rank=rank):
+            with srt.parallel(attn_tp_size=tp, attn_tp_rank=rank):
                 reg = registry.build_prefill_registry(device=torch.device("cpu"), max_bs=MAX_BS, max_num_token=MAX_TOKENS,
                                                       cache_loc_dtype=torch.int64, enable_num_token_non_padded=True,
                                                       attn_tp_sharded_fn=lambda n: True, share_pool=False)
@@ -181,7 +182,7 @@ def test_decode_registry_optional_slots_after_a_full_width_replay(srt):
 
 
 def test_the_eager_registry_hands_a_batch_back_unchanged(srt):
-    with srt.get_parallel().override(num_dp_ranks=1):
+    with srt.parallel(num_dp_ranks=1):
         reg = srt.registry.build_eager_registry(device=torch.device("cpu"), max_bs=MAX_BS, max_num_token=MAX_TOKENS,
                                                 cache_loc_dtype=torch.int64, enable_mamba_track=True)
     loc = torch.arange(5, 5 + 6)
@@ -285,7 +286,7 @@ def test_a_decode_graphs_real_token_count_is_split_over_attention_ranks(srt, tp)
     padded, real = 8, 5
     counts = []
     for rank in range(tp):
-        with srt.get_parallel().override(attn_tp_size=tp, attn_tp_rank=rank):
+        with srt.parallel(attn_tp_size=tp, attn_tp_rank=rank):
             reg = srt.registry.build_decode_registry(device=torch.device("cpu"), max_bs=padded, max_num_token=padded,
                                                      seq_len_fill_value=1, cache_loc_dtype=torch.int64,
                                                      enable_num_token_non_padded=True, attn_tp_sharded_fn=lambda n: True,

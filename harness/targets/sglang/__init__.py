@@ -21,6 +21,7 @@ from harness.engine import Engine, EngineConfig
 from harness.mem import HybridPool, HybridPoolSpec, ReqToTokenPool
 from harness.targets.sglang.faults import activate_from_env, apply_patch_file
 from harness.targets.sglang.adapters import SGLangAllocatorAdapter, SGLangPoolAdapter
+from harness.targets.sglang.capabilities import first, takes
 from harness.targets.sglang.imports import SGLANG_VERSION, SGLangUnavailable, import_sglang
 
 __all__ = ["PATCH_ENV", "SGLANG_VERSION", "SGLangTarget", "SGLangUnavailable"]
@@ -45,13 +46,16 @@ class SGLangTarget:
         self.fault = activate_from_env(os.environ)  # SWA_HARNESS_SGLANG_FAULT=<id>: one catalog fault, whole process
 
     def build_pool(self, spec: HybridPoolSpec) -> HybridPool:
-        from sglang.srt.mem_cache.allocator.swa import SWATokenToKVPoolAllocator
         from sglang.srt.mem_cache.swa_memory_pool import SWAKVPool
 
+        # The allocator moved out of swa_memory_pool.py in 0.5.13; 0.5.13-0.5.15 require enable_kvcache_transpose.
+        SWATokenToKVPoolAllocator = first(("sglang.srt.mem_cache.allocator.swa", "SWATokenToKVPoolAllocator"),
+                                          ("sglang.srt.mem_cache.swa_memory_pool", "SWATokenToKVPoolAllocator"))
         device = str(spec.device)
+        extra = {"enable_kvcache_transpose": False} if takes(SWAKVPool.__init__, "enable_kvcache_transpose") else {}
         pool = SWAKVPool(size=spec.size, size_swa=spec.size_swa, page_size=spec.page_size, dtype=spec.dtype,
                          head_num=spec.head_num, head_dim=spec.head_dim, swa_attention_layer_ids=list(spec.swa_layers),
-                         full_attention_layer_ids=list(spec.full_layers), device=device)
+                         full_attention_layer_ids=list(spec.full_layers), device=device, **extra)
         allocator = SWATokenToKVPoolAllocator(spec.size, spec.size_swa, spec.page_size, spec.dtype, device, pool,
                                               need_sort=False)
         return HybridPool(SGLangPoolAdapter(pool), SGLangAllocatorAdapter(allocator),

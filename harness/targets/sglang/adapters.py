@@ -2,6 +2,11 @@
 ``SWATokenToKVPoolAllocator``, so the harness's engine, scheduler and graph runner run on SGLang's
 memory code. Every adapter method is a thin translation; behaviour is SGLang's.
 
+The API moved between releases; each adapter asks ``capabilities`` what the installed SGLang has (0.5.13 writes
+with ``set_kv_buffer(loc, swa_loc=...)``, 0.5.14 on with a ``KVWriteLoc``; ``free_full`` arrived in 0.5.19, the
+segment frees in 0.5.20, grouped frees in 0.5.18) and a method it lacks is a skip that names it. Paged allocation
+runs as a Triton kernel in some releases (0.5.13, 0.5.20): a skip naming it CPU-unreachable.
+
 Where the two designs differ, the adapter follows SGLang's own callers:
 * 0.5.23 has no translation memo (the write loc is translated once per forward by its KV-loc plan),
   so ``invalidate_loc_cache`` has nothing to flush and translation is a plain gather.
@@ -20,6 +25,7 @@ from dataclasses import dataclass
 import torch
 
 from harness.mem.index import LOC_DTYPE
+from harness.targets.sglang.capabilities import method, module, on_cpu
 
 
 @dataclass(frozen=True)
@@ -35,10 +41,9 @@ def _long(index: torch.Tensor) -> torch.Tensor:
 
 class SGLangPoolAdapter:
     def __init__(self, pool) -> None:  # sglang.srt.mem_cache.swa_memory_pool.SWAKVPool
-        from sglang.srt.mem_cache.memory_pool import KVWriteLoc
-
         self.sglang = pool
-        self._write_loc = KVWriteLoc
+        # 0.5.14 on: one KVWriteLoc argument; 0.5.13: the SWA ids as a keyword.
+        self._write_loc = getattr(module("sglang.srt.mem_cache.memory_pool"), "KVWriteLoc", None)
         self.device = torch.device(pool.device)
         self.size, self.size_swa, self.page_size, self.dtype = pool.size, pool.size_swa, pool.page_size, pool.dtype
         self.full_kv_pool, self.swa_kv_pool = pool.full_kv_pool, pool.swa_kv_pool  # each has k_buffer / v_buffer lists
@@ -70,8 +75,11 @@ class SGLangPoolAdapter:
         """SGLang's write: a ``KVWriteLoc`` whose ``swa_loc`` is set for sliding layers."""
         if self.is_swa_layer(layer_id) and swa_loc is None:
             swa_loc = self.translate_loc_from_full_to_swa(loc)
-        write = self._write_loc(loc=_long(loc), swa_loc=None if swa_loc is None else _long(swa_loc))
-        self.sglang.set_kv_buffer(_Layer(layer_id), write, k, v)
+        loc, swa_loc = _long(loc), None if swa_loc is None else _long(swa_loc)
+        if self._write_loc is None:
+            self.sglang.set_kv_buffer(_Layer(layer_id), loc, k, v, swa_loc=swa_loc)
+        else:
+            self.sglang.set_kv_buffer(_Layer(layer_id), self._write_loc(loc=loc, swa_loc=swa_loc), k, v)
 
 
 class _FullAllocatorView:
@@ -130,53 +138,62 @@ class SGLangAllocatorAdapter:
             return self.alloc(sum(seq_lens) - sum(prefix_lens))
         (prefix, prefix_cpu), (seq, seq_cpu) = self._lens(prefix_lens), self._lens(seq_lens)
         last = self._lens(last_loc)[0]
-        out = self.sglang.alloc_extend(prefix, prefix_cpu, seq, seq_cpu, last, sum(seq_lens) - sum(prefix_lens))
+        with on_cpu("paged alloc_extend"):
+            out = self.sglang.alloc_extend(prefix, prefix_cpu, seq, seq_cpu, last, sum(seq_lens) - sum(prefix_lens))
         return None if out is None else out.to(LOC_DTYPE)
 
     def alloc_extend_swa_tail(self, prefix_len: int, seq_len: int, last_loc: int, swa_tail_len: int) -> torch.Tensor | None:
         (prefix, prefix_cpu), (seq, seq_cpu) = self._lens([prefix_len]), self._lens([seq_len])
-        out = self.sglang.alloc_extend_swa_tail(prefix, prefix_cpu, seq, seq_cpu, self._lens([last_loc])[0],
-                                                seq_len - prefix_len, swa_tail_len)
+        with on_cpu("alloc_extend_swa_tail"):
+            out = method(self.sglang, "alloc_extend_swa_tail")(prefix, prefix_cpu, seq, seq_cpu,
+                                                               self._lens([last_loc])[0], seq_len - prefix_len,
+                                                               swa_tail_len)
         return None if out is None else out.to(LOC_DTYPE)
 
     def alloc_decode(self, seq_lens: Sequence[int], last_loc: Sequence[int]) -> torch.Tensor | None:
         if self.page_size == 1:
             return self.alloc(len(seq_lens))
         seq, seq_cpu = self._lens(seq_lens)
-        out = self.sglang.alloc_decode(seq, seq_cpu, self._lens(last_loc)[0])
+        with on_cpu("paged alloc_decode"):
+            out = self.sglang.alloc_decode(seq, seq_cpu, self._lens(last_loc)[0])
         return None if out is None else out.to(LOC_DTYPE)
 
     def free_full(self, free_index: torch.Tensor) -> None:
-        self.sglang.free_full(_long(free_index))
+        method(self.sglang, "free_full")(_long(free_index))
 
     def free_segment(self, free_index: torch.Tensor, *, start_pos: int) -> None:
-        self.sglang.free_segment(_long(free_index), start_pos=start_pos)
+        method(self.sglang, "free_segment")(_long(free_index), start_pos=start_pos)
 
     def free_swa_segment(self, free_index: torch.Tensor, *, start_pos: int) -> None:
-        self.sglang.free_swa_segment(_long(free_index), start_pos=start_pos)
+        method(self.sglang, "free_swa_segment")(_long(free_index), start_pos=start_pos)
 
     def free_full_segment(self, free_index: torch.Tensor, *, start_pos: int) -> None:
-        self.sglang.free_full_segment(_long(free_index), start_pos=start_pos)
+        method(self.sglang, "free_full_segment")(_long(free_index), start_pos=start_pos)
 
     def free_group_begin(self) -> None:
-        self.sglang.free_group_begin()
+        method(self.sglang, "free_group_begin")()
 
     def free_group_end(self) -> None:
-        self.sglang.free_group_end()
+        method(self.sglang, "free_group_end")()
 
     def free(self, free_index: torch.Tensor) -> None:
         if free_index.numel() == 0:
             return
         index = _long(free_index)
-        holds_swa = self.sglang.full_to_swa_index_mapping[index] > 0
-        self.sglang.free(index[holds_swa])
-        self.sglang.free_full(index[~holds_swa])
+        with on_cpu("paged free"):
+            if not hasattr(self.sglang, "free_full"):  # before 0.5.19 ``free`` skips slots without an SWA peer itself
+                self.sglang.free(index)
+                return
+            holds_swa = self.sglang.full_to_swa_index_mapping[index] > 0
+            self.sglang.free(index[holds_swa])
+            self.sglang.free_full(index[~holds_swa])
 
     def free_swa(self, free_index: torch.Tensor) -> None:
-        self.sglang.free_swa(_long(free_index))
+        with on_cpu("paged free_swa"):
+            self.sglang.free_swa(_long(free_index))
 
     def set_full_to_swa_mapping(self, full_index: torch.Tensor, swa_index: torch.Tensor) -> None:
-        self.sglang.set_full_to_swa_mapping(_long(full_index), _long(swa_index))
+        method(self.sglang, "set_full_to_swa_mapping")(_long(full_index), _long(swa_index))
 
     def clear(self) -> None:
         self.sglang.clear()

@@ -40,6 +40,26 @@ def _install_shims() -> None:
         sys.path.append(str(SHIMS))
 
 
+def _keep_shipped_config_names() -> None:
+    """SGLang 0.5.11-0.5.16 register configs under names transformers 5.19 now ships (``qwen3_asr``), and
+    ``AutoConfig.register`` refuses a shipped name: the registration keeps transformers' class instead. Only the
+    model-config registry is touched, which no memory suite reads; a clash of any other kind still raises."""
+    from transformers import AutoConfig
+    from transformers.models.auto.configuration_auto import CONFIG_MAPPING
+
+    register = AutoConfig.register
+    if getattr(register, "swa_harness_shim", False):
+        return
+
+    def keep_shipped(model_type, config, exist_ok=False):
+        if model_type in CONFIG_MAPPING._mapping and not exist_ok:
+            return None
+        return register(model_type, config, exist_ok=exist_ok)
+
+    keep_shipped.swa_harness_shim = True
+    AutoConfig.register = keep_shipped
+
+
 def import_sglang() -> ModuleType:
     """``sglang``, imported, after checking its version; ``SGLangUnavailable`` says what is wrong."""
     try:
@@ -55,6 +75,7 @@ def import_sglang() -> ModuleType:
             f"Set {ANY_VERSION_ENV}=1 to run against it anyway (e.g. a local checkout of a branch)."
         )
     _install_shims()
+    _keep_shipped_config_names()
     import sglang
 
     return sglang

@@ -1,0 +1,92 @@
+"""What the installed SGLang has, asked of SGLang itself (modules, classes, signatures), never of its version string.
+
+The adapters follow SGLang's memory API through its releases by asking here. What a suite needs and the installed
+SGLang lacks, or has only as a Triton kernel that cannot run on CPU, raises ``NotOnThisSGLang``: a
+``unittest.SkipTest``, so pytest reports the test as skipped with the one-line reason, hypothesis lets it through,
+and the release matrix counts it as "not applicable", never as a pass.
+"""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+import unittest
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from types import ModuleType
+from typing import Any
+
+UNREACHABLE = "CPU-unreachable"  # the marker the matrix reads in a skip reason
+
+
+class NotOnThisSGLang(unittest.SkipTest):
+    """This SGLang lacks what a suite needs, or runs it only on an accelerator."""
+
+
+def version() -> str:
+    import sglang
+
+    return getattr(sglang, "__version__", "(unknown version)")
+
+
+def lacks(what: str) -> NotOnThisSGLang:
+    return NotOnThisSGLang(f"SGLang {version()} lacks {what}")
+
+
+def module(name: str) -> ModuleType:
+    """``sglang.<name>``, or the skip that says this release has no such module."""
+    try:
+        return importlib.import_module(name)
+    except ModuleNotFoundError as missing:
+        if missing.name and name.startswith(missing.name):
+            raise lacks(f"the module {name}") from None
+        raise
+
+
+def first(*candidates: tuple[str, str]) -> Any:
+    """The first ``(module, attribute)`` the installed SGLang has: where a class moved between releases."""
+    for name, attribute in candidates:
+        try:
+            found = getattr(importlib.import_module(name), attribute, None)
+        except ModuleNotFoundError:
+            continue
+        if found is not None:
+            return found
+    raise lacks(" or ".join(f"{name}.{attribute}" for name, attribute in candidates))
+
+
+def method(obj: Any, name: str) -> Callable[..., Any]:
+    """``obj.name``, or the skip that names the missing method and its class."""
+    found = getattr(obj, name, None)
+    if found is None:
+        raise lacks(f"{type(obj).__name__}.{name}")
+    return found
+
+
+def takes(func: Callable[..., Any], parameter: str) -> bool:
+    return parameter in inspect.signature(func).parameters
+
+
+@contextmanager
+def on_cpu(what: str) -> Iterator[None]:
+    """Runs SGLang code that some releases implement as a Triton kernel: without a GPU, Triton finds no active
+    driver at launch; that, and only that, becomes a skip naming the code as CPU-unreachable."""
+    try:
+        yield
+    except RuntimeError as error:
+        if "active drivers" not in str(error):
+            raise
+        raise NotOnThisSGLang(f"SGLang {version()}'s {what} launches a Triton kernel: {UNREACHABLE}") from None
+
+
+def parallel_override(runtime_context: ModuleType) -> Callable[..., Any]:
+    """``get_parallel().override`` under this release's field names (``num_dp_ranks`` was ``dp_size``)."""
+    fields = getattr(runtime_context, "_PARALLEL_FIELDS", None)
+    renamed = {"num_dp_ranks": "dp_size"}
+
+    def override(**values: Any) -> Any:
+        if fields is not None:
+            values = {renamed[k] if k not in fields and renamed.get(k) in fields else k: v for k, v in values.items()}
+        return runtime_context.get_parallel().override(**values)
+
+    return override
