@@ -90,6 +90,17 @@ def sglang(session: nox.Session) -> None:
                     "--target", "sglang", *session.posargs, env=checks)
 
 
+@nox.session(python=PYTHON)
+def sglang_matrix(session: nox.Session) -> None:
+    """The pool, scenario, differential, registry and seed-replay suites against every SGLang release from 0.5.13 to
+    0.5.23 (and SWA_HARNESS_SGLANG=<checkout>/python), each in its own overlay venv over this one (reused between
+    runs): reports/sglang-matrix.json and docs/COMPATIBILITY.md. Posargs go to `swa-harness sglang-matrix`."""
+    _install(session)
+    session.install(*SGLANG_IMPORT_DEPS)  # everything SGLang's imports need but SGLang itself: each overlay brings it
+    session.install("--no-deps", *SGLANG_NO_DEPS)
+    session.run("swa-harness", "sglang-matrix", *session.posargs)
+
+
 # Real SGLang *serving* on CPU needs its HTTP stack and grammar backend too; sgl_kernel has no CPU build on PyPI,
 # so the sglang engine puts an import-only stand-in on the server's path (harness/engines/sglang/shims/).
 SGLANG_SERVER_DEPS = ["fastapi", "uvicorn", "uvloop", "setproctitle", "prometheus-client", "python-multipart",

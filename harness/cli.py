@@ -1,4 +1,4 @@
-"""``swa-harness``: serve | eval | nightly | report | faults | kernels."""
+"""``swa-harness``: serve | eval | nightly | report | faults | kernels | sglang-matrix | bisect."""
 
 from __future__ import annotations
 
@@ -15,6 +15,8 @@ def main(argv: list[str] | None = None) -> int:
         "report": ("harness.jobs.report_cli", "re-render the HTML report from saved runs"),
         "faults": ("harness.faults.matrix", "kill matrix: every catalog fault through the suites"),
         "kernels": ("harness.engine.cpu_kernels", "build this environment's compiled CPU kernels now"),
+        "sglang-matrix": ("harness.jobs.sglang_matrix", "the memory suites against every SGLang release in a range"),
+        "bisect": ("harness.jobs.bisect_cli", "the first SGLang release between a good and a bad one where suites fail"),
     }
     if not argv or argv[0] in ("-h", "--help") or argv[0] not in commands:
         parser = argparse.ArgumentParser(prog="swa-harness", description=__doc__)

@@ -90,3 +90,4 @@ def test_a_padded_replay_writes_no_live_requests_swa_slot(target, buffers_class)
     assert not overwritten, (
         f"the padded row wrote its K/V into the SWA slots of live requests {overwritten} (full ids; padded SWA write "
         f"id {pad_ids}, left from the previous, larger replay): #24743")
+

@@ -96,16 +96,18 @@ def overlay(release: Release, *, base_python: str = sys.executable, root: Path =
     env = root / release.dirname
     python = env / "bin" / "python"
     ready = env / "ready"
+    base_site = Path(subprocess.run([base_python, "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"],
+                                    capture_output=True, text=True, check=True).stdout.strip())
+    site = _site_packages(env)
     if ready.exists():
+        (site / "base.pth").write_text(f"{base_site}\n")  # the overlay follows whichever base runs it
         return python
     env.mkdir(parents=True, exist_ok=True)
     log = env / "install.log"
     log.write_text("")
     if not python.exists():
         subprocess.run([base_python, "-m", "venv", "--without-pip", str(env)], check=True)
-    base_site = Path(subprocess.run([base_python, "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"],
-                                    capture_output=True, text=True, check=True).stdout.strip())
-    site = _site_packages(env)
+    site.mkdir(parents=True, exist_ok=True)
     (site / "base.pth").write_text(f"{base_site}\n")
     torch_pin = subprocess.run([base_python, "-c", "import torch; print(torch.__version__.split('+')[0])"],
                                capture_output=True, text=True, check=True).stdout.strip()
