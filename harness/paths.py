@@ -14,6 +14,7 @@ DEFAULT_MODEL = REPO / "fixtures" / "models" / "gemma2-tiny-swa"
 DEFAULT_OUT = REPO / "reports" / "latest"
 DEFAULT_KILL_MATRIX = REPO / "reports" / "kill-matrix.json"
 DEFAULT_FAULT_EFFECTS = REPO / "docs" / "fault-effects.json"
+DEFAULT_RELEASE_MATRIX = REPO / "reports" / "sglang-matrix.json"  # `swa-harness sglang-matrix`
 
 
 def shown(path: Path) -> str:

@@ -18,7 +18,7 @@ from harness.jobs.plan import Plan
 from harness.jobs.report_cli import main as report_main
 from harness.jobs.runner import RunOptions, finish
 from harness.report import render_html, render_report
-from harness.report.inputs import load_fault_effects, load_kill_matrices, matrices_from
+from harness.report.inputs import load_fault_effects, load_kill_matrices, load_release_matrix, matrices_from
 from harness.report.render import TEMPLATES, breakable
 
 SCRIPT = "<script>alert(1)</script>"
@@ -229,18 +229,33 @@ def _nightly_provenance(run: int) -> dict:
     }
 
 
+RELEASE_MATRIX = {
+    "command": "swa-harness sglang-matrix", "date": "2026-11-27", "suites": {"pool": ["suites/pool"],
+                                                                            "replay": ["suites/sglang/test_seed_replay.py"]},
+    "rows": [
+        {"release": "0.5.11", "install_s": 30.0, "run_s": 40.0, "error": "", "cells": {
+            "pool": {"status": "passed", "passed": 9, "failed": [], "xfailed": 0,
+                     "skipped": {"SGLang 0.5.11's paged alloc_extend launches a Triton kernel: CPU-unreachable": 3}},
+            "replay": {"status": "failed", "passed": 0, "failed": ["suites/sglang/test_seed_replay.py::t: #24743"],
+                       "xfailed": 0, "skipped": {}}}},
+        {"release": "0.5.99", "install_s": 1.0, "run_s": 0.0, "error": "install failed: no such release", "cells": {}},
+    ]}
+
+
 def run_nightly(root: Path) -> tuple[list[int], Path, Path]:
     """Two evals through ``finish``: night 1 GREEN, night 2 RED (gsm_style drops, aime_style times out)."""
     history, out = root / "history.jsonl", root / "latest"
     (root / "kill-matrix.json").write_text(json.dumps(NIGHTLY_MATRIX))
     (root / "kill-matrix-sglang.json").write_text(json.dumps(SGLANG_MATRIX))
     (root / "fault-effects.json").write_text(json.dumps(FAULT_EFFECTS))
+    (root / "sglang-matrix.json").write_text(json.dumps(RELEASE_MATRIX))
     plan = _eval_plan(root, out, {"gsm_style": 500, "aime_style": 200})
     on = plan.run_for(plan.models[0], "on")
     on.dir.mkdir(parents=True)  # the provenance reads the server command from the first line of its log
     (on.dir / "server.log").write_text("$ " + " ".join(LONG_COMMAND) + "\n")
     options = RunOptions(thresholds=Thresholds(resamples=1000), kill_matrix=root / "kill-matrix.json",
-                         fault_effects=root / "fault-effects.json", history=history)
+                         fault_effects=root / "fault-effects.json", release_matrix=root / "sglang-matrix.json",
+                         history=history)
     nights = [
         _pair("gsm_style", 500) + _pair("aime_style", 200),
         _pair("gsm_style", 500, broken=set(range(1, 120, 4))) + _pair("aime_style", 200, error=TIMEOUT_ERROR),
@@ -494,7 +509,7 @@ def test_history_skips_damaged_lines_and_keeps_series_apart(tmp_path) -> None:
     for run in demo:
         run.meta["fault"] = "pad-swa-loc-not-zeroed" if run.meta["mode"] == "on" else None
     plan = _eval_plan(tmp_path, tmp_path / "out", {"gsm_style": 100})
-    options = RunOptions(thresholds=t, kill_matrix=None, fault_effects=None, history=history)
+    options = RunOptions(thresholds=t, kill_matrix=None, fault_effects=None, release_matrix=None, history=history)
     for i, runs in enumerate([nightly, demo, nightly]):
         finish(plan, runs, options, {"run": {"id": f"r{i}", "recorded at": f"2026-02-0{i + 1}T00:00:00+00:00"}})
     loaded = load_history(history)
@@ -552,6 +567,19 @@ def test_fault_effect_table(nightly, tmp_path) -> None:
     assert load_fault_effects(tmp_path / "absent.json") is None
     (tmp_path / "bad.json").write_text(json.dumps({"fault": "x"}))
     assert load_fault_effects(tmp_path / "bad.json").error.startswith("expected a list")
+
+
+def test_release_matrix_section(nightly, tmp_path) -> None:
+    _, _, _, page, _ = nightly
+    rows = page.root.find("section", id="sglang-releases").find_all("tr", class_="release-row")
+    assert [r.attrs["data-release"] for r in rows] == ["0.5.11", "0.5.99"]
+    cells = rows[0].find_all("td")
+    assert [c.text().strip() for c in cells[1:3]] == ["passed 9", "failed 1"]
+    assert "CPU-unreachable" in cells[1].attrs["title"] and "#24743" in cells[2].attrs["title"]
+    assert [c.text().strip() for c in rows[1].find_all("td")[1:3]] == ["error", "error"]
+    assert load_release_matrix(tmp_path / "absent.json") is None
+    (tmp_path / "bad.json").write_text(json.dumps([1]))
+    assert load_release_matrix(tmp_path / "bad.json").error.startswith("expected an object with rows")
 
 
 def test_long_errors_are_folded_not_spilled(nightly) -> None:

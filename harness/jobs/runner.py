@@ -47,9 +47,9 @@ from harness.jobs.cache import response_cache
 from harness.jobs.plan import ArmRun, Comparison, EvalStep, Plan
 from harness.jobs.progress import Progress
 from harness.jobs.provenance import comparison_provenance, job_provenance
-from harness.paths import DEFAULT_FAULT_EFFECTS, DEFAULT_KILL_MATRIX, REPO, shown
+from harness.paths import DEFAULT_FAULT_EFFECTS, DEFAULT_KILL_MATRIX, DEFAULT_RELEASE_MATRIX, REPO, shown
 from harness.report import render_report
-from harness.report.inputs import load_fault_effects, load_kill_matrices
+from harness.report.inputs import load_fault_effects, load_kill_matrices, load_release_matrix
 from harness.report.overview import OverviewComparison, OverviewModel, write_overview
 
 
@@ -79,6 +79,7 @@ class RunOptions:
     thresholds: Thresholds = field(default_factory=Thresholds)
     kill_matrix: Path | None = DEFAULT_KILL_MATRIX
     fault_effects: Path | None = DEFAULT_FAULT_EFFECTS
+    release_matrix: Path | None = DEFAULT_RELEASE_MATRIX
     history: Path | None = None  # JSON-lines record of every judged comparison, read for the trend (None: neither)
     check_args: bool = True  # parse each launched arm's flags with its engine's own parser first, where it has one
     argv: tuple[str, ...] = ()  # the command line, recorded in the provenance
@@ -451,6 +452,7 @@ def finish(plan: Plan, runs: Sequence[RunResult], options: RunOptions, base: Map
         report = render_report(suites, pair_runs, summary=summary, provenance=prov, out_dir=comparison.dir,
                                trend=trend, kill_matrices=load_kill_matrices(options.kill_matrix),
                                fault_effects=load_fault_effects(options.fault_effects),
+                               release_matrix=load_release_matrix(options.release_matrix),
                                tokenize=_tokenizer(comparison))
         outcome = Outcome(comparison, suites, summary, report)
         outcomes.append(outcome)

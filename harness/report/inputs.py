@@ -1,4 +1,4 @@
-"""Side inputs of the report read from disk: the kill matrices and the fault-effect table.
+"""Side inputs of the report read from disk: the kill matrices, the fault-effect table, the SGLang release matrix.
 
 They come from other jobs (``swa-harness faults`` per target, a fault-effect study), so each may be
 missing, or from an older or newer producer: a missing file is simply not shown, an unreadable
@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
-from harness.paths import DEFAULT_FAULT_EFFECTS
+from harness.paths import DEFAULT_FAULT_EFFECTS, DEFAULT_RELEASE_MATRIX
 
 
 @dataclass(frozen=True)
@@ -31,6 +31,15 @@ class FaultEffects:
 
     source: str
     rows: tuple[Mapping[str, Any], ...]
+    error: str | None = None
+
+
+@dataclass(frozen=True)
+class ReleaseMatrix:
+    """``swa-harness sglang-matrix``'s output: the memory suites on each SGLang release."""
+
+    source: str
+    matrix: Mapping[str, Any] | None
     error: str | None = None
 
 
@@ -72,6 +81,16 @@ def load_fault_effects(path: Path | None = DEFAULT_FAULT_EFFECTS) -> FaultEffect
     if error is None and not (isinstance(data, list) and all(isinstance(r, Mapping) for r in data)):
         data, error = None, "expected a list of objects {fault, checkpoint, suite, delta_pp, verdict}"
     return FaultEffects(str(path), tuple(data or ()), error)
+
+
+def load_release_matrix(path: Path | None = DEFAULT_RELEASE_MATRIX) -> ReleaseMatrix | None:
+    """``reports/sglang-matrix.json``, or None when no matrix has been run here."""
+    if path is None or not Path(path).is_file():
+        return None
+    data, error = _read_json(Path(path))
+    if error is None and not (isinstance(data, Mapping) and isinstance(data.get("rows"), list)):
+        data, error = None, "expected an object with rows (swa-harness sglang-matrix)"
+    return ReleaseMatrix(str(path), data, error)
 
 
 def matrices_from(data: Sequence[Mapping[str, Any]]) -> list[KillMatrixFile]:

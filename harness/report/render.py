@@ -27,7 +27,7 @@ from harness.evals.compare import Tokenize
 from harness.evals.history import SuiteSnapshot, Trend, TrendPoint, engine_label
 from harness.evals.results import ItemDiff, RunResult, SuiteComparison, Summary, Verdict
 from harness.paths import REPO, shown
-from harness.report.inputs import FaultEffects, KillMatrixFile
+from harness.report.inputs import FaultEffects, KillMatrixFile, ReleaseMatrix
 from harness.report.palette import INK, LINE, MUTED, SOFT, VERDICT_COLOURS
 from harness.report.svg import forest_plot, trend_chart
 
@@ -403,6 +403,36 @@ def _fault_effects_view(effects: FaultEffects | None) -> dict[str, Any] | None:
     return {"source": _where(effects.source), "label": label, "error": effects.error, "rows": rows}
 
 
+def _release_matrix_view(found: ReleaseMatrix | None) -> dict[str, Any] | None:
+    """Release x suite, each cell its status and counts; the reasons behind a cell on hover."""
+    if found is None:
+        return None
+    base = {"source": _where(found.source), "error": found.error, "suites": [], "rows": [], "label": ""}
+    if found.matrix is None:
+        return base
+    matrix = found.matrix
+    suites = list(matrix.get("suites") or {})
+    rows = []
+    for row in matrix["rows"]:
+        cells = []
+        for suite in suites:
+            cell = (row.get("cells") or {}).get(suite)
+            if row.get("error") or not cell:
+                cells.append({"status": "error", "text": "error", "title": str(row.get("error") or "no cell")})
+                continue
+            status = str(cell.get("status"))
+            reasons = [f"{n} skipped: {r}" for r, n in (cell.get("skipped") or {}).items()]
+            text = {"passed": f"passed {cell.get('passed', 0)}", "failed": f"failed {len(cell.get('failed') or [])}",
+                    "not applicable": "n/a"}.get(status, status)
+            cells.append({"status": status, "text": text, "title": "\n".join([*(cell.get("failed") or []), *reasons])})
+        rows.append({"release": str(row.get("release")), "cells": cells,
+                     "seconds": f"{row.get('install_s', 0)} + {row.get('run_s', 0)}"})
+    label = (f"Measured by `{matrix.get('command', 'swa-harness sglang-matrix')}` on {matrix.get('date', '?')}, not by "
+             "this run. A cell is n/a when the release lacks what the suite drives or runs it only as a Triton kernel; "
+             "a skip never counts as a pass. Hover a cell for its reasons.")
+    return {**base, "suites": suites, "rows": rows, "label": label}
+
+
 def _snapshot_cells(s: SuiteSnapshot | None) -> dict[str, Any]:
     if s is None:
         return {"ran": False}
@@ -449,6 +479,7 @@ def build_context(
     provenance: Mapping[str, Any],
     kill_matrices: Sequence[KillMatrixFile] = (),
     fault_effects: FaultEffects | None = None,
+    release_matrix: ReleaseMatrix | None = None,
     trend: Trend | None = None,
     tokenize: Tokenize | None = None,
     generated_at: str | None = None,
@@ -497,6 +528,7 @@ def build_context(
         "runs": [_run_row(run, 1 - alpha) for run in runs],
         "kill_matrices": matrices,
         "fault_effects": _fault_effects_view(fault_effects),
+        "release_matrix": _release_matrix_view(release_matrix),
         "trend": _trend_view(trend),
         "thresholds": [(k, "None" if v is None else str(v)) for k, v in thresholds.items()],
         "provenance": provenance_groups(provenance),

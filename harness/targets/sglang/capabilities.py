@@ -9,6 +9,7 @@ and the release matrix counts it as "not applicable", never as a pass.
 from __future__ import annotations
 
 import importlib
+import importlib.metadata
 import inspect
 import unittest
 from collections.abc import Callable, Iterator
@@ -24,9 +25,10 @@ class NotOnThisSGLang(unittest.SkipTest):
 
 
 def version() -> str:
-    import sglang
-
-    return getattr(sglang, "__version__", "(unknown version)")
+    try:
+        return importlib.metadata.version("sglang")
+    except importlib.metadata.PackageNotFoundError:
+        return "(not installed)"
 
 
 def lacks(what: str) -> NotOnThisSGLang:

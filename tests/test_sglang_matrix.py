@@ -1,0 +1,135 @@
+"""The release matrix's parts without SGLang: cells from a real pytest run's junit XML, the overlay venv's layering,
+bisect's search over releases, and the capability checks' skips."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import types
+from pathlib import Path
+
+import pytest
+
+from harness.jobs.sglang_matrix import Cell, Row, bisect, cells_from_junit, render_markdown
+from harness.targets.sglang import capabilities
+from harness.targets.sglang.capabilities import UNREACHABLE, NotOnThisSGLang
+from harness.targets.sglang.releases import Release, overlay
+
+SUITE_FILES = {
+    "mixed/test_mixed.py": '''
+import pytest
+from harness.targets.sglang.capabilities import NotOnThisSGLang
+def test_passes(): assert 1 + 1 == 2
+def test_fails(): assert [1] == [2], "a wrong answer"
+def test_lacks(): raise NotOnThisSGLang("SGLang 9.9 lacks the module sglang.x")
+@pytest.mark.xfail(strict=True, raises=AssertionError, reason="a known finding")
+def test_known(): assert False
+''',
+    "absent/test_absent.py": '''
+from harness.targets.sglang.capabilities import NotOnThisSGLang
+def test_unreachable(): raise NotOnThisSGLang("SGLang 9.9's paged alloc_extend launches a Triton kernel: CPU-unreachable")
+''',
+}
+
+
+def test_cells_come_from_a_real_pytest_run(tmp_path: Path) -> None:
+    for name, text in SUITE_FILES.items():
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text(text)
+    xml = tmp_path / "junit.xml"
+    subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "mixed", "absent",
+                    f"--junitxml={xml}", "-o", "junit_family=xunit1"], cwd=tmp_path, capture_output=True)
+    cells = cells_from_junit(xml, {"mixed": ("mixed",), "absent": ("absent",)})
+    mixed, absent = cells["mixed"], cells["absent"]
+    assert (mixed.status, mixed.passed, mixed.xfailed) == ("failed", 1, 1)
+    assert len(mixed.failed) == 1 and "test_fails" in mixed.failed[0] and "a wrong answer" in mixed.failed[0]
+    assert mixed.skipped == {"SGLang 9.9 lacks the module sglang.x": 1}
+    assert absent.status == "not applicable" and absent.passed == 0 and absent.unreachable == 1
+
+
+def test_a_skipped_suite_is_never_a_pass() -> None:
+    matrix = {"command": "swa-harness sglang-matrix", "date": "2026-11-27", "base": {"torch": "2.13.0", "transformers": "5.19.0"},
+              "suites": {"pool": ["suites/pool"]},
+              "rows": [{"release": "9.9", "install_s": 1.0, "run_s": 2.0, "error": "",
+                        "cells": {"pool": {"status": "not applicable", "passed": 0, "failed": [], "xfailed": 0,
+                                           "skipped": {"SGLang 9.9 lacks X": 3}}}}]}
+    text = render_markdown(matrix)
+    assert "| 9.9 | 1.0 | 2.0 | n/a |" in text and "3 skipped: SGLang 9.9 lacks X" in text
+
+
+def _fake_source(tmp_path: Path, version: str) -> Path:
+    tree = tmp_path / "checkout" / "python"
+    (tree / "sglang").mkdir(parents=True)
+    (tree / "sglang" / "__init__.py").write_text(f"__version__ = {version!r}\n")
+    return tree
+
+
+def test_an_overlay_shadows_only_what_it_holds(tmp_path: Path) -> None:
+    """A source-tree overlay: its sglang wins, everything else (pytest here) comes from the base venv, and a second
+    call reuses the overlay."""
+    release = Release(str(_fake_source(tmp_path, "9.9.9")))
+    python = overlay(release, root=tmp_path / "overlays")
+    probe = "import sglang, pytest; print(sglang.__version__, pytest.__file__)"
+    version, pytest_file = subprocess.run([str(python), "-c", probe], capture_output=True, text=True,
+                                          check=True).stdout.split()
+    assert version == "9.9.9" and not pytest_file.startswith(str(tmp_path))
+    assert overlay(release, root=tmp_path / "overlays") == python and release.label.startswith("source:")
+
+
+def _row(verdict: str) -> Row:
+    status = {"good": "passed", "bad": "failed", "skip": "not applicable"}[verdict]
+    return Row("x", 0.0, 0.0, {"replay": Cell(status, failed=["t: wrong"] if verdict == "bad" else [])})
+
+
+@pytest.mark.parametrize("good,bad,truth,first_bad", [
+    ("1.0", "1.6", {"1.0": "good", "1.1": "good", "1.2": "skip", "1.3": "bad", "1.4": "bad", "1.5": "bad", "1.6": "bad"},
+     "1.3"),
+    ("1.6", "1.0", {"1.0": "bad", "1.1": "bad", "1.2": "skip", "1.3": "skip", "1.4": "good", "1.5": "good", "1.6": "good"},
+     "1.1"),
+])
+def test_bisect_finds_the_boundary_in_either_direction(good, bad, truth, first_bad) -> None:
+    ran: list[str] = []
+
+    def run(release: Release, suites) -> Row:
+        ran.append(release.spec)
+        return _row(truth[release.spec])
+
+    last_good, found, row = bisect(good, bad, {"replay": ()}, candidates=sorted(truth), run=run)
+    assert found == first_bad and row.cells["replay"].status == "failed"
+    assert truth[last_good] == "good" and len(set(ran)) == len(ran) < len(truth)  # each at most once, not all
+
+
+def test_bisect_refuses_ends_that_are_not_what_they_are_said_to_be() -> None:
+    truth = {"1.0": "good", "1.1": "good"}
+    with pytest.raises(ValueError, match="1.1 was given as bad but the suites say good"):
+        bisect("1.0", "1.1", {"replay": ()}, candidates=sorted(truth), run=lambda r, s: _row(truth[r.spec]))
+
+
+def test_only_triton_s_missing_driver_becomes_a_cpu_unreachable_skip() -> None:
+    with pytest.raises(NotOnThisSGLang, match=f"paged alloc_extend launches a Triton kernel: {UNREACHABLE}"):
+        with capabilities.on_cpu("paged alloc_extend"):
+            raise RuntimeError("0 active drivers ([]). There should only be one.")
+    with pytest.raises(RuntimeError, match="index out of range"):
+        with capabilities.on_cpu("paged alloc_extend"):
+            raise RuntimeError("index out of range")
+
+
+def test_a_missing_method_or_module_is_a_skip_that_names_it() -> None:
+    with pytest.raises(NotOnThisSGLang, match="lacks SimpleNamespace.free_segment"):
+        capabilities.method(types.SimpleNamespace(), "free_segment")
+    with pytest.raises(NotOnThisSGLang, match="lacks the module sglang.srt.mem_cache.kv_loc_plan"):
+        capabilities.module("sglang.srt.mem_cache.kv_loc_plan")
+    with pytest.raises(NotOnThisSGLang, match="lacks nowhere.A or harness.paths.Nothing"):
+        capabilities.first(("nowhere", "A"), ("harness.paths", "Nothing"))
+
+
+def test_parallel_fields_follow_the_release_s_names() -> None:
+    seen = {}
+
+    class Parallel:
+        def override(self, **values):
+            seen.update(values)
+
+    old = types.SimpleNamespace(_PARALLEL_FIELDS={"dp_size", "attn_tp_size"}, get_parallel=Parallel)
+    capabilities.parallel_override(old)(num_dp_ranks=1, attn_tp_size=2)
+    assert seen == {"dp_size": 1, "attn_tp_size": 2}
