@@ -14,6 +14,7 @@ from torch.utils._python_dispatch import _disable_current_modes
 from harness.env import HYPOTHESIS_ENV
 from harness.targets import Target, load_target
 from harness.mem import STALE_KEY_WARNING, SWAKVPool
+from suites.checks import expect_structure
 
 # Small limits: buckets 1..32, two KV-length buckets (64, 128), chunked prefill on every prompt of note.
 ENGINE_LIMITS = dict(max_running_requests=32, chunk_size=16, max_prefill_tokens=64, max_context_len=128)
@@ -75,6 +76,9 @@ def swa_write_spy(monkeypatch: pytest.MonkeyPatch, target: Target) -> list[int]:
 
     def check(pool: SWAKVPool, layer_id: int, loc: torch.Tensor, used: torch.Tensor) -> None:
         with _disable_current_modes():
+            expect_structure(used.dtype in target.index_dtypes,  # invariant 4, before the pool's own contract check
+                             f"layer {layer_id}: SWA write ids of dtype {used.dtype}; the pool declares "
+                             f"{[str(d) for d in target.index_dtypes]}")
             expected = pool.full_to_swa_index_mapping[loc]
             assert used.numel() == expected.numel() and torch.equal(used.to(expected.dtype), expected), (
                 f"layer {layer_id}: SWA slots used {used.tolist()[:8]} (n={used.numel()}) != current mapping "
@@ -95,3 +99,31 @@ def swa_write_spy(monkeypatch: pytest.MonkeyPatch, target: Target) -> list[int]:
 
     monkeypatch.setattr(target.pool_class, "set_kv_buffer", checked_set_kv_buffer)
     return checked
+
+
+@pytest.fixture
+def free_swa_watch(monkeypatch: pytest.MonkeyPatch, target: Target) -> list[int]:
+    """Invariant 3 at the window's free boundary: once ``free_swa`` has given a token's SWA slot back, the token
+    translates to the padding slot 0, in every pool the target builds while the test runs. Checked right after the
+    call, so a mapping left pointing at freed slots fails here, before a later free hands them back twice."""
+    build = target.build_pool
+    freed: list[int] = []
+
+    def watched_build(spec):
+        handle = build(spec)
+        allocator, free_swa = handle.allocator, handle.allocator.free_swa
+
+        def checked_free_swa(free_index: torch.Tensor) -> None:
+            free_swa(free_index)
+            with _disable_current_modes():
+                still = allocator.full_to_swa_index_mapping[free_index.long()]
+                assert not still.any(), (
+                    f"free_swa({free_index.tolist()[:8]}): those tokens still map to SWA slots "
+                    f"{still.tolist()[:8]}, which are free again")
+            freed.append(free_index.numel())
+
+        allocator.free_swa = checked_free_swa
+        return handle
+
+    monkeypatch.setattr(target, "build_pool", watched_build)
+    return freed

@@ -1,5 +1,9 @@
 """The engine (pool, chunked prefill, window eviction, graph replays) against the dense no-cache
-reference, which recomputes every sequence from scratch with explicit masks."""
+reference, which recomputes every sequence from scratch with explicit masks.
+
+Every SWA write and every window free is watched on the way (``swa_write_spy``, ``free_swa_watch``): a wrong write id
+or a mapping left behind fails as the wrong state it is, at the step it happens, before the target's own checks or a
+later double free can crash the run."""
 
 from __future__ import annotations
 
@@ -9,6 +13,8 @@ from fixtures.checkpoints import untied_checkpoint
 from harness.model import reference_logits
 from suites.conftest import ENGINE_LIMITS, TRAINED_CHECKPOINTS
 from suites.differential.test_graph_vs_eager import TOLERANCE, phases
+
+pytestmark = pytest.mark.usefixtures("swa_write_spy", "free_swa_watch")
 
 
 def engine_vs_dense(target, checkpoint, graphs: str = "tape", sequences=None) -> None:

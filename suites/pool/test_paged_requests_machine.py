@@ -52,8 +52,25 @@ def machine_for(target: Target, page_size: int) -> type[RuleBasedStateMachine]:
         def setup(self):
             handle = target.build_pool(PoolSpec(size=size, size_swa=size_swa, page_size=ps))
             self.pool, self.allocator = handle.pool, handle.allocator
+            self._watch_swa_give_backs(self.allocator.swa_attn_allocator)
             self.reqs: dict[int, Request] = {}
             self.next_rid = 0
+
+        def _watch_swa_give_backs(self, inner) -> None:
+            """Invariant 5 at the innermost boundary: the hybrid allocator never hands the SWA padding page back to
+            its page allocator. Checked as the call is made, before the target's own accounting asserts."""
+            for name, page_of in (("free", lambda ids: ids // ps), ("free_page_ids", lambda ids: ids)):
+                give_back = getattr(inner, name, None)
+                if give_back is None:
+                    continue
+
+                def checked(ids: torch.Tensor, *args, _give_back=give_back, _page_of=page_of, _name=name, **kwargs):
+                    assert not bool((_page_of(ids) == 0).any()), (
+                        f"the SWA padding page is handed back ({_name} of {ids.tolist()[:8]}): the next alloc gives it "
+                        "to a request, and padded lanes write into that request's window")
+                    return _give_back(ids, *args, **kwargs)
+
+                setattr(inner, name, checked)
 
         # -- the model's pages ---------------------------------------------------------------------
 

@@ -80,6 +80,8 @@ def check_retraction(target, r: Retraction) -> None:
     evicted = r.evicted_pages * ps
     if evicted:
         allocator.free_swa(old[:evicted])
+        left = mapping[old[:evicted].long()]
+        assert not left.any(), f"tokens that left the window still map to SWA slots {left.tolist()[:8]}"
     host = allocator.sglang.get_cpu_copy(old.long())  # offload_kv_cache
     allocator.free(old)
     squatter = allocator.alloc_extend([0], [n], [-1])  # other requests take the freed slots and write there

@@ -99,6 +99,7 @@ class SGLangAllocatorAdapter:
         self.size, self.size_swa, self.page_size = allocator.size_full, allocator.size_swa, allocator.page_size
         self.device = torch.device(allocator.device)
         self.full_attn_allocator = _FullAllocatorView(allocator.full_attn_allocator)
+        self.swa_attn_allocator = allocator.swa_attn_allocator  # SGLang's own; suites watch what is handed back
 
     @property
     def full_to_swa_index_mapping(self) -> torch.Tensor:
