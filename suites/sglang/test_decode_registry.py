@@ -20,7 +20,7 @@ from hypothesis import given, settings
 from fixtures.scenarios.padding import PaddingCase, bucket_boundary_cases, padding_cases
 from harness.graph.runner import DEFAULT_CAPTURE_BS
 from harness.targets import PoolSpec
-from harness.targets.sglang.capabilities import module
+from harness.targets.sglang.capabilities import NotOnThisSGLang, module
 from suites.checks import expect_structure
 
 MAX_BS = 16
@@ -33,12 +33,27 @@ SWA_LAYER, FULL_LAYER = 0, 1
 def sglang(target):
     if target.name != "sglang":
         pytest.skip("drives SGLang's own decode buffer registry: run with --target sglang (nox -s sglang)")
-    translator = module("sglang.srt.mem_cache.kv_index_translator")
-    plan = module("sglang.srt.mem_cache.kv_loc_plan")
     registry = module("sglang.srt.model_executor.cuda_graph_buffer_registry")
-    return types.SimpleNamespace(KVIndexTranslator=translator.KVIndexTranslator,
-                                 SLIDING_WINDOW=plan.IdSpaceKind.SLIDING_WINDOW, PaddingPolicy=registry.PaddingPolicy,
-                                 build_decode_registry=registry.build_decode_registry)
+    try:  # 0.5.22 on: the batch's KV-loc plan computes the SWA write ids; before, the attention backend translates
+        translator = module("sglang.srt.mem_cache.kv_index_translator").KVIndexTranslator
+        sliding = module("sglang.srt.mem_cache.kv_loc_plan").IdSpaceKind.SLIDING_WINDOW
+    except NotOnThisSGLang:
+        translator = sliding = None
+    return types.SimpleNamespace(KVIndexTranslator=translator, SLIDING_WINDOW=sliding,
+                                 PaddingPolicy=registry.PaddingPolicy, build_decode_registry=registry.build_decode_registry)
+
+
+def swa_write_ids(sglang, handle, batch: types.SimpleNamespace, padded: types.SimpleNamespace) -> torch.Tensor:
+    """The padded batch's SWA write ids as the installed release computes them: its KV-loc plan (0.5.22 on), else
+    the attention backend's one translation per forward of the padded write loc (0.5.13-0.5.21)."""
+    pool, allocator = handle.pool, handle.allocator
+    if sglang.KVIndexTranslator is None:
+        return pool.sglang.translate_loc_from_full_to_swa(padded.out_cache_loc)
+    translator = sglang.KVIndexTranslator(req_to_token=handle.req_to_token_pool.req_to_token,
+                                          token_to_kv_pool_allocator=allocator.sglang, token_to_kv_pool=pool.sglang,
+                                          page_size=1, device="cpu")
+    translator.own_plan(batch).bind(batch, translator)  # this iteration's plan: each id space computed once
+    return translator.write_ids(padded, sglang.SLIDING_WINDOW)
 
 
 def _batch(loc: torch.Tensor, req_pool_indices: torch.Tensor, seq_lens: torch.Tensor) -> types.SimpleNamespace:
@@ -71,17 +86,13 @@ def check_padding(target, sglang, case: PaddingCase) -> None:
     rows = torch.arange(1, raw + 1, dtype=torch.int64)
     batch = _batch(loc, rows, rows + 3)
     registry.fill_from(batch, raw_bs=raw, padded_bs=bs, raw_num_tokens=raw, padded_num_tokens=bs)
-    translator = sglang.KVIndexTranslator(req_to_token=handle.req_to_token_pool.req_to_token,
-                                          token_to_kv_pool_allocator=allocator.sglang, token_to_kv_pool=pool.sglang,
-                                          page_size=1, device="cpu")
-    translator.own_plan(batch).bind(batch, translator)  # this iteration's plan: each id space computed once
     padded = types.SimpleNamespace(**{**vars(batch), "out_cache_loc": registry.get_slot("out_cache_loc").buffer[:bs],
                                       "batch_size": bs})
 
     # Behaviour first. The padded batch writes through SGLang's pool: full layers at the registry's
     # out_cache_loc, sliding layers at this batch's SWA write ids padded with the sink.
     out_cache_loc = padded.out_cache_loc
-    swa_ids = translator.write_ids(padded, sglang.SLIDING_WINDOW)
+    swa_ids = swa_write_ids(sglang, handle, batch, padded)
     new = (torch.arange(bs, dtype=torch.float32) + 2.0)[:, None, None].expand(bs, 2, 8).contiguous()  # row i holds i + 2
     pool.set_kv_buffer(FULL_LAYER, out_cache_loc, new, new)
     pool.set_kv_buffer(SWA_LAYER, out_cache_loc, new, new, swa_loc=swa_ids)

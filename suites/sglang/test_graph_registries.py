@@ -32,9 +32,11 @@ def srt(target):
     if target.name != "sglang":
         pytest.skip("drives SGLang's graph buffer registries: run with --target sglang (nox -s sglang)")
     registry = module("sglang.srt.model_executor.cuda_graph_buffer_registry")
-    context = module("sglang.srt.runtime_context")
-    return types.SimpleNamespace(registry=registry, PaddingPolicy=registry.PaddingPolicy,
-                                 parallel=parallel_override(context))
+
+    def parallel(**values):  # only the tests that set a parallel width need the runtime context (0.5.14 on)
+        return parallel_override(module("sglang.srt.runtime_context"))(**values)
+
+    return types.SimpleNamespace(registry=registry, PaddingPolicy=registry.PaddingPolicy, parallel=parallel)
 
 
 @dataclasses.dataclass
