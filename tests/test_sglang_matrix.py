@@ -3,6 +3,7 @@ bisect's search over releases, and the capability checks' skips."""
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 import types
@@ -133,3 +134,24 @@ def test_parallel_fields_follow_the_release_s_names() -> None:
     old = types.SimpleNamespace(_PARALLEL_FIELDS={"dp_size", "attn_tp_size"}, get_parallel=Parallel)
     capabilities.parallel_override(old)(num_dp_ranks=1, attn_tp_size=2)
     assert seen == {"dp_size": 1, "attn_tp_size": 2}
+
+
+def test_a_rerun_of_a_few_releases_keeps_the_others_in_version_order(tmp_path: Path, monkeypatch) -> None:
+    from harness.jobs import sglang_matrix
+
+    def row(release: str, status: str) -> dict:
+        return {"release": release, "install_s": 0.0, "run_s": 0.0, "error": "",
+                "cells": {"replay": {"status": status, "passed": 1, "failed": [], "skipped": {}, "xfailed": 0}}}
+
+    out, markdown = tmp_path / "m.json", tmp_path / "m.md"
+    out.write_text(json.dumps({"rows": [row("0.5.9", "passed"), row("0.5.10", "failed"), row("/src/python", "passed")]}))
+    monkeypatch.setattr(sglang_matrix, "run_release", lambda release, suites: Row(release.label, 0.0, 0.0, {
+        "replay": Cell("passed", passed=2)}))
+    code = sglang_matrix.main(["--release", "0.5.10", "--release", "0.5.11", "--suite", "replay", "--update",
+                               "--out", str(out), "--markdown", str(markdown)])
+    rows = json.loads(out.read_text())["rows"]
+    assert code == 0 and [r["release"] for r in rows] == ["0.5.9", "0.5.10", "0.5.11", "/src/python"]
+    assert rows[1]["cells"]["replay"]["passed"] == 2  # the rerun replaced the old row
+    markdown.unlink()
+    assert sglang_matrix.main(["--render", "--out", str(out), "--markdown", str(markdown)]) == 0
+    assert "| 0.5.11 |" in markdown.read_text() and "## How the adapters follow the API" in markdown.read_text()

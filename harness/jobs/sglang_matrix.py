@@ -43,6 +43,26 @@ MATRIX_JSON = REPO / "reports" / "sglang-matrix.json"
 COMPATIBILITY_MD = REPO / "docs" / "COMPATIBILITY.md"
 
 
+# How the adapters follow SGLang's memory API through the releases (harness/targets/sglang/adapters.py, asked of the
+# installed SGLang by capabilities.py), and what stays out of reach on CPU.
+API_MOVES = (
+    ("`SWATokenToKVPoolAllocator`", "in `swa_memory_pool.py` up to 0.5.12.post1, `allocator/swa.py` from 0.5.13",
+     "the first module that has it"),
+    ("`SWAKVPool(enable_kvcache_transpose=...)`", "required up to 0.5.15", "passed (False) where the signature has it"),
+    ("the SWA write ids", "pool state (`set_swa_loc`) up to 0.5.12.post1; `set_kv_buffer(loc, swa_loc=)` in 0.5.13; a "
+     "`KVWriteLoc` from 0.5.14", "`KVWriteLoc` where `memory_pool` has it, else the keyword"),
+    ("`free_full`", "from 0.5.19", "before, `free` skips tokens without an SWA peer itself: the adapter calls `free`"),
+    ("`free_group_begin/end`", "from 0.5.18", "a test that needs them skips, naming them"),
+    ("`free_segment`, `free_swa_segment`, `free_full_segment`", "from 0.5.20", "skip, naming them"),
+    ("`kv_index_translator`, `kv_loc_plan`", "from 0.5.19 and 0.5.22", "the decode registry suite takes the padded "
+     "batch's SWA ids from the KV-loc plan where it exists, else from the pool's translation of the padded write loc, "
+     "as those releases' attention backends compute them once per forward"),
+    ("`runtime_context` (parallel widths)", "from 0.5.14; `dp_size` renamed `num_dp_ranks` later",
+     "tests that set a width skip before 0.5.14; the field name is the release's own"),
+    ("paged `alloc_extend` / `alloc_decode`", "a Triton kernel in some releases (0.5.13, 0.5.20)",
+     "Triton finds no driver on CPU: the test skips as CPU-unreachable, never a pass"),
+)
+
 # The seeds (../shared/seeds, docs/FAULTS.md) against released SGLang: replayed where the buggy code shipped in a wheel
 # and runs on CPU, else why not. Checked against each wheel's source from 0.5.11 to 0.5.23.
 SEED_REPLAYS = (
@@ -192,7 +212,13 @@ def render_markdown(matrix: dict) -> str:
         out.append(f"| {row['release']} | {row['install_s']} | {row['run_s']} | " + " | ".join(shown_cells) + " |")
     out += ["", "## Why each cell that is not a plain pass is so", "", *_dedupe(notes), "",
             "## The seeds against released SGLang", "", "| seed | replay |", "|---|---|",
-            *(f"| {seed} | {text} |" for seed, text in SEED_REPLAYS), ""]
+            *(f"| {seed} | {text} |" for seed, text in SEED_REPLAYS), "",
+            "## How the adapters follow the API", "",
+            "Asked of the installed SGLang (modules, classes, signatures), never of its version string "
+            "(`harness/targets/sglang/capabilities.py`). Import shims for the older releases: "
+            "`harness/targets/sglang/import_shims/README.md`.", "",
+            "| what | where it moved | how the adapter follows |", "|---|---|---|",
+            *(f"| {what} | {moved} | {how} |" for what, moved, how in API_MOVES), ""]
     return "\n".join(out)
 
 
@@ -225,7 +251,12 @@ def main(argv: list[str] | None = None) -> int:
                         help="keep the rows of releases not run now from the existing --out (a rerun of a few)")
     parser.add_argument("--out", type=Path, default=MATRIX_JSON)
     parser.add_argument("--markdown", type=Path, default=COMPATIBILITY_MD)
+    parser.add_argument("--render", action="store_true", help="only re-render --markdown from --out; run nothing")
     args = parser.parse_args(argv)
+    if args.render:
+        args.markdown.write_text(render_markdown(json.loads(args.out.read_text())))
+        print(f"sglang-matrix: wrote {shown(args.markdown)} from {shown(args.out)}")
+        return 0
     suites = {name: SUITES[name] for name in (args.suite or SUITES)}
     rows = []
     for release in releases(args):
