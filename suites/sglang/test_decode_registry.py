@@ -53,7 +53,9 @@ def swa_write_ids(sglang, handle, batch: types.SimpleNamespace, padded: types.Si
                                           token_to_kv_pool_allocator=allocator.sglang, token_to_kv_pool=pool.sglang,
                                           page_size=1, device="cpu")
     translator.own_plan(batch).bind(batch, translator)  # this iteration's plan: each id space computed once
-    return translator.write_ids(padded, sglang.SLIDING_WINDOW)
+    bound = types.SimpleNamespace(**{**vars(batch), "out_cache_loc": padded.out_cache_loc,
+                                     "batch_size": padded.batch_size})  # the padded batch carries the plan too
+    return translator.write_ids(bound, sglang.SLIDING_WINDOW)
 
 
 def _batch(loc: torch.Tensor, req_pool_indices: torch.Tensor, seq_lens: torch.Tensor) -> types.SimpleNamespace:
