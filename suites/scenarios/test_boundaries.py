@@ -1,6 +1,7 @@
 """Every limit at its exact boundary (issue 31): a request that fills the context to its last slot, decode rows at
-b-1, b and b+1 of every KV bucket (the largest included), and prefill batches of exactly the step's token budget.
-Each must finish, on the graph path, with the tokens the eager engine gives."""
+b-1, b and b+1 of every KV bucket (the largest included), prefill batches of exactly the step's token budget, and a
+workload far larger than the pools. Each must finish, on the graph path, with the tokens the eager engine gives, on
+any target's memory (``--target sglang``: SGLang's pool and allocator under the engine)."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from fixtures.checkpoints import random_sequences
 from fixtures.scenarios.boundaries import context_filling_requests, edges_around
 from harness.engine import RequestError, SamplingParams
 from harness.engine.model_runner import kv_len_buckets
-from tests.engine_helpers import make_engine
+from fixtures.checkpoints import untied_checkpoint
 
 CONTEXT = 128  # KV buckets [64, 128]
 
@@ -20,9 +21,14 @@ def _greedy(new: int) -> SamplingParams:
     return SamplingParams(max_new_tokens=new, ignore_eos=True)
 
 
+def make_engine(target, graphs: str, **limits):
+    config = {**dict(max_running_requests=32, chunk_size=16, max_prefill_tokens=64), **limits}
+    return target.make_engine(untied_checkpoint("gemma2"), graphs=graphs, **config)
+
+
 @pytest.fixture(scope="module")
-def engines():
-    return {graphs: make_engine("gemma2", graphs, max_context_len=CONTEXT) for graphs in ("off", "tape")}
+def engines(target):
+    return {graphs: make_engine(target, graphs, max_context_len=CONTEXT) for graphs in ("off", "tape")}
 
 
 def _runs_to_length_like_eager(engines, prompt: list[int], new: int) -> dict[str, int]:
@@ -64,10 +70,10 @@ def test_a_request_that_fills_the_context_exactly_finishes_on_graphs(engines, pr
 
 
 @pytest.mark.parametrize("tokens", [63, 64, 65])
-def test_a_prefill_of_exactly_the_step_budget_finds_an_extend_graph(tokens: int) -> None:
+def test_a_prefill_of_exactly_the_step_budget_finds_an_extend_graph(target, tokens: int) -> None:
     """max_prefill_tokens = 64: a 64-token prefill is one extend at the budget, 65 is 64 + 1, 63 is under it."""
-    tape = make_engine("gemma2", "tape", max_context_len=CONTEXT, chunk_size=64, max_prefill_tokens=64)
-    off = make_engine("gemma2", "off", max_context_len=CONTEXT, chunk_size=64, max_prefill_tokens=64)
+    tape = make_engine(target, "tape", max_context_len=CONTEXT, chunk_size=64, max_prefill_tokens=64)
+    off = make_engine(target, "off", max_context_len=CONTEXT, chunk_size=64, max_prefill_tokens=64)
     prompt = random_sequences([tokens], seed=tokens)[0]
     out = tape.generate([prompt], _greedy(4))[0]
     assert out.output_ids == off.generate([prompt], _greedy(4))[0].output_ids
@@ -75,11 +81,11 @@ def test_a_prefill_of_exactly_the_step_budget_finds_an_extend_graph(tokens: int)
 
 
 @pytest.mark.parametrize("graphs", ["off", "tape"])
-def test_a_workload_larger_than_the_pools_drains_and_admission_covers_what_each_request_may_still_grow_to(graphs):
+def test_a_workload_larger_than_the_pools_drains_and_admission_covers_what_each_request_may_still_grow_to(target, graphs):
     """24 requests needing 1172 tokens through a 160-slot full pool: every request finishes by length, and after every
     step the free full slots cover what the running requests may still grow to (prompt + max_new_tokens - 1, less
     what each holds), counted from the requests themselves, not from the scheduler's own reservations."""
-    engine = make_engine("gemma2", graphs, max_context_len=64, full_pool_size=160, max_running_requests=8)
+    engine = make_engine(target, graphs, max_context_len=64, full_pool_size=160, max_running_requests=8)
     prompts = random_sequences([20 + (i * 7) % 20 for i in range(24)], seed=5)
     new = 20
     reqs = [engine.add_request(p, _greedy(new)) for p in prompts]
