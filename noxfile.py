@@ -96,7 +96,7 @@ def sglang(session: nox.Session) -> None:
 
 @nox.session(python=PYTHON)
 def sglang_matrix(session: nox.Session) -> None:
-    """The pool, scenario, differential, registry and seed-replay suites against every SGLang release from 0.5.13 to
+    """The pool, scenario, differential, registry and seed-replay suites against every SGLang release from 0.5.11 to
     0.5.23 (and SWA_HARNESS_SGLANG=<checkout>/python), each in its own overlay venv over this one (reused between
     runs): reports/sglang-matrix.json and docs/COMPATIBILITY.md. Posargs go to `swa-harness sglang-matrix`."""
     _install(session)

@@ -155,3 +155,15 @@ def test_a_rerun_of_a_few_releases_keeps_the_others_in_version_order(tmp_path: P
     markdown.unlink()
     assert sglang_matrix.main(["--render", "--out", str(out), "--markdown", str(markdown)]) == 0
     assert "| 0.5.11 |" in markdown.read_text() and "## How the adapters follow the API" in markdown.read_text()
+
+
+def test_a_seed_s_release_must_fail_its_replay_and_only_that_release() -> None:
+    from harness.jobs.sglang_matrix import unexpected
+
+    def row(release: str, status: str) -> Row:
+        return Row(release, 0.0, 0.0, {"replay": Cell(status), "pool": Cell("not applicable")})
+
+    assert unexpected(row("0.5.11", "failed")) == []  # #24743 shipped there: red is the right answer
+    assert unexpected(row("0.5.11", "passed")) == ["replay: passed"]  # a replay that no longer sees the bug
+    assert unexpected(row("0.5.12", "failed")) == ["replay: failed"]
+    assert unexpected(row("0.5.12", "passed")) == []

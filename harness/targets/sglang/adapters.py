@@ -2,10 +2,10 @@
 ``SWATokenToKVPoolAllocator``, so the harness's engine, scheduler and graph runner run on SGLang's
 memory code. Every adapter method is a thin translation; behaviour is SGLang's.
 
-The API moved between releases; each adapter asks ``capabilities`` what the installed SGLang has (0.5.13 writes
-with ``set_kv_buffer(loc, swa_loc=...)``, 0.5.14 on with a ``KVWriteLoc``; ``free_full`` arrived in 0.5.19, the
+The API moved between releases; each adapter asks ``capabilities`` what the installed SGLang has (up to 0.5.12.post1
+the SWA write ids are pool state, 0.5.13 takes ``set_kv_buffer(loc, swa_loc=...)``, 0.5.14 on a ``KVWriteLoc``; ``free_full`` arrived in 0.5.19, the
 segment frees in 0.5.20, grouped frees in 0.5.18) and a method it lacks is a skip that names it. Paged allocation
-runs as a Triton kernel in some releases (0.5.13, 0.5.20): a skip naming it CPU-unreachable.
+runs as a Triton kernel up to 0.5.21: a skip naming it CPU-unreachable.
 
 Where the two designs differ, the adapter follows SGLang's own callers:
 * 0.5.23 has no translation memo (the write loc is translated once per forward by its KV-loc plan),
@@ -25,7 +25,7 @@ from dataclasses import dataclass
 import torch
 
 from harness.mem.index import LOC_DTYPE
-from harness.targets.sglang.capabilities import method, module, on_cpu
+from harness.targets.sglang.capabilities import method, module, on_cpu, takes
 
 
 @dataclass(frozen=True)
@@ -76,10 +76,16 @@ class SGLangPoolAdapter:
         if self.is_swa_layer(layer_id) and swa_loc is None:
             swa_loc = self.translate_loc_from_full_to_swa(loc)
         loc, swa_loc = _long(loc), None if swa_loc is None else _long(swa_loc)
-        if self._write_loc is None:
-            self.sglang.set_kv_buffer(_Layer(layer_id), loc, k, v, swa_loc=swa_loc)
-        else:
+        if self._write_loc is not None:
             self.sglang.set_kv_buffer(_Layer(layer_id), self._write_loc(loc=loc, swa_loc=swa_loc), k, v)
+        elif takes(self.sglang.set_kv_buffer, "swa_loc"):
+            self.sglang.set_kv_buffer(_Layer(layer_id), loc, k, v, swa_loc=swa_loc)
+        else:  # up to 0.5.12.post1 the SWA ids are pool state, set by the model runner for each forward
+            self.sglang.set_swa_loc(swa_loc)
+            try:
+                self.sglang.set_kv_buffer(_Layer(layer_id), loc, k, v)
+            finally:
+                self.sglang.set_swa_loc(None)
 
 
 class _FullAllocatorView:
