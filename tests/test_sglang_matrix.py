@@ -147,14 +147,14 @@ def test_a_rerun_of_a_few_releases_keeps_the_others_in_version_order(tmp_path: P
     out.write_text(json.dumps({"rows": [row("0.5.9", "passed"), row("0.5.10", "failed"), row("/src/python", "passed")]}))
     monkeypatch.setattr(sglang_matrix, "run_release", lambda release, suites: Row(release.label, 0.0, 0.0, {
         "replay": Cell("passed", passed=2)}))
-    code = sglang_matrix.main(["--release", "0.5.10", "--release", "0.5.11", "--suite", "replay", "--update",
+    code = sglang_matrix.main(["--release", "0.5.10", "--release", "0.5.12", "--suite", "replay", "--update",
                                "--out", str(out), "--markdown", str(markdown)])
     rows = json.loads(out.read_text())["rows"]
-    assert code == 0 and [r["release"] for r in rows] == ["0.5.9", "0.5.10", "0.5.11", "/src/python"]
+    assert code == 0 and [r["release"] for r in rows] == ["0.5.9", "0.5.10", "0.5.12", "/src/python"]
     assert rows[1]["cells"]["replay"]["passed"] == 2  # the rerun replaced the old row
     markdown.unlink()
     assert sglang_matrix.main(["--render", "--out", str(out), "--markdown", str(markdown)]) == 0
-    assert "| 0.5.11 |" in markdown.read_text() and "## How the adapters follow the API" in markdown.read_text()
+    assert "| 0.5.12 |" in markdown.read_text() and "## How the adapters follow the API" in markdown.read_text()
 
 
 def test_a_seed_s_release_must_fail_its_replay_and_only_that_release() -> None:
