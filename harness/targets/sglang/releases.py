@@ -1,8 +1,9 @@
 """One environment per SGLang release, each a thin overlay over one shared base venv.
 
 A full SGLang-on-CPU venv is 2.7 GB (torch, transformers, the harness): the sixteen releases from 0.5.11 to 0.5.23
-would need 43 GB. Their overlays take 3.5 GB together (measured; 200-290 MB each). Each release's overlay is instead a venv of its own (``python -m venv --without-pip``) whose ``base.pth`` puts
-the base venv's site-packages *after* its own: what the overlay installs shadows the base, the rest is shared.
+would need 43 GB. Their overlays take 3.5 GB together (measured; 200-290 MB each). Each release's overlay is instead
+a venv of its own (``python -m venv --without-pip``) whose ``base.pth`` puts the base venv's site-packages *after*
+its own: what the overlay installs shadows the base, the rest is shared.
 An overlay holds the release's wheel (``--no-deps``, 170 MB unpacked) and the grammar backend its metadata pins
 (xgrammar: 0.5.16 imports it at module level, 0.5.20 inside ``SWAKVPool.set_kv_buffer``); pip sees the base's torch
 and never replaces it. transformers stays the base's (5.19): each release's own pin (5.6-5.12) makes SGLang's
