@@ -40,7 +40,8 @@ def test_cells_come_from_a_real_pytest_run(tmp_path: Path) -> None:
     xml = tmp_path / "junit.xml"
     subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "mixed", "absent",
                     f"--junitxml={xml}", "-o", "junit_family=xunit1"], cwd=tmp_path, capture_output=True)
-    cells = cells_from_junit(xml, {"mixed": ("mixed",), "absent": ("absent",)})
+    cells = cells_from_junit(xml, {"mixed": ("mixed",), "absent": ("absent",), "empty": ("nowhere",)})
+    assert cells["empty"].status == "failed" and cells["empty"].failed == ["nowhere: no test collected"]
     mixed, absent = cells["mixed"], cells["absent"]
     assert (mixed.status, mixed.passed, mixed.xfailed) == ("failed", 1, 1)
     assert len(mixed.failed) == 1 and "test_fails" in mixed.failed[0] and "a wrong answer" in mixed.failed[0]
