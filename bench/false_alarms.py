@@ -44,7 +44,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--target", default="harness", help="the suites' --target (tests/ ignore it)")
     parser.add_argument("--out", type=Path, default=OUT)
     args = parser.parse_args(argv)
-    suites = args.suite or SUITES
+    suites, args.out = args.suite or SUITES, args.out.resolve()
     rows, failures, start = [], 0, time.perf_counter()
     for seed in range(1, args.seeds + 1):
         summary, wall = run_seed(seed, args.workers, suites, args.target)
