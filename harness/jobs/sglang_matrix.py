@@ -189,7 +189,8 @@ def render_markdown(matrix: dict) -> str:
         f"Written by `{matrix['command']}` on {matrix['date']} (base: torch {matrix['base']['torch']}, transformers "
         f"{matrix['base']['transformers']}; one overlay venv per release, `harness/targets/sglang/releases.py`). "
         "Each cell: tests passed (+ strict xfails) / failed, and what was not applicable. A skip never counts as a pass; "
-        f"\"{UNREACHABLE}\" marks SGLang code that runs only as a Triton kernel.",
+        f"\"{UNREACHABLE}\" marks SGLang code that runs only as a Triton kernel. \"install s\" is 0 where the "
+        "release's overlay was reused from an earlier run.",
         "",
         "| release | install s | run s | " + " | ".join(suites) + " |",
         "|---|---|---|" + "---|" * len(suites),
