@@ -2,10 +2,10 @@
 ``SWATokenToKVPoolAllocator``, so the harness's engine, scheduler and graph runner run on SGLang's
 memory code. Every adapter method is a thin translation; behaviour is SGLang's.
 
-The API moved between releases; each adapter asks ``capabilities`` what the installed SGLang has (up to 0.5.12.post1
-the SWA write ids are pool state, 0.5.13 takes ``set_kv_buffer(loc, swa_loc=...)``, 0.5.14 on a ``KVWriteLoc``; ``free_full`` arrived in 0.5.19, the
-segment frees in 0.5.20, grouped frees in 0.5.18) and a method it lacks is a skip that names it. Paged allocation
-runs as a Triton kernel up to 0.5.21: a skip naming it CPU-unreachable.
+The API moved between releases; each adapter asks ``capabilities`` what the installed SGLang has (up to
+0.5.12.post1 the SWA write ids are pool state, 0.5.13 takes ``set_kv_buffer(loc, swa_loc=...)``, 0.5.14 on a
+``KVWriteLoc``; ``free_full`` arrived in 0.5.19, the segment frees in 0.5.20, grouped frees in 0.5.18) and a method it
+lacks is a skip that names it. Paged allocation runs as a Triton kernel up to 0.5.21: a skip naming it CPU-unreachable.
 
 Where the two designs differ, the adapter follows SGLang's own callers:
 * 0.5.23 has no translation memo (the write loc is translated once per forward by its KV-loc plan),
@@ -42,7 +42,7 @@ def _long(index: torch.Tensor) -> torch.Tensor:
 class SGLangPoolAdapter:
     def __init__(self, pool) -> None:  # sglang.srt.mem_cache.swa_memory_pool.SWAKVPool
         self.sglang = pool
-        # 0.5.14 on: one KVWriteLoc argument; 0.5.13: the SWA ids as a keyword.
+        # 0.5.14 on: one KVWriteLoc argument; before, a keyword (0.5.13) or pool state (see set_kv_buffer).
         self._write_loc = getattr(module("sglang.srt.mem_cache.memory_pool"), "KVWriteLoc", None)
         self.device = torch.device(pool.device)
         self.size, self.size_swa, self.page_size, self.dtype = pool.size, pool.size_swa, pool.page_size, pool.dtype
