@@ -239,6 +239,8 @@ RELEASE_MATRIX = {
             "replay": {"status": "failed", "passed": 0, "failed": ["suites/sglang/test_seed_replay.py::t: #24743"],
                        "xfailed": 0, "skipped": {}}}},
         {"release": "0.5.99", "install_s": 1.0, "run_s": 0.0, "error": "install failed: no such release", "cells": {}},
+        {"release": "0.6.0", "install_s": 1.0, "run_s": 2.0, "error": "", "cells": {  # merged from a pool-only rerun
+            "pool": {"status": "passed", "passed": 8, "failed": [], "xfailed": 0, "skipped": {}}}},
     ]}
 
 
@@ -572,11 +574,12 @@ def test_fault_effect_table(nightly, tmp_path) -> None:
 def test_release_matrix_section(nightly, tmp_path) -> None:
     _, _, _, page, _ = nightly
     rows = page.root.find("section", id="sglang-releases").find_all("tr", class_="release-row")
-    assert [r.attrs["data-release"] for r in rows] == ["0.5.11", "0.5.99"]
+    assert [r.attrs["data-release"] for r in rows] == ["0.5.11", "0.5.99", "0.6.0"]
     cells = rows[0].find_all("td")
     assert [c.text().strip() for c in cells[1:3]] == ["passed 9", "failed 1"]
     assert "CPU-unreachable" in cells[1].attrs["title"] and "#24743" in cells[2].attrs["title"]
     assert [c.text().strip() for c in rows[1].find_all("td")[1:3]] == ["error", "error"]
+    assert [c.text().strip() for c in rows[2].find_all("td")[1:3]] == ["passed 8", "not run"]
     assert load_release_matrix(tmp_path / "absent.json") is None
     (tmp_path / "bad.json").write_text(json.dumps([1]))
     assert load_release_matrix(tmp_path / "bad.json").error.startswith("expected an object with rows")

@@ -225,7 +225,7 @@ def render_markdown(matrix: dict) -> str:
             for failure in cell["failed"]:
                 notes.append(f"- **{row['release']}** {suite}: FAILED {failure}")
         out.append(f"| {row['release']} | {row['install_s']} | {row['run_s']} | " + " | ".join(shown_cells) + " |")
-    out += ["", "## Why each cell that is not a plain pass is so", "", *_dedupe(notes), "",
+    out += ["", "## Why each cell that is not a plain pass is so", "", *dict.fromkeys(notes), "",
             "## The seeds against released SGLang", "", "| seed | replay |", "|---|---|",
             *(f"| {seed} | {text} |" for seed, text in SEED_REPLAYS), "",
             "## How the adapters follow the API", "",
@@ -243,10 +243,6 @@ def _order(row: dict) -> tuple[int, Version | str]:
         return 0, Version(row["release"])
     except InvalidVersion:
         return 1, row["release"]
-
-
-def _dedupe(lines: list[str]) -> list[str]:
-    return list(dict.fromkeys(lines))
 
 
 def _base() -> dict[str, str]:

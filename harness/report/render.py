@@ -412,13 +412,18 @@ def _release_matrix_view(found: ReleaseMatrix | None) -> dict[str, Any] | None:
         return base
     matrix = found.matrix
     suites = list(matrix.get("suites") or {})
+    for row in matrix["rows"]:  # rows merged from a run of other suites (--update) keep theirs
+        suites += [s for s in row.get("cells") or {} if s not in suites]
     rows = []
     for row in matrix["rows"]:
         cells = []
         for suite in suites:
             cell = (row.get("cells") or {}).get(suite)
-            if row.get("error") or not cell:
-                cells.append({"status": "error", "text": "error", "title": str(row.get("error") or "no cell")})
+            if row.get("error"):
+                cells.append({"status": "error", "text": "error", "title": str(row["error"])})
+                continue
+            if not cell:
+                cells.append({"status": "not run", "text": "not run", "title": "this suite did not run on this row"})
                 continue
             status = str(cell.get("status"))
             reasons = [f"{n} skipped: {r}" for r, n in (cell.get("skipped") or {}).items()]

@@ -1,7 +1,7 @@
 """One environment per SGLang release, each a thin overlay over one shared base venv.
 
 A full SGLang-on-CPU venv is 2.7 GB (torch, transformers, the harness): the sixteen releases from 0.5.11 to 0.5.23
-would need 43 GB. Their overlays take 3.5 GB together (measured; 200-290 MB each). Each release's overlay is instead
+would need 43 GB. Their overlays take 3.5 GB together (measured; 160-290 MB each). Each release's overlay is instead
 a venv of its own (``python -m venv --without-pip``) whose ``base.pth`` puts the base venv's site-packages *after*
 its own: what the overlay installs shadows the base, the rest is shared.
 An overlay holds the release's wheel (``--no-deps``, 170 MB unpacked) and the grammar backend its metadata pins
@@ -91,28 +91,26 @@ def _declared_pins(site: Path) -> list[str]:
     return pins
 
 
-def overlay(release: Release, *, base_python: str = sys.executable, root: Path = ROOT) -> Path:
-    """The overlay venv's python for ``release``, created and installed on first use, reused after."""
+def overlay(release: Release, *, root: Path = ROOT) -> Path:
+    """The overlay venv's python for ``release`` over this interpreter's venv, created on first use, reused after."""
+    import torch
+
     env = root / release.dirname
     python = env / "bin" / "python"
-    ready = env / "ready"
-    base_site = Path(subprocess.run([base_python, "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"],
-                                    capture_output=True, text=True, check=True).stdout.strip())
     site = _site_packages(env)
-    if ready.exists():
-        (site / "base.pth").write_text(f"{base_site}\n")  # the overlay follows whichever base runs it
+    base = f"{sysconfig.get_path('purelib')}\n"
+    if (env / "ready").exists():
+        (site / "base.pth").write_text(base)  # the overlay follows whichever base runs it
         return python
     env.mkdir(parents=True, exist_ok=True)
     log = env / "install.log"
     log.write_text("")
     if not python.exists():
-        subprocess.run([base_python, "-m", "venv", "--without-pip", str(env)], check=True)
+        subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(env)], check=True)
     site.mkdir(parents=True, exist_ok=True)
-    (site / "base.pth").write_text(f"{base_site}\n")
-    torch_pin = subprocess.run([base_python, "-c", "import torch; print(torch.__version__.split('+')[0])"],
-                               capture_output=True, text=True, check=True).stdout.strip()
+    (site / "base.pth").write_text(base)
     constraints = env / "constraints.txt"
-    constraints.write_text(f"torch=={torch_pin}\n")
+    constraints.write_text(f"torch=={torch.__version__.split('+')[0]}\n")
     if release.source:
         (site / "sglang-source.pth").write_text(f"{release.source.resolve()}\n")
     else:
@@ -120,6 +118,5 @@ def overlay(release: Release, *, base_python: str = sys.executable, root: Path =
         pins = _declared_pins(site)
         if pins:
             _pip(python, "install", "--quiet", *pins, "-c", str(constraints), log=log)
-    ready.write_text(json.dumps({"release": release.label}) + "\n")
+    (env / "ready").write_text(json.dumps({"release": release.label}) + "\n")
     return python
-
