@@ -10,6 +10,7 @@ checks both sides against these protocols.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
 import torch
@@ -171,4 +172,119 @@ class KVAllocator(Protocol):
 
     def clear(self) -> None:
         """The allocator state machine resets everything."""
+        ...
+
+
+# -- the prefix cache --------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class PrefixMatch:
+    """What a prefix match found: the first ``length`` tokens have KV in the tree, at full slots ``indices``."""
+
+    length: int
+    """Matched tokens: whole pages, and only up to a point whose last ``window - 1`` tokens hold live SWA KV."""
+    indices: torch.Tensor
+    """Their full slots (int64), in position order."""
+
+
+@dataclass(frozen=True)
+class TreeSlots:
+    """The slots a prefix cache holds, for the ownership audit."""
+
+    full: torch.Tensor
+    """Every full slot a tree node holds (int64)."""
+    swa_live: torch.Tensor
+    """The subset whose SWA KV the tree still holds (the rest are tombstones: their mapping reads 0)."""
+
+
+@runtime_checkable
+class CacheRequest(Protocol):
+    """What a prefix cache reads and writes of a running request (``harness.engine.request.Req`` meets it).
+
+    Positions ``< cache_protected_len`` of the request's row are the tree's (lent by ``prefix_lock``); the
+    request owns ``cache_protected_len .. slots_len``; of those, positions ``< swa_evicted`` gave back their SWA slot."""
+
+    req_pool_idx: int | None
+    kv_len: int
+    slots_len: int
+    swa_evicted: int
+    cache_protected_len: int
+    prefix_lock: object | None
+
+    @property
+    def fill_ids(self) -> list[int]: ...
+
+
+@runtime_checkable
+class PrefixCache(Protocol):
+    """A prefix cache over a hybrid pool, driven request by request the way a scheduler drives it.
+
+    ``harness.mem.radix_cache.RadixCache`` meets it, and so does the adapter over SGLang's ``UnifiedRadixCache``
+    (``harness.targets.sglang.prefix_cache``). The suites (``suites/prefix/``) hold both to the same invariants:
+    ownership, accounting (per pool: free + evictable + protected + what running requests own = size), windows (a
+    match ends only where its last ``window - 1`` tokens hold live SWA KV) and equivalence with the cache off."""
+
+    page_size: int
+    sliding_window_size: int | None
+
+    def match_prefix(self, token_ids: Sequence[int]) -> PrefixMatch:
+        """The longest usable cached prefix of ``token_ids`` (whole pages); touches it as recently used."""
+        ...
+
+    def admit(self, req: CacheRequest, token_ids: Sequence[int]) -> int:
+        """Match ``token_ids`` (at most all but the last, whose logits the request needs), lock the match and
+        lend it to the request: its row ``[0, n)`` reads the tree's slots, ``kv_len = cache_protected_len = n``.
+        Returns ``n``, the cached tokens. The request must hold a row and nothing else."""
+        ...
+
+    def cache_unfinished_req(self, req: CacheRequest) -> None:
+        """After a prefill chunk: insert the request's KV so far (whole pages), rewrite its row to the tree's
+        slots, free its duplicates, move its lock to the new node (SGLang's ``cache_unfinished_req``)."""
+        ...
+
+    def cache_finished_req(self, req: CacheRequest) -> None:
+        """A finished request: insert its KV (prompt and output, whole pages), give every slot it owns to the
+        tree or back to the allocator, and unlock. Its row is the caller's to free."""
+        ...
+
+    def release_req(self, req: CacheRequest) -> None:
+        """An aborted or retracted request: insert nothing, free every slot it owns, unlock."""
+        ...
+
+    def slide_window(self, req: CacheRequest) -> None:
+        """Free the SWA slots of the request's own tokens that no future query sees, keeping what an insert at
+        its current length needs; drop the prefix's SWA lock once the window has passed it."""
+        ...
+
+    def evict(self, *, full_tokens: int = 0, swa_tokens: int = 0) -> None:
+        """Free at least this many full / SWA slots from unlocked nodes (least recently used first), or all there are."""
+        ...
+
+    def evictable_size(self) -> int:
+        """Full slots the tree holds that no lock protects."""
+        ...
+
+    def protected_size(self) -> int:
+        """Full slots the tree holds under a lock."""
+        ...
+
+    def swa_evictable_size(self) -> int:
+        """Live SWA slots the tree holds that no SWA lock protects."""
+        ...
+
+    def swa_protected_size(self) -> int:
+        """Live SWA slots the tree holds under an SWA lock."""
+        ...
+
+    def tree_slots(self) -> TreeSlots:
+        """Every slot the tree holds, for the ownership audit."""
+        ...
+
+    def sanity_check(self) -> None:
+        """Recount everything the cache keeps as totals; raise naming the first difference."""
+        ...
+
+    def reset(self) -> None:
+        """Give every slot the tree holds back to the allocator (SGLang's ``/flush_cache``); no lock may be held."""
         ...
