@@ -9,6 +9,7 @@ from __future__ import annotations
 from harness.faults.base import FAULT_ENV, Fault, Patch, activate_from_env, inject
 from harness.faults.catalog import (
     capture_after_warm_cache,
+    chunked_insert_drops_swa_evicted,
     extend_capture_after_warm_cache,
     extend_pad_swa_loc_not_zeroed,
     invalidate_after_graph_check,
@@ -17,6 +18,8 @@ from harness.faults.catalog import (
     prefill_ignores_precomputed_loc,
     stale_pool_attribute_loc,
     storage_ptr_cache_key,
+    swa_frontier_reaches_insert_boundary,
+    swa_frontier_tombstones_last_leaf,
     swa_loc_int64,
     swa_loc_not_preset,
     window_indices_pollute_memo,
@@ -37,6 +40,9 @@ FAULTS: dict[str, Fault] = {
         window_indices_pollute_memo,
         extend_pad_swa_loc_not_zeroed,
         extend_capture_after_warm_cache,
+        chunked_insert_drops_swa_evicted,
+        swa_frontier_tombstones_last_leaf,
+        swa_frontier_reaches_insert_boundary,
     )
     for fault in getattr(m, "FAULTS", None) or (m.FAULT,)  # a module holds one fault, or one per mutation point
 }

@@ -1,8 +1,8 @@
 """A *target* is the implementation a suite runs against: ``harness`` (this repo's, the default) or
 ``sglang`` (real SGLang's memory code, as far as it runs on CPU).
 
-The interface is narrow on purpose: build a hybrid pool from a spec, build an engine over a
-checkpoint. The engine takes the target's pool builder, so the engine-level suites run over any
+The interface is narrow on purpose: build a hybrid pool from a spec, a prefix cache over it, an engine
+over a checkpoint. The engine takes the target's pool builder, so the engine-level suites run over any
 target's memory code.
 """
 
@@ -17,6 +17,8 @@ import torch
 
 from harness.engine import Engine, EngineConfig
 from harness.mem import LOC_DTYPE, HybridPool, HybridPoolSpec, SWAKVPool, build_hybrid_pool
+from harness.mem.contracts import PrefixCache
+from harness.mem.radix_cache import RadixCache
 
 from harness.env import TARGET_ENV
 
@@ -32,6 +34,8 @@ class Target(Protocol):
 
     def make_engine(self, model_path: str | Path, **config: Any) -> Engine: ...
 
+    def build_prefix_cache(self, memory: HybridPool, *, sliding_window_size: int | None) -> PrefixCache: ...
+
 
 class HarnessTarget:
     """The harness's own implementation (the default target)."""
@@ -45,6 +49,9 @@ class HarnessTarget:
 
     def make_engine(self, model_path: str | Path, **config: Any) -> Engine:
         return Engine(EngineConfig(model_path=model_path, **config), pool_builder=self.build_pool)
+
+    def build_prefix_cache(self, memory: HybridPool, *, sliding_window_size: int | None) -> PrefixCache:
+        return RadixCache(memory.allocator, memory.req_to_token_pool, sliding_window_size=sliding_window_size)
 
 
 # name -> "module:Class"; imported on demand, so the harness target never imports SGLang.

@@ -1,0 +1,495 @@
+"""Prefix cache of a hybrid SWA pool: a radix tree over token ids whose nodes hold full KV and SWA KV apart.
+
+SGLang keeps one for every hybrid model (``UnifiedRadixCache``, FULL and SWA components); this is the
+harness's own, with SGLang's concepts and names. The rules, and the fixes they come from:
+
+1. **Values.** A node holds the full slots of its tokens (whole pages). Its SWA KV is either live (every
+   slot's mapping is non-zero) or a *tombstone* (every mapping reads 0: the SWA slots went back when the
+   tokens left the window, the full KV stays). Never mixed: inserts split at the request's
+   ``swa_evicted`` and SWA evictions take whole nodes (#17220). A node's slots are never two nodes'.
+2. **Matches.** The next query after position ``m`` attends over ``[m - W + 1, m)``, so a match may end
+   at ``m`` only where those tokens hold live SWA KV; it backs off to the deepest node end where they do
+   (#17061: a tombstone resets the live run).
+3. **Locks.** Locking node ``n`` pins the full KV of the path root..n and the SWA KV of the nodes that
+   overlap its last ``W - 1`` tokens (the lock's *floor*: the first position it needs live; the node
+   across the floor is split so that no more is pinned). A lock is a receipt: unlock walks the same
+   nodes, and a split gives the upper half exactly the SWA holders whose floor lies inside it.
+4. **Eviction**, least recently used first, each pool apart: full evicts unlocked leaves (their SWA
+   slots go with them); SWA tombstones unlocked live inner nodes and evicts unlocked live leaves whole (a
+   tombstone leaf can never end a match).
+5. **Inserts** carry the request's ``swa_evicted``: tokens below it become tombstones, on chunked
+   (unfinished) inserts too (#29350, #36909). Tokens the tree already holds are duplicates and go back;
+   a tombstone the request still holds live SWA KV for takes the request's SWA slots first (revived).
+   An insert whose new tokens are all out of the window creates no node (#22470: a live leaf over freed
+   SWA slots inflated the SWA counts). So a chunked insert always ends at ``page_floor(kv_len)``.
+6. **The window slide with a cache** keeps ``W - 1`` live tokens below the insert boundary
+   ``page_floor(kv_len)``, not below ``kv_len``: the leaf an insert creates always ends a match (#29860:
+   with ``page > W`` the frontier reached the boundary and the last leaf was all tombstone).
+
+Accounting, per pool: free + evictable + protected + what running requests own = size; ``sanity_check``
+recounts every total from the nodes.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections import Counter
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+
+import torch
+
+from harness.mem.contracts import CacheRequest, KVAllocator, PrefixMatch, TreeSlots
+from harness.mem.errors import PoolError
+from harness.mem.index import LOC_DTYPE
+from harness.mem.req_to_token_pool import ReqToTokenPool
+from harness.seams import seam
+
+
+@dataclass(eq=False)
+class TreeNode:
+    """``key`` (token ids) and ``value`` (their full slots) of one edge; ``end`` is its depth in tokens."""
+
+    key: list[int]
+    value: torch.Tensor
+    end: int
+    parent: TreeNode | None = None
+    children: dict[tuple[int, ...], TreeNode] = field(default_factory=dict)
+    swa_tombstone: bool = False
+    full_lock_ref: int = 0
+    swa_locks: Counter[int] = field(default_factory=Counter)  # SWA lock holders, by their floor
+    last_access: int = 0
+
+    @property
+    def start(self) -> int:
+        return self.end - len(self.key)
+
+    @property
+    def swa_lock_ref(self) -> int:
+        return sum(self.swa_locks.values())
+
+    @property
+    def swa_live(self) -> bool:
+        return not self.swa_tombstone
+
+
+@dataclass(frozen=True)
+class TreeLock:
+    """What a request holds on the tree: full KV of root..node, SWA KV from ``swa_floor`` on (None: released)."""
+
+    node: TreeNode
+    swa_floor: int | None
+
+
+@dataclass(frozen=True)
+class InsertResult:
+    node: TreeNode  # where the insert ended
+    length: int  # tokens the tree holds for the key from the root to ``node``
+
+
+def page_floor(n: int, page_size: int) -> int:
+    return n // page_size * page_size
+
+
+class RadixCache:
+    """The harness's ``PrefixCache`` (``harness.mem.contracts``): see the module docstring for its rules."""
+
+    def __init__(self, allocator: KVAllocator, req_to_token_pool: ReqToTokenPool, *,
+                 sliding_window_size: int | None) -> None:
+        if sliding_window_size is not None and sliding_window_size < 1:
+            raise ValueError(f"sliding_window_size must be >= 1 or None, got {sliding_window_size}")
+        self.allocator = allocator
+        self.req_to_token_pool = req_to_token_pool
+        self.page_size = allocator.page_size
+        self.sliding_window_size = sliding_window_size
+        self._clock = itertools.count(1)
+        self._new_tree()
+
+    def _new_tree(self) -> None:
+        self.root = TreeNode([], torch.empty(0, dtype=LOC_DTYPE, device=self.allocator.device), 0)
+        self.root.full_lock_ref = 1  # never evicted
+        self._evictable = self._protected = self._swa_evictable = self._swa_protected = 0
+
+    # -- sizes -----------------------------------------------------------------------------------
+
+    def evictable_size(self) -> int:
+        return self._evictable
+
+    def protected_size(self) -> int:
+        return self._protected
+
+    def swa_evictable_size(self) -> int:
+        return self._swa_evictable
+
+    def swa_protected_size(self) -> int:
+        return self._swa_protected
+
+    def _nodes(self) -> Iterator[TreeNode]:
+        stack = list(self.root.children.values())
+        while stack:
+            node = stack.pop()
+            stack += node.children.values()
+            yield node
+
+    def tree_slots(self) -> TreeSlots:
+        nodes = list(self._nodes())
+        full = self._cat(n.value for n in nodes)
+        return TreeSlots(full=full.to(torch.int64), swa_live=self._cat(n.value for n in nodes if n.swa_live).to(torch.int64))
+
+    def _cat(self, values) -> torch.Tensor:
+        return torch.cat([self.root.value, *values])
+
+    # -- matching --------------------------------------------------------------------------------
+
+    def match_prefix(self, token_ids: Sequence[int]) -> PrefixMatch:
+        node, length = self._match(token_ids)
+        return PrefixMatch(length, self._path_values(node).to(torch.int64))
+
+    def _match(self, token_ids: Sequence[int]) -> tuple[TreeNode, int]:
+        """The deepest node end along ``token_ids`` where a match may stop (rule 2), splitting the node
+        where the key diverges inside it."""
+        key = list(token_ids[: page_floor(len(token_ids), self.page_size)])
+        node, pos, live_run = self.root, 0, 0
+        best, best_len = self.root, 0
+        while pos < len(key):
+            child = node.children.get(self._child_key(key, pos))
+            if child is None:
+                break
+            n = self._common_len(child.key, key, pos)
+            if n < len(child.key):
+                child = self._split(child, n)
+            live_run = live_run + n if child.swa_live else 0
+            node, pos = child, pos + n
+            if self._window_live(pos, live_run):
+                best, best_len = node, pos
+        self._touch(best)
+        return best, best_len
+
+    def _window_live(self, pos: int, live_run: int) -> bool:
+        window = self.sliding_window_size
+        return window is None or live_run >= min(pos, window - 1)
+
+    def _child_key(self, key: Sequence[int], pos: int) -> tuple[int, ...]:
+        return tuple(key[pos : pos + self.page_size])
+
+    def _common_len(self, node_key: list[int], key: Sequence[int], pos: int) -> int:
+        n = 0
+        for a, b in zip(node_key, key[pos:]):
+            if a != b:
+                break
+            n += 1
+        return page_floor(n, self.page_size)
+
+    def _path_values(self, node: TreeNode) -> torch.Tensor:
+        values = []
+        while node is not self.root:
+            values.append(node.value)
+            node = node.parent
+        return self._cat(reversed(values))
+
+    def _touch(self, node: TreeNode) -> None:
+        stamp = next(self._clock)
+        while node is not self.root:
+            node.last_access = stamp
+            node = node.parent
+
+    def _split(self, child: TreeNode, n: int) -> TreeNode:
+        """Cut ``child`` after its first ``n`` tokens; the new upper node is returned, ``child`` keeps the rest."""
+        upper = TreeNode(child.key[:n], child.value[:n], child.start + n, child.parent,
+                         swa_tombstone=child.swa_tombstone, full_lock_ref=child.full_lock_ref,
+                         last_access=child.last_access)
+        upper.swa_locks = Counter({f: c for f, c in child.swa_locks.items() if f < upper.end})
+        if child.swa_live and child.swa_lock_ref and not upper.swa_lock_ref:  # the floor fell inside child
+            self._swa_protected -= n
+            self._swa_evictable += n
+        child.parent.children[self._child_key(child.key, 0)] = upper
+        child.key, child.value, child.parent = child.key[n:], child.value[n:], upper
+        upper.children[self._child_key(child.key, 0)] = child
+        return upper
+
+    # -- locks -----------------------------------------------------------------------------------
+
+    def lock(self, node: TreeNode) -> TreeLock:
+        floor = None
+        if self.sliding_window_size is not None and node is not self.root:
+            floor = max(0, node.end - (self.sliding_window_size - 1))
+            self._split_at(node, page_floor(floor, self.page_size))
+        walk = node
+        while walk is not self.root:
+            self._inc_full(walk)
+            if floor is not None and walk.end > floor:
+                self._add_swa_holder(walk, floor)
+            walk = walk.parent
+        return TreeLock(node, floor)
+
+    def _split_at(self, node: TreeNode, position: int) -> None:
+        """Make ``position`` a node boundary on the path to ``node`` (so a lock pins no SWA below its floor)."""
+        while node is not self.root and node.start >= position:
+            if node.start == position:
+                return
+            node = node.parent
+        if node is not self.root and node.start < position < node.end:
+            self._split(node, position - node.start)
+
+    def unlock(self, lock: TreeLock | None) -> None:
+        if lock is None:
+            return
+        self.release_swa(lock)
+        walk = lock.node
+        while walk is not self.root:
+            self._dec_full(walk)
+            walk = walk.parent
+        self._prune(lock.node)
+
+    def release_swa(self, lock: TreeLock) -> TreeLock:
+        """Drop the SWA part of ``lock`` (the window has passed it); the full part stays."""
+        if lock.swa_floor is None:
+            return lock
+        walk = lock.node
+        while walk is not self.root and walk.end > lock.swa_floor:
+            self._drop_swa_holder(walk, lock.swa_floor)
+            walk = walk.parent
+        return TreeLock(lock.node, None)
+
+    def _inc_full(self, node: TreeNode) -> None:
+        if node.full_lock_ref == 0:
+            self._evictable -= len(node.key)
+            self._protected += len(node.key)
+        node.full_lock_ref += 1
+
+    def _dec_full(self, node: TreeNode) -> None:
+        if node.full_lock_ref <= 0:
+            raise PoolError(f"unlock of a node with no full lock (tokens {node.start}..{node.end - 1})")
+        node.full_lock_ref -= 1
+        if node.full_lock_ref == 0:
+            self._protected -= len(node.key)
+            self._evictable += len(node.key)
+
+    def _add_swa_holder(self, node: TreeNode, floor: int) -> None:
+        if node.swa_live and not node.swa_lock_ref:
+            self._swa_evictable -= len(node.key)
+            self._swa_protected += len(node.key)
+        node.swa_locks[floor] += 1
+
+    def _drop_swa_holder(self, node: TreeNode, floor: int) -> None:
+        if node.swa_locks[floor] <= 0:
+            raise PoolError(f"SWA unlock (floor {floor}) of a node it does not hold (tokens {node.start}..{node.end - 1})")
+        node.swa_locks[floor] -= 1
+        if not node.swa_locks[floor]:
+            del node.swa_locks[floor]
+        if node.swa_live and not node.swa_lock_ref:
+            self._swa_protected -= len(node.key)
+            self._swa_evictable += len(node.key)
+
+    # -- requests ----------------------------------------------------------------------------------
+
+    def admit(self, req: CacheRequest, token_ids: Sequence[int]) -> int:
+        if req.req_pool_idx is None or req.slots_len or req.prefix_lock is not None:
+            raise PoolError("admit: the request must hold a row and nothing else")
+        node, n = self._match(list(token_ids)[:-1])
+        req.prefix_lock = self.lock(node)
+        if n:
+            self.req_to_token_pool.write(req.req_pool_idx, 0, self._path_values(node))
+        req.kv_len = req.slots_len = req.cache_protected_len = n
+        req.swa_evicted = 0
+        return n
+
+    def cache_unfinished_req(self, req: CacheRequest) -> None:
+        result = self._insert_request(req, finished=False)
+        lo, hi = req.cache_protected_len, result.length
+        if hi > lo:
+            self.req_to_token_pool.write(req.req_pool_idx, lo, self._path_values(result.node)[lo:])
+        self.unlock(req.prefix_lock)
+        req.prefix_lock = self.lock(result.node)
+        req.cache_protected_len = hi
+
+    def cache_finished_req(self, req: CacheRequest) -> None:
+        result = self._insert_request(req, finished=True)
+        self._free_own(req, max(result.length, req.cache_protected_len))
+        self.unlock(req.prefix_lock)
+        req.prefix_lock = None
+
+    def release_req(self, req: CacheRequest) -> None:
+        self._free_own(req, req.cache_protected_len)
+        self.unlock(req.prefix_lock)
+        req.prefix_lock = None
+
+    def _free_own(self, req: CacheRequest, start: int) -> None:
+        if req.slots_len > start:
+            row = self.req_to_token_pool.req_to_token[req.req_pool_idx, start : req.slots_len]
+            self.allocator.free(row.clone())
+
+    @seam("chunked-insert-drops-swa-evicted")
+    def _insert_request(self, req: CacheRequest, *, finished: bool) -> InsertResult:
+        """Insert the request's whole pages of KV, its out-of-window tokens as tombstones (rule 5)."""
+        end = page_floor(req.kv_len, self.page_size)
+        values = self.req_to_token_pool.req_to_token[req.req_pool_idx, :end].clone()
+        return self.insert(req.fill_ids[:end], values, prev_prefix_len=req.cache_protected_len,
+                           swa_evicted_seqlen=req.swa_evicted)
+
+    def insert(self, key: Sequence[int], values: torch.Tensor, *, prev_prefix_len: int,
+               swa_evicted_seqlen: int) -> InsertResult:
+        """Insert ``key`` with full slots ``values`` (one per token, whole pages). Positions below
+        ``prev_prefix_len`` are the tree's already; above it the slots are the caller's, and each one the
+        tree does not take (a duplicate) goes back to the allocator."""
+        node, pos = self.root, 0
+        while pos < len(key):
+            child = node.children.get(self._child_key(key, pos))
+            if child is None:
+                break
+            n = self._common_len(child.key, key, pos)
+            if child.swa_tombstone and pos < swa_evicted_seqlen < pos + n:
+                n = swa_evicted_seqlen - pos  # the request's live part starts inside: treat it apart
+            if n < len(child.key):
+                child = self._split(child, n)
+            if pos >= prev_prefix_len:
+                self._take_or_free(child, values[pos : pos + n], live=pos >= swa_evicted_seqlen)
+            node, pos = child, pos + n
+        if pos < len(key):
+            node, pos = self._add_new(node, key, values, pos, swa_evicted_seqlen)
+        self._touch(node)
+        return InsertResult(node, pos)
+
+    def _take_or_free(self, node: TreeNode, own: torch.Tensor, *, live: bool) -> None:
+        """The caller's slots ``own`` duplicate ``node``'s and go back. Where the node is a tombstone and the
+        caller still holds live SWA KV for the same tokens, the tree first takes those SWA slots: its full
+        slots are mapped to them (the K/V there is of the same tokens at the same positions), which revives
+        the node without touching the full slots other requests may read."""
+        own = own.clone()
+        if node.swa_tombstone and live:
+            mapping = self.allocator.full_to_swa_index_mapping
+            self.allocator.set_full_to_swa_mapping(node.value.clone(), mapping[own.long()].to(own.dtype))
+            self.allocator.set_full_to_swa_mapping(own, torch.zeros_like(own))
+            node.swa_tombstone = False
+            if node.swa_lock_ref:
+                self._swa_protected += len(node.key)
+            else:
+                self._swa_evictable += len(node.key)
+        self.allocator.free(own)
+
+    @seam("swa-frontier-reaches-insert-boundary")
+    def _add_new(self, parent: TreeNode, key: Sequence[int], values: torch.Tensor, pos: int,
+                 swa_evicted_seqlen: int) -> tuple[TreeNode, int]:
+        """New nodes for ``key[pos:]``: a tombstone up to ``swa_evicted_seqlen``, then a live leaf. With no
+        live token the leaf could never end a match: nothing is added and the slots go back (#22470)."""
+        end = len(key)
+        if swa_evicted_seqlen >= end:
+            self.allocator.free(values[pos:end].clone())
+            return parent, pos
+        if pos < swa_evicted_seqlen:
+            parent = self._new_child(parent, key, values, pos, swa_evicted_seqlen, tombstone=True)
+            pos = swa_evicted_seqlen
+        return self._new_child(parent, key, values, pos, end, tombstone=False), end
+
+    def _new_child(self, parent: TreeNode, key: Sequence[int], values: torch.Tensor, start: int, end: int, *,
+                   tombstone: bool) -> TreeNode:
+        node = TreeNode(list(key[start:end]), values[start:end].clone(), end, parent, swa_tombstone=tombstone,
+                        last_access=next(self._clock))
+        parent.children[self._child_key(node.key, 0)] = node
+        self._evictable += end - start
+        if not tombstone:
+            self._swa_evictable += end - start
+        return node
+
+    # -- the window ----------------------------------------------------------------------------------
+
+    def slide_window(self, req: CacheRequest) -> None:
+        if self.sliding_window_size is None:
+            return
+        keep_from = self.swa_keep_from(req.kv_len)
+        own_from = max(req.swa_evicted, req.cache_protected_len)
+        if keep_from > own_from:
+            self.allocator.free_swa(self.req_to_token_pool.req_to_token[req.req_pool_idx, own_from:keep_from].clone())
+        req.swa_evicted = max(req.swa_evicted, keep_from)
+        lock = req.prefix_lock
+        if lock is not None and lock.swa_floor is not None and req.kv_len - self.sliding_window_size + 1 >= \
+                req.cache_protected_len:
+            req.prefix_lock = self.release_swa(lock)  # no future query sees the prefix
+
+    @seam("swa-frontier-reaches-insert-boundary", "swa-frontier-tombstones-last-leaf")
+    def swa_keep_from(self, kv_len: int) -> int:
+        """The first position whose SWA slot a request keeps: ``W - 1`` tokens below the insert boundary
+        ``page_floor(kv_len)``, in whole pages (rule 6). Without a cache the bound is ``kv_len - W + 1``."""
+        boundary = page_floor(kv_len, self.page_size)
+        return page_floor(max(0, boundary - (self.sliding_window_size - 1)), self.page_size)
+
+    # -- eviction --------------------------------------------------------------------------------------
+
+    def evict(self, *, full_tokens: int = 0, swa_tokens: int = 0) -> None:
+        freed = 0
+        while freed < full_tokens:
+            leaf = self._lru(lambda n: not n.children and not n.full_lock_ref)
+            if leaf is None:
+                break
+            freed += self._delete_leaf(leaf)
+        freed = 0
+        while freed < swa_tokens:
+            node = self._lru(lambda n: n.swa_live and not n.swa_lock_ref)
+            if node is None:
+                break
+            freed += self._delete_leaf(node) if not node.children and not node.full_lock_ref else self._tombstone(node)
+
+    def _lru(self, eligible) -> TreeNode | None:
+        return min((n for n in self._nodes() if eligible(n)), key=lambda n: n.last_access, default=None)
+
+    def _delete_leaf(self, leaf: TreeNode) -> int:
+        """Free an unlocked leaf (its live SWA slots go with it), then the tombstones it leaves as leaves."""
+        self.allocator.free(leaf.value)
+        del leaf.parent.children[self._child_key(leaf.key, 0)]
+        self._evictable -= len(leaf.key)
+        if leaf.swa_live:
+            self._swa_evictable -= len(leaf.key)
+        return len(leaf.key) + self._prune(leaf.parent)
+
+    def _prune(self, node: TreeNode) -> int:
+        """A tombstone leaf no lock holds can never end a match: delete it (and the next one up)."""
+        if node is self.root or node.children or node.swa_live or node.full_lock_ref:
+            return 0
+        return self._delete_leaf(node)
+
+    def _tombstone(self, node: TreeNode) -> int:
+        self.allocator.free_swa(node.value)
+        node.swa_tombstone = True
+        self._swa_evictable -= len(node.key)
+        return len(node.key)
+
+    def reset(self) -> None:
+        if self._protected:
+            raise PoolError(f"reset: {self._protected} cached tokens are still locked by running requests")
+        slots = self.tree_slots().full
+        if slots.numel():
+            self.allocator.free(slots.to(LOC_DTYPE))
+        self._new_tree()
+
+    # -- audit -----------------------------------------------------------------------------------------
+
+    def sanity_check(self) -> None:
+        """Recount every total from the nodes, and check each node against the pool (rule 1) and its locks."""
+        counts = Counter()
+        mapping = self.allocator.full_to_swa_index_mapping
+        for node in self._nodes():
+            size = len(node.key)
+            if size == 0 or size % self.page_size or node.value.numel() != size:
+                raise PoolError(f"node {node.start}..{node.end - 1}: {size} tokens, {node.value.numel()} slots")
+            if node.parent is not self.root and node.start != node.parent.end:
+                raise PoolError(f"node {node.start}..{node.end - 1} does not start where its parent ends")
+            if node.full_lock_ref > node.parent.full_lock_ref and node.parent is not self.root:
+                raise PoolError(f"node {node.start}..{node.end - 1} is locked more than its parent")
+            live = mapping[node.value.long()] != 0
+            if bool(live.all()) != node.swa_live or (node.swa_tombstone and bool(live.any())):
+                raise PoolError(f"node {node.start}..{node.end - 1}: swa_tombstone={node.swa_tombstone} but "
+                                f"{int(live.sum())} of its {size} tokens hold SWA slots")
+            if not node.children and node.swa_tombstone and not node.full_lock_ref:
+                raise PoolError(f"leaf {node.start}..{node.end - 1} is a tombstone no request holds: it can "
+                                "never end a match")
+            counts["protected" if node.full_lock_ref else "evictable"] += size
+            if node.swa_live:
+                counts["swa_protected" if node.swa_lock_ref else "swa_evictable"] += size
+        kept = {"evictable": self._evictable, "protected": self._protected,
+                "swa_evictable": self._swa_evictable, "swa_protected": self._swa_protected}
+        for name, value in kept.items():
+            if counts[name] != value:
+                raise PoolError(f"{name}_size is {value}, the nodes hold {counts[name]}")
+        slots = self.tree_slots().full
+        if slots.unique().numel() != slots.numel():
+            raise PoolError("a full slot is held by two tree nodes")
