@@ -19,6 +19,7 @@ import torch
 
 from harness.engine import Engine, EngineConfig
 from harness.mem import HybridPool, HybridPoolSpec, ReqToTokenPool
+from harness.mem.contracts import PrefixCache
 from harness.targets.sglang.faults import activate_from_env, apply_patch_file
 from harness.targets.sglang.adapters import SGLangAllocatorAdapter, SGLangPoolAdapter
 from harness.targets.sglang.capabilities import first, takes
@@ -63,3 +64,10 @@ class SGLangTarget:
 
     def make_engine(self, model_path: str | Path, **config: Any) -> Engine:
         return Engine(EngineConfig(model_path=model_path, **config), pool_builder=self.build_pool)
+
+    def build_prefix_cache(self, memory: HybridPool, *, sliding_window_size: int | None) -> PrefixCache:
+        """SGLang's UnifiedRadixCache over ``memory`` (what ``build_pool`` returned); its tree core is
+        SGLANG_UNIFIED_RADIX_TREE_CORE_BACKEND's (SGLang's default: Rust)."""
+        from harness.targets.sglang.prefix_cache import SGLangPrefixCache
+
+        return SGLangPrefixCache(memory, sliding_window_size=sliding_window_size)
