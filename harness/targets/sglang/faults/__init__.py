@@ -5,7 +5,9 @@ A fault is a list of minimal source edits to SGLang functions, applied with SGLa
 ``debug_utils.source_patcher`` (rewrite the function's source, swap its ``__code__``) and undone on
 exit. An edit whose text is no longer in the function fails loudly (``PatchApplicationError``), so
 a fault never silently becomes a no-op when SGLang's code moves. ``SWA_HARNESS_SGLANG_FAULT=<id>``
-switches one on for a whole process (the SGLang target applies it when it is built).
+switches one on for a whole process (the SGLang target applies it when it is built), with the
+environment its mechanism needs (``SGLangFault.env``: an edit of the Python tree core sets
+``SGLANG_UNIFIED_RADIX_TREE_CORE_BACKEND=python``, which SGLang reads each time it builds a cache).
 """
 
 from __future__ import annotations
@@ -37,11 +39,12 @@ class SGLangFault:
     invariant: str
     edits: tuple[SourceEdit, ...]
     structural_only: str = ""  # why no behavioural kill is expected (the real regression had no wrong output)
+    env: tuple[tuple[str, str], ...] = ()  # SGLang settings the edited code runs under (e.g. the Python tree core)
 
     def to_dict(self) -> dict[str, str]:
         return {"id": self.id, "seed": self.seed, "breaks": self.breaks, "user_sees": self.user_sees,
                 "invariant": self.invariant, "expected_kill": "structural" if self.structural_only else "behavioural",
-                "structural_reason": self.structural_only}
+                "structural_reason": self.structural_only, "env": " ".join(f"{k}={v}" for k, v in self.env)}
 
 
 def resolve(target: str):
@@ -60,13 +63,20 @@ def resolve(target: str):
 
 @contextlib.contextmanager
 def inject(fault: SGLangFault) -> Iterator[SGLangFault]:
-    """Apply every edit of ``fault`` to the installed SGLang; restore the original code on exit."""
+    """Apply every edit of ``fault`` to the installed SGLang, under its ``env``; restore both on exit."""
+    saved = {name: os.environ.get(name) for name, _ in fault.env}
     states = apply(fault)
+    os.environ.update(dict(fault.env))
     try:
         yield fault
     finally:
         for state in reversed(states):
             state.restore()
+        for name, value in saved.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
 
 
 def apply(fault: SGLangFault) -> list:
@@ -111,4 +121,5 @@ def activate_from_env(environ: dict[str, str]) -> SGLangFault | None:
 
     fault = get_fault(fault_id)
     apply(fault)
+    os.environ.update(dict(fault.env))  # the process's own environment: SGLang reads it there, at each use
     return fault

@@ -5,6 +5,7 @@ from __future__ import annotations
 from harness.targets.sglang.faults import SGLangFault
 from harness.targets.sglang.faults.catalog import (
     alloc_decode_swa_last_loc_untranslated,
+    bigram_frontier_measures_tokens,
     free_swa_keeps_mapping,
     mla_swa_write_at_full_id,
     move_kv_swa_in_full_ids,
@@ -15,8 +16,11 @@ from harness.targets.sglang.faults.catalog import (
     retraction_skips_swa,
     seq_lens_padded_with_zero,
     set_kv_buffer_stale_swa_loc,
+    swa_frontier_tombstones_last_leaf,
+    swa_insert_all_evicted_made_live,
     swa_tail_mapped_to_head,
     swa_write_ids_not_sink_padded,
+    unfinished_insert_drops_swa_evicted,
 )
 
 SGLANG_FAULTS: dict[str, SGLangFault] = {
@@ -35,6 +39,10 @@ SGLANG_FAULTS: dict[str, SGLangFault] = {
         retraction_skips_swa,
         mla_swa_write_at_full_id,
         prefill_registry_out_cache_loc_not_zeroed,
+        unfinished_insert_drops_swa_evicted,
+        swa_frontier_tombstones_last_leaf,
+        swa_insert_all_evicted_made_live,
+        bigram_frontier_measures_tokens,
     )
 }
 
