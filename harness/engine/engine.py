@@ -17,7 +17,8 @@ from harness.engine.model_runner import ModelRunner, PoolSizes
 from harness.engine.request import FinishReason, GenerateOutput, Req, RequestError, SamplingParams
 from harness.engine.sampling import SamplingFailure, sample
 from harness.engine.scheduler import ScheduledBatch, Scheduler
-from harness.mem import HybridPoolSpec, PoolBuilder, build_hybrid_pool
+from harness.mem import HybridPool, HybridPoolSpec, PoolBuilder, build_hybrid_pool
+from harness.mem.radix_cache import CacheBuilder, build_radix_cache
 from harness.model import Tokenizer, load_config, load_model
 
 logger = logging.getLogger(__name__)
@@ -70,6 +71,9 @@ class EngineConfig:
     # auto | torch | fused: decode attention, the MLP's gelu * up and RMSNorm as compiled CPU kernels (fp32)
     # where they build, or torch ops (harness/engine/cpu_kernels.py)
     cpu_kernels: str = "auto"
+    # A radix cache of finished and chunked requests' KV (harness/mem/radix_cache.py), as every real server
+    # keeps: a request skips the prefill of its cached prefix. Off: every request prefills its whole prompt.
+    prefix_cache: bool = True
 
     def __post_init__(self) -> None:
         for name in ("dtype", "kv_dtype"):
@@ -90,6 +94,21 @@ class EngineConfig:
 
 
 @dataclass(frozen=True)
+class CacheStats:
+    """The prefix cache: tokens it holds (full KV, live SWA KV) and prompt tokens it served since start-up."""
+
+    enabled: bool
+    tokens: int = 0
+    swa_tokens: int = 0
+    prompt_tokens: int = 0  # prompt tokens of every admitted request
+    cached_tokens: int = 0  # of them, served from the cache
+
+    @property
+    def hit_rate(self) -> float:
+        return self.cached_tokens / self.prompt_tokens if self.prompt_tokens else 0.0
+
+
+@dataclass(frozen=True)
 class StepOutput:
     """What one ``Engine.step()`` did: which forward ran, which requests it advanced, which finished."""
 
@@ -99,7 +118,8 @@ class StepOutput:
 
 
 class Engine:
-    def __init__(self, config: EngineConfig, *, pool_builder: PoolBuilder = build_hybrid_pool) -> None:
+    def __init__(self, config: EngineConfig, *, pool_builder: PoolBuilder = build_hybrid_pool,
+                 cache_builder: CacheBuilder = build_radix_cache) -> None:
         self.config = config
         if config.num_threads is not None:
             torch.set_num_threads(config.num_threads)
@@ -114,16 +134,21 @@ class Engine:
         self.runner = ModelRunner(self.model, pool_builder(self._pool_spec()), graphs=config.graphs,
                                   max_extend_tokens=config.max_prefill_tokens if config.extend_graphs else None,
                                   capture=config.capture, kernels=self.kernels)
+        window = self.model_config.swa_window
+        memory = HybridPool(self.runner.pool, self.runner.allocator, self.runner.req_to_token_pool)
+        self.tree_cache = cache_builder(memory, sliding_window_size=window) if config.prefix_cache else None
         self.scheduler = Scheduler(
             self.runner.req_to_token_pool,
             self.runner.allocator,
             max_running=config.max_running_requests,
             chunk_size=config.chunk_size,
             max_prefill_tokens=config.max_prefill_tokens,
-            window=self.model_config.swa_window,
+            window=window,
             speculative_tokens=config.speculative_tokens,
+            tree_cache=self.tree_cache,
         )
         self.spec_stats = {"verifies": 0, "drafts": 0, "accepted": 0}  # counts over the engine's life
+        self._hits = {"prompt_tokens": 0, "cached_tokens": 0}  # the prefix cache's, over finished requests
         self.eos_token_ids = set(self.model_config.eos_token_ids) | set(self.tokenizer.eos_token_ids if self.tokenizer else ())
         self._rids = itertools.count()
 
@@ -147,7 +172,8 @@ class Engine:
         cfg, limits = self.model_config, self.config
         default = PoolSizes.default(max_running=limits.max_running_requests, max_context_len=self.max_context_len,
                                     window=cfg.swa_window, max_prefill_tokens=limits.max_prefill_tokens,
-                                    page_size=limits.page_size, speculative_tokens=limits.speculative_tokens)
+                                    page_size=limits.page_size, speculative_tokens=limits.speculative_tokens,
+                                    prefix_cache=limits.prefix_cache)
         kv_dtype = DTYPES[limits.kv_dtype] if limits.kv_dtype else self.model.dtype
         full_size = limits.full_pool_size or self._fit_full_pool(default.full_size, kv_dtype)
         swa_size = limits.swa_pool_size or default.swa_size
@@ -333,8 +359,10 @@ class Engine:
 
     def _output(self, req: Req) -> GenerateOutput:
         logits = torch.stack(req.step_logits) if req.return_logits else None
+        self._hits["prompt_tokens"] += len(req.prompt_ids)
+        self._hits["cached_tokens"] += req.cached_tokens
         return GenerateOutput(req.rid, req.prompt_ids, req.output_ids, req.text, req.finish_reason,
-                              req.matched_stop, logits, req.error)
+                              req.matched_stop, logits, req.error, req.cached_tokens)
 
     def run_until_done(self) -> list[GenerateOutput]:
         outputs = []
@@ -370,10 +398,31 @@ class Engine:
     # -- accounting ------------------------------------------------------------------------------
 
     def pools_idle(self) -> bool:
-        """Every slot of both pools and every request row is free."""
-        alloc = self.runner.allocator
+        """No request holds anything: every request row is free, and every slot of both pools is free or the
+        prefix cache's, unlocked (``flush_cache`` gives those back too)."""
+        alloc, cache = self.runner.allocator, self.tree_cache
+        full, swa = (cache.evictable_size(), cache.swa_evictable_size()) if cache is not None else (0, 0)
+        locked = cache is not None and (cache.protected_size() or cache.swa_protected_size())
         return (
-            alloc.full_available_size() == alloc.size
-            and alloc.swa_available_size() == alloc.size_swa
+            not locked
+            and alloc.full_available_size() + full == alloc.size
+            and alloc.swa_available_size() + swa == alloc.size_swa
             and self.runner.req_to_token_pool.available_size() == self.runner.req_to_token_pool.size
         )
+
+    def flush_cache(self) -> bool:
+        """Give everything the prefix cache holds back to the pools (SGLang's ``/flush_cache``); False, and
+        nothing flushed, while requests are in flight."""
+        if self.scheduler.has_work():
+            return False
+        if self.tree_cache is not None:
+            self.tree_cache.reset()
+        return True
+
+    def cache_stats(self) -> CacheStats:
+        """What the prefix cache holds now and has served (the server's ``/health`` reports it)."""
+        cache = self.tree_cache
+        if cache is None:
+            return CacheStats(enabled=False)
+        return CacheStats(True, cache.evictable_size() + cache.protected_size(),
+                          cache.swa_evictable_size() + cache.swa_protected_size(), **self._hits)

@@ -62,6 +62,7 @@ class GenerateOutput:
     matched_stop: str | int | None = None
     logits: torch.Tensor | None = None  # [len(output_ids), vocab] when requested
     error: str | None = None  # set with FinishReason.ERROR
+    cached_tokens: int = 0  # prompt tokens served by the prefix cache (OpenAI's usage.prompt_tokens_details)
 
 
 @dataclass(eq=False)
@@ -78,7 +79,10 @@ class Req:
     kv_len: int = 0  # tokens whose KV is in the pool
     slots_len: int = 0  # positions holding a full slot (kv_len, plus a step in flight)
     swa_evicted: int = 0  # positions < this have given back their SWA slot
-    reserved_tokens: int = 0  # full slots reserved at admission
+    reserved_tokens: int = 0  # full slots reserved at admission (beyond its cached prefix)
+    cached_tokens: int = 0  # prompt tokens the prefix cache served at admission (not prefilled)
+    cache_protected_len: int = 0  # positions < this are the prefix cache's, lent by ``prefix_lock``
+    prefix_lock: object | None = None  # the prefix cache's receipt for what it lends
     step_logits: list[torch.Tensor] = field(default_factory=list)
     generator: torch.Generator | None = None
     finish_reason: FinishReason | None = None

@@ -13,6 +13,19 @@ Pages (``page_size > 1``), as SGLang's scheduler does them: a request grows with
 is usually partly used; the window gives back whole pages only (everything before the page that
 holds the oldest visible token); reservations and pool sizes count whole pages (``swa_slots_needed``).
 
+Prefix cache (``tree_cache``, ``harness.mem.radix_cache``; on by default in the engine), as SGLang's
+scheduler uses its radix cache:
+* a request is admitted with its cached prefix: the tree lends it (locked) and its row reads the tree's
+  slots; only the tokens after it are prefilled (at least the last prompt token, whose logits it needs);
+* full slots: a request reserves its worst case minus its prefix, and is admitted only while what running
+  requests may still allocate fits in free slots plus what the tree can evict (``evictable_size``: no
+  request locks it); before every allocation the tree gives up what the pools lack, so that promise holds;
+* SWA slots: a request's SWA lock on its prefix follows its window, and the window slide keeps ``W - 1``
+  tokens below the insert boundary (``RadixCache.swa_keep_from``): a request holds at most two pages more
+  than without the cache (none at page size 1), and the tree's other live SWA KV is evictable on demand;
+* a prefill chunk that leaves the prompt unfinished is checkpointed into the tree after the window
+  slides; a finished request's KV goes to the tree, an aborted or failed one's back to the pools.
+
 Speculative decoding (``speculative_tokens > 0``, page size 1): a decode step becomes a verify, an
 extend of each request's last token and its drafts (``drafts.propose_drafts``) with every position's
 logits. The engine accepts the drafts the target agrees with; ``commit_verify`` keeps their KV and
@@ -29,9 +42,10 @@ import torch
 
 from harness.engine.drafts import propose_drafts
 from harness.engine.forward_batch import ForwardBatch, ForwardMode
-from harness.engine.request import Req
+from harness.engine.request import FinishReason, Req
 from harness.engine.sampling import GREEDY_BELOW
 from harness.mem import ReqToTokenPool, SWATokenToKVPoolAllocator
+from harness.mem.contracts import PrefixCache
 from harness.mem.index import LOC_DTYPE
 
 
@@ -40,13 +54,14 @@ def pages(tokens: int, page_size: int) -> int:
 
 
 def swa_slots_needed(*, max_running: int, window: int | None, max_prefill_tokens: int, page_size: int = 1,
-                     speculative_tokens: int = 0) -> int:
+                     speculative_tokens: int = 0, prefix_cache: bool = False) -> int:
     """The SWA pool that serves every step (see the module docstring). Between steps a request holds the
-    pages from the one with its oldest visible token on: at most ``pages(window - 1 + page_size - 1)``;
-    a step adds a page per request (a decode token, or the partial pages around a chunk), a verify its
-    drafts, and the step's prefill tokens. At page size 1 without drafts that is
-    ``max_running * window + max_prefill_tokens``."""
-    held = pages((window or 1) - 1 + page_size - 1, page_size) + 1
+    pages from the one with its oldest visible token on: at most ``pages(window - 1 + page_size - 1)``,
+    two pages more with a prefix cache; a step adds a page per request (a decode token, or the partial
+    pages around a chunk), a verify its drafts, and the step's prefill tokens. At page size 1 without
+    drafts that is ``max_running * window + max_prefill_tokens``, with the cache or without."""
+    slack = 3 * (page_size - 1) if prefix_cache else page_size - 1
+    held = pages((window or 1) - 1 + slack, page_size) + 1
     return (max_running * (held + speculative_tokens) + pages(max_prefill_tokens, page_size)) * page_size
 
 
@@ -69,6 +84,7 @@ class Scheduler:
         max_prefill_tokens: int,
         window: int | None,
         speculative_tokens: int = 0,
+        tree_cache: PrefixCache | None = None,
     ) -> None:
         if speculative_tokens and allocator.page_size > 1:
             raise ValueError("speculative decoding needs page_size 1: rejected drafts give back their slots one "
@@ -80,6 +96,7 @@ class Scheduler:
         self.chunk_size = chunk_size
         self.max_prefill_tokens = max_prefill_tokens
         self.window = window
+        self.tree_cache = tree_cache
         self.page_size = allocator.page_size
         self.device = allocator.device
         self.waiting: deque[Req] = deque()
@@ -87,9 +104,15 @@ class Scheduler:
 
     # -- admission -----------------------------------------------------------------------------
 
-    @property
-    def reserved_tokens(self) -> int:
-        return sum(r.reserved_tokens for r in self.running)
+    def _outstanding(self) -> int:
+        """Full slots running requests may still allocate: their reservations less what they hold."""
+        ps = self.page_size
+        return sum(r.reserved_tokens - (pages(r.slots_len, ps) * ps - r.cached_tokens) for r in self.running)
+
+    def _headroom(self) -> int:
+        """Full slots that can still be handed out: free ones and what the tree can evict."""
+        evictable = self.tree_cache.evictable_size() if self.tree_cache is not None else 0
+        return self.allocator.full_available_size() + evictable
 
     def add(self, req: Req) -> None:
         self.waiting.append(req)
@@ -100,19 +123,34 @@ class Scheduler:
     def _admit(self) -> None:
         while self.waiting and len(self.running) < self.max_running:
             req = self.waiting[0]
-            if self.reserved_tokens + self._reservation(req) > self.allocator.size:
-                break  # waits for running requests to finish
             slots = self.req_to_token_pool.alloc(1)
             if slots is None:
                 break
-            self.waiting.popleft()
             req.req_pool_idx = slots[0]
-            req.reserved_tokens = self._reservation(req)
+            cached = self.tree_cache.admit(req, req.prompt_ids) if self.tree_cache is not None else 0
+            need = self._reservation(req) - cached
+            if self._outstanding() + need > self._headroom():  # waits for running requests to finish
+                if self.tree_cache is not None:
+                    self.tree_cache.release_req(req)
+                self.req_to_token_pool.free(req.req_pool_idx)
+                req.req_pool_idx, req.kv_len, req.slots_len, req.cache_protected_len = None, 0, 0, 0
+                break
+            self.waiting.popleft()
+            req.reserved_tokens, req.cached_tokens = need, cached
             self.running.append(req)
 
     def _reservation(self, req: Req) -> int:
         """A request's worst case in full slots: whole pages."""
         return pages(req.max_total_tokens, self.page_size) * self.page_size
+
+    def _make_room(self, full: int, swa: int) -> None:
+        """Before an allocation: the tree gives up what the pools lack (admission promised it can)."""
+        if self.tree_cache is None:
+            return
+        lack_full = max(0, full - self.allocator.full_available_size())
+        lack_swa = max(0, swa - self.allocator.swa_available_size())
+        if lack_full or lack_swa:
+            self.tree_cache.evict(full_tokens=lack_full, swa_tokens=lack_swa)
 
     # -- one step --------------------------------------------------------------------------------
 
@@ -185,9 +223,12 @@ class Scheduler:
 
     def _alloc(self, reqs: list[Req], lens: list[int], is_decode: bool) -> torch.Tensor | None:
         if self.page_size == 1:  # slots are interchangeable: one allocation for the batch
+            self._make_room(sum(lens), sum(lens))
             return self.allocator.alloc(sum(lens))
         prefix = [r.kv_len for r in reqs]
         seq = [p + n for p, n in zip(prefix, lens)]
+        new = sum(pages(n, self.page_size) - pages(p, self.page_size) for p, n in zip(prefix, seq)) * self.page_size
+        self._make_room(new, new)
         last = self.req_to_token_pool.last_slots([r.req_pool_idx for r in reqs], prefix)
         if is_decode:
             return self.allocator.alloc_decode(seq, last)
@@ -212,6 +253,10 @@ class Scheduler:
             if req.prefill_done:
                 sampling.append(req)
         self._slide_windows(sched.reqs)
+        if self.tree_cache is not None:
+            for req in sched.reqs:
+                if not req.prefill_done:
+                    self.tree_cache.cache_unfinished_req(req)
         return sampling
 
     def commit_verify(self, sched: ScheduledBatch, kept: list[int]) -> None:
@@ -231,6 +276,10 @@ class Scheduler:
         """Give back the SWA slots of positions no future query can see (position < kv_len - W + 1)."""
         if self.window is None:
             return
+        if self.tree_cache is not None:
+            for req in reqs:
+                self.tree_cache.slide_window(req)
+            return
         leaving = []
         for req in reqs:
             keep_from = max(0, req.kv_len - self.window + 1) // self.page_size * self.page_size  # whole pages
@@ -241,8 +290,14 @@ class Scheduler:
             self.allocator.free_swa(self.req_to_token_pool.read_tokens(leaving))
 
     def release(self, req: Req) -> None:
-        """A finished (or aborted) request gives back every full slot, the SWA slots it still holds, and its row."""
-        self.allocator.free(self.req_to_token_pool.req_to_token[req.req_pool_idx, : req.slots_len].clone())
+        """A finished (or aborted) request gives back every full slot, the SWA slots it still holds, and its row;
+        with a prefix cache, a request that finished well leaves its KV to the tree."""
+        if self.tree_cache is None:
+            self.allocator.free(self.req_to_token_pool.req_to_token[req.req_pool_idx, : req.slots_len].clone())
+        elif req.finish_reason in (FinishReason.STOP, FinishReason.LENGTH):
+            self.tree_cache.cache_finished_req(req)
+        else:
+            self.tree_cache.release_req(req)
         self.req_to_token_pool.free(req.req_pool_idx)
         self.running.remove(req)
         req.req_pool_idx = None

@@ -13,7 +13,9 @@ harness's own, with SGLang's concepts and names. The rules, and the fixes they c
 3. **Locks.** Locking node ``n`` pins the full KV of the path root..n and the SWA KV of the nodes that
    overlap its last ``W - 1`` tokens (the lock's *floor*: the first position it needs live; the node
    across the floor is split so that no more is pinned). A lock is a receipt: unlock walks the same
-   nodes, and a split gives the upper half exactly the SWA holders whose floor lies inside it.
+   nodes, and a split gives the upper half exactly the SWA holders whose floor lies inside it. As the
+   request's window slides, its SWA floor follows (so a request pins no more SWA KV than a window, as
+   without a cache), and the SWA part ends once the window has passed the prefix.
 4. **Eviction**, least recently used first, each pool apart: full evicts unlocked leaves (their SWA
    slots go with them); SWA tombstones unlocked live inner nodes and evicts unlocked live leaves whole (a
    tombstone leaf can never end a match).
@@ -36,10 +38,12 @@ import itertools
 from collections import Counter
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
+from typing import Protocol
 
 import torch
 
-from harness.mem.contracts import CacheRequest, KVAllocator, PrefixMatch, TreeSlots
+from harness.mem.build import HybridPool
+from harness.mem.contracts import CacheRequest, KVAllocator, PrefixCache, PrefixMatch, TreeSlots
 from harness.mem.errors import PoolError
 from harness.mem.index import LOC_DTYPE
 from harness.mem.req_to_token_pool import ReqToTokenPool
@@ -210,15 +214,20 @@ class RadixCache:
     # -- locks -----------------------------------------------------------------------------------
 
     def lock(self, node: TreeNode) -> TreeLock:
-        floor = None
-        if self.sliding_window_size is not None and node is not self.root:
-            floor = max(0, node.end - (self.sliding_window_size - 1))
-            self._split_at(node, page_floor(floor, self.page_size))
         walk = node
         while walk is not self.root:
             self._inc_full(walk)
-            if floor is not None and walk.end > floor:
-                self._add_swa_holder(walk, floor)
+            walk = walk.parent
+        if self.sliding_window_size is None or node is self.root:
+            return TreeLock(node, None)
+        return self._hold_swa(node, max(0, node.end - (self.sliding_window_size - 1)))
+
+    def _hold_swa(self, node: TreeNode, floor: int) -> TreeLock:
+        """Pin the SWA KV of positions ``floor ..`` on the path to ``node`` (whole nodes, split at the floor's page)."""
+        self._split_at(node, page_floor(floor, self.page_size))
+        walk = node
+        while walk is not self.root and walk.end > floor:
+            self._add_swa_holder(walk, floor)
             walk = walk.parent
         return TreeLock(node, floor)
 
@@ -401,10 +410,10 @@ class RadixCache:
         if keep_from > own_from:
             self.allocator.free_swa(self.req_to_token_pool.req_to_token[req.req_pool_idx, own_from:keep_from].clone())
         req.swa_evicted = max(req.swa_evicted, keep_from)
-        lock = req.prefix_lock
-        if lock is not None and lock.swa_floor is not None and req.kv_len - self.sliding_window_size + 1 >= \
-                req.cache_protected_len:
-            req.prefix_lock = self.release_swa(lock)  # no future query sees the prefix
+        lock, needed = req.prefix_lock, max(0, req.kv_len - (self.sliding_window_size - 1))
+        if lock is not None and lock.swa_floor is not None and needed > lock.swa_floor:
+            lock = self.release_swa(lock)  # the SWA lock follows the window, and ends once it passed the prefix
+            req.prefix_lock = self._hold_swa(lock.node, needed) if needed < req.cache_protected_len else lock
 
     @seam("swa-frontier-reaches-insert-boundary", "swa-frontier-tombstones-last-leaf")
     def swa_keep_from(self, kv_len: int) -> int:
@@ -416,42 +425,44 @@ class RadixCache:
     # -- eviction --------------------------------------------------------------------------------------
 
     def evict(self, *, full_tokens: int = 0, swa_tokens: int = 0) -> None:
-        freed = 0
-        while freed < full_tokens:
+        alloc = self.allocator
+        want = alloc.full_available_size() + full_tokens
+        while alloc.full_available_size() < want:
             leaf = self._lru(lambda n: not n.children and not n.full_lock_ref)
             if leaf is None:
                 break
-            freed += self._delete_leaf(leaf)
-        freed = 0
-        while freed < swa_tokens:
+            self._delete_leaf(leaf)
+        want = alloc.swa_available_size() + swa_tokens
+        while alloc.swa_available_size() < want:
             node = self._lru(lambda n: n.swa_live and not n.swa_lock_ref)
             if node is None:
                 break
-            freed += self._delete_leaf(node) if not node.children and not node.full_lock_ref else self._tombstone(node)
+            if not node.children and not node.full_lock_ref:
+                self._delete_leaf(node)
+            else:
+                self._tombstone(node)
 
     def _lru(self, eligible) -> TreeNode | None:
         return min((n for n in self._nodes() if eligible(n)), key=lambda n: n.last_access, default=None)
 
-    def _delete_leaf(self, leaf: TreeNode) -> int:
+    def _delete_leaf(self, leaf: TreeNode) -> None:
         """Free an unlocked leaf (its live SWA slots go with it), then the tombstones it leaves as leaves."""
         self.allocator.free(leaf.value)
         del leaf.parent.children[self._child_key(leaf.key, 0)]
         self._evictable -= len(leaf.key)
         if leaf.swa_live:
             self._swa_evictable -= len(leaf.key)
-        return len(leaf.key) + self._prune(leaf.parent)
+        self._prune(leaf.parent)
 
-    def _prune(self, node: TreeNode) -> int:
+    def _prune(self, node: TreeNode) -> None:
         """A tombstone leaf no lock holds can never end a match: delete it (and the next one up)."""
-        if node is self.root or node.children or node.swa_live or node.full_lock_ref:
-            return 0
-        return self._delete_leaf(node)
+        if node is not self.root and not node.children and node.swa_tombstone and not node.full_lock_ref:
+            self._delete_leaf(node)
 
-    def _tombstone(self, node: TreeNode) -> int:
+    def _tombstone(self, node: TreeNode) -> None:
         self.allocator.free_swa(node.value)
         node.swa_tombstone = True
         self._swa_evictable -= len(node.key)
-        return len(node.key)
 
     def reset(self) -> None:
         if self._protected:
@@ -493,3 +504,13 @@ class RadixCache:
         slots = self.tree_slots().full
         if slots.unique().numel() != slots.numel():
             raise PoolError("a full slot is held by two tree nodes")
+
+
+class CacheBuilder(Protocol):
+    """Builds a target's prefix cache over its memory (the engine takes one, as it takes a pool builder)."""
+
+    def __call__(self, memory: HybridPool, *, sliding_window_size: int | None) -> PrefixCache: ...
+
+
+def build_radix_cache(memory: HybridPool, *, sliding_window_size: int | None) -> PrefixCache:
+    return RadixCache(memory.allocator, memory.req_to_token_pool, sliding_window_size=sliding_window_size)

@@ -18,7 +18,7 @@ import torch
 from harness.engine import Engine, EngineConfig
 from harness.mem import LOC_DTYPE, HybridPool, HybridPoolSpec, SWAKVPool, build_hybrid_pool
 from harness.mem.contracts import PrefixCache
-from harness.mem.radix_cache import RadixCache
+from harness.mem.radix_cache import build_radix_cache
 
 from harness.env import TARGET_ENV
 
@@ -51,7 +51,7 @@ class HarnessTarget:
         return Engine(EngineConfig(model_path=model_path, **config), pool_builder=self.build_pool)
 
     def build_prefix_cache(self, memory: HybridPool, *, sliding_window_size: int | None) -> PrefixCache:
-        return RadixCache(memory.allocator, memory.req_to_token_pool, sliding_window_size=sliding_window_size)
+        return build_radix_cache(memory, sliding_window_size=sliding_window_size)
 
 
 # name -> "module:Class"; imported on demand, so the harness target never imports SGLang.
