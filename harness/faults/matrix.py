@@ -59,8 +59,8 @@ def _sglang_catalog() -> dict[str, dict]:
 
 MATRIX_TARGETS: dict[str, MatrixTarget] = {
     "harness": MatrixTarget(
-        "harness", {"scenarios": "suites/scenarios", "differential": "suites/differential"},
-        {"scenarios": 110, "differential": 15}, FAULT_ENV, _harness_catalog),
+        "harness", {"scenarios": "suites/scenarios", "differential": "suites/differential", "prefix": "suites/prefix"},
+        {"scenarios": 110, "differential": 15, "prefix": 4}, FAULT_ENV, _harness_catalog),
     "sglang": MatrixTarget(
         "sglang", {"pool": "suites/pool", "scenarios": "suites/scenarios", "differential": "suites/differential",
                    "registry": "suites/sglang/test_decode_registry.py", "plan": "suites/sglang/test_kv_loc_plan.py",

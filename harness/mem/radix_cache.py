@@ -339,8 +339,8 @@ class RadixCache:
     def insert(self, key: Sequence[int], values: torch.Tensor, *, prev_prefix_len: int,
                swa_evicted_seqlen: int) -> InsertResult:
         """Insert ``key`` with full slots ``values`` (one per token, whole pages). Positions below
-        ``prev_prefix_len`` are the tree's already; above it the slots are the caller's, and each one the
-        tree does not take (a duplicate) goes back to the allocator."""
+        ``prev_prefix_len`` are the tree's already; above it the slots are the caller's: those the tree
+        holds already (duplicates) go back to the allocator, those past the returned length stay the caller's."""
         node, pos = self.root, 0
         while pos < len(key):
             child = node.children.get(self._child_key(key, pos))
@@ -380,10 +380,9 @@ class RadixCache:
     def _add_new(self, parent: TreeNode, key: Sequence[int], values: torch.Tensor, pos: int,
                  swa_evicted_seqlen: int) -> tuple[TreeNode, int]:
         """New nodes for ``key[pos:]``: a tombstone up to ``swa_evicted_seqlen``, then a live leaf. With no
-        live token the leaf could never end a match: nothing is added and the slots go back (#22470)."""
+        live token the leaf could never end a match: nothing is added, the slots stay the caller's (#22470)."""
         end = len(key)
         if swa_evicted_seqlen >= end:
-            self.allocator.free(values[pos:end].clone())
             return parent, pos
         if pos < swa_evicted_seqlen:
             parent = self._new_child(parent, key, values, pos, swa_evicted_seqlen, tombstone=True)
