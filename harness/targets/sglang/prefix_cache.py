@@ -159,11 +159,19 @@ class SGLangPrefixCache:
         return n
 
     def cache_unfinished_req(self, req: CacheRequest) -> None:
-        """``checkpoint_kv_cache``: what a chunk (or a running request) has computed goes into the tree."""
+        """``checkpoint_kv_cache``: what a chunk (or a running request) has computed goes into the tree.
+
+        When its admission match found full KV past the last live SWA window (``swa_branching_seqlen``), SGLang's
+        first checkpoint inserts only up to that branch point, so that its window is still live when it goes in,
+        and leaves the rest to the request's next checkpoint; the contract inserts all whole pages computed, so
+        that next checkpoint runs at once."""
         from sglang.srt.mem_cache.common import checkpoint_kv_cache
 
         sgl = self._sync_in(req)
+        branch_pending = sgl.swa_branching_seqlen is not None and sgl.swa_branching_seqlen > sgl.kv.cache_protected_len
         checkpoint_kv_cache(sgl, self.sglang)
+        if branch_pending and sgl.swa_branching_seqlen is None:
+            checkpoint_kv_cache(sgl, self.sglang)
         self._sync_out(req, sgl)
 
     def cache_finished_req(self, req: CacheRequest) -> None:
