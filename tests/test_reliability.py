@@ -223,10 +223,13 @@ def test_health_reports_pool_occupancy(server: ServerProcess) -> None:
         return await wait_idle(session, server)
 
     pools = run(body, 30)["pools"]
-    assert set(pools) == {"full", "swa", "req_rows", "idle"}
+    assert set(pools) == {"full", "swa", "req_rows", "idle", "prefix_cache"}
     for name in ("full", "swa", "req_rows"):
         assert pools[name]["used"] == 0 and pools[name]["size"] > 0, pools
     assert pools["idle"] is True
+    cache = pools["prefix_cache"]
+    assert cache["enabled"] is True and 0 <= cache["cached_tokens"] <= cache["prompt_tokens"], cache
+    assert 0 <= cache["swa_tokens"] <= cache["tokens"] <= pools["full"]["size"], cache
 
 
 # -- 9. stop list, content type, origin ------------------------------------------------------------

@@ -96,8 +96,38 @@ def test_completion_greedy_matches_engine_generate(worker: EngineWorker, ref: En
         assert body["object"] == "text_completion" and body["model"] == MODEL and body["id"].startswith("cmpl-")
         [choice] = body["choices"]
         assert choice == {"text": want.text, "index": 0, "logprobs": None, "finish_reason": want.finish_reason.value}
-        assert body["usage"] == {"prompt_tokens": len(want.prompt_ids), "completion_tokens": len(want.output_ids),
-                                 "total_tokens": len(want.prompt_ids) + len(want.output_ids)}
+        usage = dict(body["usage"])
+        cached = usage.pop("prompt_tokens_details")["cached_tokens"]
+        assert usage == {"prompt_tokens": len(want.prompt_ids), "completion_tokens": len(want.output_ids),
+                         "total_tokens": len(want.prompt_ids) + len(want.output_ids)}
+        assert 0 <= cached < len(want.prompt_ids), body["usage"]
+
+
+def test_a_later_turn_is_served_from_the_prefix_cache_and_answers_as_without_it(fresh_worker: EngineWorker,
+                                                                                ckpt: Path) -> None:
+    """The next turn of a conversation reuses the first turn's KV (``usage.prompt_tokens_details.cached_tokens``,
+    OpenAI's field; /health counts it) and answers exactly as an engine with the cache off."""
+    cold = Engine(EngineConfig(model_path=ckpt, prefix_cache=False, **ENGINE_ARGS))
+    first = cold.tokenizer.encode(prompt_text(5, 2))
+    status, body = completion(fresh_worker, {"prompt": first, "max_tokens": 24, "temperature": 0})
+    assert status == 200, body
+    answer = greedy(cold, first, 24)
+    assert body["choices"][0]["text"] == answer.text
+    second = first + answer.output_ids + cold.tokenizer.encode(" " + prompt_text(2, 7))  # ids: no re-tokenization
+    status, body = completion(fresh_worker, {"prompt": second, "max_tokens": 16, "temperature": 0})
+    assert status == 200, body
+    want = greedy(cold, second, 16)
+    assert body["choices"][0]["text"] == want.text
+    cached = body["usage"]["prompt_tokens_details"]["cached_tokens"]
+    assert len(first) <= cached < len(second), body["usage"]
+    status, health = serve(fresh_worker, lambda c: _get(c, "/health"))
+    stats = health["pools"]["prefix_cache"]
+    assert stats["enabled"] and stats["cached_tokens"] == cached and stats["tokens"] > 0, stats
+
+
+async def _get(client: TestClient, path: str) -> tuple[int, dict]:
+    resp = await client.get(path)
+    return resp.status, await resp.json()
 
 
 def test_default_max_tokens_is_16_and_token_id_prompts(worker: EngineWorker, ref: Engine) -> None:

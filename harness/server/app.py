@@ -269,10 +269,12 @@ def _finish(out: GenerateOutput) -> str:
     return str(getattr(out.finish_reason, "value", out.finish_reason))
 
 
-def _usage(outputs: list[GenerateOutput]) -> dict[str, int]:
+def _usage(outputs: list[GenerateOutput]) -> dict[str, Any]:
+    """OpenAI's usage, with the prompt tokens the prefix cache served in ``prompt_tokens_details.cached_tokens``."""
     prompt = sum(len(o.prompt_ids) for o in outputs)
     completion = sum(len(o.output_ids) for o in outputs)
-    return {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion}
+    return {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion,
+            "prompt_tokens_details": {"cached_tokens": sum(o.cached_tokens for o in outputs)}}
 
 
 def _local_origin(origin: str) -> bool:

@@ -42,6 +42,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--cpu-kernels", default="auto", choices=KERNEL_MODES,
                    help="decode attention, gelu * up and RMSNorm as compiled CPU kernels (auto: where they build, "
                         "fp32 on CPU), or torch ops")
+    p.add_argument("--prefix-cache", default="on", choices=("on", "off"),
+                   help="reuse cached prompt prefixes (a radix cache with SWA tombstones; default on, as real servers)")
     p.add_argument("--host", default="127.0.0.1", help="bind address (default: loopback only)")
     p.add_argument("--port", type=int, default=0, help="0 picks a free port (default)")
     p.add_argument("--max-running", type=int, default=32, help="max concurrently running requests (decode batch)")
@@ -66,7 +68,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         config = EngineConfig(model_path=args.model, graphs=args.graphs, max_running_requests=args.max_running,
                               num_threads=args.num_threads, max_context_len=args.max_context_len, dtype=args.dtype,
-                              device=args.device, capture=args.capture, cpu_kernels=args.cpu_kernels)
+                              device=args.device, capture=args.capture, cpu_kernels=args.cpu_kernels,
+                              prefix_cache=args.prefix_cache == "on")
     except ValueError as exc:
         print(f"swa-harness serve: {exc}", file=sys.stderr)
         return 2
@@ -77,6 +80,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         worker.start()
         build = server_build(args.model, dtype=args.dtype, device=args.device, max_running=args.max_running,
+                             prefix_cache=args.prefix_cache,
                              cpu_kernels=worker.engine.kernels.in_use, fault=fault.id if fault is not None else None)
         app = build_app(worker, args.served_model_name or args.model, build=build)
     except (RuntimeError, ValueError) as exc:  # the engine could not be built from this checkpoint: bad input

@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from harness.engine import Engine, ForwardMode, GenerateOutput, RequestError, SamplingParams
+from harness.engine.engine import CacheStats
 from harness.engine.request import Req
 
 logger = logging.getLogger(__name__)
@@ -63,11 +64,13 @@ class PoolUse:
 
 @dataclass(frozen=True)
 class PoolOccupancy:
-    """What the engine holds right now: full-attention slots, SWA slots, request rows."""
+    """What requests hold right now (full-attention slots, SWA slots, request rows), and what the prefix cache
+    holds and has served (its slots are not counted as used: it gives them up on demand)."""
 
     full: PoolUse
     swa: PoolUse
     req_rows: PoolUse
+    prefix_cache: CacheStats
 
     @property
     def idle(self) -> bool:
@@ -76,13 +79,14 @@ class PoolOccupancy:
     @classmethod
     def of(cls, engine: Engine) -> PoolOccupancy:
         """Read on the worker thread, which owns the engine."""
-        alloc, rows = engine.runner.allocator, engine.runner.req_to_token_pool
-        return cls(PoolUse(alloc.size - alloc.full_available_size(), alloc.size),
-                   PoolUse(alloc.size_swa - alloc.swa_available_size(), alloc.size_swa),
-                   PoolUse(rows.size - rows.available_size(), rows.size))
+        alloc, rows, cache = engine.runner.allocator, engine.runner.req_to_token_pool, engine.cache_stats()
+        return cls(PoolUse(alloc.size - alloc.full_available_size() - cache.tokens, alloc.size),
+                   PoolUse(alloc.size_swa - alloc.swa_available_size() - cache.swa_tokens, alloc.size_swa),
+                   PoolUse(rows.size - rows.available_size(), rows.size), cache)
 
     def as_dict(self) -> dict[str, Any]:
-        return {**dataclasses.asdict(self), "idle": self.idle}
+        cache = {**dataclasses.asdict(self.prefix_cache), "hit_rate": round(self.prefix_cache.hit_rate, 4)}
+        return {**dataclasses.asdict(self), "prefix_cache": cache, "idle": self.idle}
 
 
 @dataclass

@@ -1,5 +1,6 @@
 """Invariant 5: pool accounting. While requests run no slot is owned twice and counts add up; after
-every request finishes every slot of both pools is free again."""
+every request finishes every slot of both pools is free again, or the prefix cache's (which gives it back
+on a flush)."""
 
 from __future__ import annotations
 
@@ -17,14 +18,21 @@ WINDOW = 6
 
 
 def audit_ownership(engine: Engine) -> None:
-    runner, running = engine.runner, engine.scheduler.running
+    """Each full slot is free, a running request's own (its row past its cached prefix) or the prefix cache's,
+    never two of these; the same for live SWA slots; and the counts add up (page size 1)."""
+    runner, running, cache = engine.runner, engine.scheduler.running, engine.tree_cache
     alloc, rt = runner.allocator, runner.req_to_token_pool.req_to_token
-    owned = [rt[r.req_pool_idx, : r.slots_len] for r in running]
-    full = torch.cat(owned) if owned else torch.empty(0, dtype=torch.int32)
-    assert full.unique().numel() == full.numel(), "a full slot is owned by two tokens"
+    tree = cache.tree_slots() if cache is not None else None
+    empty = torch.empty(0, dtype=torch.int64)
+    owned = [rt[r.req_pool_idx, r.cache_protected_len : r.slots_len].long() for r in running]
+    full = torch.cat([empty, *owned, tree.full if tree is not None else empty])
+    assert full.unique().numel() == full.numel(), "a full slot is owned by two tokens (or by a request and the cache)"
     assert bool(alloc.full_attn_allocator.is_allocated(full).all()), "a token owns a full slot the allocator calls free"
     assert alloc.full_available_size() + full.numel() == alloc.size, "full-pool counts do not add up"
-    swa = alloc.full_to_swa_index_mapping[full]
+    for r in running:
+        prefix = rt[r.req_pool_idx, : r.cache_protected_len].long()
+        assert bool(torch.isin(prefix, tree.full).all()), f"request {r.rid} reads a cached prefix the cache does not hold"
+    swa = alloc.full_to_swa_index_mapping[torch.cat([empty, *owned, tree.swa_live if tree is not None else empty])]
     live = swa[swa > 0]
     assert live.unique().numel() == live.numel(), "an SWA slot is mapped from two full slots"
     assert alloc.swa_available_size() + live.numel() == alloc.size_swa, "SWA-pool counts do not add up"

@@ -83,8 +83,9 @@ def test_a_prefill_of_exactly_the_step_budget_finds_an_extend_graph(target, toke
 @pytest.mark.parametrize("graphs", ["off", "tape"])
 def test_a_workload_larger_than_the_pools_drains_and_admission_covers_what_each_request_may_still_grow_to(target, graphs):
     """24 requests needing 1172 tokens through a 160-slot full pool: every request finishes by length, and after every
-    step the free full slots cover what the running requests may still grow to (prompt + max_new_tokens - 1, less
-    what each holds), counted from the requests themselves, not from the scheduler's own reservations."""
+    step the free full slots and what the prefix cache can evict cover what the running requests may still grow to
+    (prompt + max_new_tokens - 1, less what each holds, its cached prefix included), counted from the requests
+    themselves, not from the scheduler's own reservations."""
     engine = make_engine(target, graphs, max_context_len=64, full_pool_size=160, max_running_requests=8)
     prompts = random_sequences([20 + (i * 7) % 20 for i in range(24)], seed=5)
     new = 20
@@ -95,8 +96,10 @@ def test_a_workload_larger_than_the_pools_drains_and_admission_covers_what_each_
         outputs += engine.step().finished
         steps += 1
         growth = sum(len(r.prompt_ids) + r.sampling.max_new_tokens - 1 - r.slots_len for r in engine.scheduler.running)
-        free = engine.scheduler.allocator.full_available_size()
-        assert growth <= free, f"step {steps}: running requests may still grow by {growth} slots, {free} are free"
+        cache = engine.tree_cache
+        free = engine.scheduler.allocator.full_available_size() + (cache.evictable_size() if cache is not None else 0)
+        assert growth <= free, (f"step {steps}: running requests may still grow by {growth} slots, {free} are free "
+                                "or evictable")
     assert sorted(o.rid for o in outputs) == sorted(r.rid for r in reqs)
     assert all(o.finish_reason == "length" and len(o.output_ids) == new for o in outputs)
     assert engine.pools_idle()
