@@ -1,0 +1,273 @@
+"""SGLangPrefixCache, the PrefixCache contract over SGLang's UnifiedRadixCache, driven by hand on both tree cores: a
+chunked prefill, decode with the window sliding, finish, matches, SWA tombstones, eviction and flush, every pool
+counted after each step. (``suites/prefix`` drives it hard; this is the smoke test that names what broke.)
+Skips where SGLang is not installed (``nox -s sglang`` runs it)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+
+import pytest
+import torch
+
+from harness.mem import HybridPool, HybridPoolSpec, PoolError
+
+WINDOW = 5  # the model's window: a match needs its last 4 tokens live
+
+
+@pytest.fixture(scope="module")
+def sglang_target():
+    from harness.targets.sglang.imports import SGLangUnavailable
+
+    try:
+        from harness.targets.sglang import SGLangTarget
+
+        return SGLangTarget()
+    except SGLangUnavailable as unavailable:
+        pytest.skip(f"SGLang is not importable here: {unavailable}")
+
+
+@dataclass(eq=False)
+class Request:
+    """A ``CacheRequest``: a row, its lengths, the lock the cache lends it."""
+
+    prompt: list[int]
+    output: list[int] = field(default_factory=list)
+    req_pool_idx: int | None = None
+    kv_len: int = 0
+    slots_len: int = 0
+    swa_evicted: int = 0
+    cache_protected_len: int = 0
+    prefix_lock: object | None = None
+
+    @property
+    def fill_ids(self) -> list[int]:
+        return self.prompt + self.output
+
+
+class Driver:
+    """Grows requests page by page on the target's allocator and counts both pools after each step."""
+
+    def __init__(self, memory: HybridPool, cache) -> None:
+        self.memory, self.cache, self.window = memory, cache, cache.sliding_window_size
+        self.allocator, self.rows = memory.allocator, memory.req_to_token_pool
+        self.ps = self.allocator.page_size
+        self.running: list[Request] = []
+
+    def arrive(self, prompt: list[int]) -> tuple[Request, int]:
+        req = Request(list(prompt))
+        req.req_pool_idx = self.rows.alloc(1)[0]
+        cached = self.cache.admit(req, req.prompt)
+        self.running.append(req)
+        return req, cached
+
+    def grow(self, req: Request, n: int) -> None:
+        last = self.rows.last_slots([req.req_pool_idx], [req.kv_len])
+        out = self.allocator.alloc_extend([req.kv_len], [req.kv_len + n], last)
+        assert out is not None, f"the pools could not serve {n} more tokens"
+        self.rows.write(req.req_pool_idx, req.kv_len, out)
+        req.kv_len = req.slots_len = req.kv_len + n
+
+    def decode(self, req: Request, token: int) -> None:
+        req.output.append(token)
+        self.grow(req, 1)
+        self.cache.slide_window(req)
+
+    def leave(self, req: Request, *, finished: bool) -> None:
+        (self.cache.cache_finished_req if finished else self.cache.release_req)(req)
+        assert req.prefix_lock is None, "the request still holds a tree lock after leaving"
+        self.rows.free(req.req_pool_idx)
+        self.running.remove(req)
+
+    def row(self, req: Request, lo: int, hi: int) -> torch.Tensor:
+        return self.rows.req_to_token[req.req_pool_idx, lo:hi].long()
+
+    def mapping(self, slots: torch.Tensor) -> torch.Tensor:
+        return self.allocator.full_to_swa_index_mapping[slots.long()]
+
+    def check(self) -> None:
+        """Per pool: free + the pages the tree holds + those each request owns = size, none held twice; the
+        cache's sizes add up to what its nodes hold; tombstones map to no SWA slot; each window is live."""
+        tree = self.cache.tree_slots()
+        own_full = [self.row(r, r.cache_protected_len, r.slots_len) for r in self.running]
+        own_swa = [self.mapping(self.row(r, max(r.swa_evicted, r.cache_protected_len), r.slots_len)) for r in self.running]
+        self._pages("full", [tree.full, *own_full], self.allocator.full_available_size(), self.allocator.size)
+        self._pages("SWA", [self.mapping(tree.swa_live), *own_swa], self.allocator.swa_available_size(),
+                    self.allocator.size_swa)
+        assert self.cache.evictable_size() + self.cache.protected_size() == tree.full.numel()
+        assert self.cache.swa_evictable_size() + self.cache.swa_protected_size() == tree.swa_live.numel()
+        tombstones = tree.full[~torch.isin(tree.full, tree.swa_live)]
+        assert bool((self.mapping(tombstones) == 0).all()), "a tombstoned tree slot still maps to an SWA slot"
+        for req in self.running:
+            window = self.row(req, max(0, req.kv_len - self.window + 1), req.kv_len)
+            assert bool((self.mapping(window) > 0).all()), f"a position in the window of kv_len {req.kv_len} lost its SWA slot"
+        self.cache.sanity_check()
+
+    def _pages(self, side: str, holders: list[torch.Tensor], free: int, size: int) -> None:
+        owner: dict[int, int] = {}
+        for who, slots in enumerate(holders):
+            assert bool((slots > 0).all()), f"{side}: holder {who} holds the padding slot"
+            for page in set((slots // self.ps).tolist()):
+                assert owner.setdefault(page, who) == who, f"{side} page {page} is held twice"
+        assert free + self.ps * len(owner) == size, f"{side}: {free} free + {self.ps * len(owner)} held != {size}"
+
+
+def build(target, *, page_size: int, core: str, window: int = WINDOW, **options) -> Driver:
+    from harness.targets.sglang.prefix_cache import SGLangPrefixCache
+
+    memory = target.build_pool(HybridPoolSpec(size=128, size_swa=64, page_size=page_size, max_requests=4,
+                                              max_context_len=64))
+    return Driver(memory, SGLangPrefixCache(memory, sliding_window_size=window, tree_core=core, **options))
+
+
+def page_floor(n: int, ps: int) -> int:
+    return n // ps * ps
+
+
+CASES = [pytest.param((core, ps), id=f"{core}-page{ps}") for core in ("python", "rust") for ps in (1, 4)]
+
+
+@pytest.fixture(params=CASES)
+def driver(request, sglang_target) -> Iterator[Driver]:
+    core, page_size = request.param
+    d = build(sglang_target, page_size=page_size, core=core)
+    assert d.cache.tree_core == core, f"SGLang built the {d.cache.tree_core} tree core, not {core}"
+    yield d
+
+
+PROMPT = [7, 3, 9, 1, 4, 4, 2, 8, 6, 5, 3, 1, 9, 9, 2, 7, 1, 3, 5, 8]  # 20 tokens
+
+
+def test_a_conversation_goes_through_the_tree(driver: Driver):
+    d, cache, ps = driver, driver.cache, driver.ps
+    req, cached = d.arrive(PROMPT)
+    assert cached == 0 and req.kv_len == req.cache_protected_len == 0
+    d.check()
+
+    d.grow(req, 13)  # a chunk ending inside a page
+    cache.slide_window(req)
+    cache.cache_unfinished_req(req)
+    assert req.cache_protected_len == page_floor(13, ps), "a chunk's checkpoint inserts its whole pages"
+    assert cache.protected_size() == req.cache_protected_len
+    assert cache.match_prefix(req.fill_ids[:13]).length == req.cache_protected_len, "the inserted leaf ends a match"
+    assert 0 < req.swa_evicted < req.cache_protected_len, "the chunk's checkpoint gave back the SWA below its window"
+    d.check()
+
+    d.grow(req, 7)  # the rest of the prompt, then decode with the window sliding
+    cache.slide_window(req)
+    d.check()
+    for token in (6, 6, 0, 1, 2, 3, 4):
+        d.decode(req, token)
+        d.check()
+    assert req.swa_evicted >= req.cache_protected_len, "the window moved past the prefix"
+    assert cache.swa_protected_size() == 0, "the prefix's SWA lock is dropped once the window passed it"
+    kv_len, tokens = req.kv_len, req.fill_ids
+    d.leave(req, finished=True)
+    d.check()
+    assert cache.protected_size() == 0 and cache.evictable_size() == page_floor(kv_len, ps)
+
+    found = cache.match_prefix(tokens)
+    assert found.length == page_floor(kv_len, ps), "the finished request's whole pages are cached and match"
+    assert found.indices.numel() == found.length and bool(torch.isin(found.indices, cache.tree_slots().full).all())
+
+    # Its early tokens are tombstones (full KV kept, SWA given back): no match may end among them.
+    tree = cache.tree_slots()
+    assert tree.swa_live.numel() < tree.full.numel(), "no tombstone formed"
+    first_live = int(torch.isin(found.indices, tree.swa_live).nonzero()[0])
+    assert first_live >= WINDOW - 1
+    assert cache.match_prefix(tokens[:first_live]).length == 0, "a match ended on tombstones"
+
+    # A later request sharing the prompt reuses it; released, it inserts nothing.
+    req2, cached2 = d.arrive(tokens[:kv_len] + [0, 0])
+    assert cached2 == page_floor(kv_len, ps)
+    assert torch.equal(d.row(req2, 0, cached2), found.indices)
+    assert cache.protected_size() == cached2
+    d.check()
+    d.grow(req2, 1)
+    cache.slide_window(req2)
+    d.check()
+    held = cache.evictable_size() + cache.protected_size()
+    d.leave(req2, finished=False)
+    d.check()
+    assert cache.evictable_size() == held, "an aborted request inserted something"
+
+    swa_before, full_before = cache.swa_evictable_size(), cache.evictable_size()
+    cache.evict(swa_tokens=1)
+    assert cache.swa_evictable_size() < swa_before and cache.evictable_size() <= full_before
+    d.check()
+    cache.evict(full_tokens=1000)
+    assert cache.evictable_size() == cache.swa_evictable_size() == 0
+    d.check()
+    cache.reset()
+    assert (d.allocator.full_available_size(), d.allocator.swa_available_size()) == (d.allocator.size,
+                                                                                     d.allocator.size_swa)
+
+
+def test_a_flush_keeps_running_requests_slots(driver: Driver):
+    d, cache = driver, driver.cache
+    done, _ = d.arrive(PROMPT)
+    d.grow(done, len(PROMPT) - 1)
+    d.leave(done, finished=True)
+    running, cached = d.arrive([1, 2, 3] * 4)
+    assert cached == 0
+    d.grow(running, 5)
+    cache.reset()  # only a root lock is held: allowed, the tree's slots go back, the request's stay
+    d.check()
+    assert cache.evictable_size() == 0
+    d.grow(running, 6)
+    cache.cache_unfinished_req(running)
+    d.leave(running, finished=True)
+    d.check()
+
+
+def test_bad_calls_are_refused(sglang_target):
+    from harness.mem import build_hybrid_pool
+    from harness.targets.sglang.prefix_cache import SGLangPrefixCache
+
+    d = build(sglang_target, page_size=1, core="python")
+    req, _ = d.arrive(PROMPT)
+    with pytest.raises(PoolError, match="must hold a row and nothing else"):
+        d.cache.admit(req, PROMPT)
+    with pytest.raises(PoolError, match="not admitted"):
+        d.cache.cache_unfinished_req(Request(PROMPT, req_pool_idx=req.req_pool_idx))
+    req.cache_protected_len = 3
+    with pytest.raises(PoolError, match="only the cache moves it"):
+        d.cache.cache_unfinished_req(req)
+    with pytest.raises(TypeError, match="SGLangTarget.build_pool"):
+        SGLangPrefixCache(build_hybrid_pool(HybridPoolSpec()), sliding_window_size=WINDOW)
+    with pytest.raises(ValueError, match="at least 2 tokens"):
+        SGLangPrefixCache(d.memory, sliding_window_size=1)
+    with pytest.raises(ValueError, match="unknown tree core"):
+        SGLangPrefixCache(d.memory, sliding_window_size=WINDOW, tree_core="cuda")
+
+
+@pytest.mark.parametrize("core", ["python", "rust"])
+def test_a_window_smaller_than_a_page_keeps_the_leaf_matchable(sglang_target, core):
+    """Page 4, window 3: a chunk ending 3 tokens into a page must still leave a live window below its insert
+    boundary (#22470, #29860: the frontier reached the boundary and the leaf was all tombstone, or made live)."""
+    d = build(sglang_target, page_size=4, core=core, window=3)
+    req, _ = d.arrive(PROMPT)
+    d.grow(req, 15)
+    d.cache.slide_window(req)
+    d.cache.cache_unfinished_req(req)
+    assert req.cache_protected_len == 12
+    found = d.cache.match_prefix(req.fill_ids[:15])
+    assert found.length == 12, f"the leaf a checkpoint inserted (12 tokens) does not end a match ({found.length})"
+    d.check()
+
+
+@pytest.mark.parametrize("core", ["python", "rust"])
+def test_an_eagle_tree_checkpoint_leaf_ends_a_match(sglang_target, core):
+    """An EAGLE server's tree is keyed by token pairs: a checkpoint at ``kv_len`` inserts ``kv_len - 1`` pairs
+    (a page less at page multiples), and the SWA frontier must keep a window below that boundary (#34870)."""
+    d = build(sglang_target, page_size=4, core=core, bigram_keys=True)
+    req, _ = d.arrive(PROMPT + [1, 1, 1, 1])
+    d.grow(req, 16)  # a page multiple: the pair key ends a page lower
+    d.cache.cache_unfinished_req(req)
+    assert req.cache_protected_len == page_floor(16 - 1, 4)
+    found = d.cache.match_prefix(req.fill_ids[:17])
+    assert found.length == req.cache_protected_len, (
+        f"the leaf a checkpoint inserted ({req.cache_protected_len} tokens) does not end a match "
+        f"({found.length}): its last window is not live")
+    d.check()
