@@ -25,7 +25,12 @@ SGLANG_IMPORT_DEPS = [
     "openai==2.8.0", "partial_json_parser", "ipython",
 ]
 SGLANG_NO_DEPS = ["triton==3.9.0"]  # imported at module level by sglang's utils, never run on CPU
-SGLANG_SUITES = ["suites/pool", "suites/scenarios", "suites/differential", "suites/sglang"]
+SGLANG_SUITES = ["suites/pool", "suites/scenarios", "suites/differential", "suites/sglang", "suites/prefix",
+                 "tests/test_sglang_prefix_cache.py"]
+# The prefix cache (SGLang's UnifiedRadixCache) has two tree cores: the suites above run SGLang's default (Rust), and
+# the prefix suite runs again on the Python one (tests/test_sglang_prefix_cache.py names both cores itself).
+SGLANG_PREFIX_SUITES = ["suites/prefix"]
+TREE_CORE_ENV = "SGLANG_UNIFIED_RADIX_TREE_CORE_BACKEND"
 
 
 def _install(session: nox.Session, extras: str = "test") -> None:
@@ -81,17 +86,18 @@ def _install_sglang(session: nox.Session, extras: str = "test") -> None:
 
 @nox.session(python=PYTHON)
 def sglang(session: nox.Session) -> None:
-    """The pool, scenario, differential and SGLang suites against real SGLang's memory code on CPU, once with
-    SGLANG_INVARIANT_CHECK=0 and once strict (=2, with SGLang's own memory-pool debug checks on; SWA_HARNESS_SGLANG_LEVELS=2
-    runs only the strict one);
-    SWA_HARNESS_SGLANG_PATCH=<yaml> patches SGLang first."""
+    """The pool, scenario, differential, SGLang and prefix-cache suites against real SGLang's memory code on CPU, once
+    with SGLANG_INVARIANT_CHECK=0 and once strict (=2, with SGLang's own memory-pool debug checks on;
+    SWA_HARNESS_SGLANG_LEVELS=2 runs only the strict one); the prefix-cache suites on both of SGLang's tree cores
+    (Rust, its default, with the rest; then Python). SWA_HARNESS_SGLANG_PATCH=<yaml> patches SGLang first."""
     _install_sglang(session)
     levels = os.environ.get("SWA_HARNESS_SGLANG_LEVELS", "0,2").split(",")  # .ci/run runs the strict pass only
     for checks in ({"SGLANG_INVARIANT_CHECK": "0"}, {"SGLANG_INVARIANT_CHECK": "2", "SGLANG_DEBUG_MEMORY_POOL": "1"}):
         if checks["SGLANG_INVARIANT_CHECK"] not in levels:
             continue
-        session.run("python", "-m", "pytest", "-n", "auto", "-p", "no:cacheprovider", *SGLANG_SUITES,
-                    "--target", "sglang", *session.posargs, env=checks)
+        for core, suites in (("rust", SGLANG_SUITES), ("python", SGLANG_PREFIX_SUITES)):
+            session.run("python", "-m", "pytest", "-n", "auto", "-p", "no:cacheprovider", *suites,
+                        "--target", "sglang", *session.posargs, env={**checks, TREE_CORE_ENV: core})
 
 
 @nox.session(python=PYTHON)
