@@ -104,10 +104,13 @@ def main() -> None:
         "python -m bench.bench_prefix_cache" + ("" if args.repeats == 3 else f" --repeats {args.repeats}"),
         f"The shipped `gemma2-tiny-swa` (window 16), graphs on (tape), 32 requests at a time; cache on and off "
         f"interleaved, {args.repeats} repeats, medians.\n\n{table}\n\n"
-        "A hit must end where the last 15 tokens still hold SWA KV. The main job's prompts share their few-shot "
-        "exemplars, but a finished request keeps live SWA KV only for its last window, so a prompt that branches "
-        "off at the question finds a tombstone there: the main job reuses little, as SGLang's SWA radix cache "
-        "would. A second turn continues a finished conversation right where its live window is, and reuses it.",
+        "A hit must end where the last 15 tokens still hold live SWA KV. The main job's prompts share their few-shot "
+        "exemplars (166 of about 215 tokens for GSM-style); a finished request keeps live SWA KV only for its last "
+        "window, but the step's prefill budget (1024 tokens) splits the 32 prompts of a batch into partial chunks, and "
+        "each unfinished chunk is checkpointed with a live window wherever it ended, inside the shared exemplars too. "
+        "From the second batch on, a prompt matches up to the point where it leaves the exemplars (the first batch of "
+        "32 is admitted before anything is cached). A second turn continues a finished conversation where its live "
+        "window ends. Identical responses: the same text, byte for byte, cache on and off.",
     )
 
 

@@ -135,3 +135,34 @@ def test_cached_tokens_are_reported_and_skip_prefill(target):
     assert sum(seen) == len(prompt) - second.cached_tokens, f"prefilled {sum(seen)} tokens, {second.cached_tokens} cached"
     stats = engine.cache_stats()
     assert stats.cached_tokens == second.cached_tokens and stats.prompt_tokens == len(first.prompt_ids) + len(prompt)
+
+
+def test_requests_wait_while_the_tree_is_locked_and_none_is_corrupted(target):
+    """Twelve requests that share a 48-token prefix through a full pool that holds three of them at once: the tree
+    keeps the shared prefix locked while requests run, new requests wait for what running ones may still need
+    (free slots plus what the tree can evict, never less), every request finishes, and each answer equals the
+    cache-off engine's."""
+    checkpoint = untied_checkpoint("gemma2")
+    limits = dict(LIMITS, full_pool_size=224, max_running_requests=8)
+    on = target.make_engine(checkpoint, graphs="off", **limits)
+    off = target.make_engine(checkpoint, graphs="off", prefix_cache=False, **limits)
+    rng = random.Random(3)
+    shared = [rng.randrange(1, on.model_config.vocab_size) for _ in range(48)]
+    sequences = [(shared + [rng.randrange(1, 60) for _ in range(4 + i % 5)], [rng.randrange(1, 60) for _ in range(20)])
+                 for i in range(12)]
+    reqs = [on.add_request(p, forced_output_ids=c, return_logits=True) for p, c in sequences]
+    outputs, waited = {}, 0
+    while on.has_work():
+        outputs.update({o.rid: o for o in on.step().finished})
+        sched, cache = on.scheduler, on.tree_cache
+        waited += bool(sched.waiting)
+        growth = sum(r.max_total_tokens - max(r.slots_len, r.cache_protected_len) for r in sched.running)
+        headroom = sched.allocator.full_available_size() + cache.evictable_size()
+        assert growth <= headroom, f"running requests may still grow by {growth}, the pools can give {headroom}"
+    assert waited, "no request ever waited: the pool was not small enough to test admission"
+    expected = off.teacher_forced_logits(sequences)
+    for i, (req, e) in enumerate(zip(reqs, expected)):
+        diff = (outputs[req.rid].logits - e).abs().max().item()
+        assert diff <= TOLERANCE, f"request {i} ({outputs[req.rid].cached_tokens} cached): cache on vs off differ by {diff:.3g}"
+    assert sum(outputs[r.rid].cached_tokens > 0 for r in reqs) >= 6, [outputs[r.rid].cached_tokens for r in reqs]
+    assert on.pools_idle()
