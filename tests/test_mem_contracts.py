@@ -8,10 +8,14 @@ import inspect
 
 import pytest
 
+from harness.engine.request import Req, SamplingParams
 from harness.mem import HybridPool, HybridPoolSpec, KVAllocator, KVBuffers, KVPool, SlotOwnership, build_hybrid_pool
+from harness.mem.contracts import CacheRequest, PrefixCache
+from harness.mem.radix_cache import RadixCache
+from harness.targets import HarnessTarget
 from harness.targets.sglang.adapters import SGLangAllocatorAdapter, SGLangPoolAdapter
 
-PROTOCOLS = (KVPool, KVAllocator)
+PROTOCOLS = (KVPool, KVAllocator, PrefixCache)
 
 
 def methods(protocol: type) -> dict[str, inspect.Signature]:
@@ -92,3 +96,17 @@ def test_the_sglang_adapters_meet_the_contracts():
     except SGLangUnavailable as unavailable:
         pytest.skip(f"SGLang is not importable here: {unavailable}")
     check_memory(target.build_pool(HybridPoolSpec()))
+
+
+def test_the_harness_prefix_cache_meets_the_contract():
+    memory = build_hybrid_pool(HybridPoolSpec())
+    cache = HarnessTarget().build_prefix_cache(memory, sliding_window_size=4)
+    assert isinstance(cache, PrefixCache)
+    check_methods(RadixCache, PrefixCache)
+    assert isinstance(Req(0, [1], SamplingParams()), CacheRequest), "the engine's request is not a CacheRequest"
+
+
+def test_the_sglang_prefix_cache_methods_meet_the_contract():
+    from harness.targets.sglang.prefix_cache import SGLangPrefixCache
+
+    check_methods(SGLangPrefixCache, PrefixCache)
