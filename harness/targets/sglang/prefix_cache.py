@@ -12,7 +12,8 @@ sequence SGLang's own scheduler runs for that step:
   which the contract leaves to the caller;
 * ``slide_window``: the decode step's ``maybe_evict_swa`` (``evict_sliding_windows`` inside a free group, then
   ``release_swa_prefix_lock`` once the window has passed the prefix, as with ``SGLANG_OPT_RELEASE_PREFILL_SWA=1``);
-* ``evict``: ``evict(EvictParams)``; the sizes, ``sanity_check`` and ``reset`` are the cache's own.
+* ``evict``: ``evict_for_alloc(EvictParams)``, the allocator's request for a shortfall; the sizes,
+  ``sanity_check`` and ``reset`` are the cache's own.
 
 SGLang keeps a request's cache state on its ``Req`` (lock receipt, last node, the SWA branching point, what it
 already inserted), so the adapter keeps one SGLang ``Req`` per harness request, copies the harness's fields in
@@ -270,11 +271,14 @@ class SGLangPrefixCache:
         return PrefixMatch(n, indices[:n])
 
     def evict(self, *, full_tokens: int = 0, swa_tokens: int = 0) -> None:
+        """``evict_for_alloc``, as the allocator's ``evict_to_free_tokens`` asks it for a shortfall: each pool's
+        free slots grow by at least that many (what a full eviction frees on the SWA side counts), or by all the
+        tree can give."""
         from sglang.srt.mem_cache.base_prefix_cache import EvictParams
 
         if full_tokens < 0 or swa_tokens < 0:
             raise ValueError(f"evict: token counts must be >= 0, got full_tokens={full_tokens}, swa_tokens={swa_tokens}")
-        self.sglang.evict(EvictParams(num_tokens=full_tokens, swa_num_tokens=swa_tokens))
+        self.sglang.evict_for_alloc(EvictParams(num_tokens=full_tokens, swa_num_tokens=swa_tokens))
 
     def evictable_size(self) -> int:
         return self.sglang.full_evictable_size()
