@@ -9,6 +9,11 @@ the files below, then writes the per-file table into docs/BENCHMARKS.md, beside 
 issue 28's suites (docs/sglang-coverage-before.json). What a suite never drives shows up as a low number, as the
 missing line ranges the JSON keeps (``reports/sglang-coverage.json``) and as the public functions no suite calls
 (whose first statement never ran).
+
+The prefix cache (issue 38): SGLang's ``UnifiedRadixCache``, its SWA component, the Python tree core and the SWA
+functions of ``common.py`` (only those are counted there: the rest of that file is other caches' code). The suites run
+SGLang's default Rust tree core; ``suites/prefix`` then runs again on the Python one
+(``SGLANG_UNIFIED_RADIX_TREE_CORE_BACKEND=python``), appending to the same data, as ``nox -s sglang`` runs them.
 """
 
 from __future__ import annotations
@@ -25,8 +30,15 @@ from pathlib import Path
 from bench.common import markdown_table, write_section
 
 FILES = ("mem_cache/swa_memory_pool.py", "mem_cache/allocator/swa.py", "mem_cache/kv_loc_plan.py",
-         "mem_cache/kv_index_translator.py", "model_executor/cuda_graph_buffer_registry.py")
-SUITES = ("suites/pool", "suites/scenarios", "suites/differential", "suites/sglang")
+         "mem_cache/kv_index_translator.py", "model_executor/cuda_graph_buffer_registry.py",
+         "mem_cache/unified_radix_cache.py", "mem_cache/unified_cache/components/swa.py",
+         "mem_cache/unified_cache/unified_tree_core.py", "mem_cache/common.py")
+# Files of which only some functions are SWA memory code: only their lines and branches count.
+FUNCTIONS = {"mem_cache/common.py": ("free_swa_out_of_window_slots", "free_kv_row_segments")}
+SUITES = ("suites/pool", "suites/scenarios", "suites/differential", "suites/sglang", "suites/prefix",
+          "tests/test_sglang_prefix_cache.py")
+PYTHON_CORE_SUITES = ("suites/prefix",)  # again on SGLang's Python tree core (the first run takes its default, Rust)
+TREE_CORE_ENV = "SGLANG_UNIFIED_RADIX_TREE_CORE_BACKEND"
 REPO = Path(__file__).resolve().parent.parent
 OUT = REPO / "reports" / "sglang-coverage.json"
 BEFORE = REPO / "docs" / "sglang-coverage-before.json"
@@ -41,14 +53,16 @@ def srt_dir() -> Path:
 
 
 def measure(srt: Path, data: Path) -> float:
-    """Run the suites under coverage; their wall time. A failing suite is an error here, not a number."""
+    """Run the suites under coverage (Rust tree core), then the prefix suite on the Python one; their wall time.
+    A failing suite is an error here, not a number."""
     include = ",".join(str(srt / f) for f in FILES)
     start = time.perf_counter()
-    done = subprocess.run([sys.executable, "-m", "coverage", "run", "--branch", f"--include={include}", "-m", "pytest",
-                           "-q", "-p", "no:cacheprovider", *SUITES, "--target", "sglang"],
-                          env={**os.environ, **STRICT, "COVERAGE_FILE": str(data)}, cwd=REPO)
-    if done.returncode != 0:
-        raise SystemExit(f"the suites failed (exit {done.returncode}): no coverage is reported for a red run")
+    for append, core, suites in (([], "rust", SUITES), (["--append"], "python", PYTHON_CORE_SUITES)):
+        done = subprocess.run([sys.executable, "-m", "coverage", "run", *append, "--branch", f"--include={include}",
+                               "-m", "pytest", "-q", "-p", "no:cacheprovider", *suites, "--target", "sglang"],
+                              env={**os.environ, **STRICT, TREE_CORE_ENV: core, "COVERAGE_FILE": str(data)}, cwd=REPO)
+        if done.returncode != 0:
+            raise SystemExit(f"the suites failed (exit {done.returncode}): no coverage is reported for a red run")
     return time.perf_counter() - start
 
 
@@ -63,25 +77,41 @@ def rows(srt: Path, data: Path) -> list[dict]:
         if entry is None:
             out.append({"file": name, "statements": None})
             continue
-        s = entry["summary"]
-        called, never = public_functions(srt / name, set(entry["executed_lines"]))
-        out.append({"file": name, "statements": s["num_statements"], "lines_run": s["covered_lines"],
-                    "branches": s["num_branches"], "branches_taken": s["covered_branches"],
-                    "public_called": called, "public_never_called": never,
-                    "missing_lines": entry["missing_lines"]})
+        spans = function_spans(srt / name, FUNCTIONS.get(name))
+        inside = (lambda line: any(lo <= line <= hi for lo, hi in spans)) if spans else (lambda line: True)
+        run = [n for n in entry["executed_lines"] if inside(n)]
+        missing = [n for n in entry["missing_lines"] if inside(n)]
+        taken = [b for b in entry.get("executed_branches", []) if inside(b[0])]
+        not_taken = [b for b in entry.get("missing_branches", []) if inside(b[0])]
+        called, never = public_functions(srt / name, set(run), FUNCTIONS.get(name))
+        out.append({"file": name, "functions": list(FUNCTIONS.get(name, ())), "statements": len(run) + len(missing),
+                    "lines_run": len(run), "branches": len(taken) + len(not_taken), "branches_taken": len(taken),
+                    "public_called": called, "public_never_called": never, "missing_lines": missing})
     return out
 
 
-def public_functions(path: Path, executed: set[int]) -> tuple[int, list[str]]:
-    """How many public functions and methods of ``path`` ran (their first statement executed), and the
-    names of those that never did."""
+def function_spans(path: Path, names: tuple[str, ...] | None) -> list[tuple[int, int]]:
+    """The first and last line of each top-level function ``names`` of ``path`` (none: the whole file counts)."""
+    if not names:
+        return []
+    tree = ast.parse(path.read_text())
+    spans = [(f.lineno, f.end_lineno) for f in tree.body if isinstance(f, ast.FunctionDef) and f.name in names]
+    if len(spans) != len(names):
+        raise SystemExit(f"{path.name} no longer defines all of {', '.join(names)}")
+    return spans
+
+
+def public_functions(path: Path, executed: set[int], only: tuple[str, ...] | None = None) -> tuple[int, list[str]]:
+    """How many public functions and methods of ``path`` (of ``only``, where given) ran (their first statement
+    executed), and the names of those that never did."""
     called, never = 0, []
 
     def visit(node: ast.AST, owner: str) -> None:
         for child in ast.iter_child_nodes(node):
             if isinstance(child, ast.ClassDef):
                 visit(child, f"{owner}{child.name}.")
-            elif isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef)) and not child.name.startswith("_"):
+            elif (isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef)) and not child.name.startswith("_")
+                  and (only is None or child.name in only)):
                 body = child.body[1:] if ast.get_docstring(child) and len(child.body) > 1 else child.body
                 nonlocal called
                 if body[0].lineno in executed:
@@ -108,21 +138,26 @@ def main() -> None:
 
     baseline = json.loads(BEFORE.read_text()) if BEFORE.is_file() else {"files": [], "measured_at": "—"}
     before = {r["file"]: r for r in baseline["files"]}
+    def label(r: dict) -> str:
+        return f"`{r['file']}`" + (f" ({', '.join(f'`{n}`' for n in r['functions'])})" if r.get("functions") else "")
+
     body = markdown_table(
         ("file (sglang/srt/)", "lines run (before)", "lines run", "branches taken (before)", "branches taken",
          "public functions called"),
-        [(f"`{r['file']}`", pct(before[r["file"]]["lines_run"], before[r["file"]]["statements"]) if r["file"] in before else "—",
+        [(label(r), pct(before[r["file"]]["lines_run"], before[r["file"]]["statements"]) if r["file"] in before else "—",
           pct(r["lines_run"], r["statements"]),
           pct(before[r["file"]]["branches_taken"], before[r["file"]]["branches"]) if r["file"] in before else "—",
           pct(r["branches_taken"], r["branches"]), pct(r["public_called"], r["public_called"] + len(r["public_never_called"])))
-         if r["statements"] else (f"`{r['file']}`", "—", "not imported", "—", "—", "—") for r in table])
+         if r["statements"] else (label(r), "—", "not imported", "—", "—", "—") for r in table])
     never = "\n".join(f"- `{r['file']}`: {', '.join(f'`{n}`' for n in r['public_never_called']) or 'none'}"
                       for r in table if r["statements"])
     write_section("sglang-coverage", f"SGLang {sglang.__version__}'s SWA memory code under the suites (coverage)",
                   "python -m bench.sglang_coverage",
                   f"Suites {', '.join(SUITES)} with `--target sglang`, `SGLANG_INVARIANT_CHECK=2 SGLANG_DEBUG_MEMORY_POOL=1` "
-                  f"(the before column: `SGLANG_INVARIANT_CHECK=0`), one process, "
-                  f"{wall:.0f} s under coverage. \"Before\": {baseline['measured_at']}. "
+                  f"(the before column of the first five files: `SGLANG_INVARIANT_CHECK=0`) on SGLang's default tree core (Rust), then "
+                  f"{', '.join(PYTHON_CORE_SUITES)} on the Python one (`{TREE_CORE_ENV}=python`), one process each, "
+                  f"{wall:.0f} s under coverage. \"Before\": {baseline['measured_at']}; for the prefix cache's files "
+                  f"(issue 38): {baseline.get('prefix_cache_measured_at', '—')}. "
                   f"Missing line ranges per file: `reports/sglang-coverage.json`; why each range is left (accelerator, another memory class, no caller): "
                   f"docs/SGLANG_MEMORY_COVERAGE.md.\n\n{body}\n\nPublic functions no suite calls:\n\n{never}")
     print(body)
