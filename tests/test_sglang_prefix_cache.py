@@ -242,6 +242,16 @@ def test_bad_calls_are_refused(sglang_target):
         SGLangPrefixCache(d.memory, sliding_window_size=WINDOW, tree_core="cuda")
 
 
+def test_an_sglang_without_the_scheduler_calls_is_a_skip_naming_them(sglang_target, monkeypatch):
+    from sglang.srt.mem_cache.unified_radix_cache import UnifiedRadixCache
+
+    from harness.targets.sglang.capabilities import NotOnThisSGLang
+
+    monkeypatch.delattr(UnifiedRadixCache, "release_swa_prefix_lock")  # a release before the early SWA release
+    with pytest.raises(NotOnThisSGLang, match=r"lacks UnifiedRadixCache\.release_swa_prefix_lock"):
+        build(sglang_target, page_size=1, core="python")
+
+
 @pytest.mark.parametrize("core", ["python", "rust"])
 def test_a_window_smaller_than_a_page_keeps_the_leaf_matchable(sglang_target, core):
     """Page 4, window 3: a chunk ending 3 tokens into a page must still leave a live window below its insert

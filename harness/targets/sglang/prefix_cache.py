@@ -42,7 +42,7 @@ from harness.mem import HybridPool, PoolError, ReqToTokenPool
 from harness.mem.contracts import CacheRequest, PrefixMatch, TreeSlots
 from harness.mem.index import LOC_DTYPE
 from harness.targets.sglang.adapters import SGLangAllocatorAdapter
-from harness.targets.sglang.capabilities import lacks, method, module, takes
+from harness.targets.sglang.capabilities import first, lacks, module, takes
 
 TREE_CORES = ("python", "rust")
 
@@ -73,7 +73,7 @@ class _ReqToTokenShim:
         self.harness.write(int(row), start, values.to(LOC_DTYPE))
 
 
-@dataclass
+@dataclass(frozen=True)
 class _Tracked:
     """A harness request and the SGLang ``Req`` that carries its cache state between calls."""
 
@@ -98,14 +98,15 @@ class SGLangPrefixCache:
         if tree_core is not None and tree_core not in TREE_CORES:
             raise ValueError(f"unknown tree core {tree_core!r}; SGLang has {', '.join(TREE_CORES)}")
 
-        unified = module("sglang.srt.mem_cache.unified_radix_cache")
-        UnifiedRadixCache = getattr(unified, "UnifiedRadixCache", None)
+        UnifiedRadixCache = getattr(module("sglang.srt.mem_cache.unified_radix_cache"), "UnifiedRadixCache", None)
         if UnifiedRadixCache is None:
             raise lacks("sglang.srt.mem_cache.unified_radix_cache.UnifiedRadixCache")
-        for name in _CACHE_METHODS:
-            method(UnifiedRadixCache, name)
-        from sglang.srt.mem_cache.cache_init_params import CacheInitParams
-        from sglang.srt.mem_cache.unified_cache.component_type import ComponentType
+        missing = [name for name in _CACHE_METHODS if not hasattr(UnifiedRadixCache, name)]
+        if missing:
+            raise lacks(", ".join(f"UnifiedRadixCache.{name}" for name in missing) + " (the 0.5.23 scheduler's calls)")
+        CacheInitParams = first(("sglang.srt.mem_cache.cache_init_params", "CacheInitParams"))
+        ComponentType = first(("sglang.srt.mem_cache.unified_cache.component_type", "ComponentType"),
+                              ("sglang.srt.mem_cache.unified_cache.components.base", "ComponentType"))
         from sglang.srt.server_args import ServerArgs, set_global_server_args_for_scheduler
 
         self.page_size = memory.allocator.page_size
