@@ -281,3 +281,17 @@ def test_an_eagle_tree_checkpoint_leaf_ends_a_match(sglang_target, core):
         f"the leaf a checkpoint inserted ({req.cache_protected_len} tokens) does not end a match "
         f"({found.length}): its last window is not live")
     d.check()
+
+
+def test_a_fault_of_the_python_tree_core_runs_under_it(sglang_target, monkeypatch):
+    """A fault carries the SGLang environment its mechanism needs, for its run only."""
+    import os
+
+    from harness.targets.sglang.faults import inject
+    from harness.targets.sglang.faults.catalog import get_fault
+
+    monkeypatch.delenv("SGLANG_UNIFIED_RADIX_TREE_CORE_BACKEND", raising=False)
+    with inject(get_fault("sglang-swa-insert-all-evicted-made-live")):
+        assert os.environ["SGLANG_UNIFIED_RADIX_TREE_CORE_BACKEND"] == "python"
+        assert build(sglang_target, page_size=4, core=None).cache.tree_core == "python"
+    assert "SGLANG_UNIFIED_RADIX_TREE_CORE_BACKEND" not in os.environ
