@@ -25,10 +25,9 @@ SGLANG_IMPORT_DEPS = [
     "openai==2.8.0", "partial_json_parser", "ipython",
 ]
 SGLANG_NO_DEPS = ["triton==3.9.0"]  # imported at module level by sglang's utils, never run on CPU
-SGLANG_SUITES = ["suites/pool", "suites/scenarios", "suites/differential", "suites/sglang", "suites/prefix",
-                 "tests/test_sglang_prefix_cache.py"]
+SGLANG_SUITES = ["suites/pool", "suites/scenarios", "suites/differential", "suites/sglang", "suites/prefix"]
 # The prefix cache (SGLang's UnifiedRadixCache) has two tree cores: the suites above run SGLang's default (Rust), and
-# the prefix suite runs again on the Python one (tests/test_sglang_prefix_cache.py names both cores itself).
+# the prefix suite runs again on the Python one (suites/sglang/test_prefix_cache_adapter.py names both cores itself).
 SGLANG_PREFIX_SUITES = ["suites/prefix"]
 TREE_CORE_ENV = "SGLANG_UNIFIED_RADIX_TREE_CORE_BACKEND"
 

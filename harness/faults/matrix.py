@@ -65,9 +65,10 @@ MATRIX_TARGETS: dict[str, MatrixTarget] = {
         "sglang", {"pool": "suites/pool", "scenarios": "suites/scenarios", "differential": "suites/differential",
                    "registry": "suites/sglang/test_decode_registry.py", "plan": "suites/sglang/test_kv_loc_plan.py",
                    "retraction": "suites/sglang/test_swa_retraction.py", "layouts": "suites/sglang/test_swa_pool_layouts.py",
-                   "registries": "suites/sglang/test_graph_registries.py", "prefix": "suites/prefix"},
+                   "registries": "suites/sglang/test_graph_registries.py", "prefix": "suites/prefix",
+                   "prefix-adapter": "suites/sglang/test_prefix_cache_adapter.py"},
         {"pool": 7, "scenarios": 110, "differential": 33, "registry": 14, "plan": 8, "retraction": 5, "layouts": 7,
-         "registries": 11, "prefix": 4},
+         "registries": 11, "prefix": 4, "prefix-adapter": 12},
         SGLANG_FAULT_ENV,
         _sglang_catalog, ("--target", "sglang"), REPO / "reports" / "kill-matrix-sglang.json"),
 }

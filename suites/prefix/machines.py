@@ -23,7 +23,9 @@ suite assertion before the code under test notices it):
 
 from __future__ import annotations
 
+import functools
 import random
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import torch
@@ -89,6 +91,20 @@ def page_floor(n: int, ps: int) -> int:
     return n // ps * ps
 
 
+def step(fn: Callable) -> Callable:
+    """Mark the machine unhealthy while a step or check runs: if it fails, ``teardown`` leaves the corrupted state
+    alone, so the suite's own assertion is what the run reports, not a crash of the code under test cleaning up."""
+
+    @functools.wraps(fn)
+    def run(self, *args, **kwargs):
+        self.healthy = False
+        result = fn(self, *args, **kwargs)
+        self.healthy = True
+        return result
+
+    return run
+
+
 class PrefixCacheMachine(RuleBasedStateMachine):
     """Set ``target`` and ``shape`` on a subclass (``machine_for``) before running it."""
 
@@ -97,6 +113,7 @@ class PrefixCacheMachine(RuleBasedStateMachine):
 
     @initialize()
     def setup(self):
+        self.healthy = False
         s = self.shape
         self.ps, self.window = s.page_size, s.window
         self.memory = self.target.build_pool(PoolSpec(size=s.full_pages * s.page_size, size_swa=s.swa_pages * s.page_size,
@@ -109,6 +126,7 @@ class PrefixCacheMachine(RuleBasedStateMachine):
         self.finished: list[list[int]] = []  # token ids of finished requests: later turns continue them
         self.running: list[SimReq] = []
         self.next_rid = 0
+        self.healthy = True
 
     # -- helpers ----------------------------------------------------------------------------------
 
@@ -164,6 +182,7 @@ class PrefixCacheMachine(RuleBasedStateMachine):
 
     @precondition(lambda self: len(self.running) < self.shape.max_requests)
     @rule(data=st.data(), kind=st.sampled_from(["branch", "continue", "repeat"]))
+    @step
     def arrive(self, data, kind):
         """A new request: a branch off a stem, a later turn of a finished one, or an exact repeat."""
         if kind != "branch" and self.finished:
@@ -195,6 +214,7 @@ class PrefixCacheMachine(RuleBasedStateMachine):
 
     @precondition(lambda self: any(r.prefilling for r in self.running))
     @rule(data=st.data())
+    @step
     def prefill_chunk(self, data):
         req = data.draw(st.sampled_from([r for r in self.running if r.prefilling]))
         n = data.draw(st.integers(1, min(len(req.prompt) - req.kv_len, 2 * self.ps + self.window)))
@@ -214,6 +234,7 @@ class PrefixCacheMachine(RuleBasedStateMachine):
 
     @precondition(lambda self: any(not r.prefilling for r in self.running))
     @rule(data=st.data())
+    @step
     def decode(self, data):
         req = data.draw(st.sampled_from([r for r in self.running if not r.prefilling]))
         if req.kv_len >= self.shape.context - 1:
@@ -226,6 +247,7 @@ class PrefixCacheMachine(RuleBasedStateMachine):
 
     @precondition(lambda self: self.running)
     @rule(data=st.data(), how=st.sampled_from(["finish", "finish", "abort", "retract"]))
+    @step
     def leave(self, data, how):
         req = data.draw(st.sampled_from(self.running))
         tokens = req.fill_ids[: req.kv_len]
@@ -235,6 +257,7 @@ class PrefixCacheMachine(RuleBasedStateMachine):
             self._admit(SimReq(req.rid, tokens + [0]))
 
     @rule(full=st.booleans(), tokens=st.integers(1, 40))
+    @step
     def evict(self, full, tokens):
         if full:
             self.cache.evict(full_tokens=tokens)
@@ -244,6 +267,7 @@ class PrefixCacheMachine(RuleBasedStateMachine):
     # -- invariants ---------------------------------------------------------------------------------
 
     @invariant()
+    @step
     def owned_once_counted_right_windows_live(self):
         ps, tree = self.ps, self.cache.tree_slots()
         own_full = [self._row(r, r.cache_protected_len, r.slots_len) for r in self.running]
@@ -292,8 +316,8 @@ class PrefixCacheMachine(RuleBasedStateMachine):
 
     def teardown(self):
         """Every request leaves, the tree is flushed: both pools are whole again."""
-        if not hasattr(self, "cache"):
-            return
+        if not getattr(self, "healthy", False):
+            return  # never set up, or a step failed: its assertion is the report
         for req in list(self.running):
             self._retire(req, "finish")
         self.cache.reset()

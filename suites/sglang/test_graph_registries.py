@@ -142,7 +142,7 @@ def test_every_real_token_is_counted_by_exactly_one_attention_rank(srt, tp):
     for padded, real in ((16, 16), (16, 9), (16, 1), (32, 17)):
         counts = []
         for rank in range(tp):
-            with srt.parallel(attn_tp_size=tp, attn_tp_rank=rank):
+            with srt.parallel(tp_size=tp, moe_tp_size=tp, attn_tp_size=tp, attn_tp_rank=rank):  # a consistent topology
                 reg = registry.build_prefill_registry(device=torch.device("cpu"), max_bs=MAX_BS, max_num_token=MAX_TOKENS,
                                                       cache_loc_dtype=torch.int64, enable_num_token_non_padded=True,
                                                       attn_tp_sharded_fn=lambda n: True, share_pool=False)
@@ -288,7 +288,7 @@ def test_a_decode_graphs_real_token_count_is_split_over_attention_ranks(srt, tp)
     padded, real = 8, 5
     counts = []
     for rank in range(tp):
-        with srt.parallel(attn_tp_size=tp, attn_tp_rank=rank):
+        with srt.parallel(tp_size=tp, moe_tp_size=tp, attn_tp_size=tp, attn_tp_rank=rank):  # a consistent topology
             reg = srt.registry.build_decode_registry(device=torch.device("cpu"), max_bs=padded, max_num_token=padded,
                                                      seq_len_fill_value=1, cache_loc_dtype=torch.int64,
                                                      enable_num_token_non_padded=True, attn_tp_sharded_fn=lambda n: True,
