@@ -4,31 +4,14 @@ that prunes what can never be matched, and a flush refused while requests hold t
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-
 import pytest
 import torch
 
 from harness.mem import HybridPoolSpec, PoolError, build_hybrid_pool
 from harness.mem.radix_cache import RadixCache
+from suites.prefix.machines import SimReq
 
 W = 4
-
-
-@dataclass(eq=False)
-class Req:
-    prompt: list[int]
-    req_pool_idx: int | None = None
-    kv_len: int = 0
-    slots_len: int = 0
-    swa_evicted: int = 0
-    cache_protected_len: int = 0
-    prefix_lock: object | None = None
-    output: list[int] = field(default_factory=list)
-
-    @property
-    def fill_ids(self) -> list[int]:
-        return self.prompt + self.output
 
 
 @pytest.fixture
@@ -37,14 +20,14 @@ def scene():
     return memory, RadixCache(memory.allocator, memory.req_to_token_pool, sliding_window_size=W)
 
 
-def admit(memory, cache, prompt: list[int]) -> Req:
-    req = Req(prompt)
+def admit(memory, cache, prompt: list[int]) -> SimReq:
+    req = SimReq(prompt)
     req.req_pool_idx = memory.req_to_token_pool.alloc(1)[0]
     cache.admit(req, prompt)
     return req
 
 
-def prefill(memory, cache, req: Req, n: int, *, checkpoint: bool = True) -> None:
+def prefill(memory, cache, req: SimReq, n: int, *, checkpoint: bool = True) -> None:
     slots = memory.allocator.alloc(n)
     memory.req_to_token_pool.write(req.req_pool_idx, req.kv_len, slots)
     req.kv_len = req.slots_len = req.kv_len + n
@@ -53,7 +36,7 @@ def prefill(memory, cache, req: Req, n: int, *, checkpoint: bool = True) -> None
         cache.cache_unfinished_req(req)
 
 
-def finish(memory, cache, req: Req) -> None:
+def finish(memory, cache, req: SimReq) -> None:
     cache.cache_finished_req(req)
     memory.req_to_token_pool.free(req.req_pool_idx)
 

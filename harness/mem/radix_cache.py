@@ -155,19 +155,25 @@ class RadixCache:
         key = list(token_ids[: page_floor(len(token_ids), self.page_size)])
         node, pos, live_run = self.root, 0, 0
         best, best_len = self.root, 0
-        while pos < len(key):
-            child = node.children.get(self._child_key(key, pos))
-            if child is None:
-                break
-            n = self._common_len(child.key, key, pos)
-            if n < len(child.key):
-                child = self._split(child, n)
+        while pos < len(key) and (child := self._descend(node, key, pos)) is not None:
+            n = len(child.key)
             live_run = live_run + n if child.swa_live else 0
             node, pos = child, pos + n
             if self._window_live(pos, live_run):
                 best, best_len = node, pos
         self._touch(best)
         return best, best_len
+
+    def _descend(self, node: TreeNode, key: Sequence[int], pos: int, *, cut: int | None = None) -> TreeNode | None:
+        """The child of ``node`` that ``key[pos:]`` continues into, split where the key leaves it (and at position
+        ``cut``, if that falls inside a tombstone); None where no child starts with ``key``'s next page."""
+        child = node.children.get(self._child_key(key, pos))
+        if child is None:
+            return None
+        n = self._common_len(child.key, key, pos)
+        if cut is not None and child.swa_tombstone and pos < cut < pos + n:
+            n = cut - pos
+        return self._split(child, n) if n < len(child.key) else child
 
     def _window_live(self, pos: int, live_run: int) -> bool:
         window = self.sliding_window_size
@@ -342,15 +348,9 @@ class RadixCache:
         ``prev_prefix_len`` are the tree's already; above it the slots are the caller's: those the tree
         holds already (duplicates) go back to the allocator, those past the returned length stay the caller's."""
         node, pos = self.root, 0
-        while pos < len(key):
-            child = node.children.get(self._child_key(key, pos))
-            if child is None:
-                break
-            n = self._common_len(child.key, key, pos)
-            if child.swa_tombstone and pos < swa_evicted_seqlen < pos + n:
-                n = swa_evicted_seqlen - pos  # the request's live part starts inside: treat it apart
-            if n < len(child.key):
-                child = self._split(child, n)
+        # Where the request's live part starts inside a tombstone, that node is cut there and each side taken apart.
+        while pos < len(key) and (child := self._descend(node, key, pos, cut=swa_evicted_seqlen)) is not None:
+            n = len(child.key)
             if pos >= prev_prefix_len:
                 self._take_or_free(child, values[pos : pos + n], live=pos >= swa_evicted_seqlen)
             node, pos = child, pos + n

@@ -66,10 +66,11 @@ SHAPES = (
 
 @dataclass(eq=False)
 class SimReq:
-    """A request as the cache sees it (``CacheRequest``): a row, its lengths, its lock."""
+    """A request as the cache sees it (``CacheRequest``): a row, its lengths, its lock. The suites and tests that
+    drive a ``PrefixCache`` without an engine use this one."""
 
-    rid: int
     prompt: list[int]
+    rid: int = 0
     output: list[int] = field(default_factory=list)
     req_pool_idx: int | None = None
     kv_len: int = 0
@@ -194,7 +195,7 @@ class PrefixCacheMachine(RuleBasedStateMachine):
             cut = data.draw(st.integers(1, len(stem)))
             prompt = stem[:cut] + data.draw(st.lists(st.integers(0, VOCAB - 1), max_size=self.ps + 3))
         prompt = prompt[: self.shape.context - 8]
-        self._admit(SimReq(self.next_rid, prompt))
+        self._admit(SimReq(prompt, self.next_rid))
         self.next_rid += 1
 
     def _admit(self, req: SimReq) -> None:
@@ -254,7 +255,7 @@ class PrefixCacheMachine(RuleBasedStateMachine):
         finish = how == "finish" and not req.prefilling  # an unfinished prompt can only be aborted
         self._retire(req, "finish" if finish else "release")
         if how == "retract" and tokens:  # back to the queue with what it generated, admitted again now
-            self._admit(SimReq(req.rid, tokens + [0]))
+            self._admit(SimReq(tokens + [0], req.rid))
 
     @rule(full=st.booleans(), tokens=st.integers(1, 40))
     @step

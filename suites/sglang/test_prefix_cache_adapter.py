@@ -6,12 +6,12 @@ Skips where SGLang is not installed (``nox -s sglang`` runs it)."""
 from __future__ import annotations
 
 from collections.abc import Iterator
-from dataclasses import dataclass, field
 
 import pytest
 import torch
 
 from harness.mem import HybridPool, HybridPoolSpec, PoolError
+from suites.prefix.machines import SimReq
 
 WINDOW = 5  # the model's window: a match needs its last 4 tokens live
 
@@ -28,24 +28,6 @@ def sglang_target():
         pytest.skip(f"SGLang is not importable here: {unavailable}")
 
 
-@dataclass(eq=False)
-class Request:
-    """A ``CacheRequest``: a row, its lengths, the lock the cache lends it."""
-
-    prompt: list[int]
-    output: list[int] = field(default_factory=list)
-    req_pool_idx: int | None = None
-    kv_len: int = 0
-    slots_len: int = 0
-    swa_evicted: int = 0
-    cache_protected_len: int = 0
-    prefix_lock: object | None = None
-
-    @property
-    def fill_ids(self) -> list[int]:
-        return self.prompt + self.output
-
-
 class Driver:
     """Grows requests page by page on the target's allocator and counts both pools after each step."""
 
@@ -53,34 +35,34 @@ class Driver:
         self.memory, self.cache, self.window = memory, cache, cache.sliding_window_size
         self.allocator, self.rows = memory.allocator, memory.req_to_token_pool
         self.ps = self.allocator.page_size
-        self.running: list[Request] = []
+        self.running: list[SimReq] = []
 
-    def arrive(self, prompt: list[int]) -> tuple[Request, int]:
-        req = Request(list(prompt))
+    def arrive(self, prompt: list[int]) -> tuple[SimReq, int]:
+        req = SimReq(list(prompt))
         req.req_pool_idx = self.rows.alloc(1)[0]
         cached = self.cache.admit(req, req.prompt)
         self.running.append(req)
         return req, cached
 
-    def grow(self, req: Request, n: int) -> None:
+    def grow(self, req: SimReq, n: int) -> None:
         last = self.rows.last_slots([req.req_pool_idx], [req.kv_len])
         out = self.allocator.alloc_extend([req.kv_len], [req.kv_len + n], last)
         assert out is not None, f"the pools could not serve {n} more tokens"
         self.rows.write(req.req_pool_idx, req.kv_len, out)
         req.kv_len = req.slots_len = req.kv_len + n
 
-    def decode(self, req: Request, token: int) -> None:
+    def decode(self, req: SimReq, token: int) -> None:
         req.output.append(token)
         self.grow(req, 1)
         self.cache.slide_window(req)
 
-    def leave(self, req: Request, *, finished: bool) -> None:
+    def leave(self, req: SimReq, *, finished: bool) -> None:
         (self.cache.cache_finished_req if finished else self.cache.release_req)(req)
         assert req.prefix_lock is None, "the request still holds a tree lock after leaving"
         self.rows.free(req.req_pool_idx)
         self.running.remove(req)
 
-    def row(self, req: Request, lo: int, hi: int) -> torch.Tensor:
+    def row(self, req: SimReq, lo: int, hi: int) -> torch.Tensor:
         return self.rows.req_to_token[req.req_pool_idx, lo:hi].long()
 
     def mapping(self, slots: torch.Tensor) -> torch.Tensor:
@@ -230,7 +212,7 @@ def test_bad_calls_are_refused(sglang_target):
     with pytest.raises(PoolError, match="must hold a row and nothing else"):
         d.cache.admit(req, PROMPT)
     with pytest.raises(PoolError, match="not admitted"):
-        d.cache.cache_unfinished_req(Request(PROMPT, req_pool_idx=req.req_pool_idx))
+        d.cache.cache_unfinished_req(SimReq(PROMPT, req_pool_idx=req.req_pool_idx))
     req.cache_protected_len = 3
     with pytest.raises(PoolError, match="only the cache moves it"):
         d.cache.cache_unfinished_req(req)
