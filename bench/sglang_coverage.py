@@ -35,8 +35,7 @@ FILES = ("mem_cache/swa_memory_pool.py", "mem_cache/allocator/swa.py", "mem_cach
          "mem_cache/unified_cache/unified_tree_core.py", "mem_cache/common.py")
 # Files of which only some functions are SWA memory code: only their lines and branches count.
 FUNCTIONS = {"mem_cache/common.py": ("free_swa_out_of_window_slots", "free_kv_row_segments")}
-SUITES = ("suites/pool", "suites/scenarios", "suites/differential", "suites/sglang", "suites/prefix",
-          "tests/test_sglang_prefix_cache.py")
+SUITES = ("suites/pool", "suites/scenarios", "suites/differential", "suites/sglang", "suites/prefix")
 PYTHON_CORE_SUITES = ("suites/prefix",)  # again on SGLang's Python tree core (the first run takes its default, Rust)
 TREE_CORE_ENV = "SGLANG_UNIFIED_RADIX_TREE_CORE_BACKEND"
 REPO = Path(__file__).resolve().parent.parent
