@@ -17,8 +17,9 @@ harness's own, with SGLang's concepts and names. The rules, and the fixes they c
    request's window slides, its SWA floor follows (so a request pins no more SWA KV than a window, as
    without a cache), and the SWA part ends once the window has passed the prefix.
 4. **Eviction**, least recently used first, each pool apart: full evicts unlocked leaves (their SWA
-   slots go with them); SWA tombstones unlocked live inner nodes and evicts unlocked live leaves whole (a
-   tombstone leaf can never end a match).
+   slots go with them); SWA tombstones live nodes no SWA lock holds (a full lock does not stop it: that is
+   the early part of a running request's prefix) and evicts unlocked live leaves whole. A tombstone leaf no
+   lock holds can never end a match: it is pruned.
 5. **Inserts** carry the request's ``swa_evicted``: tokens below it become tombstones, on chunked
    (unfinished) inserts too (#29350, #36909). Tokens the tree already holds are duplicates and go back;
    a tombstone the request still holds live SWA KV for takes the request's SWA slots first (revived).
@@ -138,7 +139,8 @@ class RadixCache:
     def tree_slots(self) -> TreeSlots:
         nodes = list(self._nodes())
         full = self._cat(n.value for n in nodes)
-        return TreeSlots(full=full.to(torch.int64), swa_live=self._cat(n.value for n in nodes if n.swa_live).to(torch.int64))
+        swa_live = self._cat(n.value for n in nodes if n.swa_live)
+        return TreeSlots(full=full.to(torch.int64), swa_live=swa_live.to(torch.int64))
 
     def _cat(self, values) -> torch.Tensor:
         return torch.cat([self.root.value, *values])
