@@ -53,8 +53,8 @@ def run(engine: Engine, requests: list[tuple[str, SamplingParams]], batch: int =
 
 
 def second_turns(first: list[tuple[str, SamplingParams]], answers: list[str]) -> list[tuple[str, SamplingParams]]:
-    gsm = [(p, s, a) for (p, s), a in zip(first, answers) if s.max_new_tokens == spec("gsm_style").max_gen_toks]
-    follow = _docs("gsm_style", "test")
+    follow = _docs("gsm_style", "test")  # the GSM-style prompts come first (TASKS)
+    gsm = [(p, s, a) for (p, s), a in zip(first[: len(follow)], answers)]
     return [(p + " " + a + "\n\nQuestion: " + follow[(i + 1) % len(follow)]["question"] + "\nAnswer:", s)
             for i, (p, s, a) in enumerate(gsm)]
 

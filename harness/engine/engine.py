@@ -18,7 +18,7 @@ from harness.engine.request import FinishReason, GenerateOutput, Req, RequestErr
 from harness.engine.sampling import SamplingFailure, sample
 from harness.engine.scheduler import ScheduledBatch, Scheduler
 from harness.mem import HybridPool, HybridPoolSpec, PoolBuilder, build_hybrid_pool
-from harness.mem.radix_cache import CacheBuilder, build_radix_cache
+from harness.mem.radix_cache import RADIX_CACHE, CacheBuilder
 from harness.model import Tokenizer, load_config, load_model
 
 logger = logging.getLogger(__name__)
@@ -119,8 +119,9 @@ class StepOutput:
 
 class Engine:
     def __init__(self, config: EngineConfig, *, pool_builder: PoolBuilder = build_hybrid_pool,
-                 cache_builder: CacheBuilder = build_radix_cache) -> None:
+                 cache_builder: CacheBuilder = RADIX_CACHE) -> None:
         self.config = config
+        self.cache_builder = cache_builder  # the SWA pool is sized for its policy (_pool_spec)
         if config.num_threads is not None:
             torch.set_num_threads(config.num_threads)
         path = Path(config.model_path)
@@ -136,7 +137,7 @@ class Engine:
                                   capture=config.capture, kernels=self.kernels)
         window = self.model_config.swa_window
         memory = HybridPool(self.runner.pool, self.runner.allocator, self.runner.req_to_token_pool)
-        self.tree_cache = cache_builder(memory, sliding_window_size=window) if config.prefix_cache else None
+        self.tree_cache = cache_builder.build(memory, sliding_window_size=window) if config.prefix_cache else None
         self.scheduler = Scheduler(
             self.runner.req_to_token_pool,
             self.runner.allocator,
@@ -173,7 +174,8 @@ class Engine:
         default = PoolSizes.default(max_running=limits.max_running_requests, max_context_len=self.max_context_len,
                                     window=cfg.swa_window, max_prefill_tokens=limits.max_prefill_tokens,
                                     page_size=limits.page_size, speculative_tokens=limits.speculative_tokens,
-                                    prefix_cache=limits.prefix_cache)
+                                    prefix_cache=limits.prefix_cache,
+                                    swa_windows_held=self.cache_builder.swa_windows_held if limits.prefix_cache else 1)
         kv_dtype = DTYPES[limits.kv_dtype] if limits.kv_dtype else self.model.dtype
         full_size = limits.full_pool_size or self._fit_full_pool(default.full_size, kv_dtype)
         swa_size = limits.swa_pool_size or default.swa_size

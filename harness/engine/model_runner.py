@@ -37,10 +37,12 @@ class PoolSizes:
 
     @classmethod
     def default(cls, *, max_running: int, max_context_len: int, window: int | None, max_prefill_tokens: int,
-                page_size: int = 1, speculative_tokens: int = 0, prefix_cache: bool = False) -> "PoolSizes":
+                page_size: int = 1, speculative_tokens: int = 0, prefix_cache: bool = False,
+                swa_windows_held: int = 1) -> "PoolSizes":
         # The SWA pool is sized for the window, not for whole sequences (see scheduler.py); both in whole pages.
         swa = swa_slots_needed(max_running=max_running, window=window, max_prefill_tokens=max_prefill_tokens,
-                               page_size=page_size, speculative_tokens=speculative_tokens, prefix_cache=prefix_cache)
+                               page_size=page_size, speculative_tokens=speculative_tokens, prefix_cache=prefix_cache,
+                               swa_windows_held=swa_windows_held)
         full = max_running * pages(max_context_len, page_size) * page_size
         return cls(max_running, max_context_len, full_size=full, swa_size=swa)
 

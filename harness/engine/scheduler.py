@@ -54,14 +54,16 @@ def pages(tokens: int, page_size: int) -> int:
 
 
 def swa_slots_needed(*, max_running: int, window: int | None, max_prefill_tokens: int, page_size: int = 1,
-                     speculative_tokens: int = 0, prefix_cache: bool = False) -> int:
+                     speculative_tokens: int = 0, prefix_cache: bool = False, swa_windows_held: int = 1) -> int:
     """The SWA pool that serves every step (see the module docstring). Between steps a request holds the
     pages from the one with its oldest visible token on: at most ``pages(window - 1 + page_size - 1)``,
-    two pages more with a prefix cache; a step adds a page per request (a decode token, or the partial
-    pages around a chunk), a verify its drafts, and the step's prefill tokens. At page size 1 without
-    drafts that is ``max_running * window + max_prefill_tokens``, with the cache or without."""
+    two pages more with a prefix cache, and ``swa_windows_held`` windows where the cache's SWA lock holds
+    a prefix's window until the request's own has passed it (SGLang's: 2); a step adds a page per request
+    (a decode token, or the partial pages around a chunk), a verify its drafts, and the step's prefill
+    tokens. At page size 1 without drafts that is ``max_running * window + max_prefill_tokens``, with the
+    harness's cache or without."""
     slack = 3 * (page_size - 1) if prefix_cache else page_size - 1
-    held = pages((window or 1) - 1 + slack, page_size) + 1
+    held = pages(swa_windows_held * (window or 1) - 1 + slack, page_size) + 1
     return (max_running * (held + speculative_tokens) + pages(max_prefill_tokens, page_size)) * page_size
 
 

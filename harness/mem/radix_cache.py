@@ -37,9 +37,8 @@ from __future__ import annotations
 
 import itertools
 from collections import Counter
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Protocol
 
 import torch
 
@@ -507,11 +506,17 @@ class RadixCache:
             raise PoolError("a full slot is held by two tree nodes")
 
 
-class CacheBuilder(Protocol):
-    """Builds a target's prefix cache over its memory (the engine takes one, as it takes a pool builder)."""
-
-    def __call__(self, memory: HybridPool, *, sliding_window_size: int | None) -> PrefixCache: ...
-
-
 def build_radix_cache(memory: HybridPool, *, sliding_window_size: int | None) -> PrefixCache:
     return RadixCache(memory.allocator, memory.req_to_token_pool, sliding_window_size=sliding_window_size)
+
+
+@dataclass(frozen=True)
+class CacheBuilder:
+    """How an engine gets a target's prefix cache (as it takes a pool builder), and how many windows of SWA KV that
+    cache's policy lets one request hold between steps: the engine sizes its SWA pool for that many."""
+
+    build: Callable[..., PrefixCache]  # (memory: HybridPool, *, sliding_window_size) -> PrefixCache
+    swa_windows_held: int = 1  # this cache's SWA lock follows the window (rule 3)
+
+
+RADIX_CACHE = CacheBuilder(build_radix_cache)

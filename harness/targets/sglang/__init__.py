@@ -18,10 +18,9 @@ from typing import Any
 import torch
 
 from harness.engine import Engine, EngineConfig
-from harness.engine.scheduler import swa_slots_needed
-from harness.model import load_config
 from harness.mem import HybridPool, HybridPoolSpec, ReqToTokenPool
 from harness.mem.contracts import PrefixCache
+from harness.mem.radix_cache import CacheBuilder
 from harness.targets.sglang.faults import activate_from_env, apply_patch_file
 from harness.targets.sglang.adapters import SGLangAllocatorAdapter, SGLangPoolAdapter
 from harness.targets.sglang.capabilities import first, takes
@@ -67,19 +66,11 @@ class SGLangTarget:
     def make_engine(self, model_path: str | Path, **config: Any) -> Engine:
         """The harness engine over SGLang's memory: its pool, allocator and prefix cache (UnifiedRadixCache).
 
-        SGLang's cache holds more SWA KV per request than the harness scheduler budgets for: a request keeps its
-        prefix's last window locked until its own window has passed the prefix (the harness's SWA lock follows the
-        window), so a request holds up to two windows. Unless the caller sizes the SWA pool, it gets the harness's
-        rule for a window twice as long."""
-        limits = EngineConfig(model_path=model_path, **config)
-        if limits.prefix_cache and limits.swa_pool_size is None:
-            window = load_config(Path(model_path)).swa_window
-            config["swa_pool_size"] = swa_slots_needed(
-                max_running=limits.max_running_requests, window=2 * window if window else None,
-                max_prefill_tokens=limits.max_prefill_tokens, page_size=limits.page_size,
-                speculative_tokens=limits.speculative_tokens, prefix_cache=True)
+        SGLang's cache keeps a request's prefix window locked until the request's own window has passed the prefix
+        (the harness's SWA lock follows the window), so a request may hold two windows of SWA KV: the engine sizes
+        its SWA pool for that."""
         return Engine(EngineConfig(model_path=model_path, **config), pool_builder=self.build_pool,
-                      cache_builder=self.build_prefix_cache)
+                      cache_builder=CacheBuilder(self.build_prefix_cache, swa_windows_held=2))
 
     def build_prefix_cache(self, memory: HybridPool, *, sliding_window_size: int | None) -> PrefixCache:
         """SGLang's UnifiedRadixCache over ``memory`` (what ``build_pool`` returned); its tree core is
