@@ -111,7 +111,7 @@ def sglang_matrix(session: nox.Session) -> None:
 
 
 # Real SGLang *serving* on CPU needs its HTTP stack and grammar backend too; sgl_kernel has no CPU build on PyPI,
-# so the sglang engine puts an import-only stand-in on the server's path (harness/engines/sglang/shims/).
+# so the sglang engine puts an import-only stand-in on the server's path (harness/servers/sglang_server/shims/).
 SGLANG_SERVER_DEPS = ["fastapi", "uvicorn", "uvloop", "setproctitle", "prometheus-client", "python-multipart",
                       "interegular", "jsonschema", "xgrammar==0.2.7", "soundfile"]
 
@@ -124,10 +124,10 @@ def _install_sglang_server(session: nox.Session) -> None:
 @nox.session(python=PYTHON)
 def sglang_server(session: nox.Session) -> None:
     """A real SGLang server on CPU (its hybrid SWA pool, torch_native attention) against transformers and the
-    harness engine on one checkpoint, at concurrency, roomy and tight pools (suites/engines); then the accuracy
+    harness engine on one checkpoint, at concurrency, roomy and tight pools (suites/servers); then the accuracy
     smoke: graphs on (CPU graph runner, batch sizes 1-2) vs off on 32 items (suites/plans/sglang-cpu-smoke.yaml)."""
     _install_sglang_server(session)
-    session.run("python", "-m", "pytest", "-p", "no:cacheprovider", "-rxX", "suites/engines", *session.posargs,
+    session.run("python", "-m", "pytest", "-p", "no:cacheprovider", "-rxX", "suites/servers", *session.posargs,
                 env={"SWA_HARNESS_SGLANG_SERVER": "require"})  # a missing piece fails here, it never skips
     session.run("swa-harness", "eval", "--plan", "suites/plans/sglang-cpu-smoke.yaml", "--no-history")
 
@@ -168,10 +168,10 @@ def _install_vllm(session: nox.Session) -> None:
 @nox.session(python=PYTHON)
 def vllm(session: nox.Session) -> None:
     """A real vLLM server on CPU (its hybrid KV-cache manager, compiled vs eager) against transformers and the
-    harness engine (suites/engines), vLLM's KV-cache manager under the ownership rules (suites/vllm), then the
+    harness engine (suites/servers), vLLM's KV-cache manager under the ownership rules (suites/vllm), then the
     accuracy smoke: compiled vs eager on 32 items."""
     _install_vllm(session)
-    session.run("python", "-m", "pytest", "-p", "no:cacheprovider", "-rxX", "suites/engines/test_vllm_server.py",
+    session.run("python", "-m", "pytest", "-p", "no:cacheprovider", "-rxX", "suites/servers/test_vllm_server.py",
                 "suites/vllm", *session.posargs, env={"SWA_HARNESS_VLLM_SERVER": "require"})
     session.run("swa-harness", "eval", "--plan", "suites/plans/vllm-cpu-smoke.yaml", "--no-history")
 

@@ -2,8 +2,8 @@
 they. Real servers, one at a time, each asked over its OpenAI API by the same client.
 
 Agreement (``Cross-engine differential``): per engine and shipped checkpoint, the 16 lm-eval prompts of
-``suites/engines/oracles.lm_eval_prompts`` (200-230 tokens, 13-15 windows) at once, greedy, 48 tokens, top-5 logprobs,
-against transformers (``suites/engines/oracles.py``): how many answers equal transformers', the worst |Δlogprob|.
+``suites/servers/oracles.lm_eval_prompts`` (200-230 tokens, 13-15 windows) at once, greedy, 48 tokens, top-5 logprobs,
+against transformers (``suites/servers/oracles.py``): how many answers equal transformers', the worst |Δlogprob|.
 The harness engine is asked in-process (its server has no logprobs); the servers over HTTP.
 
 Speed (``Engines side by side``): tokens/s of each server on the Gemma3 checkpoint, generating 128 tokens (EOS
@@ -30,22 +30,22 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from bench.common import markdown_table, write_section
-from harness.engines.base import Engine, ServerSpec
-from harness.engines.harness_server import HarnessEngine
-from harness.engines.lifecycle import ServerLaunchError, ServerProcess
-from harness.engines.sglang import CPU_FLAGS as SGLANG_CPU_FLAGS
-from harness.engines.sglang import SGLangEngine
-from harness.engines.vllm import CPU_FLAGS as VLLM_CPU_FLAGS
-from harness.engines.vllm import VLLMEngine
+from harness.servers.base import ServerKind, ServerSpec
+from harness.servers.harness_server import HarnessServer
+from harness.servers.lifecycle import ServerLaunchError, ServerProcess
+from harness.servers.sglang_server import CPU_FLAGS as SGLANG_CPU_FLAGS
+from harness.servers.sglang_server import SGLangServer
+from harness.servers.vllm import CPU_FLAGS as VLLM_CPU_FLAGS
+from harness.servers.vllm import VLLMServer
 from harness.paths import REPO
-from suites.engines.oracles import (VLLM_BY_ID, Reference, agreement, free_port, harness_reference, lm_eval_prompts,
+from suites.servers.oracles import (VLLM_BY_ID, Reference, agreement, free_port, harness_reference, lm_eval_prompts,
                                     serve_all, transformers_reference)
 
 MODELS = REPO / "fixtures" / "models"
 CHECKPOINTS = ("gemma2-tiny-swa", "gemma3-tiny-swa", "mellum-tiny-swa")
 SPEED_CHECKPOINT = "gemma3-tiny-swa"  # the one checkpoint every engine serves (SGLang 0.5.23 cannot load Gemma2)
 SPEED_TOKENS = 128
-NEW_TOKENS = 48  # of the agreement run, as suites/engines/test_vllm_server.py asks
+NEW_TOKENS = 48  # of the agreement run, as suites/servers/test_vllm_server.py asks
 
 
 def prompts() -> list[str]:
@@ -59,7 +59,7 @@ class Server:
     """One engine configuration: how to start it and what a request to it adds."""
 
     label: str
-    engine: Engine
+    engine: ServerKind
     graphs: str
     flags: tuple[str, ...]
     extra: dict | None = None  # request fields
@@ -69,12 +69,12 @@ class Server:
 def servers(threads: int) -> list[Server]:
     sglang_pool = (*SGLANG_CPU_FLAGS, "--max-running-requests", "16")
     return [
-        Server("harness (tape)", HarnessEngine(), "tape",
+        Server("harness (tape)", HarnessServer(), "tape",
                ("--max-running", "16", "--num-threads", str(threads), "--device", "cpu"), logprobs=False),
-        Server("vLLM eager", VLLMEngine(), "off", VLLM_CPU_FLAGS, VLLM_BY_ID),
-        Server("vLLM compiled", VLLMEngine(), "on", VLLM_CPU_FLAGS, VLLM_BY_ID),
-        Server("SGLang eager", SGLangEngine(), "off", sglang_pool),
-        Server("SGLang CPU graphs (bs 1 2 4 8 16)", SGLangEngine(), "on",
+        Server("vLLM eager", VLLMServer(), "off", VLLM_CPU_FLAGS, VLLM_BY_ID),
+        Server("vLLM compiled", VLLMServer(), "on", VLLM_CPU_FLAGS, VLLM_BY_ID),
+        Server("SGLang eager", SGLangServer(), "off", sglang_pool),
+        Server("SGLang CPU graphs (bs 1 2 4 8 16)", SGLangServer(), "on",
                (*sglang_pool, "--cuda-graph-bs-decode", "1", "2", "4", "8", "16")),
     ]
 
@@ -104,7 +104,7 @@ def pool_of(log: str) -> str:
 
 def start(server: Server, ckpt: Path, log: Path, python: str) -> ServerProcess:
     spec = ServerSpec(model=str(ckpt), served_name="swa-harness", graphs=server.graphs, flags=server.flags,
-                      port=0 if isinstance(server.engine, HarnessEngine) else free_port())
+                      port=0 if isinstance(server.engine, HarnessServer) else free_port())
     return server.engine.start(spec, log_path=log, timeout=900, python=python)
 
 
@@ -225,7 +225,7 @@ def measure_all(args: argparse.Namespace, wanted: Callable[[Server], bool], with
             rows.append(Row("harness (tape, in-process)", name, found.equal, found.n, found.worst,
                             pool="SWA + full pools (hybrid)"))
         for server in filter(wanted, servers(args.threads)):
-            sglang = isinstance(server.engine, SGLangEngine)
+            sglang = isinstance(server.engine, SGLangServer)
             if (sglang and not args.sglang_python) or (not server.logprobs and name != SPEED_CHECKPOINT):
                 continue  # no SGLang venv named; or nothing to measure (no logprobs, and no speed on this one)
             python = args.sglang_python if sglang else sys.executable

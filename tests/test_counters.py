@@ -8,7 +8,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from harness.engines.counters import SGLANG_METRICS, VLLM_METRICS, Counters, any_counters, metrics_reader, \
+from harness.servers.counters import SGLANG_METRICS, VLLM_METRICS, Counters, any_counters, metrics_reader, \
     prometheus_sums
 
 SGLANG_TEXT = """\
@@ -63,10 +63,10 @@ def test_readers_against_a_real_http_server(server: dict[str, bytes]) -> None:
 
 def test_what_a_server_did_over_a_run_is_read_before_it_stops(server: dict[str, bytes]) -> None:
     """Kept with each run's results: did a vLLM stress arm preempt and hit its prefix cache at all."""
-    from harness.engines.registry import get_engine
+    from harness.servers.registry import get_server_kind
 
     url = server.pop("url").decode()
-    vllm, harness = get_engine("vllm"), get_engine("harness")
+    vllm, harness = get_server_kind("vllm"), get_server_kind("harness")
     assert vllm.stats(url) == {} and harness.stats(url) == {}  # nothing exposed: nothing claimed
     server["/metrics"] = (b'vllm:num_preemptions_total{engine="0"} 4.0\nvllm:prefix_cache_hits_total{engine="0"} 1120\n'
                           b'vllm:request_success_total{finished_reason="length"} 16\n'

@@ -24,8 +24,8 @@ from typing import Any
 
 import pytest
 
-from harness.engines.harness_server import HarnessEngine
-from harness.engines.lifecycle import Command, ServerProcess
+from harness.servers.harness_server import HarnessServer
+from harness.servers.lifecycle import Command, ServerProcess
 from harness.jobs import runner
 from harness.jobs.cpu import EvalConfig, cpu_plan
 from harness.jobs.eval_cli import parse_config
@@ -219,13 +219,13 @@ def options(tmp_path: Path, **overrides: Any) -> runner.RunOptions:
 def recording_start(monkeypatch: pytest.MonkeyPatch) -> list[ServerProcess]:
     """Every server the harness engine starts, in order."""
     launched: list[ServerProcess] = []
-    start = HarnessEngine.start
+    start = HarnessServer.start
 
-    def recorded(self: HarnessEngine, *args: Any, **kwargs: Any) -> ServerProcess:
+    def recorded(self: HarnessServer, *args: Any, **kwargs: Any) -> ServerProcess:
         launched.append(start(self, *args, **kwargs))
         return launched[-1]
 
-    monkeypatch.setattr(HarnessEngine, "start", recorded)
+    monkeypatch.setattr(HarnessServer, "start", recorded)
     return launched
 
 

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.engines.guard import ChildProcesses
+from harness.servers.guard import ChildProcesses
 
 # A stand-in for a server building its kernels: it starts a "compiler" in a new session (its own process group,
 # as ninja's are), writes the compiler's pid, and waits.
@@ -55,7 +55,7 @@ def test_a_job_killed_by_sigkill_leaves_no_server_and_no_compiler(tmp_path: Path
     pid_file = tmp_path / "compiler.pid"
     job = textwrap.dedent(f"""
         import sys, time
-        from harness.engines.guard import CHILDREN
+        from harness.servers.guard import CHILDREN
         CHILDREN.spawn([sys.executable, "-c", {SERVER!r}, {str(pid_file)!r}])
         time.sleep(300)
     """)

@@ -15,9 +15,9 @@ from pathlib import Path
 
 import pytest
 
-from harness.engines.base import ServerSpec
-from harness.engines.identity import Identity
-from harness.engines.registry import get_engine
+from harness.servers.base import ServerSpec
+from harness.servers.identity import Identity
+from harness.servers.registry import get_server_kind
 from harness.evals.results import ItemResult, RunResult
 from harness.jobs.cpu import EvalConfig, cpu_plan
 from harness.jobs.plan import plan_from_file, plan_from_mapping
@@ -71,24 +71,24 @@ def test_a_bad_plan_is_refused_by_name(change: dict, words: str) -> None:
 
 def test_engines_spell_graphs_on_and_off_their_own_way() -> None:
     spec = ServerSpec(model="m", served_name="m", port=8000)
-    vllm, sglang = get_engine("vllm"), get_engine("sglang")
+    vllm, sglang = get_server_kind("vllm"), get_server_kind("sglang")
     assert "--enforce-eager" not in vllm.command(spec).argv
     assert vllm.command(ServerSpec("m", "m", graphs="off", port=8000)).argv[-1] == "--enforce-eager"
     assert sglang.command(ServerSpec("m", "m", graphs="off", port=8000)).argv[-4:] == (
         "--cuda-graph-backend-decode", "disabled", "--cuda-graph-backend-prefill", "disabled")
     patched = sglang.command(ServerSpec("m", "m", fault="sglang-registry-out-cache-loc-not-zeroed", port=8000))
-    assert patched.argv[:3] == ("python", "-m", "harness.engines.sglang.patched_server")
+    assert patched.argv[:3] == ("python", "-m", "harness.servers.sglang_server.patched_server")
     assert patched.env["SWA_HARNESS_SGLANG_FAULT"] == "sglang-registry-out-cache-loc-not-zeroed"
     with pytest.raises(ValueError, match="no fault catalog"):
         vllm.command(ServerSpec("m", "m", fault="x"))
     with pytest.raises(ValueError, match="no graph mode 'sideways'"):
-        get_engine("harness").command(ServerSpec("m", "m", graphs="sideways"))
-    assert vllm.url(spec) == "http://127.0.0.1:8000" and get_engine("harness").url(ServerSpec("m", "m")) is None
+        get_server_kind("harness").command(ServerSpec("m", "m", graphs="sideways"))
+    assert vllm.url(spec) == "http://127.0.0.1:8000" and get_server_kind("harness").url(ServerSpec("m", "m")) is None
 
 
 def test_a_vllm_server_gets_a_bounded_kv_cache_and_this_environments_compile_cache() -> None:
     """Left alone, vLLM's CPU build takes 21 of 24 GB for KV and shares one compile cache across every venv."""
-    vllm = get_engine("vllm")
+    vllm = get_server_kind("vllm")
     env = vllm.command(ServerSpec("m", "m", port=8000)).env
     assert env["VLLM_CPU_KVCACHE_SPACE"] == "2" and env["VLLM_CACHE_ROOT"].endswith("share/swa-harness/vllm-cache")
     assert not Path(env["VLLM_CACHE_ROOT"]).is_absolute() or not Path(env["VLLM_CACHE_ROOT"]).is_relative_to(REPO)

@@ -20,11 +20,11 @@ from pathlib import Path
 import pytest
 import yaml
 
-from harness.engines import lifecycle
-from harness.engines.identity import Identity
-from harness.engines.lifecycle import Command, ServerLaunchError
-from harness.engines.registry import get_engine
-from harness.engines.sglang import GRAPHS_OFF_FLAGS, PATCHED_LAUNCH, SGLANG_LAUNCH, SGLangEngine, sglang_args
+from harness.servers import lifecycle
+from harness.servers.identity import Identity
+from harness.servers.lifecycle import Command, ServerLaunchError
+from harness.servers.registry import get_server_kind
+from harness.servers.sglang_server import GRAPHS_OFF_FLAGS, PATCHED_LAUNCH, SGLANG_LAUNCH, SGLangServer, sglang_args
 from harness.env import SGLANG_FAULT_ENV as FAULT_ENV
 from harness.evals.compare import Thresholds
 from harness.evals.results import ItemResult, RunResult
@@ -51,7 +51,7 @@ def _value_after(argv, flag):
 
 def _arm_flags(arm):
     """What the arm adds to SGLang's command line: its own flags, then its graph mode's."""
-    return (*arm.flags, *get_engine(arm.engine).graph_flags(arm.graphs))
+    return (*arm.flags, *get_server_kind(arm.engine).graph_flags(arm.graphs))
 
 
 def _options(**kw):
@@ -188,7 +188,7 @@ def test_dry_run_prints_the_whole_plan(plan, capsys):
     for comparison in plan.comparisons:
         assert str(comparison.dir / "index.html") in first
     assert "SWA_HARNESS_SGLANG_FAULT=sglang-registry-out-cache-loc-not-zeroed " \
-           "python -m harness.engines.sglang.patched_server" \
+           "python -m harness.servers.sglang_server.patched_server" \
         in first and "SGLANG_INVARIANT_CHECK=2 python -m sglang.launch_server" in first
     assert str(sys.executable) not in first  # commands say `python`, so the output is the same on every machine
 
@@ -392,9 +392,9 @@ def _stub_run(tmp_path, monkeypatch, argv):
     plan = build_plan(models=["some/base-model"], arms=["on"], tasks=["gsm_style"], out=tmp_path)
     port = _free_port()
     command = Command(tuple(a.replace("PORT", str(port)) for a in argv), {"STUB": "1"})
-    monkeypatch.setattr(SGLangEngine, "command", lambda self, spec: command)
+    monkeypatch.setattr(SGLangServer, "command", lambda self, spec: command)
     run = replace(plan.runs[0], port=port, url=f"http://127.0.0.1:{port}", dir=tmp_path / "on")
-    assert run.server == command and get_engine(run.arm.engine).url(run.spec) == run.url
+    assert run.server == command and get_server_kind(run.arm.engine).url(run.spec) == run.url
     return run
 
 
@@ -432,10 +432,10 @@ def test_a_server_that_dies_makes_every_task_incomplete(tmp_path, monkeypatch):
 def test_preflight_is_skipped_for_external_servers(monkeypatch, tmp_path):
     plan = build_plan(models=["some/base-model"], arms=["on"], tasks=["gsm_style"], urls={"on": "http://127.0.0.1:9"},
                       out=tmp_path)
-    from harness.engines.sglang import server_args
+    from harness.servers.sglang_server import server_args
 
     monkeypatch.setattr(server_args, "sglang_parser", lambda: pytest.fail("preflight needs SGLang; no server is launched"))
-    monkeypatch.setattr(SGLangEngine, "required_modules", ("swa_harness_no_such_module",))  # not installed here
+    monkeypatch.setattr(SGLangServer, "required_modules", ("swa_harness_no_such_module",))  # not installed here
     monkeypatch.setattr(runner, "run_arm", lambda run, *a, **kw: _runs(plan, {}))
     assert runner.run_plan(plan, _options(check_args=True)) == 0
     assert json.loads((plan.out / "plan.json").read_text()) == json.loads(plan.to_json())  # beside index.html
@@ -445,7 +445,7 @@ def test_preflight_is_skipped_for_external_servers(monkeypatch, tmp_path):
 def test_a_plan_that_cannot_start_has_no_verdict(monkeypatch, tmp_path, capsys):
     """SGLang's server not installed: exit 2 before anything runs, saying what is missing."""
     plan = build_plan(models=["some/base-model"], arms=["on", "off"], tasks=["gsm_style"], out=tmp_path)
-    monkeypatch.setattr(SGLangEngine, "required_modules", ("swa_harness_no_such_module",))
+    monkeypatch.setattr(SGLangServer, "required_modules", ("swa_harness_no_such_module",))
     monkeypatch.setattr(runner, "run_arm", lambda *a, **kw: pytest.fail("nothing may run"))
     assert runner.run_plan(plan, _options()) == 2
     err = capsys.readouterr().err

@@ -8,7 +8,7 @@ import time
 
 from pathlib import Path
 
-from harness.engines.counters import Counters
+from harness.servers.counters import Counters
 from harness.jobs.progress import ArmProgress, Progress, plain_line
 
 

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.engines.registry import get_engine
+from harness.servers.registry import get_server_kind
 
 from harness.evals.results import RunResult
 from harness.jobs.cpu import EvalConfig, cpu_plan
@@ -106,7 +106,7 @@ def test_an_external_server_is_the_engine_under_test(tmp_path, sglang_server, mo
     config = EvalConfig(limits={"gsm_style": 3}, out=tmp_path, on_url=sglang_server, off_url=sglang_server)
     plan = cpu_plan(config)
     engine = plan.runs[0].arm.engine
-    identity = get_engine(engine).identity(sglang_server, plan.runs[0].spec)  # what the server reports
+    identity = get_server_kind(engine).identity(sglang_server, plan.runs[0].spec)  # what the server reports
     runs = [RunResult("gsm_style", "on", "m", True, None, [], 0.0, {"arm": arm, "identity": identity.to_dict()})
             for arm in ("on", "off")]
     prov = provenance(config, runs)

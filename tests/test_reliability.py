@@ -18,8 +18,8 @@ from typing import Any, TypeVar
 import aiohttp
 import pytest
 
-from harness.engines.harness_server import launch_server
-from harness.engines.lifecycle import ServerProcess
+from harness.servers.harness_server import launch_server
+from harness.servers.lifecycle import ServerProcess
 from tests.waits import SERVER_START_S, scaled
 
 REPO = Path(__file__).resolve().parents[1]

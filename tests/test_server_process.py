@@ -18,9 +18,9 @@ from typing import Any
 import pytest
 
 from harness.engine import Engine, EngineConfig, SamplingParams
-from harness.engines.base import ServerSpec
-from harness.engines.harness_server import HarnessEngine, launch_server
-from harness.engines.lifecycle import ServerLaunchError, ServerProcess
+from harness.servers.base import ServerSpec
+from harness.servers.harness_server import HarnessServer, launch_server
+from harness.servers.lifecycle import ServerLaunchError, ServerProcess
 from tests.test_server import ENGINE_ARGS, MODEL, prompt_text, tokenized_checkpoint
 from tests.waits import SERVER_START_S, scaled
 
@@ -74,7 +74,7 @@ def test_launch_server_reports_a_loopback_url_and_serves(server: ServerProcess, 
 
 def test_the_harness_engine_reads_what_the_server_serves(server: ServerProcess, ckpt: Path) -> None:
     """The identity comes from the server's own /health: its code, the weights it loaded, its graph mode."""
-    engine = HarnessEngine()
+    engine = HarnessServer()
     spec = ServerSpec(model=str(ckpt), served_name=MODEL, graphs="tape")
     identity = engine.identity(server.base_url, spec)
     weights = hashlib.sha256((ckpt / "model.safetensors").read_bytes()).hexdigest()
@@ -146,7 +146,7 @@ def test_launch_failure_carries_the_log_tail(tmp_path: Path) -> None:
 
 
 def test_a_reason_keeps_one_line_of_the_last_exception(tmp_path: Path) -> None:
-    from harness.engines.lifecycle import ERROR_CHARS, last_error
+    from harness.servers.lifecycle import ERROR_CHARS, last_error
 
     log = tmp_path / "server.log"
     log.write_text("Traceback (most recent call last):\n  ValueError: first\n(EngineCore pid=1) ERROR core.py:1510] "

@@ -1,4 +1,4 @@
-"""Which SGLang code a traced server ran: per-process coverage data merged per file (harness/engines/sglang/trace)."""
+"""Which SGLang code a traced server ran: per-process coverage data merged per file (harness/servers/sglang_server/trace)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.engines.sglang import trace
+from harness.servers.sglang_server import trace
 
 coverage = pytest.importorskip("coverage", reason="coverage is in the test extras")
 
@@ -53,7 +53,7 @@ def test_a_traced_process_saves_while_it_runs_and_survives_sigkill(tmp_path: Pat
     script = textwrap.dedent(f"""
         import sys
         import time
-        from harness.engines.sglang import trace
+        from harness.servers.sglang_server import trace
         trace.SAVE_EVERY_S = 0.1
         assert trace.start_if_asked()
         sys.path.insert(0, {str(tmp_path / 'site')!r})

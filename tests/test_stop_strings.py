@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 from fixtures.scenarios.stops import cases, expected_stop, stop_sets
 from fixtures.tokenized import prompt_text, tokenized_checkpoint
 from harness.engine import Engine, EngineConfig, SamplingParams
-from harness.engines.harness_server import launch_server
+from harness.servers.harness_server import launch_server
 from tests.waits import SERVER_START_S, scaled
 
 NEW = 24

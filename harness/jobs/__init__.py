@@ -2,7 +2,7 @@
 
 * ``plan``: the data and its one builder (``build_plan``), YAML plans (``plan_from_file``), ``render``;
 * ``cpu``: ``swa-harness eval``'s two-arm plan; ``nightly``: the GPU nightly's models, arms and tasks;
-* ``runner``: launch (through ``harness.engines``) -> lm-eval -> judge -> history -> render;
+* ``runner``: launch (through ``harness.servers``) -> lm-eval -> judge -> history -> render;
 * ``cache``, ``progress``, ``provenance``: the resume cache, the live progress, what each report records;
 * ``eval_cli``, ``nightly_cli``, ``report_cli``, ``options``, ``saved``: the command lines.
 

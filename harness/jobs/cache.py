@@ -7,7 +7,7 @@ import json
 from pathlib import Path
 from typing import Any, Mapping
 
-from harness.identity import code_fingerprint, weights_sha256
+from harness.fingerprint import code_fingerprint, weights_sha256
 from harness.jobs.plan import ArmRun, EvalStep
 from harness.paths import REPO
 
@@ -19,7 +19,7 @@ def response_cache(run: ArmRun, step: EvalStep, identity: Mapping[str, Any], *, 
     A crashed run therefore loses nothing; ``--resume`` reuses the responses. The file name is keyed
     by everything that decides a response — checkpoint bytes, code (commit and uncommitted diff),
     the arm's engine, graph mode, flags and fault, the items, batching, and the ``identity`` the
-    answering server reports (``harness.engines.identity.server_identity``: model, graph mode, build)
+    answering server reports (``harness.servers.identity.server_identity``: model, graph mode, build)
     — so a resumed run can never mix in another build's answers, nor those of another server that
     answered at the same URL. Without ``resume`` the cache is cleared first.
     """

@@ -73,11 +73,11 @@ def engine_flags(config: EvalConfig) -> tuple[str, ...]:
         return ("--max-running", str(config.max_running), "--num-threads", str(config.threads),
                 "--device", config.device)
     if config.engine == "sglang":
-        from harness.engines.sglang import CPU_FLAGS
+        from harness.servers.sglang_server import CPU_FLAGS
 
         return (*CPU_FLAGS, "--max-running-requests", str(config.max_running)) if config.device == "cpu" else ()
     if config.engine == "vllm":
-        from harness.engines.vllm import CPU_FLAGS as VLLM_CPU_FLAGS
+        from harness.servers.vllm import CPU_FLAGS as VLLM_CPU_FLAGS
 
         return (*VLLM_CPU_FLAGS, "--max-num-seqs", str(config.max_running)) if config.device == "cpu" else ()
     return ()

@@ -13,7 +13,7 @@ import sys
 from dataclasses import replace
 from pathlib import Path
 
-from harness.engines.registry import ENGINES, get_engine
+from harness.servers.registry import SERVER_KINDS, get_server_kind
 from harness.evals.suites import SUITES, set_size
 from harness.jobs.cpu import EvalConfig, cpu_plan
 from harness.jobs.options import add_threshold_options, int_in, positive_seconds, thresholds_from_options
@@ -21,7 +21,7 @@ from harness.jobs.plan import plan_from_file, render
 from harness.jobs.runner import RunOptions, run_plan
 
 _DEFAULTS = EvalConfig()  # the option defaults, so the CLI and the dataclass cannot drift apart
-LAUNCHED_ENGINES = tuple(name for name in ENGINES if name != "external")
+LAUNCHED_ENGINES = tuple(name for name in SERVER_KINDS if name != "external")
 
 
 def check_fault(engine: str, fault: str) -> None:
@@ -88,7 +88,7 @@ def config_from_args(parser: argparse.ArgumentParser, args: argparse.Namespace, 
     if unknown:
         parser.error(f"unknown suites {unknown}; known: {', '.join(SUITES)}")
     if not (args.on_url and args.off_url):
-        if reason := get_engine(args.engine).missing():
+        if reason := get_server_kind(args.engine).missing():
             parser.exit(2, f"swa-harness eval: {reason}\n")
     if args.fault:
         try:

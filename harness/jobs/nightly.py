@@ -6,7 +6,7 @@ Arms (one SGLang server each, one model at a time, on one GPU):
 * ``off``: CUDA graphs off for decode and prefill; compared as "graphs on (treatment) vs off (reference)";
 * stress arms, graphs on with something that makes an SWA hazard likelier, each compared against ``on``;
 * ``fault-demo``: graphs on with a seed fix reverted (an SGLang-side catalog fault patched into the
-  server's processes by :mod:`harness.engines.sglang.patched_server`); its comparison against ``on`` must
+  server's processes by :mod:`harness.servers.sglang_server.patched_server`); its comparison against ``on`` must
   come out RED, or the job has lost the power to see the regression it exists for.
 """
 

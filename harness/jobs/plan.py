@@ -26,9 +26,9 @@ from typing import Any, Mapping, Sequence
 
 import yaml
 
-from harness.engines.base import ServerSpec
-from harness.engines.lifecycle import Command
-from harness.engines.registry import get_engine
+from harness.servers.base import ServerSpec
+from harness.servers.lifecycle import Command
+from harness.servers.registry import get_server_kind
 from harness.evals.suites import SUITES, set_size
 from harness.paths import REPO
 
@@ -194,7 +194,7 @@ class ArmRun:
         """The server's command line (None for an external server)."""
         if not self.launched:
             return None
-        return get_engine(self.arm.engine).command(self.spec)
+        return get_server_kind(self.arm.engine).command(self.spec)
 
 
 @dataclass(frozen=True)
@@ -457,7 +457,7 @@ def render(plan: Plan) -> str:
              f"items: {items}; {requests}; greedy decoding; out: {plan.out}", "", "arms:"]
     baseline = next(a.name for a in plan.arms if a.role == "baseline")
     lines += _table(("arm", "flags", "env", "compared", "expected", "purpose"), [
-        (a.name, " ".join((*a.flags, *get_engine(a.engine).graph_flags(a.graphs, a.flags))) or "(defaults)", " ".join(f"{k}={v}" for k, v in sorted(a.env.items())) or "-",
+        (a.name, " ".join((*a.flags, *get_server_kind(a.engine).graph_flags(a.graphs, a.flags))) or "(defaults)", " ".join(f"{k}={v}" for k, v in sorted(a.env.items())) or "-",
          "baseline" if a.role == "baseline" else (f"{baseline} vs {a.name}" if a.role == "reference"
                                                   else f"{a.name} vs {baseline}"),
          "-" if a.role == "baseline" else ("RED" if a.expect_red else "not RED"), a.purpose) for a in plan.arms])
@@ -482,7 +482,7 @@ def render(plan: Plan) -> str:
             lines.append(f"  {step.name} ({count} items, filter {'/'.join(dict.fromkeys(step.filters.values()))}): "
                          f"{step.command(url).shell()}")
         if run.server is not None:
-            grace = get_engine(run.arm.engine).stop_grace_s
+            grace = get_server_kind(run.arm.engine).stop_grace_s
             lines.append(f"  stop:   SIGTERM to the server's process group (SIGKILL after {grace:g} s)")
     lines += ["", "comparisons (paired by item; McNemar exact, paired bootstrap, MDE; verdict per task, worst overall):"]
     lines += _table(("model", "comparison", "ON (treatment)", "OFF (reference)", "expected", "report"), [

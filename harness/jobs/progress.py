@@ -1,7 +1,7 @@
 """Live progress while lm-eval runs: per arm and suite, items done / total, tokens per second, ETA.
 
 The counts come from each server's own counters (requests finished, tokens generated: the engine says
-where, ``harness.engines.counters``), because lm-eval says nothing per task while it runs. lm-eval (0.4.13, checked against a recording server) sends the
+where, ``harness.servers.counters``), because lm-eval says nothing per task while it runs. lm-eval (0.4.13, checked against a recording server) sends the
 suites' requests in the order of ``--tasks``, one suite after the other (they differ in generation
 settings, and it groups by those), so the items a server has served are attributed to the suites in
 that order. A response cache reused with ``--resume`` is not served again, so then the counts lag.
@@ -27,8 +27,8 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, TaskID, TextColumn
 from rich.progress import Progress as RichProgress
 
-from harness.engines.counters import Counters, ReadCounters, health_counters
-from harness.engines.identity import get_json
+from harness.servers.counters import Counters, ReadCounters, health_counters
+from harness.servers.identity import get_json
 
 
 def health(base_url: str) -> dict:

@@ -21,7 +21,7 @@ from typing import Any, Iterable, Mapping, Sequence
 
 from harness.env import SGLANG_PATCH_ENV, SGLANG_SOURCE_ENV
 from harness.evals.results import RunResult
-from harness.identity import checkout_state, file_sha256
+from harness.fingerprint import checkout_state, file_sha256
 from harness.jobs.plan import Comparison, Plan
 from harness.paths import DATA_DIR, REPO, TASKS_DIR, shown
 

@@ -1,6 +1,6 @@
 """The one runner: any plan, nightly or CPU, as launch -> lm-eval -> judge -> history -> render.
 
-Per run (a model on an arm) the arm's engine starts a server (``harness.engines``; an external arm's
+Per run (a model on an arm) the arm's engine starts a server (``harness.servers``; an external arm's
 URL is only read), its identity is read, and lm-eval scores the run's tasks against it, fully offline
 on CPU, with per-sample logs; the samples become ``RunResult``s saved under the run's folder, so
 ``swa-harness report`` can judge them again. Runs go ``plan.parallel`` at a time (two servers side by side
@@ -30,12 +30,12 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
-from harness.engines.base import EngineNotInstalled
-from harness.engines.guard import CHILDREN, ChildProcesses
-from harness.engines.identity import Identity, ServerUnreachable, server_identity
-from harness.engines.lifecycle import Command, ServerLaunchError, ServerProcess
-from harness.engines.registry import get_engine
-from harness.identity import tokenizer_fingerprint, weights_fingerprint
+from harness.servers.base import ServerNotInstalled
+from harness.servers.guard import CHILDREN, ChildProcesses
+from harness.servers.identity import Identity, ServerUnreachable, server_identity
+from harness.servers.lifecycle import Command, ServerLaunchError, ServerProcess
+from harness.servers.registry import get_server_kind
+from harness.fingerprint import tokenizer_fingerprint, weights_fingerprint
 from harness.evals.compare import ItemMismatchError, Thresholds, Tokenize, compare_runs, summarize
 from harness.evals.history import make_entry
 from harness.evals.history import record as record_history
@@ -127,7 +127,7 @@ def run_arm(run: ArmRun, options: RunOptions, progress: Progress, children: Chil
     A server that fails makes every task INCOMPLETE; a failed lm-eval step only its own tasks, unless it took
     the server down with it. ``label`` names the run in the live progress (default: model and arm).
     """
-    engine = get_engine(run.arm.engine)
+    engine = get_server_kind(run.arm.engine)
     spec = run.spec
     label = label or run.key
     part = f"server ({run.arm.name})"
@@ -202,7 +202,7 @@ def _run_step(run: ArmRun, step: EvalStep, url: str, identity: Identity | None, 
                                resume=options.resume)
     command = step.command(url, cache)
     log = run.dir / step.log_name
-    progress.watch(label, url, dict(step.items), get_engine(run.arm.engine).counters)
+    progress.watch(label, url, dict(step.items), get_server_kind(run.arm.engine).counters)
     try:
         try:
             code = run_lm_eval(command, log, options.eval_timeout, python=options.python, children=children)
@@ -271,8 +271,8 @@ def check_plan(plan: Plan, options: RunOptions) -> list[str]:
     problems = []
     for name in dict.fromkeys(r.arm.engine for r in plan.runs if r.launched):
         try:
-            get_engine(name).check_installed()
-        except EngineNotInstalled as exc:
+            get_server_kind(name).check_installed()
+        except ServerNotInstalled as exc:
             problems.append(str(exc))
     if not problems and options.check_args:
         problems += _preflight(plan)
@@ -287,7 +287,7 @@ def _model_before_start(run: ArmRun) -> tuple[Identity, str] | None:
     description."""
     if not run.launched:
         try:
-            identity = get_engine(run.arm.engine).identity(run.url or "", run.spec)
+            identity = get_server_kind(run.arm.engine).identity(run.url or "", run.spec)
         except ServerUnreachable:
             return None  # its run fails with its own reason
         where = f"{run.url} serves {identity.model}"
@@ -320,8 +320,8 @@ def _preflight(plan: Plan) -> list[str]:
     runs = [r for r in plan.runs if r.launched and r.arm.engine == "sglang"]
     if not runs:
         return []
-    from harness.engines.sglang import sglang_args
-    from harness.engines.sglang.server_args import InvalidServerArgs, check_arm, sglang_parser
+    from harness.servers.sglang_server import sglang_args
+    from harness.servers.sglang_server.server_args import InvalidServerArgs, check_arm, sglang_parser
 
     parser = sglang_parser()
     problems = []
@@ -340,7 +340,7 @@ def run_plan(plan: Plan, options: RunOptions = RunOptions()) -> int:
     cannot start or a run failed (no verdict; a one-line reason on stderr names the part), 128 + N when signal
     N interrupted it. The servers and lm-eval runs are this process's children, each in its own process
     group: they are stopped on any exit, on SIGTERM/SIGINT/SIGHUP, and die by themselves if the job is
-    SIGKILLed (``harness.engines.guard``).
+    SIGKILLed (``harness.servers.guard``).
     """
     problems = check_plan(plan, options)
     if problems:
@@ -495,7 +495,7 @@ def _overview(plan: Plan, runs: Sequence[RunResult], outcomes: Sequence[Outcome]
     by_key = {(r.model, r.meta.get("arm", r.graphs), r.suite): r for r in runs}
     models = []
     for model in plan.models:
-        arms = [(a.name, " ".join((*a.flags, *get_engine(a.engine).graph_flags(a.graphs, a.flags))) or "(defaults)",
+        arms = [(a.name, " ".join((*a.flags, *get_server_kind(a.engine).graph_flags(a.graphs, a.flags))) or "(defaults)",
                  " ".join(f"{k}={v}" for k, v in a.env.items())) for a in plan.arms]
         cells = {(a.name, t.name): by_key.get((model.slug, a.name, t.name)) for a in plan.arms for t in plan.tasks}
         comparisons = [OverviewComparison(f"{o.comparison.treatment} vs {o.comparison.reference}", o.suites,

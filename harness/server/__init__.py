@@ -4,6 +4,6 @@
 * ``app.build_app``: /v1/completions, /v1/chat/completions, /v1/models, /health.
 * ``cli.main``: ``python -m harness.server``; prints ``SWA_HARNESS_SERVER_READY http://HOST:PORT``.
 
-Jobs start it through ``harness.engines`` (the ``harness`` engine); nothing is imported here, so
+Jobs start it through ``harness.servers`` (the ``harness`` engine); nothing is imported here, so
 ``python -m harness.server`` does not import its own modules twice.
 """

@@ -1,7 +1,7 @@
 """The fault-demo arm's launcher puts the catalog fault into every process of the server.
 
 SGLang starts its scheduler (model runner, KV pools, CUDA graph runner) with multiprocessing in spawn
-mode; ``python -m harness.engines.sglang.patched_server --self-check`` applies the fault, spawns a child the
+mode; ``python -m harness.servers.sglang_server.patched_server --self-check`` applies the fault, spawns a child the
 same way, and compares the edited functions' code in both processes (CPU, SGLang target's install).
 """
 
@@ -20,7 +20,7 @@ from harness.paths import REPO
 def test_spawned_children_get_the_fault(target):
     if target.name != "sglang":
         pytest.skip("patches real SGLang: run with --target sglang (nox -s sglang)")
-    proc = subprocess.run([sys.executable, "-m", "harness.engines.sglang.patched_server", "--fault", DEFAULT_FAULT,
+    proc = subprocess.run([sys.executable, "-m", "harness.servers.sglang_server.patched_server", "--fault", DEFAULT_FAULT,
                            "--self-check"], cwd=REPO, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     report = json.loads(proc.stdout[proc.stdout.index("{"):])

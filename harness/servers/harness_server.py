@@ -8,18 +8,18 @@ import tempfile
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from harness.engines.base import Engine, ServerSpec
-from harness.engines.counters import Counters, health_counters
-from harness.engines.identity import Identity, server_identity
-from harness.engines.guard import CHILDREN, ChildProcesses
-from harness.engines.lifecycle import Command, ServerProcess
+from harness.servers.base import ServerKind, ServerSpec
+from harness.servers.counters import Counters, health_counters
+from harness.servers.identity import Identity, server_identity
+from harness.servers.guard import CHILDREN, ChildProcesses
+from harness.servers.lifecycle import Command, ServerProcess
 from harness.env import FAULT_ENV, OFFLINE_ENV, SERVER_READY
-from harness.identity import code_fingerprint
+from harness.fingerprint import code_fingerprint
 
 GRAPH_MODES = ("tape", "cuda", "auto", "eager", "off")
 
 
-class HarnessEngine(Engine):
+class HarnessServer(ServerKind):
     name = "harness"
     stop_grace_s = 30.0
 
@@ -71,4 +71,4 @@ def launch_server(model_path: str | os.PathLike, graphs: str = "auto", *, max_ru
         fd, name = tempfile.mkstemp(prefix="swa-harness-server-", suffix=".log")
         os.close(fd)
         log_path = name
-    return HarnessEngine().start(spec, log_path=Path(log_path), timeout=timeout, python=python, children=children)
+    return HarnessServer().start(spec, log_path=Path(log_path), timeout=timeout, python=python, children=children)

@@ -6,9 +6,9 @@ SGLang's own parser."""
 
 from __future__ import annotations
 
-from harness.engines.base import Engine, ServerSpec
-from harness.engines.counters import SGLANG_METRICS, Counters, metrics_reader
-from harness.engines.lifecycle import Command
+from harness.servers.base import ServerKind, ServerSpec
+from harness.servers.counters import SGLANG_METRICS, Counters, metrics_reader
+from harness.servers.lifecycle import Command
 from harness.env import SGLANG_FAULT_ENV, SGLANG_PATCH_ENV
 
 CPU_ENV = {"SGLANG_USE_CPU_ENGINE": "1"}  # without it ``--device cpu`` still takes non-CPU import paths
@@ -21,7 +21,7 @@ CPU_FLAGS = ("--device", "cpu", "--attention-backend", "torch_native", "--sampli
 CPU_GRAPH_BS = ("1", "2", "4", "8")
 
 SGLANG_LAUNCH = ("python", "-m", "sglang.launch_server")
-PATCHED_LAUNCH = ("python", "-m", "harness.engines.sglang.patched_server")
+PATCHED_LAUNCH = ("python", "-m", "harness.servers.sglang_server.patched_server")
 GRAPHS_OFF_FLAGS = ("--cuda-graph-backend-decode", "disabled", "--cuda-graph-backend-prefill", "disabled")
 
 
@@ -45,7 +45,7 @@ def sglang_args(spec: ServerSpec) -> tuple[str, ...]:
             *graph_flags(spec.graphs, spec.flags))
 
 
-class SGLangEngine(Engine):
+class SGLangServer(ServerKind):
     name = "sglang"
     stop_grace_s = 60.0
     # The server, not only the memory code the suites import: its HTTP stack and its kernel package.

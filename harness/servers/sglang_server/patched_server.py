@@ -1,7 +1,7 @@
 """Launch an SGLang server with the harness's patches in every one of its processes: on CPU the import-only
 stand-ins SGLang's CPU server needs (``shims/``), and optionally one SGLang-side catalog fault.
 
-    [SGLANG_USE_CPU_ENGINE=1] python -m harness.engines.sglang.patched_server [--fault <id>] -- <sglang.launch_server flags>
+    [SGLANG_USE_CPU_ENGINE=1] python -m harness.servers.sglang_server.patched_server [--fault <id>] -- <sglang.launch_server flags>
 
 A catalog fault (``harness/targets/sglang/faults/catalog``) swaps the ``__code__`` of SGLang functions
 in the process that applies it. SGLang's server is several processes: the launcher (HTTP, tokenizer)
@@ -47,7 +47,7 @@ def install_cpu_stand_ins() -> None:
     _install_shims()
     if str(STAND_INS) not in sys.path:
         sys.path.insert(0, str(STAND_INS))
-    from harness.engines.sglang import cpu_graph_hooks
+    from harness.servers.sglang_server import cpu_graph_hooks
 
     cpu_graph_hooks.install()
 
@@ -55,7 +55,7 @@ def install_cpu_stand_ins() -> None:
 def prepare_process() -> None:
     """What every process of the server needs before SGLang runs in it: the CPU stand-ins, an ad-hoc source patch
     (``SWA_HARNESS_SGLANG_PATCH``: e.g. a candidate fix for a finding), the fault; tracing first, when asked."""
-    from harness.engines.sglang import trace
+    from harness.servers.sglang_server import trace
 
     trace.start_if_asked()  # SWA_HARNESS_SGLANG_TRACE=<folder>: which SGLang code this process runs
     if os.environ.get(CPU_ENV) == "1":
@@ -134,7 +134,7 @@ def self_check(fault_id: str, timeout: float = 300.0) -> dict[str, Any]:
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     split = argv.index("--") if "--" in argv else len(argv)
-    parser = argparse.ArgumentParser(prog="python -m harness.engines.sglang.patched_server",
+    parser = argparse.ArgumentParser(prog="python -m harness.servers.sglang_server.patched_server",
                                      description="sglang.launch_server with the CPU stand-ins (SGLANG_USE_CPU_ENGINE=1) "
                                                  "and/or a catalog fault in every process")
     parser.add_argument("--fault", default=None, help="SGLang-side catalog fault id")

@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-from harness.engines.base import Engine, ServerSpec
-from harness.engines.counters import Counters, any_counters
-from harness.engines.identity import Identity, server_identity, server_version
-from harness.engines.lifecycle import Command
+from harness.servers.base import ServerKind, ServerSpec
+from harness.servers.counters import Counters, any_counters
+from harness.servers.identity import Identity, server_identity, server_version
+from harness.servers.lifecycle import Command
 
 
-class ExternalEngine(Engine):
+class ExternalServer(ServerKind):
     name = "external"
 
     def command(self, spec: ServerSpec) -> Command:

@@ -25,14 +25,14 @@ from pathlib import Path
 import pytest
 
 from fixtures.tokenized import WORDS, tokenized_checkpoint
-from harness.engines.base import ServerSpec
-from harness.engines.lifecycle import ServerProcess
-from harness.engines.sglang import CPU_FLAGS, SGLangEngine
+from harness.servers.base import ServerSpec
+from harness.servers.lifecycle import ServerProcess
+from harness.servers.sglang_server import CPU_FLAGS, SGLangServer
 from harness.env import SGLANG_PATCH_ENV, SGLANG_SERVER_ENV
-from suites.engines.oracles import (Reference, agreement, assert_agrees, free_port, harness_reference, running,
+from suites.servers.oracles import (Reference, agreement, assert_agrees, free_port, harness_reference, running,
                                     serve_all, transformers_reference)
 
-ENGINE = SGLangEngine()
+ENGINE = SGLangServer()
 if ENGINE.missing() is not None and os.environ.get(SGLANG_SERVER_ENV) == "require":
     pytest.fail(f"{ENGINE.missing()} ({SGLANG_SERVER_ENV}=require)", pytrace=False)
 pytestmark = pytest.mark.skipif(ENGINE.missing() is not None,
@@ -108,7 +108,7 @@ def test_concurrent_greedy_answers_equal_transformers_and_the_harness_engine(
 
 def test_graphs_on_answer_as_the_oracles(ckpt: Path, tmp_path: Path, transformers_run: Reference,
                                         harness_answers: list[str]) -> None:
-    """SGLang's CPU graph runner (with the hooks torch_native lacks, harness/engines/sglang/cpu_graph_hooks.py)."""
+    """SGLang's CPU graph runner (with the hooks torch_native lacks, harness/servers/sglang_server/cpu_graph_hooks.py)."""
     with sglang_server(ckpt, GRAPHS_ON, tmp_path / "server.log", graphs="on") as server:
         assert_served_like_the_oracles(server, transformers_run, harness_answers)
         log = server.log_path.read_text()

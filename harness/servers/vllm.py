@@ -17,10 +17,10 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from harness.engines.base import Engine, ServerSpec
-from harness.engines.counters import VLLM_METRICS, Counters, metrics_reader, prometheus_sums
-from harness.engines.identity import Identity
-from harness.engines.lifecycle import Command
+from harness.servers.base import ServerKind, ServerSpec
+from harness.servers.counters import VLLM_METRICS, Counters, metrics_reader, prometheus_sums
+from harness.servers.identity import Identity
+from harness.servers.lifecycle import Command
 from harness.env import OFFLINE_ENV
 from harness.paths import REPO
 
@@ -42,7 +42,7 @@ def cache_root() -> Path:
     return root.relative_to(REPO) if root.is_relative_to(REPO) else root
 
 
-class VLLMEngine(Engine):
+class VLLMServer(ServerKind):
     name = "vllm"
     stop_grace_s = 60.0
     required_modules = ("vllm",)

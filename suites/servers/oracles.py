@@ -21,8 +21,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from harness.engines.base import Engine, ServerSpec
-from harness.engines.lifecycle import ServerProcess
+from harness.servers.base import ServerKind, ServerSpec
+from harness.servers.lifecycle import ServerProcess
 
 TOP = 5
 Top = list[list[float]]  # per generated token, its top-TOP logprobs, largest first
@@ -68,7 +68,7 @@ class Agreement:
 
 
 @contextmanager
-def running(engine: Engine, spec: ServerSpec, log: Path, timeout: float) -> Iterator[ServerProcess]:
+def running(engine: ServerKind, spec: ServerSpec, log: Path, timeout: float) -> Iterator[ServerProcess]:
     """A server for one test: started as ``swa-harness eval`` starts it, then stopped with its whole process group."""
     server = engine.start(spec, log_path=log, timeout=timeout)
     try:

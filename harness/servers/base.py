@@ -1,9 +1,9 @@
-"""An engine serves one arm of an accuracy job over an OpenAI-compatible endpoint.
+"""A server kind serves one arm of an accuracy job over an OpenAI-compatible endpoint.
 
-Each engine says how to check it is installed, the command line of a server for a ``ServerSpec``
+Each kind says how to check it is installed, the command line of a server for a ``ServerSpec``
 (graphs on, off, a stress arm's flags), where that server will listen, how to read its identity and
 how long it may take to stop; ``start`` runs it through the one lifecycle of
-``harness.engines.lifecycle``. Engines know nothing of plans, lm-eval or reports.
+``harness.servers.lifecycle``. Server kinds know nothing of plans, lm-eval or reports.
 """
 
 from __future__ import annotations
@@ -14,14 +14,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping
 
-from harness.engines.counters import Counters
-from harness.engines.guard import CHILDREN, ChildProcesses
-from harness.engines.identity import Identity, get_json, server_identity, server_version
-from harness.engines.lifecycle import Command, ServerProcess, launch
-from harness.identity import tokenizer_fingerprint, weights_fingerprint
+from harness.servers.counters import Counters
+from harness.servers.guard import CHILDREN, ChildProcesses
+from harness.servers.identity import Identity, get_json, server_identity, server_version
+from harness.servers.lifecycle import Command, ServerProcess, launch
+from harness.fingerprint import tokenizer_fingerprint, weights_fingerprint
 
 
-class EngineNotInstalled(RuntimeError):
+class ServerNotInstalled(RuntimeError):
     """The engine cannot run here; the message is one line saying what is missing and how to get it."""
 
 
@@ -39,8 +39,8 @@ class ServerSpec:
     url: str | None = None  # an external server: nothing is launched
 
 
-class Engine:
-    """The base every engine refines; the defaults fit an OpenAI-compatible server with a fixed port."""
+class ServerKind:
+    """The base every server kind refines; the defaults fit an OpenAI-compatible server with a fixed port."""
 
     name = "engine"
     stop_grace_s = 30.0  # SIGTERM -> SIGKILL
@@ -58,7 +58,7 @@ class Engine:
 
     def check_installed(self) -> None:
         if reason := self.missing():
-            raise EngineNotInstalled(reason)
+            raise ServerNotInstalled(reason)
 
     def graph_flags(self, graphs: str, flags: tuple[str, ...] = ()) -> tuple[str, ...]:
         """The flags that set graph mode ``graphs`` on this engine's command line (``flags``: the arm's others,

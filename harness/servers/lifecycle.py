@@ -1,7 +1,7 @@
 """One server lifecycle for every engine: start under the guard, wait until ready, stop as a group.
 
 ``launch(command, url=...)`` starts the command as the leader of its own process group (through
-``harness.engines.guard``, so it dies with the job, SIGKILL included), copies its output into a log,
+``harness.servers.guard``, so it dies with the job, SIGKILL included), copies its output into a log,
 and returns once the server answers: readiness is polled on the endpoint (``GET <url>/health`` is
 200) *and* on the process (an exit before that is a launch failure), never a fixed sleep. A server
 that picks its own port (the harness server with ``--port 0``) prints its URL; ``url_from_line``
@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from harness.engines.guard import CHILDREN, ChildProcesses
+from harness.servers.guard import CHILDREN, ChildProcesses
 from harness.paths import REPO
 
 POLL_S = 0.25  # between readiness probes; each probe is bounded too

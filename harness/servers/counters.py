@@ -12,7 +12,7 @@ import urllib.request
 from dataclasses import dataclass
 from typing import Callable
 
-from harness.engines.identity import get_json
+from harness.servers.identity import get_json
 
 
 @dataclass(frozen=True)

@@ -1,7 +1,7 @@
 """Which SGLang code a real server ran: coverage in every one of its processes, summed per file.
 
     SWA_HARNESS_SGLANG_TRACE=/tmp/trace swa-harness eval --engine sglang ...   # or any patched_server launch
-    python -m harness.engines.sglang.trace /tmp/trace [--json out.json]
+    python -m harness.servers.sglang_server.trace /tmp/trace [--json out.json]
 
 A claim such as "the hybrid SWA pool and the CPU graph runner served these answers" should rest on what ran,
 not on which flags were passed. ``patched_server`` calls ``start_if_asked`` in the launcher and in every process
@@ -26,7 +26,7 @@ from pathlib import Path
 TRACE_ENV = "SWA_HARNESS_SGLANG_TRACE"
 SAVE_EVERY_S = 5.0
 INCLUDE = ("*/sglang/*",)
-OMIT = ("*/harness/*",)  # this package's own harness/engines/sglang/ is not SGLang
+OMIT = ("*/harness/*",)  # this package's own harness/servers/sglang_server/ is not SGLang
 
 
 def start_if_asked() -> bool:
@@ -111,7 +111,7 @@ def markdown(runs: list[FileRun]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m harness.engines.sglang.trace",
+    parser = argparse.ArgumentParser(prog="python -m harness.servers.sglang_server.trace",
                                      description="which SGLang files a traced server ran (SWA_HARNESS_SGLANG_TRACE)")
     parser.add_argument("folder", type=Path)
     parser.add_argument("--json", type=Path, default=None, help="also write the list as JSON here")

@@ -1,6 +1,6 @@
 """Child processes that never outlive the process that started them.
 
-``ChildProcesses.spawn(cmd)`` starts ``python -m harness.engines.guard CMD...`` as the leader of a new
+``ChildProcesses.spawn(cmd)`` starts ``python -m harness.servers.guard CMD...`` as the leader of a new
 process group, with a pipe as its stdin that nobody writes. The guard runs CMD in that group and
 waits for it; it forwards SIGTERM/SIGINT/SIGHUP to it; and when its stdin reaches EOF (the parent
 is gone, even by SIGKILL, so the kernel closed the pipe) it ends CMD's whole tree, then kills the
@@ -33,7 +33,7 @@ class ChildrenClosed(RuntimeError):
 
 def guarded(cmd: Sequence[str]) -> list[str]:
     """``cmd`` run under the guard (see the module docstring)."""
-    return [sys.executable, "-m", "harness.engines.guard", *cmd]
+    return [sys.executable, "-m", "harness.servers.guard", *cmd]
 
 
 class ChildProcesses:
@@ -208,7 +208,7 @@ def _watch_parent(parent_gone: threading.Event) -> None:
 def main(argv: Sequence[str] | None = None) -> int:
     cmd = list(sys.argv[1:] if argv is None else argv)
     if not cmd:
-        print("usage: python -m harness.engines.guard CMD [ARG...]", file=sys.stderr)
+        print("usage: python -m harness.servers.guard CMD [ARG...]", file=sys.stderr)
         return 2
     _become_subreaper()
     child = subprocess.Popen(cmd, stdin=subprocess.DEVNULL)
