@@ -30,6 +30,10 @@ SGLANG_SUITES = ["suites/pool", "suites/scenarios", "suites/differential", "suit
 # the prefix suite runs again on the Python one (suites/sglang/test_prefix_cache_adapter.py names both cores itself).
 SGLANG_PREFIX_SUITES = ["suites/prefix"]
 TREE_CORE_ENV = "SGLANG_UNIFIED_RADIX_TREE_CORE_BACKEND"
+# Every pytest run of every session: no cache directory written into the checkout (parallel sessions would share it).
+PYTEST = ("python", "-m", "pytest", "-p", "no:cacheprovider")
+RUFF = "ruff==0.17.6"
+LINTED = ("harness", "suites", "fixtures", "tests", "bench", "noxfile.py", "conftest.py")
 
 
 def _install(session: nox.Session, extras: str = "test") -> None:
@@ -44,15 +48,22 @@ def _install(session: nox.Session, extras: str = "test") -> None:
 def tests(session: nox.Session) -> None:
     """Unit tests and scenario suites, in parallel; exit code 5 (nothing collected) fails the session."""
     _install(session, "test,eval")
-    session.run("python", "-m", "pytest", "-n", "auto", "-p", "no:cacheprovider", *session.posargs)
+    session.run(*PYTEST, "-n", "auto", *session.posargs)
+
+
+@nox.session(python=PYTHON)
+def lint(session: nox.Session) -> None:
+    """ruff: the formatter's check (nothing to reformat) and its linter's small rule set (pyproject.toml)."""
+    session.install(RUFF)
+    session.run("ruff", "format", "--check", *LINTED)
+    session.run("ruff", "check", *LINTED)
 
 
 @nox.session(python=PYTHON)
 def scenarios(session: nox.Session) -> None:
     """Only the scenario and differential suites (pass --hypothesis exhaustive via SWA_HARNESS_HYPOTHESIS)."""
     _install(session)
-    session.run("python", "-m", "pytest", "-n", "auto", "-p", "no:cacheprovider", "suites/scenarios", "suites/differential",
-                *session.posargs)
+    session.run(*PYTEST, "-n", "auto", "suites/scenarios", "suites/differential", *session.posargs)
 
 
 @nox.session(python=PYTHON)
@@ -95,8 +106,8 @@ def sglang(session: nox.Session) -> None:
         if checks["SGLANG_INVARIANT_CHECK"] not in levels:
             continue
         for core, suites in (("rust", SGLANG_SUITES), ("python", SGLANG_PREFIX_SUITES)):
-            session.run("python", "-m", "pytest", "-n", "auto", "-p", "no:cacheprovider", *suites,
-                        "--target", "sglang", *session.posargs, env={**checks, TREE_CORE_ENV: core})
+            session.run(*PYTEST, "-n", "auto", *suites, "--target", "sglang", *session.posargs,
+                        env={**checks, TREE_CORE_ENV: core})
 
 
 @nox.session(python=PYTHON)
@@ -127,8 +138,7 @@ def sglang_server(session: nox.Session) -> None:
     harness engine on one checkpoint, at concurrency, roomy and tight pools (suites/servers); then the accuracy
     smoke: graphs on (CPU graph runner, batch sizes 1-2) vs off on 32 items (suites/plans/sglang-cpu-smoke.yaml)."""
     _install_sglang_server(session)
-    session.run("python", "-m", "pytest", "-p", "no:cacheprovider", "-rxX", "suites/servers", *session.posargs,
-                env={"SWA_HARNESS_SGLANG_SERVER": "require"})  # a missing piece fails here, it never skips
+    session.run(*PYTEST, "-rxX", "suites/servers", *session.posargs, env={"SWA_HARNESS_SGLANG_SERVER": "require"})  # a missing piece fails here, it never skips
     session.run("swa-harness", "eval", "--plan", "suites/plans/sglang-cpu-smoke.yaml", "--no-history")
 
 
@@ -171,8 +181,8 @@ def vllm(session: nox.Session) -> None:
     harness engine (suites/servers), vLLM's KV-cache manager under the ownership rules (suites/vllm), then the
     accuracy smoke: compiled vs eager on 32 items."""
     _install_vllm(session)
-    session.run("python", "-m", "pytest", "-p", "no:cacheprovider", "-rxX", "suites/servers/test_vllm_server.py",
-                "suites/vllm", *session.posargs, env={"SWA_HARNESS_VLLM_SERVER": "require"})
+    session.run(*PYTEST, "-rxX", "suites/servers/test_vllm_server.py", "suites/vllm", *session.posargs,
+                env={"SWA_HARNESS_VLLM_SERVER": "require"})
     session.run("swa-harness", "eval", "--plan", "suites/plans/vllm-cpu-smoke.yaml", "--no-history")
 
 
@@ -218,5 +228,4 @@ def real_weights(session: nox.Session) -> None:
     _install(session)
     session.install(*REAL_WEIGHTS_DEPS)
     session.run("python", "-m", "fixtures.real_weights", "--no-install")
-    session.run("python", "-m", "pytest", "-p", "no:cacheprovider", "suites/real_weights", *session.posargs,
-                env={"SWA_HARNESS_REAL_WEIGHTS": "require"})
+    session.run(*PYTEST, "suites/real_weights", *session.posargs, env={"SWA_HARNESS_REAL_WEIGHTS": "require"})

@@ -67,7 +67,8 @@ def prompts() -> list[str]:
     return lm_eval_prompts(PER_TASK)
 
 
-@pytest.fixture(scope="module", params=CHECKPOINTS)
+@pytest.fixture(scope="module", params=[pytest.param(c, id=c, marks=[pytest.mark.extended] if c != CHECKPOINTS[0] else [])
+                                        for c in CHECKPOINTS])
 def ckpt(request: pytest.FixtureRequest) -> Path:
     return REPO / "fixtures" / "models" / request.param
 
@@ -93,7 +94,7 @@ def served_like_transformers(server: ServerProcess, reference: Reference) -> flo
     return found.worst
 
 
-@pytest.mark.parametrize("graphs", ["off", "on"], ids=["eager", "compiled"])
+@pytest.mark.parametrize("graphs", [pytest.param("off", id="eager"), pytest.param("on", id="compiled", marks=pytest.mark.extended)])
 def test_concurrent_greedy_answers_equal_transformers_and_the_harness_engine(
         graphs: str, ckpt: Path, reference: Reference, tmp_path: Path) -> None:
     with vllm_server(ckpt, ROOMY, tmp_path / "server.log", graphs) as server:
@@ -123,6 +124,7 @@ def test_a_pool_that_preempts_and_reuses_blocks_changes_no_answer(ckpt: Path, re
     assert metrics.get(PREEMPTIONS, 0) > 0 and metrics.get(PREFIX_HITS, 0) > 0, metrics
 
 
+@pytest.mark.extended
 def test_a_vllm_server_that_cannot_start_is_no_verdict_in_one_line_and_leaves_nothing_running(tmp_path: Path) -> None:
     """Two blocks cannot hold one 1024-token request: vLLM refuses to start. The job says so in one line, exits 2
     (NO VERDICT, never RED) and nothing it started outlives it."""
