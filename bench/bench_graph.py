@@ -22,6 +22,9 @@ from collections.abc import Callable
 import torch
 
 from bench.common import markdown_table, write_section
+from fixtures.toy_decode import ToyWorld
+from harness.graph.backends import make_backend
+from harness.graph.runner import GraphRunner
 
 GOALS = {1: 2.0, 32: 1.2}  # issue 19: tape >= 2x eager at bs 1, >= 1.2x at bs 32
 
@@ -42,13 +45,10 @@ def interleaved_medians_wall_cpu(fns: dict[str, Callable[[], object]], *, repeat
             wall[name].append(w1 - w0)
             cpu[name].append(c1 - c0)
     return {name: (statistics.median(wall[name]), statistics.median(cpu[name])) for name in fns}
-from fixtures.toy_decode import ToyWorld
-from harness.graph.backends import make_backend
-from harness.graph.runner import GraphRunner
 
 
 def call_path(step) -> str:
-    """How a tape step calls its op at replay (``harness.graph.tape._Step.bind``)."""
+    """How a tape step calls its op at replay (``harness.graph.tape_replay.bound_call``)."""
     if step.fast is not None:
         return "Python binding"
     if getattr(step.call, "func", None) is torch._C._dispatch_call_boxed:

@@ -1,13 +1,15 @@
 """The CPU "tape" graph backend: CUDA-graph semantics without a GPU.
 
-Capture runs the callable once under a ``TorchDispatchMode`` that records every aten op with the
-very tensors it read and wrote. Replay re-runs exactly those ops on the same tensors, writing each
+**Capture.** ``TapeBackend.capture(fn)`` runs ``fn`` once under a ``TorchDispatchMode`` (``_Recorder``)
+that records every aten op with the very tensors it read and wrote, as a CUDA stream capture records
+kernels with their device pointers. Replay re-runs exactly those ops on the same tensors, writing each
 result into the tensor captured for it; Python does not run again. So, as with a CUDA graph:
 
 * a decision taken in Python during capture (a memo hit, a branch, a shape) is frozen into the tape;
 * inputs must be refilled in place (``copy_``) — a newly bound tensor is never seen;
-* ops that need the host to look at tensor data (``.item()``, ``nonzero``, boolean-mask indexing,
-  data-dependent output shapes, ``tolist()``) cannot be captured and raise ``GraphCaptureError``.
+* a host sync, anything that has the host look at tensor data (``.item()``, ``nonzero``, boolean-mask
+  indexing, data-dependent output shapes, ``tolist()``), cannot be captured and raises
+  ``GraphCaptureError`` (the host-sync table below says which ops and methods, and why).
 
 View ops are not replayed (a captured view still aliases its base); in-place and ``out=`` ops are
 replayed as recorded; functional ops are replayed through their ``out=`` overload into the captured
@@ -16,17 +18,32 @@ records each ``graph_break`` as one more step, which runs its Python again at re
 
 The tensors a capture allocates belong to the graph, and like a CUDA graph's they do not each keep
 their own memory: after capture they are planned into an arena every graph of the backend shares, by
-the step ranges over which they are used (``harness.graph.tape_memory``).
+the step ranges over which they are used (``harness.graph.tape_memory``). Replay is made cheap per op
+(bound calls, Python bindings, exact substitutes, constants run once) by ``harness.graph.tape_replay``,
+an optimisation with the same semantics as calling each recorded op.
 
-Replay cost per op is kept low, since a decode step of a small model is hundreds of tiny ops: each
-step is bound once into a zero-argument callable (no argument unpacking or kwargs merging at replay),
-through torch's generated Python binding of the op where one calls exactly the recorded overload
-(checked once per overload and argument kinds, else the dispatcher's boxed call on the overload's
-handle, whose generic schema matching costs more); and the steps that are constants (an op with no
-tensor inputs, such as ``arange``, whose output nothing in the graph writes again) run once when the
-graph is bound, not at every replay. A few calls are recorded as cheaper ones that compute the same
-bits (``_exact_substitute``: a Python number operand as a 0-dim tensor made once, ``masked_fill`` as
-``where``).
+**The process-wide patch.** Most host syncs are aten ops, which the recorder's dispatch mode sees.
+``Tensor.tolist`` and ``Tensor.numpy`` are not: they read the tensor's memory in C++ without
+dispatching any op, so the only place to refuse them is the method itself. For the duration of a
+capture the recorder replaces two attributes of the class ``torch.Tensor`` with functions that raise
+``GraphCaptureError``:
+
+* ``torch.Tensor.tolist``
+* ``torch.Tensor.numpy``
+
+They are installed when the capture starts (``_Recorder.start``, before ``fn`` runs) and removed when
+it stops (in a ``finally``, so also when the capture raises) by assigning back what was there before;
+since the originals are inherited from ``torch._C.TensorBase``, after the first capture ``torch.Tensor``
+keeps attributes of its own equal to them. They are also removed while the eager Python of a
+``graph_break`` runs, and installed again after it.
+
+The patch is process-wide because a class attribute is: Python has no per-thread method lookup. The
+dispatch mode and the ``no_grad`` of a capture are thread-local. So while one thread captures, another
+thread gets ``GraphCaptureError`` from ``.tolist()`` and ``.numpy()`` of any tensor though it is not
+capturing, and otherwise runs as usual: its ops are neither recorded nor refused (``.item()`` works),
+and its grad mode is its own. Two captures at once on two threads are not supported: each restores
+what it saw at its start, so unless they end in the reverse order of their start, the raisers stay
+installed after both.
 """
 
 from __future__ import annotations
@@ -34,7 +51,6 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field
-from functools import partial
 from typing import Any
 
 import torch
@@ -44,8 +60,19 @@ from harness.op_args import iter_tensors, map_leaves
 from harness.graph.errors import GraphCaptureError, check_static_inputs, input_addresses
 from harness.graph.piecewise import splitting
 from harness.graph.tape_memory import Arena, GraphMemory, OwnedStorages
+from harness.graph.tape_replay import binding_for, bound_call, exact_substitute, mutating_binding, split_constants
 
 aten = torch.ops.aten
+
+
+# --- Host syncs: what a capture refuses ----------------------------------------------------------------
+#
+# A CUDA graph is recorded from a stream without waiting for anything, and replayed without the host,
+# so nothing in it can hand the host a value the host must wait for. Reading a tensor's data
+# (``.item()``, ``bool()``, ``torch.equal``) needs a device-to-host copy and a stream sync, which CUDA
+# refuses during capture ("operation not permitted when stream is capturing"); an op whose output shape
+# depends on the data must sync to learn the size to allocate, and a replay could not change the size
+# anyway. The tape refuses the same, so a forward that captures here does not fail on a GPU for a host sync.
 
 _HOST_SYNC_OPS = {
     aten._local_scalar_dense.default: ".item() / int() / bool() of a tensor",
@@ -58,10 +85,14 @@ _HOST_SYNC_OPS = {
     aten.unique_dim.default: "unique (data-dependent shape)",
     aten.bincount.default: "bincount (data-dependent shape)",
 }
-_SKIP_AT_REPLAY = {aten.empty.memory_format, aten.empty_strided.default, aten.empty_like.default}
+
+# Tensor methods that read data on the host without dispatching an aten op, so the dispatch mode never
+# sees them: refused by the process-wide patch of ``torch.Tensor`` (module docstring).
+_HOST_READ_METHODS = ("tolist", "numpy")
 
 
 def _host_sync_reason(func: torch._ops.OpOverload, args: tuple, kwargs: dict) -> str | None:
+    """Why ``func`` on these arguments is a host sync, or None when it is not."""
     if func in _HOST_SYNC_OPS:
         return _HOST_SYNC_OPS[func]
     if func is aten.repeat_interleave.Tensor and kwargs.get("output_size") is None:
@@ -73,184 +104,33 @@ def _host_sync_reason(func: torch._ops.OpOverload, args: tuple, kwargs: dict) ->
     return None
 
 
-_OUT_VARIANTS: dict[torch._ops.OpOverload, tuple[torch._ops.OpOverload, tuple[str, ...]] | None] = {}
+class _HostReadPatch:
+    """The process-wide patch of ``_HOST_READ_METHODS`` on ``torch.Tensor`` (module docstring)."""
 
-
-def _out_variant(func: torch._ops.OpOverload) -> tuple[torch._ops.OpOverload, tuple[str, ...]] | None:
-    """The overload of ``func`` that takes the same arguments plus ``out=`` tensors, if aten has one."""
-    if func in _OUT_VARIANTS:
-        return _OUT_VARIANTS[func]
-    found = None
-    signature = [(a.name, str(a.type)) for a in func._schema.arguments]
-    for name in func.overloadpacket.overloads():
-        candidate = getattr(func.overloadpacket, name)
-        args = candidate._schema.arguments
-        outs = tuple(a.name for a in args if a.is_out)
-        if outs and [(a.name, str(a.type)) for a in args if not a.is_out] == signature:
-            if len(outs) == len(func._schema.returns):
-                found = (candidate, outs)
-                break
-    _OUT_VARIANTS[func] = found
-    return found
-
-
-def _storages(tree: Any) -> set[int]:
-    return {t.untyped_storage().data_ptr() for t in iter_tensors(tree)}
-
-
-# torch's generated Python bindings for the ops a model's step is made of. Each calls the aten overload
-# through the dispatcher like ``OpOverload.__call__`` does, but parses its arguments far more cheaply.
-# A binding stands in for a recorded overload only after a probe saw it dispatch exactly that overload
-# for the same kinds of arguments (``_binding_for``); mutating ops are not probed (running them twice is
-# not harmless), so only these two, whose bindings have a single overload, are mapped.
-_BINDINGS: dict[torch._ops.OpOverload, Callable[..., Any]] = {
-    aten.add.out: torch.add,
-    aten.sub.out: torch.sub,
-    aten.mul.out: torch.mul,
-    aten.div.out: torch.div,
-    aten.neg.out: torch.neg,
-    aten.pow.Tensor_Scalar_out: torch.pow,
-    aten.rsqrt.out: torch.rsqrt,
-    aten.tanh.out: torch.tanh,
-    aten.mean.out: torch.mean,
-    aten.linalg_vector_norm.out: torch.linalg.vector_norm,
-    aten.addcmul.out: torch.addcmul,
-    aten.mm.out: torch.mm,
-    aten.bmm.out: torch.bmm,
-    aten.addmm.out: torch.addmm,
-    aten.baddbmm.out: torch.baddbmm,
-    aten.index_select.out: torch.index_select,
-    aten.cat.out: torch.cat,
-    aten.stack.out: torch.stack,
-    aten.bitwise_not.out: torch.bitwise_not,
-    aten.lt.Tensor_out: torch.lt,
-    aten.lt.Scalar_out: torch.lt,
-    aten.le.Tensor_out: torch.le,
-    aten.le.Scalar_out: torch.le,
-    aten.gt.Tensor_out: torch.gt,
-    aten.gt.Scalar_out: torch.gt,
-    aten.ge.Tensor_out: torch.ge,
-    aten.ge.Scalar_out: torch.ge,
-    aten.where.self_out: torch.where,
-    aten.eq.Tensor_out: torch.eq,
-    aten.eq.Scalar_out: torch.eq,
-    aten.ne.Tensor_out: torch.ne,
-    aten.ne.Scalar_out: torch.ne,
-    aten.exp.out: torch.exp,
-    aten.sigmoid.out: torch.sigmoid,
-    aten.sum.IntList_out: torch.sum,
-    aten.amax.out: torch.amax,
-    aten.argmax.out: torch.argmax,
-    aten.gather.out: torch.gather,
-    aten.clamp.out: torch.clamp,
-    aten._softmax.out: torch._softmax,
-    aten.gelu.out: torch._C._nn.gelu,
-    aten.silu.out: torch._C._nn.silu,
-}
-_MUTATING_BINDINGS: dict[torch._ops.OpOverload, Callable[..., Any]] = {
-    aten.copy_.default: torch.Tensor.copy_,
-    aten.index_put_.default: torch.Tensor.index_put_,
-}
-_PROBED: dict[tuple, bool] = {}
-
-# Exact substitutions, made when a step is recorded, for calls whose every replay would otherwise pay a
-# fixed cost unrelated to the math: a Python number operand is boxed into a new tensor or Scalar on every
-# call, and ``masked_fill.Scalar_out`` has no Python binding. Each substitute computes the same bits:
-# * a Python number operand of an arithmetic or comparison op becomes a 0-dim tensor made once, of the
-#   other operand's dtype, when that is fp32 (any number) or int32/int64 (an int it holds). The kernel
-#   reads the boxed number cast to that dtype, which is the tensor's value, and a 0-dim operand of the
-#   same dtype changes no result dtype. Not for reduced-precision floats: there the boxed number stays in fp32
-#   while a 0-dim tensor of that dtype would round it.
-# * ``masked_fill(x, mask, v)`` on a floating ``x`` is ``where(mask, v, x)`` with ``v`` a 0-dim tensor of
-#   ``x``'s dtype (masked_fill casts ``v`` to that dtype too), when ``mask`` broadcasts to ``x``'s shape.
-_NUMBER_OPERAND_OPS: dict[torch._ops.OpOverload, torch._ops.OpOverload] = {
-    aten.add.out: aten.add.out, aten.sub.out: aten.sub.out, aten.mul.out: aten.mul.out, aten.div.out: aten.div.out,
-    **{getattr(aten, op).Scalar_out: getattr(aten, op).Tensor_out for op in ("lt", "le", "gt", "ge", "eq", "ne")},
-}
-_SCALAR_TENSORS: dict[tuple, torch.Tensor] = {}
-
-
-def _scalar_tensor(value: float, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
-    key = (type(value), value, dtype, device)
-    if key not in _SCALAR_TENSORS:
-        _SCALAR_TENSORS[key] = torch.tensor(value, dtype=dtype, device=device)
-    return _SCALAR_TENSORS[key]
-
-
-def _is_number(value: Any) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool)
-
-
-def _exact_operand(tensor: Any, value: Any) -> torch.Tensor | None:
-    """A 0-dim tensor standing exactly for the Python number ``value`` beside ``tensor``, or None."""
-    if not isinstance(tensor, torch.Tensor) or not _is_number(value):
-        return None
-    if tensor.dtype == torch.float32:
-        return _scalar_tensor(value, tensor.dtype, tensor.device)
-    if tensor.dtype in (torch.int32, torch.int64) and isinstance(value, int):
-        info = torch.iinfo(tensor.dtype)
-        if info.min <= value <= info.max:  # else the boxed number's cast wraps, a tensor's would refuse
-            return _scalar_tensor(value, tensor.dtype, tensor.device)
-    return None
-
-
-def _exact_substitute(func: torch._ops.OpOverload, args: tuple, kwargs: dict) -> tuple[torch._ops.OpOverload, tuple, dict]:
-    """``(func, args, kwargs)`` of a cheaper call computing exactly what ``func(*args, **kwargs)`` does
-    (see above), or the call unchanged. ``kwargs`` holds the ``out=`` tensor."""
-    if func in _NUMBER_OPERAND_OPS and len(args) == 2:
-        operand = _exact_operand(args[0], args[1])
-        if operand is not None:
-            return _NUMBER_OPERAND_OPS[func], (args[0], operand), kwargs
-    if func is aten.masked_fill.Scalar_out and len(args) == 3 and _is_number(args[2]) and kwargs.keys() == {"out"}:
-        x, mask, value = args
-        if (x.is_floating_point() and mask.dtype == torch.bool and kwargs["out"].dtype == x.dtype
-                and torch.broadcast_shapes(mask.shape, x.shape) == x.shape):
-            return aten.where.self_out, (mask, _scalar_tensor(value, x.dtype, x.device), x), kwargs
-    return func, args, kwargs
-
-
-class _Probe(TorchDispatchMode):
     def __init__(self) -> None:
-        super().__init__()
-        self.seen: list[torch._ops.OpOverload] = []
+        self._saved: dict[str, Any] | None = None
 
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        self.seen.append(func)
-        return func(*args, **(kwargs or {}))
+    def install(self) -> None:
+        self._saved = {name: getattr(torch.Tensor, name) for name in _HOST_READ_METHODS}
+        for name in _HOST_READ_METHODS:
+            setattr(torch.Tensor, name, _forbid(name))
 
-
-def _kinds(obj: Any) -> Any:
-    """What a binding's argument parser looks at: Tensor or not, and the Python type of the rest."""
-    if isinstance(obj, torch.Tensor):
-        return "Tensor"
-    if isinstance(obj, (list, tuple)):
-        return tuple(_kinds(o) for o in obj)
-    if isinstance(obj, dict):
-        return tuple((k, _kinds(v)) for k, v in obj.items())
-    return type(obj).__name__
+    def remove(self) -> None:
+        """Put back what ``install`` replaced; nothing when it is not installed."""
+        if self._saved is not None:
+            for name, method in self._saved.items():
+                setattr(torch.Tensor, name, method)
+            self._saved = None
 
 
-def _binding_for(func: torch._ops.OpOverload, args: tuple, kwargs: dict) -> Callable[..., Any] | None:
-    """The Python binding that dispatches exactly ``func`` for these arguments, or None.
+def _forbid(name: str) -> Callable[..., Any]:
+    def raiser(self, *args, **kwargs):
+        raise GraphCaptureError(f"Tensor.{name}() cannot be captured into a graph: it reads tensor data on the host")
 
-    Called at capture right after ``func``'s functional twin produced the ``out=`` tensors in
-    ``kwargs``, so running the binding once more (under a probe) rewrites the same values there.
-    """
-    binding = _BINDINGS.get(func)
-    if binding is None:
-        return None
-    key = (func, _kinds(args), _kinds(kwargs))
-    if key not in _PROBED:
-        probe = _Probe()
-        try:
-            with probe:
-                binding(*args, **kwargs)
-            _PROBED[key] = probe.seen == [func]
-        except (TypeError, RuntimeError):
-            _PROBED[key] = False
-    return binding if _PROBED[key] else None
+    return raiser
 
 
+# --- The recorder: capture -----------------------------------------------------------------------------
 @dataclass
 class _Step:
     """One recorded op, bound at bind time to the tensors it must read and write at replay.
@@ -271,62 +151,20 @@ class _Step:
     call: Callable[[], Any] = field(init=False, repr=False)
 
     def bind(self, resolve: Callable[[Any], Any]) -> None:
-        fast = self.fast or self.func
-        args, kwargs = resolve(self.args), resolve(self.kwargs)
-        if isinstance(fast, torch._ops.OpOverload):
-            # The dispatcher's boxed call on the operator's handle is what OpOverload.__call__ ends in, a little
-            # cheaper than the jit entry point ``_op``; but only ``_op`` boxes a Python number passed as a Tensor.
-            if _numbers_as_tensors(fast, args, kwargs):
-                self.call = partial(fast._op, *args, **kwargs)
-            else:
-                self.call = partial(torch._C._dispatch_call_boxed, fast._handle, *args, **kwargs)
-        else:
-            self.call = partial(fast, *args, **kwargs)
+        """Bind ``call`` to the tensors ``resolve`` finds for the refs (again whenever they move)."""
+        self.call = bound_call(self.fast or self.func, resolve(self.args), resolve(self.kwargs))
 
 
-def _numbers_as_tensors(func: torch._ops.OpOverload, args: tuple, kwargs: dict) -> bool:
-    """Whether a Python number is passed where ``func``'s schema takes a Tensor."""
-    for i, arg in enumerate(func._schema.arguments):
-        value = args[i] if i < len(args) and not arg.kwarg_only else kwargs.get(arg.name)
-        if value is not None and not isinstance(value, torch.Tensor) and isinstance(arg.type, torch.TensorType):
-            return True
-    return False
-
-
-def _written_args(func: torch._ops.OpOverload, args: tuple, kwargs: dict) -> tuple:
-    """The tensors a mutating op writes (schema arguments marked ``(a!)``)."""
-    written = []
-    for i, arg in enumerate(func._schema.arguments):
-        if arg.alias_info is not None and arg.alias_info.is_write:
-            value = args[i] if i < len(args) and not arg.kwarg_only else kwargs.get(arg.name)
-            written += list(iter_tensors(value))
-    return tuple(written)
-
-
-def _split_constants(steps: list[_Step], keep: set) -> tuple[list[_Step], list[_Step]]:
-    """(steps to replay, constant steps to run once at bind): a constant is run once when no other step
-    (and not the caller, via the storage keys in ``keep``) writes its output again."""
-    written: dict[Any, int] = {}
-    for step in steps:
-        for key in step.writes:
-            written[key] = written.get(key, 0) + 1
-    once = [step for step in steps
-            if step.constant and all(written[k] == 1 and k not in keep for k in step.writes)]
-    ids = {id(step) for step in once}
-    return [step for step in steps if id(step) not in ids], once
-
-
-def _run_break(run: Callable[..., torch.Tensor]) -> Callable[..., None]:
-    def call(out: torch.Tensor, inputs: tuple) -> None:
-        # Eager Python between the pieces, as at capture: outside inference mode (it may keep tensors).
-        with torch._C._InferenceMode(False), torch.no_grad():
-            out.copy_(run(*inputs))
-
-    return call
+# Allocations: their tensors are the graph's (planned after capture); replay has nothing to redo.
+_SKIP_AT_REPLAY = {aten.empty.memory_format, aten.empty_strided.default, aten.empty_like.default}
 
 
 class _Recorder(TorchDispatchMode):
-    """Records the ops of one capture into steps; ``split`` records a piecewise graph's eager break."""
+    """Records the ops of one capture into steps; ``split`` records a piecewise graph's eager break.
+
+    ``start`` enters the dispatch mode and ``no_grad`` (both thread-local) and installs the
+    process-wide host-read patch; ``stop`` undoes all three.
+    """
 
     def __init__(self) -> None:
         super().__init__()
@@ -335,37 +173,28 @@ class _Recorder(TorchDispatchMode):
         self.ops_seen = 0
         self.paused = False
         self._grad = torch.no_grad()
-        self._saved: tuple | None = None
+        self._host_reads = _HostReadPatch()
 
     def start(self) -> None:
-        self._forbid_host_reads()
+        self._host_reads.install()
         self._grad.__enter__()
         self.__enter__()
 
     def stop(self) -> None:
         self.__exit__(None, None, None)
         self._grad.__exit__(None, None, None)
-        self._allow_host_reads()
-
-    def _forbid_host_reads(self) -> None:
-        self._saved = torch.Tensor.tolist, torch.Tensor.numpy
-        torch.Tensor.tolist, torch.Tensor.numpy = _forbid("tolist"), _forbid("numpy")
-
-    def _allow_host_reads(self) -> None:
-        if self._saved is not None:
-            torch.Tensor.tolist, torch.Tensor.numpy = self._saved
-            self._saved = None
+        self._host_reads.remove()
 
     @contextmanager
     def _paused(self) -> Iterator[None]:
         """Eager Python inside a capture (a break): nothing recorded, host reads allowed."""
         self.paused = True
-        self._allow_host_reads()
+        self._host_reads.remove()
         try:
             yield
         finally:
             self.paused = False
-            self._forbid_host_reads()
+            self._host_reads.install()
 
     def split(self, run: Callable[..., torch.Tensor], inputs: tuple) -> torch.Tensor:
         """A ``graph_break``: run eagerly now and, as one step, at every replay, writing the tensor returned here."""
@@ -412,8 +241,7 @@ class _Recorder(TorchDispatchMode):
             return
         if func._schema.is_mutable:  # in-place or out=: replaying writes into the same tensors
             writes = tuple(owned.key(t) for t in _written_args(func, args, kwargs))
-            self._append(_Step(func, self._refs(args), self._refs(kwargs), writes=writes,
-                               fast=_MUTATING_BINDINGS.get(func)))
+            self._append(_Step(func, self._refs(args), self._refs(kwargs), writes=writes, fast=mutating_binding(func)))
             for o in iter_tensors(outs):
                 owned.track(o)
             return
@@ -434,16 +262,53 @@ class _Recorder(TorchDispatchMode):
             # The refs freeze each output's shape as the op produced it: an in-place metadata op recorded
             # later (``squeeze_``) changes the tensor object, not what this step writes.
             out_kwargs = {**kwargs, **dict(zip(out_names, outs))}
-            out_func, args, out_kwargs = _exact_substitute(out_func, args, out_kwargs)
+            out_func, args, out_kwargs = exact_substitute(out_func, args, out_kwargs)
             self._append(_Step(out_func, self._refs(args), self._refs(out_kwargs), writes=writes, constant=constant,
-                               fast=_binding_for(out_func, args, out_kwargs)))
+                               fast=binding_for(out_func, args, out_kwargs)))
         else:
             multi = isinstance(out, (tuple, list))
             self._append(_Step(_compute_and_copy(func, multi), (self._refs(tuple(outs)), self._refs(args)),
                                self._refs(kwargs), writes=writes, constant=constant))
 
 
+_OUT_VARIANTS: dict[torch._ops.OpOverload, tuple[torch._ops.OpOverload, tuple[str, ...]] | None] = {}
+
+
+def _out_variant(func: torch._ops.OpOverload) -> tuple[torch._ops.OpOverload, tuple[str, ...]] | None:
+    """The overload of ``func`` that takes the same arguments plus ``out=`` tensors, if aten has one."""
+    if func in _OUT_VARIANTS:
+        return _OUT_VARIANTS[func]
+    found = None
+    signature = [(a.name, str(a.type)) for a in func._schema.arguments]
+    for name in func.overloadpacket.overloads():
+        candidate = getattr(func.overloadpacket, name)
+        args = candidate._schema.arguments
+        outs = tuple(a.name for a in args if a.is_out)
+        if outs and [(a.name, str(a.type)) for a in args if not a.is_out] == signature:
+            if len(outs) == len(func._schema.returns):
+                found = (candidate, outs)
+                break
+    _OUT_VARIANTS[func] = found
+    return found
+
+
+def _written_args(func: torch._ops.OpOverload, args: tuple, kwargs: dict) -> tuple:
+    """The tensors a mutating op writes (schema arguments marked ``(a!)``)."""
+    written = []
+    for i, arg in enumerate(func._schema.arguments):
+        if arg.alias_info is not None and arg.alias_info.is_write:
+            value = args[i] if i < len(args) and not arg.kwarg_only else kwargs.get(arg.name)
+            written += list(iter_tensors(value))
+    return tuple(written)
+
+
+def _storages(tree: Any) -> set[int]:
+    return {t.untyped_storage().data_ptr() for t in iter_tensors(tree)}
+
+
 def _compute_and_copy(func, multi: bool) -> Callable[..., None]:
+    """The step of a functional op without an ``out=`` overload: compute, then copy into the captured outputs."""
+
     def run(outs, args, **kwargs):
         result = func(*args, **kwargs)
         for dst, src in zip(outs, result if multi else (result,)):
@@ -452,18 +317,24 @@ def _compute_and_copy(func, multi: bool) -> Callable[..., None]:
     return run
 
 
-def _forbid(name: str):
-    def raiser(self, *args, **kwargs):
-        raise GraphCaptureError(f"Tensor.{name}() cannot be captured into a graph: it reads tensor data on the host")
+def _run_break(run: Callable[..., torch.Tensor]) -> Callable[..., None]:
+    """The step of a ``graph_break``: its Python again, writing into the tensor capture returned."""
 
-    return raiser
+    def call(out: torch.Tensor, inputs: tuple) -> None:
+        # Eager Python between the pieces, as at capture: outside inference mode (it may keep tensors).
+        with torch._C._InferenceMode(False), torch.no_grad():
+            out.copy_(run(*inputs))
+
+    return call
 
 
+# --- The graph: replay ---------------------------------------------------------------------------------
 class TapeGraph:
     """A captured tape: ``replay()`` re-runs the recorded ops; ``output`` is what capture returned.
 
     Its own tensors live where ``memory`` put them (``harness.graph.tape_memory``); the steps are bound
-    to them here, and again whenever the shared arena grows.
+    to them here, and again whenever the shared arena grows. ``constants`` run once per binding, not
+    at every replay (``harness.graph.tape_replay.split_constants``).
     """
 
     def __init__(self, steps: list[_Step], constants: list[_Step], output: Any,
@@ -502,6 +373,7 @@ class TapeGraph:
         return self.output
 
 
+# --- The backend ---------------------------------------------------------------------------------------
 class TapeBackend:
     """Graphs on, CPU: record once, replay the ops without Python. Every graph of one backend shares its
     ``arena`` for the tensors Python dropped during capture, as CUDA graphs share a memory pool."""
@@ -528,7 +400,7 @@ class TapeBackend:
             recorder.stop()
         owned = recorder.owned
         keep = {owned.key(t) for t in iter_tensors((output, dict(static_inputs)))}
-        steps, constants = _split_constants(recorder.steps, keep)
+        steps, constants = split_constants(recorder.steps, keep)
         once = {k for step in constants for k in step.writes if isinstance(k, int)}
         memory = GraphMemory(owned, self.arena, private=once)
         return TapeGraph(steps, constants, output, static_inputs, recorder.ops_seen, memory)
