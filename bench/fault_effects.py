@@ -42,7 +42,7 @@ from typing import Any, Sequence
 
 from harness.evals.compare import Thresholds
 from harness.paths import DEFAULT_KILL_MATRIX, REPO
-from harness.evals.results import SuiteComparison
+from harness.evals.results import TaskComparison
 from harness.jobs.runner import judge, load_runs
 from harness.jobs.saved import plan_from_inputs
 
@@ -72,7 +72,7 @@ class EvalOutcome:
     command: list[str]
     out: Path
     sequential: bool
-    comparisons: list[SuiteComparison] = field(default_factory=list)
+    comparisons: list[TaskComparison] = field(default_factory=list)
     error: str | None = None
     retried_after: str | None = None  # the side-by-side attempt's failure, when this is the --sequential retry
 
@@ -114,14 +114,14 @@ def eval_command(model: str, fault: str, out: Path, limits: dict[str, int], seed
     return cmd
 
 
-def load_comparisons(out: Path, seed: int) -> list[SuiteComparison]:
+def load_comparisons(out: Path, seed: int) -> list[TaskComparison]:
     """The eval's saved runs, paired and judged with the eval's own code and default thresholds."""
     saved = out / "plan.json"
     if not saved.is_file():
         raise FileNotFoundError(f"no saved job under {out} (plan.json missing)")
     plan = plan_from_inputs(json.loads(saved.read_text())["inputs"])
-    [(_, suites, _)] = judge(plan, load_runs(plan), Thresholds(seed=seed))
-    by_suite = {c.suite: c for c in suites}
+    [(_, tasks, _)] = judge(plan, load_runs(plan), Thresholds(seed=seed))
+    by_suite = {c.task: c for c in tasks}
     return [by_suite[s] for s in SUITES if s in by_suite]
 
 
@@ -159,7 +159,7 @@ def run_one(model: str, fault: str, work: Path, limits: dict[str, int], seed: in
         if red != (outcome.exit_code == 1):
             outcome.error = f"exit code {outcome.exit_code} disagrees with the recomputed verdicts"
     outcome.save()
-    verdicts = ", ".join(f"{c.suite} {_pp(c.difference.value) if c.difference else '—'} {c.verdict.name}"
+    verdicts = ", ".join(f"{c.task} {_pp(c.difference.value) if c.difference else '—'} {c.verdict.name}"
                          for c in outcome.comparisons)
     print(f"    {outcome.wall_s:.0f} s, exit {outcome.exit_code}: {verdicts or outcome.error}", file=log, flush=True)
     return outcome
@@ -181,7 +181,7 @@ def rows_of(outcomes: Sequence[EvalOutcome], measured_at: str = "") -> list[dict
         for c in o.comparisons:
             ok = c.complete and c.on_accuracy and c.off_accuracy and c.difference
             rows.append({
-                "fault": o.fault, "checkpoint": o.checkpoint, "suite": c.suite,
+                "fault": o.fault, "checkpoint": o.checkpoint, "suite": c.task,
                 "on_accuracy": round(c.on_accuracy.value, 4) if ok else None,
                 "off_accuracy": round(c.off_accuracy.value, 4) if ok else None,
                 "delta_pp": round(100 * c.difference.value, 2) if ok else None,
@@ -218,15 +218,15 @@ def kill_matrix_index(path: Path) -> tuple[dict[str, dict[str, Any]], str]:
     return {f["id"]: f for f in data.get("faults", [])}, where
 
 
-def _cell(c: SuiteComparison | None) -> str:
+def _cell(c: TaskComparison | None) -> str:
     if c is None or not c.complete or c.difference is None:
         return "ERROR"
     p = f"p={c.mcnemar_p:.2g}" if c.mcnemar_p is not None else "p=—"
     return f"{_pp(c.difference.value)} ({p}, {len(c.flips)} flips, {c.n_divergent} texts differ) **{c.verdict.name}**"
 
 
-def _comp(o: EvalOutcome, suite: str) -> SuiteComparison | None:
-    return next((c for c in o.comparisons if c.suite == suite), None)
+def _comp(o: EvalOutcome, suite: str) -> TaskComparison | None:
+    return next((c for c in o.comparisons if c.task == suite), None)
 
 
 def _kills(record: dict[str, Any] | None) -> str:
@@ -273,14 +273,14 @@ def paragraph(fault: str, outcomes: Sequence[EvalOutcome], record: dict[str, Any
         parts = []
         for c in o.comparisons:
             if c.difference is None:
-                parts.append(f"{SUITE_LABEL[c.suite]} incomplete")
+                parts.append(f"{SUITE_LABEL[c.task]} incomplete")
                 continue
-            parts.append(f"{SUITE_LABEL[c.suite]} {_pp(c.difference.value)} {c.verdict.name}")
-            mde = clean_mde.get((o.checkpoint, c.suite))
+            parts.append(f"{SUITE_LABEL[c.task]} {_pp(c.difference.value)} {c.verdict.name}")
+            mde = clean_mde.get((o.checkpoint, c.task))
             if c.verdict.name == "RED" and (c.mcnemar_p is None or c.mcnemar_p >= alpha):
                 inside = f", inside its {100 * mde:.1f} pp MDE" if mde and abs(c.difference.value) < mde else ""
                 p_text = "—" if c.mcnemar_p is None else f"{c.mcnemar_p:.2g}"
-                weak.append(f"{SUITE_LABEL[c.suite]} on `{o.checkpoint}` ({_pp(c.difference.value)}, p = {p_text}{inside})")
+                weak.append(f"{SUITE_LABEL[c.task]} on `{o.checkpoint}` ({_pp(c.difference.value)}, p = {p_text}{inside})")
         divergent = sum(c.n_divergent for c in o.comparisons)
         identical += divergent == 0
         red += o.overall == "RED"
@@ -386,12 +386,12 @@ def write_markdown(path: Path, outcomes: Sequence[EvalOutcome], faults: Sequence
             if c and c.off_accuracy:
                 mde = "—" if c.mde is None else f"{100 * c.mde:.1f} pp"
                 offs = [x.off_accuracy.value for e in outcomes if e.checkpoint == name
-                        for x in e.comparisons if x.suite == suite and x.off_accuracy]
+                        for x in e.comparisons if x.task == suite and x.off_accuracy]
                 spread = (f"identical in all {len(offs)}" if len(set(offs)) == 1 else
                           f"{100 * min(offs):.1f} – {100 * max(offs):.1f} % over {len(offs)}")
                 out.append(f"| `{name}` | {SUITE_LABEL[suite]} | {c.n} | {100 * c.off_accuracy.value:.1f} % | {spread} "
                            f"| {mde} |")
-    clean_mde = {(o.checkpoint, c.suite): c.mde for o in outcomes if o.fault == CLEAN for c in o.comparisons
+    clean_mde = {(o.checkpoint, c.task): c.mde for o in outcomes if o.fault == CLEAN for c in o.comparisons
                  if c.mde is not None}
     out += ["", "## What accuracy alone would miss", "",
             "Per fault: what the user sees in a real deployment (from the catalog), what the accuracy job says here, "

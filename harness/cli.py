@@ -10,7 +10,7 @@ def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     commands = {
         "serve": ("harness.server.cli", "OpenAI-compatible server over the engine"),
-        "eval": ("harness.jobs.eval_cli", "accuracy suites with graphs on and off, paired comparison, HTML report"),
+        "eval": ("harness.jobs.eval_cli", "accuracy tasks with graphs on and off, paired comparison, HTML report"),
         "nightly": ("harness.jobs.nightly_cli", "the GPU nightly: SGLang servers per model and arm (--dry-run: the plan)"),
         "report": ("harness.jobs.report_cli", "re-render the HTML report from saved runs"),
         "faults": ("harness.faults.matrix", "kill matrix: every catalog fault through the suites"),

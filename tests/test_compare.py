@@ -19,7 +19,7 @@ from harness.evals.compare import (
     pair_items,
     summarize,
 )
-from harness.evals.results import ItemDiff, ItemResult, RunResult, SuiteComparison, Summary, Verdict
+from harness.evals.results import ItemDiff, ItemResult, RunResult, TaskComparison, Summary, Verdict
 from harness.jobs.options import add_threshold_options, thresholds_from_options
 
 
@@ -60,7 +60,7 @@ def _flags(n: int, b: int, c: int, acc: float = 0.6) -> tuple[list[bool], list[b
 
 def test_pairs_by_item_id_regardless_of_order() -> None:
     on, off = _runs(*_flags(30, 2, 5))
-    shuffled = RunResult(off.suite, off.graphs, off.model, True, None, list(reversed(off.items)), 1.0, {})
+    shuffled = RunResult(off.task, off.graphs, off.model, True, None, list(reversed(off.items)), 1.0, {})
     comp = compare_runs(on, shuffled)
     assert comp == compare_runs(on, off)
     assert comp.n == 30 and (comp.on_better, comp.off_better) == (2, 5)
@@ -92,7 +92,7 @@ def test_duplicate_and_inconsistent_items_are_errors() -> None:
 
 def test_different_suites_or_models_are_errors() -> None:
     on, off = _runs(*_flags(5, 0, 0))
-    with pytest.raises(ValueError, match="different suites"):
+    with pytest.raises(ValueError, match="different tasks"):
         compare_runs(on, RunResult("aime", "off", "tiny", True, None, off.items, 1.0, {}))
     with pytest.raises(ValueError, match="different models"):
         compare_runs(on, RunResult("gsm", "off", "other", True, None, off.items, 1.0, {}))
@@ -288,7 +288,7 @@ def test_summarize_takes_the_worst_verdict() -> None:
     amber = compare_runs(*_runs(*_flags(60, 0, 0), suite="aime"))
     red = compare_runs(*_runs(*_flags(500, 0, 20), suite="hard"))
     assert summarize([green]).verdict is Verdict.GREEN
-    assert "all 1 suites GREEN" in summarize([green]).reason
+    assert "all 1 tasks GREEN" in summarize([green]).reason
     assert summarize([green, amber]).verdict is Verdict.AMBER
     overall = summarize([green, amber, red])
     assert overall.verdict is Verdict.RED
@@ -328,7 +328,7 @@ def test_records_round_trip_through_json(tmp_path) -> None:
     broken = RunResult("gsm", "cuda", "tiny", False, "lm-eval failed", on.items[:2], 2.0, {"rc": 1})
     assert RunResult.from_dict(json.loads(json.dumps(broken.to_dict()))) == broken
     for comp in (compare_runs(on, off), compare_runs(broken, off)):
-        again = SuiteComparison.from_dict(json.loads(json.dumps(comp.to_dict())))
+        again = TaskComparison.from_dict(json.loads(json.dumps(comp.to_dict())))
         assert again == comp
     summary = summarize([compare_runs(on, off)])
     assert Summary.from_dict(json.loads(json.dumps(summary.to_dict()))) == summary

@@ -28,7 +28,7 @@ from harness.servers.harness_server import HarnessServer
 from harness.servers.lifecycle import Command, ServerProcess
 from harness.jobs import runner
 from harness.jobs.cpu import EvalConfig, cpu_plan
-from harness.jobs.eval_cli import parse_config
+from harness.jobs.eval_cli import build_parser, parse_config
 from harness.jobs.plan import EvalStep
 from harness.jobs.progress import Progress
 from tests.waits import SERVER_START_S, scaled
@@ -90,7 +90,7 @@ def kill_leftovers(procs: dict[int, str]) -> None:
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGKILL], ids=["SIGTERM", "SIGKILL"])
 def test_a_killed_eval_leaves_no_process_behind(tmp_path: Path, sig: signal.Signals) -> None:
     out = tmp_path / "out"
-    cmd = [sys.executable, "-m", "harness.cli", "eval", "--suites", "gsm_style", "--limit-gsm-style", "64",
+    cmd = [sys.executable, "-m", "harness.cli", "eval", "--tasks", "gsm_style", "--limit-gsm-style", "64",
            "--out", str(out), "--kill-matrix", str(tmp_path / "none.json"), "--server-timeout", "120"]
     log = tmp_path / "eval.log"
     with open(log, "wb") as sink:
@@ -147,6 +147,14 @@ def test_usage_errors_exit_2_before_anything_starts(argv: list[str], words: str,
     assert exit_.value.code == 2
     err = capsys.readouterr().err
     assert words in err.splitlines()[-1], err
+
+
+def test_the_old_suites_option_still_selects_tasks(capsys: pytest.CaptureFixture[str]) -> None:
+    """``--suites`` is ``--tasks``' old name: scripts that still say it keep working, and are told."""
+    old, new = parse_config(["--suites", "aime_style"]), parse_config(["--tasks", "aime_style"])
+    assert old.limits == new.limits and list(new.limits) == ["aime_style"]
+    assert "--suites is deprecated; use --tasks" in capsys.readouterr().err
+    assert "--suites" not in build_parser().format_help()
 
 
 # -- infrastructure failures name the failed part ----------------------------------------------------

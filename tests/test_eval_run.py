@@ -10,7 +10,7 @@ import pytest
 
 from harness.evals.compare import compare_runs
 from harness.evals.samples import parse_samples
-from harness.evals.suites import SUITES
+from harness.evals.tasks import FROZEN_TASKS
 from harness.jobs.cpu import EvalConfig, cpu_plan
 from harness.jobs.eval_cli import main
 from harness.jobs.progress import Progress
@@ -47,7 +47,7 @@ def test_parse_samples_reads_the_primary_filter_of_lm_eval_sample_logs(tmp_path)
                                      "resps": [[resp]], "filtered_resps": [filtered], "filter": flt, "exact_match": em}))
     path = tmp_path / "samples_swa_gsm_style_x.jsonl"
     path.write_text("\n".join(lines))
-    items = parse_samples(path, SUITES["gsm_style"])
+    items = parse_samples(path, FROZEN_TASKS["gsm_style"])
     assert [i.item_id for i in items] == ["gsm_style/0", "gsm_style/1", "gsm_style/2"]
     assert [i.correct for i in items] == [True, False, False]
     assert items[0].prompt == "Question 0\nAnswer:" and items[1].response == "B.\n#### 7"
@@ -62,7 +62,7 @@ def test_a_run_whose_server_never_starts_is_incomplete_and_never_scored(tmp_path
         on = run_arm(plan.runs[0], RunOptions(server_timeout=scaled(SERVER_START_S), eval_timeout=scaled(300)), progress)[0]
     assert not on.complete and on.items == [] and "\n" not in on.error
     assert on.error.startswith("server (on) exited with code") and "on/server.log" in on.error, on.error
-    off = on.__class__(suite="gsm_style", graphs="off", model="missing", complete=True, error=None, items=[], wall_s=0.0, meta={})
+    off = on.__class__(task="gsm_style", graphs="off", model="missing", complete=True, error=None, items=[], wall_s=0.0, meta={})
     comparison = compare_runs(on, off)
     assert comparison.verdict.name == "NONE" and not comparison.complete
 
@@ -83,7 +83,7 @@ def test_clean_build_shows_no_significant_difference_end_to_end(tmp_path, capsys
 
 @pytest.mark.parametrize("fault", ["capture-after-warm-cache", "pad-swa-loc-not-zeroed"])
 def test_an_injected_fault_gives_a_significant_drop_and_a_red_verdict(tmp_path, capsys, fault):
-    code = main(["--suites", "gsm_style", "--limit-gsm-style", "64", "--out", str(tmp_path), "--fault", fault,
+    code = main(["--tasks", "gsm_style", "--limit-gsm-style", "64", "--out", str(tmp_path), "--fault", fault,
                  "--kill-matrix", str(tmp_path / "none.json")])
     out = capsys.readouterr().out
     assert code == 1, out

@@ -4,19 +4,19 @@ from __future__ import annotations
 
 import json
 
-from harness.evals.history import HistoryEntry, History, SuiteSnapshot, load, record, trend
+from harness.evals.history import HistoryEntry, History, TaskSnapshot, load, record, trend
 from harness.evals.results import Estimate
 
 
-def _snapshot(suite: str, verdict: str, on: float = 0.9) -> SuiteSnapshot:
-    return SuiteSnapshot(suite, verdict, True, 100, "tape", "off", Estimate(on, on - 0.05, on + 0.04),
+def _snapshot(task: str, verdict: str, on: float = 0.9) -> TaskSnapshot:
+    return TaskSnapshot(task, verdict, True, 100, "tape", "off", Estimate(on, on - 0.05, on + 0.04),
                          Estimate(0.9, 0.85, 0.94), Estimate(on - 0.9, on - 0.93, on - 0.87), 0.5, 2, 1, 4)
 
 
 def _entry(i: int, *verdicts: str, fault: str | None = None) -> HistoryEntry:
-    suites = tuple(_snapshot(f"s{k}", v) for k, v in enumerate(verdicts) if v)
+    tasks = tuple(_snapshot(f"s{k}", v) for k, v in enumerate(verdicts) if v)
     overall = "RED" if "RED" in verdicts else "AMBER" if "AMBER" in verdicts else "GREEN"
-    return HistoryEntry(f"run-{i}", f"2026-03-{i:02d}T00:00:00+00:00", overall, "why", "m", fault, "harness abc", suites,
+    return HistoryEntry(f"run-{i}", f"2026-03-{i:02d}T00:00:00+00:00", overall, "why", "m", fault, "harness abc", tasks,
                         {"run": {"id": f"run-{i}"}})
 
 
@@ -38,15 +38,15 @@ def test_since_is_found_beyond_the_shown_window() -> None:
     t = trend(History(entries), entries[-1], limit=20)
     assert t.runs == 32 and len(t.overall) == 20 and t.overall[0].index == 13
     assert t.since is not None and t.since.index == 2 and t.since.changed_from == "GREEN"
-    assert t.suites[0].since is not None and t.suites[0].since.index == 2
-    assert not any(p.changed_from for p in t.suites[0].points)  # no change inside the window itself
+    assert t.tasks[0].since is not None and t.tasks[0].since.index == 2
+    assert not any(p.changed_from for p in t.tasks[0].points)  # no change inside the window itself
     assert t.overall[-1].current and not t.overall[0].current
 
 
-def test_a_suite_missing_from_a_run_is_a_gap_not_a_change() -> None:
+def test_a_task_missing_from_a_run_is_a_gap_not_a_change() -> None:
     entries = (_entry(1, "GREEN", "GREEN"), _entry(2, "GREEN", ""), _entry(3, "GREEN", "GREEN"), _entry(4, "GREEN", "RED"))
     t = trend(History(entries), entries[-1])
-    s1 = t.suites[1]
+    s1 = t.tasks[1]
     assert [p.snapshot is None for p in s1.points] == [False, True, False, False]
     assert [p.changed_from for p in s1.points] == [None, None, None, "GREEN"] and s1.since.index == 4
 

@@ -56,7 +56,7 @@ def test_a_yaml_plan_builds_through_the_same_builder() -> None:
     ({"arms": [{"name": "on", "purpose": "x", "colour": "red"}]}, "arms[0]: unknown key(s) colour"),
     ({"wat": 1}, "unknown key(s) wat"),
     ({"arms": [{"name": "on", "purpose": "x", "role": "treatment"}]}, "exactly one baseline arm"),
-    ({"tasks": ["gsm_styl"]}, "task 'gsm_styl' is no frozen suite"),
+    ({"tasks": ["gsm_styl"]}, "task 'gsm_styl' is no frozen task"),
     ({"limit": 0}, "limit must be at least 1"),
     ({"arms": [{"name": "on", "purpose": "x", "role": "baseline"}, {"name": "on", "purpose": "y"}]}, "arm(s) listed twice"),
 ])

@@ -338,9 +338,9 @@ def test_fault_demo_not_red_fails_the_job(small_plan, capsys):
 def test_aime25_tolerates_a_few_unproven_flips(tmp_path):
     plan = build_plan(models=["some/base-model"], arms=["on", "off"], tasks=["aime25", "gsm_style"], out=tmp_path)
     runs = _runs(plan, {"on": 2}, n=30)  # on loses 2 of 30 (-6.7 pp), not significant
-    (comparison, suites, _), = runner.judge(plan, runs, Thresholds())
+    (comparison, tasks, _), = runner.judge(plan, runs, Thresholds())
     assert comparison.name == "on-vs-off"
-    verdicts = {s.suite: s.verdict.value for s in suites}
+    verdicts = {t.task: t.verdict.value for t in tasks}
     assert verdicts == {"aime25": "AMBER", "gsm_style": "RED"}  # gsm_style keeps the default 2 pp
 
 
@@ -356,7 +356,7 @@ def test_a_red_stress_arm_or_an_incomplete_arm_fails_the_job(small_plan, capsys)
 
 def test_report_only_reads_the_saved_runs(small_plan, capsys):
     for run in _runs(small_plan, {"fault-demo": 15}):
-        run.save(small_plan.run_for(small_plan.models[0], run.meta["arm"]).dir / "runs" / f"{run.suite}.json")
+        run.save(small_plan.run_for(small_plan.models[0], run.meta["arm"]).dir / "runs" / f"{run.task}.json")
     loaded = runner.load_runs(small_plan)
     assert all(r.complete for r in loaded) and len(loaded) == len(small_plan.arms)
     argv = ["--model", "some/base-model", "--tasks", "gsm_style", "--out", str(small_plan.out), "--report-only"]

@@ -1,4 +1,4 @@
-"""The live progress of an eval: per arm and suite counts, rates and ETAs; plain lines off a terminal."""
+"""The live progress of an eval: per arm and task counts, rates and ETAs; plain lines off a terminal."""
 
 from __future__ import annotations
 
@@ -22,7 +22,7 @@ class FakeServers:
         return self.stats.get(base_url)
 
 
-def test_served_items_fill_the_suites_in_lm_evals_order() -> None:
+def test_served_items_fill_the_tasks_in_lm_evals_order() -> None:
     arm = ArmProgress("on", "u", {"gsm_style": 5, "aime_style": 3}, started=0.0)
     arm.update(Counters(6, 300))
     whole, gsm, aime = arm.rows(now=10.0)
@@ -39,8 +39,8 @@ def test_a_reused_servers_earlier_work_is_not_counted() -> None:
     progress.watch("off", "u", 10, servers)
     servers.stats["u"] = Counters(104, 5200)
     progress.arms["off"].poll()
-    (row,) = progress.snapshot()  # one number: no per-suite rows
-    assert (row.suite, row.done, row.total) == (None, 4, 10) and row.eta_s is not None and row.eta_s > 0
+    (row,) = progress.snapshot()  # one number: no per-task rows
+    assert (row.task, row.done, row.total) == (None, 4, 10) and row.eta_s is not None and row.eta_s > 0
 
 
 def test_plain_lines_when_the_stream_is_not_a_terminal() -> None:
@@ -65,7 +65,7 @@ def test_plain_default_interval_suits_a_log() -> None:
     assert Progress(stream=io.StringIO(), live=True).interval_s == 1.0
 
 
-def test_live_display_shows_every_arm_and_suite() -> None:
+def test_live_display_shows_every_arm_and_task() -> None:
     stream, servers = io.StringIO(), FakeServers()
     with Progress(interval_s=0.02, stream=stream, live=True) as progress:
         progress.watch("on", "http://on", {"gsm_style": 4, "aime_style": 2}, servers)

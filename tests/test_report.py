@@ -488,7 +488,7 @@ def test_rerendering_the_same_runs_replaces_their_history_record(tmp_path, capsy
     out.mkdir()
     (out / "plan.json").write_text(plan.to_json())  # what the job saved beside its runs: the report rebuilds it
     for run in _pair("gsm_style", 100):
-        run.save(plan.run_for(plan.models[0], run.meta["arm"]).dir / "runs" / f"{run.suite}.json")
+        run.save(plan.run_for(plan.models[0], run.meta["arm"]).dir / "runs" / f"{run.task}.json")
     args = ["--out", str(out), "--kill-matrix", str(tmp_path / "none.json"), "--resamples", "200"]
     assert report_main([*args, "--history", str(history)]) == 0
     assert json.loads(history.read_text())["verdict"] == "AMBER"  # N = 100 is underpowered at max_mde 5 pp

@@ -1,10 +1,10 @@
-"""Pair a graphs-ON run with a graphs-OFF run of the same suite and decide GREEN / AMBER / RED (or no verdict).
+"""Pair a graphs-ON run with a graphs-OFF run of the same task and decide GREEN / AMBER / RED (or no verdict).
 
 Graph capture (CUDA graphs, the tape runner) is an execution strategy: with the same weights and
 greedy decoding it should not change what the model answers. So the comparison is paired by item
 and any *systematic* difference is a finding, whichever way it points.
 
-Verdict rule for one suite (first matching level wins; every matching reason is recorded):
+Verdict rule for one task (first matching level wins; every matching reason is recorded):
 
 NO VERDICT (``Verdict.NONE``)
   * either run is incomplete (``complete=False``, e.g. the server died or lm-eval failed) or has
@@ -12,7 +12,7 @@ NO VERDICT (``Verdict.NONE``)
 RED
   * ON is significantly worse: McNemar ``p < alpha`` and ``ON - OFF < 0``;
   * ON's point drop exceeds ``max_drop`` even without significance (``ON - OFF < -max_drop``):
-    a loss that large is not tolerated just because the suite is too small to prove it.
+    a loss that large is not tolerated just because the task is too small to prove it.
 AMBER
   * ON is significantly *better* (``p < alpha``, ``ON - OFF > 0``): still a behaviour change that
     graphs should not cause, so a human looks at the flips;
@@ -29,7 +29,7 @@ GREEN
 
 Defaults: ``alpha=0.05`` (CIs are ``1 - alpha`` = 95 %), ``max_drop=0.02``, ``max_mde=0.05``,
 ``power=0.80``, ``max_divergent=None``, ``resamples=10_000``, ``seed=0``. The overall verdict
-(:func:`summarize`) is the worst suite verdict (a measured RED outranks a suite without a verdict), and no
+(:func:`summarize`) is the worst task verdict (a measured RED outranks a task without a verdict), and no
 verdict when nothing was compared. Nothing here
 retries anything: a run is judged exactly as it was recorded.
 """
@@ -45,7 +45,7 @@ from harness.evals.results import (
     ItemDiff,
     ItemResult,
     RunResult,
-    SuiteComparison,
+    TaskComparison,
     Summary,
     Verdict,
 )
@@ -64,7 +64,7 @@ class Thresholds:
 
     alpha: float = 0.05  # McNemar significance level; CIs are 1 - alpha
     max_drop: float = 0.02  # largest ON - OFF drop tolerated without significance
-    max_mde: float = 0.05  # above this MDE the suite is too small to vouch for a GREEN
+    max_mde: float = 0.05  # above this MDE the task is too small to vouch for a GREEN
     power: float = 0.80  # power at which the MDE is computed
     max_divergent: float | None = None  # max fraction of items with differing text; None = not gated
     resamples: int = stats.DEFAULT_RESAMPLES  # paired-bootstrap resamples
@@ -173,14 +173,14 @@ def pair_items(on: RunResult, off: RunResult) -> list[tuple[ItemResult, ItemResu
             problems.append(f"missing from ON: {_ids_preview(only_off)}")
         if only_on:
             problems.append(f"missing from OFF: {_ids_preview(only_on)}")
-        raise ItemMismatchError(f"{on.suite}: ON and OFF item sets differ; " + "; ".join(problems))
+        raise ItemMismatchError(f"{on.task}: ON and OFF item sets differ; " + "; ".join(problems))
     changed = [
         item_id
         for item_id, item in on_items.items()
         if (item.prompt, item.gold) != (off_items[item_id].prompt, off_items[item_id].gold)
     ]
     if changed:
-        raise ItemMismatchError(f"{on.suite}: same ids but different prompt or gold: {_ids_preview(changed)}")
+        raise ItemMismatchError(f"{on.task}: same ids but different prompt or gold: {_ids_preview(changed)}")
     return [(on_items[i], off_items[i]) for i in sorted(on_items, key=_natural_key)]
 
 
@@ -214,19 +214,19 @@ def compare_runs(
     *,
     thresholds: Thresholds = Thresholds(),
     tokenize: Tokenize | None = None,
-) -> SuiteComparison:
-    """Paired comparison of one suite with graphs ON vs OFF, and its verdict.
+) -> TaskComparison:
+    """Paired comparison of one task with graphs ON vs OFF, and its verdict.
 
     Raises :class:`ItemMismatchError` when two complete runs did not score the same items (or
-    disagree on an item's prompt/gold) and ``ValueError`` when the suites or models differ:
+    disagree on an item's prompt/gold) and ``ValueError`` when the tasks or models differ:
     those are harness bugs, not findings. An incomplete run gets no verdict and no statistics.
     """
-    if on.suite != off.suite:
-        raise ValueError(f"cannot compare different suites: ON {on.suite!r} vs OFF {off.suite!r}")
+    if on.task != off.task:
+        raise ValueError(f"cannot compare different tasks: ON {on.task!r} vs OFF {off.task!r}")
     if on.model != off.model:
-        raise ValueError(f"{on.suite}: ON and OFF ran different models ({on.model!r} vs {off.model!r})")
+        raise ValueError(f"{on.task}: ON and OFF ran different models ({on.model!r} vs {off.model!r})")
     base = dict(
-        suite=on.suite,
+        task=on.task,
         model=on.model,
         on_graphs=on.graphs,
         off_graphs=off.graphs,
@@ -241,7 +241,7 @@ def compare_runs(
     if not errors and not pairs:
         errors.append("both runs are marked complete but scored no items")
     if errors:
-        return SuiteComparison(
+        return TaskComparison(
             **base, complete=False, errors=errors, n=0, on_accuracy=None, off_accuracy=None,
             difference=None, on_better=0, off_better=0, mcnemar_p=None, mde=None, flips=[],
             text_diffs=[], verdict=Verdict.NONE, reasons=[f"no verdict: {e}" for e in errors],
@@ -261,7 +261,7 @@ def compare_runs(
     flips = [d for d in diffs if d.flipped]
     text_diffs = [d for d in diffs if not d.flipped]
     verdict, reasons = _verdict(n, difference.value, difference.low, difference.high, p, mde, len(diffs), thresholds)
-    return SuiteComparison(
+    return TaskComparison(
         **base,
         complete=True,
         errors=[],
@@ -314,16 +314,16 @@ def _verdict(
     ]
 
 
-def summarize(comparisons: Sequence[SuiteComparison]) -> Summary:
-    """Overall verdict = the worst suite verdict (no verdict when nothing was compared), with one reason line."""
+def summarize(comparisons: Sequence[TaskComparison]) -> Summary:
+    """Overall verdict = the worst task verdict (no verdict when nothing was compared), with one reason line."""
     counts = {v.value: sum(c.verdict is v for c in comparisons) for v in Verdict}
     if not comparisons:
-        return Summary(Verdict.NONE, "no verdict: no suite was compared", counts)
+        return Summary(Verdict.NONE, "no verdict: no task was compared", counts)
     worst = Verdict.worst(c.verdict for c in comparisons)
     if worst is Verdict.GREEN:
-        names = ", ".join(c.suite for c in comparisons)
-        return Summary(worst, f"all {len(comparisons)} suites GREEN ({names}): graphs ON matches OFF", counts)
-    # The suites that set the verdict, then (under a measured verdict) those that have none: both need a look.
+        names = ", ".join(c.task for c in comparisons)
+        return Summary(worst, f"all {len(comparisons)} tasks GREEN ({names}): graphs ON matches OFF", counts)
+    # The tasks that set the verdict, then (under a measured verdict) those that have none: both need a look.
     culprits = [c for c in comparisons if c.verdict is worst]
     culprits += [c for c in comparisons if c.verdict is Verdict.NONE and worst is not Verdict.NONE]
-    return Summary(worst, "; ".join(f"{c.suite}: {c.reason}" for c in culprits), counts)
+    return Summary(worst, "; ".join(f"{c.task}: {c.reason}" for c in culprits), counts)

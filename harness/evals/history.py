@@ -1,6 +1,6 @@
 """The eval history: one JSON line per eval, so a nightly reader sees *since when* a verdict holds.
 
-Every eval (``finish``) records its summary in ``reports/history.jsonl`` by default: per suite and
+Every eval (``finish``) records its summary in ``reports/history.jsonl`` by default: per task and
 arm the accuracy with its CI, the paired difference, the verdict and the flips, plus the run's
 provenance. A record is keyed by its run id: an eval appends, ``swa-harness report`` re-judging the
 same saved runs replaces that run's line instead of adding a second one.
@@ -9,6 +9,9 @@ The trend compares like with like: only the records of the current run's *series
 same injected fault, same kind of engine) are charted, so a fault demo or an ad-hoc run against an
 external server does not look like a nightly regression. Within a series, the first run whose
 verdict differs from the run before it is a *change*; the latest change is "since when".
+
+The JSON keys are the historical ones: a task's record is under ``"suites"``, named by ``"suite"``
+(tasks were called suites then), so every line written before still reads.
 """
 
 from __future__ import annotations
@@ -23,7 +26,7 @@ from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 from harness.paths import REPO
-from harness.evals.results import Estimate, RunResult, SuiteComparison, Summary
+from harness.evals.results import Estimate, RunResult, Summary, TaskComparison
 
 DEFAULT_HISTORY = REPO / "reports" / "history.jsonl"
 SCHEMA = 1
@@ -35,10 +38,10 @@ def _estimate(value: Mapping[str, Any] | None) -> Estimate | None:
 
 
 @dataclass(frozen=True)
-class SuiteSnapshot:
-    """One suite of one eval: both arms' accuracy (with CIs), the paired difference and the verdict."""
+class TaskSnapshot:
+    """One task of one eval: both arms' accuracy (with CIs), the paired difference and the verdict."""
 
-    suite: str
+    task: str
     verdict: str
     complete: bool
     n: int
@@ -58,9 +61,9 @@ class SuiteSnapshot:
         return self.on_broke + self.on_fixed
 
     @classmethod
-    def of(cls, comp: SuiteComparison) -> SuiteSnapshot:
+    def of(cls, comp: TaskComparison) -> TaskSnapshot:
         return cls(
-            suite=comp.suite, verdict=comp.verdict.value, complete=comp.complete, n=comp.n,
+            task=comp.task, verdict=comp.verdict.value, complete=comp.complete, n=comp.n,
             on_graphs=comp.on_graphs, off_graphs=comp.off_graphs, on=comp.on_accuracy, off=comp.off_accuracy,
             delta=comp.difference, mcnemar_p=comp.mcnemar_p,
             on_broke=sum(not d.on_correct for d in comp.flips), on_fixed=sum(d.on_correct for d in comp.flips),
@@ -68,14 +71,15 @@ class SuiteSnapshot:
         )  # fmt: skip
 
     def to_dict(self) -> dict[str, Any]:
-        data = asdict(self)
+        data = {"suite": self.task, **asdict(self)}
+        del data["task"]
         data["errors"] = list(self.errors)
         return data
 
     @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> SuiteSnapshot:
+    def from_dict(cls, data: Mapping[str, Any]) -> TaskSnapshot:
         return cls(
-            suite=str(data["suite"]), verdict=str(data["verdict"]), complete=bool(data["complete"]), n=int(data["n"]),
+            task=str(data["suite"]), verdict=str(data["verdict"]), complete=bool(data["complete"]), n=int(data["n"]),
             on_graphs=str(data.get("on_graphs", "")), off_graphs=str(data.get("off_graphs", "")),
             on=_estimate(data.get("on")), off=_estimate(data.get("off")), delta=_estimate(data.get("delta")),
             mcnemar_p=data.get("mcnemar_p"), on_broke=int(data.get("on_broke", 0)),
@@ -95,7 +99,7 @@ class HistoryEntry:
     model: str
     fault: str | None  # the catalog fault injected into graphs ON, if any
     engine: str  # the engine under test in one line, e.g. "harness 0123abc (dirty)"
-    suites: tuple[SuiteSnapshot, ...]
+    tasks: tuple[TaskSnapshot, ...]
     provenance: Mapping[str, Any] = field(default_factory=dict)
 
     @property
@@ -111,14 +115,14 @@ class HistoryEntry:
         return (f"{self.model} · {kind} · fault {self.fault or 'none'} · N {run.get('items') or 'unknown'}"
                 f" · settings {digest}")
 
-    def suite(self, name: str) -> SuiteSnapshot | None:
-        return next((s for s in self.suites if s.suite == name), None)
+    def task(self, name: str) -> TaskSnapshot | None:
+        return next((s for s in self.tasks if s.task == name), None)
 
     def to_dict(self) -> dict[str, Any]:
         return {
             "schema": SCHEMA, "run_id": self.run_id, "recorded_at": self.recorded_at, "verdict": self.verdict,
             "reason": self.reason, "model": self.model, "fault": self.fault, "engine": self.engine,
-            "suites": [s.to_dict() for s in self.suites], "provenance": dict(self.provenance),
+            "suites": [s.to_dict() for s in self.tasks], "provenance": dict(self.provenance),
         }  # fmt: skip
 
     @classmethod
@@ -126,7 +130,7 @@ class HistoryEntry:
         return cls(
             run_id=str(data["run_id"]), recorded_at=str(data["recorded_at"]), verdict=str(data["verdict"]),
             reason=str(data.get("reason", "")), model=str(data["model"]), fault=data.get("fault"),
-            engine=str(data.get("engine", "")), suites=tuple(SuiteSnapshot.from_dict(s) for s in data["suites"]),
+            engine=str(data.get("engine", "")), tasks=tuple(TaskSnapshot.from_dict(s) for s in data["suites"]),
             provenance=dict(data.get("provenance") or {}),
         )  # fmt: skip
 
@@ -155,7 +159,7 @@ def run_id(runs: Sequence[RunResult], provenance: Mapping[str, Any]) -> str:
 
 
 def make_entry(
-    comparisons: Sequence[SuiteComparison],
+    comparisons: Sequence[TaskComparison],
     summary: Summary,
     runs: Sequence[RunResult],
     provenance: Mapping[str, Any],
@@ -171,7 +175,7 @@ def make_entry(
     return HistoryEntry(
         run_id=run_id(runs, provenance), recorded_at=recorded_at, verdict=summary.verdict.value,
         reason=summary.reason[:_ERROR_CHARS], model=model, fault=fault, engine=engine_label(provenance),
-        suites=tuple(SuiteSnapshot.of(c) for c in comparisons), provenance=dict(provenance),
+        tasks=tuple(TaskSnapshot.of(c) for c in comparisons), provenance=dict(provenance),
     )  # fmt: skip
 
 
@@ -224,30 +228,30 @@ def record(path: Path, entry: HistoryEntry) -> History:
 
 @dataclass(frozen=True)
 class TrendPoint:
-    """One run of a suite in the trend; ``changed_from`` is the previous run's verdict when it differs."""
+    """One run of a task in the trend; ``changed_from`` is the previous run's verdict when it differs."""
 
     index: int  # 1-based position in the series
     entry: HistoryEntry
-    snapshot: SuiteSnapshot | None  # None: the suite was not run that time
+    snapshot: TaskSnapshot | None  # None: the task was not run that time
     changed_from: str | None
     current: bool
 
 
 @dataclass(frozen=True)
-class SuiteTrend:
-    """A suite's runs in one series (the last ``limit``, oldest first) and the run its verdict began at."""
+class TaskTrend:
+    """A task's runs in one series (the last ``limit``, oldest first) and the run its verdict began at."""
 
-    suite: str
+    task: str
     points: tuple[TrendPoint, ...]
     since: TrendPoint | None  # the latest verdict change in the whole series, None when it never changed
 
 
 @dataclass(frozen=True)
 class Trend:
-    """Per-suite trends of the current run's series, and how many records of other series were left out."""
+    """Per-task trends of the current run's series, and how many records of other series were left out."""
 
     series: str
-    suites: tuple[SuiteTrend, ...]
+    tasks: tuple[TaskTrend, ...]
     overall: tuple[TrendPoint, ...]  # the overall verdict per run (``snapshot`` is None there)
     since: TrendPoint | None  # the run where the current overall verdict began, None when it never changed
     runs: int  # runs of the series in the history, including the ones beyond ``limit``
@@ -255,7 +259,7 @@ class Trend:
     unreadable: int
 
 
-def _points(series: Sequence[HistoryEntry], snapshots: Sequence[SuiteSnapshot | None], verdicts: Sequence[str | None],
+def _points(series: Sequence[HistoryEntry], snapshots: Sequence[TaskSnapshot | None], verdicts: Sequence[str | None],
             current: HistoryEntry) -> list[TrendPoint]:
     """One point per run; ``changed_from`` is the verdict of the last run before it that has one, when different."""
     points: list[TrendPoint] = []
@@ -272,7 +276,7 @@ def _last_change(points: Sequence[TrendPoint]) -> TrendPoint | None:
 
 
 def trend(history: History, current: HistoryEntry, limit: int = 20) -> Trend:
-    """The last ``limit`` runs of ``current``'s series, per suite of the current run and overall.
+    """The last ``limit`` runs of ``current``'s series, per task of the current run and overall.
 
     Changes and "since" are found over the whole series, so a change older than the window still counts.
     """
@@ -280,18 +284,18 @@ def trend(history: History, current: HistoryEntry, limit: int = 20) -> Trend:
     if all(e.run_id != current.run_id for e in same):
         same.append(current)
     window = slice(max(0, len(same) - limit), None)
-    suites = []
-    for snap in current.suites:
-        snapshots = [e.suite(snap.suite) for e in same]
+    tasks = []
+    for snap in current.tasks:
+        snapshots = [e.task(snap.task) for e in same]
         points = _points(same, snapshots, [s.verdict if s is not None else None for s in snapshots], current)
-        suites.append(SuiteTrend(snap.suite, tuple(points[window]), _last_change(points)))
+        tasks.append(TaskTrend(snap.task, tuple(points[window]), _last_change(points)))
     overall = _points(same, [None] * len(same), [e.verdict for e in same], current)
     others = sum(e.series != current.series for e in history.entries)
-    return Trend(current.series, tuple(suites), tuple(overall[window]), _last_change(overall), len(same), others,
+    return Trend(current.series, tuple(tasks), tuple(overall[window]), _last_change(overall), len(same), others,
                  history.unreadable)
 
 
 __all__ = [
-    "DEFAULT_HISTORY", "History", "HistoryEntry", "SuiteSnapshot", "SuiteTrend", "Trend", "TrendPoint",
+    "DEFAULT_HISTORY", "History", "HistoryEntry", "TaskSnapshot", "TaskTrend", "Trend", "TrendPoint",
     "engine_label", "load", "make_entry", "record", "run_id", "trend",
 ]

@@ -52,13 +52,14 @@ class ItemResult:
 
 @dataclass
 class RunResult:
-    """One suite run with one graph mode (``graphs`` is e.g. ``"tape"``/``"cuda"`` for ON, ``"off"``).
+    """One task run with one graph mode (``graphs`` is e.g. ``"tape"``/``"cuda"`` for ON, ``"off"``).
 
     ``complete=False`` requires an ``error`` saying why, and ``complete=True`` forbids one, so a
-    record can never be ambiguous about whether its items are a full test set.
+    record can never be ambiguous about whether its items are a full test set. On disk the task is
+    the key ``"suite"``, its name before tasks and suites were told apart: saved runs stay readable.
     """
 
-    suite: str
+    task: str
     graphs: str
     model: str
     complete: bool
@@ -69,17 +70,17 @@ class RunResult:
 
     def __post_init__(self) -> None:
         if not self.complete and not self.error:
-            raise ValueError(f"incomplete run of {self.suite!r} ({self.graphs}) must say why in `error`")
+            raise ValueError(f"incomplete run of {self.task!r} ({self.graphs}) must say why in `error`")
         if self.complete and self.error:
-            raise ValueError(f"run of {self.suite!r} ({self.graphs}) is marked complete but has error {self.error!r}")
+            raise ValueError(f"run of {self.task!r} ({self.graphs}) is marked complete but has error {self.error!r}")
 
     @property
     def label(self) -> str:
-        return f"{self.suite} [graphs={self.graphs}]"
+        return f"{self.task} [graphs={self.graphs}]"
 
     def to_dict(self) -> dict[str, Any]:
         return {
-            "suite": self.suite,
+            "suite": self.task,
             "graphs": self.graphs,
             "model": self.model,
             "complete": self.complete,
@@ -93,7 +94,7 @@ class RunResult:
     def from_dict(cls, data: dict[str, Any]) -> RunResult:
         _require(data, ("suite", "graphs", "model", "complete", "error", "items", "wall_s"), "run")
         return cls(
-            suite=str(data["suite"]),
+            task=str(data["suite"]),
             graphs=str(data["graphs"]),
             model=str(data["model"]),
             complete=bool(data["complete"]),
@@ -115,7 +116,7 @@ class RunResult:
 
 
 class Verdict(str, Enum):
-    """Traffic light for one suite or the whole report; ``RED`` blocks, ``AMBER`` asks a human. ``NONE``: no
+    """Traffic light for one task or the whole report; ``RED`` blocks, ``AMBER`` asks a human. ``NONE``: no
     verdict, because a run is incomplete (a server that never started, an lm-eval that failed): nothing was
     measured, so it is never shown as RED, and a measured RED elsewhere outranks it."""
 
@@ -204,14 +205,14 @@ Flip = ItemDiff  # the name the report and the brief use for a correctness-chang
 
 
 @dataclass
-class SuiteComparison:
-    """Graphs ON vs OFF on one suite: per-run accuracy, paired difference, tests, flips, verdict.
+class TaskComparison:
+    """Graphs ON vs OFF on one task: per-run accuracy, paired difference, tests, flips, verdict.
 
     When either run is incomplete every statistic is ``None`` and ``errors`` says why; the
     verdict is then RED. ``on_better`` (b) and ``off_better`` (c) are McNemar's discordant counts.
     """
 
-    suite: str
+    task: str
     model: str
     on_graphs: str
     off_graphs: str
@@ -254,8 +255,10 @@ class SuiteComparison:
         return data
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> SuiteComparison:
-        _require(data, tuple(cls.__dataclass_fields__), "suite comparison")
+    def from_dict(cls, data: dict[str, Any]) -> TaskComparison:
+        if "task" not in data and "suite" in data:  # written before tasks and suites were told apart
+            data = {**data, "task": data["suite"]}
+        _require(data, tuple(cls.__dataclass_fields__), "task comparison")
         values = {name: data[name] for name in cls.__dataclass_fields__}
         for name in ("on_accuracy", "off_accuracy", "difference"):
             values[name] = None if values[name] is None else Estimate.from_dict(values[name])
@@ -267,7 +270,7 @@ class SuiteComparison:
 
 @dataclass(frozen=True)
 class Summary:
-    """The overall verdict over all suites, with the one-line reason shown at the top of the report."""
+    """The overall verdict over all tasks, with the one-line reason shown at the top of the report."""
 
     verdict: Verdict
     reason: str

@@ -6,22 +6,22 @@ import json
 from pathlib import Path
 
 from harness.evals.results import ItemResult
-from harness.evals.suites import SuiteSpec
+from harness.evals.tasks import TaskSpec
 
 
-def parse_samples(path: Path, suite: SuiteSpec) -> list[ItemResult]:
-    """Only the suite's primary filter counts: every other filter repeats the same items."""
+def parse_samples(path: Path, task: TaskSpec) -> list[ItemResult]:
+    """Only the task's primary filter counts: every other filter repeats the same items."""
     items = []
     for line in path.read_text().splitlines():
         record = json.loads(line)
-        if record.get("filter") != suite.primary_filter:
+        if record.get("filter") != task.primary_filter:
             continue
         args = record["arguments"]
         prompt = (args.get("gen_args_0") or next(iter(args.values())))["arg_0"] if isinstance(args, dict) else args[0][0]
         response = record["resps"][0][0]
         extracted = record["filtered_resps"][0]
         items.append(ItemResult(
-            item_id=f"{suite.name}/{record['doc_id']}",
+            item_id=f"{task.name}/{record['doc_id']}",
             prompt=prompt,
             gold=str(record["target"]),
             response=response,

@@ -2,7 +2,7 @@
 
 The command line is parsed once into an :class:`EvalConfig` (``harness.jobs.eval_cli``); ``cpu_plan``
 turns it into the plan the one runner executes. Both arms run side by side (two servers on a CPU box),
-each sent every suite in one lm-eval run, ``batch_size`` prompts per request and no concurrency, so
+each sent every task in one lm-eval run, ``batch_size`` prompts per request and no concurrency, so
 the engine always sees the same batches in the same order.
 """
 
@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Mapping
 
 from harness.evals.compare import Thresholds
-from harness.evals.suites import SUITES
+from harness.evals.tasks import FROZEN_TASKS
 from harness.env import OFFLINE_ENV
 from harness.jobs.plan import Arm, Client, Model, Plan, build_plan, frozen_task
 from harness.paths import DEFAULT_KILL_MATRIX, DEFAULT_MODEL, DEFAULT_OUT
@@ -25,7 +25,7 @@ GRAPHS_ON = {"harness": "auto", "sglang": "on", "vllm": "on"}
 
 
 def _default_limits() -> dict[str, int]:
-    return {name: spec.default_limit for name, spec in SUITES.items()}
+    return {name: spec.default_limit for name, spec in FROZEN_TASKS.items()}
 
 
 @dataclass(frozen=True)
@@ -33,7 +33,7 @@ class EvalConfig:
     """Everything ``swa-harness eval`` was asked to do; the defaults are the CLI's defaults."""
 
     model: Path = DEFAULT_MODEL
-    limits: Mapping[str, int] = field(default_factory=_default_limits)  # suite name -> items, in run order
+    limits: Mapping[str, int] = field(default_factory=_default_limits)  # task name -> items, in run order
     engine: str = "harness"
     graphs_on: str | None = None  # None: the engine's graphs-on mode (GRAPHS_ON)
     fault: str | None = None

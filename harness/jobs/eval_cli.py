@@ -1,9 +1,12 @@
-"""``swa-harness eval``: accuracy suites with graphs ON and OFF on the same items, compared paired.
+"""``swa-harness eval``: accuracy tasks with graphs ON and OFF on the same items, compared paired.
 
 The command line is parsed here and only here, into an :class:`EvalConfig` and then a plan
 (``harness.jobs.cpu``), or a plan is read from ``--plan FILE``; the one runner runs it. Usage errors
 (a limit outside 1..the set's size, a batch size of 0, an engine not installed, ...) end here with
 exit code 2 and a one-line message naming the problem, before any server or lm-eval starts.
+
+``--tasks`` names the lm-eval tasks (``--suites``, its name before tasks and pytest suites were told apart,
+still works, hidden from the help).
 """
 
 from __future__ import annotations
@@ -14,7 +17,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from harness.servers.registry import SERVER_KINDS, get_server_kind
-from harness.evals.suites import SUITES, set_size
+from harness.evals.tasks import FROZEN_TASKS, set_size
 from harness.jobs.cpu import EvalConfig, cpu_plan
 from harness.jobs.options import add_threshold_options, int_in, positive_seconds, thresholds_from_options
 from harness.jobs.plan import plan_from_file, render
@@ -35,6 +38,15 @@ def check_fault(engine: str, fault: str) -> None:
     get_fault(fault)
 
 
+class _OldName(argparse.Action):
+    """A deprecated spelling of an option: stores into the new option's place and says so on stderr."""
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, values: object,
+                 option_string: str | None = None) -> None:
+        print(f"{parser.prog}: {option_string} is deprecated; use --{self.dest}", file=sys.stderr)
+        setattr(namespace, self.dest, values)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="swa-harness eval", description=__doc__.split("\n\n")[0])
     parser.add_argument("--model", type=Path, default=_DEFAULTS.model,
@@ -43,8 +55,10 @@ def build_parser() -> argparse.ArgumentParser:
                         help="the engine that serves both arms (default: harness, this checkout's server)")
     parser.add_argument("--plan", type=Path, default=None,
                         help="run this YAML plan (arms, tasks, limit, client...) instead of the two-arm job")
-    parser.add_argument("--suites", default=",".join(SUITES))
-    for name, spec in SUITES.items():
+    parser.add_argument("--tasks", default=",".join(FROZEN_TASKS),
+                        help=f"comma list of frozen tasks (default: {','.join(FROZEN_TASKS)})")
+    parser.add_argument("--suites", dest="tasks", action=_OldName, default=argparse.SUPPRESS, help=argparse.SUPPRESS)
+    for name, spec in FROZEN_TASKS.items():
         size = set_size(spec)
         parser.add_argument(f"--limit-{name.replace('_', '-')}", type=int_in(1, size, " (the set's size)"),
                             default=min(spec.default_limit, size),
@@ -77,16 +91,16 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def parse_config(argv: list[str]) -> EvalConfig:
-    """The command line as an EvalConfig; a bad suite, fault, engine or checkpoint exits here, before anything starts."""
+    """The command line as an EvalConfig; a bad task, fault, engine or checkpoint exits here, before anything starts."""
     parser = build_parser()
     return config_from_args(parser, parser.parse_args(argv), argv)
 
 
 def config_from_args(parser: argparse.ArgumentParser, args: argparse.Namespace, argv: list[str]) -> EvalConfig:
-    names = [s.strip() for s in args.suites.split(",") if s.strip()]
-    unknown = [n for n in names if n not in SUITES]
+    names = [t.strip() for t in args.tasks.split(",") if t.strip()]
+    unknown = [n for n in names if n not in FROZEN_TASKS]
     if unknown:
-        parser.error(f"unknown suites {unknown}; known: {', '.join(SUITES)}")
+        parser.error(f"unknown tasks {unknown}; known: {', '.join(FROZEN_TASKS)}")
     if not (args.on_url and args.off_url):
         if reason := get_server_kind(args.engine).missing():
             parser.exit(2, f"swa-harness eval: {reason}\n")

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 from harness.env import SGLANG_FAULT_ENV
-from harness.evals.suites import SUITES
+from harness.evals.tasks import FROZEN_TASKS
 from harness.jobs.plan import Arm, Client, Model, Plan, Task, build_plan, frozen_task
 
 DEFAULT_OUT = Path("reports/nightly")
@@ -68,7 +68,7 @@ TASKS: dict[str, Task] = {t.name: t for t in (
     # up to 3 net items are tolerated unless McNemar finds the drop significant (RED then, as everywhere).
     Task("aime25", "aime25", 30, "none", "none", False, "lm-eval built-in, hub dataset math-ai/aime25 (0-shot)",
          max_drop=0.1),
-    *(frozen_task(name) for name in SUITES),
+    *(frozen_task(name) for name in FROZEN_TASKS),
 )}
 DEFAULT_TASKS = ("gsm8k", "aime25", "gsm_style", "aime_style")
 

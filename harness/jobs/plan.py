@@ -29,7 +29,7 @@ import yaml
 from harness.servers.base import ServerSpec
 from harness.servers.lifecycle import Command
 from harness.servers.registry import get_server_kind
-from harness.evals.suites import SUITES, set_size
+from harness.evals.tasks import FROZEN_TASKS, set_size
 from harness.paths import REPO
 
 TASKS_INCLUDE = Path("suites/accuracy")  # the frozen GSM/AIME-style task YAMLs, relative to the checkout
@@ -82,7 +82,7 @@ class Arm:
 class Task:
     """One lm-eval task: frozen in ``suites/accuracy`` (``frozen``) or built into lm-eval (a hub dataset)."""
 
-    name: str  # the suite name in runs and reports
+    name: str  # the task's name in runs and reports
     lm_eval_task: str
     items: int  # size of the whole test set
     filter: str  # the filter whose exact match decides correctness, for completions models
@@ -375,22 +375,22 @@ def _record(cls: type, data: Any, where: str) -> Any:
 
 
 def frozen_task(name: str) -> Task:
-    """A frozen suite of ``suites/accuracy`` as a task (its whole set; a plan's limit cuts it)."""
-    spec = SUITES[name]
-    return Task(spec.name, spec.task, set_size(spec), spec.primary_filter, "flexible-extract", True,
+    """A frozen task of ``suites/accuracy`` (its whole set; a plan's limit cuts it)."""
+    spec = FROZEN_TASKS[name]
+    return Task(spec.name, spec.lm_eval_task, set_size(spec), spec.primary_filter, "flexible-extract", True,
                 f"frozen {spec.name} set, suites/accuracy/{spec.name}.yaml over fixtures/data")
 
 
 def plan_from_mapping(data: Mapping[str, Any], where: str = "plan") -> Plan:
-    """A plan from its YAML/JSON form: the keyword arguments of ``build_plan``; a task may be a frozen suite's
+    """A plan from its YAML/JSON form: the keyword arguments of ``build_plan``; a task may be a frozen task's
     name, a model a checkpoint path or hub id; ``arm_defaults`` go into every arm (its flags before the arm's own)."""
     if unknown := sorted(set(data) - _PLAN_KEYS):
         raise ValueError(f"{where}: unknown key(s) {', '.join(unknown)}; known: {', '.join(sorted(_PLAN_KEYS))}")
     tasks = []
     for i, task in enumerate(data.get("tasks") or ()):
         if isinstance(task, str):
-            if task not in SUITES:
-                raise ValueError(f"{where}: task {task!r} is no frozen suite ({', '.join(SUITES)}); give it as a mapping")
+            if task not in FROZEN_TASKS:
+                raise ValueError(f"{where}: task {task!r} is no frozen task ({', '.join(FROZEN_TASKS)}); give it as a mapping")
             tasks.append(frozen_task(task))
         else:
             tasks.append(_record(Task, task, f"{where}: tasks[{i}]"))

@@ -1,9 +1,9 @@
-"""Live progress while lm-eval runs: per arm and suite, items done / total, tokens per second, ETA.
+"""Live progress while lm-eval runs: per arm and task, items done / total, tokens per second, ETA.
 
 The counts come from each server's own counters (requests finished, tokens generated: the engine says
 where, ``harness.servers.counters``), because lm-eval says nothing per task while it runs. lm-eval (0.4.13, checked against a recording server) sends the
-suites' requests in the order of ``--tasks``, one suite after the other (they differ in generation
-settings, and it groups by those), so the items a server has served are attributed to the suites in
+tasks' requests in the order of ``--tasks``, one task after the other (they differ in generation
+settings, and it groups by those), so the items a server has served are attributed to the tasks in
 that order. A response cache reused with ``--resume`` is not served again, so then the counts lag.
 
 Before that, while a server starts (SGLang's CPU graph runner compiles for minutes), its row says how
@@ -63,10 +63,10 @@ def _duration(seconds: float | None) -> str:
 
 @dataclass(frozen=True)
 class Row:
-    """One line of the display: an arm (``suite`` None) or one of its suites."""
+    """One line of the display: an arm (``task`` None) or one of its tasks."""
 
     arm: str
-    suite: str | None
+    task: str | None
     done: int
     total: int
     tokens_per_s: float | None
@@ -75,7 +75,7 @@ class Row:
 
     @property
     def name(self) -> str:
-        return f"graphs {self.arm}" + (f" · {self.suite}" if self.suite else "")
+        return f"graphs {self.arm}" + (f" · {self.task}" if self.task else "")
 
 
 @dataclass
@@ -98,7 +98,7 @@ class ArmProgress:
 
     label: str
     base_url: str
-    totals: dict[str, int]  # suite -> items, in the order lm-eval sends them; "" when not split
+    totals: dict[str, int]  # task -> items, in the order lm-eval sends them; "" when not split
     started: float
     base: Counters = Counters(0, 0)
     read: ReadCounters = health_counters
@@ -116,7 +116,7 @@ class ArmProgress:
         self.update(self.read(self.base_url))
 
     def rows(self, now: float) -> list[Row]:
-        """The arm's row, then one per suite, the served items filled into the suites in order."""
+        """The arm's row, then one per task, the served items filled into the tasks in order."""
         elapsed = max(now - self.started, 1e-9)
         total = sum(self.totals.values())
         done = min(self.done, total)
@@ -129,8 +129,8 @@ class ArmProgress:
         rows = [Row(self.label, None, done, total, tps, eta(total), self.startup_s)]
         if list(self.totals) != [""]:
             before = 0
-            for suite, n in self.totals.items():
-                rows.append(Row(self.label, suite, min(max(done - before, 0), n), n,
+            for task, n in self.totals.items():
+                rows.append(Row(self.label, task, min(max(done - before, 0), n), n,
                                 tps if before <= done < before + n else None, eta(before + n)))
                 before += n
         return rows
@@ -139,15 +139,15 @@ class ArmProgress:
 def plain_line(rows: list[Row], elapsed: float, startups: list[str] = ()) -> str:
     """One log line for every arm: ``[  35s] graphs on: 120/700 items, 85.2 tok/s, ETA 2m10s (gsm_style 120/500, ...)``."""
     parts = []
-    for row in (r for r in rows if r.suite is None):
+    for row in (r for r in rows if r.task is None):
         text = f"graphs {row.arm}: {row.done}/{row.total} items"
         if row.tokens_per_s is not None:
             text += f", {row.tokens_per_s:.1f} tok/s"
         text += f", ETA {_duration(row.eta_s)}"
         if row.startup_s is not None:
             text += f", server started in {_duration(row.startup_s)}"
-        suites = [f"{r.suite} {r.done}/{r.total}" for r in rows if r.arm == row.arm and r.suite]
-        parts.append(text + (f" ({', '.join(suites)})" if suites else ""))
+        tasks = [f"{r.task} {r.done}/{r.total}" for r in rows if r.arm == row.arm and r.task]
+        parts.append(text + (f" ({', '.join(tasks)})" if tasks else ""))
     return f"[{elapsed:6.0f}s] " + " | ".join([*startups, *parts])
 
 
@@ -202,7 +202,7 @@ class Progress:
 
     def watch(self, label: str, base_url: str, total: int | Mapping[str, int],
               read: ReadCounters = health_counters) -> None:
-        """Start showing an arm; ``total`` per suite (in the order lm-eval sends them) or as one number; ``read``
+        """Start showing an arm; ``total`` per task (in the order lm-eval sends them) or as one number; ``read``
         gets the server's counters (its engine's reader)."""
         totals = dict(total) if isinstance(total, Mapping) else {"": int(total)}
         arm = ArmProgress(label, base_url, totals, time.perf_counter(), read(base_url) or Counters(0, 0), read,
@@ -282,9 +282,9 @@ class Progress:
         if self._rich is None:
             return
         for row in arm.rows(time.perf_counter()):
-            key = (row.arm, row.suite)
+            key = (row.arm, row.task)
             fields = {"rate": f"{row.tokens_per_s:.1f} tok/s" if row.tokens_per_s else "",
                       "eta": "done" if row.done >= row.total else "stopped" if arm.finished else f"ETA {_duration(row.eta_s)}"}
             if key not in self._tasks:
-                self._tasks[key] = self._rich.add_task(("  " if row.suite else "") + row.name, total=row.total, **fields)
+                self._tasks[key] = self._rich.add_task(("  " if row.task else "") + row.name, total=row.total, **fields)
             self._rich.update(self._tasks[key], completed=row.done, **fields)

@@ -151,10 +151,10 @@ def hardware(device: str) -> dict[str, Any]:
     return info
 
 
-def dataset_hashes(suites: Iterable[str]) -> dict[str, dict[str, str]]:
-    """sha256 (first 16 hex) of each frozen suite's task YAML and data files: a changed set shows here."""
+def dataset_hashes(tasks: Iterable[str]) -> dict[str, dict[str, str]]:
+    """sha256 (first 16 hex) of each frozen task's YAML and data files: a changed set shows here."""
     out: dict[str, dict[str, str]] = {}
-    for name in suites:
+    for name in tasks:
         files = [TASKS_DIR / f"{name}.yaml", TASKS_DIR / "utils.py", *sorted((DATA_DIR / name).glob("*.jsonl"))]
         if (TASKS_DIR / f"{name}.yaml").exists():
             out[name] = {f.name: (file_sha256(f) or "missing")[:16] for f in files if f.exists()}

@@ -40,9 +40,9 @@ from harness.evals.compare import ItemMismatchError, Thresholds, Tokenize, compa
 from harness.evals.history import make_entry
 from harness.evals.history import record as record_history
 from harness.evals.history import trend as history_trend
-from harness.evals.results import ItemResult, RunResult, SuiteComparison, Summary, Verdict
+from harness.evals.results import ItemResult, RunResult, Summary, TaskComparison, Verdict
 from harness.evals.samples import find_samples, parse_samples
-from harness.evals.suites import SuiteSpec
+from harness.evals.tasks import TaskSpec
 from harness.jobs.cache import response_cache
 from harness.jobs.plan import ArmRun, Comparison, EvalStep, Plan
 from harness.jobs.progress import Progress
@@ -96,10 +96,12 @@ class RunOptions:
 
 @dataclass(frozen=True)
 class Outcome:
-    """One comparison judged: its suites, the worst verdict, the report, and whether that was expected."""
+    """One comparison judged: its tasks, the worst verdict, the report, and whether that was expected.
+
+    ``to_dict`` is its entry in ``summary.json``, whose keys (``"suites"`` for the tasks) stay as they were."""
 
     comparison: Comparison
-    suites: list[SuiteComparison]
+    tasks: list[TaskComparison]
     summary: Summary
     report: Path | None
 
@@ -113,8 +115,8 @@ class Outcome:
         return {"model": c.model.name, "comparison": c.name, "treatment": c.treatment, "reference": c.reference,
                 "verdict": self.summary.verdict.value, "expected": c.expectation, "as expected": self.ok,
                 "reason": self.summary.reason, "report": str(self.report) if self.report else None,
-                "suites": {s.suite: {"verdict": s.verdict.value, "difference": s.difference.value if s.difference else None,
-                                     "n": s.n, "reason": s.reason} for s in self.suites}}
+                "suites": {t.task: {"verdict": t.verdict.value, "difference": t.difference.value if t.difference else None,
+                                    "n": t.n, "reason": t.reason} for t in self.tasks}}
 
 
 # -- one run: a server and lm-eval against it ------------------------------------------------------------
@@ -182,7 +184,7 @@ def run_arm(run: ArmRun, options: RunOptions, progress: Progress, children: Chil
                 meta["engine"] = engine.stats(url)  # what it did: forwards per path, tokens, preemptions
             for task in step.tasks:
                 results[task.name] = RunResult(
-                    suite=task.name, graphs=str(meta["graphs"]), model=run.model.slug, complete=error is None,
+                    task=task.name, graphs=str(meta["graphs"]), model=run.model.slug, complete=error is None,
                     error=error, items=items.get(task.name, []) if error is None else [],
                     wall_s=round(time.perf_counter() - start, 2), meta=dict(meta))
                 results[task.name].save(run.dir / "runs" / f"{task.name}.json")
@@ -218,7 +220,7 @@ def _run_step(run: ArmRun, step: EvalStep, url: str, identity: Identity | None, 
         samples = find_samples(step.out, task.lm_eval_task)
         if samples is None:
             raise RunFailure(f"lm-eval ({run.arm.name}) wrote no samples for {task.lm_eval_task}; see {shown(log)}")
-        parsed = parse_samples(samples, SuiteSpec(task.name, task.lm_eval_task, step.filters[task.name],
+        parsed = parse_samples(samples, TaskSpec(task.name, task.lm_eval_task, step.filters[task.name],
                                                   step.items[task.name]))
         if len(parsed) != step.items[task.name]:
             raise RunFailure(f"lm-eval ({run.arm.name}) wrote {len(parsed)} samples of {task.lm_eval_task} "
@@ -413,24 +415,24 @@ def _as_mode(run: RunResult, mode: str) -> RunResult:
     return replace(run, meta={**run.meta, "mode": mode})
 
 
-def judge(plan: Plan, runs: Sequence[RunResult], thresholds: Thresholds) -> list[tuple[Comparison, list[SuiteComparison],
+def judge(plan: Plan, runs: Sequence[RunResult], thresholds: Thresholds) -> list[tuple[Comparison, list[TaskComparison],
                                                                                        list[RunResult]]]:
     """Every comparison of the plan over ``runs``, paired per task (the treatment as ON, the reference as OFF)."""
-    by_key = {(r.model, r.meta.get("arm", r.graphs), r.suite): r for r in runs}
+    by_key = {(r.model, r.meta.get("arm", r.graphs), r.task): r for r in runs}
     judged = []
     for comparison in plan.comparisons:
-        suites, pair_runs = [], []
+        tasks, pair_runs = [], []
         for task in plan.tasks:
             on = _as_mode(by_key[comparison.model.slug, comparison.treatment, task.name], "on")
             off = _as_mode(by_key[comparison.model.slug, comparison.reference, task.name], "off")
             task_thresholds = thresholds if task.max_drop is None else replace(thresholds, max_drop=task.max_drop)
             try:
-                suites.append(compare_runs(on, off, thresholds=task_thresholds, tokenize=_tokenizer(comparison)))
+                tasks.append(compare_runs(on, off, thresholds=task_thresholds, tokenize=_tokenizer(comparison)))
             except ItemMismatchError as exc:  # lm-eval scored other items in one arm: no pairing
                 bad = replace(on, complete=False, error=f"ItemMismatchError: {exc}", items=[])
-                suites.append(compare_runs(bad, off, thresholds=task_thresholds))
+                tasks.append(compare_runs(bad, off, thresholds=task_thresholds))
             pair_runs += [on, off]
-        judged.append((comparison, suites, pair_runs))
+        judged.append((comparison, tasks, pair_runs))
     return judged
 
 
@@ -438,8 +440,8 @@ def finish(plan: Plan, runs: Sequence[RunResult], options: RunOptions, base: Map
     """Judge, record in the history, report (each comparison, and the overview), print; the exit code."""
     outcomes = []
     differ = different_models(plan, runs)
-    for comparison, suites, pair_runs in judge(plan, runs, options.thresholds):
-        summary = summarize(suites)
+    for comparison, tasks, pair_runs in judge(plan, runs, options.thresholds):
+        summary = summarize(tasks)
         if diff := differ.get((comparison.model.name, comparison.name)):  # first on the report, whichever way taken
             summary = (replace(summary, reason=f"judged although {diff} (--allow-different-models); " + summary.reason)
                        if options.allow_different_models else replace(summary, verdict=Verdict.NONE,
@@ -447,14 +449,14 @@ def finish(plan: Plan, runs: Sequence[RunResult], options: RunOptions, base: Map
         prov = comparison_provenance(plan, comparison, pair_runs, base)
         trend = None
         if options.history is not None:
-            entry = make_entry(suites, summary, pair_runs, prov)
+            entry = make_entry(tasks, summary, pair_runs, prov)
             trend = history_trend(record_history(Path(options.history), entry), entry)
-        report = render_report(suites, pair_runs, summary=summary, provenance=prov, out_dir=comparison.dir,
+        report = render_report(tasks, pair_runs, summary=summary, provenance=prov, out_dir=comparison.dir,
                                trend=trend, kill_matrices=load_kill_matrices(options.kill_matrix),
                                fault_effects=load_fault_effects(options.fault_effects),
                                release_matrix=load_release_matrix(options.release_matrix),
                                tokenize=_tokenizer(comparison))
-        outcome = Outcome(comparison, suites, summary, report)
+        outcome = Outcome(comparison, tasks, summary, report)
         outcomes.append(outcome)
         _print_outcome(outcome, len(plan.comparisons) > 1)
         if trend is not None:
@@ -462,7 +464,7 @@ def finish(plan: Plan, runs: Sequence[RunResult], options: RunOptions, base: Map
             print(f"history: {shown(Path(options.history))} ({trend.runs} run(s) of {trend.series}{since})")
     if plan.overview:
         summary_json = {"as expected": all(o.ok for o in outcomes), "comparisons": [o.to_dict() for o in outcomes],
-                        "runs": [{"model": r.model, "arm": r.meta.get("arm", r.graphs), "task": r.suite,
+                        "runs": [{"model": r.model, "arm": r.meta.get("arm", r.graphs), "task": r.task,
                                   "complete": r.complete, "error": r.error, "correct": sum(i.correct for i in r.items),
                                   "n": len(r.items)} for r in runs]}
         (plan.out / "summary.json").write_text(json.dumps(summary_json, indent=1) + "\n")
@@ -492,13 +494,13 @@ def different_models(plan: Plan, runs: Sequence[RunResult]) -> dict[tuple[str, s
 
 def _overview(plan: Plan, runs: Sequence[RunResult], outcomes: Sequence[Outcome]) -> list[OverviewModel]:
     """The plan and its outcomes as the overview page's plain data (the report floor knows no plans)."""
-    by_key = {(r.model, r.meta.get("arm", r.graphs), r.suite): r for r in runs}
+    by_key = {(r.model, r.meta.get("arm", r.graphs), r.task): r for r in runs}
     models = []
     for model in plan.models:
         arms = [(a.name, " ".join((*a.flags, *get_server_kind(a.engine).graph_flags(a.graphs, a.flags))) or "(defaults)",
                  " ".join(f"{k}={v}" for k, v in a.env.items())) for a in plan.arms]
         cells = {(a.name, t.name): by_key.get((model.slug, a.name, t.name)) for a in plan.arms for t in plan.tasks}
-        comparisons = [OverviewComparison(f"{o.comparison.treatment} vs {o.comparison.reference}", o.suites,
+        comparisons = [OverviewComparison(f"{o.comparison.treatment} vs {o.comparison.reference}", o.tasks,
                                           o.summary.verdict.value, o.comparison.expectation, o.ok,
                                           str(Path(o.report).relative_to(plan.out)) if o.report else None)
                        for o in outcomes if o.comparison.model == model]
@@ -527,12 +529,12 @@ def _load_tokenizer(path: str) -> Tokenize:
 
 
 def _print_outcome(outcome: Outcome, several: bool) -> None:
-    for c in outcome.suites:
+    for c in outcome.tasks:
         if not c.complete:
-            print(f"{c.suite}: NO VERDICT — {'; '.join(c.errors)}")
+            print(f"{c.task}: NO VERDICT — {'; '.join(c.errors)}")
             continue
         on, off, diff = c.on_accuracy, c.off_accuracy, c.difference
-        print(f"{c.suite}: N={c.n} on {on.value:.1%} [{on.low:.1%}, {on.high:.1%}] "
+        print(f"{c.task}: N={c.n} on {on.value:.1%} [{on.low:.1%}, {on.high:.1%}] "
               f"off {off.value:.1%} [{off.low:.1%}, {off.high:.1%}] "
               f"diff {diff.value:+.1%} [{diff.low:+.1%}, {diff.high:+.1%}] McNemar p={c.mcnemar_p:.3g} "
               f"MDE {c.mde:.1%} flips {len(c.flips)} -> {c.verdict.name}")

@@ -1,4 +1,4 @@
-"""Every HTML page: a comparison's self-contained report (verdict, per-suite statistics, forest plot, flips,
+"""Every HTML page: a comparison's self-contained report (verdict, per-task statistics, forest plot, flips,
 kill matrix) and the overview of a job with several comparisons, in one palette (``palette``)."""
 
 from harness.report.render import build_context, render_html, render_report

@@ -27,7 +27,7 @@ class KillMatrixFile:
 
 @dataclass(frozen=True)
 class FaultEffects:
-    """The fault-effect table: accuracy deltas a fault causes per checkpoint and suite."""
+    """The fault-effect table: accuracy deltas a fault causes per checkpoint and task."""
 
     source: str
     rows: tuple[Mapping[str, Any], ...]

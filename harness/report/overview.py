@@ -11,14 +11,14 @@ from typing import Mapping, Sequence
 
 from harness.evals import stats
 from harness.evals.compare import Thresholds
-from harness.evals.results import RunResult, SuiteComparison
+from harness.evals.results import RunResult, TaskComparison
 from harness.report.palette import INK, LINE, MUTED, SOFT, verdict_colour
 
 
 @dataclass(frozen=True)
 class OverviewComparison:
     label: str  # "on vs off"
-    suites: Sequence[SuiteComparison]
+    tasks: Sequence[TaskComparison]
     verdict: str
     expectation: str
     ok: bool
@@ -91,9 +91,9 @@ def render_overview(models: Sequence[OverviewModel], thresholds: Thresholds = Th
                      + "<th>verdict</th><th>expected</th><th>report</th></tr>")
         for c in model.comparisons:
             cells = []
-            for suite in c.suites:
-                diff = f" {100 * suite.difference.value:+.1f} pp" if suite.difference else ""
-                cells.append(f"<td>{_verdict(suite.verdict.value)}{diff}<div class=\"small\">{escape(suite.reason[:160])}"
+            for task in c.tasks:
+                diff = f" {100 * task.difference.value:+.1f} pp" if task.difference else ""
+                cells.append(f"<td>{_verdict(task.verdict.value)}{diff}<div class=\"small\">{escape(task.reason[:160])}"
                              "</div></td>")
             link = f'<a href="{escape(c.report)}">report</a>' if c.report else "—"
             parts.append(f"<tr><th>{escape(c.label)}</th>" + "".join(cells) + f"<td>{_verdict(c.verdict)}</td>"

@@ -24,8 +24,8 @@ from markupsafe import Markup, escape
 
 from harness.evals import stats
 from harness.evals.compare import Tokenize
-from harness.evals.history import SuiteSnapshot, Trend, TrendPoint, engine_label
-from harness.evals.results import ItemDiff, RunResult, SuiteComparison, Summary, Verdict
+from harness.evals.history import TaskSnapshot, Trend, TrendPoint, engine_label
+from harness.evals.results import ItemDiff, RunResult, Summary, TaskComparison, Verdict
 from harness.paths import REPO, shown
 from harness.report.inputs import FaultEffects, KillMatrixFile, ReleaseMatrix
 from harness.report.palette import INK, LINE, MUTED, SOFT, VERDICT_COLOURS
@@ -199,10 +199,10 @@ def provenance_glance(provenance: Mapping[str, Any], graphs: Mapping[str, str] |
     datasets = _group(provenance, "datasets")
     if datasets:
         parts, files = [], []
-        for suite, hashes in datasets.items():
+        for task, hashes in datasets.items():
             listing = sorted(f"{f} {h}" for f, h in (hashes.items() if isinstance(hashes, Mapping) else []))
-            parts.append(f"{suite} {hashlib.sha256(chr(10).join(listing).encode()).hexdigest()[:12]}")
-            files += [f"{suite}/{line}" for line in listing]
+            parts.append(f"{task} {hashlib.sha256(chr(10).join(listing).encode()).hexdigest()[:12]}")
+            files += [f"{task}/{line}" for line in listing]
         rows.append({"label": "datasets", "text": " · ".join(parts), "title": "\n".join(files)})
     run = _group(provenance, "run")
     if run:
@@ -215,17 +215,17 @@ def breakable(text: Any) -> Markup:
     return Markup(re.sub(r"([._/:,=-])", r"\1<wbr>", str(escape(str(text)))))
 
 
-def _suite_row(comp: SuiteComparison) -> dict[str, Any]:
-    """Table cells for one suite; an incomplete comparison carries (folded) errors and no numbers."""
+def _task_row(comp: TaskComparison) -> dict[str, Any]:
+    """Table cells for one task; an incomplete comparison carries (folded) errors and no numbers."""
     row: dict[str, Any] = {
-        "suite": comp.suite,
+        "task": comp.task,
         "model": comp.model,
         "graphs": f"{comp.on_graphs} vs {comp.off_graphs}",
         "complete": comp.complete,
         "errors": [fold(e) for e in comp.errors],
         "verdict": comp.verdict.value,
         "reasons": [fold(r) for r in comp.reasons],
-        "anchor": f"suite-{comp.suite}",
+        "anchor": f"suite-{comp.task}",
     }
     if comp.complete:
         assert comp.on_accuracy and comp.off_accuracy and comp.difference and comp.mde is not None
@@ -290,7 +290,7 @@ def _meta_view(meta: Mapping[str, Any]) -> dict[str, Any]:
 
 def _run_row(run: RunResult, confidence: float) -> dict[str, Any]:
     row: dict[str, Any] = {
-        "suite": run.suite,
+        "task": run.task,
         "graphs": run.graphs,
         "model": run.model,
         "complete": run.complete,
@@ -397,7 +397,7 @@ def _fault_effects_view(effects: FaultEffects | None) -> dict[str, Any] | None:
     for r in effects.rows:
         delta = r.get("delta_pp")
         rows.append({"fault": str(r.get("fault", "?")), "checkpoint": str(r.get("checkpoint", "")),
-                     "suite": str(r.get("suite", "")),
+                     "task": str(r.get("suite", "")),
                      "delta": f"{delta:+.1f} pp" if isinstance(delta, (int, float)) else str(delta or "—"),
                      "verdict": str(r.get("verdict", ""))})
     return {"source": _where(effects.source), "label": label, "error": effects.error, "rows": rows}
@@ -438,7 +438,7 @@ def _release_matrix_view(found: ReleaseMatrix | None) -> dict[str, Any] | None:
     return {**base, "suites": suites, "rows": rows, "label": label}
 
 
-def _snapshot_cells(s: SuiteSnapshot | None) -> dict[str, Any]:
+def _snapshot_cells(s: TaskSnapshot | None) -> dict[str, Any]:
     if s is None:
         return {"ran": False}
     cells: dict[str, Any] = {"ran": True, "verdict": s.verdict, "complete": s.complete,
@@ -458,26 +458,26 @@ def _point_view(p: TrendPoint) -> dict[str, Any]:
 
 
 def _trend_view(trend: Trend | None) -> dict[str, Any] | None:
-    """Per suite a chart and a table (newest first), plus the overall "since when" line."""
+    """Per task a chart and a table (newest first), plus the overall "since when" line."""
     if trend is None:
         return None
     view: dict[str, Any] = {name: getattr(trend, name) for name in ("series", "runs", "other_series", "unreadable")}
     view["since"] = _point_view(trend.since) if trend.since else None
-    view["suites"] = [
+    view["tasks"] = [
         {
-            "suite": st.suite,
-            "anchor": f"trend-{st.suite}",
-            "chart": Markup(trend_chart(st.suite, st.points)),  # built from escaped parts in svg.py
+            "task": st.task,
+            "anchor": f"trend-{st.task}",
+            "chart": Markup(trend_chart(st.task, st.points)),  # built from escaped parts in svg.py
             "points": [_point_view(p) for p in reversed(st.points)],
             "since": _point_view(st.since) if st.since else None,
         }
-        for st in trend.suites
+        for st in trend.tasks
     ]
     return view
 
 
 def build_context(
-    comparisons: Sequence[SuiteComparison],
+    comparisons: Sequence[TaskComparison],
     runs: Sequence[RunResult],
     *,
     summary: Summary,
@@ -505,8 +505,8 @@ def build_context(
         "summary": {
             "verdict": summary.verdict.value,
             "reason": fold(summary.reason, 220),
-            # The suites that set the verdict, one folded line each, so a long error cannot bury the others.
-            "culprits": [{"suite": c.suite, "anchor": f"suite-{c.suite}", "reason": fold(c.reason, 200)}
+            # The tasks that set the verdict, one folded line each, so a long error cannot bury the others.
+            "culprits": [{"task": c.task, "anchor": f"suite-{c.task}", "reason": fold(c.reason, 200)}
                          for c in comparisons
                          if summary.verdict.name != "GREEN" and c.verdict in (summary.verdict, Verdict.NONE)],
             "counts": summary.counts,
@@ -514,15 +514,15 @@ def build_context(
         },
         "confidence": f"{100 * (1 - alpha):g} %",
         # The footnote's numbers come from this run, never from an example run of another size.
-        "mde_note": "; ".join(f"{c.suite} {100 * c.mde:.1f} pp at N = {c.n}" for c in comparisons
+        "mde_note": "; ".join(f"{c.task} {100 * c.mde:.1f} pp at N = {c.n}" for c in comparisons
                               if c.complete and c.mde is not None),
-        "suites": [_suite_row(comp) for comp in comparisons],
+        "tasks": [_task_row(comp) for comp in comparisons],
         "forest": Markup(forest_plot(comparisons, max_drop)),  # built from escaped parts in svg.py
         "flip_sections": [
             {
-                "suite": comp.suite,
-                "anchor": f"flips-{comp.suite}",
-                "back": f"suite-{comp.suite}",
+                "task": comp.task,
+                "anchor": f"flips-{comp.task}",
+                "back": f"suite-{comp.task}",
                 "complete": comp.complete,
                 # ON-broke flips first: those are the ones a regression hunt starts from.
                 "flips": [_diff_view(d, tokenize) for d in sorted(comp.flips, key=lambda d: d.on_correct)],
@@ -548,7 +548,7 @@ def build_context(
 
 
 def render_html(
-    comparisons: Sequence[SuiteComparison],
+    comparisons: Sequence[TaskComparison],
     runs: Sequence[RunResult],
     *,
     summary: Summary,
@@ -561,7 +561,7 @@ def render_html(
 
 
 def render_report(
-    comparisons: Sequence[SuiteComparison],
+    comparisons: Sequence[TaskComparison],
     runs: Sequence[RunResult],
     *,
     summary: Summary,

@@ -1,6 +1,6 @@
 """Inline SVG charts, drawn in Python so the report needs no script, font or network.
 
-Every piece of text that reaches the SVG goes through ``html.escape``: suite names come from
+Every piece of text that reaches the SVG goes through ``html.escape``: task names come from
 configuration and must not be able to inject markup.
 """
 
@@ -11,7 +11,7 @@ from html import escape
 from typing import Sequence
 
 from harness.evals.history import TrendPoint
-from harness.evals.results import SuiteComparison, Verdict
+from harness.evals.results import TaskComparison, Verdict
 from harness.report.palette import MUTED, VERDICT_COLOURS
 _NICE_STEPS = (0.001, 0.002, 0.005, 0.01, 0.02, 0.025, 0.05, 0.1, 0.2, 0.25, 0.5)
 
@@ -35,8 +35,8 @@ def _axis(extent: float) -> tuple[float, float]:
     return 1.0, 0.5
 
 
-def forest_plot(comparisons: Sequence[SuiteComparison], max_drop: float | None = None) -> str:
-    """Paired difference ON - OFF per suite with its CI, a zero line and the ``-max_drop`` line."""
+def forest_plot(comparisons: Sequence[TaskComparison], max_drop: float | None = None) -> str:
+    """Paired difference ON - OFF per task with its CI, a zero line and the ``-max_drop`` line."""
     row_h, top, bottom = 30, 28, 38
     left, plot_w, right = 190, 420, 150
     width = left + plot_w + right
@@ -77,7 +77,7 @@ def forest_plot(comparisons: Sequence[SuiteComparison], max_drop: float | None =
     for row, comp in enumerate(comparisons):
         cy = top + row_h * row + row_h / 2
         colour = VERDICT_COLOURS[comp.verdict]
-        name = escape(comp.suite)
+        name = escape(comp.task)
         out.append(f'<g class="forest-row" data-suite="{name}">')
         out.append(f'<text x="{left - 10}" y="{cy + 4}" text-anchor="end" class="label">{name}</text>')
         if comp.difference is None:
@@ -87,7 +87,7 @@ def forest_plot(comparisons: Sequence[SuiteComparison], max_drop: float | None =
         else:
             d = comp.difference
             tip = escape(
-                f"{comp.suite}: {_fmt_pp(d.value)} pp, CI {_fmt_pp(d.low)} .. {_fmt_pp(d.high)} pp, "
+                f"{comp.task}: {_fmt_pp(d.value)} pp, CI {_fmt_pp(d.low)} .. {_fmt_pp(d.high)} pp, "
                 f"McNemar p = {comp.mcnemar_p:.3g}, {comp.verdict.value}"
             )
             out.append(f"<title>{tip}</title>")
@@ -121,7 +121,7 @@ def _trend_range(points: Sequence[TrendPoint]) -> tuple[float, float]:
     return low, max(high, low + 0.01)
 
 
-def trend_chart(suite: str, points: Sequence[TrendPoint]) -> str:
+def trend_chart(task: str, points: Sequence[TrendPoint]) -> str:
     """Accuracy ON (dots in the verdict's colour) and OFF (hollow) per run, with their CIs.
 
     A dashed vertical line marks each run whose verdict differs from the run before, labelled
@@ -138,7 +138,7 @@ def trend_chart(suite: str, points: Sequence[TrendPoint]) -> str:
     def y(v: float) -> float:
         return top + (high - v) / (high - low) * plot_h
 
-    name = escape(suite)
+    name = escape(task)
     out = [
         f'<svg class="trend" role="img" width="{width}" height="{height}" viewBox="0 0 {width} {height}" '
         f'preserveAspectRatio="xMinYMin meet" data-suite="{name}">',
