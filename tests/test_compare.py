@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+from dataclasses import replace
 
 import pytest
 from hypothesis import given
@@ -19,7 +20,7 @@ from harness.evals.compare import (
     pair_items,
     summarize,
 )
-from harness.evals.results import ItemDiff, ItemResult, RunResult, TaskComparison, Summary, Verdict
+from harness.evals.results import ItemDiff, ItemResult, RunRecord, RunResult, TaskComparison, Summary, Verdict
 from harness.jobs.options import add_threshold_options, thresholds_from_options
 
 
@@ -36,8 +37,8 @@ def _runs(
     for i, (a, b) in enumerate(zip(flags_on, flags_off)):
         off_items.append(_item(i, b, suite=suite))
         on_items.append(_item(i, a, suite=suite) if a != b else off_items[-1])
-    on = RunResult(suite, graphs, "tiny", True, None, on_items, 1.0, {"seed": 0})
-    off = RunResult(suite, "off", "tiny", True, None, off_items, 1.0, {})
+    on = RunResult(suite, graphs, "tiny", True, None, on_items, 1.0, RunRecord(graphs))
+    off = RunResult(suite, "off", "tiny", True, None, off_items, 1.0, RunRecord("off"))
     return on, off
 
 
@@ -60,7 +61,7 @@ def _flags(n: int, b: int, c: int, acc: float = 0.6) -> tuple[list[bool], list[b
 
 def test_pairs_by_item_id_regardless_of_order() -> None:
     on, off = _runs(*_flags(30, 2, 5))
-    shuffled = RunResult(off.task, off.graphs, off.model, True, None, list(reversed(off.items)), 1.0, {})
+    shuffled = RunResult(off.task, off.graphs, off.model, True, None, list(reversed(off.items)), 1.0, off.record)
     comp = compare_runs(on, shuffled)
     assert comp == compare_runs(on, off)
     assert comp.n == 30 and (comp.on_better, comp.off_better) == (2, 5)
@@ -71,7 +72,7 @@ def test_pairs_by_item_id_regardless_of_order() -> None:
 
 def test_mismatched_item_sets_name_the_missing_ids() -> None:
     on, off = _runs(*_flags(10, 0, 0))
-    off.items = off.items[:7] + [_item(99, True)]
+    off = replace(off, items=off.items[:7] + [_item(99, True)])
     with pytest.raises(ItemMismatchError) as info:
         compare_runs(on, off)
     message = str(info.value)
@@ -93,9 +94,9 @@ def test_duplicate_and_inconsistent_items_are_errors() -> None:
 def test_different_suites_or_models_are_errors() -> None:
     on, off = _runs(*_flags(5, 0, 0))
     with pytest.raises(ValueError, match="different tasks"):
-        compare_runs(on, RunResult("aime", "off", "tiny", True, None, off.items, 1.0, {}))
+        compare_runs(on, RunResult("aime", "off", "tiny", True, None, off.items, 1.0, RunRecord("off")))
     with pytest.raises(ValueError, match="different models"):
-        compare_runs(on, RunResult("gsm", "off", "other", True, None, off.items, 1.0, {}))
+        compare_runs(on, RunResult("gsm", "off", "other", True, None, off.items, 1.0, RunRecord("off")))
 
 
 # ------------------------------------------------------------------ statistics wiring
@@ -260,7 +261,8 @@ def test_text_divergence_gate_is_optional() -> None:
 @pytest.mark.parametrize("side", ["on", "off"])
 def test_incomplete_run_has_no_verdict_and_no_numbers(side: str) -> None:
     on, off = _runs(*_flags(50, 0, 0))
-    broken = RunResult("gsm", "tape" if side == "on" else "off", "tiny", False, "server died (exit -9)", on.items[:3], 4.0, {})
+    graphs = "tape" if side == "on" else "off"
+    broken = RunResult("gsm", graphs, "tiny", False, "server died (exit -9)", on.items[:3], 4.0, RunRecord(graphs))
     comp = compare_runs(broken, off) if side == "on" else compare_runs(on, broken)
     assert comp.verdict is Verdict.NONE and comp.verdict.text == "NO VERDICT" and not comp.complete
     assert comp.reason.startswith("no verdict: ")
@@ -270,17 +272,17 @@ def test_incomplete_run_has_no_verdict_and_no_numbers(side: str) -> None:
 
 
 def test_complete_runs_without_items_have_no_verdict() -> None:
-    on = RunResult("gsm", "tape", "tiny", True, None, [], 0.1, {})
-    off = RunResult("gsm", "off", "tiny", True, None, [], 0.1, {})
+    on = RunResult("gsm", "tape", "tiny", True, None, [], 0.1, RunRecord("tape"))
+    off = RunResult("gsm", "off", "tiny", True, None, [], 0.1, RunRecord("off"))
     comp = compare_runs(on, off)
     assert comp.verdict is Verdict.NONE and comp.on_accuracy is None and "no items" in comp.reason
 
 
 def test_run_result_must_be_unambiguous() -> None:
     with pytest.raises(ValueError, match="must say why"):
-        RunResult("gsm", "tape", "tiny", False, None, [], 1.0, {})
+        RunResult("gsm", "tape", "tiny", False, None, [], 1.0, RunRecord("tape"))
     with pytest.raises(ValueError, match="marked complete"):
-        RunResult("gsm", "tape", "tiny", True, "boom", [], 1.0, {})
+        RunResult("gsm", "tape", "tiny", True, "boom", [], 1.0, RunRecord("tape"))
 
 
 def test_summarize_takes_the_worst_verdict() -> None:
@@ -295,7 +297,7 @@ def test_summarize_takes_the_worst_verdict() -> None:
     assert overall.reason.startswith("hard: ON significantly worse")
     assert overall.counts == {"GREEN": 1, "AMBER": 1, "NO-VERDICT": 0, "RED": 1}
     assert summarize([]).verdict is Verdict.NONE
-    broken = RunResult("gsm", "tape", "tiny", False, "server died", [], 1.0, {})
+    broken = RunResult("gsm", "tape", "tiny", False, "server died", [], 1.0, RunRecord("tape"))
     missing = compare_runs(broken, _runs(*_flags(50, 0, 0))[1])
     assert summarize([green, missing]).verdict is Verdict.NONE  # nothing measured there: no colour claimed
     assert summarize([red, missing]).verdict is Verdict.RED  # a measured RED is not hidden by a missing suite
@@ -325,7 +327,7 @@ def test_records_round_trip_through_json(tmp_path) -> None:
     on, off = _runs(*_flags(40, 2, 3))
     path = on.save(tmp_path / "runs" / "on.json")
     assert RunResult.load(path) == on
-    broken = RunResult("gsm", "cuda", "tiny", False, "lm-eval failed", on.items[:2], 2.0, {"rc": 1})
+    broken = RunResult("gsm", "cuda", "tiny", False, "lm-eval failed", on.items[:2], 2.0, RunRecord("cuda"))
     assert RunResult.from_dict(json.loads(json.dumps(broken.to_dict()))) == broken
     for comp in (compare_runs(on, off), compare_runs(broken, off)):
         again = TaskComparison.from_dict(json.loads(json.dumps(comp.to_dict())))

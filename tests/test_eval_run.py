@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from harness.evals.compare import compare_runs
+from harness.evals.results import RunRecord
 from harness.evals.samples import parse_samples
 from harness.evals.tasks import FROZEN_TASKS
 from harness.jobs.cpu import EvalConfig, cpu_plan
@@ -62,7 +63,8 @@ def test_a_run_whose_server_never_starts_is_incomplete_and_never_scored(tmp_path
         on = run_arm(plan.runs[0], RunOptions(server_timeout=scaled(SERVER_START_S), eval_timeout=scaled(300)), progress)[0]
     assert not on.complete and on.items == [] and "\n" not in on.error
     assert on.error.startswith("server (on) exited with code") and "on/server.log" in on.error, on.error
-    off = on.__class__(task="gsm_style", graphs="off", model="missing", complete=True, error=None, items=[], wall_s=0.0, meta={})
+    off = on.__class__(task="gsm_style", graphs="off", model="missing", complete=True, error=None, items=[], wall_s=0.0,
+                       record=RunRecord("off"))
     comparison = compare_runs(on, off)
     assert comparison.verdict.name == "NONE" and not comparison.complete
 

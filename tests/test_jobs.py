@@ -16,9 +16,8 @@ from pathlib import Path
 import pytest
 
 from harness.servers.base import ServerSpec
-from harness.servers.identity import Identity
 from harness.servers.registry import get_server_kind
-from harness.evals.results import ItemResult, RunResult
+from harness.evals.results import ItemResult, RunRecord, RunResult, ServedIdentity
 from harness.jobs.cpu import EvalConfig, cpu_plan
 from harness.jobs.plan import plan_from_file, plan_from_mapping
 from harness.jobs.runner import RunOptions, finish, run_plan
@@ -102,9 +101,9 @@ def test_a_vllm_server_gets_a_bounded_kv_cache_and_this_environments_compile_cac
 
 def _run(arm: str, weights: str, correct: bool) -> RunResult:
     item = ItemResult("gsm_style/0", "Q", "1", "1" if correct else "2", "1" if correct else "2", correct)
-    identity = Identity("harness", "abc", "swa-harness", weights).to_dict()
+    identity = ServedIdentity("harness", "abc", "swa-harness", weights)
     return RunResult("gsm_style", "tape", "gemma2-tiny-swa", True, None, [item], 0.0,
-                     {"arm": arm, "mode": arm, "identity": identity})
+                     RunRecord(arm, served_by="harness", graphs="tape", identity=identity))
 
 
 def test_arms_that_served_different_weights_give_no_verdict(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

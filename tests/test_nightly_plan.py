@@ -21,13 +21,12 @@ import pytest
 import yaml
 
 from harness.servers import lifecycle
-from harness.servers.identity import Identity
 from harness.servers.lifecycle import Command, ServerLaunchError
 from harness.servers.registry import get_server_kind
 from harness.servers.sglang_server import GRAPHS_OFF_FLAGS, PATCHED_LAUNCH, SGLANG_LAUNCH, SGLangServer, sglang_args
 from harness.env import SGLANG_FAULT_ENV as FAULT_ENV
 from harness.evals.compare import Thresholds
-from harness.evals.results import ItemResult, RunResult
+from harness.evals.results import ItemResult, RunRecord, RunResult, ServedIdentity
 from harness.jobs import runner
 from harness.jobs.nightly import ARM_NAMES, DEFAULT_FAULT, TASKS
 from harness.jobs.nightly import build_nightly_plan as build_plan
@@ -284,27 +283,26 @@ def test_nox_session_exists():
 
 
 def _runs(plan, wrong: dict[str, int], incomplete: tuple[str, ...] = (), n: int = 80):
-    """Synthetic runs, keyed as the runner saves them (model slug, ``meta["arm"]``): every arm answers like
+    """Synthetic runs, keyed as the runner saves them (model slug, ``record.arm``): every arm answers like
     ``on`` except ``wrong[arm]`` items it gets wrong."""
     runs = []
     for run in plan.runs:
-        meta = {"arm": run.arm.name, "mode": run.arm.name, "served by": "sglang", "graphs": run.arm.graphs,
-                "fault": run.arm.fault}
+        record = RunRecord(run.arm.name, served_by="sglang", graphs=run.arm.graphs, fault=run.arm.fault)
         for step in run.evals:
             for task in step.tasks:
                 if run.arm.name in incomplete:
                     runs.append(RunResult(task.name, run.arm.graphs, run.model.slug, False,
                                           f"server ({run.arm.name}) exited with code 1 before it was ready", [], 1.0,
-                                          dict(meta)))
+                                          record))
                     continue
                 items = []
                 for i in range(n):
                     right = i % 4 != 0 and not (i % 4 == 1 and i // 4 < wrong.get(run.arm.name, 0))
                     items.append(ItemResult(f"{task.name}/{i}", f"Question {i}", str(i), f"#### {i if right else -1}",
                                             str(i if right else -1), right))
+                identity = ServedIdentity("sglang", "sglang 0.5.23", run.model.name, flags={"graphs": run.arm.graphs})
                 runs.append(RunResult(task.name, run.arm.graphs, run.model.slug, True, None, items, 1.0,
-                                      {**meta, "identity": Identity("sglang", "sglang 0.5.23", run.model.name,
-                                                                    flags={"graphs": run.arm.graphs}).to_dict()}))
+                                      replace(record, identity=identity)))
     return runs
 
 
@@ -356,7 +354,7 @@ def test_a_red_stress_arm_or_an_incomplete_arm_fails_the_job(small_plan, capsys)
 
 def test_report_only_reads_the_saved_runs(small_plan, capsys):
     for run in _runs(small_plan, {"fault-demo": 15}):
-        run.save(small_plan.run_for(small_plan.models[0], run.meta["arm"]).dir / "runs" / f"{run.task}.json")
+        run.save(small_plan.run_for(small_plan.models[0], run.record.arm).dir / "runs" / f"{run.task}.json")
     loaded = runner.load_runs(small_plan)
     assert all(r.complete for r in loaded) and len(loaded) == len(small_plan.arms)
     argv = ["--model", "some/base-model", "--tasks", "gsm_style", "--out", str(small_plan.out), "--report-only"]

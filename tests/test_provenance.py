@@ -14,10 +14,10 @@ import pytest
 
 from harness.servers.registry import get_server_kind
 
-from harness.evals.results import RunResult
+from harness.evals.results import RunRecord, RunResult
 from harness.jobs.cpu import EvalConfig, cpu_plan
 from harness.jobs.provenance import comparison_provenance, job_provenance, relevant_env
-from harness.jobs.runner import RunOptions
+from harness.jobs.runner import RunOptions, served_identity
 from harness.paths import DEFAULT_MODEL, REPO
 
 
@@ -107,7 +107,7 @@ def test_an_external_server_is_the_engine_under_test(tmp_path, sglang_server, mo
     plan = cpu_plan(config)
     engine = plan.runs[0].arm.engine
     identity = get_server_kind(engine).identity(sglang_server, plan.runs[0].spec)  # what the server reports
-    runs = [RunResult("gsm_style", "on", "m", True, None, [], 0.0, {"arm": arm, "identity": identity.to_dict()})
+    runs = [RunResult("gsm_style", "on", "m", True, None, [], 0.0, RunRecord(arm, identity=served_identity(identity)))
             for arm in ("on", "off")]
     prov = provenance(config, runs)
     engine = prov["engine under test"]

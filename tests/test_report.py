@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import shutil
 import subprocess
+from dataclasses import replace
 from html.parser import HTMLParser
 from pathlib import Path
 
@@ -12,7 +13,7 @@ import pytest
 
 from harness.evals.compare import Thresholds, compare_runs, summarize
 from harness.evals.history import load as load_history
-from harness.evals.results import ItemResult, RunResult
+from harness.evals.results import ItemResult, RunRecord, RunResult
 from harness.jobs.cpu import EvalConfig, cpu_plan
 from harness.jobs.plan import Plan
 from harness.jobs.report_cli import main as report_main
@@ -149,10 +150,10 @@ def _items(suite: str, n: int, broken: set[int] = frozenset(), fixed: set[int] =
 
 def _scenario() -> tuple[list, list[RunResult]]:
     """gsm_style: GREEN with flips carrying a <script>; aime_style: ON run died (INCOMPLETE)."""
-    gsm_on = RunResult("gsm_style", "tape", "gemma2-tiny-swa", True, None, _items("gsm_style", 500, broken={1, 2, 5}, fixed={4, 8}), 30.0, {"port": 30001})  # fmt: skip
-    gsm_off = RunResult("gsm_style", "off", "gemma2-tiny-swa", True, None, _items("gsm_style", 500), 41.0, {"port": 30002})  # fmt: skip
-    aime_on = RunResult("aime_style", "tape", "gemma2-tiny-swa", False, "server died: exit 137 & <no stderr>", _items("aime_style", 7), 3.0, {})  # fmt: skip
-    aime_off = RunResult("aime_style", "off", "gemma2-tiny-swa", True, None, _items("aime_style", 200), 20.0, {})
+    gsm_on = RunResult("gsm_style", "tape", "gemma2-tiny-swa", True, None, _items("gsm_style", 500, broken={1, 2, 5}, fixed={4, 8}), 30.0, RunRecord("tape"))  # fmt: skip
+    gsm_off = RunResult("gsm_style", "off", "gemma2-tiny-swa", True, None, _items("gsm_style", 500), 41.0, RunRecord("off"))  # fmt: skip
+    aime_on = RunResult("aime_style", "tape", "gemma2-tiny-swa", False, "server died: exit 137 & <no stderr>", _items("aime_style", 7), 3.0, RunRecord("tape"))  # fmt: skip
+    aime_off = RunResult("aime_style", "off", "gemma2-tiny-swa", True, None, _items("aime_style", 200), 20.0, RunRecord("off"))
     t = Thresholds(resamples=1000)
     comparisons = [compare_runs(gsm_on, gsm_off, thresholds=t), compare_runs(aime_on, aime_off, thresholds=t)]
     return comparisons, [gsm_on, gsm_off, aime_on, aime_off]
@@ -197,15 +198,16 @@ FAULT_EFFECTS = [
 MODEL = "gemma2-tiny-swa"
 
 
-def _pair(suite: str, n: int, *, broken: set[int] = frozenset(), error: str | None = None) -> list[RunResult]:
-    """An ON/OFF pair as the runner saves it (model slug, arm and mode in meta); ``error`` makes the ON run
-    incomplete."""
-    meta_on = {"arm": "on", "mode": "on", "graphs": "tape", "fault": None, "base_url": None, "server_start_s": 2.5,
-               "lm_eval_s": 31.2, "engine": {"requests_served": n, "generated_tokens": 40 * n, "steps": 900}}
+def _pair(suite: str, n: int, *, broken: set[int] = frozenset(), error: str | None = None,
+          fault: str | None = None) -> list[RunResult]:
+    """An ON/OFF pair as the runner saves it (model slug, arm in its record); ``error`` makes the ON run
+    incomplete, ``fault`` was injected into it."""
+    on_record = RunRecord("on", served_by="harness", graphs="tape", fault=fault, start_s=2.5,
+                          counters={"requests_served": n, "generated_tokens": 40 * n, "steps": 900})
     on_items = [] if error else _items(suite, n, broken=broken)
-    on = RunResult(suite, "tape", MODEL, error is None, error, on_items, 33.0, meta_on)
+    on = RunResult(suite, "tape", MODEL, error is None, error, on_items, 33.0, on_record)
     off = RunResult(suite, "off", MODEL, True, None, _items(suite, n), 35.0,
-                    {**meta_on, "arm": "off", "mode": "off", "graphs": "off"})
+                    replace(on_record, arm="off", graphs="off", fault=None))
     return [on, off]
 
 
@@ -362,7 +364,7 @@ def test_text_diffs_name_their_first_divergent_token() -> None:
     on_items = [ItemResult(f"g/{i}", "Q", "4", "2 + 2 = 4\n#### 4", "4", True) for i in range(40)]
     off_items = list(on_items)
     off_items[3] = ItemResult("g/3", "Q", "4", "2 plus 2 = 4\n#### 4", "4", True)
-    on, off = (RunResult("g", mode, "m", True, None, items, 1.0, {}) for mode, items in (("tape", on_items), ("off", off_items)))
+    on, off = (RunResult("g", mode, "m", True, None, items, 1.0, RunRecord(mode)) for mode, items in (("tape", on_items), ("off", off_items)))
     words = str.split  # a stand-in tokenizer: the diff index is in its units
     comparisons = [compare_runs(on, off, thresholds=Thresholds(resamples=200), tokenize=words)]
     page = _parse(render_html(comparisons, [on, off], summary=summarize(comparisons), provenance={}, tokenize=words))
@@ -438,8 +440,8 @@ def test_report_is_self_contained(report) -> None:
 
 
 def test_green_report_and_no_kill_matrix(tmp_path) -> None:
-    on = RunResult("gsm_style", "cuda", "m", True, None, _items("gsm_style", 500), 1.0, {})
-    off = RunResult("gsm_style", "off", "m", True, None, _items("gsm_style", 500), 1.0, {})
+    on = RunResult("gsm_style", "cuda", "m", True, None, _items("gsm_style", 500), 1.0, RunRecord("cuda"))
+    off = RunResult("gsm_style", "off", "m", True, None, _items("gsm_style", 500), 1.0, RunRecord("off"))
     comparisons = [compare_runs(on, off)]
     html = render_html(comparisons, [on, off], summary=summarize(comparisons), provenance={}, generated_at="then")
     page = _parse(html)
@@ -488,7 +490,7 @@ def test_rerendering_the_same_runs_replaces_their_history_record(tmp_path, capsy
     out.mkdir()
     (out / "plan.json").write_text(plan.to_json())  # what the job saved beside its runs: the report rebuilds it
     for run in _pair("gsm_style", 100):
-        run.save(plan.run_for(plan.models[0], run.meta["arm"]).dir / "runs" / f"{run.task}.json")
+        run.save(plan.run_for(plan.models[0], run.record.arm).dir / "runs" / f"{run.task}.json")
     args = ["--out", str(out), "--kill-matrix", str(tmp_path / "none.json"), "--resamples", "200"]
     assert report_main([*args, "--history", str(history)]) == 0
     assert json.loads(history.read_text())["verdict"] == "AMBER"  # N = 100 is underpowered at max_mde 5 pp
@@ -507,9 +509,7 @@ def test_history_skips_damaged_lines_and_keeps_series_apart(tmp_path) -> None:
     history.write_text("{not json\n")
     t = Thresholds(resamples=200)
     nightly = _pair("gsm_style", 100)
-    demo = _pair("gsm_style", 100, broken=set(range(0, 100, 3)))
-    for run in demo:
-        run.meta["fault"] = "pad-swa-loc-not-zeroed" if run.meta["mode"] == "on" else None
+    demo = _pair("gsm_style", 100, broken=set(range(0, 100, 3)), fault="pad-swa-loc-not-zeroed")
     plan = _eval_plan(tmp_path, tmp_path / "out", {"gsm_style": 100})
     options = RunOptions(thresholds=t, kill_matrix=None, fault_effects=None, release_matrix=None, history=history)
     for i, runs in enumerate([nightly, demo, nightly]):

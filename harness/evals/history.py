@@ -169,8 +169,7 @@ def make_entry(
     run = provenance.get("run")
     when = run.get("recorded at") if isinstance(run, Mapping) else None
     recorded_at = str(when or recorded_at or datetime.now(timezone.utc).isoformat(timespec="seconds"))
-    on_runs = [r for r in runs if r.meta.get("mode") == "on"]
-    fault = next((r.meta.get("fault") for r in on_runs if r.meta.get("fault")), None)
+    fault = next((r.record.fault for r in runs if r.record.side == "on" and r.record.fault), None)
     model = runs[0].model if runs else (comparisons[0].model if comparisons else "unknown")
     return HistoryEntry(
         run_id=run_id(runs, provenance), recorded_at=recorded_at, verdict=summary.verdict.value,

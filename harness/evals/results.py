@@ -12,7 +12,7 @@ import json
 from dataclasses import asdict, dataclass, field
 from enum import Enum
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any, Iterable, Mapping
 
 
 def _require(data: dict[str, Any], keys: Iterable[str], what: str) -> None:
@@ -50,13 +50,95 @@ class ItemResult:
         )
 
 
-@dataclass
+@dataclass(frozen=True)
+class ServedIdentity:
+    """What a run's server said it is: ``harness.servers.identity.Identity`` as this floor holds it (it imports no
+    server code). ``raw`` is what the endpoints answered; the rest is what two arms of a comparison are compared by."""
+
+    engine: str
+    version: str
+    model: str
+    weights: str | None = None
+    tokenizer: str | None = None
+    flags: Mapping[str, Any] = field(default_factory=dict)
+    raw: Mapping[str, Any] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        """As saved under ``identity`` (``raw`` is saved beside it, under ``server``)."""
+        return {"engine": self.engine, "version": self.version, "model": self.model, "weights": self.weights,
+                "tokenizer": self.tokenizer, "flags": dict(self.flags)}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any], raw: Mapping[str, Any] | None = None) -> ServedIdentity:
+        return cls(str(data.get("engine") or ""), str(data.get("version") or ""), str(data.get("model") or ""),
+                   data.get("weights"), data.get("tokenizer"), dict(data.get("flags") or {}), dict(raw or {}))
+
+
+@dataclass(frozen=True)
+class RunRecord:
+    """How one run was served: written by the runner as the run goes, saved with it, read back by the judge, the
+    history, the provenance and the report.
+
+    ``served_by`` (the server kind) is None only for a run that never reached a server: a saved run found missing.
+    ``side`` is the run's place in the comparison being judged, ``"on"`` (the treatment) or ``"off"`` (the
+    reference); a run as saved has none.
+
+    On disk the record is the run's ``meta``, under the keys it always had (``mode`` is the side, or the arm's
+    name when there is none; ``engine`` the counters; ``server`` the raw identity), so saved runs stay readable.
+    """
+
+    arm: str
+    side: str | None = None
+    served_by: str | None = None
+    graphs: str | None = None  # the graph mode that ran (the server resolves "auto"), else the arm's
+    fault: str | None = None
+    base_url: str | None = None  # an external arm's URL; None when this job launched the server
+    start_s: float | None = None  # seconds the server took to start, when this job started it
+    identity: ServedIdentity | None = None
+    counters: Mapping[str, Any] | None = None  # what the server did over the run (its kind's ``stats``)
+
+    @property
+    def forward_paths(self) -> Mapping[str, int]:
+        """Forwards per path (``decode-graph``, ``extend-eager``, ...), where the server counts them."""
+        paths = (self.counters or {}).get("forward_paths")
+        return paths if isinstance(paths, Mapping) else {}
+
+    def to_dict(self) -> dict[str, Any]:
+        data: dict[str, Any] = {"arm": self.arm, "mode": self.side or self.arm}
+        if self.served_by is not None:
+            data.update({"served by": self.served_by, "graphs": self.graphs, "fault": self.fault,
+                         "base_url": self.base_url})
+        if self.start_s is not None:
+            data["server_start_s"] = self.start_s
+        if self.identity is not None:
+            data.update(server=dict(self.identity.raw), identity=self.identity.to_dict())
+        if self.counters is not None:
+            data["engine"] = dict(self.counters)
+        return data
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any], arm: str) -> RunRecord:
+        """A saved ``meta``; ``arm`` names the arm when it does not (very old runs were named by graph mode).
+        Its ``mode`` was the arm's name when saved, so it gives no side."""
+        identity, counters = data.get("identity"), data.get("engine")
+        return cls(
+            arm=str(data.get("arm") or arm), served_by=data.get("served by"), graphs=data.get("graphs"),
+            fault=data.get("fault"), base_url=data.get("base_url"), start_s=data.get("server_start_s"),
+            identity=ServedIdentity.from_dict(identity, data.get("server")) if isinstance(identity, Mapping) and identity
+            else None,
+            counters=dict(counters) if isinstance(counters, Mapping) else None,
+        )  # fmt: skip
+
+
+@dataclass(frozen=True)
 class RunResult:
     """One task run with one graph mode (``graphs`` is e.g. ``"tape"``/``"cuda"`` for ON, ``"off"``).
 
     ``complete=False`` requires an ``error`` saying why, and ``complete=True`` forbids one, so a
-    record can never be ambiguous about whether its items are a full test set. On disk the task is
-    the key ``"suite"``, its name before tasks and suites were told apart: saved runs stay readable.
+    record can never be ambiguous about whether its items are a full test set. ``record`` says how the
+    run was served. On disk the task is the key
+    ``"suite"``, its name before tasks and suites were told apart, and the record ``"meta"``: saved runs
+    stay readable.
     """
 
     task: str
@@ -66,7 +148,7 @@ class RunResult:
     error: str | None
     items: list[ItemResult]
     wall_s: float
-    meta: dict[str, Any] = field(default_factory=dict)
+    record: RunRecord
 
     def __post_init__(self) -> None:
         if not self.complete and not self.error:
@@ -87,7 +169,7 @@ class RunResult:
             "error": self.error,
             "items": [item.to_dict() for item in self.items],
             "wall_s": self.wall_s,
-            "meta": dict(self.meta),
+            "meta": self.record.to_dict(),
         }
 
     @classmethod
@@ -101,7 +183,7 @@ class RunResult:
             error=data["error"],
             items=[ItemResult.from_dict(item) for item in data["items"]],
             wall_s=float(data["wall_s"]),
-            meta=dict(data.get("meta") or {}),
+            record=RunRecord.from_dict(data.get("meta") or {}, arm=str(data["graphs"])),
         )
 
     def save(self, path: str | Path) -> Path:

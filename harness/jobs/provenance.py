@@ -99,11 +99,11 @@ def arm_provenance(plan: Plan, comparison: Comparison, arm_name: str, runs: Sequ
     """One arm: engine, graph mode and fault, what its server reported, its command line and environment,
     lm-eval's commands."""
     run = plan.run_for(comparison.model, arm_name)
-    seen = next((r.meta for r in runs if r.meta.get("arm") == arm_name), {})
+    identity = next((r.record.identity for r in runs if r.record.arm == arm_name), None)
     out: dict[str, Any] = {"arm": arm_name, "engine": run.arm.engine, "graphs": run.arm.graphs, "purpose": run.arm.purpose,
                            "fault": run.arm.fault or "none"}
-    if seen.get("identity"):
-        out["identity"] = dict(seen["identity"])
+    if identity is not None:
+        out["identity"] = identity.to_dict()
     if run.launched:
         out["server command"] = _first_line(run.dir / "server.log")
         server = run.server

@@ -40,7 +40,7 @@ from harness.evals.compare import ItemMismatchError, Thresholds, Tokenize, compa
 from harness.evals.history import make_entry
 from harness.evals.history import record as record_history
 from harness.evals.history import trend as history_trend
-from harness.evals.results import ItemResult, RunResult, Summary, TaskComparison, Verdict
+from harness.evals.results import ItemResult, RunRecord, RunResult, ServedIdentity, Summary, TaskComparison, Verdict
 from harness.evals.samples import find_samples, parse_samples
 from harness.evals.tasks import TaskSpec
 from harness.jobs.cache import response_cache
@@ -133,8 +133,8 @@ def run_arm(run: ArmRun, options: RunOptions, progress: Progress, children: Chil
     spec = run.spec
     label = label or run.key
     part = f"server ({run.arm.name})"
-    meta: dict[str, Any] = {"arm": run.arm.name, "mode": run.arm.name, "served by": engine.name,
-                            "graphs": run.arm.graphs, "fault": run.arm.fault, "base_url": run.arm.url}
+    record = RunRecord(arm=run.arm.name, served_by=engine.name, graphs=run.arm.graphs, fault=run.arm.fault,
+                       base_url=run.arm.url)
     results: dict[str, RunResult] = {}
     server: ServerProcess | None = None
     arm_error: str | None = None
@@ -152,7 +152,7 @@ def run_arm(run: ArmRun, options: RunOptions, progress: Progress, children: Chil
                 raise RunFailure(f"{part} {exc.reason}; see {shown(run.dir / 'server.log')}") from exc
             finally:
                 progress.started(label, ok=server is not None)
-            meta["server_start_s"] = round(time.perf_counter() - t0, 2)
+            record = replace(record, start_s=round(time.perf_counter() - t0, 2))
             url = server.base_url
         else:
             part = f"{part} at {url}"
@@ -160,9 +160,8 @@ def run_arm(run: ArmRun, options: RunOptions, progress: Progress, children: Chil
             identity = engine.identity(url, spec)
         except ServerUnreachable as exc:
             raise RunFailure(f"{part} does not answer: {exc}") from exc
-        meta["server"] = dict(identity.raw)
-        meta["identity"] = identity.to_dict()
-        meta["graphs"] = identity.raw.get("graph_mode") or run.arm.graphs  # "auto" resolved by the server
+        record = replace(record, identity=served_identity(identity),
+                         graphs=identity.raw.get("graph_mode") or run.arm.graphs)  # "auto" resolved by the server
     except RunFailure as exc:
         arm_error = str(exc)
     except (RuntimeError, OSError, ValueError) as exc:  # a harness bug or an unforeseen failure: still one line
@@ -181,12 +180,12 @@ def run_arm(run: ArmRun, options: RunOptions, progress: Progress, children: Chil
                 if error is not None and server is not None and not server.alive():
                     arm_error = error  # no later step can run on a dead server
             if server is not None and server.alive():
-                meta["engine"] = engine.stats(url)  # what it did: forwards per path, tokens, preemptions
+                record = replace(record, counters=engine.stats(url))  # what it did: forwards per path, tokens, preemptions
             for task in step.tasks:
                 results[task.name] = RunResult(
-                    task=task.name, graphs=str(meta["graphs"]), model=run.model.slug, complete=error is None,
+                    task=task.name, graphs=str(record.graphs), model=run.model.slug, complete=error is None,
                     error=error, items=items.get(task.name, []) if error is None else [],
-                    wall_s=round(time.perf_counter() - start, 2), meta=dict(meta))
+                    wall_s=round(time.perf_counter() - start, 2), record=record)
                 results[task.name].save(run.dir / "runs" / f"{task.name}.json")
     finally:
         if server is not None:
@@ -406,25 +405,24 @@ def load_runs(plan: Plan) -> list[RunResult]:
                     runs.append(RunResult.load(path))
                 else:
                     runs.append(RunResult(task.name, run.arm.graphs, run.model.slug, False,
-                                          f"no saved run at {shown(path)}", [], 0.0,
-                                          {"arm": run.arm.name, "mode": run.arm.name}))
+                                          f"no saved run at {shown(path)}", [], 0.0, RunRecord(run.arm.name)))
     return runs
 
 
-def _as_mode(run: RunResult, mode: str) -> RunResult:
-    return replace(run, meta={**run.meta, "mode": mode})
+def _as_side(run: RunResult, side: str) -> RunResult:
+    return replace(run, record=replace(run.record, side=side))
 
 
 def judge(plan: Plan, runs: Sequence[RunResult], thresholds: Thresholds) -> list[tuple[Comparison, list[TaskComparison],
                                                                                        list[RunResult]]]:
     """Every comparison of the plan over ``runs``, paired per task (the treatment as ON, the reference as OFF)."""
-    by_key = {(r.model, r.meta.get("arm", r.graphs), r.task): r for r in runs}
+    by_key = {(r.model, r.record.arm, r.task): r for r in runs}
     judged = []
     for comparison in plan.comparisons:
         tasks, pair_runs = [], []
         for task in plan.tasks:
-            on = _as_mode(by_key[comparison.model.slug, comparison.treatment, task.name], "on")
-            off = _as_mode(by_key[comparison.model.slug, comparison.reference, task.name], "off")
+            on = _as_side(by_key[comparison.model.slug, comparison.treatment, task.name], "on")
+            off = _as_side(by_key[comparison.model.slug, comparison.reference, task.name], "off")
             task_thresholds = thresholds if task.max_drop is None else replace(thresholds, max_drop=task.max_drop)
             try:
                 tasks.append(compare_runs(on, off, thresholds=task_thresholds, tokenize=_tokenizer(comparison)))
@@ -464,7 +462,7 @@ def finish(plan: Plan, runs: Sequence[RunResult], options: RunOptions, base: Map
             print(f"history: {shown(Path(options.history))} ({trend.runs} run(s) of {trend.series}{since})")
     if plan.overview:
         summary_json = {"as expected": all(o.ok for o in outcomes), "comparisons": [o.to_dict() for o in outcomes],
-                        "runs": [{"model": r.model, "arm": r.meta.get("arm", r.graphs), "task": r.task,
+                        "runs": [{"model": r.model, "arm": r.record.arm, "task": r.task,
                                   "complete": r.complete, "error": r.error, "correct": sum(i.correct for i in r.items),
                                   "n": len(r.items)} for r in runs]}
         (plan.out / "summary.json").write_text(json.dumps(summary_json, indent=1) + "\n")
@@ -483,18 +481,29 @@ def finish(plan: Plan, runs: Sequence[RunResult], options: RunOptions, base: Map
 def different_models(plan: Plan, runs: Sequence[RunResult]) -> dict[tuple[str, str], str]:
     """(model, comparison) -> how its two arms' servers reported different weights or tokenizers (their difference is
     no graph effect)."""
-    reported = {(r.model, r.meta.get("arm")): r.meta["identity"] for r in runs if r.meta.get("identity")}
+    reported = {(r.model, r.record.arm): r.record.identity for r in runs if r.record.identity}
     problems = {}
     for c in plan.comparisons:
         on, off = reported.get((c.model.slug, c.treatment)), reported.get((c.model.slug, c.reference))
-        if on and off and (diff := Identity(**on).model_differences(Identity(**off))):
+        if on and off and (diff := _identity(on).model_differences(_identity(off))):
             problems[(c.model.name, c.name)] = f"the arms served different models ({'; '.join(diff)})"
     return problems
 
 
+def served_identity(identity: Identity) -> ServedIdentity:
+    """A server's identity as a run keeps it."""
+    return ServedIdentity(identity.engine, identity.version, identity.model, identity.weights, identity.tokenizer,
+                          dict(identity.flags), dict(identity.raw))
+
+
+def _identity(served: ServedIdentity) -> Identity:
+    return Identity(served.engine, served.version, served.model, served.weights, served.tokenizer, served.flags,
+                    served.raw)
+
+
 def _overview(plan: Plan, runs: Sequence[RunResult], outcomes: Sequence[Outcome]) -> list[OverviewModel]:
     """The plan and its outcomes as the overview page's plain data (the report floor knows no plans)."""
-    by_key = {(r.model, r.meta.get("arm", r.graphs), r.task): r for r in runs}
+    by_key = {(r.model, r.record.arm, r.task): r for r in runs}
     models = []
     for model in plan.models:
         arms = [(a.name, " ".join((*a.flags, *get_server_kind(a.engine).graph_flags(a.graphs, a.flags))) or "(defaults)",

@@ -25,7 +25,7 @@ from markupsafe import Markup, escape
 from harness.evals import stats
 from harness.evals.compare import Tokenize
 from harness.evals.history import TaskSnapshot, Trend, TrendPoint, engine_label
-from harness.evals.results import ItemDiff, RunResult, Summary, TaskComparison, Verdict
+from harness.evals.results import ItemDiff, RunRecord, RunResult, Summary, TaskComparison, Verdict
 from harness.paths import REPO, shown
 from harness.report.inputs import FaultEffects, KillMatrixFile, ReleaseMatrix
 from harness.report.palette import INK, LINE, MUTED, SOFT, VERDICT_COLOURS
@@ -279,8 +279,9 @@ def _diff_view(diff: ItemDiff, tokenize: Tokenize | None) -> dict[str, Any]:
     }
 
 
-def _meta_view(meta: Mapping[str, Any]) -> dict[str, Any]:
-    """A run's meta as key/value rows; nested mappings (e.g. engine counters) fold into their own table."""
+def _record_view(record: RunRecord) -> dict[str, Any]:
+    """A run's record as saved, as key/value rows; nested mappings (e.g. engine counters) fold into their own table."""
+    meta = record.to_dict()
     flat = {k: v for k, v in meta.items() if not isinstance(v, Mapping)}
     return {
         "rows": _kv_rows(flat),
@@ -297,7 +298,7 @@ def _run_row(run: RunResult, confidence: float) -> dict[str, Any]:
         "error": fold(run.error) if run.error else None,
         "n_items": len(run.items),
         "wall_s": f"{run.wall_s:.1f}",
-        "meta": _meta_view(run.meta),
+        "meta": _record_view(run.record),
         "accuracy": None,
     }
     if run.complete and run.items:
@@ -537,9 +538,8 @@ def build_context(
         "trend": _trend_view(trend),
         "thresholds": [(k, "None" if v is None else str(v)) for k, v in thresholds.items()],
         "provenance": provenance_groups(provenance),
-        "glance": provenance_glance(provenance, {r.meta["mode"]: r.graphs for r in runs if r.meta.get("mode")},
-                                    {r.meta["mode"]: (r.meta.get("engine") or {}).get("forward_paths") or {}
-                                     for r in runs if r.meta.get("mode")})
+        "glance": provenance_glance(provenance, {r.record.side: r.graphs for r in runs if r.record.side},
+                                    {r.record.side: r.record.forward_paths for r in runs if r.record.side})
         if provenance else [],
         "engine": engine_label(provenance),
         "colours": {**{v.value: c for v, c in VERDICT_COLOURS.items()}, "line": LINE, "muted": MUTED, "soft": SOFT,
