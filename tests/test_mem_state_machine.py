@@ -10,11 +10,11 @@ from hypothesis.stateful import RuleBasedStateMachine, precondition, rule
 
 from harness.mem import DoubleFreeError, PoolError
 from harness.targets import HarnessTarget
-from suites.pool.test_allocator_state_machine import SIZE, machine_for
+from suites.pool.machines import SIZE, allocator_machine
 
 
 def harness_machine(page_size: int) -> type[RuleBasedStateMachine]:
-    class HarnessAllocatorMachine(machine_for(HarnessTarget(), page_size)):
+    class HarnessAllocatorMachine(allocator_machine(HarnessTarget(), page_size)):
         @precondition(lambda self: self.model)
         @rule(data=st.data())
         def double_free_is_refused_and_changes_nothing(self, data):
