@@ -120,8 +120,8 @@ def load_comparisons(out: Path, seed: int) -> list[TaskComparison]:
     if not saved.is_file():
         raise FileNotFoundError(f"no saved job under {out} (plan.json missing)")
     plan = plan_from_inputs(json.loads(saved.read_text())["inputs"])
-    [(_, tasks, _)] = judge(plan, load_runs(plan), Thresholds(seed=seed))
-    by_suite = {c.task: c for c in tasks}
+    [judged] = judge(plan, load_runs(plan), Thresholds(seed=seed))
+    by_suite = {c.task: c for c in judged.tasks}
     return [by_suite[s] for s in SUITES if s in by_suite]
 
 

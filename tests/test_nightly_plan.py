@@ -336,9 +336,9 @@ def test_fault_demo_not_red_fails_the_job(small_plan, capsys):
 def test_aime25_tolerates_a_few_unproven_flips(tmp_path):
     plan = build_plan(models=["some/base-model"], arms=["on", "off"], tasks=["aime25", "gsm_style"], out=tmp_path)
     runs = _runs(plan, {"on": 2}, n=30)  # on loses 2 of 30 (-6.7 pp), not significant
-    (comparison, tasks, _), = runner.judge(plan, runs, Thresholds())
-    assert comparison.name == "on-vs-off"
-    verdicts = {t.task: t.verdict.value for t in tasks}
+    [judged] = runner.judge(plan, runs, Thresholds())
+    assert judged.comparison.name == "on-vs-off"
+    verdicts = {t.task: t.verdict.value for t in judged.tasks}
     assert verdicts == {"aime25": "AMBER", "gsm_style": "RED"}  # gsm_style keeps the default 2 pp
 
 

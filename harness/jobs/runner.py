@@ -11,6 +11,11 @@ Nothing is retried. A server that does not come up or dies, or an lm-eval that f
 affected runs INCOMPLETE with a one-line reason naming the failed part and its log; the job then exits
 2 with "no verdict", never 1 (RED is a measured accuracy difference, not a crash). The job owns its
 servers and lm-eval runs: none of them outlives it, whatever ends it (see ``run_plan``).
+
+Its parts: ``ArmSession`` is one run (start the server, score each lm-eval step, stop it); ``finish`` judges
+(``judge``, ``comparison_verdict``), records (``record_in_history``), renders (``render_comparison``, the
+overview) and decides the exit code (``exit_code``); ``arms_that_differ`` is the one check that two arms of
+a comparison serve the same model, before the job starts and again on what the servers reported.
 """
 
 from __future__ import annotations
@@ -37,19 +42,20 @@ from harness.servers.lifecycle import Command, ServerLaunchError, ServerProcess
 from harness.servers.registry import get_server_kind
 from harness.fingerprint import tokenizer_fingerprint, weights_fingerprint
 from harness.evals.compare import ItemMismatchError, Thresholds, Tokenize, compare_runs, summarize
-from harness.evals.history import make_entry
+from harness.evals.history import Trend, make_entry
 from harness.evals.history import record as record_history
 from harness.evals.history import trend as history_trend
 from harness.evals.results import ItemResult, RunRecord, RunResult, ServedIdentity, Summary, TaskComparison, Verdict
 from harness.evals.samples import find_samples, parse_samples
 from harness.evals.tasks import TaskSpec
 from harness.jobs.cache import response_cache
-from harness.jobs.plan import ArmRun, Comparison, EvalStep, Plan
+from harness.jobs.plan import ArmRun, Comparison, EvalStep, Plan, Task
 from harness.jobs.progress import Progress
 from harness.jobs.provenance import comparison_provenance, job_provenance
 from harness.paths import DEFAULT_FAULT_EFFECTS, DEFAULT_KILL_MATRIX, DEFAULT_RELEASE_MATRIX, REPO, shown
 from harness.report import render_report
-from harness.report.inputs import load_fault_effects, load_kill_matrices, load_release_matrix
+from harness.report.inputs import (FaultEffects, KillMatrixFile, ReleaseMatrix, load_fault_effects, load_kill_matrices,
+                                   load_release_matrix)
 from harness.report.overview import OverviewComparison, OverviewModel, write_overview
 
 
@@ -122,6 +128,143 @@ class Outcome:
 # -- one run: a server and lm-eval against it ------------------------------------------------------------
 
 
+class ArmSession:
+    """One run's server for the length of a ``with`` block, and the lm-eval steps scored against it.
+
+    Entering starts the server (an external one is only read) and reads what it says it is; leaving stops it.
+    Whatever goes wrong is one line naming the failed part: ``failure`` when no step can run any more (the
+    server did not start, does not answer, or died), a step's own error when only that step failed. ``record``
+    is what every RunResult of the run carries; its counters are read again after each step.
+    """
+
+    def __init__(self, run: ArmRun, options: RunOptions, progress: Progress, children: ChildProcesses = CHILDREN,
+                 label: str | None = None) -> None:
+        self.run, self.options, self.progress, self.children = run, options, progress, children
+        self.label = label or run.key
+        self.kind = get_server_kind(run.arm.engine)
+        self.record = RunRecord(arm=run.arm.name, served_by=self.kind.name, graphs=run.arm.graphs,
+                                fault=run.arm.fault, base_url=run.arm.url)
+        self.server: ServerProcess | None = None
+        self.failure: str | None = None
+        self.started = time.perf_counter()  # each RunResult's wall_s counts from here
+
+    @property
+    def url(self) -> str:
+        return self.server.base_url if self.server is not None else self.run.url or ""
+
+    @property
+    def part(self) -> str:
+        """The server, as failures name it."""
+        name = f"server ({self.run.arm.name})"
+        return name if self.run.launched else f"{name} at {self.url}"
+
+    def __enter__(self) -> ArmSession:
+        try:
+            if self.run.launched:
+                self._launch()
+            self._read_identity()
+        except RunFailure as exc:
+            self.failure = str(exc)
+        except (RuntimeError, OSError, ValueError) as exc:  # a harness bug or an unforeseen failure: still one line
+            self.failure = f"{self.part} failed: {type(exc).__name__}: {_one_line(str(exc))}"
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self.server is not None:
+            self.server.stop()
+
+    def step(self, step: EvalStep) -> list[RunResult]:
+        """Score one lm-eval step (unless no step can run) and save a RunResult per task of it."""
+        error, items = self.failure, {}
+        if error is None:
+            error, items = self._score(step)
+        if self.server is not None and self.server.alive():
+            self.record = replace(self.record, counters=self.kind.stats(self.url))  # forwards per path, tokens, ...
+        return [self._save(task, error, items.get(task.name, [])) for task in step.tasks]
+
+    def _launch(self) -> None:
+        log = self.run.dir / "server.log"
+        t0 = time.perf_counter()
+        self.progress.starting(self.label, log)
+        try:
+            self.server = self.kind.start(self.run.spec, log_path=log, timeout=self.options.server_timeout,
+                                          python=self.options.python, children=self.children)
+        except ServerLaunchError as exc:
+            raise RunFailure(f"{self.part} {exc.reason}; see {shown(log)}") from exc
+        finally:
+            self.progress.started(self.label, ok=self.server is not None)
+        self.record = replace(self.record, start_s=round(time.perf_counter() - t0, 2))
+
+    def _read_identity(self) -> None:
+        try:
+            identity = self.kind.identity(self.url, self.run.spec)
+        except ServerUnreachable as exc:
+            raise RunFailure(f"{self.part} does not answer: {exc}") from exc
+        graphs = identity.raw.get("graph_mode") or self.run.arm.graphs  # "auto" resolved by the server
+        self.record = replace(self.record, graphs=graphs, identity=served_identity(identity))
+
+    def _score(self, step: EvalStep) -> tuple[str | None, dict[str, list[ItemResult]]]:
+        """The step's items per task, or the one line saying why there are none."""
+        try:
+            return None, self._lm_eval(step)
+        except RunFailure as exc:
+            error = str(exc)
+        except (RuntimeError, OSError, ValueError) as exc:
+            error = f"lm-eval ({self.run.arm.name}) failed: {type(exc).__name__}: {_one_line(str(exc))}"
+        if self.server is not None and not self.server.alive():
+            self.failure = error  # no later step can run on a dead server
+        return error, {}
+
+    def _lm_eval(self, step: EvalStep) -> dict[str, list[ItemResult]]:
+        """lm-eval against the server, then its samples read back per task; RunFailure naming what failed."""
+        shutil.rmtree(step.out, ignore_errors=True)
+        cache = None
+        if step.client.samples:  # the CPU job: every response kept as it comes, for --resume
+            identity = self.record.identity.raw if self.record.identity else {}
+            cache = response_cache(self.run, step, identity, cache_dir=self.run.dir / "cache", resume=self.options.resume)
+        command, log = step.command(self.url, cache), self.run.dir / step.log_name
+        self.progress.watch(self.label, self.url, dict(step.items), self.kind.counters)
+        try:
+            code = run_lm_eval(command, log, self.options.eval_timeout, python=self.options.python,
+                               children=self.children)
+        except LmEvalTimeout as exc:
+            raise RunFailure(f"lm-eval ({self.run.arm.name}) {exc}; see {shown(log)}") from exc
+        finally:
+            self.progress.unwatch(self.label)
+        self._check_alive()  # a dead server is the cause, not lm-eval's exit code
+        if code != 0:
+            raise RunFailure(f"lm-eval ({self.run.arm.name}) exited with code {code}; see {shown(log)}")
+        return {task.name: self._samples(step, task, log) for task in step.tasks}
+
+    def _samples(self, step: EvalStep, task: Task, log: Path) -> list[ItemResult]:
+        name, items, flt = task.lm_eval_task, step.items[task.name], step.filters[task.name]
+        samples = find_samples(step.out, name)
+        if samples is None:
+            raise RunFailure(f"lm-eval ({self.run.arm.name}) wrote no samples for {name}; see {shown(log)}")
+        parsed = parse_samples(samples, TaskSpec(task.name, name, flt, items))
+        if len(parsed) != items:
+            raise RunFailure(f"lm-eval ({self.run.arm.name}) wrote {len(parsed)} samples of {name} "
+                             f"(filter {flt}) for {items} items; see {shown(log)}")
+        return parsed
+
+    def _check_alive(self) -> None:
+        if self.server is not None:
+            if not self.server.alive():
+                raise RunFailure(f"{self.part} died during the run (exit code {self.server.proc.returncode}); "
+                                 f"see {shown(self.server.log_path)}")
+            return
+        try:
+            server_identity(self.url, timeout=5)
+        except ServerUnreachable as exc:
+            raise RunFailure(f"{self.part} stopped answering during the run: {exc}") from exc
+
+    def _save(self, task: Task, error: str | None, items: list[ItemResult]) -> RunResult:
+        result = RunResult(task.name, str(self.record.graphs), self.run.model.slug, error is None, error,
+                           items if error is None else [], round(time.perf_counter() - self.started, 2), self.record)
+        result.save(self.run.dir / "runs" / f"{task.name}.json")
+        return result
+
+
 def run_arm(run: ArmRun, options: RunOptions, progress: Progress, children: ChildProcesses = CHILDREN,
             label: str | None = None) -> list[RunResult]:
     """The run's server (unless external), each lm-eval step, the server stopped; one RunResult per task, saved.
@@ -129,115 +272,8 @@ def run_arm(run: ArmRun, options: RunOptions, progress: Progress, children: Chil
     A server that fails makes every task INCOMPLETE; a failed lm-eval step only its own tasks, unless it took
     the server down with it. ``label`` names the run in the live progress (default: model and arm).
     """
-    engine = get_server_kind(run.arm.engine)
-    spec = run.spec
-    label = label or run.key
-    part = f"server ({run.arm.name})"
-    record = RunRecord(arm=run.arm.name, served_by=engine.name, graphs=run.arm.graphs, fault=run.arm.fault,
-                       base_url=run.arm.url)
-    results: dict[str, RunResult] = {}
-    server: ServerProcess | None = None
-    arm_error: str | None = None
-    identity: Identity | None = None
-    url = run.url or ""
-    start = time.perf_counter()
-    try:
-        if run.launched:
-            t0 = time.perf_counter()
-            progress.starting(label, run.dir / "server.log")
-            try:
-                server = engine.start(spec, log_path=run.dir / "server.log", timeout=options.server_timeout,
-                                      python=options.python, children=children)
-            except ServerLaunchError as exc:
-                raise RunFailure(f"{part} {exc.reason}; see {shown(run.dir / 'server.log')}") from exc
-            finally:
-                progress.started(label, ok=server is not None)
-            record = replace(record, start_s=round(time.perf_counter() - t0, 2))
-            url = server.base_url
-        else:
-            part = f"{part} at {url}"
-        try:
-            identity = engine.identity(url, spec)
-        except ServerUnreachable as exc:
-            raise RunFailure(f"{part} does not answer: {exc}") from exc
-        record = replace(record, identity=served_identity(identity),
-                         graphs=identity.raw.get("graph_mode") or run.arm.graphs)  # "auto" resolved by the server
-    except RunFailure as exc:
-        arm_error = str(exc)
-    except (RuntimeError, OSError, ValueError) as exc:  # a harness bug or an unforeseen failure: still one line
-        arm_error = f"{part} failed: {type(exc).__name__}: {_one_line(str(exc))}"
-    try:
-        for step in run.evals:
-            error, items = arm_error, {}
-            if error is None:
-                try:
-                    items = _run_step(run, step, url, identity, options, progress, server, part, children,
-                                      label)
-                except RunFailure as exc:
-                    error = str(exc)
-                except (RuntimeError, OSError, ValueError) as exc:
-                    error = f"lm-eval ({run.arm.name}) failed: {type(exc).__name__}: {_one_line(str(exc))}"
-                if error is not None and server is not None and not server.alive():
-                    arm_error = error  # no later step can run on a dead server
-            if server is not None and server.alive():
-                record = replace(record, counters=engine.stats(url))  # what it did: forwards per path, tokens, preemptions
-            for task in step.tasks:
-                results[task.name] = RunResult(
-                    task=task.name, graphs=str(record.graphs), model=run.model.slug, complete=error is None,
-                    error=error, items=items.get(task.name, []) if error is None else [],
-                    wall_s=round(time.perf_counter() - start, 2), record=record)
-                results[task.name].save(run.dir / "runs" / f"{task.name}.json")
-    finally:
-        if server is not None:
-            server.stop()
-    return list(results.values())
-
-
-def _run_step(run: ArmRun, step: EvalStep, url: str, identity: Identity | None, options: RunOptions,
-              progress: Progress, server: ServerProcess | None, part: str, children: ChildProcesses,
-              label: str) -> dict[str, list[ItemResult]]:
-    shutil.rmtree(step.out, ignore_errors=True)
-    cache = None
-    if step.client.samples:  # the CPU job: every response kept as it comes, for --resume
-        cache = response_cache(run, step, identity.raw if identity else {}, cache_dir=run.dir / "cache",
-                               resume=options.resume)
-    command = step.command(url, cache)
-    log = run.dir / step.log_name
-    progress.watch(label, url, dict(step.items), get_server_kind(run.arm.engine).counters)
-    try:
-        try:
-            code = run_lm_eval(command, log, options.eval_timeout, python=options.python, children=children)
-        except LmEvalTimeout as exc:
-            raise RunFailure(f"lm-eval ({run.arm.name}) {exc}; see {shown(log)}") from exc
-    finally:
-        progress.unwatch(label)
-    _check_server_survived(server, url, part)  # a dead server is the cause, not lm-eval's exit code
-    if code != 0:
-        raise RunFailure(f"lm-eval ({run.arm.name}) exited with code {code}; see {shown(log)}")
-    items = {}
-    for task in step.tasks:
-        samples = find_samples(step.out, task.lm_eval_task)
-        if samples is None:
-            raise RunFailure(f"lm-eval ({run.arm.name}) wrote no samples for {task.lm_eval_task}; see {shown(log)}")
-        parsed = parse_samples(samples, TaskSpec(task.name, task.lm_eval_task, step.filters[task.name],
-                                                  step.items[task.name]))
-        if len(parsed) != step.items[task.name]:
-            raise RunFailure(f"lm-eval ({run.arm.name}) wrote {len(parsed)} samples of {task.lm_eval_task} "
-                             f"(filter {step.filters[task.name]}) for {step.items[task.name]} items; see {shown(log)}")
-        items[task.name] = parsed
-    return items
-
-
-def _check_server_survived(server: ServerProcess | None, url: str, part: str) -> None:
-    if server is not None:
-        if not server.alive():
-            raise RunFailure(f"{part} died during the run (exit code {server.proc.returncode}); "
-                             f"see {shown(server.log_path)}")
-    else:
-        try:
-            server_identity(url, timeout=5)
-        except ServerUnreachable as exc:
-            raise RunFailure(f"{part} stopped answering during the run: {exc}") from exc
+    with ArmSession(run, options, progress, children, label) as session:
+        return [result for step in run.evals for result in session.step(step)]
 
 
 def run_lm_eval(command: Command, log_path: Path, timeout: float, *, python: str = sys.executable,
@@ -279,40 +315,6 @@ def check_plan(plan: Plan, options: RunOptions) -> list[str]:
         problems += _preflight(plan)
     if not problems and not options.allow_different_models:
         problems += models_known_to_differ(plan)
-    return problems
-
-
-def _model_before_start(run: ArmRun) -> tuple[Identity, str] | None:
-    """The weights and tokenizer an arm will serve, where that is known before it runs (what an external server
-    reports, or the digests of a launched arm's local checkpoint, which the harness server reports too), and a
-    description."""
-    if not run.launched:
-        try:
-            identity = get_server_kind(run.arm.engine).identity(run.url or "", run.spec)
-        except ServerUnreachable:
-            return None  # its run fails with its own reason
-        where = f"{run.url} serves {identity.model}"
-    else:
-        local = Path(run.spec.model)
-        local = local if local.is_absolute() else REPO / local  # servers run in the checkout
-        if not local.is_dir():
-            return None
-        identity = Identity(run.arm.engine, "", run.spec.model, weights_fingerprint(local), tokenizer_fingerprint(local))
-        where = run.spec.model
-    parts = [f"{what} {digest}" for what, digest in (("weights", identity.weights), ("tokenizer", identity.tokenizer))
-             if digest]
-    return (identity, f"{where} {', '.join(parts)}") if parts else None
-
-
-def models_known_to_differ(plan: Plan) -> list[str]:
-    """Comparisons whose arms will serve different weights or tokenizers: their difference would be no graph effect."""
-    known = {(r.model.slug, r.arm.name): _model_before_start(r) for r in plan.runs}
-    problems = []
-    for c in plan.comparisons:
-        on, off = known.get((c.model.slug, c.treatment)), known.get((c.model.slug, c.reference))
-        if on and off and on[0].model_differences(off[0]):
-            problems.append(f"{c.model.name} {c.name}: the arms serve different models ({c.treatment}: {on[1]}; "
-                            f"{c.reference}: {off[1]}); --allow-different-models judges them anyway")
     return problems
 
 
@@ -394,6 +396,15 @@ def _stop_children_on_signals(children: ChildProcesses) -> Iterator[None]:
 # -- judging ---------------------------------------------------------------------------------------------
 
 
+@dataclass(frozen=True)
+class Judged:
+    """One comparison paired task by task: its task comparisons and its runs as judged (their sides set)."""
+
+    comparison: Comparison
+    tasks: list[TaskComparison]
+    runs: list[RunResult]
+
+
 def load_runs(plan: Plan) -> list[RunResult]:
     """The saved runs of a plan (``swa-harness report``, ``--report-only``); a missing one is INCOMPLETE, saying so."""
     runs = []
@@ -413,8 +424,7 @@ def _as_side(run: RunResult, side: str) -> RunResult:
     return replace(run, record=replace(run.record, side=side))
 
 
-def judge(plan: Plan, runs: Sequence[RunResult], thresholds: Thresholds) -> list[tuple[Comparison, list[TaskComparison],
-                                                                                       list[RunResult]]]:
+def judge(plan: Plan, runs: Sequence[RunResult], thresholds: Thresholds) -> list[Judged]:
     """Every comparison of the plan over ``runs``, paired per task (the treatment as ON, the reference as OFF)."""
     by_key = {(r.model, r.record.arm, r.task): r for r in runs}
     judged = []
@@ -430,45 +440,57 @@ def judge(plan: Plan, runs: Sequence[RunResult], thresholds: Thresholds) -> list
                 bad = replace(on, complete=False, error=f"ItemMismatchError: {exc}", items=[])
                 tasks.append(compare_runs(bad, off, thresholds=task_thresholds))
             pair_runs += [on, off]
-        judged.append((comparison, tasks, pair_runs))
+        judged.append(Judged(comparison, tasks, pair_runs))
     return judged
 
 
-def finish(plan: Plan, runs: Sequence[RunResult], options: RunOptions, base: Mapping[str, Any]) -> int:
-    """Judge, record in the history, report (each comparison, and the overview), print; the exit code."""
-    outcomes = []
-    differ = different_models(plan, runs)
-    for comparison, tasks, pair_runs in judge(plan, runs, options.thresholds):
-        summary = summarize(tasks)
-        if diff := differ.get((comparison.model.name, comparison.name)):  # first on the report, whichever way taken
-            summary = (replace(summary, reason=f"judged although {diff} (--allow-different-models); " + summary.reason)
-                       if options.allow_different_models else replace(summary, verdict=Verdict.NONE,
-                                                                      reason=f"no verdict: {diff}"))
-        prov = comparison_provenance(plan, comparison, pair_runs, base)
-        trend = None
-        if options.history is not None:
-            entry = make_entry(tasks, summary, pair_runs, prov)
-            trend = history_trend(record_history(Path(options.history), entry), entry)
-        report = render_report(tasks, pair_runs, summary=summary, provenance=prov, out_dir=comparison.dir,
-                               trend=trend, kill_matrices=load_kill_matrices(options.kill_matrix),
-                               fault_effects=load_fault_effects(options.fault_effects),
-                               release_matrix=load_release_matrix(options.release_matrix),
-                               tokenize=_tokenizer(comparison))
-        outcome = Outcome(comparison, tasks, summary, report)
-        outcomes.append(outcome)
-        _print_outcome(outcome, len(plan.comparisons) > 1)
-        if trend is not None:
-            since = f"; verdict since run #{trend.since.index}" if trend.since else ""
-            print(f"history: {shown(Path(options.history))} ({trend.runs} run(s) of {trend.series}{since})")
-    if plan.overview:
-        summary_json = {"as expected": all(o.ok for o in outcomes), "comparisons": [o.to_dict() for o in outcomes],
-                        "runs": [{"model": r.model, "arm": r.record.arm, "task": r.task,
-                                  "complete": r.complete, "error": r.error, "correct": sum(i.correct for i in r.items),
-                                  "n": len(r.items)} for r in runs]}
-        (plan.out / "summary.json").write_text(json.dumps(summary_json, indent=1) + "\n")
-        print(f"overview: {write_overview(plan.out / 'index.html', _overview(plan, runs, outcomes), options.thresholds)}")
-    else:
-        print(f"report: {outcomes[0].report}")
+def comparison_verdict(tasks: Sequence[TaskComparison], differ: str | None, allow_different_models: bool) -> Summary:
+    """The comparison's overall verdict; arms that served different models (``differ`` says how) give none, unless
+    allowed, and then the reason says so first."""
+    summary = summarize(tasks)
+    if not differ:
+        return summary
+    if allow_different_models:
+        return replace(summary, reason=f"judged although {differ} (--allow-different-models); " + summary.reason)
+    return replace(summary, verdict=Verdict.NONE, reason=f"no verdict: {differ}")
+
+
+def record_in_history(history: Path | None, judged: Judged, summary: Summary,
+                      provenance: Mapping[str, Any]) -> Trend | None:
+    """The comparison's line in the history, and the trend it is now part of (None: no history kept)."""
+    if history is None:
+        return None
+    entry = make_entry(judged.tasks, summary, judged.runs, provenance)
+    return history_trend(record_history(Path(history), entry), entry)
+
+
+@dataclass(frozen=True)
+class SideInputs:
+    """What the report shows beside the comparison, read from other jobs' files once per ``finish``."""
+
+    kill_matrices: list[KillMatrixFile]
+    fault_effects: FaultEffects | None
+    release_matrix: ReleaseMatrix | None
+
+    @classmethod
+    def read(cls, options: RunOptions) -> SideInputs:
+        return cls(load_kill_matrices(options.kill_matrix), load_fault_effects(options.fault_effects),
+                   load_release_matrix(options.release_matrix))
+
+
+def render_comparison(judged: Judged, summary: Summary, provenance: Mapping[str, Any], trend: Trend | None,
+                      side: SideInputs) -> Path:
+    """The comparison's HTML report."""
+    return render_report(judged.tasks, judged.runs, summary=summary, provenance=provenance,
+                         out_dir=judged.comparison.dir, trend=trend, kill_matrices=side.kill_matrices,
+                         fault_effects=side.fault_effects, release_matrix=side.release_matrix,
+                         tokenize=_tokenizer(judged.comparison))
+
+
+def exit_code(runs: Sequence[RunResult], outcomes: Sequence[Outcome], differ: Mapping[tuple[str, str], str],
+              options: RunOptions) -> int:
+    """0 when every comparison met its expectation, 1 when one did not; 2, said on stderr with each reason, when a
+    run failed or two arms served different models (unless allowed): then nothing was measured."""
     failures = list(dict.fromkeys(r.error.splitlines()[0] for r in runs if not r.complete and r.error))
     if not options.allow_different_models:
         failures += [f"{model} {name}: {diff}" for (model, name), diff in differ.items()]
@@ -478,16 +500,95 @@ def finish(plan: Plan, runs: Sequence[RunResult], options: RunOptions, base: Map
     return 0 if all(o.ok for o in outcomes) else 1
 
 
-def different_models(plan: Plan, runs: Sequence[RunResult]) -> dict[tuple[str, str], str]:
-    """(model, comparison) -> how its two arms' servers reported different weights or tokenizers (their difference is
-    no graph effect)."""
-    reported = {(r.model, r.record.arm): r.record.identity for r in runs if r.record.identity}
-    problems = {}
+def finish(plan: Plan, runs: Sequence[RunResult], options: RunOptions, base: Mapping[str, Any]) -> int:
+    """Judge, record in the history, report (each comparison, and the overview), print; the exit code."""
+    differ = different_models(plan, runs)
+    side = SideInputs.read(options)
+    outcomes = [_conclude(plan, judged, differ.get((judged.comparison.model.name, judged.comparison.name)), options,
+                          base, side) for judged in judge(plan, runs, options.thresholds)]
+    _front_page(plan, runs, outcomes, options)
+    return exit_code(runs, outcomes, differ, options)
+
+
+def _conclude(plan: Plan, judged: Judged, differ: str | None, options: RunOptions, base: Mapping[str, Any],
+              side: SideInputs) -> Outcome:
+    """One comparison: its verdict, its history line, its report, printed."""
+    summary = comparison_verdict(judged.tasks, differ, options.allow_different_models)
+    provenance = comparison_provenance(plan, judged.comparison, judged.runs, base)
+    trend = record_in_history(options.history, judged, summary, provenance)
+    report = render_comparison(judged, summary, provenance, trend, side)
+    outcome = Outcome(judged.comparison, judged.tasks, summary, report)
+    _print_outcome(outcome, len(plan.comparisons) > 1)
+    if trend is not None:
+        since = f"; verdict since run #{trend.since.index}" if trend.since else ""
+        print(f"history: {shown(Path(options.history))} ({trend.runs} run(s) of {trend.series}{since})")
+    return outcome
+
+
+def _front_page(plan: Plan, runs: Sequence[RunResult], outcomes: Sequence[Outcome], options: RunOptions) -> None:
+    """The overview and ``summary.json`` of a plan with one; else the one comparison's report is the page."""
+    if not plan.overview:
+        print(f"report: {outcomes[0].report}")
+        return
+    summary = {"as expected": all(o.ok for o in outcomes), "comparisons": [o.to_dict() for o in outcomes],
+               "runs": [{"model": r.model, "arm": r.record.arm, "task": r.task, "complete": r.complete,
+                         "error": r.error, "correct": sum(i.correct for i in r.items), "n": len(r.items)}
+                        for r in runs]}
+    (plan.out / "summary.json").write_text(json.dumps(summary, indent=1) + "\n")
+    print(f"overview: {write_overview(plan.out / 'index.html', _overview(plan, runs, outcomes), options.thresholds)}")
+
+
+# -- do two arms serve the same model? -------------------------------------------------------------------
+
+
+def arms_that_differ(plan: Plan, serves: Mapping[tuple[str, str], Identity]) -> list[tuple[Comparison, list[str]]]:
+    """The comparisons whose two arms serve different weights or tokenizers, with how (their difference would be
+    no graph effect). ``serves`` maps (model slug, arm) to what that arm serves, where it is known."""
+    found = []
     for c in plan.comparisons:
-        on, off = reported.get((c.model.slug, c.treatment)), reported.get((c.model.slug, c.reference))
-        if on and off and (diff := _identity(on).model_differences(_identity(off))):
-            problems[(c.model.name, c.name)] = f"the arms served different models ({'; '.join(diff)})"
-    return problems
+        on, off = serves.get((c.model.slug, c.treatment)), serves.get((c.model.slug, c.reference))
+        if on is not None and off is not None and (diff := on.model_differences(off)):
+            found.append((c, diff))
+    return found
+
+
+def _model_before_start(run: ArmRun) -> tuple[Identity, str] | None:
+    """The weights and tokenizer an arm will serve, where that is known before it runs (what an external server
+    reports, or the digests of a launched arm's local checkpoint, which the harness server reports too), and a
+    description."""
+    if not run.launched:
+        try:
+            identity = get_server_kind(run.arm.engine).identity(run.url or "", run.spec)
+        except ServerUnreachable:
+            return None  # its run fails with its own reason
+        where = f"{run.url} serves {identity.model}"
+    else:
+        local = Path(run.spec.model)
+        local = local if local.is_absolute() else REPO / local  # servers run in the checkout
+        if not local.is_dir():
+            return None
+        identity = Identity(run.arm.engine, "", run.spec.model, weights_fingerprint(local), tokenizer_fingerprint(local))
+        where = run.spec.model
+    parts = [f"{what} {digest}" for what, digest in (("weights", identity.weights), ("tokenizer", identity.tokenizer))
+             if digest]
+    return (identity, f"{where} {', '.join(parts)}") if parts else None
+
+
+def models_known_to_differ(plan: Plan) -> list[str]:
+    """Before anything starts: comparisons whose arms will serve different models, each as one line."""
+    known = {(r.model.slug, r.arm.name): found for r in plan.runs if (found := _model_before_start(r))}
+    where = {key: text for key, (_, text) in known.items()}
+    return [f"{c.model.name} {c.name}: the arms serve different models ({c.treatment}: "
+            f"{where[c.model.slug, c.treatment]}; {c.reference}: {where[c.model.slug, c.reference]}); "
+            "--allow-different-models judges them anyway"
+            for c, _ in arms_that_differ(plan, {key: identity for key, (identity, _) in known.items()})]
+
+
+def different_models(plan: Plan, runs: Sequence[RunResult]) -> dict[tuple[str, str], str]:
+    """After the runs: (model, comparison) -> how its two arms' servers reported different weights or tokenizers."""
+    served = {(r.model, r.record.arm): _identity(r.record.identity) for r in runs if r.record.identity}
+    return {(c.model.name, c.name): f"the arms served different models ({'; '.join(diff)})"
+            for c, diff in arms_that_differ(plan, served)}
 
 
 def served_identity(identity: Identity) -> ServedIdentity:
