@@ -19,10 +19,30 @@ TORCH_PIN = os.environ.get("SWA_HARNESS_TORCH", "torch==2.13.0")
 # release or a local checkout's python/ folder (installed editable).
 SGLANG = os.environ.get("SWA_HARNESS_SGLANG", "sglang==0.5.23")
 SGLANG_IMPORT_DEPS = [
-    "numpy", "orjson", "psutil", "pybase64", "requests", "packaging", "pillow", "msgspec", "starlette",
-    "pydantic", "pyzmq", "tqdm", "aiohttp", "transformers==5.19.0", "tokenizers==0.23.2", "dill",
-    "apache-tvm-ffi==0.1.11", "sentencepiece==0.2.1", "compressed-tensors==0.18.0", "gguf", "einops",
-    "openai==2.8.0", "partial_json_parser", "ipython",
+    "numpy",
+    "orjson",
+    "psutil",
+    "pybase64",
+    "requests",
+    "packaging",
+    "pillow",
+    "msgspec",
+    "starlette",
+    "pydantic",
+    "pyzmq",
+    "tqdm",
+    "aiohttp",
+    "transformers==5.19.0",
+    "tokenizers==0.23.2",
+    "dill",
+    "apache-tvm-ffi==0.1.11",
+    "sentencepiece==0.2.1",
+    "compressed-tensors==0.18.0",
+    "gguf",
+    "einops",
+    "openai==2.8.0",
+    "partial_json_parser",
+    "ipython",
 ]
 SGLANG_NO_DEPS = ["triton==3.9.0"]  # imported at module level by sglang's utils, never run on CPU
 SGLANG_SUITES = ["suites/pool", "suites/scenarios", "suites/differential", "suites/sglang", "suites/prefix"]
@@ -106,8 +126,16 @@ def sglang(session: nox.Session) -> None:
         if checks["SGLANG_INVARIANT_CHECK"] not in levels:
             continue
         for core, suites in (("rust", SGLANG_SUITES), ("python", SGLANG_PREFIX_SUITES)):
-            session.run(*PYTEST, "-n", "auto", *suites, "--target", "sglang", *session.posargs,
-                        env={**checks, TREE_CORE_ENV: core})
+            session.run(
+                *PYTEST,
+                "-n",
+                "auto",
+                *suites,
+                "--target",
+                "sglang",
+                *session.posargs,
+                env={**checks, TREE_CORE_ENV: core},
+            )
 
 
 @nox.session(python=PYTHON)
@@ -123,8 +151,18 @@ def sglang_matrix(session: nox.Session) -> None:
 
 # Real SGLang *serving* on CPU needs its HTTP stack and grammar backend too; sgl_kernel has no CPU build on PyPI,
 # so the sglang engine puts an import-only stand-in on the server's path (harness/servers/sglang_server/shims/).
-SGLANG_SERVER_DEPS = ["fastapi", "uvicorn", "uvloop", "setproctitle", "prometheus-client", "python-multipart",
-                      "interegular", "jsonschema", "xgrammar==0.2.7", "soundfile"]
+SGLANG_SERVER_DEPS = [
+    "fastapi",
+    "uvicorn",
+    "uvloop",
+    "setproctitle",
+    "prometheus-client",
+    "python-multipart",
+    "interegular",
+    "jsonschema",
+    "xgrammar==0.2.7",
+    "soundfile",
+]
 
 
 def _install_sglang_server(session: nox.Session) -> None:
@@ -138,7 +176,9 @@ def sglang_server(session: nox.Session) -> None:
     harness engine on one checkpoint, at concurrency, roomy and tight pools (suites/servers); then the accuracy
     smoke: graphs on (CPU graph runner, batch sizes 1-2) vs off on 32 items (suites/plans/sglang-cpu-smoke.yaml)."""
     _install_sglang_server(session)
-    session.run(*PYTEST, "-rxX", "suites/servers", *session.posargs, env={"SWA_HARNESS_SGLANG_SERVER": "require"})  # a missing piece fails here, it never skips
+    session.run(
+        *PYTEST, "-rxX", "suites/servers", *session.posargs, env={"SWA_HARNESS_SGLANG_SERVER": "require"}
+    )  # a missing piece fails here, it never skips
     session.run("swa-harness", "eval", "--plan", "suites/plans/sglang-cpu-smoke.yaml", "--no-history")
 
 
@@ -181,8 +221,14 @@ def vllm(session: nox.Session) -> None:
     harness engine (suites/servers), vLLM's KV-cache manager under the ownership rules (suites/vllm), then the
     accuracy smoke: compiled vs eager on 32 items."""
     _install_vllm(session)
-    session.run(*PYTEST, "-rxX", "suites/servers/test_vllm_server.py", "suites/vllm", *session.posargs,
-                env={"SWA_HARNESS_VLLM_SERVER": "require"})
+    session.run(
+        *PYTEST,
+        "-rxX",
+        "suites/servers/test_vllm_server.py",
+        "suites/vllm",
+        *session.posargs,
+        env={"SWA_HARNESS_VLLM_SERVER": "require"},
+    )
     session.run("swa-harness", "eval", "--plan", "suites/plans/vllm-cpu-smoke.yaml", "--no-history")
 
 

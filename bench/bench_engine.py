@@ -31,9 +31,20 @@ def default_checkpoint() -> Path:
     if (SHIPPED / "model.safetensors").is_file():
         return SHIPPED
     # Same shape as the shipped tiny model: 4 layers, hidden 128, window 16.
-    return write_checkpoint("gemma2", _ROOT / "bench-gemma2", vocab_size=512, hidden_size=128, intermediate_size=512,
-                            num_hidden_layers=4, num_attention_heads=4, num_key_value_heads=2, head_dim=32,
-                            sliding_window=16, max_position_embeddings=1024, tie_word_embeddings=False)
+    return write_checkpoint(
+        "gemma2",
+        _ROOT / "bench-gemma2",
+        vocab_size=512,
+        hidden_size=128,
+        intermediate_size=512,
+        num_hidden_layers=4,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        head_dim=32,
+        sliding_window=16,
+        max_position_embeddings=1024,
+        tie_word_embeddings=False,
+    )
 
 
 def prompts_for(batch: int, length: int, vocab: int) -> list[list[int]]:
@@ -53,15 +64,23 @@ def hf_runner(model, prompts: list[list[int]]):
 
     @torch.inference_mode()
     def run(new: int) -> list[list[int]]:
-        out = model.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=new, min_new_tokens=new,
-                             do_sample=False, pad_token_id=0, eos_token_id=None)
-        return out[:, ids.shape[1]:].tolist()
+        out = model.generate(
+            ids,
+            attention_mask=torch.ones_like(ids),
+            max_new_tokens=new,
+            min_new_tokens=new,
+            do_sample=False,
+            pad_token_id=0,
+            eos_token_id=None,
+        )
+        return out[:, ids.shape[1] :].tolist()
 
     return run
 
 
-def decode_tokens_per_s(runners: dict, batch: int, new: int, repeats: int,
-                        clock=time.perf_counter) -> tuple[dict[str, float], dict[str, list], dict[str, float]]:
+def decode_tokens_per_s(
+    runners: dict, batch: int, new: int, repeats: int, clock=time.perf_counter
+) -> tuple[dict[str, float], dict[str, list], dict[str, float]]:
     """Median decode tokens/s per system on the wall clock, its outputs, and the median on ``clock``
     read around the same calls (the thread's CPU clock: what the wall clock measures minus the time
     other processes held the core)."""
@@ -77,8 +96,11 @@ def decode_tokens_per_s(runners: dict, batch: int, new: int, repeats: int,
             t2, c2 = time.perf_counter(), clock()
             samples[name].append(batch * (new - 1) / ((t2 - t1) - (t1 - t0)))
             on_clock[name].append(batch * (new - 1) / ((c2 - c1) - (c1 - c0)))
-    return ({name: statistics.median(s) for name, s in samples.items()}, outputs,
-            {name: statistics.median(s) for name, s in on_clock.items()})
+    return (
+        {name: statistics.median(s) for name, s in samples.items()},
+        outputs,
+        {name: statistics.median(s) for name, s in on_clock.items()},
+    )
 
 
 def matmul_floor_s(engine: Engine, batch: int, repeats: int = 200) -> float:
@@ -113,54 +135,89 @@ def main() -> None:
     parser.add_argument("--new-tokens", type=int, default=128)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--threads", type=int, default=1)
-    parser.add_argument("--batch-sizes", type=int, nargs="+", default=DEFAULT_BATCH_SIZES,
-                        help="a subset for a quick look; the written section needs every goal's batch size")
+    parser.add_argument(
+        "--batch-sizes",
+        type=int,
+        nargs="+",
+        default=DEFAULT_BATCH_SIZES,
+        help="a subset for a quick look; the written section needs every goal's batch size",
+    )
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     checkpoint = args.checkpoint or default_checkpoint()
-    hf = transformers.AutoModelForCausalLM.from_pretrained(checkpoint, attn_implementation="eager", dtype=torch.float32).eval()
-    limits = dict(max_running_requests=32, max_context_len=args.prompt_len + args.new_tokens + 64, num_threads=args.threads)
+    hf = transformers.AutoModelForCausalLM.from_pretrained(
+        checkpoint, attn_implementation="eager", dtype=torch.float32
+    ).eval()
+    limits = dict(
+        max_running_requests=32, max_context_len=args.prompt_len + args.new_tokens + 64, num_threads=args.threads
+    )
     # The engine as shipped (cpu_kernels="auto": compiled kernels where they build), and its tape with torch
     # ops only, so the table shows what the kernels buy.
-    engines = {"engine (graphs off)": Engine(EngineConfig(checkpoint, graphs="off", **limits)),
-               "engine (tape)": Engine(EngineConfig(checkpoint, graphs="tape", **limits)),
-               "engine (tape, torch ops)": Engine(EngineConfig(checkpoint, graphs="tape", cpu_kernels="torch", **limits))}
+    engines = {
+        "engine (graphs off)": Engine(EngineConfig(checkpoint, graphs="off", **limits)),
+        "engine (tape)": Engine(EngineConfig(checkpoint, graphs="tape", **limits)),
+        "engine (tape, torch ops)": Engine(EngineConfig(checkpoint, graphs="tape", cpu_kernels="torch", **limits)),
+    }
     kernels = engines["engine (tape)"].kernels.in_use
     vocab = hf.config.vocab_size
     rows, agree, hf_step_s, ratios = [], [], 0.0, {}
     for batch in args.batch_sizes:
         prompts = prompts_for(batch, args.prompt_len, vocab)
-        runners = {"transformers generate": hf_runner(hf, prompts),
-                   **{name: engine_runner(e, prompts) for name, e in engines.items()}}
+        runners = {
+            "transformers generate": hf_runner(hf, prompts),
+            **{name: engine_runner(e, prompts) for name, e in engines.items()},
+        }
         tps, outputs, cpu = decode_tokens_per_s(runners, batch, args.new_tokens, args.repeats, clock=time.thread_time)
         base, cpu_base = tps["transformers generate"], cpu["transformers generate"]
         hf_step_s = batch / base
         ratios[batch] = (tps["engine (tape)"] / base, cpu["engine (tape)"] / cpu_base)
-        rows.append([batch] + [f"{tps[n]:.0f}" for n in runners] + [
-            f"{tps['engine (tape)'] / base:.2f}x", f"{tps['engine (graphs off)'] / base:.2f}x",
-            f"{tps['engine (tape, torch ops)'] / base:.2f}x",
-            f"{cpu['engine (tape)'] / cpu_base:.2f}x", f"{cpu['engine (graphs off)'] / cpu_base:.2f}x"])
+        rows.append(
+            [batch]
+            + [f"{tps[n]:.0f}" for n in runners]
+            + [
+                f"{tps['engine (tape)'] / base:.2f}x",
+                f"{tps['engine (graphs off)'] / base:.2f}x",
+                f"{tps['engine (tape, torch ops)'] / base:.2f}x",
+                f"{cpu['engine (tape)'] / cpu_base:.2f}x",
+                f"{cpu['engine (graphs off)'] / cpu_base:.2f}x",
+            ]
+        )
         agree.append(all(out == outputs["transformers generate"] for out in outputs.values()))
         print(rows[-1], "same tokens:", agree[-1], flush=True)
-    header = ["batch", "transformers tok/s", "engine off tok/s", "engine tape tok/s", "engine tape, torch ops tok/s",
-              "tape / transformers", "off / transformers", "tape, torch ops / transformers",
-              "tape / transformers (CPU time)", "off / transformers (CPU time)"]
+    header = [
+        "batch",
+        "transformers tok/s",
+        "engine off tok/s",
+        "engine tape tok/s",
+        "engine tape, torch ops tok/s",
+        "tape / transformers",
+        "off / transformers",
+        "tape, torch ops / transformers",
+        "tape / transformers (CPU time)",
+        "off / transformers (CPU time)",
+    ]
     table = markdown_table(header, rows)
     goals = "; ".join(
         f"batch {bs} >= {goal}x: wall {ratios[bs][0]:.2f}x ({'met' if ratios[bs][0] >= goal else 'not met'}), "
         f"CPU time {ratios[bs][1]:.2f}x ({'met' if ratios[bs][1] >= goal else 'not met'})"
-        for bs, goal in GOALS.items() if bs in ratios)
+        for bs, goal in GOALS.items()
+        if bs in ratios
+    )
     floor = matmul_floor_s(engines["engine (tape)"], 32)
-    bound = (f"Compute floor at batch 32: the step's weight matmuls alone, in this engine's weight layout "
-             f"(`harness/model/linear.py`), take {floor * 1e3:.2f} ms (median, "
-             f"{args.threads} thread(s)); transformers takes {hf_step_s * 1e3:.2f} ms per step, so no engine doing "
-             f"the same matmuls could be more than {hf_step_s / floor:.1f}x faster on this CPU.")
+    bound = (
+        f"Compute floor at batch 32: the step's weight matmuls alone, in this engine's weight layout "
+        f"(`harness/model/linear.py`), take {floor * 1e3:.2f} ms (median, "
+        f"{args.threads} thread(s)); transformers takes {hf_step_s * 1e3:.2f} ms per step, so no engine doing "
+        f"the same matmuls could be more than {hf_step_s / floor:.1f}x faster on this CPU."
+    )
     hybrid, full_only = pool_memory(engines["engine (tape)"])
     peak = peak_usage(engines["engine (tape)"], prompts_for(32, args.prompt_len, vocab), args.new_tokens)
-    memory = (f"KV pool bytes for these limits (32 requests x {limits['max_context_len']} tokens): hybrid "
-              f"{hybrid / 2**20:.2f} MiB vs full-only {full_only / 2**20:.2f} MiB ({full_only / hybrid:.2f}x). "
-              f"Peak slots used by the batch-32 run: full {peak[0]}, SWA {peak[1]} "
-              f"(a full-only pool would hold {peak[0]} slots in every layer).")
+    memory = (
+        f"KV pool bytes for these limits (32 requests x {limits['max_context_len']} tokens): hybrid "
+        f"{hybrid / 2**20:.2f} MiB vs full-only {full_only / 2**20:.2f} MiB ({full_only / hybrid:.2f}x). "
+        f"Peak slots used by the batch-32 run: full {peak[0]}, SWA {peak[1]} "
+        f"(a full-only pool would hold {peak[0]} slots in every layer)."
+    )
     print(table, goals, bound, memory, sep="\n")
     if not set(GOALS) <= set(ratios):
         print("(not written to docs/BENCHMARKS.md: a goal's batch size was left out)")
@@ -177,7 +234,7 @@ def main() -> None:
         f"tok/s and the first three ratios on the wall clock, the last two on the thread's CPU clock read around the "
         f"same calls (the machine is shared: the wall clock also counts other processes' time slices). The engine "
         f"runs as shipped (`cpu_kernels=auto`; here the kernels used: {kernels}, "
-        f"`harness/engine/cpu_kernels.py`); \"tape, torch ops\" is the same engine with `cpu_kernels=torch`. "
+        f'`harness/engine/cpu_kernels.py`); "tape, torch ops" is the same engine with `cpu_kernels=torch`. '
         f"Greedy tokens identical across the four systems at every batch size: {all(agree)}.\n\n{table}\n\n"
         f"Goal (issue 19), engine (tape) vs transformers: {goals}. Where the step's time goes: the profile "
         f"sections below (`bench.profile_decode`).\n\n"
@@ -191,7 +248,10 @@ def peak_usage(engine: Engine, prompts: list[list[int]], new: int) -> tuple[int,
         engine.add_request(p, SamplingParams(max_new_tokens=new, ignore_eos=True))
     while engine.scheduler.has_work():
         engine.step()
-        peak = [max(peak[0], alloc.size - alloc.full_available_size()), max(peak[1], alloc.size_swa - alloc.swa_available_size())]
+        peak = [
+            max(peak[0], alloc.size - alloc.full_available_size()),
+            max(peak[1], alloc.size_swa - alloc.swa_available_size()),
+        ]
     return peak[0], peak[1]
 
 

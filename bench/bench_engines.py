@@ -38,8 +38,16 @@ from harness.servers.sglang_server import SGLangServer
 from harness.servers.vllm import CPU_FLAGS as VLLM_CPU_FLAGS
 from harness.servers.vllm import VLLMServer
 from harness.paths import REPO
-from suites.servers.oracles import (VLLM_BY_ID, Reference, agreement, free_port, harness_reference, lm_eval_prompts,
-                                    serve_all, transformers_reference)
+from suites.servers.oracles import (
+    VLLM_BY_ID,
+    Reference,
+    agreement,
+    free_port,
+    harness_reference,
+    lm_eval_prompts,
+    serve_all,
+    transformers_reference,
+)
 
 MODELS = REPO / "fixtures" / "models"
 CHECKPOINTS = ("gemma2-tiny-swa", "gemma3-tiny-swa", "mellum-tiny-swa")
@@ -50,6 +58,7 @@ NEW_TOKENS = 48  # of the agreement run, as suites/servers/test_vllm_server.py a
 
 def prompts() -> list[str]:
     return lm_eval_prompts(8)
+
 
 OUT = REPO / "reports" / "bench-engines.json"
 
@@ -69,13 +78,22 @@ class Server:
 def servers(threads: int) -> list[Server]:
     sglang_pool = (*SGLANG_CPU_FLAGS, "--max-running-requests", "16")
     return [
-        Server("harness (tape)", HarnessServer(), "tape",
-               ("--max-running", "16", "--num-threads", str(threads), "--device", "cpu"), logprobs=False),
+        Server(
+            "harness (tape)",
+            HarnessServer(),
+            "tape",
+            ("--max-running", "16", "--num-threads", str(threads), "--device", "cpu"),
+            logprobs=False,
+        ),
         Server("vLLM eager", VLLMServer(), "off", VLLM_CPU_FLAGS, VLLM_BY_ID),
         Server("vLLM compiled", VLLMServer(), "on", VLLM_CPU_FLAGS, VLLM_BY_ID),
         Server("SGLang eager", SGLangServer(), "off", sglang_pool),
-        Server("SGLang CPU graphs (bs 1 2 4 8 16)", SGLangServer(), "on",
-               (*sglang_pool, "--cuda-graph-bs-decode", "1", "2", "4", "8", "16")),
+        Server(
+            "SGLang CPU graphs (bs 1 2 4 8 16)",
+            SGLangServer(),
+            "on",
+            (*sglang_pool, "--cuda-graph-bs-decode", "1", "2", "4", "8", "16"),
+        ),
     ]
 
 
@@ -103,8 +121,13 @@ def pool_of(log: str) -> str:
 
 
 def start(server: Server, ckpt: Path, log: Path, python: str) -> ServerProcess:
-    spec = ServerSpec(model=str(ckpt), served_name="swa-harness", graphs=server.graphs, flags=server.flags,
-                      port=0 if isinstance(server.engine, HarnessServer) else free_port())
+    spec = ServerSpec(
+        model=str(ckpt),
+        served_name="swa-harness",
+        graphs=server.graphs,
+        flags=server.flags,
+        port=0 if isinstance(server.engine, HarnessServer) else free_port(),
+    )
     return server.engine.start(spec, log_path=log, timeout=900, python=python)
 
 
@@ -113,8 +136,9 @@ def tokens_per_s(srv: ServerProcess, texts: list[str], concurrent: int, repeats:
     import urllib.request
 
     def one(prompt: str) -> int:
-        body = json.dumps({"model": "swa-harness", "prompt": prompt, "max_tokens": SPEED_TOKENS, "temperature": 0,
-                           "ignore_eos": True}).encode()
+        body = json.dumps(
+            {"model": "swa-harness", "prompt": prompt, "max_tokens": SPEED_TOKENS, "temperature": 0, "ignore_eos": True}
+        ).encode()
         req = urllib.request.Request(srv.completions_url, data=body, headers={"Content-Type": "application/json"})
         with urllib.request.urlopen(req, timeout=900) as resp:
             return int(json.loads(resp.read())["usage"]["completion_tokens"])
@@ -128,8 +152,9 @@ def tokens_per_s(srv: ServerProcess, texts: list[str], concurrent: int, repeats:
     return statistics.median(rates[1:])
 
 
-def measure(server: Server, ckpt: Path, reference: Reference, python: str, log_dir: Path, speed: bool,
-            repeats: int) -> Row:
+def measure(
+    server: Server, ckpt: Path, reference: Reference, python: str, log_dir: Path, speed: bool, repeats: int
+) -> Row:
     row = Row(server.label, ckpt.name)
     t0 = time.perf_counter()
     log = log_dir / f"{ckpt.name}-{server.label.split()[0]}-{server.graphs}.log"
@@ -161,26 +186,51 @@ def render(rows: list[Row], commands: list[str]) -> None:
     reruns = "".join(f"`, then these rows again: `{c}" for c in commands[1:])
     agree = [r for r in rows if r.equal is not None or (r.error and r.tok_s_1 is None)]
     write_section(
-        "cross-engine", "Cross-engine differential: every engine vs transformers on the shipped checkpoints (CPU)",
+        "cross-engine",
+        "Cross-engine differential: every engine vs transformers on the shipped checkpoints (CPU)",
         commands[0] + reruns,
         "16 lm-eval prompts at once (200-230 tokens), greedy, 48 tokens, top-5 logprobs per token; transformers "
         "(eager attention, fp32, one prompt at a time) is the oracle. A wrong KV block or window moves logprobs by "
         "whole nats; kernel and summation-order differences stay near 1e-5. An engine that cannot serve a "
         "checkpoint says why in its own words; each such case is written up in docs/FINDINGS.md.\n\n"
-        + markdown_table(["engine", "checkpoint", "answers equal", "worst \\|Δlogprob\\| (nats)", "KV memory", "note"],
-                         [[r.engine, r.checkpoint, f"{r.equal}/{r.n}" if r.n else "—",
-                           f"{r.worst:.2g}" if r.worst is not None else "—", r.pool, r.error or ""] for r in agree]))
+        + markdown_table(
+            ["engine", "checkpoint", "answers equal", "worst \\|Δlogprob\\| (nats)", "KV memory", "note"],
+            [
+                [
+                    r.engine,
+                    r.checkpoint,
+                    f"{r.equal}/{r.n}" if r.n else "—",
+                    f"{r.worst:.2g}" if r.worst is not None else "—",
+                    r.pool,
+                    r.error or "",
+                ]
+                for r in agree
+            ],
+        ),
+    )
     speed = [r for r in rows if r.tok_s_1 is not None]
     base = next((r for r in speed if r.engine.startswith("harness")), None)
     write_section(
-        "engines-speed", "Engines side by side: tokens/s on the Gemma3 checkpoint (CPU)", commands[0],
+        "engines-speed",
+        "Engines side by side: tokens/s on the Gemma3 checkpoint (CPU)",
+        commands[0],
         f"The same 16 prompts (200-230 tokens), {SPEED_TOKENS} tokens each, EOS ignored, over each server's "
         "OpenAI API: batch 1 is one request after another, 16 is all at once; median of the rounds after a warm-up, "
         "start-up excluded. One server at a time, one run.\n\n"
-        + markdown_table(["engine", "start-up (s)", "tok/s batch 1", "tok/s 16 concurrent", "harness ÷ it (1 / 16)"],
-                         [[r.engine, r.start_s, r.tok_s_1, r.tok_s_16,
-                           f"{base.tok_s_1 / r.tok_s_1:.2f} / {base.tok_s_16 / r.tok_s_16:.2f}" if base else "—"]
-                          for r in speed]))
+        + markdown_table(
+            ["engine", "start-up (s)", "tok/s batch 1", "tok/s 16 concurrent", "harness ÷ it (1 / 16)"],
+            [
+                [
+                    r.engine,
+                    r.start_s,
+                    r.tok_s_1,
+                    r.tok_s_16,
+                    f"{base.tok_s_1 / r.tok_s_1:.2f} / {base.tok_s_16 / r.tok_s_16:.2f}" if base else "—",
+                ]
+                for r in speed
+            ],
+        ),
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -191,9 +241,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--logs", type=Path, default=REPO / "reports" / "bench-engines")
     ap.add_argument("--render", action="store_true", help="only re-render the tables from the saved results")
-    ap.add_argument("--only", default=None,
-                    help="measure only the servers whose label starts with this (e.g. SGLang); their rows replace "
-                         "the same engine's and checkpoint's in the saved results, and the tables are re-rendered")
+    ap.add_argument(
+        "--only",
+        default=None,
+        help="measure only the servers whose label starts with this (e.g. SGLang); their rows replace "
+        "the same engine's and checkpoint's in the saved results, and the tables are re-rendered",
+    )
     args = ap.parse_args(argv)
     args.logs.mkdir(parents=True, exist_ok=True)
     command = "python -m bench.bench_engines " + " ".join(argv if argv is not None else sys.argv[1:])
@@ -222,8 +275,16 @@ def measure_all(args: argparse.Namespace, wanted: Callable[[Server], bool], with
         if with_harness:
             harness = harness_reference(ckpt, prompts(), NEW_TOKENS)
             found = agreement(list(zip(harness.answers, harness.tops)), reference)
-            rows.append(Row("harness (tape, in-process)", name, found.equal, found.n, found.worst,
-                            pool="SWA + full pools (hybrid)"))
+            rows.append(
+                Row(
+                    "harness (tape, in-process)",
+                    name,
+                    found.equal,
+                    found.n,
+                    found.worst,
+                    pool="SWA + full pools (hybrid)",
+                )
+            )
         for server in filter(wanted, servers(args.threads)):
             sglang = isinstance(server.engine, SGLangServer)
             if (sglang and not args.sglang_python) or (not server.logprobs and name != SPEED_CHECKPOINT):

@@ -29,8 +29,9 @@ from harness.graph.runner import GraphRunner
 GOALS = {1: 2.0, 32: 1.2}  # issue 19: tape >= 2x eager at bs 1, >= 1.2x at bs 32
 
 
-def interleaved_medians_wall_cpu(fns: dict[str, Callable[[], object]], *, repeats: int,
-                                 warmup: int = 3) -> dict[str, tuple[float, float]]:
+def interleaved_medians_wall_cpu(
+    fns: dict[str, Callable[[], object]], *, repeats: int, warmup: int = 3
+) -> dict[str, tuple[float, float]]:
     """Median (wall, thread CPU) seconds per call of each function, calls interleaved."""
     for _ in range(warmup):
         for fn in fns.values():
@@ -56,7 +57,9 @@ def call_path(step) -> str:
     return "jit entry point (no Python binding)" if isinstance(step.func, torch._ops.OpOverload) else "Python"
 
 
-def replay_profile(world: ToyWorld, runner: GraphRunner, batch, repeats: int) -> tuple[list[list[object]], list[list[object]]]:
+def replay_profile(
+    world: ToyWorld, runner: GraphRunner, batch, repeats: int
+) -> tuple[list[list[object]], list[list[object]]]:
     """Where the tape path's time goes for ``batch``: the phases of ``GraphRunner.replay`` (each timed on
     its own, medians), then the replayed ops by aten name, each op timed on its own (medians, summed)."""
     bs = runner.bucket_for(batch.batch_size)
@@ -67,9 +70,11 @@ def replay_profile(world: ToyWorld, runner: GraphRunner, batch, repeats: int) ->
         world.pool.invalidate_loc_cache()
         world.target.prepare_graph_metadata(runner.buffers.view(bs))
 
-    phases = {"populate the static inputs": lambda: runner.buffers.populate(batch, bs),
-              "attention metadata (eager; the eager step runs it too)": metadata,
-              "tape replay": lambda: graph.replay(static)}
+    phases = {
+        "populate the static inputs": lambda: runner.buffers.populate(batch, bs),
+        "attention metadata (eager; the eager step runs it too)": metadata,
+        "tape replay": lambda: graph.replay(static),
+    }
     med = interleaved_medians_wall_cpu(phases, repeats=repeats)
     phase_rows = [[name, f"{cpu * 1e6:.0f}"] for name, (_, cpu) in med.items()]
     steps = graph._steps
@@ -86,21 +91,37 @@ def replay_profile(world: ToyWorld, runner: GraphRunner, batch, repeats: int) ->
         name = packet.__name__ if packet is not None else "computed and copied"
         via = call_path(step)
         by_op.setdefault((name, via), []).append(statistics.median(times))
-    op_rows = [[name, via, len(t), f"{sum(t) * 1e6:.0f}", f"{sum(t) / len(t) * 1e6:.1f}"]
-               for (name, via), t in sorted(by_op.items(), key=lambda kv: -sum(kv[1]))]
+    op_rows = [
+        [name, via, len(t), f"{sum(t) * 1e6:.0f}", f"{sum(t) / len(t) * 1e6:.1f}"]
+        for (name, via), t in sorted(by_op.items(), key=lambda kv: -sum(kv[1]))
+    ]
     return phase_rows, op_rows
 
 
-def run(batch_sizes: list[int], repeats: int, layers: int, device: str = "cpu") -> tuple[list[list[object]], tuple | None]:
+def run(
+    batch_sizes: list[int], repeats: int, layers: int, device: str = "cpu"
+) -> tuple[list[list[object]], tuple | None]:
     """The table rows, and on CPU the ``replay_profile`` of the smallest goal's batch size."""
     backend = "tape" if device == "cpu" else "cuda"
     sync = torch.cuda.synchronize if device != "cpu" else (lambda: None)
     rows, profile = [], None
     for bs in batch_sizes:
-        world = ToyWorld.build([12] * bs, window=8, swa_layers=[i % 2 == 0 for i in range(layers)],
-                               max_bs=max(batch_sizes), max_context_len=64, device=device)
-        runner = GraphRunner(world.target, make_backend(backend), max_bs=max(batch_sizes), vocab_size=32,
-                             is_hybrid_swa=True, device=world.pool.device)
+        world = ToyWorld.build(
+            [12] * bs,
+            window=8,
+            swa_layers=[i % 2 == 0 for i in range(layers)],
+            max_bs=max(batch_sizes),
+            max_context_len=64,
+            device=device,
+        )
+        runner = GraphRunner(
+            world.target,
+            make_backend(backend),
+            max_bs=max(batch_sizes),
+            vocab_size=32,
+            is_hybrid_swa=True,
+            device=world.pool.device,
+        )
         runner.capture()
         batch = world.next_decode_batch(range(bs))
 
@@ -120,8 +141,14 @@ def run(batch_sizes: list[int], repeats: int, layers: int, device: str = "cpu") 
         (eager_wall, eager_cpu), (graph_wall, graph_cpu) = med["eager"], med["graph"]
         captured = runner.graphs[runner.bucket_for(bs), None]
         ops = captured.num_steps if backend == "tape" else "-"
-        row = [bs, runner.bucket_for(bs), ops, f"{eager_wall * 1e6:.0f}", f"{graph_wall * 1e6:.0f}",
-               f"{eager_wall / graph_wall:.2f}x"]
+        row = [
+            bs,
+            runner.bucket_for(bs),
+            ops,
+            f"{eager_wall * 1e6:.0f}",
+            f"{graph_wall * 1e6:.0f}",
+            f"{eager_wall / graph_wall:.2f}x",
+        ]
         if device == "cpu":
             row += [f"{eager_cpu * 1e6:.0f}", f"{graph_cpu * 1e6:.0f}", f"{eager_cpu / graph_cpu:.2f}x"]
         rows.append(row)
@@ -135,8 +162,12 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=300)
     parser.add_argument("--layers", type=int, default=4)
     parser.add_argument("--device", default="cpu", help="cpu (tape backend) or cuda (CUDA graph backend)")
-    parser.add_argument("--threads", type=int, default=1,
-                        help="torch intra-op threads (ops this small run fastest on one, as in bench_engine)")
+    parser.add_argument(
+        "--threads",
+        type=int,
+        default=1,
+        help="torch intra-op threads (ops this small run fastest on one, as in bench_engine)",
+    )
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     torch.manual_seed(0)
@@ -150,19 +181,23 @@ def main() -> None:
         for row in rows:
             if row[0] in GOALS:
                 wall, cpu = float(row[5][:-1]), float(row[8][:-1])
-                verdicts.append(f"bs {row[0]} >= {GOALS[row[0]]}x: wall {row[5]} "
-                                f"({'met' if wall >= GOALS[row[0]] else 'not met'}), CPU {row[8]} "
-                                f"({'met' if cpu >= GOALS[row[0]] else 'not met'})")
+                verdicts.append(
+                    f"bs {row[0]} >= {GOALS[row[0]]}x: wall {row[5]} "
+                    f"({'met' if wall >= GOALS[row[0]] else 'not met'}), CPU {row[8]} "
+                    f"({'met' if cpu >= GOALS[row[0]] else 'not met'})"
+                )
         goals = "Goal (issue 19): " + "; ".join(verdicts) + "."
     table = markdown_table(header, rows)
     print(table, goals, sep="\n")
     if profile_rows:
         phases, ops = profile_rows
-        profile = (f"\n\nWhere the tape path's time goes at bs {min(GOALS)} (thread CPU clock, medians of "
-                  f"{args.repeats}, each part timed on its own, so hotter than inside one call):\n\n"
-                  + markdown_table(["phase of GraphRunner.replay", "µs"], phases)
-                  + "\n\nReplayed ops by aten name (each op timed on its own):\n\n"
-                  + markdown_table(["op", "called through", "ops", "µs", "µs per op"], ops))
+        profile = (
+            f"\n\nWhere the tape path's time goes at bs {min(GOALS)} (thread CPU clock, medians of "
+            f"{args.repeats}, each part timed on its own, so hotter than inside one call):\n\n"
+            + markdown_table(["phase of GraphRunner.replay", "µs"], phases)
+            + "\n\nReplayed ops by aten name (each op timed on its own):\n\n"
+            + markdown_table(["op", "called through", "ops", "µs", "µs per op"], ops)
+        )
         print(profile)
         goals += profile
     gpu = "" if args.device == "cpu" else f", {torch.cuda.get_device_name(args.device)}"

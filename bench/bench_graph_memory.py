@@ -19,8 +19,11 @@ from pathlib import Path
 
 from bench.common import markdown_table, write_section
 
-SYSTEMS = {"graphs off": ("off", "startup"), "tape, start-up capture": ("tape", "startup"),
-           "tape, lazy capture": ("tape", "lazy")}
+SYSTEMS = {
+    "graphs off": ("off", "startup"),
+    "tape, start-up capture": ("tape", "startup"),
+    "tape, lazy capture": ("tape", "lazy"),
+}
 PROMPT_TOKENS, NEW_TOKENS, BATCH = 200, 8, 32
 
 
@@ -48,11 +51,15 @@ def measure(model: Path, graphs: str, capture: str) -> dict:
     graphs_list = [g for r in runners for g in r.graphs.values()]
     arenas = {id(g.memory.arena): g.memory.arena.nbytes for g in graphs_list}
     return dict(
-        startup_s=built, rss_built_mib=rss_built, serve_s=served, rss_served_mib=_rss_mib(),
+        startup_s=built,
+        rss_built_mib=rss_built,
+        serve_s=served,
+        rss_served_mib=_rss_mib(),
         graphs=len(graphs_list),
         allocated_mib=sum(g.memory.owned_nbytes for g in graphs_list) / 2**20,
         held_mib=(sum(arenas.values()) + sum(g.memory.private_nbytes for g in graphs_list)) / 2**20,
-        tokens=[o.output_ids for o in outputs], running=engine.config.max_running_requests,
+        tokens=[o.output_ids for o in outputs],
+        running=engine.config.max_running_requests,
     )
 
 
@@ -73,29 +80,57 @@ def main() -> None:
         return
     results = {}
     for name, (graphs, capture) in SYSTEMS.items():
-        out = subprocess.run([sys.executable, "-m", "bench.bench_graph_memory", "--model", str(args.model),
-                              "--one", graphs, capture], check=True, capture_output=True, text=True).stdout
+        out = subprocess.run(
+            [sys.executable, "-m", "bench.bench_graph_memory", "--model", str(args.model), "--one", graphs, capture],
+            check=True,
+            capture_output=True,
+            text=True,
+        ).stdout
         results[name] = json.loads(out.strip().splitlines()[-1])
         print(name, {k: v for k, v in results[name].items() if k != "tokens"}, flush=True)
     same = len({json.dumps(r["tokens"]) for r in results.values()}) == 1
     rows = []
     for name, r in results.items():
         planned = "-" if not r["graphs"] else f"{r['allocated_mib']:.0f} -> {r['held_mib']:.0f}"
-        rows.append([name, f"{r['startup_s']:.1f}", f"{r['rss_built_mib']:.0f}", r["graphs"], f"{r['serve_s']:.1f}",
-                     f"{r['rss_served_mib']:.0f}", planned])
-    table = markdown_table(["system", "start-up s", "RSS after start-up MiB", "graphs captured",
-                            f"serve {BATCH} prompts s", "RSS after serving MiB", "graph tensors MiB: allocated -> held"],
-                           rows)
-    body = (f"Checkpoint: `{args.model.name}`, default serving limits ({results['graphs off']['running']} running "
-            f"requests, context cap 4096), 1 torch thread, each system in a fresh process, one after another. "
-            f"Serving: one batch of {BATCH} real-text prompts of {PROMPT_TOKENS} tokens, {NEW_TOKENS} greedy tokens "
-            f"each (so lazy capture has captured only the graphs this batch needed). Graph tensors: what the captured "
-            f"graphs allocated during capture (what each graph kept before issue 16's planning) -> what they hold "
-            f"(the backend's shared arenas plus every graph's private tensors). Greedy tokens identical across the "
-            f"three systems: {same}.\n\n{table}")
+        rows.append(
+            [
+                name,
+                f"{r['startup_s']:.1f}",
+                f"{r['rss_built_mib']:.0f}",
+                r["graphs"],
+                f"{r['serve_s']:.1f}",
+                f"{r['rss_served_mib']:.0f}",
+                planned,
+            ]
+        )
+    table = markdown_table(
+        [
+            "system",
+            "start-up s",
+            "RSS after start-up MiB",
+            "graphs captured",
+            f"serve {BATCH} prompts s",
+            "RSS after serving MiB",
+            "graph tensors MiB: allocated -> held",
+        ],
+        rows,
+    )
+    body = (
+        f"Checkpoint: `{args.model.name}`, default serving limits ({results['graphs off']['running']} running "
+        f"requests, context cap 4096), 1 torch thread, each system in a fresh process, one after another. "
+        f"Serving: one batch of {BATCH} real-text prompts of {PROMPT_TOKENS} tokens, {NEW_TOKENS} greedy tokens "
+        f"each (so lazy capture has captured only the graphs this batch needed). Graph tensors: what the captured "
+        f"graphs allocated during capture (what each graph kept before issue 16's planning) -> what they hold "
+        f"(the backend's shared arenas plus every graph's private tensors). Greedy tokens identical across the "
+        f"three systems: {same}.\n\n{table}"
+    )
     if args.write:
-        write_section("graph_memory", "Real weights: graph memory and start-up, graphs off vs tape (CPU)",
-                      "python -m bench.bench_graph_memory --write", body)
+        write_section(
+            "graph_memory",
+            "Real weights: graph memory and start-up, graphs off vs tape (CPU)",
+            "python -m bench.bench_graph_memory --write",
+            body,
+        )
     print(body)
 
 

@@ -17,7 +17,6 @@ import argparse
 import json
 import statistics
 import time
-from pathlib import Path
 
 from bench.common import markdown_table, write_section
 from fixtures.data.prompts import build_fewshot_prompt, select_fewshot, spec
@@ -38,8 +37,10 @@ def main_job_requests() -> list[tuple[str, SamplingParams]]:
     for task in TASKS:
         s, pool = spec(task), _docs(task, "fewshot")
         params = SamplingParams(max_new_tokens=s.max_gen_toks, stop=s.until)
-        requests += [(build_fewshot_prompt(task, doc, select_fewshot(pool, s.num_fewshot)), params)
-                     for doc in _docs(task, "test")]
+        requests += [
+            (build_fewshot_prompt(task, doc, select_fewshot(pool, s.num_fewshot)), params)
+            for doc in _docs(task, "test")
+        ]
     return requests
 
 
@@ -55,8 +56,10 @@ def run(engine: Engine, requests: list[tuple[str, SamplingParams]], batch: int =
 def second_turns(first: list[tuple[str, SamplingParams]], answers: list[str]) -> list[tuple[str, SamplingParams]]:
     follow = _docs("gsm_style", "test")  # the GSM-style prompts come first (TASKS)
     gsm = [(p, s, a) for (p, s), a in zip(first[: len(follow)], answers)]
-    return [(p + " " + a + "\n\nQuestion: " + follow[(i + 1) % len(follow)]["question"] + "\nAnswer:", s)
-            for i, (p, s, a) in enumerate(gsm)]
+    return [
+        (p + " " + a + "\n\nQuestion: " + follow[(i + 1) % len(follow)]["question"] + "\nAnswer:", s)
+        for i, (p, s, a) in enumerate(gsm)
+    ]
 
 
 def measure(repeats: int) -> dict[str, dict[str, list]]:
@@ -64,8 +67,11 @@ def measure(repeats: int) -> dict[str, dict[str, list]]:
     first = main_job_requests()
     for _ in range(repeats):
         for cache in (True, False):  # interleaved: one engine of each per repeat
-            engine = Engine(EngineConfig(model_path=CHECKPOINT, graphs="tape", max_running_requests=32, num_threads=1,
-                                         prefix_cache=cache))
+            engine = Engine(
+                EngineConfig(
+                    model_path=CHECKPOINT, graphs="tape", max_running_requests=32, num_threads=1, prefix_cache=cache
+                )
+            )
             answers, wall = run(engine, first)
             after_first = engine.cache_stats()
             turns, wall2 = run(engine, second_turns(first, answers))
@@ -74,9 +80,14 @@ def measure(repeats: int) -> dict[str, dict[str, list]]:
             row["first"].append(wall)
             row["second"].append(wall2)
             row["texts"].append((answers, turns))
-            row["hits"].append((after_first.cached_tokens, after_first.prompt_tokens,
-                                stats.cached_tokens - after_first.cached_tokens,
-                                stats.prompt_tokens - after_first.prompt_tokens))
+            row["hits"].append(
+                (
+                    after_first.cached_tokens,
+                    after_first.prompt_tokens,
+                    stats.cached_tokens - after_first.cached_tokens,
+                    stats.prompt_tokens - after_first.prompt_tokens,
+                )
+            )
     return results
 
 
@@ -90,17 +101,37 @@ def main() -> None:
     same_second = sum(a == b for a, b in zip(on["texts"][0][1], off["texts"][0][1]))
     n_first, n_second = len(on["texts"][0][0]), len(on["texts"][0][1])
     rows = []
-    for workload, key, hit_at, n, same in (("main job (700 prompts)", "first", 0, n_first, same_first),
-                                           ("second turn (500 prompts)", "second", 2, n_second, same_second)):
+    for workload, key, hit_at, n, same in (
+        ("main job (700 prompts)", "first", 0, n_first, same_first),
+        ("second turn (500 prompts)", "second", 2, n_second, same_second),
+    ):
         cached, prompt = on["hits"][0][hit_at], on["hits"][0][hit_at + 1]
         m_on, m_off = statistics.median(on[key]), statistics.median(off[key])
-        rows.append([workload, f"{cached} / {prompt} ({100 * cached / prompt:.1f} %)", f"{m_on:.1f}", f"{m_off:.1f}",
-                     f"{m_off / m_on:.2f}x", f"{same} / {n}"])
-    table = markdown_table(["workload", "prompt tokens from the cache", "cache on s (median)", "cache off s (median)",
-                            "off / on", "identical responses"], rows)
+        rows.append(
+            [
+                workload,
+                f"{cached} / {prompt} ({100 * cached / prompt:.1f} %)",
+                f"{m_on:.1f}",
+                f"{m_off:.1f}",
+                f"{m_off / m_on:.2f}x",
+                f"{same} / {n}",
+            ]
+        )
+    table = markdown_table(
+        [
+            "workload",
+            "prompt tokens from the cache",
+            "cache on s (median)",
+            "cache off s (median)",
+            "off / on",
+            "identical responses",
+        ],
+        rows,
+    )
     print(table)
     write_section(
-        "prefix-cache", "The prefix cache on the main job's prompts: hit rate, wall time, agreement (CPU)",
+        "prefix-cache",
+        "The prefix cache on the main job's prompts: hit rate, wall time, agreement (CPU)",
         "python -m bench.bench_prefix_cache" + ("" if args.repeats == 3 else f" --repeats {args.repeats}"),
         f"The shipped `gemma2-tiny-swa` (window 16), graphs on (tape), 32 requests at a time; cache on and off "
         f"interleaved, {args.repeats} repeats, medians.\n\n{table}\n\n"

@@ -75,10 +75,13 @@ def engine_system(checkpoint: Path, graphs: str, limits: dict):
     def runner(prompts):
         def run(new):
             return [o.output_ids for o in engine.generate(prompts, SamplingParams(max_new_tokens=new, ignore_eos=True))]
+
         return run
 
-    graphs_n = (len(engine.runner.graph_runner.graphs) if engine.runner.graph_runner else 0,
-                len(engine.runner.extend_graph_runner.graphs) if engine.runner.extend_graph_runner else 0)
+    graphs_n = (
+        len(engine.runner.graph_runner.graphs) if engine.runner.graph_runner else 0,
+        len(engine.runner.extend_graph_runner.graphs) if engine.runner.extend_graph_runner else 0,
+    )
     return engine, runner, build, graphs_n
 
 
@@ -94,9 +97,17 @@ def hf_system(checkpoint: Path):
 
         @torch.inference_mode()
         def run(new):
-            out = model.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=new, min_new_tokens=new,
-                                 do_sample=False, pad_token_id=0, eos_token_id=None)
-            return out[:, ids.shape[1]:].tolist()
+            out = model.generate(
+                ids,
+                attention_mask=torch.ones_like(ids),
+                max_new_tokens=new,
+                min_new_tokens=new,
+                do_sample=False,
+                pad_token_id=0,
+                eos_token_id=None,
+            )
+            return out[:, ids.shape[1] :].tolist()
+
         return run
 
     return model, runner, build, (0, 0)
@@ -106,16 +117,33 @@ def kv_memory(checkpoint: Path, context: int) -> list[list[object]]:
     """Bytes of the KV buffers as built (graphs off, so only the pools), hybrid vs a full-only pool."""
     rows = []
     for running in BATCHES:
-        engine = Engine(EngineConfig(checkpoint, graphs="off", max_running_requests=running, max_context_len=context,
-                                     full_pool_size=running * context))
+        engine = Engine(
+            EngineConfig(
+                checkpoint,
+                graphs="off",
+                max_running_requests=running,
+                max_context_len=context,
+                full_pool_size=running * context,
+            )
+        )
         pool, cfg = engine.runner.pool, engine.model_config
         full_b = sum(t.nbytes for t in (*pool.full_kv_pool.k_buffer, *pool.full_kv_pool.v_buffer))
         swa_b = sum(t.nbytes for t in (*pool.swa_kv_pool.k_buffer, *pool.swa_kv_pool.v_buffer))
         per_layer_full = full_b / len(cfg.full_layer_ids)
         full_only = per_layer_full * cfg.num_hidden_layers
-        rows.append([running, context, pool.full_kv_pool.num_slots, pool.swa_kv_pool.num_slots,
-                     f"{full_b / 2**20:.0f}", f"{swa_b / 2**20:.0f}", f"{(full_b + swa_b) / 2**20:.0f}",
-                     f"{full_only / 2**20:.0f}", f"{full_only / (full_b + swa_b):.2f}x"])
+        rows.append(
+            [
+                running,
+                context,
+                pool.full_kv_pool.num_slots,
+                pool.swa_kv_pool.num_slots,
+                f"{full_b / 2**20:.0f}",
+                f"{swa_b / 2**20:.0f}",
+                f"{(full_b + swa_b) / 2**20:.0f}",
+                f"{full_only / 2**20:.0f}",
+                f"{full_only / (full_b + swa_b):.2f}x",
+            ]
+        )
         print(rows[-1], flush=True)
         del engine
         gc.collect()
@@ -133,16 +161,45 @@ def parity_section(path: Path, command: str, wall: str | None) -> None:
     rows = [r for r in data["rows"] if "eager_vs_hf" in r]
     start = [r for r in data["rows"] if r.get("what") == "start-up"]
     table = markdown_table(
-        ["batch", "request", "prompt tokens", "decode crosses a 512 edge", "greedy tokens equal (of 24)",
-         "eager vs transformers", "tape vs transformers", "tape vs eager", "max |logit|", "min top-2 margin",
-         "SWA pool / peak used / batch context"],
-        [[r["what"], r["request"], r["prompt"], "yes" if r["decode_crosses_edge"] else "no",
-          "yes" if r["tokens_equal"] else f"first {r['steps']}", _e(r["eager_vs_hf"]), _e(r["tape_vs_hf"]),
-          _e(r["tape_vs_eager"]), r["max_abs_logit"], r["min_margin"],
-          f"{r['swa_pool']} / {r['max_swa_used']} / {r['max_batch_context']}"] for r in rows])
+        [
+            "batch",
+            "request",
+            "prompt tokens",
+            "decode crosses a 512 edge",
+            "greedy tokens equal (of 24)",
+            "eager vs transformers",
+            "tape vs transformers",
+            "tape vs eager",
+            "max |logit|",
+            "min top-2 margin",
+            "SWA pool / peak used / batch context",
+        ],
+        [
+            [
+                r["what"],
+                r["request"],
+                r["prompt"],
+                "yes" if r["decode_crosses_edge"] else "no",
+                "yes" if r["tokens_equal"] else f"first {r['steps']}",
+                _e(r["eager_vs_hf"]),
+                _e(r["tape_vs_hf"]),
+                _e(r["tape_vs_eager"]),
+                r["max_abs_logit"],
+                r["min_margin"],
+                f"{r['swa_pool']} / {r['max_swa_used']} / {r['max_batch_context']}",
+            ]
+            for r in rows
+        ],
+    )
     worst = {k: max(r[k] for r in rows if r[k] is not None) for k in ("eager_vs_hf", "tape_vs_hf", "tape_vs_eager")}
-    startup = (f"Engines built in {start[0]['off_s']} s (graphs off) and {start[0]['tape_s']} s (tape: "
-               f"{start[0]['decode_graphs']} decode + {start[0]['extend_graphs']} extend graphs). ") if start else ""
+    startup = (
+        (
+            f"Engines built in {start[0]['off_s']} s (graphs off) and {start[0]['tape_s']} s (tape: "
+            f"{start[0]['decode_graphs']} decode + {start[0]['extend_graphs']} extend graphs). "
+        )
+        if start
+        else ""
+    )
     write_section(
         "real_weights_parity",
         "Real weights: parity on Gemma-3-270M (engine eager vs tape vs transformers, fp32, CPU)",
@@ -155,14 +212,18 @@ def parity_section(path: Path, command: str, wall: str | None) -> None:
         f"{'Suite wall time: ' + wall + '. ' if wall else ''}"
         f"Engine limits: 8 running, context 4096, chunk 256, max_prefill_tokens 256; the SWA pool "
         f"(8 x 512 + 256 slots) is smaller than the tokens a batch holds, so window eviction carries it. "
-        f"The 7-batch runs the tape engine only (\"-\": not run), checked against transformers.\n\n{table}",
+        f'The 7-batch runs the tape engine only ("-": not run), checked against transformers.\n\n{table}',
     )
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--parity", type=Path, default=None,
-                        help="only render this parity.json (written by the real-weights suite) into docs/BENCHMARKS.md")
+    parser.add_argument(
+        "--parity",
+        type=Path,
+        default=None,
+        help="only render this parity.json (written by the real-weights suite) into docs/BENCHMARKS.md",
+    )
     parser.add_argument("--parity-command", default="nox -s real_weights")
     parser.add_argument("--parity-wall", default=None, help="the suite's wall time, as measured")
     parser.add_argument("--prompt-len", type=int, default=128)
@@ -178,8 +239,12 @@ def main() -> None:
         return
     torch.set_num_threads(args.threads)
     checkpoint = find_checkpoint() or ensure_checkpoint()
-    limits = dict(max_running_requests=max(BATCHES), max_context_len=args.prompt_len + args.new_tokens + 64,
-                  max_prefill_tokens=args.max_prefill_tokens, num_threads=args.threads)
+    limits = dict(
+        max_running_requests=max(BATCHES),
+        max_context_len=args.prompt_len + args.new_tokens + 64,
+        max_prefill_tokens=args.max_prefill_tokens,
+        num_threads=args.threads,
+    )
     from harness.model import Tokenizer
 
     tokenizer = Tokenizer.from_dir(checkpoint)
@@ -188,16 +253,21 @@ def main() -> None:
     for system in args.systems.split(","):
         name = {"transformers": "transformers generate", "off": "engine (graphs off)", "tape": "engine (tape)"}[system]
         rss0 = rss_gib()
-        obj, runner, build, graphs_n = hf_system(checkpoint) if system == "transformers" else \
-            engine_system(checkpoint, system, limits)
+        obj, runner, build, graphs_n = (
+            hf_system(checkpoint) if system == "transformers" else engine_system(checkpoint, system, limits)
+        )
         builds[name] = (build, graphs_n, rss_gib() - rss0)
         print(name, f"built in {build:.1f} s, graphs {graphs_n}, RSS +{rss_gib() - rss0:.2f} GiB", flush=True)
         for b in BATCHES:
             total, decode, out = timed(runner(prompts[b]), args.new_tokens, args.repeats)
             results[name, b] = (total, decode)
             outputs[name, b] = out
-            print(name, b, f"total {total:.2f} s, decode {decode:.2f} s, "
-                  f"decode {b * (args.new_tokens - 1) / decode:.1f} tok/s", flush=True)
+            print(
+                name,
+                b,
+                f"total {total:.2f} s, decode {decode:.2f} s, decode {b * (args.new_tokens - 1) / decode:.1f} tok/s",
+                flush=True,
+            )
         del obj, runner
         gc.collect()
     names = [n for n in ("transformers generate", "engine (graphs off)", "engine (tape)") if (n, 1) in results]
@@ -214,8 +284,20 @@ def main() -> None:
     build_rows = [[n, f"{b:.1f}", f"{g[0]} decode + {g[1]} extend", f"{r:.2f}"] for n, (b, g, r) in builds.items()]
     build_table = markdown_table(["system", "start-up s", "graphs captured", "RSS growth when built, GiB"], build_rows)
     kv_rows = kv_memory(checkpoint, args.kv_context)
-    kv_table = markdown_table(["max running", "context", "full slots", "SWA slots", "full MiB", "SWA MiB",
-                               "hybrid MiB", "full-only MiB", "full-only / hybrid"], kv_rows)
+    kv_table = markdown_table(
+        [
+            "max running",
+            "context",
+            "full slots",
+            "SWA slots",
+            "full MiB",
+            "SWA MiB",
+            "hybrid MiB",
+            "full-only MiB",
+            "full-only / hybrid",
+        ],
+        kv_rows,
+    )
     print(table, build_table, kv_table, sep="\n\n")
     write_section(
         "real_weights",

@@ -43,7 +43,11 @@ def markdown_table(header: Sequence[str], rows: Sequence[Sequence[object]]) -> s
 def write_section(key: str, title: str, command: str, body: str) -> None:
     """Replace (or append) the section ``key`` of docs/BENCHMARKS.md."""
     BENCHMARKS_MD.parent.mkdir(parents=True, exist_ok=True)
-    text = BENCHMARKS_MD.read_text() if BENCHMARKS_MD.exists() else "# Benchmarks\n\nEvery number here was written by the command above it.\n"
+    text = (
+        BENCHMARKS_MD.read_text()
+        if BENCHMARKS_MD.exists()
+        else "# Benchmarks\n\nEvery number here was written by the command above it.\n"
+    )
     section = (
         f"<!-- bench:{key} -->\n## {title}\n\nCommand: `{command}`  \nMachine: {machine_line()}\n\n{body.strip()}\n"
         f"<!-- /bench:{key} -->"

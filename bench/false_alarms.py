@@ -28,8 +28,20 @@ OUT = REPO / "docs" / "FALSE_ALARMS.md"
 
 def run_seed(seed: int, workers: str, suites: list[str], target: str) -> tuple[str, float]:
     env = {**os.environ, HYPOTHESIS_ENV: "seeded"}
-    cmd = [sys.executable, "-m", "pytest", *suites, "--target", target, "-q", "-p", "no:cacheprovider", "-n", workers,
-           f"--hypothesis-seed={seed}"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "pytest",
+        *suites,
+        "--target",
+        target,
+        "-q",
+        "-p",
+        "no:cacheprovider",
+        "-n",
+        workers,
+        f"--hypothesis-seed={seed}",
+    ]
     start = time.perf_counter()
     proc = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=1800)
     tail = [line for line in proc.stdout.splitlines() if re.search(r"\d+ (passed|failed)", line)]
@@ -52,23 +64,41 @@ def main(argv: list[str] | None = None) -> int:
         failures += failed
         rows.append(f"| {seed} | {summary} | {wall:.0f} |")
         print(f"seed {seed}: {summary} ({wall:.0f} s)", flush=True)
-        write(args.out, suites, args.target, rows, failures, args.seeds, time.perf_counter() - start)  # a cut-off run keeps its record
+        write(
+            args.out, suites, args.target, rows, failures, args.seeds, time.perf_counter() - start
+        )  # a cut-off run keeps its record
     return 1 if failures else 0
 
 
 def write(out: Path, suites: list[str], target: str, rows: list[str], failures: int, seeds: int, wall: float) -> None:
-    command = " ".join(["python -m bench.false_alarms", f"--seeds {seeds}", *(f"--suite {s}" for s in suites
-                                                                               if suites != SUITES),
-                        *([f"--target {target}"] if target != "harness" else []),
-                        *([f"--out {out.relative_to(REPO)}"] if out != OUT else [])])
-    out.write_text("\n".join([
-        "# False alarms: clean suites across hypothesis seeds", "",
-        f"`{command}` (suites: {', '.join(suites)}, target {target}; profile `seeded`: "
-        "40 examples per generated test, examples drawn from the seed).", "",
-        f"Machine: {os.cpu_count()} cores, {platform.processor() or platform.machine()}, Python {platform.python_version()}; "
-        f"{len(rows)} of {seeds} seeds run, wall {wall:.0f} s (other jobs shared the cores). "
-        f"Runs that failed on the clean build: **{failures} of {len(rows)}**.", "",
-        "| seed | pytest summary | wall s |", "|---|---|---|", *rows, ""]))
+    command = " ".join(
+        [
+            "python -m bench.false_alarms",
+            f"--seeds {seeds}",
+            *(f"--suite {s}" for s in suites if suites != SUITES),
+            *([f"--target {target}"] if target != "harness" else []),
+            *([f"--out {out.relative_to(REPO)}"] if out != OUT else []),
+        ]
+    )
+    out.write_text(
+        "\n".join(
+            [
+                "# False alarms: clean suites across hypothesis seeds",
+                "",
+                f"`{command}` (suites: {', '.join(suites)}, target {target}; profile `seeded`: "
+                "40 examples per generated test, examples drawn from the seed).",
+                "",
+                f"Machine: {os.cpu_count()} cores, {platform.processor() or platform.machine()}, Python {platform.python_version()}; "
+                f"{len(rows)} of {seeds} seeds run, wall {wall:.0f} s (other jobs shared the cores). "
+                f"Runs that failed on the clean build: **{failures} of {len(rows)}**.",
+                "",
+                "| seed | pytest summary | wall s |",
+                "|---|---|---|",
+                *rows,
+                "",
+            ]
+        )
+    )
 
 
 if __name__ == "__main__":

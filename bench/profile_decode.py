@@ -74,7 +74,9 @@ def op_name(step) -> str:
 
 
 def op_class(name: str) -> str:
-    return OP_CLASSES.get(name, ELEMENTWISE if name in {"mul", "add", "div", "sub", "neg", "addcmul"} else f"other ({name})")
+    return OP_CLASSES.get(
+        name, ELEMENTWISE if name in {"mul", "add", "div", "sub", "neg", "addcmul"} else f"other ({name})"
+    )
 
 
 def build(graphs: str, threads: int, prompt_len: int, new_tokens: int) -> Engine:
@@ -135,8 +137,9 @@ def hf_step_seconds(batch: int, prompt_len: int, new_tokens: int, repeats: int =
     """transformers ``generate``'s decode time per step on the profile's clock, as the engine bench measures it."""
     import transformers
 
-    hf = transformers.AutoModelForCausalLM.from_pretrained(default_checkpoint(), attn_implementation="eager",
-                                                           dtype=torch.float32).eval()
+    hf = transformers.AutoModelForCausalLM.from_pretrained(
+        default_checkpoint(), attn_implementation="eager", dtype=torch.float32
+    ).eval()
     run = hf_runner(hf, prompts_for(batch, prompt_len, hf.config.vocab_size))
     samples = []
     for _ in range(repeats):
@@ -187,9 +190,13 @@ def main() -> None:
     parser.add_argument("--new-tokens", type=int, default=64)
     parser.add_argument("--repeats", type=int, default=200)
     parser.add_argument("--threads", type=int, default=1)
-    parser.add_argument("--clock", choices=("wall", "cpu"), default="wall",
-                        help="wall: perf_counter; cpu: this thread's CPU time (leaves out time the OS gave to other "
-                             "processes, for a shared machine)")
+    parser.add_argument(
+        "--clock",
+        choices=("wall", "cpu"),
+        default="wall",
+        help="wall: perf_counter; cpu: this thread's CPU time (leaves out time the OS gave to other "
+        "processes, for a shared machine)",
+    )
     parser.add_argument("--write", action="store_true", help="write the tables into docs/BENCHMARKS.md")
     args = parser.parse_args()
     global _CLOCK
@@ -198,8 +205,10 @@ def main() -> None:
     rounds, per_round, settle = 2, 24, 4  # the first steps of a round run on caches the other engine left
     steps_wanted = rounds * (per_round - settle)
     new_tokens = max(args.new_tokens, rounds * per_round + 2)
-    engines = {"tape": build("tape", args.threads, args.prompt_len, new_tokens),
-               "off": build("off", args.threads, args.prompt_len, new_tokens)}
+    engines = {
+        "tape": build("tape", args.threads, args.prompt_len, new_tokens),
+        "off": build("off", args.threads, args.prompt_len, new_tokens),
+    }
     for e in engines.values():
         start_decoding(e, args.batch, args.prompt_len, new_tokens)
     phase_samples: dict[str, dict[str, list[float]]] = {name: defaultdict(list) for name in engines}
@@ -226,8 +235,10 @@ def main() -> None:
         phase_rows.append([f"graphs {name}", "**step (sum of medians)**", f"**{us(totals[name])}**", "100%"])
     phase_table = markdown_table(["engine", "phase", "µs (median)", "share"], phase_rows)
     op_total = sum(by_class.values())
-    op_rows = [[cls, counts[cls], us(sec), f"{sec / op_total:.0%}"]
-               for cls, sec in sorted(by_class.items(), key=lambda kv: -kv[1])]
+    op_rows = [
+        [cls, counts[cls], us(sec), f"{sec / op_total:.0%}"]
+        for cls, sec in sorted(by_class.items(), key=lambda kv: -kv[1])
+    ]
     op_rows.append(["**sum of per-op medians**", n_ops, f"**{us(op_total)}**", "100%"])
     op_table = markdown_table(["op class", "ops per step", "µs per step (median)", "share"], op_rows)
     tape = {p: statistics.median(s) for p, s in phase_samples["tape"].items()}
@@ -242,9 +253,12 @@ def main() -> None:
             f"{goal}x needs a step of at most {us(allowed)} µs. The engine's host work around the forward (scheduling, "
             f"graph inputs, commit and sampling: the scheduler, allocator and runner, none of it model or tape code) "
             f"takes {us(host)} µs of it and the weight matmuls alone {us(matmuls)} µs: "
-            + (f"together {us(host + matmuls)} µs, more than the whole budget, so no attention or tape work can "
-               f"reach {goal}x at this batch size." if host + matmuls > allowed else
-               f"together {us(host + matmuls)} µs, leaving {us(allowed - host - matmuls)} µs for everything else.")
+            + (
+                f"together {us(host + matmuls)} µs, more than the whole budget, so no attention or tape work can "
+                f"reach {goal}x at this batch size."
+                if host + matmuls > allowed
+                else f"together {us(host + matmuls)} µs, leaving {us(allowed - host - matmuls)} µs for everything else."
+            )
         )
     text = (
         f"Engine decode step at batch {args.batch} (checkpoint of the engine bench, {args.prompt_len}-token prompts, "

@@ -29,10 +29,17 @@ from pathlib import Path
 
 from bench.common import markdown_table, write_section
 
-FILES = ("mem_cache/swa_memory_pool.py", "mem_cache/allocator/swa.py", "mem_cache/kv_loc_plan.py",
-         "mem_cache/kv_index_translator.py", "model_executor/cuda_graph_buffer_registry.py",
-         "mem_cache/unified_radix_cache.py", "mem_cache/unified_cache/components/swa.py",
-         "mem_cache/unified_cache/unified_tree_core.py", "mem_cache/common.py")
+FILES = (
+    "mem_cache/swa_memory_pool.py",
+    "mem_cache/allocator/swa.py",
+    "mem_cache/kv_loc_plan.py",
+    "mem_cache/kv_index_translator.py",
+    "model_executor/cuda_graph_buffer_registry.py",
+    "mem_cache/unified_radix_cache.py",
+    "mem_cache/unified_cache/components/swa.py",
+    "mem_cache/unified_cache/unified_tree_core.py",
+    "mem_cache/common.py",
+)
 # Files of which only some functions are SWA memory code: only their lines and branches count.
 FUNCTIONS = {"mem_cache/common.py": ("free_swa_out_of_window_slots", "free_kv_row_segments")}
 SUITES = ("suites/pool", "suites/scenarios", "suites/differential", "suites/sglang", "suites/prefix")
@@ -57,9 +64,27 @@ def measure(srt: Path, data: Path) -> float:
     include = ",".join(str(srt / f) for f in FILES)
     start = time.perf_counter()
     for append, core, suites in (([], "rust", SUITES), (["--append"], "python", PYTHON_CORE_SUITES)):
-        done = subprocess.run([sys.executable, "-m", "coverage", "run", *append, "--branch", f"--include={include}",
-                               "-m", "pytest", "-q", "-p", "no:cacheprovider", *suites, "--target", "sglang"],
-                              env={**os.environ, **STRICT, TREE_CORE_ENV: core, "COVERAGE_FILE": str(data)}, cwd=REPO)
+        done = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "coverage",
+                "run",
+                *append,
+                "--branch",
+                f"--include={include}",
+                "-m",
+                "pytest",
+                "-q",
+                "-p",
+                "no:cacheprovider",
+                *suites,
+                "--target",
+                "sglang",
+            ],
+            env={**os.environ, **STRICT, TREE_CORE_ENV: core, "COVERAGE_FILE": str(data)},
+            cwd=REPO,
+        )
         if done.returncode != 0:
             raise SystemExit(f"the suites failed (exit {done.returncode}): no coverage is reported for a red run")
     return time.perf_counter() - start
@@ -67,8 +92,11 @@ def measure(srt: Path, data: Path) -> float:
 
 def rows(srt: Path, data: Path) -> list[dict]:
     report = data.parent / "sglang-coverage-raw.json"  # not ".<data>.json": coverage would read that as data
-    subprocess.run([sys.executable, "-m", "coverage", "json", "-o", str(report), "-q"],
-                   env={**os.environ, "COVERAGE_FILE": str(data)}, check=True)
+    subprocess.run(
+        [sys.executable, "-m", "coverage", "json", "-o", str(report), "-q"],
+        env={**os.environ, "COVERAGE_FILE": str(data)},
+        check=True,
+    )
     files = json.loads(report.read_text())["files"]
     out = []
     for name in FILES:
@@ -83,9 +111,19 @@ def rows(srt: Path, data: Path) -> list[dict]:
         taken = [b for b in entry.get("executed_branches", []) if inside(b[0])]
         not_taken = [b for b in entry.get("missing_branches", []) if inside(b[0])]
         called, never = public_functions(srt / name, set(run), FUNCTIONS.get(name))
-        out.append({"file": name, "functions": list(FUNCTIONS.get(name, ())), "statements": len(run) + len(missing),
-                    "lines_run": len(run), "branches": len(taken) + len(not_taken), "branches_taken": len(taken),
-                    "public_called": called, "public_never_called": never, "missing_lines": missing})
+        out.append(
+            {
+                "file": name,
+                "functions": list(FUNCTIONS.get(name, ())),
+                "statements": len(run) + len(missing),
+                "lines_run": len(run),
+                "branches": len(taken) + len(not_taken),
+                "branches_taken": len(taken),
+                "public_called": called,
+                "public_never_called": never,
+                "missing_lines": missing,
+            }
+        )
     return out
 
 
@@ -109,8 +147,11 @@ def public_functions(path: Path, executed: set[int], only: tuple[str, ...] | Non
         for child in ast.iter_child_nodes(node):
             if isinstance(child, ast.ClassDef):
                 visit(child, f"{owner}{child.name}.")
-            elif (isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef)) and not child.name.startswith("_")
-                  and (only is None or child.name in only)):
+            elif (
+                isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef))
+                and not child.name.startswith("_")
+                and (only is None or child.name in only)
+            ):
                 body = child.body[1:] if ast.get_docstring(child) and len(child.body) > 1 else child.body
                 nonlocal called
                 if body[0].lineno in executed:
@@ -137,28 +178,50 @@ def main() -> None:
 
     baseline = json.loads(BEFORE.read_text()) if BEFORE.is_file() else {"files": [], "measured_at": "—"}
     before = {r["file"]: r for r in baseline["files"]}
+
     def label(r: dict) -> str:
         return f"`{r['file']}`" + (f" ({', '.join(f'`{n}`' for n in r['functions'])})" if r.get("functions") else "")
 
     body = markdown_table(
-        ("file (sglang/srt/)", "lines run (before)", "lines run", "branches taken (before)", "branches taken",
-         "public functions called"),
-        [(label(r), pct(before[r["file"]]["lines_run"], before[r["file"]]["statements"]) if r["file"] in before else "—",
-          pct(r["lines_run"], r["statements"]),
-          pct(before[r["file"]]["branches_taken"], before[r["file"]]["branches"]) if r["file"] in before else "—",
-          pct(r["branches_taken"], r["branches"]), pct(r["public_called"], r["public_called"] + len(r["public_never_called"])))
-         if r["statements"] else (label(r), "—", "not imported", "—", "—", "—") for r in table])
-    never = "\n".join(f"- `{r['file']}`: {', '.join(f'`{n}`' for n in r['public_never_called']) or 'none'}"
-                      for r in table if r["statements"])
-    write_section("sglang-coverage", f"SGLang {sglang.__version__}'s SWA memory code under the suites (coverage)",
-                  "python -m bench.sglang_coverage",
-                  f"Suites {', '.join(SUITES)} with `--target sglang`, `SGLANG_INVARIANT_CHECK=2 SGLANG_DEBUG_MEMORY_POOL=1` "
-                  f"(the before column of the first five files: `SGLANG_INVARIANT_CHECK=0`) on SGLang's default tree core (Rust), then "
-                  f"{', '.join(PYTHON_CORE_SUITES)} on the Python one (`{TREE_CORE_ENV}=python`), one process each, "
-                  f"{wall:.0f} s under coverage. \"Before\": {baseline['measured_at']}; for the prefix cache's files "
-                  f"(issue 38): {baseline.get('prefix_cache_measured_at', '—')}. "
-                  f"Missing line ranges per file: `reports/sglang-coverage.json`; why each range is left (accelerator, another memory class, no caller): "
-                  f"docs/SGLANG_MEMORY_COVERAGE.md.\n\n{body}\n\nPublic functions no suite calls:\n\n{never}")
+        (
+            "file (sglang/srt/)",
+            "lines run (before)",
+            "lines run",
+            "branches taken (before)",
+            "branches taken",
+            "public functions called",
+        ),
+        [
+            (
+                label(r),
+                pct(before[r["file"]]["lines_run"], before[r["file"]]["statements"]) if r["file"] in before else "—",
+                pct(r["lines_run"], r["statements"]),
+                pct(before[r["file"]]["branches_taken"], before[r["file"]]["branches"]) if r["file"] in before else "—",
+                pct(r["branches_taken"], r["branches"]),
+                pct(r["public_called"], r["public_called"] + len(r["public_never_called"])),
+            )
+            if r["statements"]
+            else (label(r), "—", "not imported", "—", "—", "—")
+            for r in table
+        ],
+    )
+    never = "\n".join(
+        f"- `{r['file']}`: {', '.join(f'`{n}`' for n in r['public_never_called']) or 'none'}"
+        for r in table
+        if r["statements"]
+    )
+    write_section(
+        "sglang-coverage",
+        f"SGLang {sglang.__version__}'s SWA memory code under the suites (coverage)",
+        "python -m bench.sglang_coverage",
+        f"Suites {', '.join(SUITES)} with `--target sglang`, `SGLANG_INVARIANT_CHECK=2 SGLANG_DEBUG_MEMORY_POOL=1` "
+        f"(the before column of the first five files: `SGLANG_INVARIANT_CHECK=0`) on SGLang's default tree core (Rust), then "
+        f"{', '.join(PYTHON_CORE_SUITES)} on the Python one (`{TREE_CORE_ENV}=python`), one process each, "
+        f'{wall:.0f} s under coverage. "Before": {baseline["measured_at"]}; for the prefix cache\'s files '
+        f"(issue 38): {baseline.get('prefix_cache_measured_at', '—')}. "
+        f"Missing line ranges per file: `reports/sglang-coverage.json`; why each range is left (accelerator, another memory class, no caller): "
+        f"docs/SGLANG_MEMORY_COVERAGE.md.\n\n{body}\n\nPublic functions no suite calls:\n\n{never}",
+    )
     print(body)
     print(never)
 

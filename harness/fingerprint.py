@@ -78,5 +78,9 @@ def tokenizer_fingerprint(model_path: str | Path) -> str | None:
 
 def server_build(model_path: str | Path, **settings: Any) -> dict[str, Any]:
     """The build /health reports: code, weights, tokenizer, and ``settings`` (dtype, device, injected fault...)."""
-    return {"code": code_fingerprint(), "weights": weights_fingerprint(model_path),
-            "tokenizer": tokenizer_fingerprint(model_path), **settings}
+    return {
+        "code": code_fingerprint(),
+        "weights": weights_fingerprint(model_path),
+        "tokenizer": tokenizer_fingerprint(model_path),
+        **settings,
+    }

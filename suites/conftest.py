@@ -19,8 +19,10 @@ from suites.checks import expect_structure
 # Small limits: buckets 1..32, two KV-length buckets (64, 128), chunked prefill on every prompt of note.
 ENGINE_LIMITS = dict(max_running_requests=32, chunk_size=16, max_prefill_tokens=64, max_context_len=128)
 # The checkpoints this repo trains and ships (fixtures/models): two hybrid layouts, Gemma2 1:1 and Gemma3 5:1.
-TRAINED_CHECKPOINTS = {name: Path(__file__).resolve().parent.parent / "fixtures" / "models" / name
-                       for name in ("gemma2-tiny-swa", "gemma3-tiny-swa")}
+TRAINED_CHECKPOINTS = {
+    name: Path(__file__).resolve().parent.parent / "fixtures" / "models" / name
+    for name in ("gemma2-tiny-swa", "gemma3-tiny-swa")
+}
 EXHAUSTIVE = os.environ.get(HYPOTHESIS_ENV) == "exhaustive"
 
 
@@ -76,9 +78,11 @@ def swa_write_spy(monkeypatch: pytest.MonkeyPatch, target: Target) -> list[int]:
 
     def check(pool: SWAKVPool, layer_id: int, loc: torch.Tensor, used: torch.Tensor) -> None:
         with _disable_current_modes():
-            expect_structure(used.dtype in target.index_dtypes,  # invariant 4, before the pool's own contract check
-                             f"layer {layer_id}: SWA write ids of dtype {used.dtype}; the pool declares "
-                             f"{[str(d) for d in target.index_dtypes]}")
+            expect_structure(
+                used.dtype in target.index_dtypes,  # invariant 4, before the pool's own contract check
+                f"layer {layer_id}: SWA write ids of dtype {used.dtype}; the pool declares "
+                f"{[str(d) for d in target.index_dtypes]}",
+            )
             expected = pool.full_to_swa_index_mapping[loc]
             assert used.numel() == expected.numel() and torch.equal(used.to(expected.dtype), expected), (
                 f"layer {layer_id}: SWA slots used {used.tolist()[:8]} (n={used.numel()}) != current mapping "
@@ -119,7 +123,8 @@ def free_swa_watch(monkeypatch: pytest.MonkeyPatch, target: Target) -> list[int]
                 still = allocator.full_to_swa_index_mapping[free_index.long()]
                 assert not still.any(), (
                     f"free_swa({free_index.tolist()[:8]}): those tokens still map to SWA slots "
-                    f"{still.tolist()[:8]}, which are free again")
+                    f"{still.tolist()[:8]}, which are free again"
+                )
             freed.append(free_index.numel())
 
         allocator.free_swa = checked_free_swa

@@ -13,8 +13,9 @@ from harness.mem.kv_pool import MHATokenToKVPool
 Check = Callable[[ForwardBatch, bool, object], None]
 
 
-def on_every_forward(engine: Engine, before: Callable[[ForwardBatch, bool], object] | None = None,
-                     after: Check | None = None) -> None:
+def on_every_forward(
+    engine: Engine, before: Callable[[ForwardBatch, bool], object] | None = None, after: Check | None = None
+) -> None:
     """Wrap ``engine.runner.forward``: ``before(batch, uses_graph)`` may return a state that
     ``after(batch, uses_graph, state)`` receives once the forward returned."""
     runner = engine.runner
@@ -22,7 +23,8 @@ def on_every_forward(engine: Engine, before: Callable[[ForwardBatch, bool], obje
 
     def observed(batch: ForwardBatch) -> torch.Tensor:
         uses_graph = runner.graph_runner is not None and runner.graph_runner.can_run(
-            batch, is_decode=batch.forward_mode.is_decode())
+            batch, is_decode=batch.forward_mode.is_decode()
+        )
         state = before(batch, uses_graph) if before else None
         out = forward(runner, batch)
         if after:
@@ -34,7 +36,10 @@ def on_every_forward(engine: Engine, before: Callable[[ForwardBatch, bool], obje
 
 def kv_buffers(engine: Engine) -> list[tuple[str, torch.Tensor]]:
     """Every K and V buffer of both sub-pools, named by pool kind."""
-    pools: list[tuple[str, MHATokenToKVPool]] = [("full", engine.runner.pool.full_kv_pool), ("swa", engine.runner.pool.swa_kv_pool)]
+    pools: list[tuple[str, MHATokenToKVPool]] = [
+        ("full", engine.runner.pool.full_kv_pool),
+        ("swa", engine.runner.pool.swa_kv_pool),
+    ]
     return [(kind, t) for kind, p in pools for t in (*p.k_buffer, *p.v_buffer)]
 
 

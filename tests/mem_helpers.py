@@ -18,8 +18,18 @@ def build_swa(
     head_num: int = 2,
     head_dim: int = 4,
 ) -> tuple[SWAKVPool, SWATokenToKVPoolAllocator]:
-    memory = build_hybrid_pool(HybridPoolSpec(size, size_swa, swa_layers=swa_layers, full_layers=full_layers,
-                                              dtype=dtype, head_num=head_num, head_dim=head_dim, page_size=page_size))
+    memory = build_hybrid_pool(
+        HybridPoolSpec(
+            size,
+            size_swa,
+            swa_layers=swa_layers,
+            full_layers=full_layers,
+            dtype=dtype,
+            head_num=head_num,
+            head_dim=head_dim,
+            page_size=page_size,
+        )
+    )
     return memory.pool, memory.allocator
 
 

@@ -8,8 +8,14 @@ from collections.abc import Iterator
 
 import pytest
 
-from harness.servers.counters import SGLANG_METRICS, VLLM_METRICS, Counters, any_counters, metrics_reader, \
-    prometheus_sums
+from harness.servers.counters import (
+    SGLANG_METRICS,
+    VLLM_METRICS,
+    Counters,
+    any_counters,
+    metrics_reader,
+    prometheus_sums,
+)
 
 SGLANG_TEXT = """\
 # HELP sglang:num_requests_total Number of requests processed.
@@ -68,9 +74,11 @@ def test_what_a_server_did_over_a_run_is_read_before_it_stops(server: dict[str, 
     url = server.pop("url").decode()
     vllm, harness = get_server_kind("vllm"), get_server_kind("harness")
     assert vllm.stats(url) == {} and harness.stats(url) == {}  # nothing exposed: nothing claimed
-    server["/metrics"] = (b'vllm:num_preemptions_total{engine="0"} 4.0\nvllm:prefix_cache_hits_total{engine="0"} 1120\n'
-                          b'vllm:request_success_total{finished_reason="length"} 16\n'
-                          b'vllm:request_success_total{finished_reason="stop"} 2\n')
+    server["/metrics"] = (
+        b'vllm:num_preemptions_total{engine="0"} 4.0\nvllm:prefix_cache_hits_total{engine="0"} 1120\n'
+        b'vllm:request_success_total{finished_reason="length"} 16\n'
+        b'vllm:request_success_total{finished_reason="stop"} 2\n'
+    )
     assert vllm.stats(url) == {"preemptions": 4, "prefix_cache_hit_tokens": 1120, "requests": 18}
     server["/health"] = b'{"stats": {"forward_paths": {"tape": 3}}}'
     assert harness.stats(url) == {"forward_paths": {"tape": 3}}

@@ -24,14 +24,16 @@ from tests.engine_helpers import make_engine
 from fixtures.checkpoints import random_sequences
 
 KERNELS = resolve_kernels("auto", device=torch.device("cpu"), dtype=torch.float32)
-needs_kernels = pytest.mark.skipif(KERNELS.decode_attention is None,
-                                   reason="the CPU kernels could not be built here (no C++ compiler?)")
+needs_kernels = pytest.mark.skipif(
+    KERNELS.decode_attention is None, reason="the CPU kernels could not be built here (no C++ compiler?)"
+)
 
 
 def _attention_case(b: int, h: int, kvh: int, d: int, length: int, seed: int, cap: float | None = 50.0):
     g = torch.Generator().manual_seed(seed)
-    spec = AttentionLayerSpec(layer_id=0, num_heads=h, num_kv_heads=kvh, head_dim=d, scaling=d**-0.5,
-                              logit_softcap=cap, sliding_window=None)
+    spec = AttentionLayerSpec(
+        layer_id=0, num_heads=h, num_kv_heads=kvh, head_dim=d, scaling=d**-0.5, logit_softcap=cap, sliding_window=None
+    )
     slots = 200
     k_cache, v_cache = torch.randn(slots, kvh, d, generator=g) * 3, torch.randn(slots, kvh, d, generator=g)
     kv_slots = torch.randint(0, slots, (b, length), generator=g, dtype=torch.int32)
@@ -53,13 +55,16 @@ def _reference(spec, q, k_cache, v_cache, rows, mask) -> torch.Tensor:
 
 
 @needs_kernels
-@pytest.mark.parametrize("b,h,kvh,d,length,cap", [
-    (32, 4, 2, 32, 128, 50.0),  # the bench model's full layers
-    (3, 4, 2, 32, 16, 50.0),  # its sliding layers
-    (5, 8, 8, 20, 37, None),  # no grouping, a head_dim and a length off the vector width, no soft-cap
-    (2, 6, 1, 64, 7, 5.0),  # one KV head for six queries, a cap that bites
-    (3, 4, 1, 256, 40, None),  # Gemma-3-270M's heads: head_dim 256, four queries per KV head
-])
+@pytest.mark.parametrize(
+    "b,h,kvh,d,length,cap",
+    [
+        (32, 4, 2, 32, 128, 50.0),  # the bench model's full layers
+        (3, 4, 2, 32, 16, 50.0),  # its sliding layers
+        (5, 8, 8, 20, 37, None),  # no grouping, a head_dim and a length off the vector width, no soft-cap
+        (2, 6, 1, 64, 7, 5.0),  # one KV head for six queries, a cap that bites
+        (3, 4, 1, 256, 40, None),  # Gemma-3-270M's heads: head_dim 256, four queries per KV head
+    ],
+)
 def test_decode_attention_matches_the_torch_reference(b, h, kvh, d, length, cap):
     case = _attention_case(b, h, kvh, d, length, seed=b + length, cap=cap)
     got, want = _fused(*case), _reference(*case)
@@ -160,8 +165,10 @@ def test_a_tape_records_each_kernel_as_one_op_and_replays_it():
         return out, h
 
     graph = TapeBackend().capture(body, static_inputs={"x": x})
-    assert sorted(str(s.func) for s in graph._steps) == ["harness.decode_attention.default",
-                                                         "harness.gelu_tanh_and_mul.default"]
+    assert sorted(str(s.func) for s in graph._steps) == [
+        "harness.decode_attention.default",
+        "harness.gelu_tanh_and_mul.default",
+    ]
     x.normal_()
     k_cache.normal_()
     for got, want in zip(graph.replay({"x": x}), body()):
@@ -240,8 +247,7 @@ def fake_build(monkeypatch, tmp_path):
     monkeypatch.setattr(cpu_kernels, "build_directory", lambda: tmp_path)
 
     def load(name, build_directory, **kwargs):
-        calls.append({"name": name, "directory": build_directory,
-                      "baton_left": (tmp_path / name / "lock").exists()})
+        calls.append({"name": name, "directory": build_directory, "baton_left": (tmp_path / name / "lock").exists()})
 
     import torch.utils.cpp_extension
 
@@ -266,8 +272,9 @@ def test_a_build_killed_while_it_held_the_locks_does_not_block_the_next(fake_bui
     assert fake_build == [{"name": _name(), "directory": str(tmp_path / _name()), "baton_left": False}]
 
 
-def test_a_wait_for_a_live_build_is_bounded_and_names_the_lock_and_its_holder(fake_build, tmp_path, monkeypatch,
-                                                                               caplog) -> None:
+def test_a_wait_for_a_live_build_is_bounded_and_names_the_lock_and_its_holder(
+    fake_build, tmp_path, monkeypatch, caplog
+) -> None:
     monkeypatch.setattr(cpu_kernels, "BUILD_WAIT_S", 1.0)
     monkeypatch.setattr(cpu_kernels, "_SAY_EVERY_S", 0.3)
     holder = _hold_lock(tmp_path / f"{_name()}.lock")

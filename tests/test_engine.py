@@ -43,7 +43,9 @@ def test_greedy_matches_transformers_on_50_prompts_spanning_several_windows():
     prompts = random_sequences(lengths, seed=3)
     engine = make_engine(arch, "tape")
     outputs = engine.generate(prompts, SamplingParams(max_new_tokens=20, ignore_eos=True))
-    mismatched = [i for i, (p, o) in enumerate(zip(prompts, outputs)) if o.output_ids != hf_greedy(hf_untied(arch), p, 20)]
+    mismatched = [
+        i for i, (p, o) in enumerate(zip(prompts, outputs)) if o.output_ids != hf_greedy(hf_untied(arch), p, 20)
+    ]
     assert not mismatched, f"greedy tokens differ from transformers for prompts {mismatched}"
     assert engine.pools_idle()
 
@@ -171,11 +173,15 @@ def test_cuda_graphs_match_eager_on_the_gpu(arch):
     continuations = random_sequences([20] * 7, seed=12)
     graphs, eager = (make_engine(arch, mode, device="cuda") for mode in ("cuda", "off"))
     assert graphs.graph_mode == "cuda"
-    for g, e in zip(graphs.teacher_forced_logits(list(zip(prompts, continuations))),
-                    eager.teacher_forced_logits(list(zip(prompts, continuations)))):
+    for g, e in zip(
+        graphs.teacher_forced_logits(list(zip(prompts, continuations))),
+        eager.teacher_forced_logits(list(zip(prompts, continuations))),
+    ):
         diff = (g - e).abs().max().item()
         assert diff <= 1e-3, f"{arch}: cuda graph vs eager teacher-forced logits differ by {diff:.2e}"
-    assert [o.output_ids for o in graphs.generate(prompts, GREEDY)] == [o.output_ids for o in eager.generate(prompts, GREEDY)]
+    assert [o.output_ids for o in graphs.generate(prompts, GREEDY)] == [
+        o.output_ids for o in eager.generate(prompts, GREEDY)
+    ]
     assert graphs.pools_idle()
 
 

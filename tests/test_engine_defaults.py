@@ -23,14 +23,17 @@ def test_default_context_is_capped_with_a_warning(long_context_checkpoint, caplo
         engine = Engine(EngineConfig(long_context_checkpoint, graphs="off", max_running_requests=4))
     assert engine.max_context_len == DEFAULT_CONTEXT_CAP
     assert engine.runner.req_to_token_pool.max_context_len == DEFAULT_CONTEXT_CAP
-    assert any(f"max_context_len capped at {DEFAULT_CONTEXT_CAP}" in r.getMessage() and "32768" in r.getMessage()
-               for r in caplog.records)
+    assert any(
+        f"max_context_len capped at {DEFAULT_CONTEXT_CAP}" in r.getMessage() and "32768" in r.getMessage()
+        for r in caplog.records
+    )
 
 
 def test_explicit_context_is_not_capped(long_context_checkpoint, caplog):
     with caplog.at_level(logging.WARNING, logger="harness.engine.engine"):
-        engine = Engine(EngineConfig(long_context_checkpoint, graphs="off", max_running_requests=2,
-                                     max_context_len=8192))
+        engine = Engine(
+            EngineConfig(long_context_checkpoint, graphs="off", max_running_requests=2, max_context_len=8192)
+        )
     assert engine.max_context_len == 8192 and not caplog.records
 
 
@@ -38,8 +41,9 @@ def test_full_pool_shrinks_to_the_memory_budget(long_context_checkpoint, caplog,
     # 1 full layer x 2 (K, V) x 2 KV heads x 24 dims x 4 bytes = 384 bytes per token
     monkeypatch.setattr(engine_module, "available_memory_bytes", lambda device: 4 * 4096 * 384 * 2)
     with caplog.at_level(logging.WARNING, logger="harness.engine.engine"):
-        engine = Engine(EngineConfig(long_context_checkpoint, graphs="off", max_running_requests=32,
-                                     kv_memory_fraction=0.5))
+        engine = Engine(
+            EngineConfig(long_context_checkpoint, graphs="off", max_running_requests=32, kv_memory_fraction=0.5)
+        )
     assert engine.runner.allocator.size == 4 * 4096  # not 32 x 4096
     assert any("full KV pool capped at 16384 slots" in r.getMessage() for r in caplog.records)
     # never below one whole context: a request that fits the context still fits the pool

@@ -11,8 +11,8 @@ import pytest
 
 from fixtures.data import aime_style, gsm_style
 from fixtures.data.extract import extract_answer
-from fixtures.data.generate import FROZEN_SPLITS, build_frozen, generate_problems, main as generate_main
-from fixtures.data.jsonl import dumps_jsonl, read_jsonl
+from fixtures.data.generate import FROZEN_SPLITS, generate_problems, main as generate_main
+from fixtures.data.jsonl import read_jsonl
 from fixtures.data.overlap import ExclusionSet, find_overlap, normalize_question
 from fixtures.data.problem import AIME_TASK, GSM_TASK, TASKS, Problem, check_equations, find_equations, gold_answer
 from fixtures.data.prompts import DATA_DIR, build_fewshot_prompt, select_fewshot, spec, truncate_at_stop
@@ -70,8 +70,12 @@ def test_equation_checker_catches_errors() -> None:
 
 def test_frozen_counts_and_uniqueness() -> None:
     counts = {(s.task, s.split): s.count for s in FROZEN_SPLITS}
-    assert counts == {(GSM_TASK, "test"): 500, (GSM_TASK, "fewshot"): 20,
-                      (AIME_TASK, "test"): 200, (AIME_TASK, "fewshot"): 20}
+    assert counts == {
+        (GSM_TASK, "test"): 500,
+        (GSM_TASK, "fewshot"): 20,
+        (AIME_TASK, "test"): 200,
+        (AIME_TASK, "fewshot"): 20,
+    }
     for split in FROZEN_SPLITS:
         docs = read_jsonl(split.path())
         assert len(docs) == split.count
@@ -301,8 +305,12 @@ def _all_texts() -> list[str]:
     for task in TASKS:
         pool = _docs(task, "fewshot")
         for i, doc in enumerate(_docs(task, "test") + pool):
-            texts.append(build_fewshot_prompt(task, doc, select_fewshot(pool, spec(task).num_fewshot, i, rotate=True))
-                         + " " + spec(task).doc_to_target(doc) + "\n\n")
+            texts.append(
+                build_fewshot_prompt(task, doc, select_fewshot(pool, spec(task).num_fewshot, i, rotate=True))
+                + " "
+                + spec(task).doc_to_target(doc)
+                + "\n\n"
+            )
     return texts
 
 

@@ -19,8 +19,9 @@ BUCKETS = capture_bs_for(MAX_BS)
 
 
 def make_runner(world: ToyWorld, backend: str = "tape", max_bs: int = MAX_BS) -> GraphRunner:
-    runner = GraphRunner(world.target, make_backend(backend), max_bs=max_bs, vocab_size=32,
-                         is_hybrid_swa=True, device=world.pool.device)
+    runner = GraphRunner(
+        world.target, make_backend(backend), max_bs=max_bs, vocab_size=32, is_hybrid_swa=True, device=world.pool.device
+    )
     runner.capture()
     return runner
 
@@ -32,8 +33,10 @@ def test_default_buckets_match_sglang_and_are_cut_at_max_bs():
         capture_bs_for(0)
 
 
-@pytest.mark.parametrize("raw_bs, bucket", [(1, 1), (2, 2), (3, 4), (4, 4), (5, 8), (9, 12), (12, 12),
-                                            (13, 16), (17, 24), (24, 24), (25, 32), (32, 32)])
+@pytest.mark.parametrize(
+    "raw_bs, bucket",
+    [(1, 1), (2, 2), (3, 4), (4, 4), (5, 8), (9, 12), (12, 12), (13, 16), (17, 24), (24, 24), (25, 32), (32, 32)],
+)
 def test_bucket_is_the_first_at_least_raw_bs(raw_bs, bucket):
     runner = GraphRunner(ToyWorld.build([2]).target, make_backend("eager"), max_bs=MAX_BS, vocab_size=32)
     assert runner.bucket_for(raw_bs) == bucket
@@ -71,8 +74,14 @@ def _changed_slots(before: list[torch.Tensor], after: list[torch.Tensor]) -> lis
 
 # Written out here rather than read from the policy under test: padded rows attend over one token of
 # the padding request and write only to padding slot 0.
-EXPECTED_FILL = {"input_ids": 0, "req_pool_indices": 0, "seq_lens": 1, "positions": 0,
-                 "out_cache_loc": 0, "out_cache_loc_swa": 0}
+EXPECTED_FILL = {
+    "input_ids": 0,
+    "req_pool_indices": 0,
+    "seq_lens": 1,
+    "positions": 0,
+    "out_cache_loc": 0,
+    "out_cache_loc_swa": 0,
+}
 CASES = sorted({(b, raw) for b in BUCKETS for raw in (b - 1, b, b + 1) if 1 <= raw <= MAX_BS})
 
 
@@ -176,8 +185,9 @@ def test_cuda_padded_tail_holds_its_fill():
 
 def test_kv_len_buckets_key_the_graphs_and_bound_can_run():
     world = ToyWorld.build([3, 9, 20, 30], max_context_len=48)
-    runner = GraphRunner(world.target, make_backend("tape"), max_bs=4, vocab_size=32, is_hybrid_swa=True,
-                         kv_len_buckets=[16, 32])
+    runner = GraphRunner(
+        world.target, make_backend("tape"), max_bs=4, vocab_size=32, is_hybrid_swa=True, kv_len_buckets=[16, 32]
+    )
     runner.capture()
     assert sorted(runner.graphs) == [(bs, kv) for bs in (1, 2, 4) for kv in (16, 32)]
     short = world.next_decode_batch([0, 1])  # seq_lens 4, 10
@@ -210,6 +220,7 @@ def test_engine_kv_len_buckets_are_few_and_end_at_the_context():
         assert buckets[-1] == context and buckets == sorted(set(buckets))
         assert all(b / a <= 2 for a, b in zip(buckets, buckets[1:-1]))
         assert len(buckets) == 1 or 1.25 <= buckets[-1] / buckets[-2] < 2.5
+
 
 @pytest.mark.parametrize("raw_bs", [1, 2, 3, 5, 8, 12, 16])
 def test_a_target_translating_through_the_memo_in_its_body_replays_equal_to_eager_at_every_bucket(raw_bs):

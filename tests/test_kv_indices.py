@@ -26,4 +26,6 @@ def test_window_full_indices_are_each_rows_last_w_slots_padded_before_position_0
 def test_window_full_indices_refuse_a_row_outside_the_table(row):
     table = torch.ones((9, 50), dtype=torch.int32)
     with pytest.raises(IndexError):
-        decode_window_full_indices(table, torch.tensor([row], dtype=torch.int32), torch.tensor([5], dtype=torch.int32), 8)
+        decode_window_full_indices(
+            table, torch.tensor([row], dtype=torch.int32), torch.tensor([5], dtype=torch.int32), 8
+        )

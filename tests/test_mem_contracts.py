@@ -19,8 +19,11 @@ PROTOCOLS = (KVPool, KVAllocator, PrefixCache)
 
 
 def methods(protocol: type) -> dict[str, inspect.Signature]:
-    return {name: inspect.signature(value) for name, value in vars(protocol).items()
-            if inspect.isfunction(value) and not name.startswith("_")}
+    return {
+        name: inspect.signature(value)
+        for name, value in vars(protocol).items()
+        if inspect.isfunction(value) and not name.startswith("_")
+    }
 
 
 def attributes(protocol: type) -> list[str]:
@@ -31,6 +34,7 @@ def attributes(protocol: type) -> list[str]:
 def accepts_every_call_of(impl: inspect.Signature, contract: inspect.Signature) -> bool:
     """``impl`` binds the calls ``contract`` allows: all its parameters, and only the required ones
     (positional parameters by position, keyword-only ones by name)."""
+
     def call(params: list[inspect.Parameter]) -> bool:
         args = [p.name for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
         kwargs = {p.name: p.name for p in params if p.kind == p.KEYWORD_ONLY}
@@ -49,7 +53,8 @@ def check_methods(cls: type, protocol: type) -> None:
         impl = getattr(cls, name, None)
         assert callable(impl), f"{cls.__name__} has no method {name} ({protocol.__name__})"
         assert accepts_every_call_of(inspect.signature(impl), contract), (
-            f"{cls.__name__}.{name}{inspect.signature(impl)} does not accept {protocol.__name__}.{name}{contract}")
+            f"{cls.__name__}.{name}{inspect.signature(impl)} does not accept {protocol.__name__}.{name}{contract}"
+        )
 
 
 def check_memory(memory: HybridPool) -> None:

@@ -208,8 +208,15 @@ def test_layers_mapping_and_routing():
 
 def test_pool_rejects_a_layer_listed_twice():
     with pytest.raises(PoolError, match="both sliding and full"):
-        SWAKVPool(4, 4, dtype=torch.float32, head_num=1, head_dim=2,
-                  swa_attention_layer_ids=[0, 1], full_attention_layer_ids=[1])
+        SWAKVPool(
+            4,
+            4,
+            dtype=torch.float32,
+            head_num=1,
+            head_dim=2,
+            swa_attention_layer_ids=[0, 1],
+            full_attention_layer_ids=[1],
+        )
 
 
 def test_mapping_sentinels():
@@ -266,8 +273,9 @@ def test_swa_free_is_atomic_on_error():
 
 
 def test_translation_requires_registered_mapping_of_the_right_size():
-    pool = SWAKVPool(4, 2, dtype=torch.float32, head_num=1, head_dim=2,
-                     swa_attention_layer_ids=[0], full_attention_layer_ids=[1])
+    pool = SWAKVPool(
+        4, 2, dtype=torch.float32, head_num=1, head_dim=2, swa_attention_layer_ids=[0], full_attention_layer_ids=[1]
+    )
     with pytest.raises(PoolError, match="no full_to_swa_index_mapping"):
         pool.translate_loc_from_full_to_swa(idx(1))
     with pytest.raises(IndexContractError, match="6 entries"):

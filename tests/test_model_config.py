@@ -27,8 +27,15 @@ CASES = [
     ("gemma3_text", {"num_hidden_layers": 7, "sliding_window_pattern": 3}),
     ("gemma3_text", {"rope_theta": 2e6, "rope_local_base_freq": 2e4, "sliding_window": 512}),
     ("gemma3_text", {"rope_scaling": {"rope_type": "linear", "factor": 8.0}, "final_logit_softcapping": 30.0}),
-    ("gemma3_text", {"rope_parameters": {"full_attention": {"rope_type": "default", "rope_theta": 3e5},
-                                         "sliding_attention": {"rope_type": "default", "rope_theta": 3e3}}}),
+    (
+        "gemma3_text",
+        {
+            "rope_parameters": {
+                "full_attention": {"rope_type": "default", "rope_theta": 3e5},
+                "sliding_attention": {"rope_type": "default", "rope_theta": 3e3},
+            }
+        },
+    ),
     ("gemma3_text", {"rope_parameters": {"full_attention": {"rope_type": "default"}}, "rope_local_base_freq": 7e3}),
     ("qwen3", {}),
     ("qwen3", {"sliding_window": 9}),  # ignored: use_sliding_window defaults to false
@@ -37,14 +44,34 @@ CASES = [
     ("qwen3", {"num_key_value_heads": None, "rope_theta": 1e6, "tie_word_embeddings": True}),
     ("qwen3", {"rope_scaling": {"type": "linear", "factor": 4.0}}),
     ("mellum", {"mlp_layer_types": ["dense"] * 28}),  # all full attention, the default RoPE pair
-    ("mellum", {"num_hidden_layers": 4, "layer_types": [S, F, S, F], "mlp_layer_types": ["dense"] * 4,
-                "sliding_window": 16}),
-    ("mellum", {"num_hidden_layers": 3, "layer_types": [S, S, S], "mlp_layer_types": ["dense"] * 3,
-                "rope_parameters": {S: {"rope_type": "default", "rope_theta": 2e4}}}),
-    ("mellum", {"num_hidden_layers": 2, "layer_types": [F, S], "mlp_layer_types": ["dense"] * 2,
-                "head_dim": 64, "tie_word_embeddings": True, "attention_bias": True,
-                "rope_parameters": {F: {"rope_type": "linear", "factor": 4.0, "rope_theta": 1e5},
-                                    S: {"rope_type": "default", "rope_theta": 1e4}}}),
+    (
+        "mellum",
+        {"num_hidden_layers": 4, "layer_types": [S, F, S, F], "mlp_layer_types": ["dense"] * 4, "sliding_window": 16},
+    ),
+    (
+        "mellum",
+        {
+            "num_hidden_layers": 3,
+            "layer_types": [S, S, S],
+            "mlp_layer_types": ["dense"] * 3,
+            "rope_parameters": {S: {"rope_type": "default", "rope_theta": 2e4}},
+        },
+    ),
+    (
+        "mellum",
+        {
+            "num_hidden_layers": 2,
+            "layer_types": [F, S],
+            "mlp_layer_types": ["dense"] * 2,
+            "head_dim": 64,
+            "tie_word_embeddings": True,
+            "attention_bias": True,
+            "rope_parameters": {
+                F: {"rope_type": "linear", "factor": 4.0, "rope_theta": 1e5},
+                S: {"rope_type": "default", "rope_theta": 1e4},
+            },
+        },
+    ),
 ]
 
 
@@ -64,8 +91,10 @@ def _hf_inv_freq(hf: transformers.PreTrainedConfig, layer_type: str) -> torch.Te
     if hf.model_type == "mellum":
         rotary = transformers.models.mellum.modeling_mellum.MellumRotaryEmbedding(hf)
         return getattr(rotary, f"{layer_type}_inv_freq")
-    module = {"gemma2": transformers.models.gemma2.modeling_gemma2.Gemma2RotaryEmbedding,
-              "qwen3": transformers.models.qwen3.modeling_qwen3.Qwen3RotaryEmbedding}[hf.model_type]
+    module = {
+        "gemma2": transformers.models.gemma2.modeling_gemma2.Gemma2RotaryEmbedding,
+        "qwen3": transformers.models.qwen3.modeling_qwen3.Qwen3RotaryEmbedding,
+    }[hf.model_type]
     return module(hf).inv_freq
 
 
@@ -77,9 +106,19 @@ def test_parse_matches_transformers(model_type: str, fragment: dict) -> None:
     assert ours.sliding_window == hf.sliding_window
     assert ours.sliding_layer_ids == tuple(i for i, t in enumerate(hf.layer_types) if t == S)
     assert ours.full_layer_ids == tuple(i for i, t in enumerate(hf.layer_types) if t == F)
-    for name in ("vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads",
-                 "num_key_value_heads", "head_dim", "max_position_embeddings", "rms_norm_eps",
-                 "attention_bias", "tie_word_embeddings"):
+    for name in (
+        "vocab_size",
+        "hidden_size",
+        "intermediate_size",
+        "num_hidden_layers",
+        "num_attention_heads",
+        "num_key_value_heads",
+        "head_dim",
+        "max_position_embeddings",
+        "rms_norm_eps",
+        "attention_bias",
+        "tie_word_embeddings",
+    ):
         assert getattr(ours, name) == getattr(hf, name), name
     act = hf.hidden_act if model_type in ("qwen3", "mellum") else hf.hidden_activation
     assert ours.hidden_act == act
@@ -150,27 +189,60 @@ def test_gemma3_default_pattern_is_five_local_one_global() -> None:
         ({"architectures": ["Foo"]}, "None"),
         ({"model_type": "qwen3", "num_hidden_layers": 2, "layer_types": [F, S]}, "use_sliding_window"),
         ({"model_type": "gemma2", "num_hidden_layers": 3, "layer_types": [F, S]}, "num_hidden_layers=3"),
-        ({"model_type": "gemma2", "num_hidden_layers": 2, "layer_types": [F, "chunked_attention"]},
-         "chunked_attention"),
+        (
+            {"model_type": "gemma2", "num_hidden_layers": 2, "layer_types": [F, "chunked_attention"]},
+            "chunked_attention",
+        ),
         ({"model_type": "gemma2", "sliding_window": None}, "sliding_window"),
         ({"model_type": "gemma3_text", "use_bidirectional_attention": True}, "use_bidirectional_attention"),
         ({"model_type": "qwen3", "rope_scaling": {"rope_type": "yarn", "factor": 4.0}}, "yarn"),
         ({"model_type": "qwen3", "hidden_act": "relu2"}, "relu2"),
         # Mellum: MoE layers are refused by name, as is anything transformers and SGLang read differently.
         ({"model_type": "mellum"}, "mlp_layer_types"),
-        ({"model_type": "mellum", "num_hidden_layers": 3, "mlp_layer_types": ["dense", "sparse", "sparse"]},
-         "mlp_layer_types marks layer(s) [1, 2] 'sparse'"),
+        (
+            {"model_type": "mellum", "num_hidden_layers": 3, "mlp_layer_types": ["dense", "sparse", "sparse"]},
+            "mlp_layer_types marks layer(s) [1, 2] 'sparse'",
+        ),
         ({"model_type": "mellum", "num_hidden_layers": 2, "mlp_layer_types": ["dense"]}, "num_hidden_layers=2"),
         ({"model_type": "mellum", "num_hidden_layers": 1, "mlp_layer_types": ["moe"]}, "'moe'"),
-        ({"model_type": "mellum", "num_hidden_layers": 2, "layer_types": [S, F], "mlp_layer_types": ["dense"] * 2,
-          "rope_parameters": {"rope_type": "default", "rope_theta": 1e4}}, "nested per layer type"),
-        ({"model_type": "mellum", "num_hidden_layers": 1, "mlp_layer_types": ["dense"],
-          "rope_parameters": {F: {"rope_type": "default"}}}, "rope_theta"),
-        ({"model_type": "mellum", "num_hidden_layers": 1, "mlp_layer_types": ["dense"],
-          "rope_parameters": {F: {"rope_type": "default", "rope_theta": 1e4, "partial_rotary_factor": 0.5}}},
-         "partial_rotary_factor"),
-        ({"model_type": "mellum", "num_hidden_layers": 1, "layer_types": [S], "mlp_layer_types": ["dense"],
-          "sliding_window": None}, "sliding_window"),
+        (
+            {
+                "model_type": "mellum",
+                "num_hidden_layers": 2,
+                "layer_types": [S, F],
+                "mlp_layer_types": ["dense"] * 2,
+                "rope_parameters": {"rope_type": "default", "rope_theta": 1e4},
+            },
+            "nested per layer type",
+        ),
+        (
+            {
+                "model_type": "mellum",
+                "num_hidden_layers": 1,
+                "mlp_layer_types": ["dense"],
+                "rope_parameters": {F: {"rope_type": "default"}},
+            },
+            "rope_theta",
+        ),
+        (
+            {
+                "model_type": "mellum",
+                "num_hidden_layers": 1,
+                "mlp_layer_types": ["dense"],
+                "rope_parameters": {F: {"rope_type": "default", "rope_theta": 1e4, "partial_rotary_factor": 0.5}},
+            },
+            "partial_rotary_factor",
+        ),
+        (
+            {
+                "model_type": "mellum",
+                "num_hidden_layers": 1,
+                "layer_types": [S],
+                "mlp_layer_types": ["dense"],
+                "sliding_window": None,
+            },
+            "sliding_window",
+        ),
     ],
 )
 def test_bad_configs_raise_checkpoint_error(hf: dict, needle: str) -> None:
@@ -183,8 +255,9 @@ def test_bad_configs_raise_checkpoint_error(hf: dict, needle: str) -> None:
 
 
 def test_legacy_attention_layer_type_is_full() -> None:
-    cfg = HybridModelConfig.from_hf({"model_type": "gemma2", "num_hidden_layers": 2,
-                                     "layer_types": ["attention", "sliding_attention"]})
+    cfg = HybridModelConfig.from_hf(
+        {"model_type": "gemma2", "num_hidden_layers": 2, "layer_types": ["attention", "sliding_attention"]}
+    )
     assert cfg.layer_types == (F, S)
 
 
@@ -199,7 +272,14 @@ def test_load_config_errors(tmp_path) -> None:
 def test_mellum_moe_checkpoint_is_refused_naming_the_field(tmp_path) -> None:
     """A Mellum checkpoint with one MoE layer (transformers builds and saves it fine) is refused before
     any weight is read, and the error names the field and the layer."""
-    path = write_checkpoint("mellum", tmp_path / "moe", seed=3, mlp_layer_types=["dense", "sparse", "dense", "dense"],
-                            num_experts=4, num_experts_per_tok=2, moe_intermediate_size=32)
+    path = write_checkpoint(
+        "mellum",
+        tmp_path / "moe",
+        seed=3,
+        mlp_layer_types=["dense", "sparse", "dense", "dense"],
+        num_experts=4,
+        num_experts_per_tok=2,
+        moe_intermediate_size=32,
+    )
     with pytest.raises(CheckpointError, match=r"mlp_layer_types marks layer\(s\) \[1\] 'sparse' \(MoE\)"):
         load_model(path)

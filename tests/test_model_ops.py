@@ -49,8 +49,9 @@ def test_config_and_mlp_agree_on_activations() -> None:
 
 def test_dense_attention_satisfies_protocol() -> None:
     assert isinstance(DenseAttention(), AttentionBackend)
-    spec = AttentionLayerSpec(0, num_heads=4, num_kv_heads=2, head_dim=8, scaling=0.3,
-                              logit_softcap=None, sliding_window=3)
+    spec = AttentionLayerSpec(
+        0, num_heads=4, num_kv_heads=2, head_dim=8, scaling=0.3, logit_softcap=None, sliding_window=3
+    )
     assert spec.is_sliding and spec.num_queries_per_kv == 2
 
 

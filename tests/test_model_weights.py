@@ -81,8 +81,9 @@ def test_tied_head_copy_equal_to_embeddings_is_ignored(gemma2) -> None:
 
     _edit(src, dst, add_head)
     seq = random_sequences([20], seed=7)[0]
-    torch.testing.assert_close(reference_logits(load_model(dst), [seq])[0],
-                               reference_logits(load_model(src), [seq])[0], rtol=0, atol=0)
+    torch.testing.assert_close(
+        reference_logits(load_model(dst), [seq])[0], reference_logits(load_model(src), [seq])[0], rtol=0, atol=0
+    )
 
 
 def test_tied_head_that_differs_is_rejected(gemma2) -> None:
@@ -113,8 +114,9 @@ def test_sharded_checkpoint_loads_like_single_file(tmp_path: Path) -> None:
     weight_map = {n: file for file, part in shards.items() for n in part}
     (dst / "model.safetensors.index.json").write_text(json.dumps({"metadata": {}, "weight_map": weight_map}))
     seq = random_sequences([15], seed=8)[0]
-    torch.testing.assert_close(reference_logits(load_model(dst), [seq])[0],
-                               reference_logits(load_model(src), [seq])[0], rtol=0, atol=0)
+    torch.testing.assert_close(
+        reference_logits(load_model(dst), [seq])[0], reference_logits(load_model(src), [seq])[0], rtol=0, atol=0
+    )
 
 
 def test_no_safetensors(tmp_path: Path) -> None:

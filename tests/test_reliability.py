@@ -32,8 +32,16 @@ Result = tuple[int, dict, float]  # status, JSON body, seconds
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
     log = tmp_path_factory.mktemp("reliability") / "server.log"
-    proc = launch_server(CHECKPOINT, "tape", served_model_name=SERVED, max_running=32, num_threads=1,
-                         log_path=log, timeout=scaled(SERVER_START_S), env={"OMP_NUM_THREADS": "1"})
+    proc = launch_server(
+        CHECKPOINT,
+        "tape",
+        served_model_name=SERVED,
+        max_running=32,
+        num_threads=1,
+        log_path=log,
+        timeout=scaled(SERVER_START_S),
+        env={"OMP_NUM_THREADS": "1"},
+    )
     try:
         yield proc
     finally:
@@ -42,6 +50,7 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
 
 def run(body: Callable[[aiohttp.ClientSession], Awaitable[T]], limit_s: float) -> T:
     """Run ``body`` with a fresh client session; the whole thing is cut off after ``limit_s`` seconds."""
+
     async def main() -> T:
         connector = aiohttp.TCPConnector(limit=128)
         async with aiohttp.ClientSession(connector=connector) as session:
@@ -50,8 +59,9 @@ def run(body: Callable[[aiohttp.ClientSession], Awaitable[T]], limit_s: float) -
     return asyncio.run(main())
 
 
-async def request(session: aiohttp.ClientSession, method: str, url: str, *, timeout: float = 30.0,
-                  **kwargs: Any) -> Result:
+async def request(
+    session: aiohttp.ClientSession, method: str, url: str, *, timeout: float = 30.0, **kwargs: Any
+) -> Result:
     start = time.perf_counter()
     async with session.request(method, url, timeout=aiohttp.ClientTimeout(total=timeout), **kwargs) as resp:
         raw = await resp.read()
@@ -59,8 +69,9 @@ async def request(session: aiohttp.ClientSession, method: str, url: str, *, time
         return resp.status, body, time.perf_counter() - start
 
 
-async def complete(session: aiohttp.ClientSession, server: ServerProcess, payload: dict, *,
-                   timeout: float = 30.0) -> Result:
+async def complete(
+    session: aiohttp.ClientSession, server: ServerProcess, payload: dict, *, timeout: float = 30.0
+) -> Result:
     return await request(session, "POST", server.completions_url, json=payload, timeout=timeout)
 
 
@@ -105,9 +116,12 @@ def test_tiny_temperature_harms_no_request_in_its_batch(server: ServerProcess) -
     temperatures = [0.0, 1e-40, 1e-300, 5e-324, 1e-7, 0.0]
 
     async def body(session: aiohttp.ClientSession) -> list[Result]:
-        return await asyncio.gather(*(complete(session, server, {"prompt": p, "max_tokens": 8, "temperature": t,
-                                                                   "seed": 3})
-                                      for p, t in zip(prompts, temperatures)))
+        return await asyncio.gather(
+            *(
+                complete(session, server, {"prompt": p, "max_tokens": 8, "temperature": t, "seed": 3})
+                for p, t in zip(prompts, temperatures)
+            )
+        )
 
     results = run(body, 60)
     assert [status for status, _, _ in results] == [200] * len(prompts), [b for _, b, _ in results]
@@ -144,14 +158,18 @@ def test_lone_surrogates_and_deep_json_get_400(server: ServerProcess) -> None:
         headers = {"Content-Type": "application/json"}
         for path, cases in (("/v1/completions", bodies), ("/v1/chat/completions", chat)):
             for raw, words in cases:
-                status, out, elapsed = await request(session, "POST", server.base_url + path, data=raw,
-                                                     headers=headers)
+                status, out, elapsed = await request(session, "POST", server.base_url + path, data=raw, headers=headers)
                 assert status == 400, (raw[:60], out)
                 assert words in out["error"]["message"] and len(out["error"]["message"]) < 400, (raw[:60], out)
                 assert elapsed < 5, (raw[:60], elapsed)
         # a valid surrogate pair (what json.dumps writes for an emoji) is ordinary text
-        status, out, _ = await request(session, "POST", server.completions_url, headers=headers,
-                                       data=b'{"prompt": "Question: \\ud83d\\ude00\\nAnswer:", "max_tokens": 2}')
+        status, out, _ = await request(
+            session,
+            "POST",
+            server.completions_url,
+            headers=headers,
+            data=b'{"prompt": "Question: \\ud83d\\ude00\\nAnswer:", "max_tokens": 2}',
+        )
         assert status == 200, out
         await wait_idle(session, server)
 
@@ -191,9 +209,12 @@ def test_disconnected_clients_abort_and_free_their_slots(server: ServerProcess) 
     async def body(session: aiohttp.ClientSession) -> tuple[dict, float, dict]:
         before = (await health(session, server))["stats"]
         dropped = aiohttp.ClientSession()
-        tasks = [asyncio.create_task(complete(dropped, server, {"prompt": prompt, "max_tokens": 1000,
-                                                                  "ignore_eos": True}, timeout=60))
-                 for _ in range(32)]
+        tasks = [
+            asyncio.create_task(
+                complete(dropped, server, {"prompt": prompt, "max_tokens": 1000, "ignore_eos": True}, timeout=60)
+            )
+            for _ in range(32)
+        ]
         deadline = time.monotonic() + 20
         while (busy := await health(session, server))["pools"]["req_rows"]["used"] < 32:  # all 32 in the engine
             assert time.monotonic() < deadline, f"the 32 long requests never all ran: {busy}"
@@ -238,9 +259,11 @@ def test_health_reports_pool_occupancy(server: ServerProcess) -> None:
 def test_stop_list_is_capped_in_count_and_length(server: ServerProcess) -> None:
     async def body(session: aiohttp.ClientSession) -> list[Result]:
         many = [f"s{i}" for i in range(1_000_000)]
-        return [await complete(session, server, {"prompt": "a", "max_tokens": 8, "stop": many}, timeout=15),
-                await complete(session, server, {"prompt": "a", "max_tokens": 8, "stop": ["x" * 100_000]}),
-                await complete(session, server, {"prompt": "a", "max_tokens": 8, "stop_token_ids": [5] * 100_000})]
+        return [
+            await complete(session, server, {"prompt": "a", "max_tokens": 8, "stop": many}, timeout=15),
+            await complete(session, server, {"prompt": "a", "max_tokens": 8, "stop": ["x" * 100_000]}),
+            await complete(session, server, {"prompt": "a", "max_tokens": 8, "stop_token_ids": [5] * 100_000}),
+        ]
 
     (s1, many, t1), (s2, long, _), (s3, ids, _) = run(body, 60)
     assert s1 == 400 and many["error"]["param"] == "stop" and "at most" in many["error"]["message"], many
@@ -264,10 +287,17 @@ def test_text_plain_bodies_and_foreign_origins_are_refused(server: ServerProcess
             "local origin": {"Content-Type": "application/json", "Origin": "http://localhost:3000"},
             "loopback origin": {"Content-Type": "application/json; charset=utf-8", "Origin": "http://127.0.0.1:8080"},
         }.items():
-            out[name] = await request(session, "POST", server.completions_url, data=payload.encode(),
-                                      headers=headers, skip_auto_headers=["Content-Type"])
-        out["evil health"] = await request(session, "GET", f"{server.base_url}/health",
-                                           headers={"Origin": "https://evil.example"})
+            out[name] = await request(
+                session,
+                "POST",
+                server.completions_url,
+                data=payload.encode(),
+                headers=headers,
+                skip_auto_headers=["Content-Type"],
+            )
+        out["evil health"] = await request(
+            session, "GET", f"{server.base_url}/health", headers={"Origin": "https://evil.example"}
+        )
         return out
 
     results = run(body, 60)
@@ -287,8 +317,10 @@ def test_text_plain_bodies_and_foreign_origins_are_refused(server: ServerProcess
 def test_64_clients_get_the_answers_of_one_client_and_leave_the_pools_idle(server: ServerProcess) -> None:
     """180 identical + 180 mixed prompts from 64 concurrent clients; every answer equals concurrency 1."""
     same = {"prompt": questions(1)[0], "max_tokens": 8}
-    mixed = [{"prompt": q, "max_tokens": 4 + i % 9, **({"stop": ["\n"]} if i % 3 == 0 else {})}
-             for i, q in enumerate(questions(180))]
+    mixed = [
+        {"prompt": q, "max_tokens": 4 + i % 9, **({"stop": ["\n"]} if i % 3 == 0 else {})}
+        for i, q in enumerate(questions(180))
+    ]
     load = [same] * 180 + mixed
     load = [p for pair in zip(load[:180], load[180:]) for p in pair]  # interleaved
 

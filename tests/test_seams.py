@@ -50,7 +50,9 @@ def test_every_twin_applies_to_the_current_source_and_differs_from_it(fault_id: 
     fault = FAULTS[fault_id]
     clean = [p.original() for p in fault.patches]
     for patch, original in zip(fault.patches, clean):
-        assert patch.replacement is not original and patch.replacement != original, f"{patch.attr}: twin is the clean code"
+        assert patch.replacement is not original and patch.replacement != original, (
+            f"{patch.attr}: twin is the clean code"
+        )
     with inject(fault):
         for patch in fault.patches:
             assert patch.owner.__dict__[patch.attr] is patch.replacement

@@ -11,13 +11,17 @@ from harness.server.cli import build_parser, main
 
 def test_a_missing_model_is_one_line_and_exit_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["--model", str(tmp_path / "nope")]) == 2
-    assert capsys.readouterr().err == f"swa-harness serve: --model {tmp_path / 'nope'}: not a checkpoint (no such folder)\n"
+    assert (
+        capsys.readouterr().err
+        == f"swa-harness serve: --model {tmp_path / 'nope'}: not a checkpoint (no such folder)\n"
+    )
     assert main(["--model", str(tmp_path)]) == 2
     assert "not a checkpoint (no config.json in it)" in capsys.readouterr().err
 
 
 def test_a_checkpoint_the_engine_cannot_build_gives_its_reason_without_a_traceback(
-        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     (tmp_path / "config.json").write_text('{"model_type": "llama"}')
     assert main(["--model", str(tmp_path), "--log-level", "warning"]) == 2
     err = capsys.readouterr().err

@@ -25,8 +25,9 @@ from tests.waits import SERVER_START_S, scaled
 
 MODEL = "tiny-swa"
 T = TypeVar("T")
-ENGINE_ARGS: dict[str, Any] = dict(graphs="tape", max_running_requests=32, chunk_size=16, max_prefill_tokens=64,
-                                   num_threads=1)
+ENGINE_ARGS: dict[str, Any] = dict(
+    graphs="tape", max_running_requests=32, chunk_size=16, max_prefill_tokens=64, num_threads=1
+)
 
 # -- fixtures ------------------------------------------------------------------------------------
 
@@ -43,7 +44,9 @@ def ref(ckpt: Path) -> Engine:
 
 
 def _worker(ckpt: Path) -> EngineWorker:
-    return EngineWorker(lambda: Engine(EngineConfig(model_path=ckpt, **ENGINE_ARGS))).start(timeout=scaled(SERVER_START_S))
+    return EngineWorker(lambda: Engine(EngineConfig(model_path=ckpt, **ENGINE_ARGS))).start(
+        timeout=scaled(SERVER_START_S)
+    )
 
 
 @pytest.fixture(scope="module")
@@ -88,8 +91,9 @@ def greedy(ref: Engine, prompt: str | list[int], max_tokens: int, stop: tuple[st
 def test_completion_greedy_matches_engine_generate(worker: EngineWorker, ref: Engine) -> None:
     for i, max_tokens in ((0, 12), (1, 20), (2, 1)):
         prompt = prompt_text(i)
-        status, body = completion(worker, {"model": MODEL, "prompt": prompt, "max_tokens": max_tokens,
-                                           "temperature": 0})
+        status, body = completion(
+            worker, {"model": MODEL, "prompt": prompt, "max_tokens": max_tokens, "temperature": 0}
+        )
         assert status == 200, body
         want = greedy(ref, prompt, max_tokens)
         assert want.text, "the reference produced no text: the test would prove nothing"
@@ -98,13 +102,17 @@ def test_completion_greedy_matches_engine_generate(worker: EngineWorker, ref: En
         assert choice == {"text": want.text, "index": 0, "logprobs": None, "finish_reason": want.finish_reason.value}
         usage = dict(body["usage"])
         cached = usage.pop("prompt_tokens_details")["cached_tokens"]
-        assert usage == {"prompt_tokens": len(want.prompt_ids), "completion_tokens": len(want.output_ids),
-                         "total_tokens": len(want.prompt_ids) + len(want.output_ids)}
+        assert usage == {
+            "prompt_tokens": len(want.prompt_ids),
+            "completion_tokens": len(want.output_ids),
+            "total_tokens": len(want.prompt_ids) + len(want.output_ids),
+        }
         assert 0 <= cached < len(want.prompt_ids), body["usage"]
 
 
-def test_a_later_turn_is_served_from_the_prefix_cache_and_answers_as_without_it(fresh_worker: EngineWorker,
-                                                                                ckpt: Path) -> None:
+def test_a_later_turn_is_served_from_the_prefix_cache_and_answers_as_without_it(
+    fresh_worker: EngineWorker, ckpt: Path
+) -> None:
     """The next turn of a conversation reuses the first turn's KV (``usage.prompt_tokens_details.cached_tokens``,
     OpenAI's field; /health counts it) and answers exactly as an engine with the cache off."""
     cold = Engine(EngineConfig(model_path=ckpt, prefix_cache=False, **ENGINE_ARGS))
@@ -182,9 +190,25 @@ def test_seeded_sampling_is_reproducible(worker: EngineWorker, ref: Engine) -> N
 
 def test_harmless_openai_fields_are_accepted(worker: EngineWorker, ref: Engine) -> None:
     prompt = prompt_text(9)
-    extra = {"n": 1, "best_of": 1, "stream": False, "echo": False, "logprobs": None, "top_p": 0.9, "top_k": 40,
-             "min_p": 0.1, "frequency_penalty": 0, "presence_penalty": 0.0, "repetition_penalty": 1.0,
-             "logit_bias": {}, "user": "eval", "do_sample": False, "suffix": None, "seed": 1234, "stop": []}
+    extra = {
+        "n": 1,
+        "best_of": 1,
+        "stream": False,
+        "echo": False,
+        "logprobs": None,
+        "top_p": 0.9,
+        "top_k": 40,
+        "min_p": 0.1,
+        "frequency_penalty": 0,
+        "presence_penalty": 0.0,
+        "repetition_penalty": 1.0,
+        "logit_bias": {},
+        "user": "eval",
+        "do_sample": False,
+        "suffix": None,
+        "seed": 1234,
+        "stop": [],
+    }
     status, body = completion(worker, {"prompt": prompt, "max_tokens": 8, "temperature": 0.0, **extra})
     assert status == 200, body
     assert body["choices"][0]["text"] == greedy(ref, prompt, 8).text
@@ -194,8 +218,9 @@ def test_concurrent_requests_are_batched(fresh_worker: EngineWorker, ref: Engine
     prompts = [prompt_text(10 + i, 4 + i) for i in range(8)]
 
     async def body(client: TestClient) -> list[tuple[int, dict]]:
-        return await asyncio.gather(*(post(client, "/v1/completions", {"prompt": p, "max_tokens": 16})
-                                      for p in prompts))
+        return await asyncio.gather(
+            *(post(client, "/v1/completions", {"prompt": p, "max_tokens": 16}) for p in prompts)
+        )
 
     results = serve(fresh_worker, body)
     want = ref.generate(prompts, SamplingParams(max_new_tokens=16))
@@ -253,8 +278,12 @@ def test_bad_requests_get_400_naming_the_field(worker: EngineWorker, ref: Engine
             err = out["error"]
             assert err["type"] == "invalid_request_error" and err["param"] == param, (payload, err)
             assert words in err["message"], (payload, err["message"])
-        for raw, words in ((b"{not json", "not valid JSON"), (b'{"prompt": "a", "temperature": NaN}', "NaN"),
-                           (b"[1, 2]", "JSON object"), (b"", "not valid JSON")):
+        for raw, words in (
+            (b"{not json", "not valid JSON"),
+            (b'{"prompt": "a", "temperature": NaN}', "NaN"),
+            (b"[1, 2]", "JSON object"),
+            (b"", "not valid JSON"),
+        ):
             resp = await client.post("/v1/completions", data=raw, headers={"Content-Type": "application/json"})
             out = await resp.json()
             assert resp.status == 400 and words in out["error"]["message"], (raw, out)
@@ -275,8 +304,9 @@ def test_bad_requests_get_400_naming_the_field(worker: EngineWorker, ref: Engine
     assert not worker.engine.scheduler.has_work()  # a refused list prompt queued nothing
 
 
-def test_engine_failure_gives_500_and_the_next_request_succeeds(fresh_worker: EngineWorker, ref: Engine,
-                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+def test_engine_failure_gives_500_and_the_next_request_succeeds(
+    fresh_worker: EngineWorker, ref: Engine, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """Deterministic on a loaded machine (it failed 2 of 4 runs there): the first forward waits until the other
     client's job is queued, so the failure always lands with all 3 prompts in flight."""
     engine = fresh_worker.engine
@@ -301,8 +331,10 @@ def test_engine_failure_gives_500_and_the_next_request_succeeds(fresh_worker: En
     prompt = prompt_text(12)
 
     async def body(client: TestClient) -> tuple[list, tuple[int, dict]]:
-        failed = await asyncio.gather(post(client, "/v1/completions", {"prompt": prompt, "max_tokens": 8}),
-                                      post(client, "/v1/completions", {"prompt": [prompt, "the cat"], "max_tokens": 8}))
+        failed = await asyncio.gather(
+            post(client, "/v1/completions", {"prompt": prompt, "max_tokens": 8}),
+            post(client, "/v1/completions", {"prompt": [prompt, "the cat"], "max_tokens": 8}),
+        )
         return failed, await post(client, "/v1/completions", {"prompt": prompt, "max_tokens": 8})
 
     failed, (status, out) = serve(fresh_worker, body)
@@ -320,20 +352,36 @@ def test_engine_failure_gives_500_and_the_next_request_succeeds(fresh_worker: En
 
 
 def test_chat_completion_uses_the_chat_template(worker: EngineWorker, ref: Engine, ckpt: Path) -> None:
-    messages = [{"role": "user", "content": "how is the water"}, {"role": "assistant", "content": "good"},
-                {"role": "user", "content": [{"type": "text", "text": "and the "}, {"type": "text", "text": "day"}]}]
-    status, body = serve(worker, lambda c: post(c, "/v1/chat/completions",
-                                                {"model": MODEL, "messages": messages, "max_tokens": 10,
-                                                 "temperature": 0, "seed": 1234, "stop": []}))
+    messages = [
+        {"role": "user", "content": "how is the water"},
+        {"role": "assistant", "content": "good"},
+        {"role": "user", "content": [{"type": "text", "text": "and the "}, {"type": "text", "text": "day"}]},
+    ]
+    status, body = serve(
+        worker,
+        lambda c: post(
+            c,
+            "/v1/chat/completions",
+            {"model": MODEL, "messages": messages, "max_tokens": 10, "temperature": 0, "seed": 1234, "stop": []},
+        ),
+    )
     assert status == 200, body
-    rendered = ("<bos><start_of_turn>user how is the water<end_of_turn> <start_of_turn>assistant good<end_of_turn> "
-                "<start_of_turn>user and the day<end_of_turn> <start_of_turn>assistant")
+    rendered = (
+        "<bos><start_of_turn>user how is the water<end_of_turn> <start_of_turn>assistant good<end_of_turn> "
+        "<start_of_turn>user and the day<end_of_turn> <start_of_turn>assistant"
+    )
     ids = ref.tokenizer.tokenizer.encode(rendered, add_special_tokens=False).ids
     assert ids[0] == 2 and ids.count(2) == 1  # the template's BOS, not doubled
     want = greedy(ref, ids, 10)
     assert body["object"] == "chat.completion" and body["id"].startswith("chatcmpl-")
-    assert body["choices"] == [{"index": 0, "message": {"role": "assistant", "content": want.text},
-                                "logprobs": None, "finish_reason": want.finish_reason.value}]
+    assert body["choices"] == [
+        {
+            "index": 0,
+            "message": {"role": "assistant", "content": want.text},
+            "logprobs": None,
+            "finish_reason": want.finish_reason.value,
+        }
+    ]
     assert body["usage"]["prompt_tokens"] == len(ids)
 
 
@@ -346,8 +394,11 @@ def test_chat_errors(worker: EngineWorker) -> None:
         ({"messages": [{"role": "user", "content": "hi", "tool_calls": []}]}, "messages", "tool_calls"),
         ({"messages": [{"role": "system", "content": "be brief"}]}, "messages", "System role not supported"),
         ({"messages": [{"role": "user", "content": "hi"}], "tools": []}, "tools", "unknown field(s): tools"),
-        ({"messages": [{"role": "user", "content": "hi"}], "max_tokens": 3, "max_completion_tokens": 4},
-         "max_completion_tokens", "disagree"),
+        (
+            {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 3, "max_completion_tokens": 4},
+            "max_completion_tokens",
+            "disagree",
+        ),
         ({"messages": [{"role": "user", "content": LONG}]}, "messages", "this engine allows 256"),
     ]
 
@@ -364,7 +415,9 @@ def test_chat_fallback_without_a_template(tmp_path: Path, ref: Engine) -> None:
     renderer = ChatRenderer.from_dir(tmp_path, ref.tokenizer)  # no tokenizer_config.json here
     messages = [ChatMessage("system", "be brief"), ChatMessage("user", "how is the water")]
     assert renderer.source == "fallback"
-    assert renderer.prompt(messages) == fallback_prompt(messages) == "system: be brief\nuser: how is the water\nassistant:"
+    assert (
+        renderer.prompt(messages) == fallback_prompt(messages) == "system: be brief\nuser: how is the water\nassistant:"
+    )
 
 
 def test_models_and_health(worker: EngineWorker) -> None:
@@ -434,8 +487,9 @@ def test_ready_url_reports_an_address_clients_can_reach() -> None:
 # -- reliability (issue 15): one bad request harms no other ------------------------------------------
 
 
-def test_a_sampling_failure_fails_only_its_own_request(fresh_worker: EngineWorker, ref: Engine,
-                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_sampling_failure_fails_only_its_own_request(
+    fresh_worker: EngineWorker, ref: Engine, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """Rows of NaN logits (a broken forward for one request) fail that request alone, greedy or sampled."""
     import harness.engine.engine as engine_module
 
@@ -474,8 +528,9 @@ def test_a_sampling_failure_fails_only_its_own_request(fresh_worker: EngineWorke
     assert fresh_worker.engine.pools_idle()
 
 
-def test_health_counters_are_current_when_the_response_arrives(fresh_worker: EngineWorker,
-                                                               monkeypatch: pytest.MonkeyPatch) -> None:
+def test_health_counters_are_current_when_the_response_arrives(
+    fresh_worker: EngineWorker, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """A client that reads /health right after its answer sees that answer counted and its slots free."""
     import threading
 
@@ -497,8 +552,9 @@ def test_health_counters_are_current_when_the_response_arrives(fresh_worker: Eng
     async def body(client: TestClient) -> list[dict]:
         seen = []
         for i in range(3):
-            status, out = await asyncio.wait_for(post(client, "/v1/completions",
-                                                      {"prompt": prompt_text(30 + i), "max_tokens": 3}), 60)
+            status, out = await asyncio.wait_for(
+                post(client, "/v1/completions", {"prompt": prompt_text(30 + i), "max_tokens": 3}), 60
+            )
             assert status == 200, out
             seen.append(await (await client.get("/health")).json())
         return seen
@@ -547,7 +603,7 @@ def test_server_tokenization_equals_the_engine_tokenizer(ref: Engine) -> None:
     from harness.server.app import releasing_gil
 
     shipped = Tokenizer.from_dir(Path(__file__).resolve().parents[1] / "fixtures" / "models" / "gemma2-tiny-swa")
-    texts = ["", "the cat", prompt_text(3, 40), "Question: 3 + 4?\nAnswer: 7 \u00e9\U0001F600", "  two  spaces \n"]
+    texts = ["", "the cat", prompt_text(3, 40), "Question: 3 + 4?\nAnswer: 7 \u00e9\U0001f600", "  two  spaces \n"]
     for tokenizer in (ref.tokenizer, shipped):
         for text in texts:
             assert releasing_gil(tokenizer).encode(text) == tokenizer.encode(text), text

@@ -38,8 +38,16 @@ def ref(ckpt: Path) -> Engine:
 @pytest.fixture(scope="module")
 def server(ckpt: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
     log = tmp_path_factory.mktemp("server-log") / "server.log"
-    proc = launch_server(ckpt, "tape", served_model_name=MODEL, max_running=32, num_threads=1, log_path=log,
-                         timeout=scaled(SERVER_START_S), env={"OMP_NUM_THREADS": "1"})
+    proc = launch_server(
+        ckpt,
+        "tape",
+        served_model_name=MODEL,
+        max_running=32,
+        num_threads=1,
+        log_path=log,
+        timeout=scaled(SERVER_START_S),
+        env={"OMP_NUM_THREADS": "1"},
+    )
     try:
         yield proc
     finally:
@@ -86,8 +94,9 @@ def test_the_harness_engine_reads_what_the_server_serves(server: ServerProcess, 
 
 
 @pytest.mark.parametrize("num_concurrent", [1, 4])
-def test_lm_eval_local_completions_calls_the_server(server: ServerProcess, ref: Engine, num_concurrent: int,
-                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+def test_lm_eval_local_completions_calls_the_server(
+    server: ServerProcess, ref: Engine, num_concurrent: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     # lm-eval's API models need its [api] extra (tenacity); the project's eval extra pins plain lm-eval.
@@ -110,20 +119,36 @@ def test_lm_eval_local_completions_calls_the_server(server: ServerProcess, ref: 
     # stop strings as the fixture tasks set them: one that cuts the first answer, plus the tasks' own
     stop = full[0].split(" ")[3]
     gen_kwargs = {"until": [stop, "\n\n", "Question:"], "do_sample": False, "temperature": 0.0, "max_gen_toks": 24}
-    lm = LocalCompletionsAPI(base_url=server.completions_url, model=MODEL, tokenizer_backend=None,
-                             tokenized_requests=False, max_length=256, num_concurrent=num_concurrent, max_retries=1)
-    requests = [Instance(request_type="generate_until", doc={}, arguments=(p, dict(gen_kwargs)), idx=i)
-                for i, p in enumerate(prompts)]
+    lm = LocalCompletionsAPI(
+        base_url=server.completions_url,
+        model=MODEL,
+        tokenizer_backend=None,
+        tokenized_requests=False,
+        max_length=256,
+        num_concurrent=num_concurrent,
+        max_retries=1,
+    )
+    requests = [
+        Instance(request_type="generate_until", doc={}, arguments=(p, dict(gen_kwargs)), idx=i)
+        for i, p in enumerate(prompts)
+    ]
     got = lm.generate_until(requests, disable_tqdm=True)
 
-    want = [ref.generate([p], SamplingParams(max_new_tokens=24, stop=tuple(gen_kwargs["until"])))[0].text
-            for p in prompts]
+    want = [
+        ref.generate([p], SamplingParams(max_new_tokens=24, stop=tuple(gen_kwargs["until"])))[0].text for p in prompts
+    ]
     assert got == want
     assert got[0] == full[0][: full[0].find(stop)] and len(got[0]) < len(full[0])
     assert len(payloads) == 2
     for payload in payloads:
-        assert payload == {"prompt": payload["prompt"], "model": MODEL, "max_tokens": 24, "temperature": 0.0,
-                           "stop": [stop, "\n\n", "Question:"], "seed": 1234}
+        assert payload == {
+            "prompt": payload["prompt"],
+            "model": MODEL,
+            "max_tokens": 24,
+            "temperature": 0.0,
+            "stop": [stop, "\n\n", "Question:"],
+            "seed": 1234,
+        }
     assert sorted(p["prompt"] for p in payloads) == sorted(prompts)
 
 
@@ -141,20 +166,26 @@ def test_launch_failure_carries_the_log_tail(tmp_path: Path) -> None:
         launch_server(tmp_path / "nowhere", "off", log_path=tmp_path / "fail.log", python=python, timeout=scaled(120))
     assert f"no config.json in {tmp_path / 'nowhere'}" in str(err.value)
     # the one-line reason carries the server's own last words
-    assert err.value.reason == f"exited with code 3 before it was ready: CheckpointError: no config.json in " \
-                               f"{tmp_path / 'nowhere'}", err.value.reason
+    assert (
+        err.value.reason == f"exited with code 3 before it was ready: CheckpointError: no config.json in "
+        f"{tmp_path / 'nowhere'}"
+    ), err.value.reason
 
 
 def test_a_reason_keeps_one_line_of_the_last_exception(tmp_path: Path) -> None:
     from harness.servers.lifecycle import ERROR_CHARS, last_error
 
     log = tmp_path / "server.log"
-    log.write_text("Traceback (most recent call last):\n  ValueError: first\n(EngineCore pid=1) ERROR core.py:1510] "
-                   "ValueError: To serve at least one request " + "x" * 500 + "\nshutting down\n")
+    log.write_text(
+        "Traceback (most recent call last):\n  ValueError: first\n(EngineCore pid=1) ERROR core.py:1510] "
+        "ValueError: To serve at least one request " + "x" * 500 + "\nshutting down\n"
+    )
     found = last_error(log)
     assert found.startswith(": ValueError: To serve at least one request") and len(found) == ERROR_CHARS + 2
-    log.write_text("ERROR TypeError: unsupported operand\nException: init failed. See stack trace for root cause.\n"
-                   "RuntimeError: Engine core initialization failed. See root cause above.\n")
+    log.write_text(
+        "ERROR TypeError: unsupported operand\nException: init failed. See stack trace for root cause.\n"
+        "RuntimeError: Engine core initialization failed. See root cause above.\n"
+    )
     assert last_error(log) == ": TypeError: unsupported operand"  # the cause, not the wrappers pointing at it
     log.write_text("INFO all fine\n")
     assert last_error(log) == "" and last_error(tmp_path / "absent.log") == ""
@@ -172,12 +203,14 @@ def serving_python(tmp_path: Path, before: str = "", delay_s: float = 0.0) -> st
     root = tmp_path / "www"
     root.mkdir(exist_ok=True)
     (root / "health").write_text("ok")
-    code = (f"import http.server, os, time; os.chdir({str(root)!r}); "
-            "s = http.server.ThreadingHTTPServer(('127.0.0.1', 0), http.server.SimpleHTTPRequestHandler); "
-            f"print({before!r}); print(f'SWA_HARNESS_SERVER_READY http://127.0.0.1:{{s.server_port}}', flush=True); "
-            f"s.socket.close() if {delay_s} else None; time.sleep({delay_s}); "
-            "s = http.server.ThreadingHTTPServer(('127.0.0.1', s.server_port), http.server.SimpleHTTPRequestHandler) "
-            f"if {delay_s} else s; s.serve_forever()")
+    code = (
+        f"import http.server, os, time; os.chdir({str(root)!r}); "
+        "s = http.server.ThreadingHTTPServer(('127.0.0.1', 0), http.server.SimpleHTTPRequestHandler); "
+        f"print({before!r}); print(f'SWA_HARNESS_SERVER_READY http://127.0.0.1:{{s.server_port}}', flush=True); "
+        f"s.socket.close() if {delay_s} else None; time.sleep({delay_s}); "
+        "s = http.server.ThreadingHTTPServer(('127.0.0.1', s.server_port), http.server.SimpleHTTPRequestHandler) "
+        f"if {delay_s} else s; s.serve_forever()"
+    )
     return fake_python(tmp_path, f'exec python3 -c "{code}"')
 
 
@@ -193,8 +226,9 @@ def test_sigterms_that_race_a_shutdown_still_exit_0(ckpt: Path, tmp_path: Path) 
     """The group's SIGTERM and the guard's forwarded one both reach the server: it used to exit 143 when the second
     landed after its handler was gone. Here SIGTERMs keep coming through the whole shutdown."""
     log = tmp_path / "server.log"
-    proc = launch_server(ckpt, "off", served_model_name=MODEL, log_path=log, timeout=scaled(SERVER_START_S),
-                         env={"OMP_NUM_THREADS": "1"})
+    proc = launch_server(
+        ckpt, "off", served_model_name=MODEL, log_path=log, timeout=scaled(SERVER_START_S), env={"OMP_NUM_THREADS": "1"}
+    )
     server_pid = next(int(p) for p in os.listdir("/proc") if p.isdigit() and _parent(int(p)) == proc.pid)
     os.kill(server_pid, signal.SIGTERM)
     deadline = time.monotonic() + scaled(60)
@@ -228,8 +262,9 @@ def test_readiness_is_polled_until_the_port_answers(tmp_path: Path) -> None:
 
 
 def test_a_port_that_never_opens_is_a_bounded_wait_that_names_it(tmp_path: Path) -> None:
-    python = fake_python(tmp_path, 'echo "SWA_HARNESS_SERVER_READY http://127.0.0.1:9"; echo "loading shards" >&2; '
-                                   "exec sleep 60")
+    python = fake_python(
+        tmp_path, 'echo "SWA_HARNESS_SERVER_READY http://127.0.0.1:9"; echo "loading shards" >&2; exec sleep 60'
+    )
     start = time.monotonic()
     with pytest.raises(ServerLaunchError) as err:
         launch_server(tmp_path, "off", log_path=tmp_path / "never.log", python=python, timeout=2)
@@ -247,18 +282,31 @@ def test_cuda_graph_server_answers_as_the_eager_server(tmp_path: Path) -> None:
 
     from harness.paths import DEFAULT_MODEL
 
-    servers = [launch_server(DEFAULT_MODEL, mode, served_model_name="m", max_running=32, log_path=tmp_path / f"{mode}.log",
-                             extra_args=["--device", "cuda"], timeout=300) for mode in ("cuda", "off")]
+    servers = [
+        launch_server(
+            DEFAULT_MODEL,
+            mode,
+            served_model_name="m",
+            max_running=32,
+            log_path=tmp_path / f"{mode}.log",
+            extra_args=["--device", "cuda"],
+            timeout=300,
+        )
+        for mode in ("cuda", "off")
+    ]
     try:
         status, health = http(f"{servers[0].base_url}/health")
         assert status == 200 and health["graph_mode"] == "cuda", health
-        prompts = [f"Question: Tom has {3 + i} apples and buys {i * 7 % 11 + 2} more. " * (1 + i % 3) + "How many?\nAnswer:"
-                   for i in range(24)]
+        prompts = [
+            f"Question: Tom has {3 + i} apples and buys {i * 7 % 11 + 2} more. " * (1 + i % 3) + "How many?\nAnswer:"
+            for i in range(24)
+        ]
 
         def answers(server: ServerProcess) -> list[str]:
             def one(prompt: str) -> str:
-                code, body = http(server.completions_url, {"model": "m", "prompt": prompt, "max_tokens": 48,
-                                                           "temperature": 0})
+                code, body = http(
+                    server.completions_url, {"model": "m", "prompt": prompt, "max_tokens": 48, "temperature": 0}
+                )
                 assert code == 200, body
                 return body["choices"][0]["text"]
 

@@ -48,15 +48,16 @@ def test_a_traced_process_saves_while_it_runs_and_survives_sigkill(tmp_path: Pat
     under tracing in a child that is then killed; its lines are in the folder."""
     pkg = tmp_path / "site" / "sglang"
     pkg.mkdir(parents=True)
-    (pkg / "__init__.py").write_text("def work():\n    total = 0\n    for i in range(3):\n        total += i\n"
-                                     "    return total\n")
+    (pkg / "__init__.py").write_text(
+        "def work():\n    total = 0\n    for i in range(3):\n        total += i\n    return total\n"
+    )
     script = textwrap.dedent(f"""
         import sys
         import time
         from harness.servers.sglang_server import trace
         trace.SAVE_EVERY_S = 0.1
         assert trace.start_if_asked()
-        sys.path.insert(0, {str(tmp_path / 'site')!r})
+        sys.path.insert(0, {str(tmp_path / "site")!r})
         import sglang
         sglang.work()
         print("worked", flush=True)

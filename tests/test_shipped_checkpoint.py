@@ -102,4 +102,6 @@ def test_model_card_is_rendered_from_the_shipped_measurements(name, monkeypatch)
 
     monkeypatch.chdir(MODELS.parents[1])  # the card names its folder relative to the repo root
     card = (MODELS / name / "README.md").read_text(encoding="utf-8")
-    assert render(Path("fixtures/models") / name) == card, f"{name}/README.md is stale: run python -m fixtures.models.card"
+    assert render(Path("fixtures/models") / name) == card, (
+        f"{name}/README.md is stale: run python -m fixtures.models.card"
+    )

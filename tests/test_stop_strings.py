@@ -64,21 +64,36 @@ def test_any_stop_set_in_the_engine(engine: Engine, free: tuple[str, list[int]],
     stops = data.draw(stop_sets(text, ends))
     want = expected_stop(text, ends, stops)
     out = _run(engine, stops)
-    assert (out.text, out.matched_stop, out.finish_reason, len(out.output_ids)) == \
-        (want.text, want.stop, "stop" if want.stop else "length", want.tokens)
+    assert (out.text, out.matched_stop, out.finish_reason, len(out.output_ids)) == (
+        want.text,
+        want.stop,
+        "stop" if want.stop else "length",
+        want.tokens,
+    )
 
 
 def test_every_named_case_through_the_server(ckpt: Path, free: tuple[str, list[int]], tmp_path: Path) -> None:
     text, ends = free
-    with launch_server(ckpt, "tape", served_model_name="m", log_path=tmp_path / "server.log",
-                       timeout=scaled(SERVER_START_S)) as server:
+    with launch_server(
+        ckpt, "tape", served_model_name="m", log_path=tmp_path / "server.log", timeout=scaled(SERVER_START_S)
+    ) as server:
         for case in cases(text, ends):
-            body = json.dumps({"model": "m", "prompt": PROMPT, "max_tokens": NEW, "temperature": 0,
-                               "ignore_eos": True, "stop": list(case.stops)}).encode()
-            request = urllib.request.Request(server.completions_url, data=body,
-                                             headers={"Content-Type": "application/json"})
+            body = json.dumps(
+                {
+                    "model": "m",
+                    "prompt": PROMPT,
+                    "max_tokens": NEW,
+                    "temperature": 0,
+                    "ignore_eos": True,
+                    "stop": list(case.stops),
+                }
+            ).encode()
+            request = urllib.request.Request(
+                server.completions_url, data=body, headers={"Content-Type": "application/json"}
+            )
             with urllib.request.urlopen(request, timeout=scaled(60)) as resp:
                 choice = json.loads(resp.read())["choices"][0]
             want = expected_stop(text, ends, case.stops)
-            assert (choice["text"], choice["finish_reason"]) == (want.text, "stop" if want.stop else "length"), \
+            assert (choice["text"], choice["finish_reason"]) == (want.text, "stop" if want.stop else "length"), (
                 case.name
+            )

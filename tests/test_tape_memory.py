@@ -63,8 +63,9 @@ def test_graphs_of_one_backend_share_one_arena_and_replay_in_any_order():
     weights = [torch.randn(64, 64, generator=gen) / 8 for _ in range(6)]
     backend = TapeBackend()
     xs = {bs: torch.randn(bs, 64, generator=gen) for bs in (8, 4, 1)}  # largest first, as the runners capture
-    graphs = {bs: backend.capture(_deep(x, weights, torch.empty(bs, 64)), static_inputs={"x": x})
-              for bs, x in xs.items()}
+    graphs = {
+        bs: backend.capture(_deep(x, weights, torch.empty(bs, 64)), static_inputs={"x": x}) for bs, x in xs.items()
+    }
     assert backend.arena.nbytes == max(g.memory.shared_nbytes for g in graphs.values())
     for order in ((1, 8, 4), (8, 8, 1, 4, 1)):
         for bs in order:
@@ -143,8 +144,9 @@ def test_an_engines_graphs_hold_a_fraction_of_what_they_allocated_and_still_gene
 
     engine = make_engine("gemma3_text")
     graphs = [*engine.runner.graph_runner.graphs.values(), *engine.runner.extend_graph_runner.graphs.values()]
-    held = sum(g.memory.private_nbytes for g in graphs) + sum({id(g.memory.arena): g.memory.arena.nbytes
-                                                               for g in graphs}.values())
+    held = sum(g.memory.private_nbytes for g in graphs) + sum(
+        {id(g.memory.arena): g.memory.arena.nbytes for g in graphs}.values()
+    )
     allocated = sum(g.memory.owned_nbytes for g in graphs)
     assert held * 8 < allocated, (held, allocated)
     prompts = [[5, 9, 2, 7] * k for k in (1, 5, 11)]
@@ -162,8 +164,10 @@ def test_lazy_capture_builds_only_the_graphs_used_from_reset_buffers_and_generat
     assert not lazy.runner.graph_runner.graphs and not lazy.runner.extend_graph_runner.graphs
     seen: list[torch.Tensor] = []
     capture_one = lazy.runner.graph_runner._capture_one
-    lazy.runner.graph_runner._capture_one = lambda bs, kv: (seen.append(lazy.runner.graph_runner.buffers.inputs[
-        "out_cache_loc_swa"].clone()), capture_one(bs, kv))[1]
+    lazy.runner.graph_runner._capture_one = lambda bs, kv: (
+        seen.append(lazy.runner.graph_runner.buffers.inputs["out_cache_loc_swa"].clone()),
+        capture_one(bs, kv),
+    )[1]
     prompts = [[3, 1, 4, 1, 5] * k for k in (1, 3, 2, 7, 4)]
     # Requests finish one by one, so the batch shrinks through buckets 8, 4, 2, 1: each captured after replays.
     params = [SamplingParams(max_new_tokens=n, ignore_eos=True) for n in (4, 9, 14, 19, 24)]

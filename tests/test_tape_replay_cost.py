@@ -32,8 +32,9 @@ def test_bound_steps_dispatch_exactly_the_recorded_overloads_and_values():
     idx, cache = torch.tensor([4, 1, 6]), torch.zeros(8, 8)
     body = _body(x, w, idx, cache)
     graph = TapeBackend().capture(body, static_inputs={"x": x})
-    recorded = Counter(str(step.func.overloadpacket) for step in graph._steps
-                       if isinstance(step.func, torch._ops.OpOverload))
+    recorded = Counter(
+        str(step.func.overloadpacket) for step in graph._steps if isinstance(step.func, torch._ops.OpOverload)
+    )
     for seed in range(3):
         x.copy_(torch.randn(3, 8, generator=torch.Generator().manual_seed(seed)))
         with OpCounter() as ops:
@@ -120,11 +121,15 @@ def test_number_operands_and_masked_fill_are_substituted_with_the_same_bits():
         fresh = torch.randn(64, generator=torch.Generator().manual_seed(seed + 1)) * 10
         x.copy_(torch.cat([special, fresh[:54]]))
         n.copy_(torch.randint(-100, 100, (64,), generator=torch.Generator().manual_seed(seed)))
-        m.copy_(torch.randint(-2**31, 2**31 - 1, (64,), generator=torch.Generator().manual_seed(seed), dtype=torch.int32))
+        m.copy_(
+            torch.randint(-(2**31), 2**31 - 1, (64,), generator=torch.Generator().manual_seed(seed), dtype=torch.int32)
+        )
         for got, want in zip(graph.replay({"x": x, "n": n, "m": m}), body()):
             assert got.dtype == want.dtype
-            assert torch.equal(got.view(torch.int32) if got.is_floating_point() else got,
-                               want.view(torch.int32) if want.is_floating_point() else want)
+            assert torch.equal(
+                got.view(torch.int32) if got.is_floating_point() else got,
+                want.view(torch.int32) if want.is_floating_point() else want,
+            )
 
 
 def test_reduced_precision_number_operands_are_not_substituted():

@@ -142,8 +142,13 @@ def attend_over_cache(
 def _kernel_reads(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor) -> bool:
     """Whether the compiled decode kernel takes these tensors (fp32, caches ``[S, KVH, D]`` contiguous, as
     this engine's pools and SGLang's are); anything else runs ``attend_over_rows``."""
-    return (q.dtype == k_cache.dtype == v_cache.dtype == torch.float32 and q.stride(-1) == 1
-            and k_cache.dim() == 3 and k_cache.is_contiguous() and v_cache.is_contiguous())
+    return (
+        q.dtype == k_cache.dtype == v_cache.dtype == torch.float32
+        and q.stride(-1) == 1
+        and k_cache.dim() == 3
+        and k_cache.is_contiguous()
+        and v_cache.is_contiguous()
+    )
 
 
 class PoolAttentionBackend:
@@ -181,9 +186,13 @@ class PoolAttentionBackend:
     def init_forward_metadata(self, batch: ForwardBatch) -> None:
         if batch.forward_mode.is_decode():
             kv_len = max(batch.seq_lens_cpu)
-            self.decode = self._decode_metadata(batch.req_pool_indices, batch.seq_lens, kv_len,
-                                                self.graph_kv_indices.new_empty((batch.batch_size, kv_len)),
-                                                {w: self.graph_kv_indices.new_empty((batch.batch_size, w)) for w in self.windows})
+            self.decode = self._decode_metadata(
+                batch.req_pool_indices,
+                batch.seq_lens,
+                kv_len,
+                self.graph_kv_indices.new_empty((batch.batch_size, kv_len)),
+                {w: self.graph_kv_indices.new_empty((batch.batch_size, w)) for w in self.windows},
+            )
             self.extend = None
         else:
             self.extend = self._extend_metadata(batch)
@@ -193,8 +202,9 @@ class PoolAttentionBackend:
     def prepare_graph_metadata(self, inputs: DecodeInputs) -> None:
         """Fill the static index buffers a captured decode graph reads (capture and every replay)."""
         kv_len = inputs.kv_len or self.max_context_len
-        self.decode = self._decode_metadata(inputs.req_pool_indices, inputs.seq_lens, kv_len,
-                                            self.graph_kv_indices, self.graph_window_indices)
+        self.decode = self._decode_metadata(
+            inputs.req_pool_indices, inputs.seq_lens, kv_len, self.graph_kv_indices, self.graph_window_indices
+        )
         self.extend = None
         self.piecewise = False
 
@@ -251,7 +261,9 @@ class PoolAttentionBackend:
             meta.window_rows[w] = kv_head_rows(meta.window_indices[w], self.kv_heads)
             meta.window_mask[w] = additive_mask(decode_window_positions(batch.seq_lens, w) < 0)
 
-    def forward(self, layer: AttentionLayerSpec, q, k, v, batch: ForwardBatch | DecodeInputs | ExtendInputs) -> torch.Tensor:
+    def forward(
+        self, layer: AttentionLayerSpec, q, k, v, batch: ForwardBatch | DecodeInputs | ExtendInputs
+    ) -> torch.Tensor:
         if self.piecewise:
             return graph_break(lambda q, k, v: self._write_and_attend(layer, q, k, v, batch), q, k, v)
         return self._write_and_attend(layer, q, k, v, batch)

@@ -43,8 +43,9 @@ import torch
 logger = logging.getLogger(__name__)
 
 KERNEL_MODES = ("auto", "torch", "fused")
-SOURCES = tuple(Path(__file__).with_name("csrc") / name
-                for name in ("decode_attention.cpp", "gelu_and_mul.cpp", "rms_norm.cpp"))
+SOURCES = tuple(
+    Path(__file__).with_name("csrc") / name for name in ("decode_attention.cpp", "gelu_and_mul.cpp", "rms_norm.cpp")
+)
 
 # torch's CPU capability -> compiler flags that make ATen's Vectorized<float> the width torch's kernels use.
 _CAPABILITY_FLAGS = {
@@ -114,8 +115,12 @@ def _take(lock: TextIO, path: Path) -> str | None:
             if now - start > BUILD_WAIT_S:
                 return f"waited {BUILD_WAIT_S:g} s for the kernel build lock {path} (held by pid {holder})"
             if now - said >= _SAY_EVERY_S:
-                logger.warning("waiting for the kernel build lock %s: pid %s is building them (%.0f s so far)", path,
-                               holder, now - start)
+                logger.warning(
+                    "waiting for the kernel build lock %s: pid %s is building them (%.0f s so far)",
+                    path,
+                    holder,
+                    now - start,
+                )
                 said = now
             time.sleep(0.2)
     lock.seek(0)
@@ -135,13 +140,24 @@ def _build_locked(directory: Path, name: str, capability: str, verbose: bool) ->
         logger.warning("removing %s, left by a build that was killed", baton)
         baton.unlink()
     built = (directory / f"{name}.so").exists()
-    logger.info("%s the CPU kernels for %s in %s%s", "loading" if built else "compiling", capability, directory,
-                "" if built else " (about a minute on 2 cores, once per environment)")
+    logger.info(
+        "%s the CPU kernels for %s in %s%s",
+        "loading" if built else "compiling",
+        capability,
+        directory,
+        "" if built else " (about a minute on 2 cores, once per environment)",
+    )
     flags = ["-O3", *_CAPABILITY_FLAGS.get(capability, []), f"-DCPU_CAPABILITY={capability}"]
     start = time.monotonic()
     try:
-        load(name=name, sources=[str(s) for s in SOURCES], extra_cflags=flags, is_python_module=False,
-             build_directory=str(directory), verbose=verbose)
+        load(
+            name=name,
+            sources=[str(s) for s in SOURCES],
+            extra_cflags=flags,
+            is_python_module=False,
+            build_directory=str(directory),
+            verbose=verbose,
+        )
     except Exception as exc:  # no compiler, no ninja, a header mismatch: the caller decides what it means
         lines = str(exc).strip().splitlines()
         errors = [line.strip() for line in lines if "error" in line.lower()]  # a compiler's first complaint
@@ -178,8 +194,11 @@ def resolve_kernels(mode: str, *, device: torch.device, dtype: torch.dtype) -> C
     if failure is not None:
         if mode == "fused":
             raise KernelUnavailable(f"the CPU kernels could not be built: {failure}")
-        logger.warning("decode attention, the MLP activation and RMSNorm run as torch ops: the CPU kernels could not "
-                       "be built (%s)", failure)
+        logger.warning(
+            "decode attention, the MLP activation and RMSNorm run as torch ops: the CPU kernels could not "
+            "be built (%s)",
+            failure,
+        )
         return CpuKernels()
     ops = torch.ops.harness
     return CpuKernels(ops.decode_attention.default, ops.gelu_tanh_and_mul.default, ops.rms_norm.default)
@@ -190,8 +209,9 @@ def main(argv: list[str] | None = None) -> int:
     if they do not build."""
     import argparse
 
-    argparse.ArgumentParser(prog="swa-harness kernels",
-                            description="build this environment's compiled CPU kernels now").parse_args(argv)
+    argparse.ArgumentParser(
+        prog="swa-harness kernels", description="build this environment's compiled CPU kernels now"
+    ).parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(message)s", stream=sys.stderr)
     failure = _build(verbose=True)
     if failure is not None:

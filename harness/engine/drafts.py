@@ -16,8 +16,8 @@ def propose_drafts(tokens: Sequence[int], k: int, max_ngram: int = 3) -> list[in
         return []
     n_tokens = len(tokens)
     for n in range(min(max_ngram, n_tokens - 1), 0, -1):
-        suffix = list(tokens[n_tokens - n:])
+        suffix = list(tokens[n_tokens - n :])
         for start in range(n_tokens - n - 1, -1, -1):  # the latest occurrence that ends before the suffix
-            if list(tokens[start:start + n]) == suffix:
-                return list(tokens[start + n:start + n + k])
+            if list(tokens[start : start + n]) == suffix:
+                return list(tokens[start + n : start + n + k])
     return []

@@ -118,8 +118,13 @@ class StepOutput:
 
 
 class Engine:
-    def __init__(self, config: EngineConfig, *, pool_builder: PoolBuilder = build_hybrid_pool,
-                 cache_builder: CacheBuilder = RADIX_CACHE) -> None:
+    def __init__(
+        self,
+        config: EngineConfig,
+        *,
+        pool_builder: PoolBuilder = build_hybrid_pool,
+        cache_builder: CacheBuilder = RADIX_CACHE,
+    ) -> None:
         self.config = config
         self.cache_builder = cache_builder  # the SWA pool is sized for its policy (_pool_spec)
         if config.num_threads is not None:
@@ -128,13 +133,23 @@ class Engine:
         self.model_config = load_config(path)
         self.max_context_len = config.max_context_len or self._default_context_len()
         # RoPE tables for the context actually served, not the model's (possibly 128k) maximum.
-        self.model = load_model(path, dtype=DTYPES[config.dtype], device=config.device, config=self.model_config,
-                                max_positions=self.max_context_len)
+        self.model = load_model(
+            path,
+            dtype=DTYPES[config.dtype],
+            device=config.device,
+            config=self.model_config,
+            max_positions=self.max_context_len,
+        )
         self.tokenizer = Tokenizer.from_dir(path) if (path / "tokenizer.json").is_file() else None
         self.kernels = resolve_kernels(config.cpu_kernels, device=self.model.embed.device, dtype=self.model.dtype)
-        self.runner = ModelRunner(self.model, pool_builder(self._pool_spec()), graphs=config.graphs,
-                                  max_extend_tokens=config.max_prefill_tokens if config.extend_graphs else None,
-                                  capture=config.capture, kernels=self.kernels)
+        self.runner = ModelRunner(
+            self.model,
+            pool_builder(self._pool_spec()),
+            graphs=config.graphs,
+            max_extend_tokens=config.max_prefill_tokens if config.extend_graphs else None,
+            capture=config.capture,
+            kernels=self.kernels,
+        )
         window = self.model_config.swa_window
         memory = HybridPool(self.runner.pool, self.runner.allocator, self.runner.req_to_token_pool)
         self.tree_cache = cache_builder.build(memory, sliding_window_size=window) if config.prefix_cache else None
@@ -150,7 +165,9 @@ class Engine:
         )
         self.spec_stats = {"verifies": 0, "drafts": 0, "accepted": 0}  # counts over the engine's life
         self._hits = {"prompt_tokens": 0, "cached_tokens": 0}  # the prefix cache's, over finished requests
-        self.eos_token_ids = set(self.model_config.eos_token_ids) | set(self.tokenizer.eos_token_ids if self.tokenizer else ())
+        self.eos_token_ids = set(self.model_config.eos_token_ids) | set(
+            self.tokenizer.eos_token_ids if self.tokenizer else ()
+        )
         self._rids = itertools.count()
 
     def _default_context_len(self) -> int:
@@ -158,9 +175,13 @@ class Engine:
         model_max = self.model_config.max_position_embeddings
         if model_max <= DEFAULT_CONTEXT_CAP:
             return model_max
-        logger.warning("max_context_len capped at %d tokens (the model allows %d): the default sizes the full KV "
-                       "pool and the decode graphs' KV buckets for it; pass max_context_len (--max-context-len) to "
-                       "raise it", DEFAULT_CONTEXT_CAP, model_max)
+        logger.warning(
+            "max_context_len capped at %d tokens (the model allows %d): the default sizes the full KV "
+            "pool and the decode graphs' KV buckets for it; pass max_context_len (--max-context-len) to "
+            "raise it",
+            DEFAULT_CONTEXT_CAP,
+            model_max,
+        )
         return DEFAULT_CONTEXT_CAP
 
     def _pool_spec(self) -> HybridPoolSpec:
@@ -171,11 +192,16 @@ class Engine:
         whole context), with a warning. Admission reserves each request's worst case, so a smaller
         full pool only admits fewer long requests at once; it never fails mid-generation."""
         cfg, limits = self.model_config, self.config
-        default = PoolSizes.default(max_running=limits.max_running_requests, max_context_len=self.max_context_len,
-                                    window=cfg.swa_window, max_prefill_tokens=limits.max_prefill_tokens,
-                                    page_size=limits.page_size, speculative_tokens=limits.speculative_tokens,
-                                    prefix_cache=limits.prefix_cache,
-                                    swa_windows_held=self.cache_builder.swa_windows_held if limits.prefix_cache else 1)
+        default = PoolSizes.default(
+            max_running=limits.max_running_requests,
+            max_context_len=self.max_context_len,
+            window=cfg.swa_window,
+            max_prefill_tokens=limits.max_prefill_tokens,
+            page_size=limits.page_size,
+            speculative_tokens=limits.speculative_tokens,
+            prefix_cache=limits.prefix_cache,
+            swa_windows_held=self.cache_builder.swa_windows_held if limits.prefix_cache else 1,
+        )
         kv_dtype = DTYPES[limits.kv_dtype] if limits.kv_dtype else self.model.dtype
         full_size = limits.full_pool_size or self._fit_full_pool(default.full_size, kv_dtype)
         swa_size = limits.swa_pool_size or default.swa_size
@@ -188,12 +214,17 @@ class Engine:
             if size % limits.page_size:
                 raise ValueError(f"{name}={size} is not a whole number of pages of {limits.page_size} slots")
         return HybridPoolSpec(
-            size=full_size, size_swa=swa_size,
-            swa_layers=cfg.sliding_layer_ids, full_layers=cfg.full_layer_ids,
+            size=full_size,
+            size_swa=swa_size,
+            swa_layers=cfg.sliding_layer_ids,
+            full_layers=cfg.full_layer_ids,
             dtype=kv_dtype,
-            head_num=cfg.num_key_value_heads, head_dim=cfg.head_dim,
-            max_requests=limits.max_running_requests, max_context_len=self.max_context_len,
-            page_size=limits.page_size, device=self.model.embed.device,
+            head_num=cfg.num_key_value_heads,
+            head_dim=cfg.head_dim,
+            max_requests=limits.max_running_requests,
+            max_context_len=self.max_context_len,
+            page_size=limits.page_size,
+            device=self.model.embed.device,
         )
 
     def _fit_full_pool(self, wanted: int, kv_dtype: torch.dtype) -> int:
@@ -207,11 +238,19 @@ class Engine:
             return wanted
         ps = self.config.page_size
         fitted = max(-(-self.max_context_len // ps), budget // per_token // ps) * ps  # whole pages
-        logger.warning("full KV pool capped at %d slots (%.2f GiB), not max_running_requests x max_context_len = "
-                       "%d x %d = %d slots (%.2f GiB): kv_memory_fraction=%.2f of the %.1f GiB available; fewer "
-                       "long requests run at once (pass full_pool_size to override)",
-                       fitted, fitted * per_token / 2**30, self.config.max_running_requests, self.max_context_len,
-                       wanted, wanted * per_token / 2**30, self.config.kv_memory_fraction, available / 2**30)
+        logger.warning(
+            "full KV pool capped at %d slots (%.2f GiB), not max_running_requests x max_context_len = "
+            "%d x %d = %d slots (%.2f GiB): kv_memory_fraction=%.2f of the %.1f GiB available; fewer "
+            "long requests run at once (pass full_pool_size to override)",
+            fitted,
+            fitted * per_token / 2**30,
+            self.config.max_running_requests,
+            self.max_context_len,
+            wanted,
+            wanted * per_token / 2**30,
+            self.config.kv_memory_fraction,
+            available / 2**30,
+        )
         return fitted
 
     @property
@@ -242,11 +281,17 @@ class Engine:
             )
         if need > self.runner.allocator.size:
             raise RequestError(f"request needs {need} KV slots but the full pool has only {self.runner.allocator.size}")
-        req = Req(next(self._rids), prompt_ids, sampling, list(forced_output_ids) if forced_output_ids else None,
-                  return_logits)
+        req = Req(
+            next(self._rids),
+            prompt_ids,
+            sampling,
+            list(forced_output_ids) if forced_output_ids else None,
+            return_logits,
+        )
         if sampling.temperature > 0:
             req.generator = torch.Generator(device=self.runner.device).manual_seed(
-                sampling.seed if sampling.seed is not None else req.rid)
+                sampling.seed if sampling.seed is not None else req.rid
+            )
         self.scheduler.add(req)
         return req
 
@@ -363,8 +408,17 @@ class Engine:
         logits = torch.stack(req.step_logits) if req.return_logits else None
         self._hits["prompt_tokens"] += len(req.prompt_ids)
         self._hits["cached_tokens"] += req.cached_tokens
-        return GenerateOutput(req.rid, req.prompt_ids, req.output_ids, req.text, req.finish_reason,
-                              req.matched_stop, logits, req.error, req.cached_tokens)
+        return GenerateOutput(
+            req.rid,
+            req.prompt_ids,
+            req.output_ids,
+            req.text,
+            req.finish_reason,
+            req.matched_stop,
+            logits,
+            req.error,
+            req.cached_tokens,
+        )
 
     def run_until_done(self) -> list[GenerateOutput]:
         outputs = []
@@ -426,5 +480,9 @@ class Engine:
         cache = self.tree_cache
         if cache is None:
             return CacheStats(enabled=False)
-        return CacheStats(True, cache.evictable_size() + cache.protected_size(),
-                          cache.swa_evictable_size() + cache.swa_protected_size(), **self._hits)
+        return CacheStats(
+            True,
+            cache.evictable_size() + cache.protected_size(),
+            cache.swa_evictable_size() + cache.swa_protected_size(),
+            **self._hits,
+        )

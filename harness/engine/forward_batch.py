@@ -40,4 +40,3 @@ class ForwardBatch:
     @property
     def batch_size(self) -> int:
         return len(self.seq_lens_cpu)
-

@@ -36,13 +36,28 @@ class PoolSizes:
     swa_size: int
 
     @classmethod
-    def default(cls, *, max_running: int, max_context_len: int, window: int | None, max_prefill_tokens: int,
-                page_size: int = 1, speculative_tokens: int = 0, prefix_cache: bool = False,
-                swa_windows_held: int = 1) -> "PoolSizes":
+    def default(
+        cls,
+        *,
+        max_running: int,
+        max_context_len: int,
+        window: int | None,
+        max_prefill_tokens: int,
+        page_size: int = 1,
+        speculative_tokens: int = 0,
+        prefix_cache: bool = False,
+        swa_windows_held: int = 1,
+    ) -> "PoolSizes":
         # The SWA pool is sized for the window, not for whole sequences (see scheduler.py); both in whole pages.
-        swa = swa_slots_needed(max_running=max_running, window=window, max_prefill_tokens=max_prefill_tokens,
-                               page_size=page_size, speculative_tokens=speculative_tokens, prefix_cache=prefix_cache,
-                               swa_windows_held=swa_windows_held)
+        swa = swa_slots_needed(
+            max_running=max_running,
+            window=window,
+            max_prefill_tokens=max_prefill_tokens,
+            page_size=page_size,
+            speculative_tokens=speculative_tokens,
+            prefix_cache=prefix_cache,
+            swa_windows_held=swa_windows_held,
+        )
         full = max_running * pages(max_context_len, page_size) * page_size
         return cls(max_running, max_context_len, full_size=full, swa_size=swa)
 
@@ -70,9 +85,16 @@ CAPTURE_MODES = ("startup", "lazy")
 
 
 class ModelRunner:
-    def __init__(self, model: HybridSWAForCausalLM, memory: HybridPool, *, graphs: str = "auto",
-                 max_extend_tokens: int | None = None, capture: str = "startup",
-                 kernels: CpuKernels = CpuKernels()) -> None:
+    def __init__(
+        self,
+        model: HybridSWAForCausalLM,
+        memory: HybridPool,
+        *,
+        graphs: str = "auto",
+        max_extend_tokens: int | None = None,
+        capture: str = "startup",
+        kernels: CpuKernels = CpuKernels(),
+    ) -> None:
         if capture not in CAPTURE_MODES:
             raise ValueError(f"capture must be one of {CAPTURE_MODES}, got {capture!r}")
         self.model = model
@@ -81,8 +103,9 @@ class ModelRunner:
         self.allocator = memory.allocator
         self.req_to_token_pool = memory.req_to_token_pool
         max_bs = self.req_to_token_pool.size
-        self.attn_backend = PoolAttentionBackend(self.pool, self.req_to_token_pool, model.layer_specs, max_bs=max_bs,
-                                                 decode_kernel=kernels.decode_attention)
+        self.attn_backend = PoolAttentionBackend(
+            self.pool, self.req_to_token_pool, model.layer_specs, max_bs=max_bs, decode_kernel=kernels.decode_attention
+        )
         model.use_kernels(gelu_tanh_and_mul=kernels.gelu_tanh_and_mul, rms_norm=kernels.rms_norm)
         self.graph_mode = resolve_mode(graphs, self.device)
         self.graph_runner: GraphRunner | None = None
@@ -101,8 +124,12 @@ class ModelRunner:
             self.graph_runner.capture(lazy=capture == "lazy")
             if max_extend_tokens:
                 self.extend_graph_runner = ExtendGraphRunner(
-                    self, make_backend(self.graph_mode), max_tokens=max_extend_tokens, max_reqs=max_bs,
-                    vocab_size=model.config.vocab_size, is_hybrid_swa=bool(model.config.sliding_layer_ids),
+                    self,
+                    make_backend(self.graph_mode),
+                    max_tokens=max_extend_tokens,
+                    max_reqs=max_bs,
+                    vocab_size=model.config.vocab_size,
+                    is_hybrid_swa=bool(model.config.sliding_layer_ids),
                     device=self.device,
                 )
                 self.extend_graph_runner.capture(lazy=capture == "lazy")
@@ -142,7 +169,9 @@ class ModelRunner:
         self.attn_backend.init_forward_metadata(batch)
         batch.out_cache_loc_swa = self.pretranslate_swa_loc(batch)
         self.attn_backend.begin_forward(batch)
-        return self.model(batch.input_ids, batch.positions, self.attn_backend, batch, logits_indices=batch.logits_indices)
+        return self.model(
+            batch.input_ids, batch.positions, self.attn_backend, batch, logits_indices=batch.logits_indices
+        )
 
     def pretranslate_swa_loc(self, batch: ForwardBatch) -> torch.Tensor:
         """The new tokens' SWA slots, translated once for the whole forward (one gather, any number of SWA layers)."""
@@ -172,6 +201,9 @@ class ModelRunner:
     def extend_graph_forward(self, inputs: ExtendInputs) -> torch.Tensor:
         if inputs.out_cache_loc_swa is None and self.model.config.sliding_layer_ids:
             # No pre-set SWA loc: the captured body translates the write loc itself (the slow path).
-            inputs = dataclasses.replace(inputs, out_cache_loc_swa=self.pool.translate_loc_from_full_to_swa(inputs.out_cache_loc))
-        return self.model(inputs.input_ids, inputs.positions, self.attn_backend, inputs,
-                          logits_indices=inputs.logits_indices)
+            inputs = dataclasses.replace(
+                inputs, out_cache_loc_swa=self.pool.translate_loc_from_full_to_swa(inputs.out_cache_loc)
+            )
+        return self.model(
+            inputs.input_ids, inputs.positions, self.attn_backend, inputs, logits_indices=inputs.logits_indices
+        )

@@ -42,8 +42,9 @@ class SamplingParams:
             if len(s) > MAX_STOP_CHARS:
                 raise RequestError(f"stop strings may have at most {MAX_STOP_CHARS} characters, got {len(s)}")
         if len(self.stop_token_ids) > MAX_STOP_TOKEN_IDS:
-            raise RequestError(f"stop_token_ids holds {len(self.stop_token_ids)} ids; "
-                               f"at most {MAX_STOP_TOKEN_IDS} are allowed")
+            raise RequestError(
+                f"stop_token_ids holds {len(self.stop_token_ids)} ids; at most {MAX_STOP_TOKEN_IDS} are allowed"
+            )
 
 
 class FinishReason(str, enum.Enum):
@@ -100,8 +101,8 @@ class Req:
         if end <= p:
             return self.prompt_ids[begin:end]
         if begin >= p:
-            return self.output_ids[begin - p:end - p]
-        return self.prompt_ids[begin:] + self.output_ids[:end - p]
+            return self.output_ids[begin - p : end - p]
+        return self.prompt_ids[begin:] + self.output_ids[: end - p]
 
     @property
     def max_total_tokens(self) -> int:

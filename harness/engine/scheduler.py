@@ -53,8 +53,16 @@ def pages(tokens: int, page_size: int) -> int:
     return -(-tokens // page_size)
 
 
-def swa_slots_needed(*, max_running: int, window: int | None, max_prefill_tokens: int, page_size: int = 1,
-                     speculative_tokens: int = 0, prefix_cache: bool = False, swa_windows_held: int = 1) -> int:
+def swa_slots_needed(
+    *,
+    max_running: int,
+    window: int | None,
+    max_prefill_tokens: int,
+    page_size: int = 1,
+    speculative_tokens: int = 0,
+    prefix_cache: bool = False,
+    swa_windows_held: int = 1,
+) -> int:
     """The SWA pool that serves every step (see the module docstring). Between steps a request holds the
     pages from the one with its oldest visible token on: at most ``pages(window - 1 + page_size - 1)``,
     two pages more with a prefix cache, and ``swa_windows_held`` windows where the cache's SWA lock holds
@@ -89,8 +97,10 @@ class Scheduler:
         tree_cache: PrefixCache | None = None,
     ) -> None:
         if speculative_tokens and allocator.page_size > 1:
-            raise ValueError("speculative decoding needs page_size 1: rejected drafts give back their slots one "
-                             "by one, and a page may hold accepted tokens too")
+            raise ValueError(
+                "speculative decoding needs page_size 1: rejected drafts give back their slots one "
+                "by one, and a page may hold accepted tokens too"
+            )
         self.speculative_tokens = speculative_tokens
         self.req_to_token_pool = req_to_token_pool
         self.allocator = allocator

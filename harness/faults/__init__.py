@@ -1,7 +1,7 @@
 """The fault catalog: every row of docs/FAULTS.md as a named, injectable regression.
 
-    with inject("pad-swa-loc-not-zeroed"): ...        # one block
-    SWA_HARNESS_FAULT=pad-swa-loc-not-zeroed nox -s tests   # one process
+with inject("pad-swa-loc-not-zeroed"): ...        # one block
+SWA_HARNESS_FAULT=pad-swa-loc-not-zeroed nox -s tests   # one process
 """
 
 from __future__ import annotations

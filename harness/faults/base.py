@@ -47,13 +47,21 @@ class Fault:
     def __post_init__(self) -> None:
         for patch in self.patches:
             if self.id not in lookup(patch.owner, patch.attr).faults:
-                raise SeamError(f"fault {self.id}: {patch.owner.__qualname__}.{patch.attr} is a seam, but not one "
-                                f"declared for this fault (add its id to the marker)")
+                raise SeamError(
+                    f"fault {self.id}: {patch.owner.__qualname__}.{patch.attr} is a seam, but not one "
+                    f"declared for this fault (add its id to the marker)"
+                )
 
     def to_dict(self) -> dict[str, str]:
-        return {"id": self.id, "seed": self.seed, "breaks": self.breaks, "user_sees": self.user_sees,
-                "invariant": self.invariant, "expected_kill": "structural" if self.structural_only else "behavioural",
-                "structural_reason": self.structural_only}
+        return {
+            "id": self.id,
+            "seed": self.seed,
+            "breaks": self.breaks,
+            "user_sees": self.user_sees,
+            "invariant": self.invariant,
+            "expected_kill": "structural" if self.structural_only else "behavioural",
+            "structural_reason": self.structural_only,
+        }
 
 
 def with_entry(table: Mapping[str, Any], name: str, **changes: Any) -> Mapping[str, Any]:

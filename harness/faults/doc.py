@@ -46,26 +46,41 @@ def _seams(fault: Fault) -> str:
 
 
 def render() -> str:
-    lines = [HEADER, "| id | seed | what goes wrong | what a user sees | invariant | seams | kill expected |",
-             "|---|---|---|---|---|---|---|"]
+    lines = [
+        HEADER,
+        "| id | seed | what goes wrong | what a user sees | invariant | seams | kill expected |",
+        "|---|---|---|---|---|---|---|",
+    ]
     for fault in FAULTS.values():
         expected = f"structural: {fault.structural_only}" if fault.structural_only else "behavioural"
         cells = (f"`{fault.id}`", fault.seed, fault.breaks, fault.user_sees, fault.invariant, _seams(fault), expected)
         lines.append("| " + " | ".join(c.replace("|", "\\|") for c in cells) + " |")
-    lines += ["", "## The same regressions in real SGLang 0.5.23", "",
-              "Source edits of the installed SGLang (`harness/targets/sglang/faults/catalog/`), applied with SGLang's own "
-              "`source_patcher` by `SWA_HARNESS_SGLANG_FAULT=<id>`; `swa-harness faults --target sglang` runs them all.", "",
-              "| id | seed | what goes wrong | what a user sees | invariant | edits |", "|---|---|---|---|---|---|"]
+    lines += [
+        "",
+        "## The same regressions in real SGLang 0.5.23",
+        "",
+        "Source edits of the installed SGLang (`harness/targets/sglang/faults/catalog/`), applied with SGLang's own "
+        "`source_patcher` by `SWA_HARNESS_SGLANG_FAULT=<id>`; `swa-harness faults --target sglang` runs them all.",
+        "",
+        "| id | seed | what goes wrong | what a user sees | invariant | edits |",
+        "|---|---|---|---|---|---|",
+    ]
     for fault in SGLANG_FAULTS.values():
-        edited = ", ".join(sorted({f"`{e.target.rsplit('.', 2)[-2]}.{e.target.rsplit('.', 1)[-1]}`" for e in fault.edits}))
+        edited = ", ".join(
+            sorted({f"`{e.target.rsplit('.', 2)[-2]}.{e.target.rsplit('.', 1)[-1]}`" for e in fault.edits})
+        )
         cells = (f"`{fault.id}`", fault.seed, fault.breaks, fault.user_sees, fault.invariant, edited)
         lines.append("| " + " | ".join(c.replace("|", "\\|") for c in cells) + " |")
     lines += ["", "Seeds without a home in 0.5.23:", ""]
     lines += [f"- {seed}: {why}." for seed, why in SEEDS_NOT_PORTED.items()]
     lines += ["", "## Invariants every correct design keeps", ""]
     lines += [f"{i}. {text}" for i, text in enumerate(INVARIANTS, 1)]
-    lines += ["", "A `design:` invariant is a property of the fixed design (e.g. one mapping gather per forward), "
-              "not of every correct implementation.", ""]
+    lines += [
+        "",
+        "A `design:` invariant is a property of the fixed design (e.g. one mapping gather per forward), "
+        "not of every correct implementation.",
+        "",
+    ]
     return "\n".join(lines)
 
 

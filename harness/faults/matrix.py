@@ -59,18 +59,43 @@ def _sglang_catalog() -> dict[str, dict]:
 
 MATRIX_TARGETS: dict[str, MatrixTarget] = {
     "harness": MatrixTarget(
-        "harness", {"scenarios": "suites/scenarios", "differential": "suites/differential", "prefix": "suites/prefix"},
-        {"scenarios": 110, "differential": 15, "prefix": 4}, FAULT_ENV, _harness_catalog),
+        "harness",
+        {"scenarios": "suites/scenarios", "differential": "suites/differential", "prefix": "suites/prefix"},
+        {"scenarios": 110, "differential": 15, "prefix": 4},
+        FAULT_ENV,
+        _harness_catalog,
+    ),
     "sglang": MatrixTarget(
-        "sglang", {"pool": "suites/pool", "scenarios": "suites/scenarios", "differential": "suites/differential",
-                   "registry": "suites/sglang/test_decode_registry.py", "plan": "suites/sglang/test_kv_loc_plan.py",
-                   "retraction": "suites/sglang/test_swa_retraction.py", "layouts": "suites/sglang/test_swa_pool_layouts.py",
-                   "registries": "suites/sglang/test_graph_registries.py", "prefix": "suites/prefix",
-                   "prefix-adapter": "suites/sglang/test_prefix_cache_adapter.py"},
-        {"pool": 7, "scenarios": 110, "differential": 33, "registry": 14, "plan": 8, "retraction": 5, "layouts": 7,
-         "registries": 11, "prefix": 4, "prefix-adapter": 12},
+        "sglang",
+        {
+            "pool": "suites/pool",
+            "scenarios": "suites/scenarios",
+            "differential": "suites/differential",
+            "registry": "suites/sglang/test_decode_registry.py",
+            "plan": "suites/sglang/test_kv_loc_plan.py",
+            "retraction": "suites/sglang/test_swa_retraction.py",
+            "layouts": "suites/sglang/test_swa_pool_layouts.py",
+            "registries": "suites/sglang/test_graph_registries.py",
+            "prefix": "suites/prefix",
+            "prefix-adapter": "suites/sglang/test_prefix_cache_adapter.py",
+        },
+        {
+            "pool": 7,
+            "scenarios": 110,
+            "differential": 33,
+            "registry": 14,
+            "plan": 8,
+            "retraction": 5,
+            "layouts": 7,
+            "registries": 11,
+            "prefix": 4,
+            "prefix-adapter": 12,
+        },
         SGLANG_FAULT_ENV,
-        _sglang_catalog, ("--target", "sglang"), REPO / "reports" / "kill-matrix-sglang.json"),
+        _sglang_catalog,
+        ("--target", "sglang"),
+        REPO / "reports" / "kill-matrix-sglang.json",
+    ),
 }
 
 
@@ -104,8 +129,11 @@ class SuiteOutcome:
         if failures:
             return {"status": "failed", "tests": self.passed, "detail": _describe(failures[0])}
         if self.passed < min_tests:
-            return {"status": "failed", "tests": self.passed,
-                    "detail": f"only {self.passed} tests passed; the suite must run at least {min_tests}"}
+            return {
+                "status": "failed",
+                "tests": self.passed,
+                "detail": f"only {self.passed} tests passed; the suite must run at least {min_tests}",
+            }
         return {"status": "passed", "tests": self.passed, "detail": f"{self.passed} tests passed"}
 
 
@@ -114,13 +142,34 @@ def _describe(record: dict) -> str:
     return f"{test} [{record.get('where')}]: {record['message']}"
 
 
-def run_suite(target: MatrixTarget, fault_id: str | None, suite: str, workdir: Path,
-              timeout_s: float) -> tuple[SuiteOutcome, float]:
+def run_suite(
+    target: MatrixTarget, fault_id: str | None, suite: str, workdir: Path, timeout_s: float
+) -> tuple[SuiteOutcome, float]:
     verdicts = workdir / f"{fault_id or 'clean'}-{suite}.jsonl"
-    env = {**os.environ, target.fault_env: fault_id or "", HYPOTHESIS_ENV: "matrix", "PYTHONHASHSEED": "0",
-           VERDICTS_ENV: str(verdicts), STOP_ON_KILL_ENV: "1" if fault_id else "0"}
-    cmd = [sys.executable, "-m", "pytest", target.suites[suite], *target.pytest_args, "-q", "-p", "no:cacheprovider",
-           "-p", "no:xdist", "-p", "harness.faults.verdicts", "--timeout", "300"]
+    env = {
+        **os.environ,
+        target.fault_env: fault_id or "",
+        HYPOTHESIS_ENV: "matrix",
+        "PYTHONHASHSEED": "0",
+        VERDICTS_ENV: str(verdicts),
+        STOP_ON_KILL_ENV: "1" if fault_id else "0",
+    }
+    cmd = [
+        sys.executable,
+        "-m",
+        "pytest",
+        target.suites[suite],
+        *target.pytest_args,
+        "-q",
+        "-p",
+        "no:cacheprovider",
+        "-p",
+        "no:xdist",
+        "-p",
+        "harness.faults.verdicts",
+        "--timeout",
+        "300",
+    ]
     start = time.perf_counter()
     proc = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=timeout_s)
     wall = time.perf_counter() - start
@@ -128,8 +177,10 @@ def run_suite(target: MatrixTarget, fault_id: str | None, suite: str, workdir: P
     # nothing collected, 3/4: pytest itself broke) must never pass for a verdict.
     expected = (0, 1, 2) if fault_id is not None else (0, 1)
     if proc.returncode not in expected:
-        raise RuntimeError(f"pytest exited {proc.returncode} for {target.name}:{fault_id or 'clean'}/{suite}:\n"
-                           f"{proc.stdout[-2000:]}{proc.stderr[-2000:]}")
+        raise RuntimeError(
+            f"pytest exited {proc.returncode} for {target.name}:{fault_id or 'clean'}/{suite}:\n"
+            f"{proc.stdout[-2000:]}{proc.stderr[-2000:]}"
+        )
     return SuiteOutcome.from_verdicts(verdicts), wall
 
 
@@ -148,16 +199,20 @@ def build_matrix(target: MatrixTarget, fault_ids: list[str], *, jobs: int = 2, t
         "suites": list(target.suites),
         "clean": {s: results[None, s][0].clean_status(target.min_tests[s]) for s in target.suites},
         "faults": [
-            {**catalog[fid],
-             "run_s": round(sum(results[fid, s][1] for s in target.suites), 1),
-             "suites": {s: results[fid, s][0].fault_status() for s in target.suites}}
+            {
+                **catalog[fid],
+                "run_s": round(sum(results[fid, s][1] for s in target.suites), 1),
+                "suites": {s: results[fid, s][0].fault_status() for s in target.suites},
+            }
             for fid in fault_ids
         ],
     }
 
 
 def verdict(matrix: dict) -> tuple[bool, list[str]]:
-    problems = [f"clean build: {suite} {r['detail']}" for suite, r in matrix["clean"].items() if r["status"] != "passed"]
+    problems = [
+        f"clean build: {suite} {r['detail']}" for suite, r in matrix["clean"].items() if r["status"] != "passed"
+    ]
     for fault in matrix["faults"]:
         classes = {s["kill_class"] for s in fault["suites"].values() if s["status"] == "killed"}
         if not classes:
@@ -182,9 +237,11 @@ def format_matrix(matrix: dict) -> str:
     for fault in matrix["faults"]:
         kills = [s for s in fault["suites"].values() if s["status"] == "killed"]
         best = next((k for k in kills if k["kill_class"] == "behavioural"), kills[0] if kills else None)
-        lines.append(f"{fault['id']} [{fault['seed']}]: "
-                     + (f"{best['kill_class']}: {best['first_failure']}" if best else "NOT KILLED"))
-    lines.append(f"\nclean build: " + ", ".join(f"{s} {r['tests']} tests" for s, r in matrix["clean"].items()))
+        lines.append(
+            f"{fault['id']} [{fault['seed']}]: "
+            + (f"{best['kill_class']}: {best['first_failure']}" if best else "NOT KILLED")
+        )
+    lines.append("\nclean build: " + ", ".join(f"{s} {r['tests']} tests" for s, r in matrix["clean"].items()))
     lines.append(f"wall time {matrix['wall_s']} s with {matrix['jobs']} parallel runs")
     return "\n".join(lines)
 

@@ -21,6 +21,7 @@ import pytest
 
 from harness.env import STOP_ON_KILL_ENV as STOP_ENV
 from harness.env import VERDICTS_ENV
+
 SUITE_DIR = "suites"
 _ASSERTION = ("AssertionError", "Failed:", "assert ")
 _STRUCTURAL = "StructuralFailure"  # suites/checks.py: a structural assertion inside a behavioural test
@@ -59,8 +60,13 @@ def pytest_runtest_logreport(report: pytest.TestReport) -> None:
         message = (crash.message if crash else str(report.longrepr)).strip().replace("\n", " ")[:300]
         structural = crash is not None and _STRUCTURAL in crash.message.split(":", 1)[0]
         kill_class = "structural" if structural else _classes.get(report.nodeid, "behavioural")
-        record = {"nodeid": report.nodeid, "outcome": kind, "kill_class": kill_class if kind == "kill" else None,
-                  "where": f"{Path(crash.path).name}:{crash.lineno}" if crash else None, "message": message}
+        record = {
+            "nodeid": report.nodeid,
+            "outcome": kind,
+            "kill_class": kill_class if kind == "kill" else None,
+            "where": f"{Path(crash.path).name}:{crash.lineno}" if crash else None,
+            "message": message,
+        }
         if kind == "kill" and record["kill_class"] == "behavioural" and os.environ.get(STOP_ENV) == "1" and _session:
             _session[0].shouldstop = f"fault killed by {report.nodeid}"
     else:

@@ -87,8 +87,11 @@ class DecodeInputBuffers:
         device: str | torch.device = "cpu",
         logits_dtype: torch.dtype = torch.float32,
     ) -> "DecodeInputBuffers":
-        inputs = {name: torch.full((max_bs,), f.pad or 0, dtype=f.dtype, device=device)
-                  for name, f in cls.fields.items() if is_hybrid_swa or not f.swa_only}
+        inputs = {
+            name: torch.full((max_bs,), f.pad or 0, dtype=f.dtype, device=device)
+            for name, f in cls.fields.items()
+            if is_hybrid_swa or not f.swa_only
+        }
         return cls(inputs, torch.zeros((max_bs, vocab_size), dtype=logits_dtype, device=device))
 
     @property
@@ -157,4 +160,3 @@ def copy_rows(heads: dict[str, torch.Tensor], batch: Any, n: int, graph: str) ->
 
 
 seam_value(DecodeInputBuffers, "fields", "pad-swa-loc-not-zeroed", "swa-loc-int64")
-

@@ -53,12 +53,26 @@ class ExtendInputBuffers:
     fields: ClassVar[Mapping[str, DecodeField]] = EXTEND_FIELDS
 
     @classmethod
-    def create(cls, max_tokens: int, max_reqs: int, vocab_size: int, *, is_hybrid_swa: bool,
-               device: str | torch.device = "cpu", logits_dtype: torch.dtype = torch.float32) -> "ExtendInputBuffers":
-        inputs = {name: torch.full((max_tokens,), f.pad or 0, dtype=f.dtype, device=device)
-                  for name, f in cls.fields.items() if is_hybrid_swa or not f.swa_only}
-        return cls(inputs, torch.zeros(max_reqs, dtype=torch.int64, device=device),
-                   torch.zeros((max_reqs, vocab_size), dtype=logits_dtype, device=device))
+    def create(
+        cls,
+        max_tokens: int,
+        max_reqs: int,
+        vocab_size: int,
+        *,
+        is_hybrid_swa: bool,
+        device: str | torch.device = "cpu",
+        logits_dtype: torch.dtype = torch.float32,
+    ) -> "ExtendInputBuffers":
+        inputs = {
+            name: torch.full((max_tokens,), f.pad or 0, dtype=f.dtype, device=device)
+            for name, f in cls.fields.items()
+            if is_hybrid_swa or not f.swa_only
+        }
+        return cls(
+            inputs,
+            torch.zeros(max_reqs, dtype=torch.int64, device=device),
+            torch.zeros((max_reqs, vocab_size), dtype=logits_dtype, device=device),
+        )
 
     @property
     def max_tokens(self) -> int:

@@ -19,8 +19,27 @@ from harness.graph.bucketed import BucketedGraphRunner, first_at_least
 from harness.graph.extend_buffers import ExtendInputBuffers, ExtendInputs
 from harness.seams import seam
 
-DEFAULT_CAPTURE_TOKENS: tuple[int, ...] = (8, 16, 32, 48, 64, 96, 128, 192, 256, 384, 512, 768, 1024, 1536, 2048,
-                                           3072, 4096, 6144, 8192)
+DEFAULT_CAPTURE_TOKENS: tuple[int, ...] = (
+    8,
+    16,
+    32,
+    48,
+    64,
+    96,
+    128,
+    192,
+    256,
+    384,
+    512,
+    768,
+    1024,
+    1536,
+    2048,
+    3072,
+    4096,
+    6144,
+    8192,
+)
 
 
 def capture_tokens_for(max_tokens: int, candidates: Sequence[int] = DEFAULT_CAPTURE_TOKENS) -> list[int]:
@@ -45,14 +64,30 @@ class ExtendGraphRunner(BucketedGraphRunner[ExtendInputs]):
     target: ExtendGraphTarget
     graphs: dict[int, Any]
 
-    def __init__(self, target: ExtendGraphTarget, backend: GraphBackend, *, max_tokens: int, max_reqs: int,
-                 vocab_size: int, is_hybrid_swa: bool = False, device: str | torch.device = "cpu",
-                 logits_dtype: torch.dtype = torch.float32, capture_tokens: Sequence[int] | None = None) -> None:
+    def __init__(
+        self,
+        target: ExtendGraphTarget,
+        backend: GraphBackend,
+        *,
+        max_tokens: int,
+        max_reqs: int,
+        vocab_size: int,
+        is_hybrid_swa: bool = False,
+        device: str | torch.device = "cpu",
+        logits_dtype: torch.dtype = torch.float32,
+        capture_tokens: Sequence[int] | None = None,
+    ) -> None:
         super().__init__(target, backend)
         self.capture_tokens = capture_tokens_for(max_tokens, capture_tokens or DEFAULT_CAPTURE_TOKENS)
         self.max_reqs = max_reqs
-        self.buffers = ExtendInputBuffers.create(self.capture_tokens[-1], max_reqs, vocab_size,
-                                                 is_hybrid_swa=is_hybrid_swa, device=device, logits_dtype=logits_dtype)
+        self.buffers = ExtendInputBuffers.create(
+            self.capture_tokens[-1],
+            max_reqs,
+            vocab_size,
+            is_hybrid_swa=is_hybrid_swa,
+            device=device,
+            logits_dtype=logits_dtype,
+        )
 
     def bucket_for(self, num_tokens: int) -> int:
         bucket = first_at_least(self.capture_tokens, num_tokens)
@@ -61,9 +96,13 @@ class ExtendGraphRunner(BucketedGraphRunner[ExtendInputs]):
         return bucket
 
     def can_run(self, batch: Any) -> bool:
-        return (self.ready and not batch.forward_mode.is_decode()
-                and 1 <= batch.input_ids.numel() <= self.capture_tokens[-1] and batch.batch_size <= self.max_reqs
-                and (batch.logits_indices is None or batch.logits_indices.numel() <= self.max_reqs))  # a verify's rows
+        return (
+            self.ready
+            and not batch.forward_mode.is_decode()
+            and 1 <= batch.input_ids.numel() <= self.capture_tokens[-1]
+            and batch.batch_size <= self.max_reqs
+            and (batch.logits_indices is None or batch.logits_indices.numel() <= self.max_reqs)
+        )  # a verify's rows
 
     def _buckets(self) -> list[tuple[int]]:
         return [(tokens,) for tokens in reversed(self.capture_tokens)]

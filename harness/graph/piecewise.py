@@ -99,8 +99,9 @@ def graph_break(run: Callable[..., torch.Tensor], *inputs: torch.Tensor) -> torc
     return _active[-1].split(run, inputs)
 
 
-def capture_pieces(segmenter: Segmenter, fn: Callable[[], Any], *,
-                   static_inputs: Mapping[str, torch.Tensor]) -> PiecewiseGraph:
+def capture_pieces(
+    segmenter: Segmenter, fn: Callable[[], Any], *, static_inputs: Mapping[str, torch.Tensor]
+) -> PiecewiseGraph:
     """One recorded piece between each two breaks (a backend that records pieces separately: CUDA)."""
     capture = _Capture(segmenter)
     segmenter.begin()

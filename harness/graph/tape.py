@@ -263,12 +263,27 @@ class _Recorder(TorchDispatchMode):
             # later (``squeeze_``) changes the tensor object, not what this step writes.
             out_kwargs = {**kwargs, **dict(zip(out_names, outs))}
             out_func, args, out_kwargs = exact_substitute(out_func, args, out_kwargs)
-            self._append(_Step(out_func, self._refs(args), self._refs(out_kwargs), writes=writes, constant=constant,
-                               fast=binding_for(out_func, args, out_kwargs)))
+            self._append(
+                _Step(
+                    out_func,
+                    self._refs(args),
+                    self._refs(out_kwargs),
+                    writes=writes,
+                    constant=constant,
+                    fast=binding_for(out_func, args, out_kwargs),
+                )
+            )
         else:
             multi = isinstance(out, (tuple, list))
-            self._append(_Step(_compute_and_copy(func, multi), (self._refs(tuple(outs)), self._refs(args)),
-                               self._refs(kwargs), writes=writes, constant=constant))
+            self._append(
+                _Step(
+                    _compute_and_copy(func, multi),
+                    (self._refs(tuple(outs)), self._refs(args)),
+                    self._refs(kwargs),
+                    writes=writes,
+                    constant=constant,
+                )
+            )
 
 
 _OUT_VARIANTS: dict[torch._ops.OpOverload, tuple[torch._ops.OpOverload, tuple[str, ...]] | None] = {}
@@ -337,8 +352,15 @@ class TapeGraph:
     at every replay (``harness.graph.tape_replay.split_constants``).
     """
 
-    def __init__(self, steps: list[_Step], constants: list[_Step], output: Any,
-                 static_inputs: Mapping[str, torch.Tensor], ops_seen: int, memory: GraphMemory):
+    def __init__(
+        self,
+        steps: list[_Step],
+        constants: list[_Step],
+        output: Any,
+        static_inputs: Mapping[str, torch.Tensor],
+        ops_seen: int,
+        memory: GraphMemory,
+    ):
         self._steps = steps
         self._constants = constants
         self.output = output
@@ -390,7 +412,9 @@ class TapeBackend:
         """One tape for the whole callable; each ``graph_break`` in it is a step that runs its Python again."""
         return self._capture(fn, static_inputs, piecewise=True)
 
-    def _capture(self, fn: Callable[[], Any], static_inputs: Mapping[str, torch.Tensor], *, piecewise: bool) -> TapeGraph:
+    def _capture(
+        self, fn: Callable[[], Any], static_inputs: Mapping[str, torch.Tensor], *, piecewise: bool
+    ) -> TapeGraph:
         recorder = _Recorder()
         recorder.start()
         try:

@@ -113,8 +113,14 @@ class OwnedStorages:
         for sid, n in enumerate(self.alive):
             t = self.sample[sid]() if n else None
             if n and t is None:  # the sample died but a view lives: any tracked tensor of the storage
-                t = next((o for o in (r() for r in self._tracked.values()) if o is not None and
-                          self._by_ptr.get(_ptr(o)) == sid), None)
+                t = next(
+                    (
+                        o
+                        for o in (r() for r in self._tracked.values())
+                        if o is not None and self._by_ptr.get(_ptr(o)) == sid
+                    ),
+                    None,
+                )
             if t is not None:
                 held[sid] = t.untyped_storage()
         return held
@@ -128,7 +134,7 @@ def plan_offsets(ranges: dict[int, tuple[int, int, int]]) -> tuple[dict[int, int
     offsets: dict[int, int] = {}
     for sid, (first, last, nbytes) in sorted(ranges.items(), key=lambda kv: (-kv[1][2], kv[1][0], kv[0])):
         size = -(-nbytes // ALIGN) * ALIGN
-        busy = sorted((o, e) for o, e, f, l in placed if f <= last and first <= l)
+        busy = sorted((o, e) for o, e, f, end in placed if f <= last and first <= end)
         offset = 0
         for o, e in busy:
             if offset + size <= o:
@@ -169,8 +175,11 @@ class GraphMemory:
         self.private: dict[int, torch.UntypedStorage] = {}
         for sid in private | set(held):
             self.private[sid] = held.get(sid) or torch.empty(owned.nbytes[sid], dtype=torch.uint8).untyped_storage()
-        shared = {sid: (owned.first[sid], owned.last[sid], owned.nbytes[sid])
-                  for sid in range(len(owned.nbytes)) if sid not in self.private}
+        shared = {
+            sid: (owned.first[sid], owned.last[sid], owned.nbytes[sid])
+            for sid in range(len(owned.nbytes))
+            if sid not in self.private
+        }
         self.offsets, self.shared_nbytes = plan_offsets(shared)
         self.private_nbytes = sum(s.nbytes() for s in self.private.values())
         self.owned_nbytes = sum(owned.nbytes)  # what the graph would keep without planning

@@ -184,13 +184,18 @@ def _kinds(obj: Any) -> Any:
 # * ``masked_fill(x, mask, v)`` on a floating ``x`` is ``where(mask, v, x)`` with ``v`` a 0-dim tensor of
 #   ``x``'s dtype (masked_fill casts ``v`` to that dtype too), when ``mask`` broadcasts to ``x``'s shape.
 _NUMBER_OPERAND_OPS: dict[torch._ops.OpOverload, torch._ops.OpOverload] = {
-    aten.add.out: aten.add.out, aten.sub.out: aten.sub.out, aten.mul.out: aten.mul.out, aten.div.out: aten.div.out,
+    aten.add.out: aten.add.out,
+    aten.sub.out: aten.sub.out,
+    aten.mul.out: aten.mul.out,
+    aten.div.out: aten.div.out,
     **{getattr(aten, op).Scalar_out: getattr(aten, op).Tensor_out for op in ("lt", "le", "gt", "ge", "eq", "ne")},
 }
 _SCALAR_TENSORS: dict[tuple, torch.Tensor] = {}
 
 
-def exact_substitute(func: torch._ops.OpOverload, args: tuple, kwargs: dict) -> tuple[torch._ops.OpOverload, tuple, dict]:
+def exact_substitute(
+    func: torch._ops.OpOverload, args: tuple, kwargs: dict
+) -> tuple[torch._ops.OpOverload, tuple, dict]:
     """``(func, args, kwargs)`` of a cheaper call computing exactly what ``func(*args, **kwargs)`` does
     (see above), or the call unchanged. ``kwargs`` holds the ``out=`` tensor."""
     if func in _NUMBER_OPERAND_OPS and len(args) == 2:
@@ -199,8 +204,12 @@ def exact_substitute(func: torch._ops.OpOverload, args: tuple, kwargs: dict) -> 
             return _NUMBER_OPERAND_OPS[func], (args[0], operand), kwargs
     if func is aten.masked_fill.Scalar_out and len(args) == 3 and _is_number(args[2]) and kwargs.keys() == {"out"}:
         x, mask, value = args
-        if (x.is_floating_point() and mask.dtype == torch.bool and kwargs["out"].dtype == x.dtype
-                and torch.broadcast_shapes(mask.shape, x.shape) == x.shape):
+        if (
+            x.is_floating_point()
+            and mask.dtype == torch.bool
+            and kwargs["out"].dtype == x.dtype
+            and torch.broadcast_shapes(mask.shape, x.shape) == x.shape
+        ):
             return aten.where.self_out, (mask, _scalar_tensor(value, x.dtype, x.device), x), kwargs
     return func, args, kwargs
 
@@ -246,7 +255,6 @@ def split_constants(steps: list[_StepT], keep: set) -> tuple[list[_StepT], list[
     for step in steps:
         for key in step.writes:
             written[key] = written.get(key, 0) + 1
-    once = [step for step in steps
-            if step.constant and all(written[k] == 1 and k not in keep for k in step.writes)]
+    once = [step for step in steps if step.constant and all(written[k] == 1 and k not in keep for k in step.writes)]
     ids = {id(step) for step in once}
     return [step for step in steps if id(step) not in ids], once

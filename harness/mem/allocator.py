@@ -63,22 +63,27 @@ class TokenToKVPoolAllocator:
             return pages
         return (pages[:, None] * self.page_size + self._page_offsets).reshape(-1)
 
-    def alloc_extend(self, prefix_lens: Sequence[int], seq_lens: Sequence[int],
-                     last_loc: Sequence[int]) -> torch.Tensor | None:
+    def alloc_extend(
+        self, prefix_lens: Sequence[int], seq_lens: Sequence[int], last_loc: Sequence[int]
+    ) -> torch.Tensor | None:
         """Slots for tokens ``prefix_lens[i] .. seq_lens[i] - 1`` of each request, in order, or ``None``
         (nothing taken) when the new pages do not fit. ``last_loc[i]`` is the slot of the request's last
         token (-1: none); its page is filled first, then whole new pages are taken."""
         if not len(prefix_lens) == len(seq_lens) == len(last_loc):
-            raise PoolError(f"alloc_extend: {len(prefix_lens)} prefix lengths, {len(seq_lens)} sequence lengths "
-                            f"and {len(last_loc)} last slots for one batch")
+            raise PoolError(
+                f"alloc_extend: {len(prefix_lens)} prefix lengths, {len(seq_lens)} sequence lengths "
+                f"and {len(last_loc)} last slots for one batch"
+            )
         ps = self.page_size
         new_pages = 0
         for prefix, seq, last in zip(prefix_lens, seq_lens, last_loc):
             if not 0 <= prefix <= seq:
                 raise PoolError(f"alloc_extend: a request grows from {prefix} to {seq} tokens")
             if prefix % ps and (last < ps or (last + 1) % ps != prefix % ps):
-                raise PoolError(f"alloc_extend: last slot {last} is not where token {prefix - 1} of a "
-                                f"page-aligned request lives (page_size {ps})")
+                raise PoolError(
+                    f"alloc_extend: last slot {last} is not where token {prefix - 1} of a "
+                    f"page-aligned request lives (page_size {ps})"
+                )
             new_pages += -(-seq // ps) - -(-prefix // ps)
         if new_pages > self.free_pages.numel():
             return None
@@ -111,7 +116,9 @@ class TokenToKVPoolAllocator:
             raise DoubleFreeError(f"free_index names a slot more than once: {free_index.tolist()}")
         if self._page_is_free.index_select(0, pages).any():  # the failing path alone pays for naming them
             already_free = pages[self._page_is_free[pages]]
-            raise DoubleFreeError(f"{'slots' if self.page_size == 1 else 'pages'} {already_free.tolist()} are already free")
+            raise DoubleFreeError(
+                f"{'slots' if self.page_size == 1 else 'pages'} {already_free.tolist()} are already free"
+            )
         return pages
 
     def free(self, free_index: torch.Tensor) -> None:

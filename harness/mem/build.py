@@ -46,9 +46,15 @@ PoolBuilder = Callable[[HybridPoolSpec], HybridPool]
 
 def build_hybrid_pool(spec: HybridPoolSpec) -> HybridPool:
     pool = SWAKVPool(
-        spec.size, spec.size_swa, dtype=spec.dtype, head_num=spec.head_num, head_dim=spec.head_dim,
-        swa_attention_layer_ids=spec.swa_layers, full_attention_layer_ids=spec.full_layers,
-        page_size=spec.page_size, device=spec.device,
+        spec.size,
+        spec.size_swa,
+        dtype=spec.dtype,
+        head_num=spec.head_num,
+        head_dim=spec.head_dim,
+        swa_attention_layer_ids=spec.swa_layers,
+        full_attention_layer_ids=spec.full_layers,
+        page_size=spec.page_size,
+        device=spec.device,
     )
     allocator = SWATokenToKVPoolAllocator(spec.size, spec.size_swa, pool, page_size=spec.page_size, device=spec.device)
     return HybridPool(pool, allocator, ReqToTokenPool(spec.max_requests, spec.max_context_len, spec.device))

@@ -71,8 +71,9 @@ class KVPool(Protocol):
         """Attention reads a layer's values by slot."""
         ...
 
-    def set_kv_buffer(self, layer_id: int, loc: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *,
-                      swa_loc: torch.Tensor | None = None) -> None:
+    def set_kv_buffer(
+        self, layer_id: int, loc: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, swa_loc: torch.Tensor | None = None
+    ) -> None:
         """Attention writes the new tokens' K/V; ``swa_loc`` is the forward's pre-translated SWA loc (#23552)."""
         ...
 
@@ -122,12 +123,15 @@ class KVAllocator(Protocol):
         """The scheduler's slots for a batch's new tokens; ``None`` when either pool is full."""
         ...
 
-    def alloc_extend(self, prefix_lens: Sequence[int], seq_lens: Sequence[int],
-                     last_loc: Sequence[int]) -> torch.Tensor | None:
+    def alloc_extend(
+        self, prefix_lens: Sequence[int], seq_lens: Sequence[int], last_loc: Sequence[int]
+    ) -> torch.Tensor | None:
         """Paged: each request's new tokens, continuing the page of its last token (``last_loc``, -1: none)."""
         ...
 
-    def alloc_extend_swa_tail(self, prefix_len: int, seq_len: int, last_loc: int, swa_tail_len: int) -> torch.Tensor | None:
+    def alloc_extend_swa_tail(
+        self, prefix_len: int, seq_len: int, last_loc: int, swa_tail_len: int
+    ) -> torch.Tensor | None:
         """Paged, one request: SWA slots only for its last ``swa_tail_len`` tokens (KV from a prefill server)."""
         ...
 

@@ -43,8 +43,9 @@ def slot_bounds(index: torch.Tensor) -> tuple[int, int]:
     return int(lo), int(hi)
 
 
-def check_slot_range(name: str, index: torch.Tensor, *, low: int, high: int,
-                     bounds: tuple[int, int] | None = None) -> None:
+def check_slot_range(
+    name: str, index: torch.Tensor, *, low: int, high: int, bounds: tuple[int, int] | None = None
+) -> None:
     """Raise unless every slot id lies in ``[low, high)`` (``bounds``: the index's ``slot_bounds``, if read)."""
     if index.numel() == 0:
         return

@@ -98,8 +98,9 @@ def page_floor(n: int, page_size: int) -> int:
 class RadixCache:
     """The harness's ``PrefixCache`` (``harness.mem.contracts``): see the module docstring for its rules."""
 
-    def __init__(self, allocator: KVAllocator, req_to_token_pool: ReqToTokenPool, *,
-                 sliding_window_size: int | None) -> None:
+    def __init__(
+        self, allocator: KVAllocator, req_to_token_pool: ReqToTokenPool, *, sliding_window_size: int | None
+    ) -> None:
         if sliding_window_size is not None and sliding_window_size < 1:
             raise ValueError(f"sliding_window_size must be >= 1 or None, got {sliding_window_size}")
         self.allocator = allocator
@@ -206,9 +207,15 @@ class RadixCache:
 
     def _split(self, child: TreeNode, n: int) -> TreeNode:
         """Cut ``child`` after its first ``n`` tokens; the new upper node is returned, ``child`` keeps the rest."""
-        upper = TreeNode(child.key[:n], child.value[:n], child.start + n, child.parent,
-                         swa_tombstone=child.swa_tombstone, full_lock_ref=child.full_lock_ref,
-                         last_access=child.last_access)
+        upper = TreeNode(
+            child.key[:n],
+            child.value[:n],
+            child.start + n,
+            child.parent,
+            swa_tombstone=child.swa_tombstone,
+            full_lock_ref=child.full_lock_ref,
+            last_access=child.last_access,
+        )
         upper.swa_locks = Counter({f: c for f, c in child.swa_locks.items() if f < upper.end})
         if child.swa_live and child.swa_lock_ref and not upper.swa_lock_ref:  # the floor fell inside child
             self._swa_protected -= n
@@ -289,7 +296,9 @@ class RadixCache:
 
     def _drop_swa_holder(self, node: TreeNode, floor: int) -> None:
         if node.swa_locks[floor] <= 0:
-            raise PoolError(f"SWA unlock (floor {floor}) of a node it does not hold (tokens {node.start}..{node.end - 1})")
+            raise PoolError(
+                f"SWA unlock (floor {floor}) of a node it does not hold (tokens {node.start}..{node.end - 1})"
+            )
         node.swa_locks[floor] -= 1
         if not node.swa_locks[floor]:
             del node.swa_locks[floor]
@@ -340,11 +349,13 @@ class RadixCache:
         """Insert the request's whole pages of KV, its out-of-window tokens as tombstones (rule 5)."""
         end = page_floor(req.kv_len, self.page_size)
         values = self.req_to_token_pool.req_to_token[req.req_pool_idx, :end].clone()
-        return self.insert(req.fill_ids[:end], values, prev_prefix_len=req.cache_protected_len,
-                           swa_evicted_seqlen=req.swa_evicted)
+        return self.insert(
+            req.fill_ids[:end], values, prev_prefix_len=req.cache_protected_len, swa_evicted_seqlen=req.swa_evicted
+        )
 
-    def insert(self, key: Sequence[int], values: torch.Tensor, *, prev_prefix_len: int,
-               swa_evicted_seqlen: int) -> InsertResult:
+    def insert(
+        self, key: Sequence[int], values: torch.Tensor, *, prev_prefix_len: int, swa_evicted_seqlen: int
+    ) -> InsertResult:
         """Insert ``key`` with full slots ``values`` (one per token, whole pages). Positions below
         ``prev_prefix_len`` are the tree's already; above it the slots are the caller's: those the tree
         holds already (duplicates) go back to the allocator, those past the returned length stay the caller's."""
@@ -378,8 +389,9 @@ class RadixCache:
         self.allocator.free(own)
 
     @seam("swa-frontier-reaches-insert-boundary")
-    def _add_new(self, parent: TreeNode, key: Sequence[int], values: torch.Tensor, pos: int,
-                 swa_evicted_seqlen: int) -> tuple[TreeNode, int]:
+    def _add_new(
+        self, parent: TreeNode, key: Sequence[int], values: torch.Tensor, pos: int, swa_evicted_seqlen: int
+    ) -> tuple[TreeNode, int]:
         """New nodes for ``key[pos:]``: a tombstone up to ``swa_evicted_seqlen``, then a live leaf. With no
         live token the leaf could never end a match: nothing is added, the slots stay the caller's (#22470)."""
         end = len(key)
@@ -390,10 +402,17 @@ class RadixCache:
             pos = swa_evicted_seqlen
         return self._new_child(parent, key, values, pos, end, tombstone=False), end
 
-    def _new_child(self, parent: TreeNode, key: Sequence[int], values: torch.Tensor, start: int, end: int, *,
-                   tombstone: bool) -> TreeNode:
-        node = TreeNode(list(key[start:end]), values[start:end].clone(), end, parent, swa_tombstone=tombstone,
-                        last_access=next(self._clock))
+    def _new_child(
+        self, parent: TreeNode, key: Sequence[int], values: torch.Tensor, start: int, end: int, *, tombstone: bool
+    ) -> TreeNode:
+        node = TreeNode(
+            list(key[start:end]),
+            values[start:end].clone(),
+            end,
+            parent,
+            swa_tombstone=tombstone,
+            last_access=next(self._clock),
+        )
         parent.children[self._child_key(node.key, 0)] = node
         self._evictable += end - start
         if not tombstone:
@@ -488,16 +507,23 @@ class RadixCache:
                 raise PoolError(f"node {node.start}..{node.end - 1} is locked more than its parent")
             live = mapping[node.value.long()] != 0
             if bool(live.all()) != node.swa_live or (node.swa_tombstone and bool(live.any())):
-                raise PoolError(f"node {node.start}..{node.end - 1}: swa_tombstone={node.swa_tombstone} but "
-                                f"{int(live.sum())} of its {size} tokens hold SWA slots")
+                raise PoolError(
+                    f"node {node.start}..{node.end - 1}: swa_tombstone={node.swa_tombstone} but "
+                    f"{int(live.sum())} of its {size} tokens hold SWA slots"
+                )
             if not node.children and node.swa_tombstone and not node.full_lock_ref:
-                raise PoolError(f"leaf {node.start}..{node.end - 1} is a tombstone no request holds: it can "
-                                "never end a match")
+                raise PoolError(
+                    f"leaf {node.start}..{node.end - 1} is a tombstone no request holds: it can never end a match"
+                )
             counts["protected" if node.full_lock_ref else "evictable"] += size
             if node.swa_live:
                 counts["swa_protected" if node.swa_lock_ref else "swa_evictable"] += size
-        kept = {"evictable": self._evictable, "protected": self._protected,
-                "swa_evictable": self._swa_evictable, "swa_protected": self._swa_protected}
+        kept = {
+            "evictable": self._evictable,
+            "protected": self._protected,
+            "swa_evictable": self._swa_evictable,
+            "swa_protected": self._swa_protected,
+        }
         for name, value in kept.items():
             if counts[name] != value:
                 raise PoolError(f"{name}_size is {value}, the nodes hold {counts[name]}")

@@ -64,9 +64,7 @@ class ReqToTokenPool:
             raise IndexContractError(f"request slot {req_pool_idx} is not allocated")
         end = start + locs.numel()
         if start < 0 or end > self.max_context_len:
-            raise IndexContractError(
-                f"positions [{start}, {end}) do not fit in max_context_len={self.max_context_len}"
-            )
+            raise IndexContractError(f"positions [{start}, {end}) do not fit in max_context_len={self.max_context_len}")
         self.req_to_token[req_pool_idx, start:end] = locs
 
     def write_tokens(self, req_pool_indices: list[int], positions: list[int], locs: torch.Tensor) -> None:
@@ -74,19 +72,25 @@ class ReqToTokenPool:
         step's tokens, one per request, without a tensor op per request."""
         check_index("locs", locs, device=self.device)
         if not len(req_pool_indices) == len(positions) == locs.numel():
-            raise IndexContractError(f"write_tokens: {len(req_pool_indices)} request slots, {len(positions)} "
-                                     f"positions and {locs.numel()} locs")
+            raise IndexContractError(
+                f"write_tokens: {len(req_pool_indices)} request slots, {len(positions)} "
+                f"positions and {locs.numel()} locs"
+            )
         if not req_pool_indices:
             return
         for slot in req_pool_indices:
             if not 0 < slot <= self.size or self._is_free[slot]:
                 raise IndexContractError(f"request slot {slot} is not allocated")
         if min(positions) < 0 or max(positions) >= self.max_context_len:
-            raise IndexContractError(f"positions {min(positions)}..{max(positions)} do not fit in "
-                                     f"max_context_len={self.max_context_len}")
+            raise IndexContractError(
+                f"positions {min(positions)}..{max(positions)} do not fit in max_context_len={self.max_context_len}"
+            )
         width = self.max_context_len
-        flat = torch.tensor([slot * width + pos for slot, pos in zip(req_pool_indices, positions)],
-                            dtype=torch.int64, device=self.device)
+        flat = torch.tensor(
+            [slot * width + pos for slot, pos in zip(req_pool_indices, positions)],
+            dtype=torch.int64,
+            device=self.device,
+        )
         self.req_to_token.view(-1)[flat] = locs
 
     def read_tokens(self, ranges: list[tuple[int, int, int]]) -> torch.Tensor:
@@ -95,8 +99,10 @@ class ReqToTokenPool:
         width = self.max_context_len
         for slot, start, end in ranges:
             if not (0 <= slot <= self.size and 0 <= start <= end <= width):
-                raise IndexContractError(f"read_tokens: request slot {slot}, positions [{start}, {end}) are outside "
-                                         f"{self.size} slots x max_context_len={width}")
+                raise IndexContractError(
+                    f"read_tokens: request slot {slot}, positions [{start}, {end}) are outside "
+                    f"{self.size} slots x max_context_len={width}"
+                )
         flat = [i for slot, start, end in ranges for i in range(slot * width + start, slot * width + end)]
         return self.req_to_token.view(-1).index_select(0, torch.tensor(flat, dtype=torch.int64, device=self.device))
 

@@ -67,7 +67,9 @@ class SWATokenToKVPoolAllocator:
     def alloc(self, need_size: int) -> torch.Tensor | None:
         """Full slots for ``need_size`` new tokens, each mapped to a fresh SWA slot; ``None`` if either pool is full."""
         if need_size < 0 or need_size % self.page_size:
-            raise AlignmentError(f"alloc size {need_size} must be a non-negative multiple of page_size {self.page_size}")
+            raise AlignmentError(
+                f"alloc size {need_size} must be a non-negative multiple of page_size {self.page_size}"
+            )
         if need_size > self.available_size():
             return None
         full = self.full_attn_allocator.alloc(need_size)
@@ -77,8 +79,9 @@ class SWATokenToKVPoolAllocator:
         self._kvcache.on_mapping_changed("alloc")
         return full
 
-    def alloc_extend(self, prefix_lens: Sequence[int], seq_lens: Sequence[int],
-                     last_loc: Sequence[int]) -> torch.Tensor | None:
+    def alloc_extend(
+        self, prefix_lens: Sequence[int], seq_lens: Sequence[int], last_loc: Sequence[int]
+    ) -> torch.Tensor | None:
         """Grow each request from ``prefix_lens[i]`` to ``seq_lens[i]`` tokens; ``last_loc[i]`` is the full
         slot of its last token (-1: a new request). Both pools page in step: the SWA side continues from
         the SWA peer of the same last token, so a token's full and SWA slots sit at the same offset of
@@ -86,8 +89,10 @@ class SWATokenToKVPoolAllocator:
         last = torch.tensor(list(last_loc), dtype=torch.int64, device=self.device)
         swa_last = self.full_to_swa_index_mapping[last].tolist()  # -1 maps to -1 (the trailing entry)
         if any(s == 0 for s in swa_last):
-            raise PoolError(f"alloc_extend: a request's last token (full slots {list(last_loc)}) holds no SWA slot; "
-                            "it cannot have left the window")
+            raise PoolError(
+                f"alloc_extend: a request's last token (full slots {list(last_loc)}) holds no SWA slot; "
+                "it cannot have left the window"
+            )
         ps = self.page_size
         new_pages = sum(-(-seq // ps) - -(-prefix // ps) for prefix, seq in zip(prefix_lens, seq_lens)) * ps
         if new_pages > self.available_size():
@@ -99,21 +104,25 @@ class SWATokenToKVPoolAllocator:
         self._kvcache.on_mapping_changed("alloc")  # the same mutation point as alloc: new tokens get mappings
         return full
 
-    def alloc_extend_swa_tail(self, prefix_len: int, seq_len: int, last_loc: int, swa_tail_len: int) -> torch.Tensor | None:
+    def alloc_extend_swa_tail(
+        self, prefix_len: int, seq_len: int, last_loc: int, swa_tail_len: int
+    ) -> torch.Tensor | None:
         """One request's full slots for tokens ``prefix_len .. seq_len - 1``, SWA slots for the last
         ``swa_tail_len`` of them only: a request whose KV arrives from a prefill server needs no SWA
         slots for tokens already out of its window. The tail starts a page, so both pools stay in step."""
         ps, n = self.page_size, seq_len - prefix_len
         if not 0 <= swa_tail_len <= n or (seq_len - swa_tail_len) % ps:
-            raise AlignmentError(f"alloc_extend_swa_tail: an SWA tail of {swa_tail_len} of tokens "
-                                 f"{prefix_len}..{seq_len - 1} does not start a page of {ps}")
+            raise AlignmentError(
+                f"alloc_extend_swa_tail: an SWA tail of {swa_tail_len} of tokens "
+                f"{prefix_len}..{seq_len - 1} does not start a page of {ps}"
+            )
         full_pages, swa_pages = -(-seq_len // ps) - -(-prefix_len // ps), -(-swa_tail_len // ps)
         if full_pages * ps > self.full_available_size() or swa_pages * ps > self.swa_available_size():
             return None
         full = self.full_attn_allocator.alloc_extend([prefix_len], [seq_len], [last_loc])
         swa = self.swa_attn_allocator.alloc_extend([0], [swa_tail_len], [-1])
         assert full is not None and swa is not None  # guaranteed by the size check above
-        self.full_to_swa_index_mapping[full[n - swa_tail_len:]] = swa
+        self.full_to_swa_index_mapping[full[n - swa_tail_len :]] = swa
         self._kvcache.on_mapping_changed("alloc")
         return full
 
@@ -128,7 +137,7 @@ class SWATokenToKVPoolAllocator:
             return
         if free_index.numel() == 0:
             return
-        full_pages = self.full_attn_allocator.pages_of(free_index)
+        self.full_attn_allocator.pages_of(free_index)  # validates every slot before either pool changes
         swa = self.full_to_swa_index_mapping.index_select(0, free_index)  # in range: checked above
         live_swa = swa[swa > 0]
         swa_pages = self.swa_attn_allocator.pages_of(live_swa)
@@ -149,14 +158,21 @@ class SWATokenToKVPoolAllocator:
         # Each check is one reduction; naming the culprits is the failing path's cost.
         full = self.full_attn_allocator
         if full.any_free(free_index):  # in range, so none is on the padding page
-            raise PoolError(f"free_swa: full slots {free_index[~full.is_allocated(free_index)].tolist()} are not allocated")
+            raise PoolError(
+                f"free_swa: full slots {free_index[~full.is_allocated(free_index)].tolist()} are not allocated"
+            )
         swa = self.full_to_swa_index_mapping.index_select(0, free_index)  # in range: checked above
         if not swa.all():
             released = free_index[swa == 0]
             raise DoubleFreeError(f"free_swa: full slots {released.tolist()} hold no SWA slot (already released)")
-        if self.page_size > 1 and torch.unique(free_index // self.page_size).numel() * self.page_size != free_index.numel():
-            raise AlignmentError(f"free_swa: a window frees whole pages of {self.page_size} slots, got "
-                                 f"{free_index.tolist()}; the rest of a page is still in the window")
+        if (
+            self.page_size > 1
+            and torch.unique(free_index // self.page_size).numel() * self.page_size != free_index.numel()
+        ):
+            raise AlignmentError(
+                f"free_swa: a window frees whole pages of {self.page_size} slots, got "
+                f"{free_index.tolist()}; the rest of a page is still in the window"
+            )
         self.swa_attn_allocator.free(swa)
         self.full_to_swa_index_mapping[free_index] = 0
         self._kvcache.on_mapping_changed("free_swa")

@@ -83,8 +83,14 @@ class SWAKVPool:
         self.full_to_swa_index_mapping = mapping
         self.on_mapping_changed("register_mapping")
 
-    @seam("no-invalidate-on-mutation", "no-invalidate-on-alloc", "no-invalidate-on-free", "no-invalidate-on-clear",
-          "no-invalidate-on-set-mapping", "no-invalidate-on-register-mapping")
+    @seam(
+        "no-invalidate-on-mutation",
+        "no-invalidate-on-alloc",
+        "no-invalidate-on-free",
+        "no-invalidate-on-clear",
+        "no-invalidate-on-set-mapping",
+        "no-invalidate-on-register-mapping",
+    )
     def on_mapping_changed(self, mutation: str) -> None:
         """Every change of the mapping (the allocator's five mutations, a new mapping) ends here: whatever
         the memo holds was translated through the old mapping (loc_memo.py, rule 2)."""

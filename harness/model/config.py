@@ -25,36 +25,90 @@ SUPPORTED_ROPE_TYPES = ("default", "linear")
 # transformers 5.x class defaults (Gemma2Config, Gemma3TextConfig, Qwen3Config, MellumConfig).
 _DEFAULTS: dict[str, dict[str, Any]] = {
     "gemma2": dict(
-        vocab_size=256000, hidden_size=2304, intermediate_size=9216, num_hidden_layers=26,
-        num_attention_heads=8, num_key_value_heads=4, head_dim=256,
-        hidden_activation="gelu_pytorch_tanh", max_position_embeddings=8192, rms_norm_eps=1e-6,
-        pad_token_id=0, eos_token_id=1, bos_token_id=2, tie_word_embeddings=True,
-        attention_bias=False, query_pre_attn_scalar=256, sliding_window=4096,
-        final_logit_softcapping=30.0, attn_logit_softcapping=50.0, rope_theta=10_000.0,
+        vocab_size=256000,
+        hidden_size=2304,
+        intermediate_size=9216,
+        num_hidden_layers=26,
+        num_attention_heads=8,
+        num_key_value_heads=4,
+        head_dim=256,
+        hidden_activation="gelu_pytorch_tanh",
+        max_position_embeddings=8192,
+        rms_norm_eps=1e-6,
+        pad_token_id=0,
+        eos_token_id=1,
+        bos_token_id=2,
+        tie_word_embeddings=True,
+        attention_bias=False,
+        query_pre_attn_scalar=256,
+        sliding_window=4096,
+        final_logit_softcapping=30.0,
+        attn_logit_softcapping=50.0,
+        rope_theta=10_000.0,
     ),
     "gemma3_text": dict(
-        vocab_size=262_208, hidden_size=2304, intermediate_size=9216, num_hidden_layers=26,
-        num_attention_heads=8, num_key_value_heads=4, head_dim=256,
-        hidden_activation="gelu_pytorch_tanh", max_position_embeddings=131_072, rms_norm_eps=1e-6,
-        pad_token_id=0, eos_token_id=1, bos_token_id=2, tie_word_embeddings=True,
-        attention_bias=False, query_pre_attn_scalar=256, sliding_window=4096,
-        final_logit_softcapping=None, sliding_window_pattern=6,
-        rope_theta=1_000_000.0, rope_local_base_freq=10_000.0,
+        vocab_size=262_208,
+        hidden_size=2304,
+        intermediate_size=9216,
+        num_hidden_layers=26,
+        num_attention_heads=8,
+        num_key_value_heads=4,
+        head_dim=256,
+        hidden_activation="gelu_pytorch_tanh",
+        max_position_embeddings=131_072,
+        rms_norm_eps=1e-6,
+        pad_token_id=0,
+        eos_token_id=1,
+        bos_token_id=2,
+        tie_word_embeddings=True,
+        attention_bias=False,
+        query_pre_attn_scalar=256,
+        sliding_window=4096,
+        final_logit_softcapping=None,
+        sliding_window_pattern=6,
+        rope_theta=1_000_000.0,
+        rope_local_base_freq=10_000.0,
     ),
     "qwen3": dict(
-        vocab_size=151936, hidden_size=4096, intermediate_size=22016, num_hidden_layers=32,
-        num_attention_heads=32, num_key_value_heads=32, head_dim=128, hidden_act="silu",
-        max_position_embeddings=32768, rms_norm_eps=1e-6, pad_token_id=None, eos_token_id=None,
-        bos_token_id=None, tie_word_embeddings=False, attention_bias=False,
-        use_sliding_window=False, sliding_window=4096, max_window_layers=28, rope_theta=10_000.0,
+        vocab_size=151936,
+        hidden_size=4096,
+        intermediate_size=22016,
+        num_hidden_layers=32,
+        num_attention_heads=32,
+        num_key_value_heads=32,
+        head_dim=128,
+        hidden_act="silu",
+        max_position_embeddings=32768,
+        rms_norm_eps=1e-6,
+        pad_token_id=None,
+        eos_token_id=None,
+        bos_token_id=None,
+        tie_word_embeddings=False,
+        attention_bias=False,
+        use_sliding_window=False,
+        sliding_window=4096,
+        max_window_layers=28,
+        rope_theta=10_000.0,
     ),
     # layer_types defaults to all full attention, mlp_layer_types to all "sparse" (MoE), and
     # rope_parameters to {full: 500000, sliding: 10000} (MellumConfig.__post_init__).
     "mellum": dict(
-        vocab_size=98304, hidden_size=2304, intermediate_size=7168, num_hidden_layers=28,
-        num_attention_heads=32, num_key_value_heads=4, head_dim=128, hidden_act="silu",
-        max_position_embeddings=131072, rms_norm_eps=1e-6, pad_token_id=None, eos_token_id=None,
-        bos_token_id=None, tie_word_embeddings=False, attention_bias=False, sliding_window=1024,
+        vocab_size=98304,
+        hidden_size=2304,
+        intermediate_size=7168,
+        num_hidden_layers=28,
+        num_attention_heads=32,
+        num_key_value_heads=4,
+        head_dim=128,
+        hidden_act="silu",
+        max_position_embeddings=131072,
+        rms_norm_eps=1e-6,
+        pad_token_id=None,
+        eos_token_id=None,
+        bos_token_id=None,
+        tie_word_embeddings=False,
+        attention_bias=False,
+        sliding_window=1024,
     ),
 }
 _MELLUM_DEFAULT_ROPE = {
@@ -169,8 +223,7 @@ class _Fields:
         return self.hf[key] if key in self.hf else self.defaults.get(key)
 
 
-def _common(f: _Fields, layer_types: list[str], sliding_window: int | None,
-            act_key: str) -> dict[str, Any]:
+def _common(f: _Fields, layer_types: list[str], sliding_window: int | None, act_key: str) -> dict[str, Any]:
     """Fields shared by all architectures, validated."""
     if f.hf.get("use_bidirectional_attention"):
         raise CheckpointError(f"{f.model_type}: use_bidirectional_attention=True is not supported")
@@ -189,9 +242,7 @@ def _common(f: _Fields, layer_types: list[str], sliding_window: int | None,
     if bad:
         raise CheckpointError(f"{f.model_type}: unsupported layer_types entries {bad}")
     if len(types) != n_layers:
-        raise CheckpointError(
-            f"{f.model_type}: layer_types has {len(types)} entries but num_hidden_layers={n_layers}"
-        )
+        raise CheckpointError(f"{f.model_type}: layer_types has {len(types)} entries but num_hidden_layers={n_layers}")
     if SLIDING in types and sliding_window is None:
         raise CheckpointError(
             f"{f.model_type}: layer_types has sliding layers but no sliding_window is set"
@@ -394,5 +445,8 @@ def _cap(value: Any) -> float | None:
 
 
 _PARSERS = {
-    "gemma2": _parse_gemma2, "gemma3_text": _parse_gemma3_text, "qwen3": _parse_qwen3, "mellum": _parse_mellum,
+    "gemma2": _parse_gemma2,
+    "gemma3_text": _parse_gemma3_text,
+    "qwen3": _parse_qwen3,
+    "mellum": _parse_mellum,
 }

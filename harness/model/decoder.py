@@ -26,8 +26,9 @@ class DecoderLayer(nn.Module):
     `post_attn_norm` for Gemma (whose pre-MLP norm is ``pre_feedforward_layernorm``).
     """
 
-    def __init__(self, config: HybridModelConfig, layer_id: int, dtype: torch.dtype,
-                 device: torch.device | str = "cpu"):
+    def __init__(
+        self, config: HybridModelConfig, layer_id: int, dtype: torch.dtype, device: torch.device | str = "cpu"
+    ):
         super().__init__()
         hidden, eps, gemma = config.hidden_size, config.rms_norm_eps, config.gemma_norm
         self.input_norm = RMSNorm(hidden, eps, gemma, dtype, device)

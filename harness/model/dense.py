@@ -48,11 +48,11 @@ def visible_mask(length: int, window: int | None, device: torch.device | str = "
 class DenseAttention:
     """`AttentionBackend` over `DenseBatch`: causal (+ sliding) attention per sequence."""
 
-    def forward(self, layer: AttentionLayerSpec, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
-                batch: DenseBatch) -> torch.Tensor:
+    def forward(
+        self, layer: AttentionLayerSpec, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, batch: DenseBatch
+    ) -> torch.Tensor:
         outs = [
-            self.attend(layer, q[o:o + n], k[o:o + n], v[o:o + n])
-            for o, n in zip(batch.offsets, batch.seq_lens)
+            self.attend(layer, q[o : o + n], k[o : o + n], v[o : o + n]) for o, n in zip(batch.offsets, batch.seq_lens)
         ]
         return torch.cat(outs)
 

@@ -6,8 +6,9 @@ import torch
 from torch import nn
 
 
-def linear_weight(out_features: int, in_features: int, dtype: torch.dtype,
-                  device: torch.device | str = "cpu") -> nn.Parameter:
+def linear_weight(
+    out_features: int, in_features: int, dtype: torch.dtype, device: torch.device | str = "cpu"
+) -> nn.Parameter:
     """An ``[out, in]`` weight for ``F.linear`` whose memory is ``[in, out]`` row-major.
 
     ``F.linear(x, w)`` multiplies by ``w.t()``; with this layout that operand is contiguous, and on one

@@ -23,8 +23,9 @@ ACTIVATIONS: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {
 class GatedMLP(nn.Module):
     """``down(act(gate(x)) * up(x))``; `gate_up` is ``cat([gate, up])`` of the HF weights."""
 
-    def __init__(self, hidden_size: int, intermediate_size: int, act: str,
-                 dtype: torch.dtype, device: torch.device | str = "cpu"):
+    def __init__(
+        self, hidden_size: int, intermediate_size: int, act: str, dtype: torch.dtype, device: torch.device | str = "cpu"
+    ):
         super().__init__()
         if act not in ACTIVATIONS:
             raise CheckpointError(f"unsupported activation {act!r}; supported: {sorted(ACTIVATIONS)}")

@@ -30,8 +30,13 @@ class HybridSWAForCausalLM(nn.Module):
     allocates uninitialised weights.
     """
 
-    def __init__(self, config: HybridModelConfig, dtype: torch.dtype = torch.float32,
-                 device: torch.device | str = "cpu", max_positions: int | None = None):
+    def __init__(
+        self,
+        config: HybridModelConfig,
+        dtype: torch.dtype = torch.float32,
+        device: torch.device | str = "cpu",
+        max_positions: int | None = None,
+    ):
         super().__init__()
         self.config = config
         self.dtype = dtype
@@ -42,7 +47,9 @@ class HybridSWAForCausalLM(nn.Module):
 
         self.embed = param(config.vocab_size, config.hidden_size)
         # tied: the embedding's rows stay contiguous for the lookup, so the LM head reads them transposed
-        self.lm_head = None if config.tie_word_embeddings else linear_weight(config.vocab_size, config.hidden_size, dtype, device)
+        self.lm_head = (
+            None if config.tie_word_embeddings else linear_weight(config.vocab_size, config.hidden_size, dtype, device)
+        )
         # transformers keeps the scale as a tensor cast to the weight dtype
         # (sqrt(3072) becomes 55.5 in bf16), so we do too.
         if config.embed_scale != 1.0:
@@ -61,14 +68,13 @@ class HybridSWAForCausalLM(nn.Module):
 
         # One table per distinct RoPE (Gemma3: local and global bases).
         ropes = list(dict.fromkeys(config.rope_for(i) for i in range(config.num_hidden_layers)))
-        self.rotary = nn.ModuleList(
-            RotaryTables(r, config.head_dim, self.max_positions, dtype, device) for r in ropes
-        )
+        self.rotary = nn.ModuleList(RotaryTables(r, config.head_dim, self.max_positions, dtype, device) for r in ropes)
         self.layer_rope = tuple(ropes.index(config.rope_for(i)) for i in range(config.num_hidden_layers))
         self.kernels: dict[str, Callable[..., None] | None] = {"gelu_tanh_and_mul": None, "rms_norm": None}
 
-    def use_kernels(self, *, gelu_tanh_and_mul: Callable[..., None] | None,
-                    rms_norm: Callable[..., None] | None) -> None:
+    def use_kernels(
+        self, *, gelu_tanh_and_mul: Callable[..., None] | None, rms_norm: Callable[..., None] | None
+    ) -> None:
         """Compiled ``out=`` ops for every tanh-GELU MLP's ``gelu(gate) * up`` and every RMSNorm (the
         engine's ``cpu_kernels``); None: torch ops."""
         self.kernels = {"gelu_tanh_and_mul": gelu_tanh_and_mul, "rms_norm": rms_norm}
@@ -98,8 +104,14 @@ class HybridSWAForCausalLM(nn.Module):
         """Per-layer attention specs, e.g. for sizing a KV pool."""
         return tuple(layer.attn.spec for layer in self.layers)
 
-    def forward(self, input_ids: torch.Tensor, positions: torch.Tensor, attention: AttentionBackend,
-                batch: Any, logits_indices: torch.Tensor | None = None) -> torch.Tensor:
+    def forward(
+        self,
+        input_ids: torch.Tensor,
+        positions: torch.Tensor,
+        attention: AttentionBackend,
+        batch: Any,
+        logits_indices: torch.Tensor | None = None,
+    ) -> torch.Tensor:
         """Logits ``float32 [T, vocab]``, or ``[len(logits_indices), vocab]`` when given.
 
         `logits_indices` selects rows (e.g. each sequence's last token in a
@@ -110,8 +122,9 @@ class HybridSWAForCausalLM(nn.Module):
             hidden = hidden[logits_indices]
         return self.compute_logits(hidden)
 
-    def hidden_states(self, input_ids: torch.Tensor, positions: torch.Tensor,
-                      attention: AttentionBackend, batch: Any) -> torch.Tensor:
+    def hidden_states(
+        self, input_ids: torch.Tensor, positions: torch.Tensor, attention: AttentionBackend, batch: Any
+    ) -> torch.Tensor:
         """Residual stream after the last layer, ``[T, hidden]``, before the final norm."""
         x = F.embedding(input_ids, self.embed)
         if self.embed_scale is not None:

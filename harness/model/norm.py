@@ -26,8 +26,14 @@ class RMSNorm(nn.Module):
     as ``|x|^2 / n`` (`_inv_rms`), a decode step's largest group of ops made smaller, within a few ulp.
     """
 
-    def __init__(self, shape: int | tuple[int, ...], eps: float, gemma: bool,
-                 dtype: torch.dtype, device: torch.device | str = "cpu"):
+    def __init__(
+        self,
+        shape: int | tuple[int, ...],
+        eps: float,
+        gemma: bool,
+        dtype: torch.dtype,
+        device: torch.device | str = "cpu",
+    ):
         super().__init__()
         self.eps = eps
         self.gemma = gemma

@@ -31,8 +31,14 @@ class RotaryTables(nn.Module):
     transformers' ``x * cos + rotate_half(x) * sin`` exactly.
     """
 
-    def __init__(self, rope: RopeConfig, head_dim: int, max_positions: int,
-                 dtype: torch.dtype, device: torch.device | str = "cpu"):
+    def __init__(
+        self,
+        rope: RopeConfig,
+        head_dim: int,
+        max_positions: int,
+        dtype: torch.dtype,
+        device: torch.device | str = "cpu",
+    ):
         super().__init__()
         self.rope = rope
         freqs = torch.arange(max_positions).float()[:, None] * inv_freq(rope, head_dim)[None, :]

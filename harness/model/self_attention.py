@@ -23,8 +23,9 @@ class SelfAttention(nn.Module):
     single op whatever the head counts.
     """
 
-    def __init__(self, config: HybridModelConfig, layer_id: int, dtype: torch.dtype,
-                 device: torch.device | str = "cpu"):
+    def __init__(
+        self, config: HybridModelConfig, layer_id: int, dtype: torch.dtype, device: torch.device | str = "cpu"
+    ):
         super().__init__()
         h, kvh, d = config.num_attention_heads, config.num_key_value_heads, config.head_dim
         self.spec = AttentionLayerSpec(
@@ -44,8 +45,9 @@ class SelfAttention(nn.Module):
         self.qkv_bias = param((h + 2 * kvh) * d) if config.attention_bias else None
         self.o = linear_weight(config.hidden_size, h * d, dtype, device)
         self.o_bias = param(config.hidden_size) if config.attention_bias else None
-        self.qk_norm = (RMSNorm((h + kvh, d), config.rms_norm_eps, config.gemma_norm, dtype, device)
-                        if config.qk_norm else None)
+        self.qk_norm = (
+            RMSNorm((h + kvh, d), config.rms_norm_eps, config.gemma_norm, dtype, device) if config.qk_norm else None
+        )
 
     def forward(self, x: torch.Tensor, rope: Rope, attention: AttentionBackend, batch: Any) -> torch.Tensor:
         s = self.spec

@@ -20,9 +20,14 @@ from harness.model.errors import CheckpointError
 class Tokenizer:
     """Encode/decode with an HF fast-tokenizer file."""
 
-    def __init__(self, tokenizer: _HFTokenizer, bos_token_id: int | None = None,
-                 eos_token_ids: Sequence[int] = (), pad_token_id: int | None = None,
-                 add_bos_token: bool = False):
+    def __init__(
+        self,
+        tokenizer: _HFTokenizer,
+        bos_token_id: int | None = None,
+        eos_token_ids: Sequence[int] = (),
+        pad_token_id: int | None = None,
+        add_bos_token: bool = False,
+    ):
         self.tokenizer = tokenizer
         self.bos_token_id = bos_token_id
         self.eos_token_ids = tuple(dict.fromkeys(eos_token_ids))

@@ -53,8 +53,7 @@ def expected_tensors(config: HybridModelConfig) -> dict[str, tuple[int, ...]]:
         if c.qk_norm:
             shapes |= {p + "self_attn.q_norm.weight": (d,), p + "self_attn.k_norm.weight": (d,)}
         if c.sandwich_norm:
-            shapes |= {p + "pre_feedforward_layernorm.weight": (hid,),
-                       p + "post_feedforward_layernorm.weight": (hid,)}
+            shapes |= {p + "pre_feedforward_layernorm.weight": (hid,), p + "post_feedforward_layernorm.weight": (hid,)}
     shapes["model.norm.weight"] = (hid,)
     if not c.tie_word_embeddings:
         shapes["lm_head.weight"] = (c.vocab_size, hid)
@@ -151,8 +150,7 @@ def read_tensors(files: Iterable[Path], config: HybridModelConfig) -> dict[str, 
     return tensors
 
 
-def fuse(tensors: dict[str, torch.Tensor], config: HybridModelConfig,
-         dtype: torch.dtype) -> dict[str, torch.Tensor]:
+def fuse(tensors: dict[str, torch.Tensor], config: HybridModelConfig, dtype: torch.dtype) -> dict[str, torch.Tensor]:
     """HF tensors -> `HybridSWAForCausalLM` state dict (fused, cast, norm scales prepared)."""
     c = config
 
@@ -176,10 +174,12 @@ def fuse(tensors: dict[str, torch.Tensor], config: HybridModelConfig,
             state[ours + "attn.qkv_bias"] = torch.cat([w(att + f"{x}_proj.bias") for x in "qkv"])
             state[ours + "attn.o_bias"] = w(att + "o_proj.bias")
         if c.qk_norm:
-            state[ours + "attn.qk_norm.scale"] = torch.cat([
-                norm(att + "q_norm.weight", c.num_attention_heads),
-                norm(att + "k_norm.weight", c.num_key_value_heads),
-            ])
+            state[ours + "attn.qk_norm.scale"] = torch.cat(
+                [
+                    norm(att + "q_norm.weight", c.num_attention_heads),
+                    norm(att + "k_norm.weight", c.num_key_value_heads),
+                ]
+            )
         state[ours + "mlp.gate_up"] = torch.cat([w(hf + "mlp.gate_proj.weight"), w(hf + "mlp.up_proj.weight")])
         state[ours + "mlp.down"] = w(hf + "mlp.down_proj.weight")
         state[ours + "input_norm.scale"] = norm(hf + "input_layernorm.weight")
@@ -192,9 +192,13 @@ def fuse(tensors: dict[str, torch.Tensor], config: HybridModelConfig,
     return state
 
 
-def load_model(path: str | Path, dtype: torch.dtype = torch.float32, device: torch.device | str = "cpu",
-               config: HybridModelConfig | None = None,
-               max_positions: int | None = None) -> HybridSWAForCausalLM:
+def load_model(
+    path: str | Path,
+    dtype: torch.dtype = torch.float32,
+    device: torch.device | str = "cpu",
+    config: HybridModelConfig | None = None,
+    max_positions: int | None = None,
+) -> HybridSWAForCausalLM:
     """Load an HF checkpoint directory (config.json + safetensors) for inference.
 
     `config` overrides the parsed config.json (e.g. a different sliding window in

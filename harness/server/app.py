@@ -60,8 +60,10 @@ def build_app(worker: EngineWorker, model_name: str, *, build: Mapping[str, Any]
     if engine is None:
         raise ValueError("start the EngineWorker before building the app (its engine does not exist yet)")
     if engine.tokenizer is None:
-        raise ValueError(f"{engine.config.model_path} has no tokenizer.json: the OpenAI server takes and returns "
-                         "text, so it needs the checkpoint's tokenizer")
+        raise ValueError(
+            f"{engine.config.model_path} has no tokenizer.json: the OpenAI server takes and returns "
+            "text, so it needs the checkpoint's tokenizer"
+        )
     tokenizer = releasing_gil(engine.tokenizer)
     longest = max(map(len, engine.tokenizer.tokenizer.get_vocab()), default=1)
     app = web.Application(middlewares=[_errors, _guard], client_max_size=MAX_BODY_BYTES)
@@ -118,16 +120,19 @@ async def completions(request: web.Request) -> web.Response:
     _check_model(req.model, state["model"])
     prompts = await _off_loop(request, _encode_all, state["tokenizer"], req.prompts)
     outputs = await _generate(request, prompts, req.gen.sampling(), prompt_field="prompt")
-    choices = [{"text": o.text, "index": i, "logprobs": None, "finish_reason": _finish(o)}
-               for i, o in enumerate(outputs)]
-    return web.json_response({
-        "id": f"cmpl-{uuid.uuid4().hex}",
-        "object": "text_completion",
-        "created": int(time.time()),
-        "model": state["model"],
-        "choices": choices,
-        "usage": _usage(outputs),
-    })
+    choices = [
+        {"text": o.text, "index": i, "logprobs": None, "finish_reason": _finish(o)} for i, o in enumerate(outputs)
+    ]
+    return web.json_response(
+        {
+            "id": f"cmpl-{uuid.uuid4().hex}",
+            "object": "text_completion",
+            "created": int(time.time()),
+            "model": state["model"],
+            "choices": choices,
+            "usage": _usage(outputs),
+        }
+    )
 
 
 async def chat_completions(request: web.Request) -> web.Response:
@@ -137,27 +142,42 @@ async def chat_completions(request: web.Request) -> web.Response:
     prompt = await _off_loop(request, _chat_ids, state["chat"], state["tokenizer"], req.messages)
     outputs = await _generate(request, [prompt], req.gen.sampling(), prompt_field="messages")
     out = outputs[0]
-    return web.json_response({
-        "id": f"chatcmpl-{uuid.uuid4().hex}",
-        "object": "chat.completion",
-        "created": int(time.time()),
-        "model": state["model"],
-        "choices": [{"index": 0, "message": {"role": "assistant", "content": out.text}, "logprobs": None,
-                     "finish_reason": _finish(out)}],
-        "usage": _usage(outputs),
-    })
+    return web.json_response(
+        {
+            "id": f"chatcmpl-{uuid.uuid4().hex}",
+            "object": "chat.completion",
+            "created": int(time.time()),
+            "model": state["model"],
+            "choices": [
+                {
+                    "index": 0,
+                    "message": {"role": "assistant", "content": out.text},
+                    "logprobs": None,
+                    "finish_reason": _finish(out),
+                }
+            ],
+            "usage": _usage(outputs),
+        }
+    )
 
 
 async def models(request: web.Request) -> web.Response:
     state = request.app[STATE_KEY]
-    return web.json_response({"object": "list", "data": [{
-        "id": state["model"],
-        "object": "model",
-        "created": state["created"],
-        "owned_by": "swa-harness",
-        "max_model_len": state["limits"].max_context_len,
-        "graph_mode": state["graph_mode"],
-    }]})
+    return web.json_response(
+        {
+            "object": "list",
+            "data": [
+                {
+                    "id": state["model"],
+                    "object": "model",
+                    "created": state["created"],
+                    "owned_by": "swa-harness",
+                    "max_model_len": state["limits"].max_context_len,
+                    "graph_mode": state["graph_mode"],
+                }
+            ],
+        }
+    )
 
 
 async def health(request: web.Request) -> web.Response:
@@ -167,17 +187,20 @@ async def health(request: web.Request) -> web.Response:
     worker = request.app[WORKER_KEY]
     pools = worker.pools()
     limits: Limits = state["limits"]
-    return web.json_response({
-        "status": "ok" if worker.alive else "stopped",
-        "model": state["model"],
-        "graph_mode": state["graph_mode"],
-        "build": state["build"],
-        "max_context_len": limits.max_context_len,
-        "max_prompt_chars": limits.max_prompt_chars,
-        "chat_template": state["chat"].source,
-        "stats": worker.stats().as_dict(),
-        "pools": pools.as_dict() if pools is not None else None,
-    }, status=200 if worker.alive else 503)
+    return web.json_response(
+        {
+            "status": "ok" if worker.alive else "stopped",
+            "model": state["model"],
+            "graph_mode": state["graph_mode"],
+            "build": state["build"],
+            "max_context_len": limits.max_context_len,
+            "max_prompt_chars": limits.max_prompt_chars,
+            "chat_template": state["chat"].source,
+            "stats": worker.stats().as_dict(),
+            "pools": pools.as_dict() if pools is not None else None,
+        },
+        status=200 if worker.alive else 503,
+    )
 
 
 # -- helpers -------------------------------------------------------------------------------------
@@ -219,8 +242,10 @@ def _refuse_lone_surrogates(body: Any) -> None:
             try:
                 value.encode("utf-8")
             except UnicodeEncodeError as exc:
-                raise ApiError(f"the request body holds a lone UTF-16 surrogate ({short_repr(value[exc.start])}), "
-                               "which is not valid Unicode") from None
+                raise ApiError(
+                    f"the request body holds a lone UTF-16 surrogate ({short_repr(value[exc.start])}), "
+                    "which is not valid Unicode"
+                ) from None
 
 
 def _refuse_constant(name: str) -> Any:
@@ -229,8 +254,12 @@ def _refuse_constant(name: str) -> Any:
 
 def _check_model(requested: str | None, served: str) -> None:
     if requested is not None and requested != served:
-        raise ApiError(f"model {short_repr(requested)} is not served here; this server serves {served!r}",
-                       param="model", status=404, code="model_not_found")
+        raise ApiError(
+            f"model {short_repr(requested)} is not served here; this server serves {served!r}",
+            param="model",
+            status=404,
+            code="model_not_found",
+        )
 
 
 async def _off_loop(request: web.Request, fn: Callable[..., Any], *args: Any) -> Any:
@@ -273,8 +302,12 @@ def _usage(outputs: list[GenerateOutput]) -> dict[str, Any]:
     """OpenAI's usage, with the prompt tokens the prefix cache served in ``prompt_tokens_details.cached_tokens``."""
     prompt = sum(len(o.prompt_ids) for o in outputs)
     completion = sum(len(o.output_ids) for o in outputs)
-    return {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion,
-            "prompt_tokens_details": {"cached_tokens": sum(o.cached_tokens for o in outputs)}}
+    return {
+        "prompt_tokens": prompt,
+        "completion_tokens": completion,
+        "total_tokens": prompt + completion,
+        "prompt_tokens_details": {"cached_tokens": sum(o.cached_tokens for o in outputs)},
+    }
 
 
 def _local_origin(origin: str) -> bool:
@@ -300,12 +333,15 @@ async def _guard(request: web.Request, handler: Handler) -> web.StreamResponse:
     preflight, which this server never grants."""
     origin = request.headers.get("Origin")
     if origin is not None and not _local_origin(origin):
-        raise ApiError(f"requests from web pages at Origin {short_repr(origin)} are refused: this server accepts "
-                       "only local origins", status=403, type="permission_error")
+        raise ApiError(
+            f"requests from web pages at Origin {short_repr(origin)} are refused: this server accepts "
+            "only local origins",
+            status=403,
+            type="permission_error",
+        )
     if request.method == "POST" and request.content_type != "application/json":
         sent = request.headers.get("Content-Type")
-        raise ApiError(f"Content-Type must be application/json, got {short_repr(sent) if sent else 'none'}",
-                       status=415)
+        raise ApiError(f"Content-Type must be application/json, got {short_repr(sent) if sent else 'none'}", status=415)
     return await handler(request)
 
 

@@ -51,15 +51,19 @@ class ChatRenderer:
         source = _template_source(config.get("chat_template"))
         if source is None and (path / "chat_template.jinja").is_file():
             source = (path / "chat_template.jinja").read_text()
-        specials = {k: v for k, v in ((k, _token_text(v)) for k, v in config.items() if k.endswith("_token"))
-                    if v is not None}
+        specials = {
+            k: v for k, v in ((k, _token_text(v)) for k, v in config.items() if k.endswith("_token")) if v is not None
+        }
         if source is None:
             return cls(tokenizer, special_tokens=specials)
         try:
             return cls(tokenizer, _environment().from_string(source), special_tokens=specials)
         except jinja2.TemplateError as exc:
-            return cls(tokenizer, template_error=f"the checkpoint's chat template does not compile: {exc}",
-                       special_tokens=specials)
+            return cls(
+                tokenizer,
+                template_error=f"the checkpoint's chat template does not compile: {exc}",
+                special_tokens=specials,
+            )
 
     def prompt(self, messages: Sequence[ChatMessage]) -> Prompt:
         """Token ids from the template, or fallback text for the engine to encode."""
@@ -90,8 +94,9 @@ def _raise_exception(message: str) -> None:
     raise jinja2.exceptions.TemplateError(message)
 
 
-def _tojson(x: Any, ensure_ascii: bool = False, indent: int | None = None, separators: Any = None,
-            sort_keys: bool = False) -> str:
+def _tojson(
+    x: Any, ensure_ascii: bool = False, indent: int | None = None, separators: Any = None, sort_keys: bool = False
+) -> str:
     return json.dumps(x, ensure_ascii=ensure_ascii, indent=indent, separators=separators, sort_keys=sort_keys)
 
 

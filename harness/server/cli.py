@@ -31,19 +31,33 @@ logger = logging.getLogger("harness.server")
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="swa-harness serve",
-                                description="Serve one checkpoint over the OpenAI API until SIGINT/SIGTERM (also: "
-                                            "python -m harness.server). Once listening it prints one line to stdout, "
-                                            f"'{SERVER_READY} http://HOST:PORT'; logs go to stderr.")
+    p = argparse.ArgumentParser(
+        prog="swa-harness serve",
+        description="Serve one checkpoint over the OpenAI API until SIGINT/SIGTERM (also: "
+        "python -m harness.server). Once listening it prints one line to stdout, "
+        f"'{SERVER_READY} http://HOST:PORT'; logs go to stderr.",
+    )
     p.add_argument("--model", required=True, help="checkpoint directory (config.json, safetensors, tokenizer.json)")
     p.add_argument("--graphs", default="auto", choices=("off", "eager", "tape", "cuda", "auto"))
-    p.add_argument("--capture", default="startup", choices=CAPTURE_MODES,
-                   help="capture every graph at start-up (default, as SGLang) or each on the first batch that needs it")
-    p.add_argument("--cpu-kernels", default="auto", choices=KERNEL_MODES,
-                   help="decode attention, gelu * up and RMSNorm as compiled CPU kernels (auto: where they build, "
-                        "fp32 on CPU), or torch ops")
-    p.add_argument("--prefix-cache", default="on", choices=("on", "off"),
-                   help="reuse cached prompt prefixes (a radix cache with SWA tombstones; default on, as real servers)")
+    p.add_argument(
+        "--capture",
+        default="startup",
+        choices=CAPTURE_MODES,
+        help="capture every graph at start-up (default, as SGLang) or each on the first batch that needs it",
+    )
+    p.add_argument(
+        "--cpu-kernels",
+        default="auto",
+        choices=KERNEL_MODES,
+        help="decode attention, gelu * up and RMSNorm as compiled CPU kernels (auto: where they build, "
+        "fp32 on CPU), or torch ops",
+    )
+    p.add_argument(
+        "--prefix-cache",
+        default="on",
+        choices=("on", "off"),
+        help="reuse cached prompt prefixes (a radix cache with SWA tombstones; default on, as real servers)",
+    )
     p.add_argument("--host", default="127.0.0.1", help="bind address (default: loopback only)")
     p.add_argument("--port", type=int, default=0, help="0 picks a free port (default)")
     p.add_argument("--max-running", type=int, default=32, help="max concurrently running requests (decode batch)")
@@ -59,17 +73,26 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    logging.basicConfig(level=args.log_level.upper(), stream=sys.stderr,
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.basicConfig(
+        level=args.log_level.upper(), stream=sys.stderr, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
     if not (Path(args.model) / "config.json").is_file():
         what = "no such folder" if not Path(args.model).exists() else "no config.json in it"
         print(f"swa-harness serve: --model {args.model}: not a checkpoint ({what})", file=sys.stderr)
         return 2
     try:
-        config = EngineConfig(model_path=args.model, graphs=args.graphs, max_running_requests=args.max_running,
-                              num_threads=args.num_threads, max_context_len=args.max_context_len, dtype=args.dtype,
-                              device=args.device, capture=args.capture, cpu_kernels=args.cpu_kernels,
-                              prefix_cache=args.prefix_cache == "on")
+        config = EngineConfig(
+            model_path=args.model,
+            graphs=args.graphs,
+            max_running_requests=args.max_running,
+            num_threads=args.num_threads,
+            max_context_len=args.max_context_len,
+            dtype=args.dtype,
+            device=args.device,
+            capture=args.capture,
+            cpu_kernels=args.cpu_kernels,
+            prefix_cache=args.prefix_cache == "on",
+        )
     except ValueError as exc:
         print(f"swa-harness serve: {exc}", file=sys.stderr)
         return 2
@@ -79,16 +102,27 @@ def main(argv: Sequence[str] | None = None) -> int:
     worker = EngineWorker(lambda: Engine(config))
     try:
         worker.start()
-        build = server_build(args.model, dtype=args.dtype, device=args.device, max_running=args.max_running,
-                             prefix_cache=args.prefix_cache,
-                             cpu_kernels=worker.engine.kernels.in_use, fault=fault.id if fault is not None else None)
+        build = server_build(
+            args.model,
+            dtype=args.dtype,
+            device=args.device,
+            max_running=args.max_running,
+            prefix_cache=args.prefix_cache,
+            cpu_kernels=worker.engine.kernels.in_use,
+            fault=fault.id if fault is not None else None,
+        )
         app = build_app(worker, args.served_model_name or args.model, build=build)
     except (RuntimeError, ValueError) as exc:  # the engine could not be built from this checkpoint: bad input
         print(f"swa-harness serve: {exc}", file=sys.stderr)
         worker.stop()
         return 2
-    logger.info("engine ready: %s, graphs=%s, cpu kernels=%s, max_context_len=%d", args.model,
-                worker.engine.graph_mode, worker.engine.kernels.in_use, worker.engine.max_context_len)
+    logger.info(
+        "engine ready: %s, graphs=%s, cpu kernels=%s, max_context_len=%d",
+        args.model,
+        worker.engine.graph_mode,
+        worker.engine.kernels.in_use,
+        worker.engine.max_context_len,
+    )
     try:
         asyncio.run(serve(app, worker, args.host, args.port, access_log=args.access_log))
     except OSError as exc:  # e.g. the port is taken
@@ -105,8 +139,12 @@ async def serve(app: web.Application, worker: EngineWorker, host: str, port: int
     ``handler_cancellation``: a client that disconnects cancels its handler, and with it its requests
     in the engine (aiohttp's default since 3.9 lets the handler run on).
     """
-    runner = web.AppRunner(app, access_log=logging.getLogger("aiohttp.access") if access_log else None,
-                           shutdown_timeout=5.0, handler_cancellation=True)
+    runner = web.AppRunner(
+        app,
+        access_log=logging.getLogger("aiohttp.access") if access_log else None,
+        shutdown_timeout=5.0,
+        handler_cancellation=True,
+    )
     await runner.setup()
     try:
         site = web.TCPSite(runner, host, port)

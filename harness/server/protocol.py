@@ -33,8 +33,15 @@ MAX_PROMPTS = 1024  # prompts in one /v1/completions request
 class ApiError(Exception):
     """An error response in OpenAI's shape: ``{"error": {"message", "type", "param", "code"}}``."""
 
-    def __init__(self, message: str, *, param: str | None = None, status: int = 400,
-                 type: str = "invalid_request_error", code: str | None = None) -> None:
+    def __init__(
+        self,
+        message: str,
+        *,
+        param: str | None = None,
+        status: int = 400,
+        type: str = "invalid_request_error",
+        code: str | None = None,
+    ) -> None:
         super().__init__(message)
         self.message = message
         self.param = param
@@ -75,8 +82,14 @@ class GenerationFields:
     ignore_eos: bool
 
     def sampling(self) -> SamplingParams:
-        return SamplingParams(max_new_tokens=self.max_tokens, temperature=self.temperature, seed=self.seed,
-                              stop=self.stop, stop_token_ids=self.stop_token_ids, ignore_eos=self.ignore_eos)
+        return SamplingParams(
+            max_new_tokens=self.max_tokens,
+            temperature=self.temperature,
+            seed=self.seed,
+            stop=self.stop,
+            stop_token_ids=self.stop_token_ids,
+            ignore_eos=self.ignore_eos,
+        )
 
 
 @dataclass(frozen=True)
@@ -100,12 +113,29 @@ class ChatRequest:
 
 
 # Fields both endpoints accept (some only at neutral values, see _check_neutral_fields).
-_COMMON = frozenset({
-    "model", "max_tokens", "temperature", "seed", "stop", "n", "stream", "top_p", "top_k", "min_p",
-    "frequency_penalty", "presence_penalty", "repetition_penalty", "logit_bias", "user", "do_sample",
-    # extensions shared with SGLang/vLLM, implemented by the engine:
-    "stop_token_ids", "ignore_eos",
-})
+_COMMON = frozenset(
+    {
+        "model",
+        "max_tokens",
+        "temperature",
+        "seed",
+        "stop",
+        "n",
+        "stream",
+        "top_p",
+        "top_k",
+        "min_p",
+        "frequency_penalty",
+        "presence_penalty",
+        "repetition_penalty",
+        "logit_bias",
+        "user",
+        "do_sample",
+        # extensions shared with SGLang/vLLM, implemented by the engine:
+        "stop_token_ids",
+        "ignore_eos",
+    }
+)
 COMPLETION_FIELDS = _COMMON | {"prompt", "echo", "logprobs", "best_of", "suffix"}
 CHAT_FIELDS = _COMMON | {"messages", "max_completion_tokens", "logprobs", "top_logprobs"}
 CHAT_ROLES = ("system", "user", "assistant")
@@ -125,8 +155,13 @@ def parse_completion(body: Any, limits: Limits) -> CompletionRequest:
     _neutral(body, "echo", _is_bool, lambda v: v is False, "echo=true (returning the prompt) is not supported")
     _neutral(body, "best_of", _is_int, lambda v: v == 1, "best_of must be 1")
     _neutral(body, "suffix", _is_str, lambda v: v == "", "suffix (insertion) is not supported")
-    _neutral(body, "logprobs", lambda v: isinstance(v, (bool, int)), lambda v: v is False,
-             "logprobs are not implemented by this server; send logprobs=null")
+    _neutral(
+        body,
+        "logprobs",
+        lambda v: isinstance(v, (bool, int)),
+        lambda v: v is False,
+        "logprobs are not implemented by this server; send logprobs=null",
+    )
     gen = _generation(body, limits, max_tokens=_int_field(body, "max_tokens", 1, limits.max_context_len))
     return CompletionRequest(prompts, _model(body), gen)
 
@@ -139,15 +174,21 @@ def parse_chat(body: Any, limits: Limits) -> ChatRequest:
     messages = _messages(body["messages"])
     chars = sum(len(m.content) for m in messages)
     if limits.max_prompt_chars is not None and chars > limits.max_prompt_chars:
-        raise ApiError(f"messages hold {chars} characters; this server accepts at most {limits.max_prompt_chars} "
-                       f"(its context holds {limits.max_context_len} tokens)", param="messages", status=413)
+        raise ApiError(
+            f"messages hold {chars} characters; this server accepts at most {limits.max_prompt_chars} "
+            f"(its context holds {limits.max_context_len} tokens)",
+            param="messages",
+            status=413,
+        )
     _neutral(body, "logprobs", _is_bool, lambda v: v is False, "logprobs are not implemented by this server")
     _neutral(body, "top_logprobs", _is_int, lambda v: v == 0, "top_logprobs are not implemented by this server")
     max_tokens = _int_field(body, "max_tokens", 1, limits.max_context_len)
     max_completion = _int_field(body, "max_completion_tokens", 1, limits.max_context_len)
     if max_tokens is not None and max_completion is not None and max_tokens != max_completion:
-        raise ApiError(f"max_tokens ({max_tokens}) and max_completion_tokens ({max_completion}) disagree",
-                       param="max_completion_tokens")
+        raise ApiError(
+            f"max_tokens ({max_tokens}) and max_completion_tokens ({max_completion}) disagree",
+            param="max_completion_tokens",
+        )
     gen = _generation(body, limits, max_tokens=max_completion if max_completion is not None else max_tokens)
     return ChatRequest(messages, _model(body), gen)
 
@@ -186,24 +227,39 @@ def _check_neutral_fields(body: dict[str, Any], greedy: bool) -> None:
     _neutral(body, "stream", _is_bool, lambda v: v is False, "stream=true is not supported")
     _neutral(body, "frequency_penalty", _is_number, lambda v: v == 0, "frequency_penalty is not implemented; send 0")
     _neutral(body, "presence_penalty", _is_number, lambda v: v == 0, "presence_penalty is not implemented; send 0")
-    _neutral(body, "repetition_penalty", _is_number, lambda v: v == 1,
-             "repetition_penalty is not implemented; send 1")
+    _neutral(body, "repetition_penalty", _is_number, lambda v: v == 1, "repetition_penalty is not implemented; send 1")
     _neutral(body, "logit_bias", lambda v: isinstance(v, dict), lambda v: not v, "logit_bias is not implemented")
-    _neutral(body, "top_p", _is_number, lambda v: 0 < v <= 1 and (v == 1 or greedy),
-             "top_p < 1 is only accepted with temperature 0 (nucleus sampling is not implemented); "
-             "top_p must be in (0, 1]")
-    _neutral(body, "top_k", _is_int, lambda v: v in (0, -1) or (v > 0 and greedy),
-             "top_k sampling is not implemented: send top_k 0 or -1, or temperature 0")
-    _neutral(body, "min_p", _is_number, lambda v: 0 <= v <= 1 and (v == 0 or greedy),
-             "min_p sampling is not implemented: send min_p 0, or temperature 0")
+    _neutral(
+        body,
+        "top_p",
+        _is_number,
+        lambda v: 0 < v <= 1 and (v == 1 or greedy),
+        "top_p < 1 is only accepted with temperature 0 (nucleus sampling is not implemented); top_p must be in (0, 1]",
+    )
+    _neutral(
+        body,
+        "top_k",
+        _is_int,
+        lambda v: v in (0, -1) or (v > 0 and greedy),
+        "top_k sampling is not implemented: send top_k 0 or -1, or temperature 0",
+    )
+    _neutral(
+        body,
+        "min_p",
+        _is_number,
+        lambda v: 0 <= v <= 1 and (v == 0 or greedy),
+        "min_p sampling is not implemented: send min_p 0, or temperature 0",
+    )
     _neutral(body, "user", _is_str, lambda v: True, "")
     do_sample = body.get("do_sample")
     if do_sample is not None:
         if not isinstance(do_sample, bool):
             raise ApiError(f"do_sample must be a boolean, got {short_repr(do_sample)}", param="do_sample")
         if do_sample == greedy:
-            raise ApiError(f"do_sample={str(do_sample).lower()} contradicts temperature "
-                           f"{'0' if greedy else '> 0'}", param="do_sample")
+            raise ApiError(
+                f"do_sample={str(do_sample).lower()} contradicts temperature {'0' if greedy else '> 0'}",
+                param="do_sample",
+            )
 
 
 def _model(body: dict[str, Any]) -> str | None:
@@ -224,8 +280,11 @@ def _prompts(value: Any, limits: Limits) -> list[Prompt]:
     elif _is_int(value[0]):  # one prompt of token ids: its length is checked before its items
         prompts = [_token_list(value, limits, "prompt")]
     elif len(value) > limits.max_prompts:
-        raise ApiError(f"prompt holds {len(value)} prompts; this server accepts at most {limits.max_prompts} "
-                       "per request", param="prompt", status=413)
+        raise ApiError(
+            f"prompt holds {len(value)} prompts; this server accepts at most {limits.max_prompts} per request",
+            param="prompt",
+            status=413,
+        )
     elif all(isinstance(p, str) for p in value):
         prompts = list(value)
     elif all(isinstance(p, list) and p and _is_int(p[0]) for p in value):
@@ -236,8 +295,12 @@ def _prompts(value: Any, limits: Limits) -> list[Prompt]:
     for i, p in enumerate(prompts):
         if cap is not None and isinstance(p, str) and len(p) > cap:
             where = f"prompt[{i}]" if len(prompts) > 1 else "prompt"
-            raise ApiError(f"{where} has {len(p)} characters; this server accepts at most {cap} characters per "
-                           f"prompt (its context holds {limits.max_context_len} tokens)", param="prompt", status=413)
+            raise ApiError(
+                f"{where} has {len(p)} characters; this server accepts at most {cap} characters per "
+                f"prompt (its context holds {limits.max_context_len} tokens)",
+                param="prompt",
+                status=413,
+            )
     return prompts
 
 
@@ -245,8 +308,11 @@ def _token_list(value: list, limits: Limits, where: str) -> list[int]:
     """A prompt of token ids: no longer than the context (checked first: a huge list is refused unread)."""
     what = "prompt must be a string, a list of strings, a list of token ids or a list of token-id lists"
     if len(value) > limits.max_context_len:
-        raise ApiError(f"{where} has {len(value)} token ids; the context holds at most {limits.max_context_len}",
-                       param="prompt", status=413)
+        raise ApiError(
+            f"{where} has {len(value)} token ids; the context holds at most {limits.max_context_len}",
+            param="prompt",
+            status=413,
+        )
     if not all(_is_int(t) for t in value):
         raise ApiError(f"{what}; {where} mixes token ids with other values", param="prompt")
     return list(value)
@@ -278,14 +344,20 @@ def _content(content: Any, where: str) -> str:
     if isinstance(content, list):  # OpenAI content parts: only text ones
         texts = []
         for part in content:
-            if not (isinstance(part, dict) and part.get("type") == "text" and isinstance(part.get("text"), str)
-                    and set(part) <= {"type", "text"}):
-                raise ApiError(f"{where}.content: only {{'type': 'text', 'text': ...}} parts are supported",
-                               param="messages")
+            if not (
+                isinstance(part, dict)
+                and part.get("type") == "text"
+                and isinstance(part.get("text"), str)
+                and set(part) <= {"type", "text"}
+            ):
+                raise ApiError(
+                    f"{where}.content: only {{'type': 'text', 'text': ...}} parts are supported", param="messages"
+                )
             texts.append(part["text"])
         return "".join(texts)
-    raise ApiError(f"{where}.content must be a string or a list of text parts, got {_json_type(content)}",
-                   param="messages")
+    raise ApiError(
+        f"{where}.content must be a string or a list of text parts, got {_json_type(content)}", param="messages"
+    )
 
 
 def _stop(value: Any) -> tuple[str, ...]:
@@ -300,8 +372,7 @@ def _stop(value: Any) -> tuple[str, ...]:
         raise ApiError("stop strings must not be empty", param="stop")
     longest = max(len(s) for s in stops) if stops else 0
     if longest > MAX_STOP_CHARS:
-        raise ApiError(f"stop strings may have at most {MAX_STOP_CHARS} characters, got one of {longest}",
-                       param="stop")
+        raise ApiError(f"stop strings may have at most {MAX_STOP_CHARS} characters, got one of {longest}", param="stop")
     return tuple(stops)
 
 
@@ -317,12 +388,14 @@ def _object(body: Any) -> dict[str, Any]:
 def _refuse_unknown(body: dict[str, Any], known: frozenset[str]) -> None:
     unknown = sorted(set(body) - known)
     if unknown:
-        raise ApiError(f"unknown field(s): {', '.join(unknown)}; this server accepts {', '.join(sorted(known))}",
-                       param=unknown[0])
+        raise ApiError(
+            f"unknown field(s): {', '.join(unknown)}; this server accepts {', '.join(sorted(known))}", param=unknown[0]
+        )
 
 
-def _neutral(body: dict[str, Any], key: str, type_ok: Callable[[Any], bool], value_ok: Callable[[Any], bool],
-             why: str) -> None:
+def _neutral(
+    body: dict[str, Any], key: str, type_ok: Callable[[Any], bool], value_ok: Callable[[Any], bool], why: str
+) -> None:
     """``key`` may be absent, null, or a well-typed value that ``value_ok`` accepts."""
     value = body.get(key)
     if value is None:

@@ -80,9 +80,12 @@ class PoolOccupancy:
     def of(cls, engine: Engine) -> PoolOccupancy:
         """Read on the worker thread, which owns the engine."""
         alloc, rows, cache = engine.runner.allocator, engine.runner.req_to_token_pool, engine.cache_stats()
-        return cls(PoolUse(alloc.size - alloc.full_available_size() - cache.tokens, alloc.size),
-                   PoolUse(alloc.size_swa - alloc.swa_available_size() - cache.swa_tokens, alloc.size_swa),
-                   PoolUse(rows.size - rows.available_size(), rows.size), cache)
+        return cls(
+            PoolUse(alloc.size - alloc.full_available_size() - cache.tokens, alloc.size),
+            PoolUse(alloc.size_swa - alloc.swa_available_size() - cache.swa_tokens, alloc.size_swa),
+            PoolUse(rows.size - rows.available_size(), rows.size),
+            cache,
+        )
 
     def as_dict(self) -> dict[str, Any]:
         cache = {**dataclasses.asdict(self.prefix_cache), "hit_rate": round(self.prefix_cache.hit_rate, 4)}
@@ -274,7 +277,7 @@ class EngineWorker:
                     break
             for i, item in enumerate(items):
                 if item is _STOP:
-                    self._unadmitted = [j for j in items[i + 1:] if isinstance(j, _Job)]
+                    self._unadmitted = [j for j in items[i + 1 :] if isinstance(j, _Job)]
                     return
                 if isinstance(item, _Cancel):
                     self._cancel(item.job)
@@ -399,8 +402,9 @@ class EngineWorker:
         engine = self.engine
         assert engine is not None
         jobs = {id(e.job): e.job for e in self._inflight.values()}
-        logger.error("engine.step() failed; failing %d request(s) in %d job(s)", len(self._inflight), len(jobs),
-                     exc_info=exc)
+        logger.error(
+            "engine.step() failed; failing %d request(s) in %d job(s)", len(self._inflight), len(jobs), exc_info=exc
+        )
         error = EngineFailure(f"engine step failed: {type(exc).__name__}: {exc}")
         lost = len(self._inflight)
         self._inflight.clear()

@@ -54,7 +54,8 @@ class ServerKind:
         if not absent:
             return None
         return f"engine {self.name} is not installed (missing {', '.join(absent)})" + (
-            f"; {self.install_hint}" if self.install_hint else "")
+            f"; {self.install_hint}" if self.install_hint else ""
+        )
 
     def check_installed(self) -> None:
         if reason := self.missing():
@@ -75,12 +76,27 @@ class ServerKind:
     def url_from_line(self, line: str) -> str | None:
         return None
 
-    def start(self, spec: ServerSpec, *, log_path: Path, timeout: float, python: str = sys.executable,
-              children: ChildProcesses = CHILDREN) -> ServerProcess:
+    def start(
+        self,
+        spec: ServerSpec,
+        *,
+        log_path: Path,
+        timeout: float,
+        python: str = sys.executable,
+        children: ChildProcesses = CHILDREN,
+    ) -> ServerProcess:
         """Launch the server for ``spec`` and return once it answers (ServerLaunchError otherwise)."""
-        return launch(self.command(spec), log_path=log_path, timeout=timeout, url=self.url(spec),
-                      url_from_line=self.url_from_line, health_path=self.health_path, python=python,
-                      grace_s=self.stop_grace_s, children=children)
+        return launch(
+            self.command(spec),
+            log_path=log_path,
+            timeout=timeout,
+            url=self.url(spec),
+            url_from_line=self.url_from_line,
+            health_path=self.health_path,
+            python=python,
+            grace_s=self.stop_grace_s,
+            children=children,
+        )
 
     def counters(self, base_url: str) -> Counters | None:
         """Requests finished and tokens generated so far, for the live progress; None where it exposes none."""
@@ -97,7 +113,12 @@ class ServerKind:
         """What the server at ``base_url`` reports; ServerUnreachable when it answers nothing."""
         raw = server_identity(base_url)
         local = Path(spec.model)
-        return Identity(engine=self.name, version=server_version(base_url), model=spec.model,
-                        weights=weights_fingerprint(local) if local.is_dir() else None,
-                        tokenizer=tokenizer_fingerprint(local) if local.is_dir() else None,
-                        flags={"graphs": spec.graphs, "flags": " ".join(spec.flags)}, raw=raw)
+        return Identity(
+            engine=self.name,
+            version=server_version(base_url),
+            model=spec.model,
+            weights=weights_fingerprint(local) if local.is_dir() else None,
+            tokenizer=tokenizer_fingerprint(local) if local.is_dir() else None,
+            flags={"graphs": spec.graphs, "flags": " ".join(spec.flags)},
+            raw=raw,
+        )

@@ -20,6 +20,12 @@ class ExternalServer(ServerKind):
     def identity(self, base_url: str, spec: ServerSpec) -> Identity:
         raw = server_identity(base_url)
         build = raw.get("build") if isinstance(raw.get("build"), dict) else {}
-        return Identity(engine=self.name, version=server_version(base_url), model=str(raw.get("model", spec.model)),
-                        weights=build.get("weights"), tokenizer=build.get("tokenizer"),
-                        flags={"graphs": raw.get("graph_mode", spec.graphs)}, raw=raw)
+        return Identity(
+            engine=self.name,
+            version=server_version(base_url),
+            model=str(raw.get("model", spec.model)),
+            weights=build.get("weights"),
+            tokenizer=build.get("tokenizer"),
+            flags={"graphs": raw.get("graph_mode", spec.graphs)},
+            raw=raw,
+        )

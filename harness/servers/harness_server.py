@@ -31,8 +31,21 @@ class HarnessServer(ServerKind):
         return ("--graphs", mode)
 
     def command(self, spec: ServerSpec) -> Command:
-        argv = ("python", "-m", "harness.server", "--model", spec.model, *self.graph_flags(spec.graphs), "--host",
-                "127.0.0.1", "--port", str(spec.port), "--served-model-name", spec.served_name, *spec.flags)
+        argv = (
+            "python",
+            "-m",
+            "harness.server",
+            "--model",
+            spec.model,
+            *self.graph_flags(spec.graphs),
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(spec.port),
+            "--served-model-name",
+            spec.served_name,
+            *spec.flags,
+        )
         return Command(argv, {**OFFLINE_ENV, FAULT_ENV: spec.fault or "", **spec.env})
 
     def url_from_line(self, line: str) -> str | None:
@@ -46,18 +59,35 @@ class HarnessServer(ServerKind):
         """Everything from the server's /health: its build names the code, the weights it loaded and its settings."""
         raw = server_identity(base_url)
         build = raw.get("build") if isinstance(raw.get("build"), dict) else {}
-        return Identity(engine=self.name, version=str(build.get("code") or code_fingerprint()),
-                        model=str(raw.get("model", spec.served_name)), weights=build.get("weights"),
-                        tokenizer=build.get("tokenizer"),
-                        flags={"graphs": raw.get("graph_mode", spec.graphs),
-                               **{k: v for k, v in build.items() if k not in ("code", "weights", "tokenizer")}}, raw=raw)
+        return Identity(
+            engine=self.name,
+            version=str(build.get("code") or code_fingerprint()),
+            model=str(raw.get("model", spec.served_name)),
+            weights=build.get("weights"),
+            tokenizer=build.get("tokenizer"),
+            flags={
+                "graphs": raw.get("graph_mode", spec.graphs),
+                **{k: v for k, v in build.items() if k not in ("code", "weights", "tokenizer")},
+            },
+            raw=raw,
+        )
 
 
-def launch_server(model_path: str | os.PathLike, graphs: str = "auto", *, max_running: int = 32, num_threads: int = 1,
-                  served_model_name: str | None = None, max_context_len: int | None = None,
-                  extra_args: Sequence[str] = (), env: Mapping[str, str] | None = None,
-                  log_path: str | os.PathLike | None = None, timeout: float = 300.0, python: str = sys.executable,
-                  children: ChildProcesses = CHILDREN) -> ServerProcess:
+def launch_server(
+    model_path: str | os.PathLike,
+    graphs: str = "auto",
+    *,
+    max_running: int = 32,
+    num_threads: int = 1,
+    served_model_name: str | None = None,
+    max_context_len: int | None = None,
+    extra_args: Sequence[str] = (),
+    env: Mapping[str, str] | None = None,
+    log_path: str | os.PathLike | None = None,
+    timeout: float = 300.0,
+    python: str = sys.executable,
+    children: ChildProcesses = CHILDREN,
+) -> ServerProcess:
     """One harness server on a free port, ready to serve (tests and benchmarks; jobs go through plans).
 
     ``log_path`` defaults to a fresh temporary file (see ``.log_path``); ``children`` owns the process.
@@ -65,8 +95,13 @@ def launch_server(model_path: str | os.PathLike, graphs: str = "auto", *, max_ru
     flags = ["--max-running", str(max_running), "--num-threads", str(num_threads), *extra_args]
     if max_context_len is not None:
         flags += ["--max-context-len", str(max_context_len)]
-    spec = ServerSpec(model=str(model_path), served_name=served_model_name or str(model_path), graphs=graphs,
-                      flags=tuple(flags), env=dict(env or {}))
+    spec = ServerSpec(
+        model=str(model_path),
+        served_name=served_model_name or str(model_path),
+        graphs=graphs,
+        flags=tuple(flags),
+        env=dict(env or {}),
+    )
     if log_path is None:
         fd, name = tempfile.mkstemp(prefix="swa-harness-server-", suffix=".log")
         os.close(fd)

@@ -43,8 +43,14 @@ class Identity:
         return found
 
     def to_dict(self) -> dict[str, Any]:
-        return {"engine": self.engine, "version": self.version, "model": self.model, "weights": self.weights,
-                "tokenizer": self.tokenizer, "flags": dict(self.flags)}
+        return {
+            "engine": self.engine,
+            "version": self.version,
+            "model": self.model,
+            "weights": self.weights,
+            "tokenizer": self.tokenizer,
+            "flags": dict(self.flags),
+        }
 
 
 def get_json(base_url: str, path: str, timeout: float = 10.0) -> Any:
@@ -66,8 +72,12 @@ def server_identity(base_url: str, timeout: float = 10.0) -> dict[str, Any]:
     data = models.get("data") if isinstance(models, dict) else None
     if isinstance(data, list):
         identity["served"] = sorted(
-            json.dumps({k: m.get(k) for k in ("id", "max_model_len", "graph_mode", "owned_by") if k in m},
-                       sort_keys=True) for m in data if isinstance(m, dict))
+            json.dumps(
+                {k: m.get(k) for k in ("id", "max_model_len", "graph_mode", "owned_by") if k in m}, sort_keys=True
+            )
+            for m in data
+            if isinstance(m, dict)
+        )
     return identity
 
 

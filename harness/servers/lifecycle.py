@@ -63,8 +63,14 @@ class ServerLaunchError(RuntimeError):
 class ServerProcess:
     """A running server; ``stop()`` (or leaving the ``with`` block) ends its whole process group."""
 
-    def __init__(self, proc: subprocess.Popen, log_path: Path, reader: threading.Thread,
-                 children: ChildProcesses = CHILDREN, grace_s: float = 30.0) -> None:
+    def __init__(
+        self,
+        proc: subprocess.Popen,
+        log_path: Path,
+        reader: threading.Thread,
+        children: ChildProcesses = CHILDREN,
+        grace_s: float = 30.0,
+    ) -> None:
         self.proc = proc
         self.log_path = log_path
         self.base_url = ""  # "http://127.0.0.1:PORT", set once ready
@@ -115,9 +121,18 @@ def answers(url: str, path: str = "/health", timeout: float = 2.0) -> bool:
         return False
 
 
-def launch(command: Command, *, log_path: str | os.PathLike, timeout: float, url: str | None = None,
-           url_from_line: Callable[[str], str | None] | None = None, health_path: str = "/health",
-           python: str = sys.executable, grace_s: float = 30.0, children: ChildProcesses = CHILDREN) -> ServerProcess:
+def launch(
+    command: Command,
+    *,
+    log_path: str | os.PathLike,
+    timeout: float,
+    url: str | None = None,
+    url_from_line: Callable[[str], str | None] | None = None,
+    health_path: str = "/health",
+    python: str = sys.executable,
+    grace_s: float = 30.0,
+    children: ChildProcesses = CHILDREN,
+) -> ServerProcess:
     """Start ``command`` and return once ``GET <url><health_path>`` answers 200.
 
     ``url`` is where the server will listen; None when the server reports it (``url_from_line`` reads
@@ -135,8 +150,12 @@ def launch(command: Command, *, log_path: str | os.PathLike, timeout: float, url
     proc = children.spawn(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env, cwd=str(REPO))
     found: list[str] = [url] if url else []
     line_seen = threading.Event()
-    reader = threading.Thread(target=_pump, args=(proc, log_path, url_from_line, found, line_seen),
-                              name=f"server-output-{proc.pid}", daemon=True)
+    reader = threading.Thread(
+        target=_pump,
+        args=(proc, log_path, url_from_line, found, line_seen),
+        name=f"server-output-{proc.pid}",
+        daemon=True,
+    )
     reader.start()
     server = ServerProcess(proc, log_path, reader, children, grace_s)
 
@@ -176,12 +195,17 @@ def last_error(log_path: Path) -> str:
     for line in reversed(lines):
         if (found := _EXCEPTION.search(line)) and not _POINTS_ELSEWHERE.search(found[2]):
             text = f"{found[1]}: {found[2].strip()}"
-            return ": " + (text if len(text) <= ERROR_CHARS else text[:ERROR_CHARS - 3] + "...")
+            return ": " + (text if len(text) <= ERROR_CHARS else text[: ERROR_CHARS - 3] + "...")
     return ""
 
 
-def _pump(proc: subprocess.Popen, log_path: Path, url_from_line: Callable[[str], str | None] | None,
-          found: list[str], line_seen: threading.Event) -> None:
+def _pump(
+    proc: subprocess.Popen,
+    log_path: Path,
+    url_from_line: Callable[[str], str | None] | None,
+    found: list[str],
+    line_seen: threading.Event,
+) -> None:
     """Copy the child's output into the log; the first URL ``url_from_line`` finds is where it listens."""
     assert proc.stdout is not None
     with open(log_path, "ab") as log:

@@ -8,7 +8,9 @@ from harness.servers.harness_server import HarnessServer
 from harness.servers.sglang_server import SGLangServer
 from harness.servers.vllm import VLLMServer
 
-SERVER_KINDS: dict[str, ServerKind] = {e.name: e for e in (HarnessServer(), SGLangServer(), VLLMServer(), ExternalServer())}
+SERVER_KINDS: dict[str, ServerKind] = {
+    e.name: e for e in (HarnessServer(), SGLangServer(), VLLMServer(), ExternalServer())
+}
 
 
 def get_server_kind(name: str) -> ServerKind:

@@ -29,9 +29,13 @@ GRAPHS_OFF_FLAGS = ("--enforce-eager",)
 # fp32 as the harness compares in; blocks of 32 tokens, the CPU build's smallest (it rounds 16 up).
 CPU_FLAGS = ("--dtype", "float32", "--block-size", "32")
 KV_SPACE_GIB = "2"  # 2 GiB of fp32 KV holds about a million tokens of the shipped checkpoints
-STATS = {"vllm:num_preemptions_total": "preemptions", "vllm:prefix_cache_hits_total": "prefix_cache_hit_tokens",
-         "vllm:prefix_cache_queries_total": "prefix_cache_query_tokens",
-         "vllm:request_success_total": "requests", "vllm:generation_tokens_total": "generated_tokens"}
+STATS = {
+    "vllm:num_preemptions_total": "preemptions",
+    "vllm:prefix_cache_hits_total": "prefix_cache_hit_tokens",
+    "vllm:prefix_cache_queries_total": "prefix_cache_query_tokens",
+    "vllm:request_success_total": "requests",
+    "vllm:generation_tokens_total": "generated_tokens",
+}
 COMPILE = {"on": "torch.compile (vLLM's default mode for the platform)", "off": "none (--enforce-eager)"}
 
 
@@ -68,8 +72,21 @@ class VLLMServer(ServerKind):
     def command(self, spec: ServerSpec) -> Command:
         if spec.fault:
             raise ValueError(f"vLLM has no fault catalog: cannot inject {spec.fault}")
-        argv = (*LAUNCH, "--model", spec.model, "--served-model-name", spec.served_name, "--host", "127.0.0.1",
-                "--port", str(spec.port), "--seed", "0", *spec.flags, *self.graph_flags(spec.graphs))
+        argv = (
+            *LAUNCH,
+            "--model",
+            spec.model,
+            "--served-model-name",
+            spec.served_name,
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(spec.port),
+            "--seed",
+            "0",
+            *spec.flags,
+            *self.graph_flags(spec.graphs),
+        )
         defaults = {"VLLM_CPU_KVCACHE_SPACE": KV_SPACE_GIB, "VLLM_CACHE_ROOT": str(cache_root())}
         return Command(argv, {**OFFLINE_ENV, **defaults, **spec.env})
 

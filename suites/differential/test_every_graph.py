@@ -29,7 +29,9 @@ class Replays:
     def before(self, batch, uses_graph):
         runner = self.engine.runner
         if uses_graph:
-            self.decode.add((runner.graph_runner.bucket_for(batch.batch_size), runner.graph_runner.kv_bucket_for(batch)))
+            self.decode.add(
+                (runner.graph_runner.bucket_for(batch.batch_size), runner.graph_runner.kv_bucket_for(batch))
+            )
         elif runner.extend_graph_runner is not None and runner.extend_graph_runner.can_run(batch):
             self.extend.add(runner.extend_graph_runner.bucket_for(batch.input_ids.numel()))
 
@@ -48,7 +50,8 @@ def _compare(engines, sequences, what: str) -> None:
         bad = (g - e).abs().amax(-1)
         assert float(bad.max()) <= TOLERANCE, (
             f"{what}, request {i}: graph vs eager differ by {float(bad.max()):.3g} at decode step "
-            f"{int(bad.gt(TOLERANCE).nonzero()[0])} (sequence length {len(sequences[i][0]) + int(bad.gt(TOLERANCE).nonzero()[0])})")
+            f"{int(bad.gt(TOLERANCE).nonzero()[0])} (sequence length {len(sequences[i][0]) + int(bad.gt(TOLERANCE).nonzero()[0])})"
+        )
     assert replays.engine.pools_idle() and eager.pools_idle()
 
 
@@ -56,16 +59,25 @@ def test_every_captured_graph_matches_eager(engines):
     """One test, so that the coverage check sees every replay (xdist spreads separate tests over workers)."""
     replays = engines[0]
     for bs in BS_BUCKETS:
-        sequences = [([(11 * i + j) % 120 + 1 for j in range(PROMPT)],
-                      [(5 * i + 3 * j) % 120 + 1 for j in range(CONTEXT - PROMPT)]) for i in range(bs)]
+        sequences = [
+            (
+                [(11 * i + j) % 120 + 1 for j in range(PROMPT)],
+                [(5 * i + 3 * j) % 120 + 1 for j in range(CONTEXT - PROMPT)],
+            )
+            for i in range(bs)
+        ]
         _compare(engines, sequences, f"batch of {bs}")
     runner = replays.engine.runner.extend_graph_runner
     chunk = ENGINE_LIMITS["chunk_size"]
     for tokens in runner.capture_tokens:
         lengths = [chunk] * (tokens // chunk) + ([tokens % chunk] if tokens % chunk else [])
-        _compare(engines, [([(3 * i + j) % 120 + 1 for j in range(n)], [7, 8, 9]) for i, n in enumerate(lengths)],
-                 f"extend of {tokens} tokens")
+        _compare(
+            engines,
+            [([(3 * i + j) % 120 + 1 for j in range(n)], [7, 8, 9]) for i, n in enumerate(lengths)],
+            f"extend of {tokens} tokens",
+        )
     missing_decode = sorted(set(replays.engine.runner.graph_runner.graphs) - replays.decode, key=str)
     missing_extend = sorted(set(runner.graphs) - replays.extend)
     assert not missing_decode and not missing_extend, (
-        f"captured but never compared against eager: decode {missing_decode}, extend {missing_extend}")
+        f"captured but never compared against eager: decode {missing_decode}, extend {missing_extend}"
+    )

@@ -17,8 +17,13 @@ TOLERANCE = 1e-4  # fp32
 
 def phases(vocab: int) -> list[list[tuple[list[int], list[int]]]]:
     def seqs(n: int, offset: int) -> list[tuple[list[int], list[int]]]:
-        return [([(offset + 7 * i + j) % (vocab - 1) + 1 for j in range(3 + (11 * i) % 37)],
-                 [(offset + 5 * i + 3 * j) % (vocab - 1) + 1 for j in range(24 + (3 * i) % 17)]) for i in range(n)]
+        return [
+            (
+                [(offset + 7 * i + j) % (vocab - 1) + 1 for j in range(3 + (11 * i) % 37)],
+                [(offset + 5 * i + 3 * j) % (vocab - 1) + 1 for j in range(24 + (3 * i) % 17)],
+            )
+            for i in range(n)
+        ]
 
     return [seqs(20, 0), seqs(7, 101), seqs(3, 57)]
 
@@ -33,7 +38,8 @@ def graph_vs_eager(target, checkpoint) -> None:
             diff = (e - g).abs().max().item()
             assert diff <= TOLERANCE, (
                 f"phase {phase} ({len(sequences)} requests), request {i}: graph vs eager logits differ by {diff:.3g} "
-                f"(first bad step {int((e - g).abs().amax(-1).gt(TOLERANCE).nonzero()[0])})")
+                f"(first bad step {int((e - g).abs().amax(-1).gt(TOLERANCE).nonzero()[0])})"
+            )
     assert graph.pools_idle() and eager.pools_idle()
 
 

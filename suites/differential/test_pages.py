@@ -54,6 +54,8 @@ def test_paged_engine_matches_dense_reference(target, arch, page_size, graphs, s
     dense = reference_logits(engine.model, [p + c for p, c in sequences])
     for i, ((prompt, cont), g, d) in enumerate(zip(sequences, got, dense)):
         diff = (g - d[len(prompt) - 1 : len(prompt) - 1 + len(cont)]).abs().max().item()
-        assert diff <= TOLERANCE, f"page size {page_size}, request {i}: engine vs dense reference logits differ by {diff:.3g}"
+        assert diff <= TOLERANCE, (
+            f"page size {page_size}, request {i}: engine vs dense reference logits differ by {diff:.3g}"
+        )
     assert swa_write_spy, "no SWA write was checked: the spy is not wired"
     assert engine.pools_idle(), "a paged request did not give back every page"

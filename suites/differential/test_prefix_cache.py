@@ -69,9 +69,11 @@ def cache_on_vs_off(target, checkpoint, graphs: str, tolerance: float = TOLERANC
     dense = reference_logits(on.model, [p + c for p, c in flat])
     for i, ((prompt, cont), g, e, d) in enumerate(zip(flat, got, expected, dense)):
         diff = (g - e).abs().max().item()
-        assert diff <= tolerance, (f"request {i} ({cached[i]} of {len(prompt)} prompt tokens from the cache): cache on "
-                                   f"vs off logits differ by {diff:.3g} (first bad step "
-                                   f"{int((g - e).abs().amax(-1).gt(tolerance).nonzero()[0])})")
+        assert diff <= tolerance, (
+            f"request {i} ({cached[i]} of {len(prompt)} prompt tokens from the cache): cache on "
+            f"vs off logits differ by {diff:.3g} (first bad step "
+            f"{int((g - e).abs().amax(-1).gt(tolerance).nonzero()[0])})"
+        )
         ref = d[len(prompt) - 1 : len(prompt) - 1 + len(cont)].to(g.device)
         diff = (g - ref).abs().max().item()
         assert diff <= tolerance, f"request {i}: cache on vs the dense reference: logits differ by {diff:.3g}"
@@ -112,7 +114,9 @@ def test_prefix_cache_on_equals_off_with_pages(target, page_size):
     expected, _, _ = run_phases(off, phases)
     for i, (g, e) in enumerate(zip(got, expected)):
         diff = (g - e).abs().max().item()
-        assert diff <= TOLERANCE, f"page {page_size}, request {i} ({cached[i]} cached): cache on vs off differ by {diff:.3g}"
+        assert diff <= TOLERANCE, (
+            f"page {page_size}, request {i} ({cached[i]} cached): cache on vs off differ by {diff:.3g}"
+        )
     assert all(c % page_size == 0 for c in cached) and sum(c > 0 for c in cached) >= 4, f"cached tokens {cached}"
 
 
@@ -133,7 +137,9 @@ def test_cached_tokens_are_reported_and_skip_prefill(target):
     engine.runner.forward = counting
     second = engine.generate([prompt], SamplingParams(max_new_tokens=8))[0]
     assert second.cached_tokens >= len(first.prompt_ids), f"cached {second.cached_tokens} of {len(prompt)}"
-    assert sum(seen) == len(prompt) - second.cached_tokens, f"prefilled {sum(seen)} tokens, {second.cached_tokens} cached"
+    assert sum(seen) == len(prompt) - second.cached_tokens, (
+        f"prefilled {sum(seen)} tokens, {second.cached_tokens} cached"
+    )
     stats = engine.cache_stats()
     assert stats.cached_tokens == second.cached_tokens and stats.prompt_tokens == len(first.prompt_ids) + len(prompt)
 
@@ -149,8 +155,10 @@ def test_requests_wait_while_the_tree_is_locked_and_none_is_corrupted(target):
     off = target.make_engine(checkpoint, graphs="off", prefix_cache=False, **limits)
     rng = random.Random(3)
     shared = [rng.randrange(1, on.model_config.vocab_size) for _ in range(48)]
-    sequences = [(shared + [rng.randrange(1, 60) for _ in range(4 + i % 5)], [rng.randrange(1, 60) for _ in range(20)])
-                 for i in range(12)]
+    sequences = [
+        (shared + [rng.randrange(1, 60) for _ in range(4 + i % 5)], [rng.randrange(1, 60) for _ in range(20)])
+        for i in range(12)
+    ]
     reqs = [on.add_request(p, forced_output_ids=c, return_logits=True) for p, c in sequences]
     outputs, waited = {}, 0
     while on.has_work():
@@ -164,6 +172,8 @@ def test_requests_wait_while_the_tree_is_locked_and_none_is_corrupted(target):
     expected = off.teacher_forced_logits(sequences)
     for i, (req, e) in enumerate(zip(reqs, expected)):
         diff = (outputs[req.rid].logits - e).abs().max().item()
-        assert diff <= TOLERANCE, f"request {i} ({outputs[req.rid].cached_tokens} cached): cache on vs off differ by {diff:.3g}"
+        assert diff <= TOLERANCE, (
+            f"request {i} ({outputs[req.rid].cached_tokens} cached): cache on vs off differ by {diff:.3g}"
+        )
     assert sum(outputs[r.rid].cached_tokens > 0 for r in reqs) >= 6, [outputs[r.rid].cached_tokens for r in reqs]
     assert on.pools_idle()

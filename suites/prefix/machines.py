@@ -117,9 +117,15 @@ class PrefixCacheMachine(RuleBasedStateMachine):
         self.healthy = False
         s = self.shape
         self.ps, self.window = s.page_size, s.window
-        self.memory = self.target.build_pool(PoolSpec(size=s.full_pages * s.page_size, size_swa=s.swa_pages * s.page_size,
-                                                      page_size=s.page_size, max_requests=s.max_requests,
-                                                      max_context_len=s.context))
+        self.memory = self.target.build_pool(
+            PoolSpec(
+                size=s.full_pages * s.page_size,
+                size_swa=s.swa_pages * s.page_size,
+                page_size=s.page_size,
+                max_requests=s.max_requests,
+                max_context_len=s.context,
+            )
+        )
         self.allocator, self.rows = self.memory.allocator, self.memory.req_to_token_pool
         self.cache: PrefixCache = self.target.build_prefix_cache(self.memory, sliding_window_size=s.window)
         rng = random.Random(s.page_size * 100 + s.window)
@@ -139,10 +145,12 @@ class PrefixCacheMachine(RuleBasedStateMachine):
 
     def _expect_window_live(self, slots: torch.Tensor, end: int, what: str) -> None:
         """The last ``W - 1`` of ``slots`` (positions ``.. end - 1``) hold live SWA KV."""
-        tail = slots[max(0, end - self.window + 1):end]
+        tail = slots[max(0, end - self.window + 1) : end]
         dead = (self._mapping(tail) == 0).nonzero().flatten().tolist()
-        assert not dead, (f"{what}: positions {[max(0, end - self.window + 1) + d for d in dead]} of the last "
-                          f"{self.window - 1} before {end} hold no SWA slot (a query there reads freed SWA KV)")
+        assert not dead, (
+            f"{what}: positions {[max(0, end - self.window + 1) + d for d in dead]} of the last "
+            f"{self.window - 1} before {end} hold no SWA slot (a query there reads freed SWA KV)"
+        )
 
     def _make_room(self, full: int, swa: int) -> bool:
         """Ask the tree for what the pools lack, as a scheduler does before it allocates."""
@@ -188,7 +196,11 @@ class PrefixCacheMachine(RuleBasedStateMachine):
         """A new request: a branch off a stem, a later turn of a finished one, or an exact repeat."""
         if kind != "branch" and self.finished:
             base = data.draw(st.sampled_from(self.finished))
-            tail = [] if kind == "repeat" else data.draw(st.lists(st.integers(0, VOCAB - 1), min_size=1, max_size=self.ps + 3))
+            tail = (
+                []
+                if kind == "repeat"
+                else data.draw(st.lists(st.integers(0, VOCAB - 1), min_size=1, max_size=self.ps + 3))
+            )
             prompt = base + tail if tail else base
         else:
             stem = data.draw(st.sampled_from(self.stems))
@@ -204,12 +216,15 @@ class PrefixCacheMachine(RuleBasedStateMachine):
         req.req_pool_idx = row[0]
         peek = self.cache.match_prefix(req.prompt[:-1])
         cached = self.cache.admit(req, req.prompt)
-        assert cached == req.kv_len == req.cache_protected_len == req.slots_len, \
+        assert cached == req.kv_len == req.cache_protected_len == req.slots_len, (
             f"admit returned {cached}, the request reads kv_len={req.kv_len}, protected={req.cache_protected_len}"
-        assert cached == peek.length and cached % self.ps == 0 and cached < len(req.prompt), \
+        )
+        assert cached == peek.length and cached % self.ps == 0 and cached < len(req.prompt), (
             f"admit lent {cached} tokens; match_prefix of the same prompt found {peek.length} (page {self.ps})"
-        assert torch.equal(self._row(req, 0, cached), peek.indices[:cached].long()), \
+        )
+        assert torch.equal(self._row(req, 0, cached), peek.indices[:cached].long()), (
             "the request's row does not read the slots the match found"
+        )
         self._expect_window_live(self._row(req, 0, cached), cached, f"request {req.rid}: a match of {cached} tokens")
         self.running.append(req)
 
@@ -227,11 +242,13 @@ class PrefixCacheMachine(RuleBasedStateMachine):
             boundary = page_floor(req.kv_len, self.ps)
             assert req.cache_protected_len == boundary, (
                 f"request {req.rid}: after a chunk checkpoint at kv_len {req.kv_len} its protected prefix is "
-                f"{req.cache_protected_len} tokens, not its whole pages ({boundary})")
+                f"{req.cache_protected_len} tokens, not its whole pages ({boundary})"
+            )
             found = self.cache.match_prefix(req.fill_ids[:boundary])
             assert found.length == boundary, (
                 f"request {req.rid}: right after its checkpoint, a match of the {boundary} inserted tokens finds "
-                f"{found.length}: the leaf it inserted cannot end a match (its last window is not live)")
+                f"{found.length}: the leaf it inserted cannot end a match (its last window is not live)"
+            )
 
     @precondition(lambda self: any(not r.prefilling for r in self.running))
     @rule(data=st.data())
@@ -274,19 +291,27 @@ class PrefixCacheMachine(RuleBasedStateMachine):
         own_full = [self._row(r, r.cache_protected_len, r.slots_len) for r in self.running]
         own_swa = [self._row(r, max(r.swa_evicted, r.cache_protected_len), r.slots_len) for r in self.running]
         self._ownership("full", tree.full, own_full, self.allocator.full_available_size(), self.allocator.size)
-        self._ownership("SWA", self._mapping(tree.swa_live), [self._mapping(o) for o in own_swa],
-                        self.allocator.swa_available_size(), self.allocator.size_swa)
+        self._ownership(
+            "SWA",
+            self._mapping(tree.swa_live),
+            [self._mapping(o) for o in own_swa],
+            self.allocator.swa_available_size(),
+            self.allocator.size_swa,
+        )
         tombstones = tree.full[~torch.isin(tree.full, tree.swa_live)]
         assert bool((self._mapping(tombstones) == 0).all()), "a tombstoned tree slot still maps to an SWA slot"
         for req in self.running:
             prefix = self._row(req, 0, req.cache_protected_len)
-            assert bool(torch.isin(prefix, tree.full).all()), \
+            assert bool(torch.isin(prefix, tree.full).all()), (
                 f"request {req.rid}: its protected prefix reads slots the tree does not hold"
+            )
             self._expect_window_live(self._row(req, 0, req.kv_len), req.kv_len, f"request {req.rid}'s window")
             held_from = page_floor(max(0, req.kv_len - max(self.window, ps) - 2 * ps), ps)
             leaked = (self._mapping(self._row(req, req.cache_protected_len, held_from)) != 0).nonzero().flatten()
-            assert leaked.numel() == 0, (f"request {req.rid} (kv_len {req.kv_len}) still holds SWA slots of positions "
-                                         f"{(leaked + req.cache_protected_len).tolist()}, far behind its window")
+            assert leaked.numel() == 0, (
+                f"request {req.rid} (kv_len {req.kv_len}) still holds SWA slots of positions "
+                f"{(leaked + req.cache_protected_len).tolist()}, far behind its window"
+            )
         self._accounting(tree)
         self.cache.sanity_check()
 
@@ -299,19 +324,23 @@ class PrefixCacheMachine(RuleBasedStateMachine):
                 held = owner.setdefault(page, name)
                 assert held == name, f"{side} page {page} is held by {held} and by {name}"
         assert free + ps * len(owner) == size, (
-            f"{side} pool: {free} free + {ps * len(owner)} held (tree and requests) != {size} slots")
+            f"{side} pool: {free} free + {ps * len(owner)} held (tree and requests) != {size} slots"
+        )
 
     def _accounting(self, tree) -> None:
         c = self.cache
         assert c.evictable_size() + c.protected_size() == tree.full.numel(), (
-            f"full: evictable {c.evictable_size()} + protected {c.protected_size()} != {tree.full.numel()} held by the tree")
+            f"full: evictable {c.evictable_size()} + protected {c.protected_size()} != {tree.full.numel()} held by the tree"
+        )
         assert c.swa_evictable_size() + c.swa_protected_size() == tree.swa_live.numel(), (
             f"SWA: evictable {c.swa_evictable_size()} + protected {c.swa_protected_size()} != "
-            f"{tree.swa_live.numel()} live SWA slots held by the tree")
+            f"{tree.swa_live.numel()} live SWA slots held by the tree"
+        )
         prefixes = [self._row(r, 0, r.cache_protected_len) for r in self.running]
         locked = torch.cat([tree.full[:0], *prefixes]).unique().numel()
         assert c.protected_size() == locked, (
-            f"protected {c.protected_size()} full slots, but the running requests' prefixes hold {locked}")
+            f"protected {c.protected_size()} full slots, but the running requests' prefixes hold {locked}"
+        )
         if not self.running:
             assert c.swa_protected_size() == 0, f"{c.swa_protected_size()} SWA slots protected with no request running"
 
@@ -323,11 +352,15 @@ class PrefixCacheMachine(RuleBasedStateMachine):
             self._retire(req, "finish")
         self.cache.reset()
         got = (self.allocator.full_available_size(), self.allocator.swa_available_size())
-        assert got == (self.allocator.size, self.allocator.size_swa), \
+        assert got == (self.allocator.size, self.allocator.size_swa), (
             f"after every request left and the tree was flushed, (full, SWA) free is {got}"
+        )
 
 
 def machine_for(target: Target, shape: CacheShape) -> type[PrefixCacheMachine]:
     """The machine bound to one target and shape (Hypothesis runs a class, not an instance)."""
-    return type(f"PrefixCacheMachine_{target.name}_{shape.label()}".replace("-", "_"), (PrefixCacheMachine,),
-                {"target": target, "shape": shape})
+    return type(
+        f"PrefixCacheMachine_{target.name}_{shape.label()}".replace("-", "_"),
+        (PrefixCacheMachine,),
+        {"target": target, "shape": shape},
+    )

@@ -13,5 +13,6 @@ from suites.prefix.machines import SHAPES, machine_for
 
 @pytest.mark.parametrize("shape", SHAPES, ids=lambda s: s.label())
 def test_prefix_cache_machine(target, shape):
-    run_state_machine_as_test(machine_for(target, shape),
-                              settings=settings(max_examples=examples(40), stateful_step_count=40, deadline=None))
+    run_state_machine_as_test(
+        machine_for(target, shape), settings=settings(max_examples=examples(40), stateful_step_count=40, deadline=None)
+    )

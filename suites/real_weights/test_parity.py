@@ -72,18 +72,24 @@ def engines(real_checkpoint):
     off = Engine(EngineConfig(real_checkpoint, graphs="off", **LIMITS))
     built_off = time.perf_counter()
     tape = Engine(EngineConfig(real_checkpoint, graphs="tape", **LIMITS))
-    TABLE.append(dict(what="start-up", off_s=round(built_off - started, 1),
-                      tape_s=round(time.perf_counter() - built_off, 1),
-                      decode_graphs=len(tape.runner.graph_runner.graphs),
-                      extend_graphs=len(tape.runner.extend_graph_runner.graphs) if tape.runner.extend_graph_runner else 0))
+    TABLE.append(
+        dict(
+            what="start-up",
+            off_s=round(built_off - started, 1),
+            tape_s=round(time.perf_counter() - built_off, 1),
+            decode_graphs=len(tape.runner.graph_runner.graphs),
+            extend_graphs=len(tape.runner.extend_graph_runner.graphs) if tape.runner.extend_graph_runner else 0,
+        )
+    )
     return off, tape
 
 
 @pytest.fixture(scope="module")
 def hf_model(real_checkpoint):
     transformers = pytest.importorskip("transformers")
-    return transformers.AutoModelForCausalLM.from_pretrained(real_checkpoint, dtype=torch.float32,
-                                                             attn_implementation="eager").eval()
+    return transformers.AutoModelForCausalLM.from_pretrained(
+        real_checkpoint, dtype=torch.float32, attn_implementation="eager"
+    ).eval()
 
 
 _HF_CACHE: dict[tuple[int, ...], torch.Tensor] = {}
@@ -113,8 +119,10 @@ class EvictionWatch:
 
 
 def run(engine: Engine, prompts: list[list[int]]) -> list:
-    reqs = [engine.add_request(p, SamplingParams(max_new_tokens=NEW_TOKENS, ignore_eos=True), return_logits=True)
-            for p in prompts]
+    reqs = [
+        engine.add_request(p, SamplingParams(max_new_tokens=NEW_TOKENS, ignore_eos=True), return_logits=True)
+        for p in prompts
+    ]
     by_rid = {o.rid: o for o in engine.run_until_done()}
     assert engine.pools_idle(), "a slot or request row leaked"
     return [by_rid[r.rid] for r in reqs]
@@ -163,24 +171,41 @@ def check(name: str, engines, hf_model, lengths: tuple[int, ...], *, eager: bool
             if k is not None:
                 assert margin(ref[k]) < 2 * tol, (
                     f"{name} request {i} ({n} tokens): {who} greedy token {k} is {other[k]}, {base}'s is "
-                    f"{o.output_ids[k]}, and the reference margin there is {margin(ref[k]):.3g} (no tie)")
+                    f"{o.output_ids[k]}, and the reference margin there is {margin(ref[k]):.3g} (no tie)"
+                )
                 steps = min(steps, k + 1)
         d_hf_off = float((o.logits[:steps] - ref[:steps]).abs().max())
         d_hf_tape = float((t.logits[:steps] - ref[:steps]).abs().max())
         d_tape_off = float((t.logits[:steps] - o.logits[:steps]).abs().max()) if eager else None
-        TABLE.append(dict(what=name, request=i, prompt=n, crosses=f"{(n + NEW_TOKENS - 1) // WINDOW}x512",
-                          decode_crosses_edge=(n - 1) // WINDOW != (n + NEW_TOKENS - 1) // WINDOW,
-                          steps=steps, tokens_equal=steps == NEW_TOKENS,
-                          max_abs_logit=round(float(ref.abs().max()), 2), eager_vs_hf=d_hf_off if eager else None,
-                          tape_vs_hf=d_hf_tape, tape_vs_eager=d_tape_off,
-                          min_margin=round(min(margin(r) for r in ref), 4),
-                          off_s=round(t_off, 1), tape_s=round(t_tape, 1),
-                          swa_pool=alloc.size_swa, max_swa_used=watch.max_swa_used,
-                          max_batch_context=watch.max_context_tokens))
+        TABLE.append(
+            dict(
+                what=name,
+                request=i,
+                prompt=n,
+                crosses=f"{(n + NEW_TOKENS - 1) // WINDOW}x512",
+                decode_crosses_edge=(n - 1) // WINDOW != (n + NEW_TOKENS - 1) // WINDOW,
+                steps=steps,
+                tokens_equal=steps == NEW_TOKENS,
+                max_abs_logit=round(float(ref.abs().max()), 2),
+                eager_vs_hf=d_hf_off if eager else None,
+                tape_vs_hf=d_hf_tape,
+                tape_vs_eager=d_tape_off,
+                min_margin=round(min(margin(r) for r in ref), 4),
+                off_s=round(t_off, 1),
+                tape_s=round(t_tape, 1),
+                swa_pool=alloc.size_swa,
+                max_swa_used=watch.max_swa_used,
+                max_batch_context=watch.max_context_tokens,
+            )
+        )
         assert d_hf_tape <= TOL_HF, f"{name} request {i} ({n} tokens): tape vs transformers {d_hf_tape:.3g} > {TOL_HF}"
         if eager:
-            assert d_hf_off <= TOL_HF, f"{name} request {i} ({n} tokens): eager vs transformers {d_hf_off:.3g} > {TOL_HF}"
-            assert d_tape_off <= TOL_GRAPH, f"{name} request {i} ({n} tokens): tape vs eager {d_tape_off:.3g} > {TOL_GRAPH}"
+            assert d_hf_off <= TOL_HF, (
+                f"{name} request {i} ({n} tokens): eager vs transformers {d_hf_off:.3g} > {TOL_HF}"
+            )
+            assert d_tape_off <= TOL_GRAPH, (
+                f"{name} request {i} ({n} tokens): tape vs eager {d_tape_off:.3g} > {TOL_GRAPH}"
+            )
 
 
 # In this order: the single request reuses transformers' logits of the 3-batch. Each test may take
@@ -206,7 +231,8 @@ def test_parity_table(real_checkpoint):
         pytest.skip("no parity rows (the parity tests did not run in this process)")
     out = REPO / "reports" / "real-weights" / "parity.json"
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(dict(tolerances=dict(engine_vs_hf=TOL_HF, tape_vs_eager=TOL_GRAPH), rows=TABLE),
-                              indent=2) + "\n")
+    out.write_text(
+        json.dumps(dict(tolerances=dict(engine_vs_hf=TOL_HF, tape_vs_eager=TOL_GRAPH), rows=TABLE), indent=2) + "\n"
+    )
     for row in TABLE:
         print(json.dumps(row))

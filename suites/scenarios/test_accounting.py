@@ -31,13 +31,18 @@ def audit_ownership(engine: Engine) -> None:
     assert alloc.full_available_size() + full.numel() == alloc.size, "full-pool counts do not add up"
     for r in running:
         prefix = rt[r.req_pool_idx, : r.cache_protected_len].long()
-        assert bool(torch.isin(prefix, tree.full).all()), f"request {r.rid} reads a cached prefix the cache does not hold"
+        assert bool(torch.isin(prefix, tree.full).all()), (
+            f"request {r.rid} reads a cached prefix the cache does not hold"
+        )
     swa = alloc.full_to_swa_index_mapping[torch.cat([empty, *owned, tree.swa_live if tree is not None else empty])]
     live = swa[swa > 0]
     assert live.unique().numel() == live.numel(), "an SWA slot is mapped from two full slots"
     assert alloc.swa_available_size() + live.numel() == alloc.size_swa, "SWA-pool counts do not add up"
     in_use = set(r.req_pool_idx for r in running)
-    assert len(in_use) == len(running) and runner.req_to_token_pool.available_size() + len(in_use) == runner.req_to_token_pool.size
+    assert (
+        len(in_use) == len(running)
+        and runner.req_to_token_pool.available_size() + len(in_use) == runner.req_to_token_pool.size
+    )
 
 
 @pytest.fixture(scope="module", params=["tape", "off"])

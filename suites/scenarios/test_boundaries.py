@@ -81,7 +81,9 @@ def test_a_prefill_of_exactly_the_step_budget_finds_an_extend_graph(target, toke
 
 
 @pytest.mark.parametrize("graphs", ["off", "tape"])
-def test_a_workload_larger_than_the_pools_drains_and_admission_covers_what_each_request_may_still_grow_to(target, graphs):
+def test_a_workload_larger_than_the_pools_drains_and_admission_covers_what_each_request_may_still_grow_to(
+    target, graphs
+):
     """24 requests needing 1172 tokens through a 160-slot full pool: every request finishes by length, and after every
     step the free full slots and what the prefix cache can evict cover what the running requests may still grow to
     (prompt + max_new_tokens - 1, less what each holds, its cached prefix included), counted from the requests
@@ -98,8 +100,9 @@ def test_a_workload_larger_than_the_pools_drains_and_admission_covers_what_each_
         growth = sum(len(r.prompt_ids) + r.sampling.max_new_tokens - 1 - r.slots_len for r in engine.scheduler.running)
         cache = engine.tree_cache
         free = engine.scheduler.allocator.full_available_size() + (cache.evictable_size() if cache is not None else 0)
-        assert growth <= free, (f"step {steps}: running requests may still grow by {growth} slots, {free} are free "
-                                "or evictable")
+        assert growth <= free, (
+            f"step {steps}: running requests may still grow by {growth} slots, {free} are free or evictable"
+        )
     assert sorted(o.rid for o in outputs) == sorted(r.rid for r in reqs)
     assert all(o.finish_reason == "length" and len(o.output_ids) == new for o in outputs)
     assert engine.pools_idle()

@@ -25,8 +25,14 @@ LAYOUTS = {1: [S, F, F, F, F, F], 2: [S, F, S, F, F, F], 5: [S, S, S, S, S, F]}
 
 @cache
 def layout_checkpoint(num_swa: int) -> Path:
-    return write_checkpoint("gemma2", _ROOT / f"gemma2-{num_swa}swa", seed=num_swa, num_hidden_layers=6,
-                            layer_types=LAYOUTS[num_swa], tie_word_embeddings=False)
+    return write_checkpoint(
+        "gemma2",
+        _ROOT / f"gemma2-{num_swa}swa",
+        seed=num_swa,
+        num_hidden_layers=6,
+        layer_types=LAYOUTS[num_swa],
+        tie_word_embeddings=False,
+    )
 
 
 @pytest.mark.parametrize("graphs", ["tape", "off"])

@@ -60,7 +60,9 @@ def fp32_reference(target):
     return engine.teacher_forced_logits(SEQUENCES)
 
 
-SEQUENCES = [([(5 * i + j) % 127 + 1 for j in range(9 + 4 * i)], [(3 * i + j) % 127 + 1 for j in range(20)]) for i in range(4)]
+SEQUENCES = [
+    ([(5 * i + j) % 127 + 1 for j in range(9 + 4 * i)], [(3 * i + j) % 127 + 1 for j in range(20)]) for i in range(4)
+]
 # Measured on this checkpoint: bf16 KV ~0.06, fp16 KV ~0.008 max abs logit error vs fp32.
 KV_TOLERANCE = {torch.float32: 1e-4, torch.bfloat16: 0.25, torch.float16: 0.05}
 
@@ -69,7 +71,10 @@ KV_TOLERANCE = {torch.float32: 1e-4, torch.bfloat16: 0.25, torch.float16: 0.05}
 def test_every_kv_dtype_serves_graphs_and_tracks_fp32(target, kv_dtype, fp32_reference):
     name = str(kv_dtype).removeprefix("torch.")
     engine = target.make_engine(untied_checkpoint("qwen3"), graphs="tape", kv_dtype=name, **ENGINE_LIMITS)
-    assert all(b.dtype == kv_dtype for b in (*engine.runner.pool.full_kv_pool.k_buffer, *engine.runner.pool.swa_kv_pool.v_buffer))
+    assert all(
+        b.dtype == kv_dtype
+        for b in (*engine.runner.pool.full_kv_pool.k_buffer, *engine.runner.pool.swa_kv_pool.v_buffer)
+    )
     logits = engine.teacher_forced_logits(SEQUENCES)
     worst = max((a - b).abs().max().item() for a, b in zip(logits, fp32_reference))
     assert worst <= KV_TOLERANCE[kv_dtype], f"{name} KV: max abs logit error {worst:.3g} vs fp32"

@@ -10,7 +10,6 @@ in every buffer row, prompts whose chunks end around the window edge, and mixed 
 from __future__ import annotations
 
 import pytest
-import torch
 
 from fixtures.checkpoints import untied_checkpoint
 from fixtures.scenarios.padding import mixed_batch_cases
@@ -48,10 +47,15 @@ class ExtendAudit:
         self.replays += 1
         self.padded += bucket > real
         mapping = self.engine.runner.allocator.full_to_swa_index_mapping
-        allowed = {"full": set(batch.out_cache_loc.tolist()) | {0}, "swa": set(mapping[batch.out_cache_loc].tolist()) | {0}}
+        allowed = {
+            "full": set(batch.out_cache_loc.tolist()) | {0},
+            "swa": set(mapping[batch.out_cache_loc].tolist()) | {0},
+        }
         for (kind, now), was in zip(kv_buffers(self.engine), snapshot):
             stray = changed_rows(was, now) - allowed[kind]
-            assert not stray, f"an extend of {real} tokens in bucket {bucket} wrote {kind} slots {sorted(stray)} it does not own"
+            assert not stray, (
+                f"an extend of {real} tokens in bucket {bucket} wrote {kind} slots {sorted(stray)} it does not own"
+            )
         for name in ("out_cache_loc", "out_cache_loc_swa"):
             tail = runner.buffers.inputs[name][real:bucket]
             expect_structure(bool((tail == 0).all()), f"padded tail of the extend graph's {name} is {tail.tolist()}")
@@ -65,8 +69,13 @@ def engines(target) -> tuple[ExtendAudit, Engine]:
 
 
 def _sequences(lengths: list[int], seed: int, continuation: int = 6) -> list[tuple[list[int], list[int]]]:
-    return [([(seed + 7 * i + 3 * j) % 120 + 1 for j in range(n)], [(seed + 5 * i + j) % 120 + 1 for j in range(continuation)])
-            for i, n in enumerate(lengths)]
+    return [
+        (
+            [(seed + 7 * i + 3 * j) % 120 + 1 for j in range(n)],
+            [(seed + 5 * i + j) % 120 + 1 for j in range(continuation)],
+        )
+        for i, n in enumerate(lengths)
+    ]
 
 
 def graph_equals_eager(engines, sequences) -> None:
@@ -76,7 +85,9 @@ def graph_equals_eager(engines, sequences) -> None:
     expected = eager.teacher_forced_logits(sequences)
     for i, (g, e) in enumerate(zip(got, expected)):
         diff = (g - e).abs().max().item()
-        assert diff <= TOLERANCE, f"request {i} (prompt {len(sequences[i][0])} tokens): extend graph vs eager logits differ by {diff:.3g}"
+        assert diff <= TOLERANCE, (
+            f"request {i} (prompt {len(sequences[i][0])} tokens): extend graph vs eager logits differ by {diff:.3g}"
+        )
     assert audit.engine.pools_idle() and eager.pools_idle()
 
 
@@ -98,8 +109,12 @@ def test_token_count_bucket_boundaries_after_a_full_width_extend(engines, tokens
         assert audit.padded > before, f"{tokens} tokens never replayed a padded extend graph"
 
 
-@pytest.mark.parametrize("length", sorted({WINDOW - 1, WINDOW, WINDOW + 1, CHUNK - 1, CHUNK, CHUNK + 1,
-                                           2 * CHUNK - 1, 2 * CHUNK + WINDOW, 3 * CHUNK + 1}))
+@pytest.mark.parametrize(
+    "length",
+    sorted(
+        {WINDOW - 1, WINDOW, WINDOW + 1, CHUNK - 1, CHUNK, CHUNK + 1, 2 * CHUNK - 1, 2 * CHUNK + WINDOW, 3 * CHUNK + 1}
+    ),
+)
 def test_chunk_boundaries_against_the_window_edge(engines, length):
     graph_equals_eager(engines, _sequences([length, max(1, length - WINDOW)], seed=length, continuation=WINDOW + 2))
 

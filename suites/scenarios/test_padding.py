@@ -27,8 +27,14 @@ BUCKETS = capture_bs_for(MAX_BS)
 WINDOW = 6  # the gemma2 test checkpoint's sliding_window
 # Written out here, not read from the policy under test: padded rows attend over one token of the
 # padding request and write to padding slot 0 only.
-EXPECTED_FILL = {"input_ids": 0, "req_pool_indices": 0, "seq_lens": 1, "positions": 0,
-                 "out_cache_loc": 0, "out_cache_loc_swa": 0}
+EXPECTED_FILL = {
+    "input_ids": 0,
+    "req_pool_indices": 0,
+    "seq_lens": 1,
+    "positions": 0,
+    "out_cache_loc": 0,
+    "out_cache_loc_swa": 0,
+}
 
 
 class PaddingAudit:
@@ -50,15 +56,21 @@ class PaddingAudit:
         bs = runner.bucket_for(raw_bs)
         self.padded_replays += bs > raw_bs
         mapping = self.engine.runner.allocator.full_to_swa_index_mapping
-        allowed = {"full": set(batch.out_cache_loc.tolist()) | {0},
-                   "swa": set(mapping[batch.out_cache_loc].tolist()) | {0}}
+        allowed = {
+            "full": set(batch.out_cache_loc.tolist()) | {0},
+            "swa": set(mapping[batch.out_cache_loc].tolist()) | {0},
+        }
         for (kind, now), was in zip(kv_buffers(self.engine), snapshot):
             stray = changed_rows(was, now) - allowed[kind]
-            assert not stray, f"a replay of {raw_bs} rows in bucket {bs} wrote {kind} slots {sorted(stray)} it does not own"
+            assert not stray, (
+                f"a replay of {raw_bs} rows in bucket {bs} wrote {kind} slots {sorted(stray)} it does not own"
+            )
         for name, fill in EXPECTED_FILL.items():
             tail = runner.buffers.inputs[name][raw_bs:bs]
-            expect_structure(torch.all(tail == fill),
-                             f"padded tail of {name} is {tail.tolist()}, expected {fill} (raw_bs={raw_bs}, bs={bs})")
+            expect_structure(
+                torch.all(tail == fill),
+                f"padded tail of {name} is {tail.tolist()}, expected {fill} (raw_bs={raw_bs}, bs={bs})",
+            )
 
 
 @pytest.fixture(scope="module")

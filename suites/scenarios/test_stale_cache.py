@@ -36,7 +36,8 @@ def check_views(target, case: ViewsAtOffsets) -> None:
     got_second = handle.pool.translate_loc_from_full_to_swa(second)  # no flush between: only the key differs
     assert torch.equal(got_first, mapping[first])
     assert torch.equal(got_second, mapping[second]), (
-        f"view at offset {case.offset} got {got_second.tolist()}, its mapping is {mapping[second].tolist()}")
+        f"view at offset {case.offset} got {got_second.tolist()}, its mapping is {mapping[second].tolist()}"
+    )
 
 
 @pytest.mark.parametrize("case", views_cases(), ids=lambda c: c.name)
@@ -82,7 +83,9 @@ def check_mutation(target, case: MutationBetweenTranslations) -> None:
     after = handle.pool.translate_loc_from_full_to_swa(probe)
     expected = handle.allocator.full_to_swa_index_mapping[probe]
     assert not torch.equal(before, expected), "the mutation did not change the probe's mapping (vacuous case)"
-    assert torch.equal(after, expected), f"after {case.mutation}: translation {after.tolist()} but mapping {expected.tolist()}"
+    assert torch.equal(after, expected), (
+        f"after {case.mutation}: translation {after.tolist()} but mapping {expected.tolist()}"
+    )
 
 
 @pytest.mark.parametrize("case", mutation_cases(), ids=lambda c: c.name)
@@ -107,8 +110,10 @@ def test_a_loc_buffer_refilled_between_forwards_is_translated_afresh(engine, cas
     """Two forwards share one loc tensor, refilled in place, with no allocator call in between."""
     with recovering(engine):
         k, sched = case.batch, engine.scheduler
-        decoders = [engine.add_request([i + 1, i + 2, i + 3], SamplingParams(max_new_tokens=6, ignore_eos=True))
-                    for i in range(2 * k if case.first_graph else k)]
+        decoders = [
+            engine.add_request([i + 1, i + 2, i + 3], SamplingParams(max_new_tokens=6, ignore_eos=True))
+            for i in range(2 * k if case.first_graph else k)
+        ]
         while any(not r.prefill_done for r in decoders):
             engine.step()
         if case.first_graph:
@@ -126,8 +131,9 @@ def test_a_loc_buffer_refilled_between_forwards_is_translated_afresh(engine, cas
             engine.runner.forward(batch)
             assert torch.equal(batch.out_cache_loc_swa, mapping[static_loc]), (
                 f"{batch.forward_mode.value} forward wrote SWA slots {batch.out_cache_loc_swa.tolist()}, "
-                f"current mapping is {mapping[static_loc].tolist()}")
-        expect_structure(not stale_key_watch.messages, stale_key_watch.messages[0] if stale_key_watch.messages else '')
+                f"current mapping is {mapping[static_loc].tolist()}"
+            )
+        expect_structure(not stale_key_watch.messages, stale_key_watch.messages[0] if stale_key_watch.messages else "")
         engine.abort_all()
         assert engine.pools_idle()
 
@@ -144,4 +150,4 @@ def test_window_lookup_between_two_writes_leaves_the_write_loc_clean(target, cas
     assert torch.equal(handle.pool.translate_fresh_loc(window), mapping[window])
     handle.pool.set_kv_buffer(2, loc, k2, k2)
     assert torch.equal(handle.pool.get_key_buffer(2)[mapping[loc]], k2)
-    expect_structure(not stale_key_watch.messages, stale_key_watch.messages[0] if stale_key_watch.messages else '')
+    expect_structure(not stale_key_watch.messages, stale_key_watch.messages[0] if stale_key_watch.messages else "")

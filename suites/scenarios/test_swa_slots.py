@@ -24,7 +24,8 @@ def test_every_swa_write_uses_the_current_mapping(target, arch, graphs, swa_writ
         if uses_graph:
             used = engine.runner.graph_runner.buffers.inputs["out_cache_loc_swa"][: batch.batch_size]
             assert torch.equal(used, mapping[batch.out_cache_loc]), (
-                f"graph replay wrote SWA slots {used.tolist()[:8]}, current mapping {mapping[batch.out_cache_loc].tolist()[:8]}")
+                f"graph replay wrote SWA slots {used.tolist()[:8]}, current mapping {mapping[batch.out_cache_loc].tolist()[:8]}"
+            )
 
     on_every_forward(engine, after=replayed_locs_are_current)
     for case in mixed_batch_cases(6):

@@ -19,4 +19,6 @@ def test_clean_forwards_log_no_stale_key_warning(target, arch, graphs, stale_key
     for case in mixed_batch_cases(6):
         prompts = [[(13 * i + j) % 127 + 1 for j in range(n)] for i, n in enumerate(case.prompt_lens)]
         engine.generate(prompts, [SamplingParams(max_new_tokens=n, ignore_eos=True) for n in case.new_tokens])
-    assert not stale_key_watch.messages, f"{len(stale_key_watch.messages)} warnings, first: {stale_key_watch.messages[0]}"
+    assert not stale_key_watch.messages, (
+        f"{len(stale_key_watch.messages)} warnings, first: {stale_key_watch.messages[0]}"
+    )

@@ -97,9 +97,10 @@ def transformers_reference(ckpt: Path, prompts: Sequence[str], new_tokens: int, 
     for prompt in prompts:
         ids = torch.tensor([tok.encode(prompt).ids])
         with torch.no_grad():
-            out = model.generate(ids, max_new_tokens=new_tokens, do_sample=False, output_logits=True,
-                                 return_dict_in_generate=True)
-        answers.append(tok.decode(out.sequences[0, ids.shape[1]:].tolist()))
+            out = model.generate(
+                ids, max_new_tokens=new_tokens, do_sample=False, output_logits=True, return_dict_in_generate=True
+            )
+        answers.append(tok.decode(out.sequences[0, ids.shape[1] :].tolist()))
         tops.append([torch.log_softmax(step[0].double(), -1).topk(top).values.tolist() for step in out.logits])
     return Reference(answers, tops)
 
@@ -115,15 +116,31 @@ def harness_reference(ckpt: Path, prompts: Sequence[str], new_tokens: int, top: 
     reqs = [engine.add_request(p, greedy, return_logits=True) for p in prompts]
     by_rid = {o.rid: o for o in engine.run_until_done()}
     outs = [by_rid[r.rid] for r in reqs]
-    return Reference([o.text for o in outs],
-                     [torch.log_softmax(o.logits.double(), -1).topk(top).values.tolist() for o in outs])
+    return Reference(
+        [o.text for o in outs], [torch.log_softmax(o.logits.double(), -1).topk(top).values.tolist() for o in outs]
+    )
 
 
-def complete(server: ServerProcess, served: str, prompt: str, new_tokens: int, top: int = TOP,
-             extra: Mapping[str, Any] | None = None) -> tuple[str, Top]:
+def complete(
+    server: ServerProcess,
+    served: str,
+    prompt: str,
+    new_tokens: int,
+    top: int = TOP,
+    extra: Mapping[str, Any] | None = None,
+) -> tuple[str, Top]:
     """The greedy answer and, per generated token, its top logprobs (largest first)."""
-    body = json.dumps({"model": served, "prompt": prompt, "max_tokens": new_tokens, "temperature": 0,
-                       "ignore_eos": True, "logprobs": top, **(extra or {})}).encode()
+    body = json.dumps(
+        {
+            "model": served,
+            "prompt": prompt,
+            "max_tokens": new_tokens,
+            "temperature": 0,
+            "ignore_eos": True,
+            "logprobs": top,
+            **(extra or {}),
+        }
+    ).encode()
     request = urllib.request.Request(server.completions_url, data=body, headers={"Content-Type": "application/json"})
     try:
         with urllib.request.urlopen(request, timeout=600) as resp:
@@ -131,12 +148,15 @@ def complete(server: ServerProcess, served: str, prompt: str, new_tokens: int, t
             return choice["text"], [sorted(t.values(), reverse=True) for t in choice["logprobs"]["top_logprobs"]]
     except (OSError, http.client.HTTPException) as exc:  # the server died under this request, or refused it: say why
         crash = [line for line in server.log_path.read_text(errors="replace").splitlines() if "Error" in line]
-        raise AssertionError(f"the server dropped a request ({type(exc).__name__}: {exc}); its log's last error: "
-                             f"{crash[-1] if crash else '(none)'}") from None
+        raise AssertionError(
+            f"the server dropped a request ({type(exc).__name__}: {exc}); its log's last error: "
+            f"{crash[-1] if crash else '(none)'}"
+        ) from None
 
 
-def serve_all(server: ServerProcess, served: str, prompts: Sequence[str], new_tokens: int,
-              extra: Mapping[str, Any] | None = None) -> list[tuple[str, Top]]:
+def serve_all(
+    server: ServerProcess, served: str, prompts: Sequence[str], new_tokens: int, extra: Mapping[str, Any] | None = None
+) -> list[tuple[str, Top]]:
     """Every prompt at once, one client each."""
     with ThreadPoolExecutor(len(prompts)) as pool:
         return list(pool.map(lambda p: complete(server, served, p, new_tokens, extra=extra), prompts))
@@ -148,8 +168,9 @@ def agreement(served: Sequence[tuple[str, Top]], reference: Reference, top: int 
     worst, where = 0.0, None
     for i, ((_, tops), expected) in enumerate(zip(served, reference.tops)):
         if len(tops) != len(expected) or any(len(t) != top for t in tops):
-            raise AssertionError(f"request #{i}: {len(tops)} tokens of logprobs, expected {len(expected)} of {top} "
-                                 "each")
+            raise AssertionError(
+                f"request #{i}: {len(tops)} tokens of logprobs, expected {len(expected)} of {top} each"
+            )
         for step, (got, want) in enumerate(zip(tops, expected)):
             delta = max(abs(g - w) for g, w in zip(got, want))
             if delta > worst:
@@ -161,7 +182,10 @@ def assert_agrees(found: Agreement, tol: float, engine: str) -> None:
     """Every answer transformers', every top logprob within ``tol``."""
     if found.wrong:
         i, got, want = found.wrong[0]
-        raise AssertionError(f"{len(found.wrong)}/{found.n} {engine} answers differ from transformers, e.g. #{i}: "
-                             f"{got!r} vs {want!r}")
-    assert found.worst <= tol, (f"{engine}'s top-{TOP} logprobs differ from transformers' by {found.worst:.3g} nats "
-                                f"(> {tol}) at request #{found.where[0]}, token {found.where[1]}")
+        raise AssertionError(
+            f"{len(found.wrong)}/{found.n} {engine} answers differ from transformers, e.g. #{i}: {got!r} vs {want!r}"
+        )
+    assert found.worst <= tol, (
+        f"{engine}'s top-{TOP} logprobs differ from transformers' by {found.worst:.3g} nats "
+        f"(> {tol}) at request #{found.where[0]}, token {found.where[1]}"
+    )

@@ -29,14 +29,21 @@ from harness.servers.base import ServerSpec
 from harness.servers.lifecycle import ServerProcess
 from harness.servers.sglang_server import CPU_FLAGS, SGLangServer
 from harness.env import SGLANG_PATCH_ENV, SGLANG_SERVER_ENV
-from suites.servers.oracles import (Reference, agreement, assert_agrees, free_port, harness_reference, running,
-                                    serve_all, transformers_reference)
+from suites.servers.oracles import (
+    Reference,
+    agreement,
+    assert_agrees,
+    free_port,
+    harness_reference,
+    running,
+    serve_all,
+    transformers_reference,
+)
 
 ENGINE = SGLangServer()
 if ENGINE.missing() is not None and os.environ.get(SGLANG_SERVER_ENV) == "require":
     pytest.fail(f"{ENGINE.missing()} ({SGLANG_SERVER_ENV}=require)", pytrace=False)
-pytestmark = pytest.mark.skipif(ENGINE.missing() is not None,
-                                reason=str(ENGINE.missing()))
+pytestmark = pytest.mark.skipif(ENGINE.missing() is not None, reason=str(ENGINE.missing()))
 
 SERVED = "tiny-mellum"
 CLIENTS = 16
@@ -56,13 +63,16 @@ CANDIDATE_FIX = {SGLANG_PATCH_ENV: "suites/plans/patches/finding-4-swa-reads.yam
 LOGPROB_TOL = 1e-4
 FINDING_TORCH_NATIVE_SWA_READS = (
     "docs/FINDINGS.md #4: SGLang 0.5.23's torch_native attention reads the KV of sliding-window layers at full-pool "
-    "slot ids (req_to_token) instead of their SWA slots; right only while the two allocators hand out the same ids")
+    "slot ids (req_to_token) instead of their SWA slots; right only while the two allocators hand out the same ids"
+)
 
 
 def prompts() -> list[str]:
     """16 prompts of 18 to 42 words (3 to 7 windows of 6), each different."""
-    return [" ".join(WORDS[4 + (i * 11 + k * 5) % (len(WORDS) - 4)] for k in range(18 + 3 * (i % 9)))
-            for i in range(CLIENTS)]
+    return [
+        " ".join(WORDS[4 + (i * 11 + k * 5) % (len(WORDS) - 4)] for k in range(18 + 3 * (i % 9)))
+        for i in range(CLIENTS)
+    ]
 
 
 @pytest.fixture(scope="module")
@@ -80,10 +90,22 @@ def harness_answers(ckpt: Path) -> list[str]:
     return harness_reference(ckpt, prompts(), NEW_TOKENS).answers
 
 
-def sglang_server(ckpt: Path, pool: tuple[str, ...], log: Path, graphs: str = "off",
-                  env: dict[str, str] | None = None) -> ContextManager[ServerProcess]:
-    return running(ENGINE, ServerSpec(model=str(ckpt), served_name=SERVED, graphs=graphs, flags=(*CPU_FLAGS, *pool),
-                                      port=free_port(), env=env or {}), log, timeout=600)
+def sglang_server(
+    ckpt: Path, pool: tuple[str, ...], log: Path, graphs: str = "off", env: dict[str, str] | None = None
+) -> ContextManager[ServerProcess]:
+    return running(
+        ENGINE,
+        ServerSpec(
+            model=str(ckpt),
+            served_name=SERVED,
+            graphs=graphs,
+            flags=(*CPU_FLAGS, *pool),
+            port=free_port(),
+            env=env or {},
+        ),
+        log,
+        timeout=600,
+    )
 
 
 @pytest.fixture(scope="module")
@@ -92,8 +114,9 @@ def server(ckpt: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Ser
         yield server
 
 
-def assert_served_like_the_oracles(server: ServerProcess, transformers_run: Reference,
-                                   harness_answers: list[str]) -> float:
+def assert_served_like_the_oracles(
+    server: ServerProcess, transformers_run: Reference, harness_answers: list[str]
+) -> float:
     """Answers equal both oracles' and top logprobs transformers' within LOGPROB_TOL; the worst |Δlogprob|."""
     assert harness_answers == transformers_run.answers  # the two oracles agree first
     found = agreement(serve_all(server, SERVED, prompts(), NEW_TOKENS), transformers_run)
@@ -102,12 +125,14 @@ def assert_served_like_the_oracles(server: ServerProcess, transformers_run: Refe
 
 
 def test_concurrent_greedy_answers_equal_transformers_and_the_harness_engine(
-        server: ServerProcess, transformers_run: Reference, harness_answers: list[str]) -> None:
+    server: ServerProcess, transformers_run: Reference, harness_answers: list[str]
+) -> None:
     assert_served_like_the_oracles(server, transformers_run, harness_answers)
 
 
-def test_graphs_on_answer_as_the_oracles(ckpt: Path, tmp_path: Path, transformers_run: Reference,
-                                        harness_answers: list[str]) -> None:
+def test_graphs_on_answer_as_the_oracles(
+    ckpt: Path, tmp_path: Path, transformers_run: Reference, harness_answers: list[str]
+) -> None:
     """SGLang's CPU graph runner (with the hooks torch_native lacks, harness/servers/sglang_server/cpu_graph_hooks.py)."""
     with sglang_server(ckpt, GRAPHS_ON, tmp_path / "server.log", graphs="on") as server:
         assert_served_like_the_oracles(server, transformers_run, harness_answers)
@@ -118,11 +143,16 @@ def test_graphs_on_answer_as_the_oracles(ckpt: Path, tmp_path: Path, transformer
 
 
 @pytest.mark.xfail(strict=True, raises=AssertionError, reason=FINDING_TORCH_NATIVE_SWA_READS)
-@pytest.mark.parametrize("pool", [pytest.param(TIGHT, id="swa-pool-as-large"),
-                                  pytest.param(TIGHT_SMALL_SWA, id="swa-pool-a-quarter", marks=pytest.mark.extended)])
-def test_a_pool_that_reuses_swa_slots_changes_no_answer(pool: tuple[str, ...], ckpt: Path, tmp_path: Path,
-                                                        transformers_run: Reference,
-                                                        harness_answers: list[str]) -> None:
+@pytest.mark.parametrize(
+    "pool",
+    [
+        pytest.param(TIGHT, id="swa-pool-as-large"),
+        pytest.param(TIGHT_SMALL_SWA, id="swa-pool-a-quarter", marks=pytest.mark.extended),
+    ],
+)
+def test_a_pool_that_reuses_swa_slots_changes_no_answer(
+    pool: tuple[str, ...], ckpt: Path, tmp_path: Path, transformers_run: Reference, harness_answers: list[str]
+) -> None:
     """Strict: the day SGLang reads SWA layers at their SWA slots, this passes and the suite says so."""
     with sglang_server(ckpt, pool, tmp_path / "server.log") as server:
         assert_served_like_the_oracles(server, transformers_run, harness_answers)
@@ -130,7 +160,8 @@ def test_a_pool_that_reuses_swa_slots_changes_no_answer(pool: tuple[str, ...], c
 
 @pytest.mark.extended
 def test_the_candidate_fix_for_finding_4_makes_the_reusing_pool_agree(
-        ckpt: Path, tmp_path: Path, transformers_run: Reference, harness_answers: list[str]) -> None:
+    ckpt: Path, tmp_path: Path, transformers_run: Reference, harness_answers: list[str]
+) -> None:
     """The mechanism, confirmed: translating the sliding layers' read ids (and nothing else) makes the tight pool
     answer as the oracles do, so the wrong answers above come from those reads."""
     with sglang_server(ckpt, TIGHT, tmp_path / "server.log", env=CANDIDATE_FIX) as server:

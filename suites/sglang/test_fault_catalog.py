@@ -25,7 +25,9 @@ def _code(edit: SourceEdit):
 def test_each_fault_applies_differs_and_restores(installed, fault_id):
     fault = SGLANG_FAULTS[fault_id]
     for edit in fault.edits:
-        assert edit.match.splitlines()[0].strip() in source_of(edit.target), f"{edit.target} no longer holds {edit.match!r}"
+        assert edit.match.splitlines()[0].strip() in source_of(edit.target), (
+            f"{edit.target} no longer holds {edit.match!r}"
+        )
     clean = {e.target: _code(e) for e in fault.edits}
     with inject(fault):
         assert all(_code(e) is not clean[e.target] for e in fault.edits), "the fault left SGLang's code unchanged"
@@ -35,8 +37,14 @@ def test_each_fault_applies_differs_and_restores(installed, fault_id):
 def test_an_edit_whose_text_moved_fails_loudly(installed):
     from sglang.srt.debug_utils.source_patcher.types import PatchApplicationError
 
-    gone = SGLangFault("moved", "#0", "", "", "", (SourceEdit("sglang.srt.mem_cache.kv_loc_plan.pad_with_sink",
-                                                              "this line is not in the function", "pass"),))
+    gone = SGLangFault(
+        "moved",
+        "#0",
+        "",
+        "",
+        "",
+        (SourceEdit("sglang.srt.mem_cache.kv_loc_plan.pad_with_sink", "this line is not in the function", "pass"),),
+    )
     clean = resolve("sglang.srt.mem_cache.kv_loc_plan.pad_with_sink").__code__
     with pytest.raises(PatchApplicationError):
         with inject(gone):

@@ -47,8 +47,13 @@ def sglang(target):
     from sglang.srt.model_executor.cuda_graph_buffer_registry import build_decode_registry
     from sglang.srt.model_executor.forward_batch_info import ForwardMode
 
-    return types.SimpleNamespace(KVIndexTranslator=KVIndexTranslator, IdSpaceKind=IdSpaceKind, TokenSpan=TokenSpan,
-                                 build_decode_registry=build_decode_registry, ForwardMode=ForwardMode)
+    return types.SimpleNamespace(
+        KVIndexTranslator=KVIndexTranslator,
+        IdSpaceKind=IdSpaceKind,
+        TokenSpan=TokenSpan,
+        build_decode_registry=build_decode_registry,
+        ForwardMode=ForwardMode,
+    )
 
 
 @dataclass(frozen=True)
@@ -65,9 +70,14 @@ class Window:
 def windows(draw) -> Window:
     bs = draw(st.integers(1, MAX_BS))
     width = draw(st.integers(2, MAX_WIDTH))
-    return Window(bs=bs, width=width, padded_bs=min(b for b in BUCKETS if b >= bs),
-                  accepted=tuple(draw(st.lists(st.integers(1, width), min_size=bs, max_size=bs))),
-                  step=draw(st.integers(0, width - 1)), split=draw(st.integers(0, bs * width)))
+    return Window(
+        bs=bs,
+        width=width,
+        padded_bs=min(b for b in BUCKETS if b >= bs),
+        accepted=tuple(draw(st.lists(st.integers(1, width), min_size=bs, max_size=bs))),
+        step=draw(st.integers(0, width - 1)),
+        split=draw(st.integers(0, bs * width)),
+    )
 
 
 def forwards(sglang, w: Window, plan) -> list[tuple[str, object, list[int]]]:
@@ -118,18 +128,45 @@ def check_window(target, sglang, w: Window) -> None:
     window = allocator.alloc(w.bs * w.width).long()  # row-major [bs, width], as the scheduler assigns it
     req_pool_indices = torch.tensor(rows.alloc(w.bs), dtype=torch.int64)
     seq_lens = torch.full((w.bs,), 9, dtype=torch.int64)
-    translator = sglang.KVIndexTranslator(req_to_token=rows.req_to_token, token_to_kv_pool_allocator=allocator.sglang,
-                                          token_to_kv_pool=pool.sglang, page_size=1, device="cpu")
-    plan = translator.plan(req_pool_indices=req_pool_indices, seq_lens=seq_lens, seq_lens_cpu=seq_lens,
-                           write_virtual=window, read_extent=w.width)
-    registry = sglang.build_decode_registry(device=torch.device("cpu"), max_bs=MAX_BS, max_num_token=MAX_BS * MAX_WIDTH,
-                                            seq_len_fill_value=1, cache_loc_dtype=torch.int64,
-                                            register_global_num_tokens=False, share_pool=False)
+    translator = sglang.KVIndexTranslator(
+        req_to_token=rows.req_to_token,
+        token_to_kv_pool_allocator=allocator.sglang,
+        token_to_kv_pool=pool.sglang,
+        page_size=1,
+        device="cpu",
+    )
+    plan = translator.plan(
+        req_pool_indices=req_pool_indices,
+        seq_lens=seq_lens,
+        seq_lens_cpu=seq_lens,
+        write_virtual=window,
+        read_extent=w.width,
+    )
+    registry = sglang.build_decode_registry(
+        device=torch.device("cpu"),
+        max_bs=MAX_BS,
+        max_num_token=MAX_BS * MAX_WIDTH,
+        seq_len_fill_value=1,
+        cache_loc_dtype=torch.int64,
+        register_global_num_tokens=False,
+        share_pool=False,
+    )
     # A full-width replay first: every buffer holds live ids of the widest batch.
     stale = torch.arange(1, MAX_BS * MAX_WIDTH + 1, dtype=torch.int64)
-    registry.fill_from(_batch(input_ids=stale, positions=stale, out_cache_loc=stale, req_pool_indices=stale[:MAX_BS],
-                              seq_lens=stale[:MAX_BS], seq_lens_cpu=stale[:MAX_BS]),
-                       raw_bs=MAX_BS, padded_bs=MAX_BS, raw_num_tokens=stale.numel(), padded_num_tokens=stale.numel())
+    registry.fill_from(
+        _batch(
+            input_ids=stale,
+            positions=stale,
+            out_cache_loc=stale,
+            req_pool_indices=stale[:MAX_BS],
+            seq_lens=stale[:MAX_BS],
+            seq_lens_cpu=stale[:MAX_BS],
+        ),
+        raw_bs=MAX_BS,
+        padded_bs=MAX_BS,
+        raw_num_tokens=stale.numel(),
+        padded_num_tokens=stale.numel(),
+    )
     mapping = allocator.full_to_swa_index_mapping
     for name, cols, lanes in forwards(sglang, w, plan):
         batch = _batch(batch_size=w.bs, req_pool_indices=req_pool_indices, seq_lens=seq_lens, seq_lens_cpu=seq_lens)
@@ -138,15 +175,21 @@ def check_window(target, sglang, w: Window) -> None:
         batch.input_ids = batch.positions = torch.zeros(raw, dtype=torch.int64)
         padded_n = w.padded_bs * w.width
         registry.fill_from(batch, raw_bs=w.bs, padded_bs=w.padded_bs, raw_num_tokens=raw, padded_num_tokens=padded_n)
-        replay = _batch(kv_loc_plan=plan, kv_loc_cols=cols, batch_size=w.padded_bs,
-                        out_cache_loc=registry.get_slot("out_cache_loc").buffer[:padded_n])
+        replay = _batch(
+            kv_loc_plan=plan,
+            kv_loc_cols=cols,
+            batch_size=w.padded_bs,
+            out_cache_loc=registry.get_slot("out_cache_loc").buffer[:padded_n],
+        )
         full_ids = replay.out_cache_loc
         swa_ids = translator.write_ids(replay, sglang.IdSpaceKind.SLIDING_WINDOW)
         check_writes(pool, name, w, lanes, full_ids, swa_ids, window, mapping, other)
         want_full = [int(window[i]) if i != SINK else 0 for i in lanes] + [0] * (padded_n - raw)
         expect_structure(full_ids.tolist() == want_full, f"{name}: full write ids {full_ids.tolist()} != {want_full}")
-        expect_structure(swa_ids.tolist() == mapping[torch.tensor(want_full)].tolist(),
-                         f"{name}: SWA write ids {swa_ids.tolist()} are not the mapping of the full ones")
+        expect_structure(
+            swa_ids.tolist() == mapping[torch.tensor(want_full)].tolist(),
+            f"{name}: SWA write ids {swa_ids.tolist()} are not the mapping of the full ones",
+        )
 
 
 def check_writes(pool, name, w, lanes, full_ids, swa_ids, window, mapping, other) -> None:
@@ -167,8 +210,9 @@ def check_writes(pool, name, w, lanes, full_ids, swa_ids, window, mapping, other
         stray = sorted(changed - set(own) - {0})
         assert not stray, f"{name}, layer {layer}: lanes wrote slots {stray} their window does not give them"
         wrong = [lane for slot, lane in own.items() if not torch.equal(keys[slot], value[lane])]
-        assert not wrong, f"{name}, layer {layer}: lanes {wrong} do not hold their own K/V (a sink or padded lane " \
-                          f"wrote over them)"
+        assert not wrong, (
+            f"{name}, layer {layer}: lanes {wrong} do not hold their own K/V (a sink or padded lane wrote over them)"
+        )
         others = to_pool(other)
         assert bool((keys[others] == -1.0).all()), f"{name}, layer {layer}: another request's K/V changed"
 
@@ -182,29 +226,51 @@ def test_speculative_windows_write_only_their_lanes(target, sglang, w):
 @pytest.mark.parametrize("width", [2, 4, 8])
 def test_every_row_ragged_down_to_one_token(target, sglang, width):
     """The raggedest verify: every row writes one token, all other lanes are sinks."""
-    check_window(target, sglang, Window(bs=MAX_BS, width=width, padded_bs=MAX_BS, accepted=(1,) * MAX_BS,
-                                        step=width - 1, split=MAX_BS * width // 2))
+    check_window(
+        target,
+        sglang,
+        Window(
+            bs=MAX_BS, width=width, padded_bs=MAX_BS, accepted=(1,) * MAX_BS, step=width - 1, split=MAX_BS * width // 2
+        ),
+    )
 
 
 def test_reads_reach_past_seq_lens_by_the_window_each_forward_writes(target, sglang):
     """A read table covers ``[0, seq_lens + read_extent)``: a verify reads ``width`` tokens past its lengths,
     a draft decode the steps it wrote; a plain decode or extend nothing past them."""
     handle = target.build_pool(PoolSpec(size=64, size_swa=48, max_requests=4, max_context_len=64))
-    translator = sglang.KVIndexTranslator(req_to_token=handle.req_to_token_pool.req_to_token,
-                                          token_to_kv_pool_allocator=handle.allocator.sglang,
-                                          token_to_kv_pool=handle.pool.sglang, page_size=1, device="cpu")
+    translator = sglang.KVIndexTranslator(
+        req_to_token=handle.req_to_token_pool.req_to_token,
+        token_to_kv_pool_allocator=handle.allocator.sglang,
+        token_to_kv_pool=handle.pool.sglang,
+        page_size=1,
+        device="cpu",
+    )
     mode, bs, width = sglang.ForwardMode, 3, 5
     ids = torch.arange(1, bs * width + 1, dtype=torch.int64)
     spec = types.SimpleNamespace(draft_token_num=width)
-    cases = [(mode.TARGET_VERIFY, spec, ids, width), (mode.DECODE, spec, ids, width),
-             (mode.DRAFT_EXTEND_V2, spec, ids, width), (mode.DECODE, None, ids[:bs], 0),
-             (mode.EXTEND, spec, ids, 0)]
+    cases = [
+        (mode.TARGET_VERIFY, spec, ids, width),
+        (mode.DECODE, spec, ids, width),
+        (mode.DRAFT_EXTEND_V2, spec, ids, width),
+        (mode.DECODE, None, ids[:bs], 0),
+        (mode.EXTEND, spec, ids, 0),
+    ]
     for forward_mode, spec_info, write, want in cases:
-        batch = _batch(out_cache_loc=write, req_pool_indices=torch.arange(1, bs + 1), seq_lens=torch.full((bs,), 7),
-                       seq_lens_cpu=torch.full((bs,), 7), forward_mode=forward_mode, spec_info=spec_info, batch_size=bs)
+        batch = _batch(
+            out_cache_loc=write,
+            req_pool_indices=torch.arange(1, bs + 1),
+            seq_lens=torch.full((bs,), 7),
+            seq_lens_cpu=torch.full((bs,), 7),
+            forward_mode=forward_mode,
+            spec_info=spec_info,
+            batch_size=bs,
+        )
         plan = translator.own_plan(batch)
-        assert plan.read_extent == want, f"{forward_mode.name} (spec {spec_info is not None}): reads reach " \
-                                         f"{plan.read_extent} past seq_lens, the window it writes is {want}"
+        assert plan.read_extent == want, (
+            f"{forward_mode.name} (spec {spec_info is not None}): reads reach "
+            f"{plan.read_extent} past seq_lens, the window it writes is {want}"
+        )
 
 
 def test_a_draft_reading_its_own_table_shares_the_iterations_write_ids(target, sglang):
@@ -212,18 +278,25 @@ def test_a_draft_reading_its_own_table_shares_the_iterations_write_ids(target, s
     of the iteration's plan (translated once); reads on this pool stay in each reader's own rows; a replay
     binds the runner's buffer and keeps no virtual mirror."""
     handle = target.build_pool(PoolSpec(size=64, size_swa=48, max_requests=4, max_context_len=64))
-    kwargs = dict(token_to_kv_pool_allocator=handle.allocator.sglang, token_to_kv_pool=handle.pool.sglang,
-                  page_size=1, device="cpu")
+    kwargs = dict(
+        token_to_kv_pool_allocator=handle.allocator.sglang,
+        token_to_kv_pool=handle.pool.sglang,
+        page_size=1,
+        device="cpu",
+    )
     target_rows = handle.req_to_token_pool.req_to_token
     draft_rows = torch.zeros_like(target_rows)
     main = sglang.KVIndexTranslator(req_to_token=target_rows, **kwargs)
     draft = sglang.KVIndexTranslator(req_to_token=draft_rows, **kwargs)
     window = handle.allocator.alloc(6).long()
     lens = torch.full((2,), 4, dtype=torch.int64)
-    plan = main.plan(req_pool_indices=torch.tensor([1, 2]), seq_lens=lens, seq_lens_cpu=lens, write_virtual=window,
-                     read_extent=3)
+    plan = main.plan(
+        req_pool_indices=torch.tensor([1, 2]), seq_lens=lens, seq_lens_cpu=lens, write_virtual=window, read_extent=3
+    )
     swa = plan.write_ids(main, kind=sglang.IdSpaceKind.SLIDING_WINDOW)
-    assert torch.equal(swa, handle.allocator.full_to_swa_index_mapping[window]), "the plan's SWA ids are not the mapping"
+    assert torch.equal(swa, handle.allocator.full_to_swa_index_mapping[window]), (
+        "the plan's SWA ids are not the mapping"
+    )
     drafted = plan.reads_from(draft, seq_lens=lens + 1, seq_lens_cpu=lens + 1, read_extent=1)
     again = drafted.write_ids(draft, kind=sglang.IdSpaceKind.SLIDING_WINDOW)
     assert again is swa, "the draft's plan translated the iteration's window again instead of sharing it"
@@ -266,8 +339,9 @@ def test_accepted_drafts_move_to_the_front_of_their_window(target, sglang, bs, w
     for layer, to_pool in ((FULL_LAYER, lambda ids: ids), (SWA_LAYER, lambda ids: mapping[ids])):
         keys = pool.get_key_buffer(layer)
         wrong = [(t, s) for t, s in zip(tgt, src) if not torch.equal(keys[to_pool(window[t])], value[s])]
-        assert not wrong, f"layer {layer}: front slots (window position, accepted lane) {wrong} do not hold the " \
-                          f"accepted lane's K/V"
+        assert not wrong, (
+            f"layer {layer}: front slots (window position, accepted lane) {wrong} do not hold the accepted lane's K/V"
+        )
         changed = set((keys != before[layer]).flatten(1).any(1).nonzero().flatten().tolist())
         stray = sorted(changed - set(to_pool(window[tgt]).tolist()))
         assert not stray, f"layer {layer}: moving accepted drafts wrote slots {stray} outside the fronts"
@@ -282,8 +356,13 @@ def test_a_static_hybrid_pools_translator_reads_virtual_and_writes_through_the_m
 
     handle = scrambled_pool(target)
     rows, allocator = handle.req_to_token_pool, handle.allocator
-    translator = sglang.KVIndexTranslator(req_to_token=rows.req_to_token, token_to_kv_pool_allocator=allocator.sglang,
-                                          token_to_kv_pool=handle.pool.sglang, page_size=1, device="cpu")
+    translator = sglang.KVIndexTranslator(
+        req_to_token=rows.req_to_token,
+        token_to_kv_pool_allocator=allocator.sglang,
+        token_to_kv_pool=handle.pool.sglang,
+        page_size=1,
+        device="cpu",
+    )
     assert not translator.reads_are_translated and translator.full_v2p_table is None
     assert translator.window_kv_kind is sglang.IdSpaceKind.SLIDING_WINDOW
     assert translator.capture_token_capacity(96) == 97, "graph capture rows must cover every slot and the sink"
@@ -292,13 +371,19 @@ def test_a_static_hybrid_pools_translator_reads_virtual_and_writes_through_the_m
         ids = torch.tensor([3, 8, 40])
         assert torch.equal(translator.translate_dcp_read_ids(ids), ids)
     with get_parallel().override(attn_dcp_size=2):
-        assert translator.translate_dcp_read_ids(torch.tensor([6, 9])).tolist() == [3, 4], \
+        assert translator.translate_dcp_read_ids(torch.tensor([6, 9])).tolist() == [3, 4], (
             "decode context parallelism widens read ids by its size"
+        )
 
     loc = allocator.alloc(4).long()
     idx = torch.tensor(rows.alloc(2), dtype=torch.int64)
-    batch = _batch(out_cache_loc=loc, req_pool_indices=idx, seq_lens=torch.tensor([3, 5]),
-                   seq_lens_cpu=torch.tensor([3, 5]), batch_size=2)
+    batch = _batch(
+        out_cache_loc=loc,
+        req_pool_indices=idx,
+        seq_lens=torch.tensor([3, 5]),
+        seq_lens_cpu=torch.tensor([3, 5]),
+        batch_size=2,
+    )
     translator.bind_own_plan(batch)
     plan = batch.kv_loc_plan
     assert batch.out_cache_loc is loc and plan.virtual_write_ids() is loc and not plan.has_read_table()
@@ -309,15 +394,25 @@ def test_a_static_hybrid_pools_translator_reads_virtual_and_writes_through_the_m
     assert torch.equal(swa, mapping[loc]) and not torch.equal(swa, loc), "sliding writes skip the mapping"
 
     for held in (torch.zeros(6, dtype=torch.int64), torch.cat([loc, torch.zeros(2, dtype=torch.int64)])):
-        warmup = _batch(out_cache_loc=held, req_pool_indices=torch.zeros(3, dtype=torch.int64),
-                        seq_lens=torch.ones(3, dtype=torch.int64), seq_lens_cpu=torch.ones(3, dtype=torch.int64),
-                        batch_size=3)
+        warmup = _batch(
+            out_cache_loc=held,
+            req_pool_indices=torch.zeros(3, dtype=torch.int64),
+            seq_lens=torch.ones(3, dtype=torch.int64),
+            seq_lens_cpu=torch.ones(3, dtype=torch.int64),
+            batch_size=3,
+        )
         translator.bind_runner_slots(warmup)
         assert warmup.out_cache_loc is held
         got = translator.write_ids(warmup, sglang.IdSpaceKind.SLIDING_WINDOW)
-        assert torch.equal(got, mapping[held]), f"a runner batch over {held.tolist()} writes its window at {got.tolist()}"
+        assert torch.equal(got, mapping[held]), (
+            f"a runner batch over {held.tolist()} writes its window at {got.tolist()}"
+        )
 
-    backends = [types.SimpleNamespace(kv_index_translator=None), None, types.SimpleNamespace(kv_index_translator=translator)]
+    backends = [
+        types.SimpleNamespace(kv_index_translator=None),
+        None,
+        types.SimpleNamespace(kv_index_translator=translator),
+    ]
     translator.bind_and_verify_backends(backends)
     assert backends[0].kv_index_translator is translator
     with pytest.raises(AssertionError, match="not this runner's"):

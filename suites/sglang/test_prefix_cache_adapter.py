@@ -73,17 +73,22 @@ class Driver:
         cache's sizes add up to what its nodes hold; tombstones map to no SWA slot; each window is live."""
         tree = self.cache.tree_slots()
         own_full = [self.row(r, r.cache_protected_len, r.slots_len) for r in self.running]
-        own_swa = [self.mapping(self.row(r, max(r.swa_evicted, r.cache_protected_len), r.slots_len)) for r in self.running]
+        own_swa = [
+            self.mapping(self.row(r, max(r.swa_evicted, r.cache_protected_len), r.slots_len)) for r in self.running
+        ]
         self._pages("full", [tree.full, *own_full], self.allocator.full_available_size(), self.allocator.size)
-        self._pages("SWA", [self.mapping(tree.swa_live), *own_swa], self.allocator.swa_available_size(),
-                    self.allocator.size_swa)
+        self._pages(
+            "SWA", [self.mapping(tree.swa_live), *own_swa], self.allocator.swa_available_size(), self.allocator.size_swa
+        )
         assert self.cache.evictable_size() + self.cache.protected_size() == tree.full.numel()
         assert self.cache.swa_evictable_size() + self.cache.swa_protected_size() == tree.swa_live.numel()
         tombstones = tree.full[~torch.isin(tree.full, tree.swa_live)]
         assert bool((self.mapping(tombstones) == 0).all()), "a tombstoned tree slot still maps to an SWA slot"
         for req in self.running:
             window = self.row(req, max(0, req.kv_len - self.window + 1), req.kv_len)
-            assert bool((self.mapping(window) > 0).all()), f"a position in the window of kv_len {req.kv_len} lost its SWA slot"
+            assert bool((self.mapping(window) > 0).all()), (
+                f"a position in the window of kv_len {req.kv_len} lost its SWA slot"
+            )
         self.cache.sanity_check()
 
     def _pages(self, side: str, holders: list[torch.Tensor], free: int, size: int) -> None:
@@ -98,8 +103,9 @@ class Driver:
 def build(target, *, page_size: int, core: str, window: int = WINDOW, **options) -> Driver:
     from harness.targets.sglang.prefix_cache import SGLangPrefixCache
 
-    memory = target.build_pool(HybridPoolSpec(size=128, size_swa=64, page_size=page_size, max_requests=4,
-                                              max_context_len=64))
+    memory = target.build_pool(
+        HybridPoolSpec(size=128, size_swa=64, page_size=page_size, max_requests=4, max_context_len=64)
+    )
     return Driver(memory, SGLangPrefixCache(memory, sliding_window_size=window, tree_core=core, **options))
 
 
@@ -182,8 +188,10 @@ def test_a_conversation_goes_through_the_tree(driver: Driver):
     assert cache.evictable_size() == cache.swa_evictable_size() == 0
     d.check()
     cache.reset()
-    assert (d.allocator.full_available_size(), d.allocator.swa_available_size()) == (d.allocator.size,
-                                                                                     d.allocator.size_swa)
+    assert (d.allocator.full_available_size(), d.allocator.swa_available_size()) == (
+        d.allocator.size,
+        d.allocator.size_swa,
+    )
 
 
 def test_a_flush_keeps_running_requests_slots(driver: Driver):
@@ -261,7 +269,8 @@ def test_an_eagle_tree_checkpoint_leaf_ends_a_match(sglang_target, core):
     found = d.cache.match_prefix(req.fill_ids[:17])
     assert found.length == req.cache_protected_len, (
         f"the leaf a checkpoint inserted ({req.cache_protected_len} tokens) does not end a match "
-        f"({found.length}): its last window is not live")
+        f"({found.length}): its last window is not live"
+    )
     d.check()
 
 

@@ -32,16 +32,32 @@ def buffers_class(target):
         pytest.skip("replays an SGLang release's own decode buffers: run with --target sglang (nox -s sglang_matrix)")
     buffers = first(("sglang.srt.model_executor.cuda_graph_runner", "DecodeInputBuffers"))
     if not hasattr(buffers, "populate_from_forward_batch"):
-        raise lacks("DecodeInputBuffers.populate_from_forward_batch (the decode buffers #24743 patched, before the "
-                    "buffer registry)")
+        raise lacks(
+            "DecodeInputBuffers.populate_from_forward_batch (the decode buffers #24743 patched, before the "
+            "buffer registry)"
+        )
     return buffers
 
 
 def create_buffers(buffers_class):
-    wanted = dict(device=torch.device("cpu"), max_bs=MAX_BS, max_num_token=MAX_BS, hidden_size=16, vocab_size=32,
-                  dtype=torch.float32, dp_size=1, pp_size=1, is_encoder_decoder=False, require_mlp_tp_gather=False,
-                  seq_len_fill_value=1, encoder_len_fill_value=0, num_tokens_per_bs=1, cache_loc_dtype=torch.int64,
-                  enable_mamba_track=False, is_hybrid_swa=True)
+    wanted = dict(
+        device=torch.device("cpu"),
+        max_bs=MAX_BS,
+        max_num_token=MAX_BS,
+        hidden_size=16,
+        vocab_size=32,
+        dtype=torch.float32,
+        dp_size=1,
+        pp_size=1,
+        is_encoder_decoder=False,
+        require_mlp_tp_gather=False,
+        seq_len_fill_value=1,
+        encoder_len_fill_value=0,
+        num_tokens_per_bs=1,
+        cache_loc_dtype=torch.int64,
+        enable_mamba_track=False,
+        is_hybrid_swa=True,
+    )
     accepted = inspect.signature(buffers_class.create).parameters
     return buffers_class.create(**{k: v for k, v in wanted.items() if k in accepted})
 
@@ -51,29 +67,52 @@ def decode_batch(pool, loc: torch.Tensor, seq_lens: torch.Tensor) -> types.Simpl
     its SWA write ids are the pool's translation, as ``ForwardBatch.init_new`` computes them."""
     n = loc.numel()
     return types.SimpleNamespace(
-        input_ids=loc + 100, req_pool_indices=torch.arange(n), seq_lens=seq_lens.to(torch.int32),
-        seq_lens_cpu=seq_lens.to(torch.int32), out_cache_loc=loc, positions=seq_lens - 1,
-        out_cache_loc_swa=pool.translate_loc_from_full_to_swa(loc), mrope_positions=None, encoder_lens=None,
-        mamba_track_indices=None, mamba_track_mask=None, num_token_non_padded=torch.tensor([n], dtype=torch.int32),
-        ngram_embedding_info=None)
+        input_ids=loc + 100,
+        req_pool_indices=torch.arange(n),
+        seq_lens=seq_lens.to(torch.int32),
+        seq_lens_cpu=seq_lens.to(torch.int32),
+        out_cache_loc=loc,
+        positions=seq_lens - 1,
+        out_cache_loc_swa=pool.translate_loc_from_full_to_swa(loc),
+        mrope_positions=None,
+        encoder_lens=None,
+        mamba_track_indices=None,
+        mamba_track_mask=None,
+        num_token_non_padded=torch.tensor([n], dtype=torch.int32),
+        ngram_embedding_info=None,
+    )
 
 
 def replay(pool, buffers, batch, raw_bs: int, bs: int, step: int) -> None:
     """``replay_prepare`` then the sliding layer's write: the batch padded to ``bs`` rows, each row's K/V a value of
     its own, ``100 * step + row`` (padded rows included: a graph computes them too)."""
     accepted = inspect.signature(buffers.populate_from_forward_batch).parameters
-    args = dict(forward_batch=batch, raw_bs=raw_bs, raw_num_token=raw_bs, bs=bs, seq_len_fill_value=1,
-                require_gathered_buffer=False, num_tokens_per_bs=1, nsa_enable_prefill_cp=False,
-                enable_num_token_non_padded_flag=False)
+    args = dict(
+        forward_batch=batch,
+        raw_bs=raw_bs,
+        raw_num_token=raw_bs,
+        bs=bs,
+        seq_len_fill_value=1,
+        require_gathered_buffer=False,
+        num_tokens_per_bs=1,
+        nsa_enable_prefill_cp=False,
+        enable_num_token_non_padded_flag=False,
+    )
     buffers.populate_from_forward_batch(**{k: v for k, v in args.items() if k in accepted})
     pool.set_swa_loc(buffers.out_cache_loc_swa[:bs])  # the model runner: forward_batch.out_cache_loc_swa
-    rows = torch.arange(100 * step, 100 * step + bs, dtype=torch.float32).view(bs, 1, 1).expand(bs, HEAD_NUM, HEAD_DIM).contiguous()
+    rows = (
+        torch.arange(100 * step, 100 * step + bs, dtype=torch.float32)
+        .view(bs, 1, 1)
+        .expand(bs, HEAD_NUM, HEAD_DIM)
+        .contiguous()
+    )
     pool.set_kv_buffer(types.SimpleNamespace(layer_id=SWA_LAYER), buffers.out_cache_loc[:bs], rows, -rows)
 
 
 def test_a_padded_replay_writes_no_live_requests_swa_slot(target, buffers_class) -> None:
-    handle = target.build_pool(PoolSpec(size=64, size_swa=48, max_requests=MAX_BS, head_num=HEAD_NUM,
-                                        head_dim=HEAD_DIM))
+    handle = target.build_pool(
+        PoolSpec(size=64, size_swa=48, max_requests=MAX_BS, head_num=HEAD_NUM, head_dim=HEAD_DIM)
+    )
     pool = handle.pool.sglang
     buffers = create_buffers(buffers_class)
     # A full-width replay: 8 requests decode, their SWA slots now hold their keys.
@@ -89,5 +128,5 @@ def test_a_padded_replay_writes_no_live_requests_swa_slot(target, buffers_class)
     overwritten = [int(wide[i]) for i in range(MAX_BS) if not torch.equal(keys[wide_swa[i]], before[i])]
     assert not overwritten, (
         f"the padded row wrote its K/V into the SWA slots of live requests {overwritten} (full ids; padded SWA write "
-        f"id {pad_ids}, left from the previous, larger replay): #24743")
-
+        f"id {pad_ids}, left from the previous, larger replay): #24743"
+    )

@@ -20,7 +20,14 @@ import pytest
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule, run_state_machine_as_test
+from hypothesis.stateful import (
+    RuleBasedStateMachine,
+    initialize,
+    invariant,
+    precondition,
+    rule,
+    run_state_machine_as_test,
+)
 
 from harness.targets import PoolSpec
 
@@ -36,25 +43,43 @@ def srt(target):
     from sglang.srt.mem_cache.swa_memory_pool import SWAKVPool
     from sglang.srt.runtime_context import get_parallel
 
-    return types.SimpleNamespace(SWAKVPool=SWAKVPool, MLATokenToKVPool=MLATokenToKVPool, KVWriteLoc=KVWriteLoc,
-                                 PureSWATokenToKVPoolAllocator=PureSWATokenToKVPoolAllocator, get_parallel=get_parallel)
+    return types.SimpleNamespace(
+        SWAKVPool=SWAKVPool,
+        MLATokenToKVPool=MLATokenToKVPool,
+        KVWriteLoc=KVWriteLoc,
+        PureSWATokenToKVPoolAllocator=PureSWATokenToKVPoolAllocator,
+        get_parallel=get_parallel,
+    )
 
 
 def mha_pool(srt, **kw):
-    return srt.SWAKVPool(size=16, size_swa=8, page_size=1, dtype=torch.float32, head_num=2, head_dim=8,
-                         swa_attention_layer_ids=SWA_LAYERS, full_attention_layer_ids=FULL_LAYERS, device="cpu", **kw)
+    return srt.SWAKVPool(
+        size=16,
+        size_swa=8,
+        page_size=1,
+        dtype=torch.float32,
+        head_num=2,
+        head_dim=8,
+        swa_attention_layer_ids=SWA_LAYERS,
+        full_attention_layer_ids=FULL_LAYERS,
+        device="cpu",
+        **kw,
+    )
 
 
 def test_pd_transfer_registers_every_kv_buffer_of_both_sub_pools_once(srt):
     pool = mha_pool(srt)
     kv_ptrs, kv_lens, kv_items = pool.get_contiguous_buf_infos()
     state_ptrs, state_lens, state_items = pool.get_state_buf_infos()
-    for name, sub, ptrs, lens, items in (("full", pool.full_kv_pool, kv_ptrs, kv_lens, kv_items),
-                                         ("SWA", pool.swa_kv_pool, state_ptrs, state_lens, state_items)):
+    for name, sub, ptrs, lens, items in (
+        ("full", pool.full_kv_pool, kv_ptrs, kv_lens, kv_items),
+        ("SWA", pool.swa_kv_pool, state_ptrs, state_lens, state_items),
+    ):
         buffers = [*sub.k_buffer, *sub.v_buffer]
         assert sorted(ptrs) == sorted(b.data_ptr() for b in buffers), f"{name}: registered buffers differ from its K/V"
-        assert lens == [b.nbytes for b in buffers] and items == [b[0].nbytes for b in buffers], \
+        assert lens == [b.nbytes for b in buffers] and items == [b[0].nbytes for b in buffers], (
             f"{name}: registered sizes {lens} / per slot {items} are not its buffers'"
+        )
     assert not set(kv_ptrs) & set(state_ptrs), "a buffer is registered as both KV and state"
     k_bytes, v_bytes = pool.get_kv_size_bytes()
     everything = [*pool.full_kv_pool.k_buffer, *pool.swa_kv_pool.k_buffer]
@@ -65,8 +90,9 @@ def test_a_read_waits_for_its_layers_transfer_at_the_hybrid_pool_only(srt):
     pool = mha_pool(srt)
     waits: list[int] = []
     pool.register_layer_transfer_counter(types.SimpleNamespace(wait_until=waits.append))
-    assert pool.full_kv_pool.layer_transfer_counter is None and pool.swa_kv_pool.layer_transfer_counter is None, \
+    assert pool.full_kv_pool.layer_transfer_counter is None and pool.swa_kv_pool.layer_transfer_counter is None, (
         "a sub-pool would wait again"
+    )
     for layer in (2, 1, 3, 0):
         k, v = pool.get_kv_buffer(layer)
         assert k is pool.get_key_buffer(layer) and v is pool.get_value_buffer(layer)
@@ -84,10 +110,21 @@ def test_mla_sub_pools_route_latent_rows_by_layer(srt, write):
     kw = dict(page_size=1, enable_memory_saver=False, device="cpu", kv_lora_rank=8, qk_rope_head_dim=4)
     no_parallel_runtime = dict(attn_dcp_size=1, attn_dcp_rank=0, dcp_enabled=False)  # not published on this machine
     with srt.get_parallel().override(**no_parallel_runtime):
-        pool = srt.SWAKVPool(size=16, size_swa=8, page_size=1, dtype=torch.float32, head_num=1, head_dim=12,
-                             swa_attention_layer_ids=[0], full_attention_layer_ids=[1], device="cpu",
-                             full_kv_pool_class=srt.MLATokenToKVPool, swa_kv_pool_class=srt.MLATokenToKVPool,
-                             full_kv_pool_kwargs=kw, swa_kv_pool_kwargs=kw)
+        pool = srt.SWAKVPool(
+            size=16,
+            size_swa=8,
+            page_size=1,
+            dtype=torch.float32,
+            head_num=1,
+            head_dim=12,
+            swa_attention_layer_ids=[0],
+            full_attention_layer_ids=[1],
+            device="cpu",
+            full_kv_pool_class=srt.MLATokenToKVPool,
+            swa_kv_pool_class=srt.MLATokenToKVPool,
+            full_kv_pool_kwargs=kw,
+            swa_kv_pool_kwargs=kw,
+        )
         assert pool.is_mla() and pool.kv_cache_dim == 12
         mapping = torch.cat([torch.zeros(17, dtype=torch.int64), torch.tensor([-1])])
         full = torch.tensor([5, 6, 2])  # inside both pools: a full id used as an SWA id writes, not crashes
@@ -124,8 +161,17 @@ class PureSWAMachine(RuleBasedStateMachine):
     @initialize()
     def setup(self):
         srt = type(self).srt
-        self.pool = srt.SWAKVPool(size=SIZE, size_swa=SIZE, page_size=1, dtype=torch.float32, head_num=1, head_dim=4,
-                                  swa_attention_layer_ids=[0, 1], full_attention_layer_ids=[], device="cpu")
+        self.pool = srt.SWAKVPool(
+            size=SIZE,
+            size_swa=SIZE,
+            page_size=1,
+            dtype=torch.float32,
+            head_num=1,
+            head_dim=4,
+            swa_attention_layer_ids=[0, 1],
+            full_attention_layer_ids=[],
+            device="cpu",
+        )
         self.alloc = srt.PureSWATokenToKVPoolAllocator(SIZE, 1, torch.float32, "cpu", self.pool, need_sort=False)
         self.owned: set[int] = set()
 
@@ -171,7 +217,9 @@ class PureSWAMachine(RuleBasedStateMachine):
         assert got == (free, free, free), f"available (any, full, SWA) {got}, the model's {free}"
         assert self.alloc.new_pages_available(free, free) and not self.alloc.new_pages_available(free + 1, 0)
         probe = torch.tensor(sorted(self.owned) + [-1])
-        assert torch.equal(self.alloc.translate_loc_from_full_to_swa(probe), probe), "an all-SWA id must translate to itself"
+        assert torch.equal(self.alloc.translate_loc_from_full_to_swa(probe), probe), (
+            "an all-SWA id must translate to itself"
+        )
 
 
 def test_all_sliding_allocator_state_machine(srt):
@@ -181,14 +229,26 @@ def test_all_sliding_allocator_state_machine(srt):
 
 def test_all_sliding_allocator_refuses_what_it_cannot_do(srt):
     """One pool and no mapping: paged allocation and mapping edits fail by name, not by a wrong slot."""
-    pool = srt.SWAKVPool(size=SIZE, size_swa=SIZE, page_size=1, dtype=torch.float32, head_num=1, head_dim=4,
-                         swa_attention_layer_ids=[0, 1], full_attention_layer_ids=[], device="cpu")
+    pool = srt.SWAKVPool(
+        size=SIZE,
+        size_swa=SIZE,
+        page_size=1,
+        dtype=torch.float32,
+        head_num=1,
+        head_dim=4,
+        swa_attention_layer_ids=[0, 1],
+        full_attention_layer_ids=[],
+        device="cpu",
+    )
     alloc = srt.PureSWATokenToKVPoolAllocator(SIZE, 1, torch.float32, "cpu", pool, need_sort=False)
     ids = torch.tensor([1, 2])
-    for call, match in ((lambda: alloc.alloc_extend(), "page_size > 1"), (lambda: alloc.alloc_decode(), "page_size > 1"),
-                        (lambda: alloc.alloc_extend_swa_tail(), "page_size > 1"),
-                        (lambda: alloc.set_full_to_swa_mapping(ids, ids), "no full->SWA mapping"),
-                        (lambda: alloc.clear_full_to_swa_mapping(ids), "no full->SWA mapping")):
+    for call, match in (
+        (lambda: alloc.alloc_extend(), "page_size > 1"),
+        (lambda: alloc.alloc_decode(), "page_size > 1"),
+        (lambda: alloc.alloc_extend_swa_tail(), "page_size > 1"),
+        (lambda: alloc.set_full_to_swa_mapping(ids, ids), "no full->SWA mapping"),
+        (lambda: alloc.clear_full_to_swa_mapping(ids), "no full->SWA mapping"),
+    ):
         with pytest.raises(NotImplementedError, match=match):
             call()
     assert alloc.available_size() == SIZE, "a refused call changed the pool"
@@ -228,19 +288,29 @@ def test_admission_queries_match_what_the_pools_hold(target, srt, page, used, ev
     if left:
         handle.allocator.free_swa(held[:left])
     full_free, swa_free = size - tokens, size_swa - (tokens - left)
-    assert (allocator.full_available_size(), allocator.swa_available_size(), allocator.available_size()) == \
-        (full_free, swa_free, min(full_free, swa_free))
-    assert allocator.swa_capacity_and_available(full_capacity=size, swa_capacity=size_swa) == \
-        ((size, full_free), (size_swa, swa_free))
+    assert (allocator.full_available_size(), allocator.swa_available_size(), allocator.available_size()) == (
+        full_free,
+        swa_free,
+        min(full_free, swa_free),
+    )
+    assert allocator.swa_capacity_and_available(full_capacity=size, swa_capacity=size_swa) == (
+        (size, full_free),
+        (size_swa, swa_free),
+    )
     assert allocator.size == min(size, size_swa) and allocator.size_full == size and allocator.size_swa == size_swa
     assert f"#swa-available-size: {swa_free}" in allocator.debug_print()
-    assert allocator.new_pages_available(full_free // page, swa_free // page) and \
-        not allocator.new_pages_available(full_free // page + 1, 0) and not allocator.new_pages_available(0, swa_free // page + 1)
+    assert (
+        allocator.new_pages_available(full_free // page, swa_free // page)
+        and not allocator.new_pages_available(full_free // page + 1, 0)
+        and not allocator.new_pages_available(0, swa_free // page + 1)
+    )
 
     cache = EvictionLog()
     allocator.evict_to_free_tokens(cache, ask)
     short = (max(0, ask - full_free), max(0, ask - swa_free))
-    assert cache.asked == ([short] if any(short) else []), f"asked to evict {cache.asked} for {ask} tokens, short {short}"
+    assert cache.asked == ([short] if any(short) else []), (
+        f"asked to evict {cache.asked} for {ask} tokens, short {short}"
+    )
     unshared = EvictionLog(sharing=False)
     allocator.evict_to_free_tokens(unshared, ask)
     assert unshared.asked == [], "a cache without prefix sharing has nothing to evict"
@@ -248,16 +318,24 @@ def test_admission_queries_match_what_the_pools_hold(target, srt, page, used, ev
     cache = EvictionLog()
     shortfall = allocator.reclaim_for_prealloc(cache, 0, ask)
     if ask <= swa_free:
-        assert shortfall is None and cache.asked == [], f"{ask} SWA tokens fit in {swa_free} but reclaim asked {cache.asked}"
+        assert shortfall is None and cache.asked == [], (
+            f"{ask} SWA tokens fit in {swa_free} but reclaim asked {cache.asked}"
+        )
     else:
-        assert cache.asked == [(0, ask - swa_free)], f"reclaim asked {cache.asked} for an SWA shortfall of {ask - swa_free}"
+        assert cache.asked == [(0, ask - swa_free)], (
+            f"reclaim asked {cache.asked} for an SWA shortfall of {ask - swa_free}"
+        )
         assert f"needed={ask}, available={swa_free}" in shortfall
 
     if tokens:
         probe = held.long()
-        assert torch.equal(allocator.translate_swa_indices_for_transfer(probe), handle.allocator.full_to_swa_index_mapping[probe])
+        assert torch.equal(
+            allocator.translate_swa_indices_for_transfer(probe), handle.allocator.full_to_swa_index_mapping[probe]
+        )
     # After graph capture the pools are resized to their final sizes and start empty.
     allocator.resize(types.SimpleNamespace(full_max_total_num_tokens=48, swa_max_total_num_tokens=16))
     assert (allocator.full_available_size(), allocator.swa_available_size()) == (48, 16), "resize left slots behind"
-    assert handle.allocator.alloc_extend([0], [17], [-1]) is None, "a resized SWA pool handed out more than its 16 slots"
+    assert handle.allocator.alloc_extend([0], [17], [-1]) is None, (
+        "a resized SWA pool handed out more than its 16 slots"
+    )
     assert handle.allocator.alloc_extend([0], [16], [-1]) is not None, "a resized SWA pool refused its 16 slots"

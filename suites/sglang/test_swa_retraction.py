@@ -56,13 +56,24 @@ def kv(value: float, n: int) -> torch.Tensor:
 
 def values(layer: int, n: int) -> torch.Tensor:
     """Token i's K/V in ``layer``: distinct per token and layer."""
-    return (100.0 * (layer + 1) + torch.arange(n, dtype=torch.float32))[:, None, None].expand(n, HEADS, DIM).contiguous()
+    return (
+        (100.0 * (layer + 1) + torch.arange(n, dtype=torch.float32))[:, None, None].expand(n, HEADS, DIM).contiguous()
+    )
 
 
 def check_retraction(target, r: Retraction) -> None:
     ps, n = r.page_size, r.tokens
-    handle = target.build_pool(PoolSpec(size=64 * ps, size_swa=32 * ps, page_size=ps, head_num=HEADS, head_dim=DIM,
-                                        swa_layers=SWA_LAYERS, full_layers=FULL_LAYERS))
+    handle = target.build_pool(
+        PoolSpec(
+            size=64 * ps,
+            size_swa=32 * ps,
+            page_size=ps,
+            head_num=HEADS,
+            head_dim=DIM,
+            swa_layers=SWA_LAYERS,
+            full_layers=FULL_LAYERS,
+        )
+    )
     pool, allocator = handle.pool, handle.allocator
     for sub in (pool.sglang.full_kv_pool, pool.sglang.swa_kv_pool):
         sub.cpu_offloading_chunk_size = r.chunk
@@ -106,8 +117,10 @@ def check_retraction(target, r: Retraction) -> None:
             own = set(new.tolist())
         else:
             lost = [i for i in both if not torch.equal(keys[new_swa[i]], want[i])]
-            assert not lost, f"sliding layer {layer}: tokens {lost} held SWA slots before and after but did not " \
-                             f"get their K/V back ({r})"
+            assert not lost, (
+                f"sliding layer {layer}: tokens {lost} held SWA slots before and after but did not "
+                f"get their K/V back ({r})"
+            )
             own = set(new_swa[new_swa > 0].tolist())
         changed = set((keys != before[layer]).flatten(1).any(1).nonzero().flatten().tolist())
         stray = sorted(changed - own)
@@ -133,8 +146,17 @@ def test_a_request_wholly_outside_its_window_comes_back_with_its_full_attention_
     """Every page of the request left the window (a cached prefix whose window state was dropped): its host copy
     holds no SWA rows, and loading it restores the full-attention K/V and writes no SWA slot."""
     ps, n = 4, 12
-    handle = sglang_target.build_pool(PoolSpec(size=64, size_swa=32, page_size=ps, head_num=HEADS, head_dim=DIM,
-                                               swa_layers=SWA_LAYERS, full_layers=FULL_LAYERS))
+    handle = sglang_target.build_pool(
+        PoolSpec(
+            size=64,
+            size_swa=32,
+            page_size=ps,
+            head_num=HEADS,
+            head_dim=DIM,
+            swa_layers=SWA_LAYERS,
+            full_layers=FULL_LAYERS,
+        )
+    )
     pool, allocator = handle.pool, handle.allocator
     old = allocator.alloc_extend([0], [n], [-1])
     for layer in SWA_LAYERS + FULL_LAYERS:

@@ -58,8 +58,14 @@ from pathlib import Path
 import pytest
 from hypothesis import HealthCheck, Phase, settings
 from hypothesis import strategies as st
-from hypothesis.stateful import (RuleBasedStateMachine, initialize, invariant, precondition, rule,
-                                 run_state_machine_as_test)
+from hypothesis.stateful import (
+    RuleBasedStateMachine,
+    initialize,
+    invariant,
+    precondition,
+    rule,
+    run_state_machine_as_test,
+)
 
 from suites.conftest import examples
 
@@ -69,11 +75,18 @@ import torch  # noqa: E402
 from vllm.sampling_params import SamplingParams  # noqa: E402
 from vllm.utils.hashing import sha256  # noqa: E402
 from vllm.v1.core.kv_cache_manager import KVCacheManager  # noqa: E402
-from vllm.v1.core.kv_cache_utils import (get_request_block_hasher, init_none_hash,  # noqa: E402
-                                         make_block_hash_with_group_id)
+from vllm.v1.core.kv_cache_utils import (
+    get_request_block_hasher,
+    init_none_hash,  # noqa: E402
+    make_block_hash_with_group_id,
+)
 from vllm.v1.core.single_type_kv_cache_manager import SlidingWindowManager  # noqa: E402
-from vllm.v1.kv_cache_interface import (FullAttentionSpec, KVCacheConfig, KVCacheGroupSpec,  # noqa: E402
-                                        SlidingWindowSpec)
+from vllm.v1.kv_cache_interface import (
+    FullAttentionSpec,
+    KVCacheConfig,
+    KVCacheGroupSpec,  # noqa: E402
+    SlidingWindowSpec,
+)
 from vllm.v1.request import Request, RequestStatus  # noqa: E402
 
 FULL, SLIDING = 0, 1
@@ -120,18 +133,32 @@ class Live:
 
 
 class KVCacheManagerMachine(RuleBasedStateMachine):
-    @initialize(block_size=st.sampled_from([16, 32]), window=st.sampled_from([16, 32]), num_blocks=st.integers(16, 48),
-                reserve_full=st.booleans(), seeds=st.lists(st.integers(0, 2**32 - 1), min_size=3, max_size=3))
+    @initialize(
+        block_size=st.sampled_from([16, 32]),
+        window=st.sampled_from([16, 32]),
+        num_blocks=st.integers(16, 48),
+        reserve_full=st.booleans(),
+        seeds=st.lists(st.integers(0, 2**32 - 1), min_size=3, max_size=3),
+    )
     def setup(self, block_size, window, num_blocks, reserve_full, seeds):
         self.B, self.W, self.num_blocks, self.reserve_full = block_size, window, num_blocks, reserve_full
         layer = dict(block_size=block_size, num_kv_heads=1, head_size=8, dtype=torch.float32)
-        config = KVCacheConfig(num_blocks=num_blocks, kv_cache_tensors=[], kv_cache_groups=[
-            KVCacheGroupSpec(["model.layers.0.self_attn"], FullAttentionSpec(**layer)),
-            KVCacheGroupSpec(["model.layers.1.self_attn"], SlidingWindowSpec(**layer, sliding_window=window)),
-        ])
-        self.manager = KVCacheManager(config, max_model_len=MAX_MODEL_LEN, scheduler_block_size=block_size,
-                                      hash_block_size=block_size, max_in_flight_tokens=TOKEN_BUDGET,
-                                      enable_caching=True)
+        config = KVCacheConfig(
+            num_blocks=num_blocks,
+            kv_cache_tensors=[],
+            kv_cache_groups=[
+                KVCacheGroupSpec(["model.layers.0.self_attn"], FullAttentionSpec(**layer)),
+                KVCacheGroupSpec(["model.layers.1.self_attn"], SlidingWindowSpec(**layer, sliding_window=window)),
+            ],
+        )
+        self.manager = KVCacheManager(
+            config,
+            max_model_len=MAX_MODEL_LEN,
+            scheduler_block_size=block_size,
+            hash_block_size=block_size,
+            max_in_flight_tokens=TOKEN_BUDGET,
+            enable_caching=True,
+        )
         self.pool = self.manager.block_pool
         self.hasher = get_request_block_hasher(block_size, sha256)
         self.prefixes = [random.Random(seed).choices(range(VOCAB), k=PREFIX_LEN) for seed in seeds]
@@ -170,16 +197,26 @@ class KVCacheManagerMachine(RuleBasedStateMachine):
     # --- rules -------------------------------------------------------------------------------------------------
 
     @precondition(lambda self: len(self.waiting) + len(self.running) < MAX_LIVE)
-    @rule(specs=st.lists(st.tuples(st.integers(0, 3), st.integers(0, PREFIX_LEN),
-                                   st.lists(st.integers(0, VOCAB - 1), max_size=40), st.integers(1, 40)),
-                         min_size=1, max_size=4))
+    @rule(
+        specs=st.lists(
+            st.tuples(
+                st.integers(0, 3),
+                st.integers(0, PREFIX_LEN),
+                st.lists(st.integers(0, VOCAB - 1), max_size=40),
+                st.integers(1, 40),
+            ),
+            min_size=1,
+            max_size=4,
+        )
+    )
     def add_requests(self, specs):
         """New requests, each ``(prefix, shared, tail, max_tokens)``: the first ``shared`` tokens of shared prefix
         ``prefix`` (3: none) then ``tail``."""
         for prefix, shared, tail, max_tokens in specs[: MAX_LIVE - len(self.waiting) - len(self.running)]:
             prompt = (self.prefixes[prefix][:shared] if prefix < len(self.prefixes) else []) + tail or [0]
-            request = Request(f"r{self.next_id}", prompt, SamplingParams(max_tokens=max_tokens), None,
-                              block_hasher=self.hasher)
+            request = Request(
+                f"r{self.next_id}", prompt, SamplingParams(max_tokens=max_tokens), None, block_hasher=self.hasher
+            )
             self.next_id += 1
             self.waiting.append(Live(request))
 
@@ -189,9 +226,14 @@ class KVCacheManagerMachine(RuleBasedStateMachine):
         free_before = self.pool.get_num_free_blocks()
         hit_blocks, hit, r.shared_prefix_boundary = self.manager.get_computed_blocks(r)
         num_new = min(r.num_tokens - hit, chunk)
-        out = self.manager.allocate_slots(r, num_new, num_new_computed_tokens=hit, new_computed_blocks=hit_blocks,
-                                          full_sequence_must_fit=self.reserve_full,
-                                          has_scheduled_reqs=bool(self.running))
+        out = self.manager.allocate_slots(
+            r,
+            num_new,
+            num_new_computed_tokens=hit,
+            new_computed_blocks=hit_blocks,
+            full_sequence_must_fit=self.reserve_full,
+            has_scheduled_reqs=bool(self.running),
+        )
         if out is None:  # refused: legal, and it must have taken nothing
             assert self.pool.get_num_free_blocks() == free_before, f"{live}: a refused allocation took blocks"
             assert not any(self._table(live, g) for g in GROUPS), f"{live}: a refused allocation left a table"
@@ -223,15 +265,21 @@ class KVCacheManagerMachine(RuleBasedStateMachine):
     @rule(data=st.data())
     def schedule_waiting(self, data):
         self.manager.new_step_starts()
-        self._admit(data.draw(st.sampled_from(self.waiting), label="waiting"),
-                    data.draw(st.integers(1, TOKEN_BUDGET), label="chunk"), data)
+        self._admit(
+            data.draw(st.sampled_from(self.waiting), label="waiting"),
+            data.draw(st.integers(1, TOKEN_BUDGET), label="chunk"),
+            data,
+        )
 
     @precondition(lambda self: self.running)
     @rule(data=st.data())
     def step_running(self, data):
         self.manager.new_step_starts()
-        self._advance(data.draw(st.sampled_from(self.running), label="running"),
-                      data.draw(st.integers(1, TOKEN_BUDGET), label="chunk"), data)
+        self._advance(
+            data.draw(st.sampled_from(self.running), label="running"),
+            data.draw(st.integers(1, TOKEN_BUDGET), label="chunk"),
+            data,
+        )
 
     @precondition(lambda self: self.waiting or self.running)
     @rule(steps=st.integers(1, 32), chunk=st.integers(1, TOKEN_BUDGET), data=st.data())
@@ -260,8 +308,9 @@ class KVCacheManagerMachine(RuleBasedStateMachine):
     @precondition(lambda self: self.waiting or self.running)
     @rule(data=st.data())
     def abort(self, data):
-        self._finish(data.draw(st.sampled_from(self.waiting + self.running), label="aborted"),
-                     RequestStatus.FINISHED_ABORTED)
+        self._finish(
+            data.draw(st.sampled_from(self.waiting + self.running), label="aborted"), RequestStatus.FINISHED_ABORTED
+        )
 
     # --- invariants --------------------------------------------------------------------------------------------
 
@@ -293,9 +342,11 @@ class KVCacheManagerMachine(RuleBasedStateMachine):
             for live, g, i in who:
                 r = live.request
                 assert block.block_hash == make_block_hash_with_group_id(r.block_hashes[i], g), (
-                    f"{live}: {GROUPS[g]} slot {i} holds cached block {block.block_id} of other tokens")
+                    f"{live}: {GROUPS[g]} slot {i} holds cached block {block.block_id} of other tokens"
+                )
                 assert (i + 1) * self.B <= r.num_computed_tokens, (
-                    f"{live}: cached block {block.block_id} at {GROUPS[g]} slot {i} covers uncomputed tokens")
+                    f"{live}: cached block {block.block_id} at {GROUPS[g]} slot {i} covers uncomputed tokens"
+                )
 
     @invariant()
     def free_queue_and_counts_add_up(self):
@@ -304,12 +355,14 @@ class KVCacheManagerMachine(RuleBasedStateMachine):
         queued = self.pool.free_block_queue.get_all_free_blocks()
         ids = [b.block_id for b in queued]
         assert len(ids) == len(set(ids)) == self.pool.get_num_free_blocks(), (
-            f"free queue {sorted(ids)} vs num_free_blocks {self.pool.get_num_free_blocks()}")
+            f"free queue {sorted(ids)} vs num_free_blocks {self.pool.get_num_free_blocks()}"
+        )
         assert null not in queued, "the null block is in the free queue"
         held = [b for b in self.pool.blocks if not b.is_null and b.ref_cnt > 0]
         assert not [b for b in self.pool.blocks if not b.is_null and b.ref_cnt < 0], "a negative ref_cnt"
         assert len(queued) + len(held) == self.num_blocks - 1, (
-            f"{len(queued)} free + {len(held)} held != {self.num_blocks - 1} blocks")
+            f"{len(queued)} free + {len(held)} held != {self.num_blocks - 1} blocks"
+        )
 
     @invariant()
     def no_queued_block_is_held(self):
@@ -322,7 +375,8 @@ class KVCacheManagerMachine(RuleBasedStateMachine):
             need = -(-live.request.num_computed_tokens // self.B)
             full, sliding = self._table(live, FULL), self._table(live, SLIDING)
             assert len(full) == need and not any(b.is_null for b in full), (
-                f"{live}: full table {[b.block_id for b in full]} is not {need} real blocks")
+                f"{live}: full table {[b.block_id for b in full]} is not {need} real blocks"
+            )
             assert len(sliding) == need, f"{live}: sliding table has {len(sliding)} entries, not {need}"
 
     @invariant()
@@ -336,7 +390,8 @@ class KVCacheManagerMachine(RuleBasedStateMachine):
                 assert block.is_null == left, (
                     f"{live}: sliding block {i} (positions {i * self.B}-{(i + 1) * self.B - 1}) is "
                     f"{'still held' if left else 'freed'} after a sweep at {live.swept} (window {self.W}, "
-                    f"positions < {skipped} left it): table {got}")
+                    f"positions < {skipped} left it): table {got}"
+                )
 
     @invariant()
     def only_running_requests_hold_blocks(self):
@@ -371,9 +426,15 @@ STEPS = 50
 
 
 def test_kv_cache_manager_state_machine():
-    run_state_machine_as_test(KVCacheManagerMachine, settings=settings(
-        max_examples=examples(150), stateful_step_count=STEPS, deadline=None,
-        suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much]))
+    run_state_machine_as_test(
+        KVCacheManagerMachine,
+        settings=settings(
+            max_examples=examples(150),
+            stateful_step_count=STEPS,
+            deadline=None,
+            suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
+        ),
+    )
 
 
 def _skipping(extra: int):
@@ -385,8 +446,11 @@ def _skipping(extra: int):
     return get_num_skipped_tokens
 
 
-@pytest.mark.parametrize("extra, verdict", [(1, "is freed after a sweep"), (-1, "is still held after a sweep")],
-                         ids=["one-token-early", "one-token-late"])
+@pytest.mark.parametrize(
+    "extra, verdict",
+    [(1, "is freed after a sweep"), (-1, "is still held after a sweep")],
+    ids=["one-token-early", "one-token-late"],
+)
 def test_off_by_one_window_is_caught(monkeypatch, extra, verdict):
     """The smallest regression of the window rule, one token either way, must trip invariant 5 (not vLLM itself).
 
@@ -400,11 +464,21 @@ def test_off_by_one_window_is_caught(monkeypatch, extra, verdict):
     """
     monkeypatch.setattr(SlidingWindowManager, "get_num_skipped_tokens", _skipping(extra))
     with pytest.raises(AssertionError) as caught:
-        run_state_machine_as_test(KVCacheManagerMachine, settings=settings(
-            max_examples=60, stateful_step_count=STEPS, deadline=None, derandomize=True, database=None,
-            phases=[Phase.generate], report_multiple_bugs=False,
-            suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much]))
+        run_state_machine_as_test(
+            KVCacheManagerMachine,
+            settings=settings(
+                max_examples=60,
+                stateful_step_count=STEPS,
+                deadline=None,
+                derandomize=True,
+                database=None,
+                phases=[Phase.generate],
+                report_multiple_bugs=False,
+                suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
+            ),
+        )
     origin = caught.traceback[-1]
     assert Path(origin.path) == Path(__file__) and origin.name == "sliding_group_frees_exactly_what_left_the_window", (
-        f"the mutation tripped {origin.path}:{origin.name}, not invariant 5: {caught.value}")
+        f"the mutation tripped {origin.path}:{origin.name}, not invariant 5: {caught.value}"
+    )
     assert verdict in str(caught.value), str(caught.value)

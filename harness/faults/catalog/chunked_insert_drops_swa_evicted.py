@@ -12,8 +12,12 @@ def _insert_request(self: RadixCache, req: CacheRequest, *, finished: bool) -> I
     """Twin of ``RadixCache._insert_request``: only a finished request's insert carries ``swa_evicted``."""
     end = page_floor(req.kv_len, self.page_size)
     values = self.req_to_token_pool.req_to_token[req.req_pool_idx, :end].clone()
-    return self.insert(req.fill_ids[:end], values, prev_prefix_len=req.cache_protected_len,
-                       swa_evicted_seqlen=req.swa_evicted if finished else 0)
+    return self.insert(
+        req.fill_ids[:end],
+        values,
+        prev_prefix_len=req.cache_protected_len,
+        swa_evicted_seqlen=req.swa_evicted if finished else 0,
+    )
 
 
 FAULT = Fault(

@@ -12,8 +12,9 @@ from harness.faults.catalog.swa_frontier_tombstones_last_leaf import swa_keep_fr
 from harness.mem.radix_cache import RadixCache, TreeNode
 
 
-def _add_new(self: RadixCache, parent: TreeNode, key: Sequence[int], values: torch.Tensor, pos: int,
-             swa_evicted_seqlen: int) -> tuple[TreeNode, int]:
+def _add_new(
+    self: RadixCache, parent: TreeNode, key: Sequence[int], values: torch.Tensor, pos: int, swa_evicted_seqlen: int
+) -> tuple[TreeNode, int]:
     """Twin of ``RadixCache._add_new``: no case for ``swa_evicted_seqlen >= len(key)``; the new tokens fall
     through to a live node."""
     end = len(key)

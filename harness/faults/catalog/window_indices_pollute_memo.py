@@ -16,8 +16,7 @@ def _translate_fresh_unflushed(self: SwaLocMemo, mapping: torch.Tensor, full: to
 FAULT = Fault(
     id="window-indices-pollute-memo",
     seed="#26152",
-    breaks="freshly built window_kv_indices go through the memo while it holds another key, and stay "
-    "cached afterwards",
+    breaks="freshly built window_kv_indices go through the memo while it holds another key, and stay cached afterwards",
     user_sees="warning noise on every forward; on a key collision the next translation reuses wrong slots",
     invariant="6: no warning is logged on a clean forward",
     structural_only="the visible effect is a stale-key warning on every forward; a wrong slot needs a memo key collision "

@@ -14,8 +14,18 @@ from harness.env import SGLANG_FAULT_ENV, SGLANG_PATCH_ENV
 CPU_ENV = {"SGLANG_USE_CPU_ENGINE": "1"}  # without it ``--device cpu`` still takes non-CPU import paths
 # The flags a CPU arm needs: SGLang's plain-PyTorch attention and sampling, fp32 as the harness compares in, and a
 # KV budget (left to itself SGLang sizes its pools from the machine's memory: 14 GB on a 24 GB box).
-CPU_FLAGS = ("--device", "cpu", "--attention-backend", "torch_native", "--sampling-backend", "pytorch",
-             "--dtype", "float32", "--max-total-tokens", "65536")
+CPU_FLAGS = (
+    "--device",
+    "cpu",
+    "--attention-backend",
+    "torch_native",
+    "--sampling-backend",
+    "pytorch",
+    "--dtype",
+    "float32",
+    "--max-total-tokens",
+    "65536",
+)
 # Decode batch sizes the CPU graph runner compiles when graphs are on (about a minute each on 2 cores); a batch
 # larger than the largest runs eager, as SGLang's own runner decides.
 CPU_GRAPH_BS = ("1", "2", "4", "8")
@@ -33,16 +43,30 @@ def graph_flags(graphs: str, flags: tuple[str, ...] = ()) -> tuple[str, ...]:
     if on_cpu(flags):
         if graphs == "off":
             return ()
-        return ("--enable-torch-compile", *(() if "--cuda-graph-bs-decode" in flags
-                                            else ("--cuda-graph-bs-decode", *CPU_GRAPH_BS)))
+        return (
+            "--enable-torch-compile",
+            *(() if "--cuda-graph-bs-decode" in flags else ("--cuda-graph-bs-decode", *CPU_GRAPH_BS)),
+        )
     return GRAPHS_OFF_FLAGS if graphs == "off" else ()
 
 
 def sglang_args(spec: ServerSpec) -> tuple[str, ...]:
     """The flags SGLang's own parser sees (what ``ServerArgs`` must accept)."""
-    return ("--model-path", spec.model, "--served-model-name", spec.served_name, "--host", "127.0.0.1", "--port",
-            str(spec.port), "--random-seed", "0", "--enable-metrics", *spec.flags,
-            *graph_flags(spec.graphs, spec.flags))
+    return (
+        "--model-path",
+        spec.model,
+        "--served-model-name",
+        spec.served_name,
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(spec.port),
+        "--random-seed",
+        "0",
+        "--enable-metrics",
+        *spec.flags,
+        *graph_flags(spec.graphs, spec.flags),
+    )
 
 
 class SGLangServer(ServerKind):
@@ -63,8 +87,10 @@ class SGLangServer(ServerKind):
         cpu = on_cpu(spec.flags)
         env = {**(CPU_ENV if cpu else {}), **spec.env}
         if spec.fault:
-            return Command((*PATCHED_LAUNCH, "--fault", spec.fault, "--", *sglang_args(spec)),
-                           {**env, SGLANG_FAULT_ENV: spec.fault})
+            return Command(
+                (*PATCHED_LAUNCH, "--fault", spec.fault, "--", *sglang_args(spec)),
+                {**env, SGLANG_FAULT_ENV: spec.fault},
+            )
         if cpu or SGLANG_PATCH_ENV in env:  # the CPU stand-ins, or a source patch (patched_server applies both)
             return Command((*PATCHED_LAUNCH, "--", *sglang_args(spec)), env)
         return Command((*SGLANG_LAUNCH, *sglang_args(spec)), env)

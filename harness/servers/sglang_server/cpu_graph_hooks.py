@@ -38,9 +38,17 @@ def get_cpu_graph_seq_len_fill_value(self: Any) -> int:
     return 1
 
 
-def init_forward_metadata_capture_cpu_graph(self: Any, bs: int, num_tokens: int, req_pool_indices: torch.Tensor,
-                                            seq_lens: torch.Tensor, out_cache_loc: torch.Tensor, encoder_lens: Any,
-                                            forward_mode: Any, spec_info: Any) -> None:
+def init_forward_metadata_capture_cpu_graph(
+    self: Any,
+    bs: int,
+    num_tokens: int,
+    req_pool_indices: torch.Tensor,
+    seq_lens: torch.Tensor,
+    out_cache_loc: torch.Tensor,
+    encoder_lens: Any,
+    forward_mode: Any,
+    spec_info: Any,
+) -> None:
     """What ``init_forward_metadata`` does for a batch, for the capture batch's write locations."""
     if self.use_sliding_window_kv_pool and out_cache_loc is not None:
         self.swa_out_cache_loc = self.token_to_kv_pool.translate_loc_from_full_to_swa(out_cache_loc)
@@ -61,6 +69,7 @@ def install() -> list[str]:
             added.append(name)
     register = cpu_graph_runner.register_cpu_compile_fake
     if not getattr(register, "skips_absent_ops", False):
+
         def register_existing(op_name: str) -> Any:
             if not hasattr(torch.ops.sgl_kernel, op_name):
                 return lambda fake: fake  # no such op: nothing can call it, nothing to fake

@@ -65,8 +65,11 @@ def prepare_process() -> None:
         from harness.targets.sglang.faults import apply_patch_file
 
         changed = apply_patch_file(os.environ[PATCH_ENV])
-        print(f"patched_server: source patch {os.environ[PATCH_ENV]} applied ({changed} functions)", file=sys.stderr,
-              flush=True)
+        print(
+            f"patched_server: source patch {os.environ[PATCH_ENV]} applied ({changed} functions)",
+            file=sys.stderr,
+            flush=True,
+        )
     if os.environ.get(FAULT_ENV):
         apply_fault(os.environ[FAULT_ENV])
 
@@ -134,12 +137,17 @@ def self_check(fault_id: str, timeout: float = 300.0) -> dict[str, Any]:
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     split = argv.index("--") if "--" in argv else len(argv)
-    parser = argparse.ArgumentParser(prog="python -m harness.servers.sglang_server.patched_server",
-                                     description="sglang.launch_server with the CPU stand-ins (SGLANG_USE_CPU_ENGINE=1) "
-                                                 "and/or a catalog fault in every process")
+    parser = argparse.ArgumentParser(
+        prog="python -m harness.servers.sglang_server.patched_server",
+        description="sglang.launch_server with the CPU stand-ins (SGLANG_USE_CPU_ENGINE=1) "
+        "and/or a catalog fault in every process",
+    )
     parser.add_argument("--fault", default=None, help="SGLang-side catalog fault id")
-    parser.add_argument("--self-check", action="store_true",
-                        help="check that a spawned child process gets the patch, print JSON, exit (no server)")
+    parser.add_argument(
+        "--self-check",
+        action="store_true",
+        help="check that a spawned child process gets the patch, print JSON, exit (no server)",
+    )
     args = parser.parse_args(argv[:split])
     if args.self_check:
         if not args.fault:
@@ -153,9 +161,8 @@ def main(argv: list[str] | None = None) -> int:
         os.environ[FAULT_ENV] = args.fault  # inherited by every process the server spawns
     prepare_process()
     if args.fault:
-        print(f"patched_server: fault {args.fault} applied; children apply it at start-up", file=sys.stderr,
-              flush=True)
-    sys.argv = ["sglang.launch_server", *argv[split + 1:]]
+        print(f"patched_server: fault {args.fault} applied; children apply it at start-up", file=sys.stderr, flush=True)
+    sys.argv = ["sglang.launch_server", *argv[split + 1 :]]
     runpy.run_module("sglang.launch_server", run_name="__main__")  # SGLang's own main block; never returns normally
     return 0
 

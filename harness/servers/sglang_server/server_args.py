@@ -54,9 +54,11 @@ def parse_server_args(argv: Sequence[str], parser: argparse.ArgumentParser | Non
     except argparse.ArgumentError as exc:  # exit_on_error=False routes some errors here instead of error()
         raise InvalidServerArgs(str(exc)) from None
     deprecated = tuple(
-        token for token in argv
-        if token.startswith("--") and type(parser._option_string_actions.get(token.split("=", 1)[0])).__name__
-        .startswith("Deprecated"))
+        token
+        for token in argv
+        if token.startswith("--")
+        and type(parser._option_string_actions.get(token.split("=", 1)[0])).__name__.startswith("Deprecated")
+    )
     try:
         record = ServerArgs.from_cli_args(namespace)
     except (TypeError, ValueError) as exc:
@@ -64,8 +66,13 @@ def parse_server_args(argv: Sequence[str], parser: argparse.ArgumentParser | Non
     return ParsedServerArgs(record, deprecated)
 
 
-def check_arm(argv: Sequence[str], expect: Mapping[str, Any], parser: argparse.ArgumentParser | None = None,
-              *, allow_deprecated: bool = False) -> ParsedServerArgs:
+def check_arm(
+    argv: Sequence[str],
+    expect: Mapping[str, Any],
+    parser: argparse.ArgumentParser | None = None,
+    *,
+    allow_deprecated: bool = False,
+) -> ParsedServerArgs:
     """Parse ``argv`` and check that it set every ``expect`` field; raises :class:`InvalidServerArgs`."""
     parsed = parse_server_args(argv, parser)
     if parsed.deprecated and not allow_deprecated:

@@ -37,8 +37,13 @@ def start_if_asked() -> bool:
     import coverage  # only here: a traced run needs it (nox -s sglang_server installs it), others do not
 
     Path(folder).mkdir(parents=True, exist_ok=True)
-    cov = coverage.Coverage(data_file=str(Path(folder) / ".coverage"), data_suffix=True, include=list(INCLUDE),
-                            omit=list(OMIT), config_file=False)
+    cov = coverage.Coverage(
+        data_file=str(Path(folder) / ".coverage"),
+        data_suffix=True,
+        include=list(INCLUDE),
+        omit=list(OMIT),
+        config_file=False,
+    )
     cov.start()
 
     def save() -> None:
@@ -101,9 +106,13 @@ def by_folder(runs: list[FileRun]) -> dict[str, list[FileRun]]:
 def markdown(runs: list[FileRun]) -> str:
     """Files whose functions ran, by folder, with the lines run inside functions; import-only files counted."""
     ran = [r for r in runs if r.in_functions]
-    lines = [f"{len(ran)} SGLang files had code run inside functions ({sum(r.in_functions for r in ran)} lines); "
-             f"{len(runs) - len(ran)} more were only imported.", "",
-             "| folder | files (lines run inside functions) |", "|---|---|"]
+    lines = [
+        f"{len(ran)} SGLang files had code run inside functions ({sum(r.in_functions for r in ran)} lines); "
+        f"{len(runs) - len(ran)} more were only imported.",
+        "",
+        "| folder | files (lines run inside functions) |",
+        "|---|---|",
+    ]
     for folder, group in sorted(by_folder(ran).items()):
         files = ", ".join(f"`{r.path.rsplit('/', 1)[-1]}` ({r.in_functions})" for r in group)
         lines.append(f"| `{folder}` | {files} |")
@@ -111,8 +120,10 @@ def markdown(runs: list[FileRun]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m harness.servers.sglang_server.trace",
-                                     description="which SGLang files a traced server ran (SWA_HARNESS_SGLANG_TRACE)")
+    parser = argparse.ArgumentParser(
+        prog="python -m harness.servers.sglang_server.trace",
+        description="which SGLang files a traced server ran (SWA_HARNESS_SGLANG_TRACE)",
+    )
     parser.add_argument("folder", type=Path)
     parser.add_argument("--json", type=Path, default=None, help="also write the list as JSON here")
     args = parser.parse_args(argv)

@@ -18,6 +18,7 @@ from typing import Any
 import torch
 
 from harness.engine import Engine, EngineConfig
+from harness.env import SGLANG_PATCH_ENV as PATCH_ENV
 from harness.mem import HybridPool, HybridPoolSpec, ReqToTokenPool
 from harness.mem.contracts import PrefixCache
 from harness.mem.radix_cache import CacheBuilder
@@ -29,7 +30,6 @@ from harness.targets.sglang.imports import SGLANG_VERSION, SGLangUnavailable, im
 __all__ = ["PATCH_ENV", "SGLANG_VERSION", "SGLangTarget", "SGLangUnavailable"]
 
 logger = logging.getLogger(__name__)
-from harness.env import SGLANG_PATCH_ENV as PATCH_ENV
 
 
 class SGLangTarget:
@@ -51,17 +51,32 @@ class SGLangTarget:
         from sglang.srt.mem_cache.swa_memory_pool import SWAKVPool
 
         # The allocator moved out of swa_memory_pool.py in 0.5.13; 0.5.13-0.5.15 require enable_kvcache_transpose.
-        SWATokenToKVPoolAllocator = first(("sglang.srt.mem_cache.allocator.swa", "SWATokenToKVPoolAllocator"),
-                                          ("sglang.srt.mem_cache.swa_memory_pool", "SWATokenToKVPoolAllocator"))
+        SWATokenToKVPoolAllocator = first(
+            ("sglang.srt.mem_cache.allocator.swa", "SWATokenToKVPoolAllocator"),
+            ("sglang.srt.mem_cache.swa_memory_pool", "SWATokenToKVPoolAllocator"),
+        )
         device = str(spec.device)
         extra = {"enable_kvcache_transpose": False} if takes(SWAKVPool.__init__, "enable_kvcache_transpose") else {}
-        pool = SWAKVPool(size=spec.size, size_swa=spec.size_swa, page_size=spec.page_size, dtype=spec.dtype,
-                         head_num=spec.head_num, head_dim=spec.head_dim, swa_attention_layer_ids=list(spec.swa_layers),
-                         full_attention_layer_ids=list(spec.full_layers), device=device, **extra)
-        allocator = SWATokenToKVPoolAllocator(spec.size, spec.size_swa, spec.page_size, spec.dtype, device, pool,
-                                              need_sort=False)
-        return HybridPool(SGLangPoolAdapter(pool), SGLangAllocatorAdapter(allocator),
-                          ReqToTokenPool(spec.max_requests, spec.max_context_len, spec.device))
+        pool = SWAKVPool(
+            size=spec.size,
+            size_swa=spec.size_swa,
+            page_size=spec.page_size,
+            dtype=spec.dtype,
+            head_num=spec.head_num,
+            head_dim=spec.head_dim,
+            swa_attention_layer_ids=list(spec.swa_layers),
+            full_attention_layer_ids=list(spec.full_layers),
+            device=device,
+            **extra,
+        )
+        allocator = SWATokenToKVPoolAllocator(
+            spec.size, spec.size_swa, spec.page_size, spec.dtype, device, pool, need_sort=False
+        )
+        return HybridPool(
+            SGLangPoolAdapter(pool),
+            SGLangAllocatorAdapter(allocator),
+            ReqToTokenPool(spec.max_requests, spec.max_context_len, spec.device),
+        )
 
     def make_engine(self, model_path: str | Path, **config: Any) -> Engine:
         """The harness engine over SGLang's memory: its pool, allocator and prefix cache (UnifiedRadixCache).
@@ -69,8 +84,11 @@ class SGLangTarget:
         SGLang's cache keeps a request's prefix window locked until the request's own window has passed the prefix
         (the harness's SWA lock follows the window), so a request may hold two windows of SWA KV: the engine sizes
         its SWA pool for that."""
-        return Engine(EngineConfig(model_path=model_path, **config), pool_builder=self.build_pool,
-                      cache_builder=CacheBuilder(self.build_prefix_cache, swa_windows_held=2))
+        return Engine(
+            EngineConfig(model_path=model_path, **config),
+            pool_builder=self.build_pool,
+            cache_builder=CacheBuilder(self.build_prefix_cache, swa_windows_held=2),
+        )
 
     def build_prefix_cache(self, memory: HybridPool, *, sliding_window_size: int | None) -> PrefixCache:
         """SGLang's UnifiedRadixCache over ``memory`` (what ``build_pool`` returned); its tree core is

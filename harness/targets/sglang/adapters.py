@@ -70,8 +70,9 @@ class SGLangPoolAdapter:
 
     translate_fresh_loc = translate_loc_from_full_to_swa  # without a memo a fresh tensor needs no flushes
 
-    def set_kv_buffer(self, layer_id: int, loc: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *,
-                      swa_loc: torch.Tensor | None = None) -> None:
+    def set_kv_buffer(
+        self, layer_id: int, loc: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, swa_loc: torch.Tensor | None = None
+    ) -> None:
         """SGLang's write: a ``KVWriteLoc`` whose ``swa_loc`` is set for sliding layers."""
         if self.is_swa_layer(layer_id) and swa_loc is None:
             swa_loc = self.translate_loc_from_full_to_swa(loc)
@@ -138,8 +139,9 @@ class SGLangAllocatorAdapter:
         cpu = torch.tensor(list(values), dtype=torch.int64)
         return cpu.to(self.device), cpu
 
-    def alloc_extend(self, prefix_lens: Sequence[int], seq_lens: Sequence[int],
-                     last_loc: Sequence[int]) -> torch.Tensor | None:
+    def alloc_extend(
+        self, prefix_lens: Sequence[int], seq_lens: Sequence[int], last_loc: Sequence[int]
+    ) -> torch.Tensor | None:
         """SGLang's scheduler: ``alloc`` of the batch's new tokens at page size 1, ``alloc_extend`` above."""
         if self.page_size == 1:
             return self.alloc(sum(seq_lens) - sum(prefix_lens))
@@ -149,12 +151,14 @@ class SGLangAllocatorAdapter:
             out = self.sglang.alloc_extend(prefix, prefix_cpu, seq, seq_cpu, last, sum(seq_lens) - sum(prefix_lens))
         return None if out is None else out.to(LOC_DTYPE)
 
-    def alloc_extend_swa_tail(self, prefix_len: int, seq_len: int, last_loc: int, swa_tail_len: int) -> torch.Tensor | None:
+    def alloc_extend_swa_tail(
+        self, prefix_len: int, seq_len: int, last_loc: int, swa_tail_len: int
+    ) -> torch.Tensor | None:
         (prefix, prefix_cpu), (seq, seq_cpu) = self._lens([prefix_len]), self._lens([seq_len])
         with on_cpu("alloc_extend_swa_tail"):
-            out = method(self.sglang, "alloc_extend_swa_tail")(prefix, prefix_cpu, seq, seq_cpu,
-                                                               self._lens([last_loc])[0], seq_len - prefix_len,
-                                                               swa_tail_len)
+            out = method(self.sglang, "alloc_extend_swa_tail")(
+                prefix, prefix_cpu, seq, seq_cpu, self._lens([last_loc])[0], seq_len - prefix_len, swa_tail_len
+            )
         return None if out is None else out.to(LOC_DTYPE)
 
     def alloc_decode(self, seq_lens: Sequence[int], last_loc: Sequence[int]) -> torch.Tensor | None:

@@ -30,6 +30,7 @@ def _install_shims() -> None:
     sys.path[:] = [p for p in sys.path if p != str(SHIMS)]
     try:
         import torchvision  # noqa: F401 - a working torchvision needs no shim
+
         return
     except Exception:  # noqa: BLE001 - absent, or the CPU-incompatible wheel: fall back to the shim
         sys.modules.pop("torchvision", None)

@@ -47,8 +47,18 @@ from harness.targets.sglang.capabilities import first, lacks, module, takes
 TREE_CORES = ("python", "rust")
 
 # What a request needs of UnifiedRadixCache, as the 0.5.23 scheduler calls it; an older cache lacks some.
-_CACHE_METHODS = ("checkpoint", "free_kv_row", "lock", "unlock", "release_swa_prefix_lock", "evict_sliding_windows",
-                  "prefix_device_indices", "path_device_indices", "on_release", "sanity_check")
+_CACHE_METHODS = (
+    "checkpoint",
+    "free_kv_row",
+    "lock",
+    "unlock",
+    "release_swa_prefix_lock",
+    "evict_sliding_windows",
+    "prefix_device_indices",
+    "path_device_indices",
+    "on_release",
+    "sanity_check",
+)
 
 
 class _ReqToTokenShim:
@@ -85,16 +95,26 @@ class _Tracked:
 class SGLangPrefixCache:
     """``PrefixCache`` (``harness.mem.contracts``) over SGLang's ``UnifiedRadixCache``; see the module docstring."""
 
-    def __init__(self, memory: HybridPool, *, sliding_window_size: int | None, tree_core: str | None = None,
-                 bigram_keys: bool = False) -> None:
+    def __init__(
+        self,
+        memory: HybridPool,
+        *,
+        sliding_window_size: int | None,
+        tree_core: str | None = None,
+        bigram_keys: bool = False,
+    ) -> None:
         """``tree_core``: ``"python"`` or ``"rust"``; None takes ``SGLANG_UNIFIED_RADIX_TREE_CORE_BACKEND`` (SGLang's
         default, Rust). ``bigram_keys``: the tree an EAGLE server builds (``is_eagle``), keyed by token pairs."""
         if not isinstance(memory.allocator, SGLangAllocatorAdapter):
-            raise TypeError(f"SGLangPrefixCache needs the memory SGLangTarget.build_pool builds (its allocator over "
-                            f"SGLang's), got an allocator of type {type(memory.allocator).__name__}")
+            raise TypeError(
+                f"SGLangPrefixCache needs the memory SGLangTarget.build_pool builds (its allocator over "
+                f"SGLang's), got an allocator of type {type(memory.allocator).__name__}"
+            )
         if sliding_window_size is not None and sliding_window_size < 2:
-            raise ValueError(f"SGLang's SWA component needs a window of at least 2 tokens (it keeps W - 1 = "
-                             f"{sliding_window_size - 1} tokens of history, and must keep one), got {sliding_window_size}")
+            raise ValueError(
+                f"SGLang's SWA component needs a window of at least 2 tokens (it keeps W - 1 = "
+                f"{sliding_window_size - 1} tokens of history, and must keep one), got {sliding_window_size}"
+            )
         if tree_core is not None and tree_core not in TREE_CORES:
             raise ValueError(f"unknown tree core {tree_core!r}; SGLang has {', '.join(TREE_CORES)}")
 
@@ -105,8 +125,10 @@ class SGLangPrefixCache:
         if missing:
             raise lacks(", ".join(f"UnifiedRadixCache.{name}" for name in missing) + " (the 0.5.23 scheduler's calls)")
         CacheInitParams = first(("sglang.srt.mem_cache.cache_init_params", "CacheInitParams"))
-        ComponentType = first(("sglang.srt.mem_cache.unified_cache.component_type", "ComponentType"),
-                              ("sglang.srt.mem_cache.unified_cache.components.base", "ComponentType"))
+        ComponentType = first(
+            ("sglang.srt.mem_cache.unified_cache.component_type", "ComponentType"),
+            ("sglang.srt.mem_cache.unified_cache.components.base", "ComponentType"),
+        )
         from sglang.srt.server_args import ServerArgs, set_global_server_args_for_scheduler
 
         self.page_size = memory.allocator.page_size
@@ -122,10 +144,16 @@ class SGLangPrefixCache:
                 raise lacks("CacheInitParams.tree_core_backend (a tree core chosen per cache)")
             extra["tree_core_backend"] = tree_core
         params = CacheInitParams(
-            disable=False, req_to_token_pool=_ReqToTokenShim(memory.req_to_token_pool),
-            token_to_kv_pool_allocator=memory.allocator.sglang, page_size=self.page_size,
+            disable=False,
+            req_to_token_pool=_ReqToTokenShim(memory.req_to_token_pool),
+            token_to_kv_pool_allocator=memory.allocator.sglang,
+            page_size=self.page_size,
             sliding_window_size=None if sliding_window_size is None else sliding_window_size - 1,
-            tree_components=components, eviction_policy="lru", is_eagle=bigram_keys, **extra)
+            tree_components=components,
+            eviction_policy="lru",
+            is_eagle=bigram_keys,
+            **extra,
+        )
         self.sglang = UnifiedRadixCache(params=params)
         self.tree_core = self.sglang._tree_core_backend  # "python" or "rust", after SGLang's own fallbacks
         self._tracked: dict[int, _Tracked] = {}  # by id() of the harness request, which _Tracked keeps alive
@@ -143,8 +171,12 @@ class SGLangPrefixCache:
         if req.req_pool_idx is None or req.slots_len or req.prefix_lock is not None or id(req) in self._tracked:
             raise PoolError("admit: the request must hold a row and nothing else")
         ids = tuple(int(t) for t in token_ids)
-        sgl = Req(rid=f"harness-{next(self._rids)}", origin_input_text="", origin_input_ids=array("q", ids),
-                  sampling_params=SamplingParams(temperature=0, max_new_tokens=1))
+        sgl = Req(
+            rid=f"harness-{next(self._rids)}",
+            origin_input_text="",
+            origin_input_ids=array("q", ids),
+            sampling_params=SamplingParams(temperature=0, max_new_tokens=1),
+        )
         sgl.kv.req_pool_idx = req.req_pool_idx
         sgl.refresh_fill_ids()
         match_kv_cache(sgl, self.sglang, sgl.full_untruncated_fill_ids, max_prefix_len=max(len(ids) - 1, 0))
@@ -152,7 +184,9 @@ class SGLangPrefixCache:
         sgl.kv.cache_protected_len = n
         sgl.lock = self.sglang.lock(sgl.last_node)
         if n:
-            self.memory.req_to_token_pool.write(req.req_pool_idx, 0, self.sglang.prefix_device_indices(sgl).to(LOC_DTYPE))
+            self.memory.req_to_token_pool.write(
+                req.req_pool_idx, 0, self.sglang.prefix_device_indices(sgl).to(LOC_DTYPE)
+            )
         sgl.kv.kv_committed_len = sgl.kv.kv_allocated_len = n
         self._tracked[id(req)] = _Tracked(req, sgl, ids)
         req.kv_len = req.slots_len = req.cache_protected_len = n
@@ -236,15 +270,19 @@ class SGLangPrefixCache:
         if req.req_pool_idx != sgl.kv.req_pool_idx:
             raise PoolError(f"the request moved from row {sgl.kv.req_pool_idx} to {req.req_pool_idx} while cached")
         if req.cache_protected_len != sgl.kv.cache_protected_len:
-            raise PoolError(f"cache_protected_len is {req.cache_protected_len}, the cache lent "
-                            f"{sgl.kv.cache_protected_len}: only the cache moves it")
+            raise PoolError(
+                f"cache_protected_len is {req.cache_protected_len}, the cache lent "
+                f"{sgl.kv.cache_protected_len}: only the cache moves it"
+            )
         fill = req.fill_ids
         if tuple(fill[: len(tracked.admitted_ids)]) != tracked.admitted_ids:
             raise PoolError("fill_ids no longer start with the tokens the request was admitted with")
         if not req.cache_protected_len <= req.kv_len <= req.slots_len <= len(fill) + 1:
-            raise PoolError(f"cache_protected_len {req.cache_protected_len} <= kv_len {req.kv_len} <= slots_len "
-                            f"{req.slots_len} <= len(fill_ids) + 1 = {len(fill) + 1} does not hold")
-        sgl.output_ids = array("q", fill[len(tracked.admitted_ids):])
+            raise PoolError(
+                f"cache_protected_len {req.cache_protected_len} <= kv_len {req.kv_len} <= slots_len "
+                f"{req.slots_len} <= len(fill_ids) + 1 = {len(fill) + 1} does not hold"
+            )
+        sgl.output_ids = array("q", fill[len(tracked.admitted_ids) :])
         sgl.refresh_fill_ids()
         sgl.kv.kv_committed_len = req.kv_len
         sgl.kv.kv_allocated_len = req.slots_len
@@ -278,7 +316,9 @@ class SGLangPrefixCache:
         from sglang.srt.mem_cache.base_prefix_cache import EvictParams
 
         if full_tokens < 0 or swa_tokens < 0:
-            raise ValueError(f"evict: token counts must be >= 0, got full_tokens={full_tokens}, swa_tokens={swa_tokens}")
+            raise ValueError(
+                f"evict: token counts must be >= 0, got full_tokens={full_tokens}, swa_tokens={swa_tokens}"
+            )
         self.sglang.evict_for_alloc(EvictParams(num_tokens=full_tokens, swa_num_tokens=swa_tokens))
 
     def evictable_size(self) -> int:
@@ -311,9 +351,13 @@ class SGLangPrefixCache:
             raise PoolError(f"SGLang's UnifiedRadixCache.sanity_check failed: {failed}") from None
         slots = self.tree_slots()
         for name, kept, held in (
-                ("evictable + protected", self.evictable_size() + self.protected_size(), slots.full.numel()),
-                ("swa_evictable + swa_protected", self.swa_evictable_size() + self.swa_protected_size(),
-                 slots.swa_live.numel() if self.sliding_window_size is not None else 0)):
+            ("evictable + protected", self.evictable_size() + self.protected_size(), slots.full.numel()),
+            (
+                "swa_evictable + swa_protected",
+                self.swa_evictable_size() + self.swa_protected_size(),
+                slots.swa_live.numel() if self.sliding_window_size is not None else 0,
+            ),
+        ):
             if kept != held:
                 raise PoolError(f"{name} is {kept}, the tree's nodes hold {held} slots")
 

@@ -51,14 +51,18 @@ class Release:
 
     @property
     def dirname(self) -> str:
-        return "source-" + re.sub(r"[^A-Za-z0-9.]+", "-", str(self.source.resolve())).strip("-") if self.source \
+        return (
+            "source-" + re.sub(r"[^A-Za-z0-9.]+", "-", str(self.source.resolve())).strip("-")
+            if self.source
             else self.spec
+        )
 
 
 def published(low: str, high: str, *, python: str = sys.executable) -> list[str]:
     """Every SGLang release on the package index from ``low`` to ``high``, inclusive, oldest first."""
-    out = subprocess.run([python, "-m", "pip", "index", "versions", "sglang"], capture_output=True, text=True,
-                         check=True).stdout
+    out = subprocess.run(
+        [python, "-m", "pip", "index", "versions", "sglang"], capture_output=True, text=True, check=True
+    ).stdout
     listed = re.search(r"Available versions: (.*)", out)
     if not listed:
         raise RuntimeError(f"pip index versions sglang printed no versions:\n{out}")
@@ -74,8 +78,9 @@ def _pip(python: Path, *args: str, log: Path) -> None:
     with log.open("a") as out:
         out.write(f"$ pip {' '.join(args)}\n")
         out.flush()
-        result = subprocess.run([str(python), "-m", "pip", "--disable-pip-version-check", *args], stdout=out,
-                                stderr=subprocess.STDOUT)
+        result = subprocess.run(
+            [str(python), "-m", "pip", "--disable-pip-version-check", *args], stdout=out, stderr=subprocess.STDOUT
+        )
     if result.returncode:
         raise RuntimeError(f"pip {' '.join(args)} failed (exit {result.returncode}); its output: {log}")
 

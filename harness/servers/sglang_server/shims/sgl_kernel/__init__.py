@@ -26,8 +26,10 @@ class SglKernelCalled(RuntimeError):
 
 def _stub(qualname: str) -> Any:
     def called(*args: Any, **kwargs: Any) -> Any:
-        raise SglKernelCalled(f"{qualname} was called: SGLang took an sgl_kernel path on CPU (the harness's "
-                              "import-only stand-in has no kernels)")
+        raise SglKernelCalled(
+            f"{qualname} was called: SGLang took an sgl_kernel path on CPU (the harness's "
+            "import-only stand-in has no kernels)"
+        )
 
     called.__name__ = called.__qualname__ = qualname.rsplit(".", 1)[-1]
     called.__module__ = qualname.rsplit(".", 1)[0]

@@ -49,9 +49,9 @@ SGLANG_FAULTS: dict[str, SGLangFault] = {
 # Seeds (docs/FAULTS.md) whose mechanism SGLang 0.5.23 no longer has, and why.
 SEEDS_NOT_PORTED: dict[str, str] = {
     "#23552": "the SWA loc buffer pre-set at decode-graph capture lives in the CUDA decode graph runner, which "
-              "does not run on CPU; on the paths that do, the KV-loc plan computes each id space once per forward",
+    "does not run on CPU; on the paths that do, the KV-loc plan computes each id space once per forward",
     "#25824": "0.5.23 has no translation memo (no cache key, no invalidation points): the write loc is "
-              "translated once per forward by the KV-loc plan and passed in a KVWriteLoc",
+    "translated once per forward by the KV-loc plan and passed in a KVWriteLoc",
     "#26152": "the memo flush before the can-run-graph check and around window indices has no memo to flush in 0.5.23",
 }
 

@@ -10,6 +10,11 @@ FAULT = SGLangFault(
     user_sees="a decode token that does not open a new page gets the SWA slot after the request's full slot: "
     "a slot of another request's SWA page, or of a free one; its K/V overwrite another request's window",
     invariant="5: a slot is never owned twice (both pools page in step)",
-    edits=(SourceEdit("sglang.srt.mem_cache.allocator.swa.SWATokenToKVPoolAllocator.alloc_decode",
-                      "seq_lens, seq_lens_cpu, swa_last_loc", "seq_lens, seq_lens_cpu, last_loc"),),
+    edits=(
+        SourceEdit(
+            "sglang.srt.mem_cache.allocator.swa.SWATokenToKVPoolAllocator.alloc_decode",
+            "seq_lens, seq_lens_cpu, swa_last_loc",
+            "seq_lens, seq_lens_cpu, last_loc",
+        ),
+    ),
 )

@@ -14,7 +14,11 @@ FAULT = SGLangFault(
     "SWA KV: a match can never end on it, and SGLang before 0.5.23 (its rematch after the insert) then freed KV "
     "the tree owned as duplicates (`pool memory leak detected` on every TP rank)",
     invariant="matches: the leaf a checkpoint inserts ends a match (its last W - 1 tokens hold live SWA KV)",
-    edits=(SourceEdit("sglang.srt.mem_cache.unified_radix_cache.UnifiedRadixCache.checkpoint_into_tree",
-                      "comp.free_out_of_window_slots(req, len(radix_key) - 1, insert_params)",
-                      "comp.free_out_of_window_slots(req, effective_cache_len, insert_params)"),),
+    edits=(
+        SourceEdit(
+            "sglang.srt.mem_cache.unified_radix_cache.UnifiedRadixCache.checkpoint_into_tree",
+            "comp.free_out_of_window_slots(req, len(radix_key) - 1, insert_params)",
+            "comp.free_out_of_window_slots(req, effective_cache_len, insert_params)",
+        ),
+    ),
 )

@@ -10,6 +10,11 @@ FAULT = SGLangFault(
     user_sees="tokens that left the window still translate to SWA slots now owned by other requests; "
     "accounting drifts and reads see another request's K/V",
     invariant="3: the SWA slot used for a token equals the current mapping of its full slot",
-    edits=(SourceEdit("sglang.srt.mem_cache.allocator.swa.SWATokenToKVPoolAllocator._free_swa_pages_none_cuda",
-                      "self.clear_full_to_swa_mapping(mapping_indices)", "pass"),),
+    edits=(
+        SourceEdit(
+            "sglang.srt.mem_cache.allocator.swa.SWATokenToKVPoolAllocator._free_swa_pages_none_cuda",
+            "self.clear_full_to_swa_mapping(mapping_indices)",
+            "pass",
+        ),
+    ),
 )

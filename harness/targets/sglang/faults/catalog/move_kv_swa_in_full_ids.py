@@ -11,7 +11,11 @@ FAULT = SGLangFault(
     "them and whatever SWA slots carry the full ids' numbers are overwritten: another request's window, or "
     "this one's",
     invariant="3: the SWA slot used for a token equals the current mapping of its full slot",
-    edits=(SourceEdit("sglang.srt.mem_cache.swa_memory_pool.SWAKVPool.move_kv_cache",
-                      "self.swa_kv_pool.move_kv_cache(tgt_loc_swa, src_loc_swa)",
-                      "self.swa_kv_pool.move_kv_cache(tgt_loc, src_loc)"),),
+    edits=(
+        SourceEdit(
+            "sglang.srt.mem_cache.swa_memory_pool.SWAKVPool.move_kv_cache",
+            "self.swa_kv_pool.move_kv_cache(tgt_loc_swa, src_loc_swa)",
+            "self.swa_kv_pool.move_kv_cache(tgt_loc, src_loc)",
+        ),
+    ),
 )

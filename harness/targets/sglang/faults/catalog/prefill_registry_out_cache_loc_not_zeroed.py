@@ -11,7 +11,11 @@ FAULT = SGLangFault(
     "the previous, larger prefill: silent corruption of live requests' KV (the prefill graphs process every "
     "padded token)",
     invariant="2: padded rows write only to the sentinel slot",
-    edits=(SourceEdit("sglang.srt.model_executor.cuda_graph_buffer_registry.build_prefill_registry",
-                      'cache_loc_dtype,\naxis="tokens",\npadding_policy=PaddingPolicy.ZERO,',
-                      'cache_loc_dtype,\naxis="tokens",\npadding_policy=PaddingPolicy.FOREACH_COPY,'),),
+    edits=(
+        SourceEdit(
+            "sglang.srt.model_executor.cuda_graph_buffer_registry.build_prefill_registry",
+            'cache_loc_dtype,\naxis="tokens",\npadding_policy=PaddingPolicy.ZERO,',
+            'cache_loc_dtype,\naxis="tokens",\npadding_policy=PaddingPolicy.FOREACH_COPY,',
+        ),
+    ),
 )

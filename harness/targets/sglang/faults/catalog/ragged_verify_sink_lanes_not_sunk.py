@@ -10,7 +10,11 @@ FAULT = SGLangFault(
     user_sees="every sink lane of a ragged verify writes its garbage K/V into the first request's first draft "
     "token, in both pools; the request's next read of that token sees another lane's keys",
     invariant="2: padded rows write only to the sentinel slot",
-    edits=(SourceEdit("sglang.srt.mem_cache.kv_loc_plan.KVLocPlan._cols",
-                      "return torch.where(cols >= 0, ids[cols.clamp(min=0)], 0)",
-                      "return ids[cols.clamp(min=0)]"),),
+    edits=(
+        SourceEdit(
+            "sglang.srt.mem_cache.kv_loc_plan.KVLocPlan._cols",
+            "return torch.where(cols >= 0, ids[cols.clamp(min=0)], 0)",
+            "return ids[cols.clamp(min=0)]",
+        ),
+    ),
 )

@@ -13,10 +13,15 @@ FAULT = SGLangFault(
     "silent corruption of live requests' KV",
     invariant="2: padded rows write only to the sentinel slot",
     edits=(
-        SourceEdit(_REGISTRY,
-                   'cache_loc_dtype,\naxis="tokens",\npadding_policy=PaddingPolicy.ZERO,',
-                   'cache_loc_dtype,\naxis="tokens",\npadding_policy=PaddingPolicy.FOREACH_COPY,'),
-        SourceEdit(_REGISTRY, "expected_zero = INDEX_SEMANTIC_BUFFERS & registered",
-                   'expected_zero = (INDEX_SEMANTIC_BUFFERS - {"out_cache_loc"}) & registered'),
+        SourceEdit(
+            _REGISTRY,
+            'cache_loc_dtype,\naxis="tokens",\npadding_policy=PaddingPolicy.ZERO,',
+            'cache_loc_dtype,\naxis="tokens",\npadding_policy=PaddingPolicy.FOREACH_COPY,',
+        ),
+        SourceEdit(
+            _REGISTRY,
+            "expected_zero = INDEX_SEMANTIC_BUFFERS & registered",
+            'expected_zero = (INDEX_SEMANTIC_BUFFERS - {"out_cache_loc"}) & registered',
+        ),
     ),
 )

@@ -11,6 +11,11 @@ FAULT = SGLangFault(
     "handed out to a request, and padded lanes then write into that request's window; the pool reports more "
     "free SWA slots than it has",
     invariant="5: pool accounting; the padding page is never handed out",
-    edits=(SourceEdit("sglang.srt.mem_cache.allocator.swa.SWATokenToKVPoolAllocator._release_swa",
-                      "swa_indices = swa_indices[swa_indices > 0]", "pass"),),
+    edits=(
+        SourceEdit(
+            "sglang.srt.mem_cache.allocator.swa.SWATokenToKVPoolAllocator._release_swa",
+            "swa_indices = swa_indices[swa_indices > 0]",
+            "pass",
+        ),
+    ),
 )

@@ -9,6 +9,11 @@ FAULT = SGLangFault(
     user_sees="a request retracted under memory pressure resumes with whatever its new SWA slots held: its "
     "sliding layers read another request's keys, and its continuation changes silently",
     invariant="1: a request's K/V are its own whatever path they took",
-    edits=(SourceEdit("sglang.srt.mem_cache.swa_memory_pool.SWAKVPool.load_cpu_copy",
-                      "self.swa_kv_pool.load_cpu_copy(swa_kv_cpu, swa_indices)", "pass"),),
+    edits=(
+        SourceEdit(
+            "sglang.srt.mem_cache.swa_memory_pool.SWAKVPool.load_cpu_copy",
+            "self.swa_kv_pool.load_cpu_copy(swa_kv_cpu, swa_indices)",
+            "pass",
+        ),
+    ),
 )

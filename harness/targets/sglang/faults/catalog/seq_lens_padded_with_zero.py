@@ -12,11 +12,16 @@ FAULT = SGLangFault(
     "in every graph replay with raw_bs < bs",
     invariant="2: padded rows are harmless (they attend over exactly the padding slot)",
     edits=(
-        SourceEdit(_REGISTRY, '"seq_lens",\n_bs,\ntorch.int64,\naxis="bs",\npadding_policy=PaddingPolicy.FILL_SENTINEL,\n'
-                              'pad_value=seq_len_fill_value,',
-                   '"seq_lens",\n_bs,\ntorch.int64,\naxis="bs",\npadding_policy=PaddingPolicy.FILL_SENTINEL,\npad_value=0,'),
-        SourceEdit(_REGISTRY, 'device=torch.device("cpu"),\npadding_policy=PaddingPolicy.FILL_SENTINEL,\n'
-                              'pad_value=seq_len_fill_value,',
-                   'device=torch.device("cpu"),\npadding_policy=PaddingPolicy.FILL_SENTINEL,\npad_value=0,'),
+        SourceEdit(
+            _REGISTRY,
+            '"seq_lens",\n_bs,\ntorch.int64,\naxis="bs",\npadding_policy=PaddingPolicy.FILL_SENTINEL,\n'
+            "pad_value=seq_len_fill_value,",
+            '"seq_lens",\n_bs,\ntorch.int64,\naxis="bs",\npadding_policy=PaddingPolicy.FILL_SENTINEL,\npad_value=0,',
+        ),
+        SourceEdit(
+            _REGISTRY,
+            'device=torch.device("cpu"),\npadding_policy=PaddingPolicy.FILL_SENTINEL,\npad_value=seq_len_fill_value,',
+            'device=torch.device("cpu"),\npadding_policy=PaddingPolicy.FILL_SENTINEL,\npad_value=0,',
+        ),
     ),
 )

@@ -10,7 +10,12 @@ FAULT = SGLangFault(
     user_sees="a batch with as many new tokens as an earlier one writes its sliding-layer K/V at the earlier "
     "batch's SWA slots: silent, no shape error",
     invariant="3: the SWA slot used for a token equals the current mapping of its full slot",
-    edits=(SourceEdit("sglang.srt.mem_cache.swa_memory_pool.SWAKVPool.set_kv_buffer", "loc = swa_loc",
-                      "kept = self.__dict__.setdefault('_swa_loc_state', swa_loc)\n"
-                      "loc = kept if kept.shape == swa_loc.shape else swa_loc"),),
+    edits=(
+        SourceEdit(
+            "sglang.srt.mem_cache.swa_memory_pool.SWAKVPool.set_kv_buffer",
+            "loc = swa_loc",
+            "kept = self.__dict__.setdefault('_swa_loc_state', swa_loc)\n"
+            "loc = kept if kept.shape == swa_loc.shape else swa_loc",
+        ),
+    ),
 )

@@ -12,8 +12,13 @@ FAULT = SGLangFault(
     user_sees="a chunk's checkpoint inserts a leaf whose SWA KV is all gone: a match can never end on it, so "
     "the next request sharing that prefix re-prefills it (and pre-0.5.23 trees asserted or leaked SWA memory)",
     invariant="matches: the leaf a checkpoint inserts ends a match (its last W - 1 tokens hold live SWA KV)",
-    edits=(SourceEdit("sglang.srt.mem_cache.common.free_swa_out_of_window_slots",
-                      """evict_threshold = pre_len - ceil_align(
+    edits=(
+        SourceEdit(
+            "sglang.srt.mem_cache.common.free_swa_out_of_window_slots",
+            """evict_threshold = pre_len - ceil_align(
     max(sliding_window_size, page_size), page_size
-)""", "evict_threshold = pre_len - sliding_window_size"),),
+)""",
+            "evict_threshold = pre_len - sliding_window_size",
+        ),
+    ),
 )

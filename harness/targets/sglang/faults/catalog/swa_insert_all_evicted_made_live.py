@@ -14,11 +14,19 @@ FAULT = SGLangFault(
     "swa_evictable_size counts slots the tree does not hold, later requests read the padding slot in their "
     "sliding layers, and evicting the leaf frees SWA slots a second time",
     invariant="3: the SWA slot used for a token equals the current mapping of its full slot; 5: accounting",
-    edits=(SourceEdit("sglang.srt.mem_cache.common.free_swa_out_of_window_slots",
-                      """evict_threshold = pre_len - ceil_align(
+    edits=(
+        SourceEdit(
+            "sglang.srt.mem_cache.common.free_swa_out_of_window_slots",
+            """evict_threshold = pre_len - ceil_align(
     max(sliding_window_size, page_size), page_size
-)""", "evict_threshold = pre_len - sliding_window_size"),
-           SourceEdit("sglang.srt.mem_cache.unified_cache.components.swa.SWAComponent._populate_range",
-                      "if live_start is None:\n    continue", "if live_start is None:\n    live_start = start")),
+)""",
+            "evict_threshold = pre_len - sliding_window_size",
+        ),
+        SourceEdit(
+            "sglang.srt.mem_cache.unified_cache.components.swa.SWAComponent._populate_range",
+            "if live_start is None:\n    continue",
+            "if live_start is None:\n    live_start = start",
+        ),
+    ),
     env=(("SGLANG_UNIFIED_RADIX_TREE_CORE_BACKEND", "python"),),
 )

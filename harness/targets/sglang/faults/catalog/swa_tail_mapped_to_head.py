@@ -11,7 +11,11 @@ FAULT = SGLangFault(
     "stale slots: its sliding layers read zeros or another request's keys, and freeing it returns the wrong "
     "SWA pages",
     invariant="3: the SWA slot used for a token equals the current mapping of its full slot",
-    edits=(SourceEdit("sglang.srt.mem_cache.allocator.swa.SWATokenToKVPoolAllocator.alloc_extend_swa_tail",
-                      "alloc_full_indices[-swa_tail_len:], alloc_swa_indices",
-                      "alloc_full_indices[:swa_tail_len], alloc_swa_indices"),),
+    edits=(
+        SourceEdit(
+            "sglang.srt.mem_cache.allocator.swa.SWATokenToKVPoolAllocator.alloc_extend_swa_tail",
+            "alloc_full_indices[-swa_tail_len:], alloc_swa_indices",
+            "alloc_full_indices[:swa_tail_len], alloc_swa_indices",
+        ),
+    ),
 )

@@ -9,6 +9,9 @@ FAULT = SGLangFault(
     "of the sink slot 0",
     user_sees="every padded row writes its K/V into the last live request's SWA slot: silent corruption",
     invariant="2: padded rows write only to the sentinel slot",
-    edits=(SourceEdit("sglang.srt.mem_cache.kv_loc_plan.pad_with_sink", "padded = ids.new_zeros(n)",
-                      "padded = ids[-1:].repeat(n)"),),
+    edits=(
+        SourceEdit(
+            "sglang.srt.mem_cache.kv_loc_plan.pad_with_sink", "padded = ids.new_zeros(n)", "padded = ids[-1:].repeat(n)"
+        ),
+    ),
 )

@@ -18,6 +18,8 @@ FAULT = SGLangFault(
     "to slot 0): a later request matching them reads the padding slot or another request's keys in its "
     "sliding layers, and the tree counts SWA slots it does not hold as evictable",
     invariant="3: the SWA slot used for a token equals the current mapping of its full slot; 5: accounting",
-    edits=(SourceEdit(f"{_SWA}.prepare_for_caching_req", _COPY, "if is_finished:\n    " + _COPY.replace("\n", "\n    ")),
-           SourceEdit(f"{_SWA}.free_out_of_window_slots", _COPY, "pass")),
+    edits=(
+        SourceEdit(f"{_SWA}.prepare_for_caching_req", _COPY, "if is_finished:\n    " + _COPY.replace("\n", "\n    ")),
+        SourceEdit(f"{_SWA}.free_out_of_window_slots", _COPY, "pass"),
+    ),
 )
