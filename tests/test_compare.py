@@ -20,6 +20,7 @@ from harness.evals.compare import (
     pair_items,
     summarize,
 )
+from harness.evals.formats import pp
 from harness.evals.results import ItemDiff, ItemResult, RunRecord, RunResult, TaskComparison, Summary, Verdict
 from harness.jobs.options import add_threshold_options, thresholds_from_options
 
@@ -343,3 +344,11 @@ def test_records_round_trip_through_json(tmp_path) -> None:
 def test_comparison_is_deterministic() -> None:
     on, off = _runs(*_flags(300, 5, 11))
     assert compare_runs(on, off).to_dict() == compare_runs(on, off).to_dict()
+
+
+def test_a_difference_reads_the_same_in_the_reasons_and_on_every_page() -> None:
+    """One spelling of percentage points: signed, one decimal, and zero without a sign (it read "+0.0 pp" in the
+    reasons and "0.0 pp" in the report)."""
+    assert [pp(x) for x in (-0.025, 0.0, -0.0004, 0.0004, 0.0151)] == ["-2.5 pp", "0.0 pp", "0.0 pp", "0.0 pp", "+1.5 pp"]
+    green = compare_runs(*_runs(*_flags(500, 0, 0)))
+    assert green.reason.startswith("no significant difference: 0.0 pp (CI 0.0 pp .. 0.0 pp)"), green.reason

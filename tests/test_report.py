@@ -19,7 +19,7 @@ from harness.jobs.plan import Plan
 from harness.jobs.report_cli import main as report_main
 from harness.jobs.runner import RunOptions, finish
 from harness.report import render_html, render_report
-from harness.report.inputs import load_fault_effects, load_kill_matrices, load_release_matrix, matrices_from
+from harness.report.inputs import KillMatrix, load_fault_effects, load_kill_matrices, load_release_matrix, matrices_from
 from harness.report.render import TEMPLATES, breakable
 
 SCRIPT = "<script>alert(1)</script>"
@@ -551,10 +551,16 @@ def test_kill_matrix_files_are_found_per_target(tmp_path) -> None:
     (tmp_path / "kill-matrix-sglang.json").write_text(json.dumps({"clean": {}, "faults": []}))
     (tmp_path / "kill-matrix-broken.json").write_text("{")
     found = {m.target: m for m in load_kill_matrices(primary)}
-    assert set(found) == {"sglang", "broken"} and found["sglang"].matrix == {"clean": {}, "faults": []}
+    assert set(found) == {"sglang", "broken"} and found["sglang"].matrix == KillMatrix("", None, (), {}, ())
     assert found["broken"].matrix is None and "JSONDecodeError" in found["broken"].error
     primary.write_text(json.dumps({"target": "harness", "clean": {}, "faults": []}))
     assert [m.target for m in load_kill_matrices(primary)] == ["harness", "broken", "sglang"]
+
+
+def test_a_kill_matrix_of_an_unexpected_shape_is_unreadable_not_a_failed_report(tmp_path) -> None:
+    (tmp_path / "kill-matrix.json").write_text(json.dumps({"clean": {}, "faults": [["not", "a", "fault"]]}))
+    [found] = load_kill_matrices(tmp_path / "kill-matrix.json")
+    assert found.matrix is None and found.error.startswith("malformed: AttributeError"), found.error
 
 
 def test_fault_effect_table(nightly, tmp_path) -> None:
@@ -681,9 +687,9 @@ def test_chromium_layout_has_no_horizontal_overflow_and_the_verdict_on_the_first
 
 def test_details_are_readable_values_not_json_or_python_spellings() -> None:
     """It used to show double-encoded JSON, an epoch started_at, unrounded floats and Python None."""
-    from harness.report.render import _kv_rows
+    from harness.report.views import kv_rows
 
-    rows = {r["key"]: r["full"] for r in _kv_rows({
+    rows = {r["key"]: r["full"] for r in kv_rows({
         "started_at": 1764165600.25, "server_start_s": 37.519999, "fault": None, "ok": True, "bs": [1, 2, 4],
         "override": '{"rope": {"theta": 10000.0}}', "empty": "{}", "name": "x"})}
     assert rows == {"started_at": "2025-11-26 14:00:00 UTC", "server_start_s": "37.52", "fault": "—", "ok": "yes",
@@ -693,7 +699,7 @@ def test_details_are_readable_values_not_json_or_python_spellings() -> None:
 def test_no_machine_paths_on_the_page(report) -> None:
     """It used to show the checkout's absolute paths (kill matrices, fault effects, server caches, commands)."""
     from harness.paths import REPO
-    from harness.report.render import portable
+    from harness.report.views import portable
 
     assert portable(f"python -m lm_eval --include_path {REPO}/suites/accuracy --cache {Path.home()}/.cache/sglang") \
         == "python -m lm_eval --include_path suites/accuracy --cache ~/.cache/sglang"
@@ -702,9 +708,10 @@ def test_no_machine_paths_on_the_page(report) -> None:
 
 
 def test_a_stress_arm_compared_as_on_is_named_in_the_arms_line() -> None:
-    from harness.report.render import provenance_glance
+    from harness.report.inputs import Provenance
+    from harness.report.views import provenance_glance
 
     arms = {"on": {"arm": "swa-pool-reuse", "graphs": "on", "fault": "none"},
             "off": {"arm": "on", "graphs": "on", "fault": "none"}}
-    line = next(r["text"] for r in provenance_glance({"arms": arms}) if r["label"] == "arms")
+    line = next(r["text"] for r in provenance_glance(Provenance.parse({"arms": arms})) if r["label"] == "arms")
     assert line == "ON: swa-pool-reuse, graphs on · OFF: on, graphs on"  # not "ON: graphs on · OFF: graphs on"

@@ -41,6 +41,7 @@ from dataclasses import asdict, dataclass, fields
 from typing import Any, Callable, Iterable, Sequence
 
 from harness.evals import stats
+from harness.evals.formats import pp
 from harness.evals.results import (
     ItemDiff,
     ItemResult,
@@ -203,11 +204,6 @@ def _diff(on_item: ItemResult, off_item: ItemResult, tokenize: Tokenize | None) 
 # ------------------------------------------------------------------ comparison
 
 
-def _pp(x: float) -> str:
-    """A fraction as signed percentage points, e.g. ``-2.5 pp``."""
-    return f"{100 * x:+.1f} pp"
-
-
 def compare_runs(
     on: RunResult,
     off: RunResult,
@@ -284,17 +280,17 @@ def _verdict(
     n: int, diff: float, low: float, high: float, p: float, mde: float, divergent: int, t: Thresholds
 ) -> tuple[Verdict, list[str]]:
     """Apply the rule in the module docstring; reasons come back worst first."""
-    ci = f"CI {_pp(low)} .. {_pp(high)}"
+    ci = f"CI {pp(low)} .. {pp(high)}"
     red: list[str] = []
     amber: list[str] = []
     significant = p < t.alpha
     if significant and diff < 0:
-        red.append(f"ON significantly worse: {_pp(diff)} ({ci}), McNemar p = {p:.3g} < {t.alpha:g}")
+        red.append(f"ON significantly worse: {pp(diff)} ({ci}), McNemar p = {p:.3g} < {t.alpha:g}")
     if diff < -t.max_drop - _EPS:
-        red.append(f"ON drops {_pp(diff)}, beyond the tolerated {100 * t.max_drop:.1f} pp (p = {p:.3g})")
+        red.append(f"ON drops {pp(diff)}, beyond the tolerated {100 * t.max_drop:.1f} pp (p = {p:.3g})")
     if significant and diff > 0:
         amber.append(
-            f"ON significantly better: {_pp(diff)} ({ci}), McNemar p = {p:.3g}; graphs should not change accuracy"
+            f"ON significantly better: {pp(diff)} ({ci}), McNemar p = {p:.3g}; graphs should not change accuracy"
         )
     if mde > t.max_mde + _EPS:
         amber.append(
@@ -310,7 +306,7 @@ def _verdict(
     if amber:
         return Verdict.AMBER, amber
     return Verdict.GREEN, [
-        f"no significant difference: {_pp(diff)} ({ci}), McNemar p = {p:.3g}, MDE {100 * mde:.1f} pp at N = {n}"
+        f"no significant difference: {pp(diff)} ({ci}), McNemar p = {p:.3g}, MDE {100 * mde:.1f} pp at N = {n}"
     ]
 
 

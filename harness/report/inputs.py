@@ -1,8 +1,15 @@
-"""Side inputs of the report read from disk: the kill matrices, the fault-effect table, the SGLang release matrix.
+"""What the report reads from disk or is handed, parsed once into records: the kill matrices, the fault-effect
+table, the SGLang release matrix, and a comparison's provenance.
 
-They come from other jobs (``swa-harness faults`` per target, a fault-effect study), so each may be
-missing, or from an older or newer producer: a missing file is simply not shown, an unreadable
-one is shown as unreadable rather than failing the accuracy report.
+The side inputs come from other jobs (``swa-harness faults`` per target, a fault-effect study,
+``swa-harness sglang-matrix``), so each may be missing, or from an older or newer producer: a missing file
+is simply not shown, an unreadable or malformed one is shown as unreadable rather than failing the
+accuracy report. Parsing is lenient the way the page always was: a missing key reads as its default and a
+value is shown as text, so a file that rendered before renders the same. Views (``views``) read these
+records and never the JSON.
+
+Kill and release matrices are about pytest *suites*; the fault-effect table's ``suite`` key names an
+accuracy *task* (its producer's older word).
 """
 
 from __future__ import annotations
@@ -12,34 +19,90 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
+from harness.evals.history import engine_label
 from harness.paths import DEFAULT_FAULT_EFFECTS, DEFAULT_RELEASE_MATRIX
+
+_MALFORMED = (AttributeError, KeyError, TypeError, ValueError)  # a producer's JSON of an unexpected shape
+
+
+# -- kill matrices ---------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class KillCell:
+    """One fault through one suite: ``missing`` when the matrix has no cell for it."""
+
+    status: str
+    kill_class: str | None
+    first_failure: str
+
+    @classmethod
+    def parse(cls, cell: Mapping[str, Any] | None) -> KillCell:
+        if not cell:
+            return cls("missing", None, "")
+        return cls(str(cell.get("status")), cell.get("kill_class"), str(cell.get("first_failure") or ""))
+
+
+@dataclass(frozen=True)
+class CleanCell:
+    """One suite on the clean build (no fault): it must pass."""
+
+    status: str
+    detail: str
+
+    @classmethod
+    def parse(cls, cell: Mapping[str, Any] | None) -> CleanCell:
+        cell = cell or {}
+        return cls(str(cell.get("status", "missing")), str(cell.get("detail") or ""))
+
+
+@dataclass(frozen=True)
+class FaultRow:
+    """One catalog fault and what each suite did to it."""
+
+    id: str
+    seed: str
+    breaks: str
+    user_sees: str
+    cells: Mapping[str, KillCell]  # suite -> its cell, for every suite the matrix has a cell for
+
+    def cell(self, suite: str) -> KillCell:
+        return self.cells.get(suite) or KillCell.parse(None)
+
+
+@dataclass(frozen=True)
+class KillMatrix:
+    """Fault x suite. ``suites`` is every suite in page order: the producer's list (else the clean run's), then
+    any a fault names beyond it."""
+
+    generated_at: str
+    wall_s: float | None
+    suites: tuple[str, ...]
+    clean: Mapping[str, CleanCell]
+    faults: tuple[FaultRow, ...]
+
+    @classmethod
+    def parse(cls, data: Mapping[str, Any]) -> KillMatrix:
+        clean = data.get("clean") or {}
+        faults = data.get("faults") or []
+        suites = list(data.get("suites") or clean)
+        for fault in faults:
+            suites.extend(s for s in fault.get("suites") or {} if s not in suites)
+        rows = tuple(
+            FaultRow(str(f.get("id", "?")), str(f.get("seed", "")), str(f.get("breaks", "")), str(f.get("user_sees", "")),
+                     {s: KillCell.parse(c) for s, c in (f.get("suites") or {}).items()})
+            for f in faults)  # fmt: skip
+        return cls(str(data.get("generated_at", "")), data.get("wall_s"), tuple(suites),
+                   {s: CleanCell.parse(clean.get(s)) for s in suites}, rows)
 
 
 @dataclass(frozen=True)
 class KillMatrixFile:
-    """One target's kill matrix as found on disk (``matrix`` is None when ``error`` says why)."""
+    """One target's kill matrix as found (``matrix`` is None when ``error`` says why)."""
 
     source: str
     target: str
-    matrix: Mapping[str, Any] | None
-    error: str | None = None
-
-
-@dataclass(frozen=True)
-class FaultEffects:
-    """The fault-effect table: accuracy deltas a fault causes per checkpoint and task."""
-
-    source: str
-    rows: tuple[Mapping[str, Any], ...]
-    error: str | None = None
-
-
-@dataclass(frozen=True)
-class ReleaseMatrix:
-    """``swa-harness sglang-matrix``'s output: the memory suites on each SGLang release."""
-
-    source: str
-    matrix: Mapping[str, Any] | None
+    matrix: KillMatrix | None
     error: str | None = None
 
 
@@ -48,6 +111,17 @@ def _read_json(path: Path) -> tuple[Any, str | None]:
         return json.loads(path.read_text(encoding="utf-8")), None
     except (OSError, ValueError) as exc:
         return None, f"{type(exc).__name__}: {exc}"
+
+
+def _kill_matrix_file(source: str, target: str, data: Any, error: str | None) -> KillMatrixFile:
+    if error is None and not isinstance(data, Mapping):
+        error = f"expected a JSON object, got {type(data).__name__}"
+    if error is not None:
+        return KillMatrixFile(source, target, None, error)
+    try:
+        return KillMatrixFile(source, target, KillMatrix.parse(data))
+    except _MALFORMED as exc:
+        return KillMatrixFile(source, target, None, f"malformed: {type(exc).__name__}: {exc}")
 
 
 def load_kill_matrices(primary: Path | None) -> list[KillMatrixFile]:
@@ -65,12 +139,47 @@ def load_kill_matrices(primary: Path | None) -> list[KillMatrixFile]:
     out = []
     for path in found:
         data, error = _read_json(path)
-        if error is None and not isinstance(data, Mapping):
-            data, error = None, f"expected a JSON object, got {type(data).__name__}"
         suffix = path.stem[len(primary.stem) + 1:] if path != primary else ""
-        target = str((data or {}).get("target") or suffix or "harness")
-        out.append(KillMatrixFile(str(path), target, data, error))
+        named = data.get("target") if isinstance(data, Mapping) else None
+        out.append(_kill_matrix_file(str(path), str(named or suffix or "harness"), data, error))
     return out
+
+
+def matrices_from(data: Sequence[Mapping[str, Any]]) -> list[KillMatrixFile]:
+    """Kill matrices already in memory (tests, other renderers), one per target."""
+    return [_kill_matrix_file("(in memory)", str(m.get("target") or "harness"), m, None) for m in data]
+
+
+# -- the fault-effect table ------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class FaultEffect:
+    """What one fault did to one task's accuracy on one checkpoint, measured by ``bench.fault_effects``."""
+
+    fault: str
+    checkpoint: str
+    task: str
+    delta_pp: float | str | None  # ON - OFF in percentage points; a producer's text when not a number
+    verdict: str
+    n: int | None  # items paired
+    measured_at: str | None
+
+    @classmethod
+    def parse(cls, row: Mapping[str, Any]) -> FaultEffect:
+        n, when = row.get("n"), row.get("measured_at")
+        return cls(str(row.get("fault", "?")), str(row.get("checkpoint") or ""), str(row.get("suite", "")),
+                   row.get("delta_pp"), str(row.get("verdict", "")), n if isinstance(n, int) else None,
+                   str(when) if when else None)
+
+
+@dataclass(frozen=True)
+class FaultEffects:
+    """The fault-effect table: accuracy deltas a fault causes per checkpoint and task."""
+
+    source: str
+    rows: tuple[FaultEffect, ...]
+    error: str | None = None
 
 
 def load_fault_effects(path: Path | None = DEFAULT_FAULT_EFFECTS) -> FaultEffects | None:
@@ -80,7 +189,63 @@ def load_fault_effects(path: Path | None = DEFAULT_FAULT_EFFECTS) -> FaultEffect
     data, error = _read_json(Path(path))
     if error is None and not (isinstance(data, list) and all(isinstance(r, Mapping) for r in data)):
         data, error = None, "expected a list of objects {fault, checkpoint, suite, delta_pp, verdict}"
-    return FaultEffects(str(path), tuple(data or ()), error)
+    return FaultEffects(str(path), tuple(FaultEffect.parse(r) for r in data or ()), error)
+
+
+# -- the SGLang release matrix ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ReleaseCell:
+    """One suite on one release: its status, what passed, what failed, and why tests were skipped."""
+
+    status: str
+    passed: int
+    failed: tuple[str, ...]
+    skipped: Mapping[str, int]  # reason -> tests
+
+    @classmethod
+    def parse(cls, cell: Mapping[str, Any]) -> ReleaseCell:
+        return cls(str(cell.get("status")), cell.get("passed", 0), tuple(cell.get("failed") or ()),
+                   dict(cell.get("skipped") or {}))
+
+
+@dataclass(frozen=True)
+class ReleaseRow:
+    """One release: installed and run in ``install_s`` + ``run_s``, or an ``error`` that stopped it."""
+
+    release: str
+    install_s: float
+    run_s: float
+    error: str
+    cells: Mapping[str, ReleaseCell]  # suite -> its cell, where the suite ran
+
+    @classmethod
+    def parse(cls, row: Mapping[str, Any]) -> ReleaseRow:
+        cells = {s: ReleaseCell.parse(c) for s, c in (row.get("cells") or {}).items() if c}
+        return cls(str(row.get("release")), row.get("install_s", 0), row.get("run_s", 0),
+                   str(row["error"]) if row.get("error") else "", cells)
+
+
+@dataclass(frozen=True)
+class ReleaseMatrix:
+    """``swa-harness sglang-matrix``'s output: the memory suites on each SGLang release (``error``: unreadable).
+    ``suites`` is the producer's list, then any a row ran beyond it (rows merged from a run of other suites)."""
+
+    source: str
+    error: str | None = None
+    command: str = ""
+    date: str = ""
+    suites: tuple[str, ...] = ()
+    rows: tuple[ReleaseRow, ...] = ()
+
+    @classmethod
+    def parse(cls, source: str, data: Mapping[str, Any]) -> ReleaseMatrix:
+        suites = list(data.get("suites") or {})
+        for row in data["rows"]:
+            suites += [s for s in row.get("cells") or {} if s not in suites]
+        return cls(source, None, str(data.get("command", "swa-harness sglang-matrix")), str(data.get("date", "?")),
+                   tuple(suites), tuple(ReleaseRow.parse(r) for r in data["rows"]))
 
 
 def load_release_matrix(path: Path | None = DEFAULT_RELEASE_MATRIX) -> ReleaseMatrix | None:
@@ -89,10 +254,66 @@ def load_release_matrix(path: Path | None = DEFAULT_RELEASE_MATRIX) -> ReleaseMa
         return None
     data, error = _read_json(Path(path))
     if error is None and not (isinstance(data, Mapping) and isinstance(data.get("rows"), list)):
-        data, error = None, "expected an object with rows (swa-harness sglang-matrix)"
-    return ReleaseMatrix(str(path), data, error)
+        error = "expected an object with rows (swa-harness sglang-matrix)"
+    if error is not None:
+        return ReleaseMatrix(str(path), error)
+    try:
+        return ReleaseMatrix.parse(str(path), data)
+    except _MALFORMED as exc:
+        return ReleaseMatrix(str(path), f"malformed: {type(exc).__name__}: {exc}")
 
 
-def matrices_from(data: Sequence[Mapping[str, Any]]) -> list[KillMatrixFile]:
-    """Kill matrices already in memory (tests, other renderers), one per target."""
-    return [KillMatrixFile("(in memory)", str(m.get("target") or "harness"), m) for m in data]
+# -- provenance ------------------------------------------------------------------------------------------
+
+
+def _group(record: Mapping[str, Any], name: str) -> Mapping[str, Any]:
+    value = record.get(name)
+    return value if isinstance(value, Mapping) else {}
+
+
+@dataclass(frozen=True)
+class ArmProvenance:
+    """One side of the comparison as the provenance names it: ``side`` (on/off), the plan's arm, the graph mode it
+    asked for and the fault injected (None: none)."""
+
+    side: str
+    arm: str
+    graphs: str
+    fault: str | None
+
+    @classmethod
+    def parse(cls, side: str, arm: Mapping[str, Any]) -> ArmProvenance:
+        fault = arm.get("fault")
+        return cls(side, str(arm.get("arm") or side), str(arm.get("graphs", "?")),
+                   None if fault in (None, "none") else str(fault))
+
+
+@dataclass(frozen=True)
+class Provenance:
+    """A comparison's provenance (``harness.jobs.provenance``): ``record`` as saved, shown whole as tables, and the
+    parts the glance at the top reads. Older records are flat: their groups are then empty."""
+
+    record: Mapping[str, Any]
+    engine: str  # the engine under test in one line
+    commit: str  # of the engine under test, where it is this checkout
+    model: str | None  # None: no model group
+    weights: str  # the checkpoint's model.safetensors sha256 ("" when unknown)
+    arms: tuple[ArmProvenance, ...]
+    hardware: Mapping[str, Any]
+    software: Mapping[str, Any]
+    datasets: Mapping[str, tuple[str, ...]]  # task -> its files' "name digest" lines, sorted
+    run: Mapping[str, Any]
+
+    @classmethod
+    def parse(cls, record: Mapping[str, Any]) -> Provenance:
+        model, datasets = _group(record, "model"), _group(record, "datasets")
+        return cls(
+            record=record, engine=engine_label(record), commit=str(_group(record, "engine under test").get("commit", "")),
+            model=str(model.get("name", "?")) if model else None, weights=str(model.get("model.safetensors sha256", "")),
+            arms=tuple(ArmProvenance.parse(side, arm) for side, arm in _group(record, "arms").items()
+                       if isinstance(arm, Mapping)),
+            hardware=_group(record, "hardware"), software=_group(record, "software"),
+            datasets={task: tuple(sorted(f"{f} {h}" for f, h in (hashes.items() if isinstance(hashes, Mapping) else [])))
+                      for task, hashes in datasets.items()},
+            run=_group(record, "run"),
+        )  # fmt: skip

@@ -11,6 +11,7 @@ from typing import Mapping, Sequence
 
 from harness.evals import stats
 from harness.evals.compare import Thresholds
+from harness.evals.formats import pct, pp
 from harness.evals.results import RunResult, TaskComparison
 from harness.report.palette import INK, LINE, MUTED, SOFT, verdict_colour
 
@@ -56,7 +57,7 @@ def _cell(run: RunResult | None, confidence: float) -> str:
     if not run.items:
         return "no items"
     acc = stats.accuracy([i.correct for i in run.items], confidence)
-    return (f"{100 * acc.value:.1f} %<div class=\"small\">[{100 * acc.low:.1f}, {100 * acc.high:.1f}] · "
+    return (f"{pct(acc.value)}<div class=\"small\">[{100 * acc.low:.1f}, {100 * acc.high:.1f}] · "
             f"N={len(run.items)}</div>")
 
 
@@ -92,7 +93,7 @@ def render_overview(models: Sequence[OverviewModel], thresholds: Thresholds = Th
         for c in model.comparisons:
             cells = []
             for task in c.tasks:
-                diff = f" {100 * task.difference.value:+.1f} pp" if task.difference else ""
+                diff = f" {pp(task.difference.value)}" if task.difference else ""
                 cells.append(f"<td>{_verdict(task.verdict.value)}{diff}<div class=\"small\">{escape(task.reason[:160])}"
                              "</div></td>")
             link = f'<a href="{escape(c.report)}">report</a>' if c.report else "—"
