@@ -40,11 +40,31 @@ def main() -> None:
     for label in ("on", "off"):
         run, meta = modes[label], modes[label]["meta"]
         engine = meta["engine"]
-        rows.append([f"{label} ({run['graphs']})", meta["server_start_s"], meta["lm_eval_s"],
-                     f"{engine['engine_busy_s']:.1f}", engine["steps"], engine["generated_tokens"],
-                     f"{engine['generated_tokens'] / engine['engine_busy_s']:.0f}", run["wall_s"]])
-    table = markdown_table(["graphs", "server start s", "lm-eval s", "engine busy s", "engine steps",
-                            "generated tokens", "tokens / engine s", "mode wall s"], rows)
+        rows.append(
+            [
+                f"{label} ({run['graphs']})",
+                meta["server_start_s"],
+                meta["lm_eval_s"],
+                f"{engine['engine_busy_s']:.1f}",
+                engine["steps"],
+                engine["generated_tokens"],
+                f"{engine['generated_tokens'] / engine['engine_busy_s']:.0f}",
+                run["wall_s"],
+            ]
+        )
+    table = markdown_table(
+        [
+            "graphs",
+            "server start s",
+            "lm-eval s",
+            "engine busy s",
+            "engine steps",
+            "generated tokens",
+            "tokens / engine s",
+            "mode wall s",
+        ],
+        rows,
+    )
     print(table, f"\njob wall time: {wall:.1f} s", sep="\n")
     write_section(
         "accuracy",

@@ -52,8 +52,19 @@ SUITE_LABEL = {"gsm_style": "GSM-style", "aime_style": "AIME-style"}
 CLEAN = "clean"
 DOCS_JSON = REPO / "docs" / "fault-effects.json"
 DOCS_MD = REPO / "docs" / "FAULT_EFFECTS.md"
-ROW_KEYS = ("fault", "checkpoint", "suite", "on_accuracy", "off_accuracy", "delta_pp", "p_value", "flips", "verdict",
-            "n", "measured_at")  # n: items paired; measured_at: the run's start date (the report labels the table)
+ROW_KEYS = (
+    "fault",
+    "checkpoint",
+    "suite",
+    "on_accuracy",
+    "off_accuracy",
+    "delta_pp",
+    "p_value",
+    "flips",
+    "verdict",
+    "n",
+    "measured_at",
+)  # n: items paired; measured_at: the run's start date (the report labels the table)
 
 
 def behavioural_faults() -> list[str]:
@@ -83,19 +94,39 @@ class EvalOutcome:
         order = {"GREEN": 0, "AMBER": 1, "RED": 2}
         return max((c.verdict.name for c in self.comparisons), key=lambda v: order.get(v, 3), default="ERROR")
 
-
     def save(self) -> None:
-        (self.out / "outcome.json").write_text(json.dumps(
-            {"checkpoint": self.checkpoint, "fault": self.fault, "exit_code": self.exit_code,
-             "wall_s": round(self.wall_s, 1), "command": self.command, "sequential": self.sequential,
-             "error": self.error, "retried_after": self.retried_after}, indent=1) + "\n")
+        (self.out / "outcome.json").write_text(
+            json.dumps(
+                {
+                    "checkpoint": self.checkpoint,
+                    "fault": self.fault,
+                    "exit_code": self.exit_code,
+                    "wall_s": round(self.wall_s, 1),
+                    "command": self.command,
+                    "sequential": self.sequential,
+                    "error": self.error,
+                    "retried_after": self.retried_after,
+                },
+                indent=1,
+            )
+            + "\n"
+        )
 
     @classmethod
     def load(cls, out: Path, seed: int) -> EvalOutcome:
         """A finished eval from its folder: its outcome.json, and its runs compared again."""
         d = json.loads((out / "outcome.json").read_text())
-        o = cls(d["checkpoint"], d["fault"], d["exit_code"], d["wall_s"], d["command"], out, d["sequential"],
-                error=d.get("error"), retried_after=d.get("retried_after"))
+        o = cls(
+            d["checkpoint"],
+            d["fault"],
+            d["exit_code"],
+            d["wall_s"],
+            d["command"],
+            out,
+            d["sequential"],
+            error=d.get("error"),
+            retried_after=d.get("retried_after"),
+        )
         if o.error is None:
             o.comparisons = load_comparisons(out, seed)
         return o
@@ -104,9 +135,20 @@ class EvalOutcome:
 def eval_command(model: str, fault: str, out: Path, limits: dict[str, int], seed: int, sequential: bool) -> list[str]:
     exe = Path(sys.executable).with_name("swa-harness")
     cmd = [str(exe)] if exe.is_file() else [sys.executable, "-m", "harness.cli"]
-    cmd += ["eval", "--model", model, "--out", str(out), "--seed", str(seed),
-            "--limit-gsm-style", str(limits["gsm_style"]), "--limit-aime-style", str(limits["aime_style"]),
-            "--no-history"]
+    cmd += [
+        "eval",
+        "--model",
+        model,
+        "--out",
+        str(out),
+        "--seed",
+        str(seed),
+        "--limit-gsm-style",
+        str(limits["gsm_style"]),
+        "--limit-aime-style",
+        str(limits["aime_style"]),
+        "--no-history",
+    ]
     if fault != CLEAN:
         cmd += ["--fault", fault]
     if sequential:
@@ -125,8 +167,9 @@ def load_comparisons(out: Path, seed: int) -> list[TaskComparison]:
     return [by_suite[s] for s in SUITES if s in by_suite]
 
 
-def run_one(model: str, fault: str, work: Path, limits: dict[str, int], seed: int, sequential: bool,
-            log: Any) -> EvalOutcome:
+def run_one(
+    model: str, fault: str, work: Path, limits: dict[str, int], seed: int, sequential: bool, log: Any
+) -> EvalOutcome:
     name = Path(model).name
     out = work / name / fault
     out.mkdir(parents=True, exist_ok=True)
@@ -159,8 +202,9 @@ def run_one(model: str, fault: str, work: Path, limits: dict[str, int], seed: in
         if red != (outcome.exit_code == 1):
             outcome.error = f"exit code {outcome.exit_code} disagrees with the recomputed verdicts"
     outcome.save()
-    verdicts = ", ".join(f"{c.task} {_pp(c.difference.value) if c.difference else '—'} {c.verdict.name}"
-                         for c in outcome.comparisons)
+    verdicts = ", ".join(
+        f"{c.task} {_pp(c.difference.value) if c.difference else '—'} {c.verdict.name}" for c in outcome.comparisons
+    )
     print(f"    {outcome.wall_s:.0f} s, exit {outcome.exit_code}: {verdicts or outcome.error}", file=log, flush=True)
     return outcome
 
@@ -173,22 +217,40 @@ def rows_of(outcomes: Sequence[EvalOutcome], measured_at: str = "") -> list[dict
     rows = []
     for o in outcomes:
         if o.error:
-            rows += [{"fault": o.fault, "checkpoint": o.checkpoint, "suite": s, "on_accuracy": None,
-                      "off_accuracy": None, "delta_pp": None, "p_value": None, "flips": None, "verdict": "ERROR",
-                      "n": None, "measured_at": measured_at}
-                     for s in SUITES]
+            rows += [
+                {
+                    "fault": o.fault,
+                    "checkpoint": o.checkpoint,
+                    "suite": s,
+                    "on_accuracy": None,
+                    "off_accuracy": None,
+                    "delta_pp": None,
+                    "p_value": None,
+                    "flips": None,
+                    "verdict": "ERROR",
+                    "n": None,
+                    "measured_at": measured_at,
+                }
+                for s in SUITES
+            ]
             continue
         for c in o.comparisons:
             ok = c.complete and c.on_accuracy and c.off_accuracy and c.difference
-            rows.append({
-                "fault": o.fault, "checkpoint": o.checkpoint, "suite": c.task,
-                "on_accuracy": round(c.on_accuracy.value, 4) if ok else None,
-                "off_accuracy": round(c.off_accuracy.value, 4) if ok else None,
-                "delta_pp": round(100 * c.difference.value, 2) if ok else None,
-                "p_value": (round(c.mcnemar_p, 6) if c.mcnemar_p is not None else None),
-                "flips": len(c.flips), "verdict": c.verdict.name, "n": c.n if c.complete else None,
-                "measured_at": measured_at,
-            })
+            rows.append(
+                {
+                    "fault": o.fault,
+                    "checkpoint": o.checkpoint,
+                    "suite": c.task,
+                    "on_accuracy": round(c.on_accuracy.value, 4) if ok else None,
+                    "off_accuracy": round(c.off_accuracy.value, 4) if ok else None,
+                    "delta_pp": round(100 * c.difference.value, 2) if ok else None,
+                    "p_value": (round(c.mcnemar_p, 6) if c.mcnemar_p is not None else None),
+                    "flips": len(c.flips),
+                    "verdict": c.verdict.name,
+                    "n": c.n if c.complete else None,
+                    "measured_at": measured_at,
+                }
+            )
     return rows
 
 
@@ -203,8 +265,14 @@ def machine() -> dict[str, str]:
         pass
     import torch
 
-    return {"nproc": str(os.cpu_count()), "cpu": cpu, "arch": platform.machine(), "python": platform.python_version(),
-            "torch": torch.__version__, "load": " ".join(f"{x:.2f}" for x in os.getloadavg())}
+    return {
+        "nproc": str(os.cpu_count()),
+        "cpu": cpu,
+        "arch": platform.machine(),
+        "python": platform.python_version(),
+        "torch": torch.__version__,
+        "load": " ".join(f"{x:.2f}" for x in os.getloadavg()),
+    }
 
 
 def kill_matrix_index(path: Path) -> tuple[dict[str, dict[str, Any]], str]:
@@ -232,8 +300,10 @@ def _comp(o: EvalOutcome, suite: str) -> TaskComparison | None:
 def _kills(record: dict[str, Any] | None) -> str:
     if record is None:
         return "not in the kill matrix"
-    parts = [f"{s}: {v['status']}" + (f" ({v['kill_class']})" if v.get("kill_class") else "")
-             for s, v in record.get("suites", {}).items()]
+    parts = [
+        f"{s}: {v['status']}" + (f" ({v['kill_class']})" if v.get("kill_class") else "")
+        for s, v in record.get("suites", {}).items()
+    ]
     return "; ".join(parts) or "—"
 
 
@@ -252,12 +322,20 @@ def _kill_text(record: dict[str, Any] | None) -> str:
     first = record["suites"][killers[0]].get("first_failure") or ""
     classes = sorted({record["suites"][k].get("kill_class") or "?" for k in killers})
     names = " and ".join(f"{k}" for k in killers)
-    return (f"The {names} suite{'s' if len(killers) > 1 else ''} kill{'' if len(killers) > 1 else 's'} it "
-            f"({'/'.join(classes)}; first failure `{first.split(' [', 1)[0]}`), whatever the accuracy.")
+    return (
+        f"The {names} suite{'s' if len(killers) > 1 else ''} kill{'' if len(killers) > 1 else 's'} it "
+        f"({'/'.join(classes)}; first failure `{first.split(' [', 1)[0]}`), whatever the accuracy."
+    )
 
 
-def paragraph(fault: str, outcomes: Sequence[EvalOutcome], record: dict[str, Any] | None, user_sees: str,
-              clean_mde: dict[tuple[str, str], float], alpha: float = Thresholds().alpha) -> str:
+def paragraph(
+    fault: str,
+    outcomes: Sequence[EvalOutcome],
+    record: dict[str, Any] | None,
+    user_sees: str,
+    clean_mde: dict[tuple[str, str], float],
+    alpha: float = Thresholds().alpha,
+) -> str:
     """What accuracy alone says about this fault, per checkpoint, against what the kill matrix says.
 
     ``clean_mde`` is each (checkpoint, suite)'s MDE in its clean eval: the smallest drop the suite
@@ -280,30 +358,45 @@ def paragraph(fault: str, outcomes: Sequence[EvalOutcome], record: dict[str, Any
             if c.verdict.name == "RED" and (c.mcnemar_p is None or c.mcnemar_p >= alpha):
                 inside = f", inside its {100 * mde:.1f} pp MDE" if mde and abs(c.difference.value) < mde else ""
                 p_text = "—" if c.mcnemar_p is None else f"{c.mcnemar_p:.2g}"
-                weak.append(f"{SUITE_LABEL[c.task]} on `{o.checkpoint}` ({_pp(c.difference.value)}, p = {p_text}{inside})")
+                weak.append(
+                    f"{SUITE_LABEL[c.task]} on `{o.checkpoint}` ({_pp(c.difference.value)}, p = {p_text}{inside})"
+                )
         divergent = sum(c.n_divergent for c in o.comparisons)
         identical += divergent == 0
         red += o.overall == "RED"
-        per_ckpt.append(f"`{o.checkpoint}` " + ", ".join(parts) +
-                        (" (every generation byte-identical to graphs off)" if divergent == 0 else
-                         f" ({divergent} of {sum(c.n for c in o.comparisons)} generations differ)"))
+        per_ckpt.append(
+            f"`{o.checkpoint}` "
+            + ", ".join(parts)
+            + (
+                " (every generation byte-identical to graphs off)"
+                if divergent == 0
+                else f" ({divergent} of {sum(c.n for c in o.comparisons)} generations differ)"
+            )
+        )
     kill = _kill_text(record)
     if red == 0 and identical == evals:
-        judgement = ("**Accuracy alone would miss it.** Not one generated token differs from graphs off on either "
-                     "checkpoint, so more items of the same kind would not help: the eval's requests evidently "
-                     f"never put the engine in the state the fault needs. {kill}")
+        judgement = (
+            "**Accuracy alone would miss it.** Not one generated token differs from graphs off on either "
+            "checkpoint, so more items of the same kind would not help: the eval's requests evidently "
+            f"never put the engine in the state the fault needs. {kill}"
+        )
     elif red == 0:
         judgement = f"**Accuracy alone would miss it** at these sizes: no RED on any checkpoint. {kill}"
     elif red < evals:
-        judgement = (f"**Accuracy alone would miss it on part of the checkpoints** (RED on {red} of {evals}). {kill}")
+        judgement = f"**Accuracy alone would miss it on part of the checkpoints** (RED on {red} of {evals}). {kill}"
     elif weak:
-        judgement = ("Accuracy flags it, but narrowly: " + "; ".join(weak) + (" is" if len(weak) == 1 else " are") +
-                     " RED only by the "
-                     f"{100 * Thresholds().max_drop:.0f} pp max-drop rule, not by significance, so a smaller suite "
-                     f"or a workload that pads less could pass it. {kill}")
+        judgement = (
+            "Accuracy flags it, but narrowly: "
+            + "; ".join(weak)
+            + (" is" if len(weak) == 1 else " are")
+            + " RED only by the "
+            f"{100 * Thresholds().max_drop:.0f} pp max-drop rule, not by significance, so a smaller suite "
+            f"or a workload that pads less could pass it. {kill}"
+        )
     else:
-        judgement = ("Accuracy catches it loudly (significant drops everywhere) but cannot say where it comes from. "
-                     f"{kill}")
+        judgement = (
+            f"Accuracy catches it loudly (significant drops everywhere) but cannot say where it comes from. {kill}"
+        )
     return f"**`{fault}`** — {user_sees} Accuracy: {'; '.join(per_ckpt)}. {judgement}"
 
 
@@ -316,9 +409,11 @@ def _commit_range(outcomes: Sequence[EvalOutcome]) -> str:
     commits = list(dict.fromkeys(_commit(o) for o in outcomes))
     if len(commits) == 1:
         return f"`{commits[0]}` for every eval"
-    return (f"{len(commits)} states of the checkout ({', '.join(f'`{c}`' for c in commits)}; column `engine commit`): "
-            "the shared working tree moved during the run. Each eval's ON and OFF arms ran the same code, so every "
-            "Δ is paired within one state")
+    return (
+        f"{len(commits)} states of the checkout ({', '.join(f'`{c}`' for c in commits)}; column `engine commit`): "
+        "the shared working tree moved during the run. Each eval's ON and OFF arms ran the same code, so every "
+        "Δ is paired within one state"
+    )
 
 
 def _commit(o: EvalOutcome) -> str:
@@ -329,37 +424,64 @@ def _commit(o: EvalOutcome) -> str:
         return "?"
 
 
-def write_markdown(path: Path, outcomes: Sequence[EvalOutcome], faults: Sequence[str], models: Sequence[str],
-                   limits: dict[str, int], command: str, wall_s: float, info: dict[str, str], kill_matrix: Path,
-                   started: str, rendered: str | None = None) -> None:
+def write_markdown(
+    path: Path,
+    outcomes: Sequence[EvalOutcome],
+    faults: Sequence[str],
+    models: Sequence[str],
+    limits: dict[str, int],
+    command: str,
+    wall_s: float,
+    info: dict[str, str],
+    kill_matrix: Path,
+    started: str,
+    rendered: str | None = None,
+) -> None:
     from harness.faults import FAULTS
 
     names = [Path(m).name for m in models]
     by = {(o.checkpoint, o.fault): o for o in outcomes}
     index, km_where = kill_matrix_index(kill_matrix)
-    out = ["# Fault effects on the accuracy suites", "",
-           "What each behavioural fault of the catalog does to the accuracy suites: `swa-harness eval --fault ID` "
-           "injects the fault into the graphs-on server only, the graphs-off server is the reference, the two are "
-           "compared paired (McNemar exact, paired bootstrap CI, MDE at 80 % power; verdict rule in "
-           "`harness/evals/compare.py`). A clean eval (no fault) per checkpoint is the baseline. "
-           "Machine-readable: `docs/fault-effects.json` (rendered in the HTML report).", "",
-           f"Command: `{command}`  ",
-           f"Limits: GSM-style {limits['gsm_style']} items, AIME-style {limits['aime_style']} items (the first N of "
-           f"each frozen set), greedy decoding, bootstrap seed from `--seed`.  ",
-           f"Machine: {info['nproc']} CPUs ({info['cpu']}, {info['arch']}), torch {info['torch']}, "
-           f"Python {info['python']}; load average at start {info['load']} (shared machine).  ",
-           f"Started {started}; **total wall time {wall_s / 60:.1f} min** for {len(outcomes)} evals, one at a time "
-           f"(each eval runs its graphs-on and graphs-off servers side by side).  ",
-           *[f"Retried with `--sequential`: `{o.checkpoint}` / `{o.fault}`, after the side-by-side attempt failed "
-             f"({_short(o.retried_after)}).  " for o in outcomes if o.sequential and o.retried_after],
-           f"Engine under test: {_commit_range(outcomes)}.  ",
-           f"Kill matrix read for the last column: {km_where}.  ",
-           *([f"Docs re-rendered from the saved evals (nothing re-run) by `{rendered}`.  "] if rendered else []),
-           "",
-           "Cells: ON − OFF accuracy (McNemar p, items scored differently) and the suite's verdict; the eval's "
-           "overall verdict is the worst of the two.", ""]
-    header = ["fault", "checkpoint", "Δ GSM-style", "Δ AIME-style", "eval verdict", "wall s", "engine commit",
-              "kill matrix (scenarios; differential)"]
+    out = [
+        "# Fault effects on the accuracy suites",
+        "",
+        "What each behavioural fault of the catalog does to the accuracy suites: `swa-harness eval --fault ID` "
+        "injects the fault into the graphs-on server only, the graphs-off server is the reference, the two are "
+        "compared paired (McNemar exact, paired bootstrap CI, MDE at 80 % power; verdict rule in "
+        "`harness/evals/compare.py`). A clean eval (no fault) per checkpoint is the baseline. "
+        "Machine-readable: `docs/fault-effects.json` (rendered in the HTML report).",
+        "",
+        f"Command: `{command}`  ",
+        f"Limits: GSM-style {limits['gsm_style']} items, AIME-style {limits['aime_style']} items (the first N of "
+        f"each frozen set), greedy decoding, bootstrap seed from `--seed`.  ",
+        f"Machine: {info['nproc']} CPUs ({info['cpu']}, {info['arch']}), torch {info['torch']}, "
+        f"Python {info['python']}; load average at start {info['load']} (shared machine).  ",
+        f"Started {started}; **total wall time {wall_s / 60:.1f} min** for {len(outcomes)} evals, one at a time "
+        f"(each eval runs its graphs-on and graphs-off servers side by side).  ",
+        *[
+            f"Retried with `--sequential`: `{o.checkpoint}` / `{o.fault}`, after the side-by-side attempt failed "
+            f"({_short(o.retried_after)}).  "
+            for o in outcomes
+            if o.sequential and o.retried_after
+        ],
+        f"Engine under test: {_commit_range(outcomes)}.  ",
+        f"Kill matrix read for the last column: {km_where}.  ",
+        *([f"Docs re-rendered from the saved evals (nothing re-run) by `{rendered}`.  "] if rendered else []),
+        "",
+        "Cells: ON − OFF accuracy (McNemar p, items scored differently) and the suite's verdict; the eval's "
+        "overall verdict is the worst of the two.",
+        "",
+    ]
+    header = [
+        "fault",
+        "checkpoint",
+        "Δ GSM-style",
+        "Δ AIME-style",
+        "eval verdict",
+        "wall s",
+        "engine commit",
+        "kill matrix (scenarios; differential)",
+    ]
     out += ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     for fault in [CLEAN, *faults]:
         for name in names:
@@ -367,35 +489,61 @@ def write_markdown(path: Path, outcomes: Sequence[EvalOutcome], faults: Sequence
             if o is None:
                 continue
             kills = "—" if fault == CLEAN else _kills(index.get(fault))
-            cells = [f"`{fault}`" if fault != CLEAN else "clean (baseline)", f"`{name}`",
-                     _cell(_comp(o, "gsm_style")) if not o.error else "ERROR",
-                     _cell(_comp(o, "aime_style")) if not o.error else "ERROR",
-                     f"**{o.overall}**", f"{o.wall_s:.0f}{' (sequential)' if o.sequential else ''}", _commit(o),
-                     kills]
+            cells = [
+                f"`{fault}`" if fault != CLEAN else "clean (baseline)",
+                f"`{name}`",
+                _cell(_comp(o, "gsm_style")) if not o.error else "ERROR",
+                _cell(_comp(o, "aime_style")) if not o.error else "ERROR",
+                f"**{o.overall}**",
+                f"{o.wall_s:.0f}{' (sequential)' if o.sequential else ''}",
+                _commit(o),
+                kills,
+            ]
             out.append("| " + " | ".join(cells) + " |")
-    out += ["", "A clean eval is AMBER wherever a suite's MDE exceeds the 5 pp `max_mde` (AIME-style at these sizes): "
-            "underpowered, not a difference.", "",
-            "Accuracy of the graphs-off reference (no fault is ever injected there, so it should not move between "
-            "the evals of a checkpoint) and the smallest drop each suite could prove at these sizes:", "",
-            "| checkpoint | suite | N | OFF accuracy (clean eval) | OFF accuracy across all evals | MDE (clean eval) |",
-            "|---|---|---|---|---|---|"]
+    out += [
+        "",
+        "A clean eval is AMBER wherever a suite's MDE exceeds the 5 pp `max_mde` (AIME-style at these sizes): "
+        "underpowered, not a difference.",
+        "",
+        "Accuracy of the graphs-off reference (no fault is ever injected there, so it should not move between "
+        "the evals of a checkpoint) and the smallest drop each suite could prove at these sizes:",
+        "",
+        "| checkpoint | suite | N | OFF accuracy (clean eval) | OFF accuracy across all evals | MDE (clean eval) |",
+        "|---|---|---|---|---|---|",
+    ]
     for name in names:
         o = by.get((name, CLEAN))
         for suite in SUITES:
             c = _comp(o, suite) if o else None
             if c and c.off_accuracy:
                 mde = "—" if c.mde is None else f"{100 * c.mde:.1f} pp"
-                offs = [x.off_accuracy.value for e in outcomes if e.checkpoint == name
-                        for x in e.comparisons if x.task == suite and x.off_accuracy]
-                spread = (f"identical in all {len(offs)}" if len(set(offs)) == 1 else
-                          f"{100 * min(offs):.1f} – {100 * max(offs):.1f} % over {len(offs)}")
-                out.append(f"| `{name}` | {SUITE_LABEL[suite]} | {c.n} | {100 * c.off_accuracy.value:.1f} % | {spread} "
-                           f"| {mde} |")
-    clean_mde = {(o.checkpoint, c.task): c.mde for o in outcomes if o.fault == CLEAN for c in o.comparisons
-                 if c.mde is not None}
-    out += ["", "## What accuracy alone would miss", "",
-            "Per fault: what the user sees in a real deployment (from the catalog), what the accuracy job says here, "
-            "and what the scenario and differential suites say (kill matrix above).", ""]
+                offs = [
+                    x.off_accuracy.value
+                    for e in outcomes
+                    if e.checkpoint == name
+                    for x in e.comparisons
+                    if x.task == suite and x.off_accuracy
+                ]
+                spread = (
+                    f"identical in all {len(offs)}"
+                    if len(set(offs)) == 1
+                    else f"{100 * min(offs):.1f} – {100 * max(offs):.1f} % over {len(offs)}"
+                )
+                out.append(
+                    f"| `{name}` | {SUITE_LABEL[suite]} | {c.n} | {100 * c.off_accuracy.value:.1f} % | {spread} "
+                    f"| {mde} |"
+                )
+    clean_mde = {
+        (o.checkpoint, c.task): c.mde for o in outcomes if o.fault == CLEAN for c in o.comparisons if c.mde is not None
+    }
+    out += [
+        "",
+        "## What accuracy alone would miss",
+        "",
+        "Per fault: what the user sees in a real deployment (from the catalog), what the accuracy job says here, "
+        "and what the scenario and differential suites say (kill matrix above).",
+        "",
+    ]
     for fault in faults:
         fo = [by[(n, fault)] for n in names if (n, fault) in by]
         user_sees = FAULTS[fault].to_dict().get("user_sees", "").rstrip(".") + "." if fault in FAULTS else ""
@@ -405,20 +553,27 @@ def write_markdown(path: Path, outcomes: Sequence[EvalOutcome], faults: Sequence
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--models", default=",".join(MODELS),
-                        help="comma-separated checkpoints (default: both shipped)")
+    parser.add_argument(
+        "--models", default=",".join(MODELS), help="comma-separated checkpoints (default: both shipped)"
+    )
     parser.add_argument("--faults", default=None, help="comma-separated fault ids (default: every behavioural fault)")
     parser.add_argument("--limit-gsm-style", type=int, default=200)
     parser.add_argument("--limit-aime-style", type=int, default=100)
     parser.add_argument("--seed", type=int, default=0, help="bootstrap seed passed to every eval (default 0)")
-    parser.add_argument("--sequential", action="store_true",
-                        help="run every eval's OFF after its ON (default: side by side, --sequential only on failure)")
+    parser.add_argument(
+        "--sequential",
+        action="store_true",
+        help="run every eval's OFF after its ON (default: side by side, --sequential only on failure)",
+    )
     parser.add_argument("--work", type=Path, default=Path("/tmp/swa-fault-effects"), help="where the evals write")
     parser.add_argument("--kill-matrix", type=Path, default=DEFAULT_KILL_MATRIX)
     parser.add_argument("--json", type=Path, default=DOCS_JSON)
     parser.add_argument("--md", type=Path, default=DOCS_MD)
-    parser.add_argument("--render-only", action="store_true",
-                        help="run nothing: re-write the docs from the finished run recorded in --work/manifest.json")
+    parser.add_argument(
+        "--render-only",
+        action="store_true",
+        help="run nothing: re-write the docs from the finished run recorded in --work/manifest.json",
+    )
     args = parser.parse_args(argv)
     args.argv = list(argv if argv is not None else sys.argv[1:])
     if args.render_only:
@@ -434,17 +589,31 @@ def main(argv: Sequence[str] | None = None) -> int:
     info = machine()
     started = datetime.now(timezone.utc).isoformat(timespec="seconds")
     command = " ".join(["python -m bench.fault_effects", shlex.join(args.argv)]).strip()
-    print(f"{len(models)} checkpoint(s) x ({len(faults)} faults + clean) = {len(models) * (len(faults) + 1)} evals; "
-          f"limits {limits}; work {args.work}", flush=True)
+    print(
+        f"{len(models)} checkpoint(s) x ({len(faults)} faults + clean) = {len(models) * (len(faults) + 1)} evals; "
+        f"limits {limits}; work {args.work}",
+        flush=True,
+    )
 
     start = time.perf_counter()
-    outcomes = [run_one(m, f, args.work, limits, args.seed, args.sequential, sys.stdout)
-                for m in models for f in [CLEAN, *faults]]
+    outcomes = [
+        run_one(m, f, args.work, limits, args.seed, args.sequential, sys.stdout)
+        for m in models
+        for f in [CLEAN, *faults]
+    ]
     wall = time.perf_counter() - start
 
-    manifest = {"command": command, "started": started, "wall_s": round(wall, 1), "machine": info, "limits": limits,
-                "models": models, "faults": faults, "seed": args.seed,
-                "evals": [str(o.out.relative_to(args.work)) for o in outcomes]}
+    manifest = {
+        "command": command,
+        "started": started,
+        "wall_s": round(wall, 1),
+        "machine": info,
+        "limits": limits,
+        "models": models,
+        "faults": faults,
+        "seed": args.seed,
+        "evals": [str(o.out.relative_to(args.work)) for o in outcomes],
+    }
     (args.work / "manifest.json").write_text(json.dumps(manifest, indent=1) + "\n")
     write_docs(args, outcomes, manifest)
     print(f"total wall {wall / 60:.1f} min; wrote {args.json} and {args.md}", flush=True)
@@ -455,9 +624,19 @@ def write_docs(args: argparse.Namespace, outcomes: Sequence[EvalOutcome], manife
     rows = rows_of(outcomes, str(manifest["started"])[:10])
     assert all(tuple(r) == ROW_KEYS for r in rows), "fault-effects rows must keep the documented keys"
     args.json.write_text(json.dumps(rows, indent=1) + "\n")
-    write_markdown(args.md, outcomes, manifest["faults"], manifest["models"], manifest["limits"], manifest["command"],
-                   manifest["wall_s"], manifest["machine"], args.kill_matrix, manifest["started"],
-                   rendered=manifest.get("rendered"))
+    write_markdown(
+        args.md,
+        outcomes,
+        manifest["faults"],
+        manifest["models"],
+        manifest["limits"],
+        manifest["command"],
+        manifest["wall_s"],
+        manifest["machine"],
+        args.kill_matrix,
+        manifest["started"],
+        rendered=manifest.get("rendered"),
+    )
 
 
 def render(args: argparse.Namespace) -> int:

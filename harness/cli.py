@@ -11,16 +11,24 @@ def main(argv: list[str] | None = None) -> int:
     commands = {
         "serve": ("harness.server.cli", "OpenAI-compatible server over the engine"),
         "eval": ("harness.jobs.eval_cli", "accuracy tasks with graphs on and off, paired comparison, HTML report"),
-        "nightly": ("harness.jobs.nightly_cli", "the GPU nightly: SGLang servers per model and arm (--dry-run: the plan)"),
+        "nightly": (
+            "harness.jobs.nightly_cli",
+            "the GPU nightly: SGLang servers per model and arm (--dry-run: the plan)",
+        ),
         "report": ("harness.jobs.report_cli", "re-render the HTML report from saved runs"),
         "faults": ("harness.faults.matrix", "kill matrix: every catalog fault through the suites"),
         "kernels": ("harness.engine.cpu_kernels", "build this environment's compiled CPU kernels now"),
         "sglang-matrix": ("harness.jobs.sglang_matrix", "the memory suites against every SGLang release in a range"),
-        "bisect": ("harness.jobs.bisect_cli", "the first SGLang release between a good and a bad one where suites fail"),
+        "bisect": (
+            "harness.jobs.bisect_cli",
+            "the first SGLang release between a good and a bad one where suites fail",
+        ),
     }
     if not argv or argv[0] in ("-h", "--help") or argv[0] not in commands:
         parser = argparse.ArgumentParser(prog="swa-harness", description=__doc__)
-        parser.add_argument("command", choices=sorted(commands), help="; ".join(f"{k}: {v[1]}" for k, v in commands.items()))
+        parser.add_argument(
+            "command", choices=sorted(commands), help="; ".join(f"{k}: {v[1]}" for k, v in commands.items())
+        )
         parser.parse_args(argv[:1])
         return 2
     module = __import__(commands[argv[0]][0], fromlist=["main"])

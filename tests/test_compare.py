@@ -253,7 +253,14 @@ def test_red_reasons_come_before_amber_reasons() -> None:
 def test_text_divergence_gate_is_optional() -> None:
     on, off = _runs(*_flags(500, 0, 0))
     for i in range(30):
-        on.items[i] = ItemResult(on.items[i].item_id, on.items[i].prompt, on.items[i].gold, "changed " + on.items[i].response, on.items[i].extracted, on.items[i].correct)  # fmt: skip
+        on.items[i] = ItemResult(
+            on.items[i].item_id,
+            on.items[i].prompt,
+            on.items[i].gold,
+            "changed " + on.items[i].response,
+            on.items[i].extracted,
+            on.items[i].correct,
+        )
     assert compare_runs(on, off).verdict is Verdict.GREEN
     gated = compare_runs(on, off, thresholds=Thresholds(max_divergent=0.05))
     assert gated.verdict is Verdict.AMBER and "generations differ on 30/500" in gated.reason
@@ -349,6 +356,12 @@ def test_comparison_is_deterministic() -> None:
 def test_a_difference_reads_the_same_in_the_reasons_and_on_every_page() -> None:
     """One spelling of percentage points: signed, one decimal, and zero without a sign (it read "+0.0 pp" in the
     reasons and "0.0 pp" in the report)."""
-    assert [pp(x) for x in (-0.025, 0.0, -0.0004, 0.0004, 0.0151)] == ["-2.5 pp", "0.0 pp", "0.0 pp", "0.0 pp", "+1.5 pp"]
+    assert [pp(x) for x in (-0.025, 0.0, -0.0004, 0.0004, 0.0151)] == [
+        "-2.5 pp",
+        "0.0 pp",
+        "0.0 pp",
+        "0.0 pp",
+        "+1.5 pp",
+    ]
     green = compare_runs(*_runs(*_flags(500, 0, 0)))
     assert green.reason.startswith("no significant difference: 0.0 pp (CI 0.0 pp .. 0.0 pp)"), green.reason

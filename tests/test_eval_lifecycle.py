@@ -31,7 +31,7 @@ from harness.jobs.cpu import EvalConfig, cpu_plan
 from harness.jobs.eval_cli import build_parser, parse_config
 from harness.jobs.plan import EvalStep
 from harness.jobs.progress import Progress
-from tests.waits import SERVER_START_S, scaled
+from tests.waits import scaled
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -47,7 +47,7 @@ def _stat(pid: int) -> tuple[str, int] | None:
         raw = Path(f"/proc/{pid}/stat").read_text()
     except OSError:
         return None
-    fields = raw[raw.rindex(")") + 2:].split()
+    fields = raw[raw.rindex(")") + 2 :].split()
     return fields[0], int(fields[1])
 
 
@@ -90,12 +90,33 @@ def kill_leftovers(procs: dict[int, str]) -> None:
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGKILL], ids=["SIGTERM", "SIGKILL"])
 def test_a_killed_eval_leaves_no_process_behind(tmp_path: Path, sig: signal.Signals) -> None:
     out = tmp_path / "out"
-    cmd = [sys.executable, "-m", "harness.cli", "eval", "--tasks", "gsm_style", "--limit-gsm-style", "64",
-           "--out", str(out), "--kill-matrix", str(tmp_path / "none.json"), "--server-timeout", "120"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "harness.cli",
+        "eval",
+        "--tasks",
+        "gsm_style",
+        "--limit-gsm-style",
+        "64",
+        "--out",
+        str(out),
+        "--kill-matrix",
+        str(tmp_path / "none.json"),
+        "--server-timeout",
+        "120",
+    ]
     log = tmp_path / "eval.log"
     with open(log, "wb") as sink:
-        proc = subprocess.Popen(cmd, cwd=REPO, stdin=subprocess.DEVNULL, stdout=sink, stderr=subprocess.STDOUT,
-                                start_new_session=True, env={**os.environ, "OMP_NUM_THREADS": "1"})
+        proc = subprocess.Popen(
+            cmd,
+            cwd=REPO,
+            stdin=subprocess.DEVNULL,
+            stdout=sink,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+            env={**os.environ, "OMP_NUM_THREADS": "1"},
+        )
     seen: dict[int, str] = {}
     try:
         deadline = time.monotonic() + 120
@@ -129,19 +150,23 @@ def test_a_killed_eval_leaves_no_process_behind(tmp_path: Path, sig: signal.Sign
 # -- usage errors: exit 2 at argument parsing ------------------------------------------------------------
 
 
-@pytest.mark.parametrize("argv, words", [
-    (["--limit-gsm-style", "0"], "--limit-gsm-style"),
-    (["--limit-gsm-style", "-3"], "--limit-gsm-style"),
-    (["--limit-gsm-style", "501"], "500"),
-    (["--limit-aime-style", "201"], "200"),
-    (["--batch-size", "0"], "--batch-size"),
-    (["--max-running", "0"], "--max-running"),
-    (["--threads", "-1"], "--threads"),
-    (["--server-timeout", "0"], "--server-timeout"),
-    (["--lm-eval-timeout", "nan"], "--lm-eval-timeout"),
-])
-def test_usage_errors_exit_2_before_anything_starts(argv: list[str], words: str,
-                                                     capsys: pytest.CaptureFixture[str]) -> None:
+@pytest.mark.parametrize(
+    "argv, words",
+    [
+        (["--limit-gsm-style", "0"], "--limit-gsm-style"),
+        (["--limit-gsm-style", "-3"], "--limit-gsm-style"),
+        (["--limit-gsm-style", "501"], "500"),
+        (["--limit-aime-style", "201"], "200"),
+        (["--batch-size", "0"], "--batch-size"),
+        (["--max-running", "0"], "--max-running"),
+        (["--threads", "-1"], "--threads"),
+        (["--server-timeout", "0"], "--server-timeout"),
+        (["--lm-eval-timeout", "nan"], "--lm-eval-timeout"),
+    ],
+)
+def test_usage_errors_exit_2_before_anything_starts(
+    argv: list[str], words: str, capsys: pytest.CaptureFixture[str]
+) -> None:
     with pytest.raises(SystemExit) as exit_:
         parse_config(argv)
     assert exit_.value.code == 2
@@ -215,13 +240,23 @@ def fake_python(tmp_path: Path, url: str) -> str:
 
 
 def config(tmp_path: Path, **overrides: Any) -> EvalConfig:
-    return EvalConfig(**{"model": tmp_path / "model", "limits": {"gsm_style": 2}, "out": tmp_path / "out",
-                         "batch_size": 2, "graphs_on": "tape", "kill_matrix": tmp_path / "none.json", **overrides})
+    return EvalConfig(
+        **{
+            "model": tmp_path / "model",
+            "limits": {"gsm_style": 2},
+            "out": tmp_path / "out",
+            "batch_size": 2,
+            "graphs_on": "tape",
+            "kill_matrix": tmp_path / "none.json",
+            **overrides,
+        }
+    )
 
 
 def options(tmp_path: Path, **overrides: Any) -> runner.RunOptions:
-    return runner.RunOptions(**{"server_timeout": scaled(60), "eval_timeout": scaled(60), "kill_matrix": tmp_path / "none.json",
-                                **overrides})
+    return runner.RunOptions(
+        **{"server_timeout": scaled(60), "eval_timeout": scaled(60), "kill_matrix": tmp_path / "none.json", **overrides}
+    )
 
 
 def recording_start(monkeypatch: pytest.MonkeyPatch) -> list[ServerProcess]:
@@ -237,8 +272,9 @@ def recording_start(monkeypatch: pytest.MonkeyPatch) -> list[ServerProcess]:
     return launched
 
 
-def test_a_server_that_dies_is_named_as_the_failure(tmp_path: Path, fake_server: FakeServer,
-                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_server_that_dies_is_named_as_the_failure(
+    tmp_path: Path, fake_server: FakeServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """It used to read "lm-eval exited with code 1"."""
     launched = recording_start(monkeypatch)
 
@@ -249,25 +285,32 @@ def test_a_server_that_dies_is_named_as_the_failure(tmp_path: Path, fake_server:
 
     monkeypatch.setattr(runner, "run_lm_eval", lm_eval_whose_server_dies)
     with Progress(interval_s=60) as progress:
-        [result] = runner.run_arm(cpu_plan(config(tmp_path)).runs[0],
-                                  options(tmp_path, python=fake_python(tmp_path, fake_server.url)), progress)
+        [result] = runner.run_arm(
+            cpu_plan(config(tmp_path)).runs[0],
+            options(tmp_path, python=fake_python(tmp_path, fake_server.url)),
+            progress,
+        )
     assert not result.complete and "\n" not in result.error, result.error
     assert "server" in result.error and "died" in result.error and "lm-eval exited" not in result.error, result.error
     assert "on/server.log" in result.error, result.error
 
 
-def test_a_timed_out_lm_eval_is_one_line_and_leaves_nothing(tmp_path: Path, fake_server: FakeServer,
-                                                            monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_timed_out_lm_eval_is_one_line_and_leaves_nothing(
+    tmp_path: Path, fake_server: FakeServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """It used to put lm-eval's whole command line into the report's banner."""
     launched = recording_start(monkeypatch)
     marker = f"time.sleep(60)  # {tmp_path.name}"
-    monkeypatch.setattr(EvalStep, "command",
-                        lambda self, url, cache=None: Command((sys.executable, "-c", f"import time; {marker}")))
+    monkeypatch.setattr(
+        EvalStep, "command", lambda self, url, cache=None: Command((sys.executable, "-c", f"import time; {marker}"))
+    )
     with Progress(interval_s=60) as progress:
         start = time.monotonic()
-        [result] = runner.run_arm(cpu_plan(config(tmp_path)).runs[0],
-                                  options(tmp_path, eval_timeout=1, python=fake_python(tmp_path, fake_server.url)),
-                                  progress)
+        [result] = runner.run_arm(
+            cpu_plan(config(tmp_path)).runs[0],
+            options(tmp_path, eval_timeout=1, python=fake_python(tmp_path, fake_server.url)),
+            progress,
+        )
     assert time.monotonic() - start < 20
     assert not result.complete and "\n" not in result.error, result.error
     assert "lm-eval (on) timed out after 1 s" in result.error and "lm_eval-all.log" in result.error, result.error
@@ -276,12 +319,14 @@ def test_a_timed_out_lm_eval_is_one_line_and_leaves_nothing(tmp_path: Path, fake
     assert launched and all(not s.alive() for s in launched)
 
 
-def test_an_infrastructure_failure_exits_2_with_a_one_line_reason(tmp_path: Path,
-                                                                   capsys: pytest.CaptureFixture[str]) -> None:
+def test_an_infrastructure_failure_exits_2_with_a_one_line_reason(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     """A server that never starts used to end RED (exit 1), like a regression."""
     script = tmp_path / "broken-python"
-    script.write_text('#!/bin/sh\necho "Traceback (most recent call last):" >&2\necho "CheckpointError: no config.json" >&2\n'
-                      "exit 1\n")
+    script.write_text(
+        '#!/bin/sh\necho "Traceback (most recent call last):" >&2\necho "CheckpointError: no config.json" >&2\nexit 1\n'
+    )
     script.chmod(0o755)
     code = runner.run_plan(cpu_plan(config(tmp_path)), options(tmp_path, python=str(script)))
     captured = capsys.readouterr()
@@ -313,8 +358,9 @@ def test_an_engine_that_is_not_installed_is_one_line_and_exit_2(capsys: pytest.C
 # -- the resume cache knows which server answered -----------------------------------------------------
 
 
-def test_resume_reuses_answers_only_from_a_server_with_the_same_identity(tmp_path: Path, fake_server: FakeServer,
-                                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+def test_resume_reuses_answers_only_from_a_server_with_the_same_identity(
+    tmp_path: Path, fake_server: FakeServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
     caches: list[Path] = []
 
     def capture(self: EvalStep, url: str, cache: Path | None = None) -> Command:

@@ -41,11 +41,23 @@ def test_lm_eval_command_is_offline_deterministic_and_selects_items_per_task(tmp
 
 def test_parse_samples_reads_the_primary_filter_of_lm_eval_sample_logs(tmp_path):
     lines = []
-    for doc_id, (resp, filtered, em) in enumerate([("A.\n#### 72", "72", 1.0), ("B.\n#### 7", "7", 0.0), ("no answer", "[invalid]", 0.0)]):
+    for doc_id, (resp, filtered, em) in enumerate(
+        [("A.\n#### 72", "72", 1.0), ("B.\n#### 7", "7", 0.0), ("no answer", "[invalid]", 0.0)]
+    ):
         for flt in ("strict-match", "flexible-extract"):
-            lines.append(json.dumps({"doc_id": doc_id, "target": "A.\n#### 72" if doc_id == 0 else "x\n#### 9",
-                                     "arguments": {"gen_args_0": {"arg_0": f"Question {doc_id}\nAnswer:", "arg_1": {}}},
-                                     "resps": [[resp]], "filtered_resps": [filtered], "filter": flt, "exact_match": em}))
+            lines.append(
+                json.dumps(
+                    {
+                        "doc_id": doc_id,
+                        "target": "A.\n#### 72" if doc_id == 0 else "x\n#### 9",
+                        "arguments": {"gen_args_0": {"arg_0": f"Question {doc_id}\nAnswer:", "arg_1": {}}},
+                        "resps": [[resp]],
+                        "filtered_resps": [filtered],
+                        "filter": flt,
+                        "exact_match": em,
+                    }
+                )
+            )
     path = tmp_path / "samples_swa_gsm_style_x.jsonl"
     path.write_text("\n".join(lines))
     items = parse_samples(path, FROZEN_TASKS["gsm_style"])
@@ -56,22 +68,51 @@ def test_parse_samples_reads_the_primary_filter_of_lm_eval_sample_logs(tmp_path)
 
 
 def test_a_run_whose_server_never_starts_is_incomplete_and_never_scored(tmp_path):
-    config = EvalConfig(model=tmp_path / "missing", limits={"gsm_style": 2}, out=tmp_path, max_running=4, threads=1,
-                        batch_size=4, graphs_on="tape")
+    config = EvalConfig(
+        model=tmp_path / "missing",
+        limits={"gsm_style": 2},
+        out=tmp_path,
+        max_running=4,
+        threads=1,
+        batch_size=4,
+        graphs_on="tape",
+    )
     plan = cpu_plan(config)
     with Progress(interval_s=60) as progress:
-        on = run_arm(plan.runs[0], RunOptions(server_timeout=scaled(SERVER_START_S), eval_timeout=scaled(300)), progress)[0]
+        on = run_arm(
+            plan.runs[0], RunOptions(server_timeout=scaled(SERVER_START_S), eval_timeout=scaled(300)), progress
+        )[0]
     assert not on.complete and on.items == [] and "\n" not in on.error
     assert on.error.startswith("server (on) exited with code") and "on/server.log" in on.error, on.error
-    off = on.__class__(task="gsm_style", graphs="off", model="missing", complete=True, error=None, items=[], wall_s=0.0,
-                       record=RunRecord("off"))
+    off = on.__class__(
+        task="gsm_style",
+        graphs="off",
+        model="missing",
+        complete=True,
+        error=None,
+        items=[],
+        wall_s=0.0,
+        record=RunRecord("off"),
+    )
     comparison = compare_runs(on, off)
     assert comparison.verdict.name == "NONE" and not comparison.complete
 
 
 def test_clean_build_shows_no_significant_difference_end_to_end(tmp_path, capsys):
-    code = main(["--limit-gsm-style", "24", "--limit-aime-style", "6", "--out", str(tmp_path), "--batch-size", "16",
-                 "--kill-matrix", str(tmp_path / "none.json")])
+    code = main(
+        [
+            "--limit-gsm-style",
+            "24",
+            "--limit-aime-style",
+            "6",
+            "--out",
+            str(tmp_path),
+            "--batch-size",
+            "16",
+            "--kill-matrix",
+            str(tmp_path / "none.json"),
+        ]
+    )
     out = capsys.readouterr().out
     assert code == 0, out
     runs = runs_of(tmp_path)
@@ -85,11 +126,23 @@ def test_clean_build_shows_no_significant_difference_end_to_end(tmp_path, capsys
 
 @pytest.mark.parametrize("fault", ["capture-after-warm-cache", "pad-swa-loc-not-zeroed"])
 def test_an_injected_fault_gives_a_significant_drop_and_a_red_verdict(tmp_path, capsys, fault):
-    code = main(["--tasks", "gsm_style", "--limit-gsm-style", "64", "--out", str(tmp_path), "--fault", fault,
-                 "--kill-matrix", str(tmp_path / "none.json")])
+    code = main(
+        [
+            "--tasks",
+            "gsm_style",
+            "--limit-gsm-style",
+            "64",
+            "--out",
+            str(tmp_path),
+            "--fault",
+            fault,
+            "--kill-matrix",
+            str(tmp_path / "none.json"),
+        ]
+    )
     out = capsys.readouterr().out
     assert code == 1, out
-    line = next(l for l in out.splitlines() if l.startswith("gsm_style:"))
+    line = next(line for line in out.splitlines() if line.startswith("gsm_style:"))
     assert "-> RED" in line, line
     on, off = runs_of(tmp_path)["gsm_style-on"], runs_of(tmp_path)["gsm_style-off"]
     assert on["meta"]["fault"] == fault and off["meta"]["fault"] is None
@@ -101,8 +154,18 @@ def test_response_cache_is_keyed_by_configuration_and_cleared_unless_resuming(tm
     from harness.jobs.cache import response_cache
 
     def cache(resume: bool = False, **overrides):
-        config = EvalConfig(**{"model": tmp_path, "limits": {"gsm_style": 4}, "out": tmp_path, "batch_size": 8,
-                               "max_running": 8, "device": "cpu", "graphs_on": "tape", **overrides})
+        config = EvalConfig(
+            **{
+                "model": tmp_path,
+                "limits": {"gsm_style": 4},
+                "out": tmp_path,
+                "batch_size": 8,
+                "max_running": 8,
+                "device": "cpu",
+                "graphs_on": "tape",
+                **overrides,
+            }
+        )
         run = cpu_plan(config).runs[0]
         return response_cache(run, run.evals[0], server, cache_dir=tmp_path / "cache", resume=resume)
 

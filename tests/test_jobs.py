@@ -48,17 +48,25 @@ def test_a_yaml_plan_builds_through_the_same_builder() -> None:
     assert lazy.argv[-2:] == ("--capture", "lazy") and "--graphs" in lazy.argv
     [step] = plan.runs[0].evals
     assert json.loads(dict(zip(step.command("u").argv, step.command("u").argv[1:]))["--samples"]) == {
-        "swa_gsm_style": list(range(40)), "swa_aime_style": list(range(40))}
+        "swa_gsm_style": list(range(40)),
+        "swa_aime_style": list(range(40)),
+    }
 
 
-@pytest.mark.parametrize("change, words", [
-    ({"arms": [{"name": "on", "purpose": "x", "colour": "red"}]}, "arms[0]: unknown key(s) colour"),
-    ({"wat": 1}, "unknown key(s) wat"),
-    ({"arms": [{"name": "on", "purpose": "x", "role": "treatment"}]}, "exactly one baseline arm"),
-    ({"tasks": ["gsm_styl"]}, "task 'gsm_styl' is no frozen task"),
-    ({"limit": 0}, "limit must be at least 1"),
-    ({"arms": [{"name": "on", "purpose": "x", "role": "baseline"}, {"name": "on", "purpose": "y"}]}, "arm(s) listed twice"),
-])
+@pytest.mark.parametrize(
+    "change, words",
+    [
+        ({"arms": [{"name": "on", "purpose": "x", "colour": "red"}]}, "arms[0]: unknown key(s) colour"),
+        ({"wat": 1}, "unknown key(s) wat"),
+        ({"arms": [{"name": "on", "purpose": "x", "role": "treatment"}]}, "exactly one baseline arm"),
+        ({"tasks": ["gsm_styl"]}, "task 'gsm_styl' is no frozen task"),
+        ({"limit": 0}, "limit must be at least 1"),
+        (
+            {"arms": [{"name": "on", "purpose": "x", "role": "baseline"}, {"name": "on", "purpose": "y"}]},
+            "arm(s) listed twice",
+        ),
+    ],
+)
 def test_a_bad_plan_is_refused_by_name(change: dict, words: str) -> None:
     import yaml
 
@@ -74,7 +82,11 @@ def test_engines_spell_graphs_on_and_off_their_own_way() -> None:
     assert "--enforce-eager" not in vllm.command(spec).argv
     assert vllm.command(ServerSpec("m", "m", graphs="off", port=8000)).argv[-1] == "--enforce-eager"
     assert sglang.command(ServerSpec("m", "m", graphs="off", port=8000)).argv[-4:] == (
-        "--cuda-graph-backend-decode", "disabled", "--cuda-graph-backend-prefill", "disabled")
+        "--cuda-graph-backend-decode",
+        "disabled",
+        "--cuda-graph-backend-prefill",
+        "disabled",
+    )
     patched = sglang.command(ServerSpec("m", "m", fault="sglang-registry-out-cache-loc-not-zeroed", port=8000))
     assert patched.argv[:3] == ("python", "-m", "harness.servers.sglang_server.patched_server")
     assert patched.env["SWA_HARNESS_SGLANG_FAULT"] == "sglang-registry-out-cache-loc-not-zeroed"
@@ -102,8 +114,16 @@ def test_a_vllm_server_gets_a_bounded_kv_cache_and_this_environments_compile_cac
 def _run(arm: str, weights: str, correct: bool) -> RunResult:
     item = ItemResult("gsm_style/0", "Q", "1", "1" if correct else "2", "1" if correct else "2", correct)
     identity = ServedIdentity("harness", "abc", "swa-harness", weights)
-    return RunResult("gsm_style", "tape", "gemma2-tiny-swa", True, None, [item], 0.0,
-                     RunRecord(arm, served_by="harness", graphs="tape", identity=identity))
+    return RunResult(
+        "gsm_style",
+        "tape",
+        "gemma2-tiny-swa",
+        True,
+        None,
+        [item],
+        0.0,
+        RunRecord(arm, served_by="harness", graphs="tape", identity=identity),
+    )
 
 
 def test_arms_that_served_different_weights_give_no_verdict(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -112,8 +132,10 @@ def test_arms_that_served_different_weights_give_no_verdict(tmp_path: Path, caps
     assert finish(plan, [_run("on", "sha256:a", True), _run("off", "sha256:a", True)], options, {}) == 0
     assert finish(plan, [_run("on", "sha256:a", True), _run("off", "sha256:b", True)], options, {}) == 2
     captured = capsys.readouterr()
-    assert "no verdict (exit 2)" in captured.err and "served different models (weights sha256:a vs sha256:b)" in \
-        captured.err, captured.err
+    assert (
+        "no verdict (exit 2)" in captured.err
+        and "served different models (weights sha256:a vs sha256:b)" in captured.err
+    ), captured.err
     assert "verdict: NO VERDICT — no verdict: the arms served different models" in captured.out  # never GREEN/AMBER
     allowed = replace(options, allow_different_models=True)
     assert finish(plan, [_run("on", "sha256:a", True), _run("off", "sha256:b", True)], allowed, {}) == 0
@@ -160,10 +182,13 @@ def two_servers() -> Iterator[list[str]]:
         yield urls
 
 
-def test_external_arms_with_another_tokenizer_are_refused_too(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_external_arms_with_another_tokenizer_are_refused_too(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     same = "sha256:aaaa"
-    with servers_reporting({"weights": same, "tokenizer": "sha256:t1"}, {"weights": same, "tokenizer": "sha256:t2"}) \
-            as (on, off):
+    with servers_reporting(
+        {"weights": same, "tokenizer": "sha256:t1"}, {"weights": same, "tokenizer": "sha256:t2"}
+    ) as (on, off):
         plan = cpu_plan(EvalConfig(limits={"gsm_style": 1}, out=tmp_path / "out", on_url=on, off_url=off))
         assert run_plan(plan, RunOptions(kill_matrix=None, fault_effects=None)) == 2
     err = capsys.readouterr().err
@@ -171,7 +196,8 @@ def test_external_arms_with_another_tokenizer_are_refused_too(tmp_path: Path, ca
 
 
 def test_external_arms_that_serve_different_weights_are_refused_before_any_item(
-        two_servers: list[str], tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    two_servers: list[str], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     on, off = two_servers
     plan = cpu_plan(EvalConfig(limits={"gsm_style": 1}, out=tmp_path / "out", on_url=on, off_url=off))
     assert run_plan(plan, RunOptions(kill_matrix=None, fault_effects=None)) == 2
@@ -182,9 +208,25 @@ def test_external_arms_that_serve_different_weights_are_refused_before_any_item(
 
 
 def test_dry_run_prints_the_plan_and_starts_nothing(tmp_path: Path) -> None:
-    proc = subprocess.run([sys.executable, "-m", "harness.cli", "eval", "--dry-run", "--out", str(tmp_path),
-                           "--limit-gsm-style", "4", "--limit-aime-style", "4"], cwd=REPO, capture_output=True,
-                          text=True, timeout=120)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "harness.cli",
+            "eval",
+            "--dry-run",
+            "--out",
+            str(tmp_path),
+            "--limit-gsm-style",
+            "4",
+            "--limit-aime-style",
+            "4",
+        ],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert proc.returncode == 0, proc.stderr
     assert "eval plan: 1 model(s) x 2 arm(s) x 2 task(s): 2 harness server(s) launched 2 at a time" in proc.stdout
     assert "python -m harness.server" in proc.stdout and "--graphs off" in proc.stdout
@@ -193,17 +235,29 @@ def test_dry_run_prints_the_plan_and_starts_nothing(tmp_path: Path) -> None:
 
 def test_the_sglang_cpu_plan_has_the_nightlys_arms_on_cpu() -> None:
     plan = plan_from_file(REPO / "suites" / "plans" / "sglang-cpu.yaml")
-    assert [a.name for a in plan.arms] == ["on", "off", "swa-pool-reuse", "swa-pool-reuse-fixed", "invariant-check",
-                                           "fault-demo"]
+    assert [a.name for a in plan.arms] == [
+        "on",
+        "off",
+        "swa-pool-reuse",
+        "swa-pool-reuse-fixed",
+        "invariant-check",
+        "fault-demo",
+    ]
     assert all(a.engine == "sglang" and a.flags[:2] == ("--device", "cpu") for a in plan.arms)  # arm_defaults first
     runs = {r.arm.name: r for r in plan.runs}
-    assert "--enable-torch-compile" in runs["on"].server.argv and "--enable-torch-compile" not in runs["off"].server.argv
+    assert (
+        "--enable-torch-compile" in runs["on"].server.argv and "--enable-torch-compile" not in runs["off"].server.argv
+    )
     assert runs["on"].server.env["SGLANG_USE_CPU_ENGINE"] == "1"
     assert runs["invariant-check"].server.env["SGLANG_INVARIANT_CHECK"] == "2"
     assert runs["fault-demo"].server.argv[3:5] == ("--fault", "sglang-set-kv-buffer-stale-swa-loc")
     assert runs["swa-pool-reuse-fixed"].server.env["SWA_HARNESS_SGLANG_PATCH"].endswith("finding-4-swa-reads.yaml")
     assert (REPO / runs["swa-pool-reuse-fixed"].server.env["SWA_HARNESS_SGLANG_PATCH"]).is_file()
     assert [(c.name, c.expect_red) for c in plan.comparisons] == [
-        ("on-vs-off", False), ("swa-pool-reuse-vs-on", True), ("swa-pool-reuse-fixed-vs-on", False),
-        ("invariant-check-vs-on", False), ("fault-demo-vs-on", True)]
+        ("on-vs-off", False),
+        ("swa-pool-reuse-vs-on", True),
+        ("swa-pool-reuse-fixed-vs-on", False),
+        ("invariant-check-vs-on", False),
+        ("fault-demo-vs-on", True),
+    ]
     assert len({r.port for r in plan.runs}) == 6 and plan.parallel == 1

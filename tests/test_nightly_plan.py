@@ -64,14 +64,20 @@ def _options(**kw):
 def test_default_plan_models_arms_tasks(plan):
     assert [m.name for m in plan.models] == ["openai/gpt-oss-20b", "google/gemma-4-E2B-it"]
     assert all(m.chat for m in plan.models)
-    assert [a.name for a in plan.arms] == list(ARM_NAMES) == [
-        "on", "off", "no-graph-padding", "swa-ratio-0.1", "invariant-check", "fault-demo"]
+    assert (
+        [a.name for a in plan.arms]
+        == list(ARM_NAMES)
+        == ["on", "off", "no-graph-padding", "swa-ratio-0.1", "invariant-check", "fault-demo"]
+    )
     arms = {a.name: a for a in plan.arms}
     assert all(a.engine == "sglang" for a in plan.arms)
     assert _arm_flags(arms["on"]) == () and not arms["on"].env and arms["on"].role == "baseline"
     assert arms["off"].graphs == "off" and arms["off"].role == "reference"
-    assert _arm_flags(arms["off"]) == GRAPHS_OFF_FLAGS == (
-        "--cuda-graph-backend-decode", "disabled", "--cuda-graph-backend-prefill", "disabled")
+    assert (
+        _arm_flags(arms["off"])
+        == GRAPHS_OFF_FLAGS
+        == ("--cuda-graph-backend-decode", "disabled", "--cuda-graph-backend-prefill", "disabled")
+    )
     assert all(a.graphs == "on" for a in plan.arms if a.name != "off")
     assert arms["no-graph-padding"].flags == ("--disable-cuda-graph-padding",)
     assert arms["swa-ratio-0.1"].flags == ("--swa-full-tokens-ratio", "0.1")
@@ -89,20 +95,22 @@ def test_every_server_command_and_env(plan):
     for run in plan.runs:
         argv, env = run.server.argv, dict(run.server.env)
         if run.arm.name == "fault-demo":
-            assert argv[:len(PATCHED_LAUNCH)] == PATCHED_LAUNCH
-            assert argv[len(PATCHED_LAUNCH):len(PATCHED_LAUNCH) + 3] == ("--fault", DEFAULT_FAULT, "--")
+            assert argv[: len(PATCHED_LAUNCH)] == PATCHED_LAUNCH
+            assert argv[len(PATCHED_LAUNCH) : len(PATCHED_LAUNCH) + 3] == ("--fault", DEFAULT_FAULT, "--")
             assert env == {FAULT_ENV: DEFAULT_FAULT}  # inherited by every process the server spawns
         else:
-            assert argv[:len(SGLANG_LAUNCH)] == SGLANG_LAUNCH
+            assert argv[: len(SGLANG_LAUNCH)] == SGLANG_LAUNCH
             assert env == dict(run.arm.env)
-        sglang = argv[argv.index("--") + 1:] if "--" in argv else argv[len(SGLANG_LAUNCH):]
+        sglang = argv[argv.index("--") + 1 :] if "--" in argv else argv[len(SGLANG_LAUNCH) :]
         assert tuple(sglang) == sglang_args(run.spec)
         assert _value_after(sglang, "--model-path") == run.model.name
         assert _value_after(sglang, "--port") == str(run.port) and run.url == f"http://127.0.0.1:{run.port}"
         flags = _arm_flags(run.arm)
-        assert tuple(sglang[len(sglang) - len(flags):]) == flags  # the arm's flags (graph mode's last) come last
-        assert tuple(sglang[-len(flags) - len(run.model.server_args):][:len(run.model.server_args)]) \
+        assert tuple(sglang[len(sglang) - len(flags) :]) == flags  # the arm's flags (graph mode's last) come last
+        assert (
+            tuple(sglang[-len(flags) - len(run.model.server_args) :][: len(run.model.server_args)])
             == run.model.server_args
+        )
         ports.setdefault(run.model.name, []).append(run.port)
     assert all(len(set(p)) == len(p) for p in ports.values())  # a lingering server never blocks the next arm
 
@@ -142,21 +150,28 @@ def test_comparisons(plan):
     for model in plan.models:
         mine = [c for c in plan.comparisons if c.model == model]
         assert [(c.treatment, c.reference, c.expect_red) for c in mine] == [
-            ("on", "off", False), ("no-graph-padding", "on", False), ("swa-ratio-0.1", "on", False),
-            ("invariant-check", "on", False), ("fault-demo", "on", True)]
+            ("on", "off", False),
+            ("no-graph-padding", "on", False),
+            ("swa-ratio-0.1", "on", False),
+            ("invariant-check", "on", False),
+            ("fault-demo", "on", True),
+        ]
         assert all(c.dir.parent == plan.out / model.slug / "compare" for c in mine)
 
 
-@pytest.mark.parametrize("kwargs, message", [
-    (dict(arms=["on", "graphs-sideways"]), "unknown arm"),
-    (dict(tasks=["gsm8k", "mmlu"]), "unknown task"),
-    (dict(arms=["off", "no-graph-padding"]), "baseline"),
-    (dict(arms=["on", "on"]), "listed twice"),
-    (dict(limit=0), "limit"),
-    (dict(urls={"off": "http://x"}, arms=["on"]), "not in the plan"),
-    (dict(urls={"on": "http://x"}), "one model"),
-    (dict(fault="no-such-fault"), "unknown SGLang fault"),
-])
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        (dict(arms=["on", "graphs-sideways"]), "unknown arm"),
+        (dict(tasks=["gsm8k", "mmlu"]), "unknown task"),
+        (dict(arms=["off", "no-graph-padding"]), "baseline"),
+        (dict(arms=["on", "on"]), "listed twice"),
+        (dict(limit=0), "limit"),
+        (dict(urls={"off": "http://x"}, arms=["on"]), "not in the plan"),
+        (dict(urls={"on": "http://x"}), "one model"),
+        (dict(fault="no-such-fault"), "unknown SGLang fault"),
+    ],
+)
 def test_plan_refuses(kwargs, message):
     with pytest.raises(ValueError, match=message):
         build_plan(**kwargs)
@@ -186,9 +201,12 @@ def test_dry_run_prints_the_whole_plan(plan, capsys):
         assert all(step.command(run.url).shell() in first for step in run.evals)
     for comparison in plan.comparisons:
         assert str(comparison.dir / "index.html") in first
-    assert "SWA_HARNESS_SGLANG_FAULT=sglang-registry-out-cache-loc-not-zeroed " \
-           "python -m harness.servers.sglang_server.patched_server" \
-        in first and "SGLANG_INVARIANT_CHECK=2 python -m sglang.launch_server" in first
+    assert (
+        "SWA_HARNESS_SGLANG_FAULT=sglang-registry-out-cache-loc-not-zeroed "
+        "python -m harness.servers.sglang_server.patched_server"
+        in first
+        and "SGLANG_INVARIANT_CHECK=2 python -m sglang.launch_server" in first
+    )
     assert str(sys.executable) not in first  # commands say `python`, so the output is the same on every machine
 
 
@@ -205,8 +223,15 @@ def test_dry_run_json_and_exit_codes(plan, capsys):
 def test_dry_run_as_a_process():
     """The command the workflow runs first: exit code 0, the plan on stdout, no GPU or SGLang needed."""
     for module in ("harness.jobs.nightly_cli", "harness.cli"):
-        argv = [sys.executable, "-m", module, *(["nightly"] if module == "harness.cli" else []), "--dry-run",
-                "--limit", "20"]
+        argv = [
+            sys.executable,
+            "-m",
+            module,
+            *(["nightly"] if module == "harness.cli" else []),
+            "--dry-run",
+            "--limit",
+            "20",
+        ]
         proc = subprocess.run(argv, cwd=REPO, capture_output=True, text=True, timeout=120)
         assert proc.returncode == 0, proc.stderr
         assert proc.stdout == render(build_plan(limit=20))
@@ -240,8 +265,11 @@ def test_tasks_exist():
 
     tasks_dir = Path(lm_eval.__file__).parent / "tasks"
     for task in TASKS.values():
-        files = [REPO / "suites" / "accuracy" / f"{task.name}.yaml"] if task.frozen else \
-            list(tasks_dir.rglob(f"{task.lm_eval_task}.yaml"))
+        files = (
+            [REPO / "suites" / "accuracy" / f"{task.name}.yaml"]
+            if task.frozen
+            else list(tasks_dir.rglob(f"{task.lm_eval_task}.yaml"))
+        )
         text = next((t for t in (f.read_text() for f in files) if f"task: {task.lm_eval_task}\n" in t), None)
         assert text is not None, f"no lm-eval task {task.lm_eval_task} in {files}"
         if task.filter != "none":
@@ -272,8 +300,11 @@ def test_workflow_is_valid():
 
 def test_nox_session_exists():
     tree = ast.parse((REPO / "noxfile.py").read_text())
-    sessions = {f.name: f for f in tree.body if isinstance(f, ast.FunctionDef)
-                and any("session" in ast.unparse(d) for d in f.decorator_list)}
+    sessions = {
+        f.name: f
+        for f in tree.body
+        if isinstance(f, ast.FunctionDef) and any("session" in ast.unparse(d) for d in f.decorator_list)
+    }
     assert "gpu_nightly" in sessions
     body = ast.unparse(sessions["gpu_nightly"])
     assert "'harness.jobs.nightly_cli'" in body and "--dry-run" in body
@@ -291,18 +322,45 @@ def _runs(plan, wrong: dict[str, int], incomplete: tuple[str, ...] = (), n: int 
         for step in run.evals:
             for task in step.tasks:
                 if run.arm.name in incomplete:
-                    runs.append(RunResult(task.name, run.arm.graphs, run.model.slug, False,
-                                          f"server ({run.arm.name}) exited with code 1 before it was ready", [], 1.0,
-                                          record))
+                    runs.append(
+                        RunResult(
+                            task.name,
+                            run.arm.graphs,
+                            run.model.slug,
+                            False,
+                            f"server ({run.arm.name}) exited with code 1 before it was ready",
+                            [],
+                            1.0,
+                            record,
+                        )
+                    )
                     continue
                 items = []
                 for i in range(n):
                     right = i % 4 != 0 and not (i % 4 == 1 and i // 4 < wrong.get(run.arm.name, 0))
-                    items.append(ItemResult(f"{task.name}/{i}", f"Question {i}", str(i), f"#### {i if right else -1}",
-                                            str(i if right else -1), right))
+                    items.append(
+                        ItemResult(
+                            f"{task.name}/{i}",
+                            f"Question {i}",
+                            str(i),
+                            f"#### {i if right else -1}",
+                            str(i if right else -1),
+                            right,
+                        )
+                    )
                 identity = ServedIdentity("sglang", "sglang 0.5.23", run.model.name, flags={"graphs": run.arm.graphs})
-                runs.append(RunResult(task.name, run.arm.graphs, run.model.slug, True, None, items, 1.0,
-                                      replace(record, identity=identity)))
+                runs.append(
+                    RunResult(
+                        task.name,
+                        run.arm.graphs,
+                        run.model.slug,
+                        True,
+                        None,
+                        items,
+                        1.0,
+                        replace(record, identity=identity),
+                    )
+                )
     return runs
 
 
@@ -348,7 +406,9 @@ def test_a_red_stress_arm_or_an_incomplete_arm_fails_the_job(small_plan, capsys)
     runs = _runs(small_plan, {"fault-demo": 15}, incomplete=("invariant-check",))
     assert runner.finish(small_plan, runs, _options(), {}) == 2  # an incomplete arm: no verdict (exit 2), not 1
     captured = capsys.readouterr()
-    assert "UNEXPECTED some/base-model invariant-check-vs-on: NO VERDICT" in captured.out and "incomplete" in captured.out
+    assert (
+        "UNEXPECTED some/base-model invariant-check-vs-on: NO VERDICT" in captured.out and "incomplete" in captured.out
+    )
     assert "no verdict (exit 2): server (invariant-check) exited with code 1" in captured.err
 
 
@@ -419,7 +479,9 @@ def test_a_server_that_dies_makes_every_task_incomplete(tmp_path, monkeypatch):
     run = _stub_run(tmp_path, monkeypatch, ("python", "-c", "import sys; print('no GPU here'); sys.exit(3)"))
     with pytest.raises(ServerLaunchError, match="(?s)code 3.*no GPU here"):
         _launch(run)
-    results = runner.run_arm(run, runner.RunOptions(server_timeout=scaled(SERVER_START_S), eval_timeout=scaled(300)), Progress(live=False))
+    results = runner.run_arm(
+        run, runner.RunOptions(server_timeout=scaled(SERVER_START_S), eval_timeout=scaled(300)), Progress(live=False)
+    )
     # the run's error is one line naming the failed part and its log; the log holds the server's output
     assert [r.complete for r in results] == [False] and "code 3" in results[0].error
     assert "server (on)" in results[0].error and "server.log" in results[0].error
@@ -428,11 +490,14 @@ def test_a_server_that_dies_makes_every_task_incomplete(tmp_path, monkeypatch):
 
 
 def test_preflight_is_skipped_for_external_servers(monkeypatch, tmp_path):
-    plan = build_plan(models=["some/base-model"], arms=["on"], tasks=["gsm_style"], urls={"on": "http://127.0.0.1:9"},
-                      out=tmp_path)
+    plan = build_plan(
+        models=["some/base-model"], arms=["on"], tasks=["gsm_style"], urls={"on": "http://127.0.0.1:9"}, out=tmp_path
+    )
     from harness.servers.sglang_server import server_args
 
-    monkeypatch.setattr(server_args, "sglang_parser", lambda: pytest.fail("preflight needs SGLang; no server is launched"))
+    monkeypatch.setattr(
+        server_args, "sglang_parser", lambda: pytest.fail("preflight needs SGLang; no server is launched")
+    )
     monkeypatch.setattr(SGLangServer, "required_modules", ("swa_harness_no_such_module",))  # not installed here
     monkeypatch.setattr(runner, "run_arm", lambda run, *a, **kw: _runs(plan, {}))
     assert runner.run_plan(plan, _options(check_args=True)) == 0

@@ -89,8 +89,10 @@ def test_plain_line_format() -> None:
 
 def test_a_starting_server_shows_its_time_and_last_log_line_then_its_start_up_time(tmp_path: Path) -> None:
     stream, servers, log = io.StringIO(), FakeServers(), tmp_path / "server.log"
-    log.write_text('loading weights\nCompiling decode graph bs=2 ...\nINFO: 127.0.0.1:4 - "GET /health HTTP/1.1" 503\n'
-                   '  warnings.warn("Only CUDA supports AWQ")\n')
+    log.write_text(
+        'loading weights\nCompiling decode graph bs=2 ...\nINFO: 127.0.0.1:4 - "GET /health HTTP/1.1" 503\n'
+        '  warnings.warn("Only CUDA supports AWQ")\n'
+    )
     with Progress(interval_s=0.02, stream=stream) as progress:
         progress.starting("on", log)
         deadline = time.monotonic() + 5

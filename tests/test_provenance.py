@@ -32,8 +32,9 @@ def provenance(config: EvalConfig, runs: list[RunResult] = ()) -> dict:
     """The record the job keeps with its one comparison."""
     plan = cpu_plan(config)
     options = RunOptions(argv=config.argv, device=config.device)
-    return comparison_provenance(plan, plan.comparisons[0], runs,
-                                 job_provenance(plan, options.command_line, options.device))
+    return comparison_provenance(
+        plan, plan.comparisons[0], runs, job_provenance(plan, options.command_line, options.device)
+    )
 
 
 def test_provenance_of_a_launched_eval(tmp_path, monkeypatch) -> None:
@@ -41,7 +42,9 @@ def test_provenance_of_a_launched_eval(tmp_path, monkeypatch) -> None:
     monkeypatch.setenv("OMP_NUM_THREADS", "1")
     for label in ("on", "off"):
         _logs(tmp_path, label, f"python -m harness.server --graphs {label}", f"python -m lm_eval run ({label})")
-    config = EvalConfig(limits={"gsm_style": 3}, out=tmp_path, fault="pad-swa-loc-not-zeroed", argv=("--limit-gsm-style", "3"))
+    config = EvalConfig(
+        limits={"gsm_style": 3}, out=tmp_path, fault="pad-swa-loc-not-zeroed", argv=("--limit-gsm-style", "3")
+    )
     prov = provenance(config)
     assert list(prov) == ["run", "engine under test", "model", "arms", "hardware", "software", "datasets"]
     json.dumps(prov)  # saved as provenance.json and in the history
@@ -68,9 +71,19 @@ def test_provenance_of_a_launched_eval(tmp_path, monkeypatch) -> None:
 
 
 def test_secret_looking_variables_are_left_out() -> None:
-    env = {"HF_TOKEN": "x", "SWA_HARNESS_API_KEY": "x", "CUDA_VISIBLE_DEVICES": "0", "TOKENIZERS_PARALLELISM": "false",
-           "PATH": "/bin", "SWA_HARNESS_FAULT": ""}
-    assert relevant_env(env) == {"CUDA_VISIBLE_DEVICES": "0", "SWA_HARNESS_FAULT": "", "TOKENIZERS_PARALLELISM": "false"}
+    env = {
+        "HF_TOKEN": "x",
+        "SWA_HARNESS_API_KEY": "x",
+        "CUDA_VISIBLE_DEVICES": "0",
+        "TOKENIZERS_PARALLELISM": "false",
+        "PATH": "/bin",
+        "SWA_HARNESS_FAULT": "",
+    }
+    assert relevant_env(env) == {
+        "CUDA_VISIBLE_DEVICES": "0",
+        "SWA_HARNESS_FAULT": "",
+        "TOKENIZERS_PARALLELISM": "false",
+    }
 
 
 class _SGLangInfo(BaseHTTPRequestHandler):
@@ -107,8 +120,10 @@ def test_an_external_server_is_the_engine_under_test(tmp_path, sglang_server, mo
     plan = cpu_plan(config)
     engine = plan.runs[0].arm.engine
     identity = get_server_kind(engine).identity(sglang_server, plan.runs[0].spec)  # what the server reports
-    runs = [RunResult("gsm_style", "on", "m", True, None, [], 0.0, RunRecord(arm, identity=served_identity(identity)))
-            for arm in ("on", "off")]
+    runs = [
+        RunResult("gsm_style", "on", "m", True, None, [], 0.0, RunRecord(arm, identity=served_identity(identity)))
+        for arm in ("on", "off")
+    ]
     prov = provenance(config, runs)
     engine = prov["engine under test"]
     assert engine["summary"] == "sglang 0.5.23" and engine["servers"]["on"].endswith("sglang 0.5.23"), engine

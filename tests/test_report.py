@@ -144,16 +144,47 @@ def _items(suite: str, n: int, broken: set[int] = frozenset(), fixed: set[int] =
             correct, response = False, f"Step: {i} + 1 = {SCRIPT} & oops\n#### 0"
         if i in fixed:
             correct, response = True, f"Step: {i} + 1 = {i + 1} & fixed\n#### {i + 1}"
-        out.append(ItemResult(f"{suite}/{i}", f"Question {i}: <b>{i}</b> & 1?", str(i + 1), response, str(i + 1) if correct else "0", correct))  # fmt: skip
+        out.append(
+            ItemResult(
+                f"{suite}/{i}",
+                f"Question {i}: <b>{i}</b> & 1?",
+                str(i + 1),
+                response,
+                str(i + 1) if correct else "0",
+                correct,
+            )
+        )
     return out
 
 
 def _scenario() -> tuple[list, list[RunResult]]:
     """gsm_style: GREEN with flips carrying a <script>; aime_style: ON run died (INCOMPLETE)."""
-    gsm_on = RunResult("gsm_style", "tape", "gemma2-tiny-swa", True, None, _items("gsm_style", 500, broken={1, 2, 5}, fixed={4, 8}), 30.0, RunRecord("tape"))  # fmt: skip
-    gsm_off = RunResult("gsm_style", "off", "gemma2-tiny-swa", True, None, _items("gsm_style", 500), 41.0, RunRecord("off"))  # fmt: skip
-    aime_on = RunResult("aime_style", "tape", "gemma2-tiny-swa", False, "server died: exit 137 & <no stderr>", _items("aime_style", 7), 3.0, RunRecord("tape"))  # fmt: skip
-    aime_off = RunResult("aime_style", "off", "gemma2-tiny-swa", True, None, _items("aime_style", 200), 20.0, RunRecord("off"))
+    gsm_on = RunResult(
+        "gsm_style",
+        "tape",
+        "gemma2-tiny-swa",
+        True,
+        None,
+        _items("gsm_style", 500, broken={1, 2, 5}, fixed={4, 8}),
+        30.0,
+        RunRecord("tape"),
+    )
+    gsm_off = RunResult(
+        "gsm_style", "off", "gemma2-tiny-swa", True, None, _items("gsm_style", 500), 41.0, RunRecord("off")
+    )
+    aime_on = RunResult(
+        "aime_style",
+        "tape",
+        "gemma2-tiny-swa",
+        False,
+        "server died: exit 137 & <no stderr>",
+        _items("aime_style", 7),
+        3.0,
+        RunRecord("tape"),
+    )
+    aime_off = RunResult(
+        "aime_style", "off", "gemma2-tiny-swa", True, None, _items("aime_style", 200), 20.0, RunRecord("off")
+    )
     t = Thresholds(resamples=1000)
     comparisons = [compare_runs(gsm_on, gsm_off, thresholds=t), compare_runs(aime_on, aime_off, thresholds=t)]
     return comparisons, [gsm_on, gsm_off, aime_on, aime_off]
@@ -163,51 +194,97 @@ def _scenario() -> tuple[list, list[RunResult]]:
 def report(tmp_path_factory) -> tuple[Path, str, _TreeBuilder]:
     comparisons, runs = _scenario()
     out = tmp_path_factory.mktemp("report")
-    path = render_report(comparisons, runs, summary=summarize(comparisons), kill_matrices=matrices_from([KILL_MATRIX]),
-                         provenance=PROVENANCE, out_dir=out / "latest")
+    path = render_report(
+        comparisons,
+        runs,
+        summary=summarize(comparisons),
+        kill_matrices=matrices_from([KILL_MATRIX]),
+        provenance=PROVENANCE,
+        out_dir=out / "latest",
+    )
     html = path.read_text(encoding="utf-8")
     return path, html, _parse(html)
 
 
 # ------------------------------------------------------------------ two nightly runs through finish()
 
-LONG_COMMAND = ["/usr/bin/python3", "-m", "lm_eval", "run", "--model", "local-completions", "--samples",
-                json.dumps({"swa_aime_style": list(range(200)), "swa_gsm_style": list(range(500))})]
+LONG_COMMAND = [
+    "/usr/bin/python3",
+    "-m",
+    "lm_eval",
+    "run",
+    "--model",
+    "local-completions",
+    "--samples",
+    json.dumps({"swa_aime_style": list(range(200)), "swa_gsm_style": list(range(500))}),
+]
 TIMEOUT_ERROR = f"TimeoutExpired: Command '{LONG_COMMAND}' timed out after 3600 seconds"
-LONG_TEST = ("suites/differential/test_graph_vs_eager.py::TestGraphVsEagerOverTheRealPool::"
-             "test_graph_replay_equals_eager_kv_for_every_bucket_and_padding_length[gemma3-tiny-swa-bucket-64-pad-63]")
+LONG_TEST = (
+    "suites/differential/test_graph_vs_eager.py::TestGraphVsEagerOverTheRealPool::"
+    "test_graph_replay_equals_eager_kv_for_every_bucket_and_padding_length[gemma3-tiny-swa-bucket-64-pad-63]"
+)
 NIGHTLY_MATRIX = {
     **KILL_MATRIX,
     "faults": [
-        {**KILL_MATRIX["faults"][0], "id": "swa-window-off-by-one-in-the-decode-path-of-the-hybrid-pool-translation",
-         "suites": {"gsm_style": {"status": "killed", "first_failure": f"{LONG_TEST}: assert " + "x" * 400,
-                                  "kill_class": "behavioural"},
-                    "aime_style": {"status": "killed", "first_failure": "dtype int64 != int32", "kill_class": "structural"}}},
+        {
+            **KILL_MATRIX["faults"][0],
+            "id": "swa-window-off-by-one-in-the-decode-path-of-the-hybrid-pool-translation",
+            "suites": {
+                "gsm_style": {
+                    "status": "killed",
+                    "first_failure": f"{LONG_TEST}: assert " + "x" * 400,
+                    "kill_class": "behavioural",
+                },
+                "aime_style": {"status": "killed", "first_failure": "dtype int64 != int32", "kill_class": "structural"},
+            },
+        },
         KILL_MATRIX["faults"][1],
     ],
 }
 SGLANG_MATRIX = {**KILL_MATRIX, "target": "sglang", "faults": KILL_MATRIX["faults"][:1]}
 FAULT_EFFECTS = [
-    {"fault": "pad-swa-loc-not-zeroed", "checkpoint": "gemma2-tiny-swa", "suite": "gsm_style", "delta_pp": -12.4,
-     "verdict": "RED", "n": 200, "measured_at": "2026-11-23"},
-    {"fault": "capture-after-warm-cache", "checkpoint": "gemma3-tiny-swa", "suite": "aime_style", "delta_pp": 0.0,
-     "verdict": "GREEN", "n": 100, "measured_at": "2026-11-23"},
+    {
+        "fault": "pad-swa-loc-not-zeroed",
+        "checkpoint": "gemma2-tiny-swa",
+        "suite": "gsm_style",
+        "delta_pp": -12.4,
+        "verdict": "RED",
+        "n": 200,
+        "measured_at": "2026-11-23",
+    },
+    {
+        "fault": "capture-after-warm-cache",
+        "checkpoint": "gemma3-tiny-swa",
+        "suite": "aime_style",
+        "delta_pp": 0.0,
+        "verdict": "GREEN",
+        "n": 100,
+        "measured_at": "2026-11-23",
+    },
 ]
 
 
 MODEL = "gemma2-tiny-swa"
 
 
-def _pair(suite: str, n: int, *, broken: set[int] = frozenset(), error: str | None = None,
-          fault: str | None = None) -> list[RunResult]:
+def _pair(
+    suite: str, n: int, *, broken: set[int] = frozenset(), error: str | None = None, fault: str | None = None
+) -> list[RunResult]:
     """An ON/OFF pair as the runner saves it (model slug, arm in its record); ``error`` makes the ON run
     incomplete, ``fault`` was injected into it."""
-    on_record = RunRecord("on", served_by="harness", graphs="tape", fault=fault, start_s=2.5,
-                          counters={"requests_served": n, "generated_tokens": 40 * n, "steps": 900})
+    on_record = RunRecord(
+        "on",
+        served_by="harness",
+        graphs="tape",
+        fault=fault,
+        start_s=2.5,
+        counters={"requests_served": n, "generated_tokens": 40 * n, "steps": 900},
+    )
     on_items = [] if error else _items(suite, n, broken=broken)
     on = RunResult(suite, "tape", MODEL, error is None, error, on_items, 33.0, on_record)
-    off = RunResult(suite, "off", MODEL, True, None, _items(suite, n), 35.0,
-                    replace(on_record, arm="off", graphs="off", fault=None))
+    off = RunResult(
+        suite, "off", MODEL, True, None, _items(suite, n), 35.0, replace(on_record, arm="off", graphs="off", fault=None)
+    )
     return [on, off]
 
 
@@ -223,8 +300,11 @@ def _eval_plan(root: Path, out: Path, limits: dict[str, int]) -> Plan:
 def _nightly_provenance(run: int) -> dict:
     """What the job shares between comparisons; ``finish`` adds the engine, model and arms from the plan."""
     return {
-        "run": {"id": f"night-{run}", "recorded at": f"2026-01-0{run}T03:00:00+00:00",
-                "command": "swa-harness eval --out reports/latest"},
+        "run": {
+            "id": f"night-{run}",
+            "recorded at": f"2026-01-0{run}T03:00:00+00:00",
+            "command": "swa-harness eval --out reports/latest",
+        },
         "hardware": {"device": "cpu", "cpu": "AMD EPYC", "logical cores": 2},
         "software": {"torch": "2.13.0+cpu", "lm-eval": "0.4.13"},
         "datasets": {"gsm_style": {"test.jsonl": "9d786b50e0e8c8cf"}},
@@ -232,18 +312,44 @@ def _nightly_provenance(run: int) -> dict:
 
 
 RELEASE_MATRIX = {
-    "command": "swa-harness sglang-matrix", "date": "2026-11-27", "suites": {"pool": ["suites/pool"],
-                                                                            "replay": ["suites/sglang/test_seed_replay.py"]},
+    "command": "swa-harness sglang-matrix",
+    "date": "2026-11-27",
+    "suites": {"pool": ["suites/pool"], "replay": ["suites/sglang/test_seed_replay.py"]},
     "rows": [
-        {"release": "0.5.11", "install_s": 30.0, "run_s": 40.0, "error": "", "cells": {
-            "pool": {"status": "passed", "passed": 9, "failed": [], "xfailed": 0,
-                     "skipped": {"SGLang 0.5.11's paged alloc_extend launches a Triton kernel: CPU-unreachable": 3}},
-            "replay": {"status": "failed", "passed": 0, "failed": ["suites/sglang/test_seed_replay.py::t: #24743"],
-                       "xfailed": 0, "skipped": {}}}},
+        {
+            "release": "0.5.11",
+            "install_s": 30.0,
+            "run_s": 40.0,
+            "error": "",
+            "cells": {
+                "pool": {
+                    "status": "passed",
+                    "passed": 9,
+                    "failed": [],
+                    "xfailed": 0,
+                    "skipped": {"SGLang 0.5.11's paged alloc_extend launches a Triton kernel: CPU-unreachable": 3},
+                },
+                "replay": {
+                    "status": "failed",
+                    "passed": 0,
+                    "failed": ["suites/sglang/test_seed_replay.py::t: #24743"],
+                    "xfailed": 0,
+                    "skipped": {},
+                },
+            },
+        },
         {"release": "0.5.99", "install_s": 1.0, "run_s": 0.0, "error": "install failed: no such release", "cells": {}},
-        {"release": "0.6.0", "install_s": 1.0, "run_s": 2.0, "error": "", "cells": {  # merged from a pool-only rerun
-            "pool": {"status": "passed", "passed": 8, "failed": [], "xfailed": 0, "skipped": {}}}},
-    ]}
+        {
+            "release": "0.6.0",
+            "install_s": 1.0,
+            "run_s": 2.0,
+            "error": "",
+            "cells": {  # merged from a pool-only rerun
+                "pool": {"status": "passed", "passed": 8, "failed": [], "xfailed": 0, "skipped": {}}
+            },
+        },
+    ],
+}
 
 
 def run_nightly(root: Path) -> tuple[list[int], Path, Path]:
@@ -257,9 +363,13 @@ def run_nightly(root: Path) -> tuple[list[int], Path, Path]:
     on = plan.run_for(plan.models[0], "on")
     on.dir.mkdir(parents=True)  # the provenance reads the server command from the first line of its log
     (on.dir / "server.log").write_text("$ " + " ".join(LONG_COMMAND) + "\n")
-    options = RunOptions(thresholds=Thresholds(resamples=1000), kill_matrix=root / "kill-matrix.json",
-                         fault_effects=root / "fault-effects.json", release_matrix=root / "sglang-matrix.json",
-                         history=history)
+    options = RunOptions(
+        thresholds=Thresholds(resamples=1000),
+        kill_matrix=root / "kill-matrix.json",
+        fault_effects=root / "fault-effects.json",
+        release_matrix=root / "sglang-matrix.json",
+        history=history,
+    )
     nights = [
         _pair("gsm_style", 500) + _pair("aime_style", 200),
         _pair("gsm_style", 500, broken=set(range(1, 120, 4))) + _pair("aime_style", 200, error=TIMEOUT_ERROR),
@@ -348,7 +458,13 @@ def test_flips_are_side_by_side_with_the_divergence_marked(report) -> None:
     _, _, page = report
     diffs = page.root.find_all("div", class_="diff")
     flips = [d for d in diffs if d.attrs["data-direction"] != "same"]
-    assert sorted(d.attrs["data-item"] for d in flips) == ["gsm_style/1", "gsm_style/2", "gsm_style/4", "gsm_style/5", "gsm_style/8"]  # fmt: skip
+    assert sorted(d.attrs["data-item"] for d in flips) == [
+        "gsm_style/1",
+        "gsm_style/2",
+        "gsm_style/4",
+        "gsm_style/5",
+        "gsm_style/8",
+    ]
     assert flips[0].attrs["data-direction"] == "ON broke"  # broken ones first
     one = [d for d in flips if d.attrs["data-item"] == "gsm_style/1"][0]
     on_pre, off_pre = one.find("pre", class_="on"), one.find("pre", class_="off")
@@ -364,7 +480,10 @@ def test_text_diffs_name_their_first_divergent_token() -> None:
     on_items = [ItemResult(f"g/{i}", "Q", "4", "2 + 2 = 4\n#### 4", "4", True) for i in range(40)]
     off_items = list(on_items)
     off_items[3] = ItemResult("g/3", "Q", "4", "2 plus 2 = 4\n#### 4", "4", True)
-    on, off = (RunResult("g", mode, "m", True, None, items, 1.0, RunRecord(mode)) for mode, items in (("tape", on_items), ("off", off_items)))
+    on, off = (
+        RunResult("g", mode, "m", True, None, items, 1.0, RunRecord(mode))
+        for mode, items in (("tape", on_items), ("off", off_items))
+    )
     words = str.split  # a stand-in tokenizer: the diff index is in its units
     comparisons = [compare_runs(on, off, thresholds=Thresholds(resamples=200), tokenize=words)]
     page = _parse(render_html(comparisons, [on, off], summary=summarize(comparisons), provenance={}, tokenize=words))
@@ -420,7 +539,9 @@ def test_provenance_is_grouped_key_value_tables(report) -> None:
     assert digest.text() == "feedbeeffeed…"  # a hash is shortened, the whole of it on hover
     glance = {tr.attrs["data-key"]: tr.text() for tr in section.find("table", id="provenance-glance").find_all("tr")}
     assert "harness 0123abcd" in glance["engine under test"]
-    thresholds = {th.text(): th.parent.find("td").text() for th in page.root.find("section", id="thresholds").find_all("th")}
+    thresholds = {
+        th.text(): th.parent.find("td").text() for th in page.root.find("section", id="thresholds").find_all("th")
+    }
     assert thresholds["max_drop"] == "0.02"
 
 
@@ -462,7 +583,10 @@ def test_two_consecutive_runs_show_a_trend_with_the_verdict_change(nightly) -> N
     codes, _, _, page, history = nightly
     assert codes == [0, 2]  # night 1 GREEN, night 2 RED (gsm_style) with an incomplete run: no verdict (exit 2)
     records = [json.loads(line) for line in history.read_text().splitlines()]
-    assert [r["run_id"] for r in records] == ["night-1", "night-2"] and [r["verdict"] for r in records] == ["GREEN", "RED"]
+    assert [r["run_id"] for r in records] == ["night-1", "night-2"] and [r["verdict"] for r in records] == [
+        "GREEN",
+        "RED",
+    ]
     gsm = next(s for s in records[1]["suites"] if s["suite"] == "gsm_style")
     assert gsm["on_broke"] == 30 and gsm["on"]["value"] == pytest.approx(0.69) and gsm["off"]["value"] == 0.75
     assert gsm["delta"]["high"] < 0 and records[1]["provenance"]["run"]["id"] == "night-2"
@@ -569,8 +693,10 @@ def test_fault_effect_table(nightly, tmp_path) -> None:
     assert [r.attrs["data-fault"] for r in rows] == ["pad-swa-loc-not-zeroed", "capture-after-warm-cache"]
     assert "-12.4 pp" in rows[0].text() and rows[0].find("span", class_="badge-RED")
     label = " ".join(page.root.find(id="fault-effects-label").text().split())  # another run's numbers, said so
-    assert label.startswith("Measured by python -m bench.fault_effects, not by this run on 2026-11-23, the harness "
-                            "engine on gemma2-tiny-swa, gemma3-tiny-swa at N = gsm_style 200, aime_style 100")
+    assert label.startswith(
+        "Measured by python -m bench.fault_effects, not by this run on 2026-11-23, the harness "
+        "engine on gemma2-tiny-swa, gemma3-tiny-swa at N = gsm_style 200, aime_style 100"
+    )
     assert label.endswith("Source: fault-effects.json (outside the checkout).")  # no machine paths on a page
     assert load_fault_effects(tmp_path / "absent.json") is None
     (tmp_path / "bad.json").write_text(json.dumps({"fault": "x"}))
@@ -621,10 +747,20 @@ def _browser_or_skip() -> str:
 
 def _dump_dom(browser: str, page: Path, profile: Path, width: int = 1400, height: int = 900) -> str:
     command = [
-        browser, "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--disable-background-networking",
-        "--disable-component-update", "--disable-sync", "--no-first-run",
-        f"--user-data-dir={profile}", f"--window-size={width},{height}", "--dump-dom", page.resolve().as_uri(),
-    ]  # fmt: skip
+        browser,
+        "--headless",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--disable-quic",
+        "--disable-background-networking",
+        "--disable-component-update",
+        "--disable-sync",
+        "--no-first-run",
+        f"--user-data-dir={profile}",
+        f"--window-size={width},{height}",
+        "--dump-dom",
+        page.resolve().as_uri(),
+    ]
     done = subprocess.run(command, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr[-2000:]
     return done.stdout
@@ -669,7 +805,9 @@ LAYOUT_PROBE = """<script>
 
 
 @pytest.mark.parametrize("width", [1400, 800])
-def test_chromium_layout_has_no_horizontal_overflow_and_the_verdict_on_the_first_screen(nightly, tmp_path, width) -> None:
+def test_chromium_layout_has_no_horizontal_overflow_and_the_verdict_on_the_first_screen(
+    nightly, tmp_path, width
+) -> None:
     browser = _browser_or_skip()
     _, _, html, _, _ = nightly
     probe_page = tmp_path / "probe.html"
@@ -689,11 +827,31 @@ def test_details_are_readable_values_not_json_or_python_spellings() -> None:
     """It used to show double-encoded JSON, an epoch started_at, unrounded floats and Python None."""
     from harness.report.views import kv_rows
 
-    rows = {r["key"]: r["full"] for r in kv_rows({
-        "started_at": 1764165600.25, "server_start_s": 37.519999, "fault": None, "ok": True, "bs": [1, 2, 4],
-        "override": '{"rope": {"theta": 10000.0}}', "empty": "{}", "name": "x"})}
-    assert rows == {"started_at": "2025-11-26 14:00:00 UTC", "server_start_s": "37.52", "fault": "—", "ok": "yes",
-                    "bs": "1, 2, 4", "override.rope.theta": "10000", "empty": "—", "name": "x"}
+    rows = {
+        r["key"]: r["full"]
+        for r in kv_rows(
+            {
+                "started_at": 1764165600.25,
+                "server_start_s": 37.519999,
+                "fault": None,
+                "ok": True,
+                "bs": [1, 2, 4],
+                "override": '{"rope": {"theta": 10000.0}}',
+                "empty": "{}",
+                "name": "x",
+            }
+        )
+    }
+    assert rows == {
+        "started_at": "2025-11-26 14:00:00 UTC",
+        "server_start_s": "37.52",
+        "fault": "—",
+        "ok": "yes",
+        "bs": "1, 2, 4",
+        "override.rope.theta": "10000",
+        "empty": "—",
+        "name": "x",
+    }
 
 
 def test_no_machine_paths_on_the_page(report) -> None:
@@ -701,8 +859,10 @@ def test_no_machine_paths_on_the_page(report) -> None:
     from harness.paths import REPO
     from harness.report.views import portable
 
-    assert portable(f"python -m lm_eval --include_path {REPO}/suites/accuracy --cache {Path.home()}/.cache/sglang") \
+    assert (
+        portable(f"python -m lm_eval --include_path {REPO}/suites/accuracy --cache {Path.home()}/.cache/sglang")
         == "python -m lm_eval --include_path suites/accuracy --cache ~/.cache/sglang"
+    )
     _, html, _ = report
     assert f"{REPO}/" not in html and f"{Path.home()}/" not in html
 
@@ -711,7 +871,9 @@ def test_a_stress_arm_compared_as_on_is_named_in_the_arms_line() -> None:
     from harness.report.inputs import Provenance
     from harness.report.views import provenance_glance
 
-    arms = {"on": {"arm": "swa-pool-reuse", "graphs": "on", "fault": "none"},
-            "off": {"arm": "on", "graphs": "on", "fault": "none"}}
+    arms = {
+        "on": {"arm": "swa-pool-reuse", "graphs": "on", "fault": "none"},
+        "off": {"arm": "on", "graphs": "on", "fault": "none"},
+    }
     line = next(r["text"] for r in provenance_glance(Provenance.parse({"arms": arms})) if r["label"] == "arms")
     assert line == "ON: swa-pool-reuse, graphs on · OFF: on, graphs on"  # not "ON: graphs on · OFF: graphs on"

@@ -23,14 +23,28 @@ def _as_saved(run: RunResult) -> str:
 def test_a_run_saved_before_the_record_reads_as_a_typed_record(tmp_path: Path) -> None:
     text = (DATA / "run_saved_before_issue39.json").read_text(encoding="utf-8")
     run = RunResult.load(DATA / "run_saved_before_issue39.json")
-    assert (run.task, run.graphs, run.model, run.complete, len(run.items)) == ("gsm_style", "tape", "gemma2-tiny-swa",
-                                                                              True, 3)
+    assert (run.task, run.graphs, run.model, run.complete, len(run.items)) == (
+        "gsm_style",
+        "tape",
+        "gemma2-tiny-swa",
+        True,
+        3,
+    )
     record = run.record
     assert (record.arm, record.side, record.served_by, record.graphs, record.fault, record.base_url) == (
-        "on", None, "harness", "tape", None, None)
+        "on",
+        None,
+        "harness",
+        "tape",
+        None,
+        None,
+    )
     assert record.start_s == 98.38 and record.identity is not None
-    assert (record.identity.engine, record.identity.weights, record.identity.flags["graphs"]) == ("harness", WEIGHTS,
-                                                                                                  "tape")
+    assert (record.identity.engine, record.identity.weights, record.identity.flags["graphs"]) == (
+        "harness",
+        WEIGHTS,
+        "tape",
+    )
     assert record.identity.raw["build"]["weights"] == WEIGHTS  # what /health said, kept for the resume cache
     assert record.forward_paths == {"extend-graph": 62, "decode-graph": 2022}
     assert _as_saved(run) == text  # the same keys in the same order: a re-save changes nothing
@@ -39,13 +53,33 @@ def test_a_run_saved_before_the_record_reads_as_a_typed_record(tmp_path: Path) -
 
 def test_runs_the_old_runner_wrote_without_a_server_round_trip() -> None:
     """A server that never started (no start-up time, identity or counters) and a saved run found missing."""
-    failed = {"suite": "aime_style", "graphs": "auto", "model": "gemma2-tiny-swa", "complete": False,
-              "error": "server (on) exited with code 1 before it was ready; see out/server.log", "items": [],
-              "wall_s": 1.5, "meta": {"arm": "on", "mode": "on", "served by": "harness", "graphs": "auto",
-                                      "fault": "pad-swa-loc-not-zeroed", "base_url": None}}
-    missing = {"suite": "gsm_style", "graphs": "off", "model": "m", "complete": False,
-               "error": "no saved run at out/m/off/runs/gsm_style.json", "items": [], "wall_s": 0.0,
-               "meta": {"arm": "off", "mode": "off"}}
+    failed = {
+        "suite": "aime_style",
+        "graphs": "auto",
+        "model": "gemma2-tiny-swa",
+        "complete": False,
+        "error": "server (on) exited with code 1 before it was ready; see out/server.log",
+        "items": [],
+        "wall_s": 1.5,
+        "meta": {
+            "arm": "on",
+            "mode": "on",
+            "served by": "harness",
+            "graphs": "auto",
+            "fault": "pad-swa-loc-not-zeroed",
+            "base_url": None,
+        },
+    }
+    missing = {
+        "suite": "gsm_style",
+        "graphs": "off",
+        "model": "m",
+        "complete": False,
+        "error": "no saved run at out/m/off/runs/gsm_style.json",
+        "items": [],
+        "wall_s": 0.0,
+        "meta": {"arm": "off", "mode": "off"},
+    }
     for saved in (failed, missing):
         assert RunResult.from_dict(saved).to_dict() == saved
     assert RunResult.from_dict(failed).record.fault == "pad-swa-loc-not-zeroed"

@@ -17,7 +17,7 @@ from harness.targets.sglang.capabilities import UNREACHABLE, NotOnThisSGLang
 from harness.targets.sglang.releases import Release, overlay
 
 SUITE_FILES = {
-    "mixed/test_mixed.py": '''
+    "mixed/test_mixed.py": """
 import pytest
 from harness.targets.sglang.capabilities import NotOnThisSGLang
 def test_passes(): assert 1 + 1 == 2
@@ -25,11 +25,11 @@ def test_fails(): assert [1] == [2], "a wrong answer"
 def test_lacks(): raise NotOnThisSGLang("SGLang 9.9 lacks the module sglang.x")
 @pytest.mark.xfail(strict=True, raises=AssertionError, reason="a known finding")
 def test_known(): assert False
-''',
-    "absent/test_absent.py": '''
+""",
+    "absent/test_absent.py": """
 from harness.targets.sglang.capabilities import NotOnThisSGLang
 def test_unreachable(): raise NotOnThisSGLang("SGLang 9.9's paged alloc_extend launches a Triton kernel: CPU-unreachable")
-''',
+""",
 }
 
 
@@ -38,8 +38,23 @@ def test_cells_come_from_a_real_pytest_run(tmp_path: Path) -> None:
         (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
         (tmp_path / name).write_text(text)
     xml = tmp_path / "junit.xml"
-    subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "mixed", "absent",
-                    f"--junitxml={xml}", "-o", "junit_family=xunit1"], cwd=tmp_path, capture_output=True)
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-q",
+            "-p",
+            "no:cacheprovider",
+            "mixed",
+            "absent",
+            f"--junitxml={xml}",
+            "-o",
+            "junit_family=xunit1",
+        ],
+        cwd=tmp_path,
+        capture_output=True,
+    )
     cells = cells_from_junit(xml, {"mixed": ("mixed",), "absent": ("absent",), "empty": ("nowhere",)})
     assert cells["empty"].status == "failed" and cells["empty"].failed == ["nowhere: no test collected"]
     mixed, absent = cells["mixed"], cells["absent"]
@@ -50,11 +65,29 @@ def test_cells_come_from_a_real_pytest_run(tmp_path: Path) -> None:
 
 
 def test_a_skipped_suite_is_never_a_pass() -> None:
-    matrix = {"command": "swa-harness sglang-matrix", "date": "2026-11-27", "base": {"torch": "2.13.0", "transformers": "5.19.0"},
-              "suites": {"pool": ["suites/pool"]},
-              "rows": [{"release": "9.9", "install_s": 1.0, "run_s": 2.0, "error": "",
-                        "cells": {"pool": {"status": "not applicable", "passed": 0, "failed": [], "xfailed": 0,
-                                           "skipped": {"SGLang 9.9 lacks X": 3}}}}]}
+    matrix = {
+        "command": "swa-harness sglang-matrix",
+        "date": "2026-11-27",
+        "base": {"torch": "2.13.0", "transformers": "5.19.0"},
+        "suites": {"pool": ["suites/pool"]},
+        "rows": [
+            {
+                "release": "9.9",
+                "install_s": 1.0,
+                "run_s": 2.0,
+                "error": "",
+                "cells": {
+                    "pool": {
+                        "status": "not applicable",
+                        "passed": 0,
+                        "failed": [],
+                        "xfailed": 0,
+                        "skipped": {"SGLang 9.9 lacks X": 3},
+                    }
+                },
+            }
+        ],
+    }
     text = render_markdown(matrix)
     assert "| 9.9 | 1.0 | 2.0 | n/a |" in text and "3 skipped: SGLang 9.9 lacks X" in text
 
@@ -72,8 +105,9 @@ def test_an_overlay_shadows_only_what_it_holds(tmp_path: Path) -> None:
     release = Release(str(_fake_source(tmp_path, "9.9.9")))
     python = overlay(release, root=tmp_path / "overlays")
     probe = "import sglang, pytest; print(sglang.__version__, pytest.__file__)"
-    version, pytest_file = subprocess.run([str(python), "-c", probe], capture_output=True, text=True,
-                                          check=True).stdout.split()
+    version, pytest_file = subprocess.run(
+        [str(python), "-c", probe], capture_output=True, text=True, check=True
+    ).stdout.split()
     assert version == "9.9.9" and not pytest_file.startswith(str(tmp_path))
     assert overlay(release, root=tmp_path / "overlays") == python and release.label.startswith("source:")
 
@@ -83,12 +117,23 @@ def _row(verdict: str) -> Row:
     return Row("x", 0.0, 0.0, {"replay": Cell(status, failed=["t: wrong"] if verdict == "bad" else [])})
 
 
-@pytest.mark.parametrize("good,bad,truth,first_bad", [
-    ("1.0", "1.6", {"1.0": "good", "1.1": "good", "1.2": "skip", "1.3": "bad", "1.4": "bad", "1.5": "bad", "1.6": "bad"},
-     "1.3"),
-    ("1.6", "1.0", {"1.0": "bad", "1.1": "bad", "1.2": "skip", "1.3": "skip", "1.4": "good", "1.5": "good", "1.6": "good"},
-     "1.1"),
-])
+@pytest.mark.parametrize(
+    "good,bad,truth,first_bad",
+    [
+        (
+            "1.0",
+            "1.6",
+            {"1.0": "good", "1.1": "good", "1.2": "skip", "1.3": "bad", "1.4": "bad", "1.5": "bad", "1.6": "bad"},
+            "1.3",
+        ),
+        (
+            "1.6",
+            "1.0",
+            {"1.0": "bad", "1.1": "bad", "1.2": "skip", "1.3": "skip", "1.4": "good", "1.5": "good", "1.6": "good"},
+            "1.1",
+        ),
+    ],
+)
 def test_bisect_finds_the_boundary_in_either_direction(good, bad, truth, first_bad) -> None:
     ran: list[str] = []
 
@@ -141,15 +186,38 @@ def test_a_rerun_of_a_few_releases_keeps_the_others_in_version_order(tmp_path: P
     from harness.jobs import sglang_matrix
 
     def row(release: str, status: str) -> dict:
-        return {"release": release, "install_s": 0.0, "run_s": 0.0, "error": "",
-                "cells": {"replay": {"status": status, "passed": 1, "failed": [], "skipped": {}, "xfailed": 0}}}
+        return {
+            "release": release,
+            "install_s": 0.0,
+            "run_s": 0.0,
+            "error": "",
+            "cells": {"replay": {"status": status, "passed": 1, "failed": [], "skipped": {}, "xfailed": 0}},
+        }
 
     out, markdown = tmp_path / "m.json", tmp_path / "m.md"
-    out.write_text(json.dumps({"rows": [row("0.5.9", "passed"), row("0.5.10", "failed"), row("/src/python", "passed")]}))
-    monkeypatch.setattr(sglang_matrix, "run_release", lambda release, suites: Row(release.label, 0.0, 0.0, {
-        "replay": Cell("passed", passed=2)}))
-    code = sglang_matrix.main(["--release", "0.5.10", "--release", "0.5.12", "--suite", "replay", "--update",
-                               "--out", str(out), "--markdown", str(markdown)])
+    out.write_text(
+        json.dumps({"rows": [row("0.5.9", "passed"), row("0.5.10", "failed"), row("/src/python", "passed")]})
+    )
+    monkeypatch.setattr(
+        sglang_matrix,
+        "run_release",
+        lambda release, suites: Row(release.label, 0.0, 0.0, {"replay": Cell("passed", passed=2)}),
+    )
+    code = sglang_matrix.main(
+        [
+            "--release",
+            "0.5.10",
+            "--release",
+            "0.5.12",
+            "--suite",
+            "replay",
+            "--update",
+            "--out",
+            str(out),
+            "--markdown",
+            str(markdown),
+        ]
+    )
     rows = json.loads(out.read_text())["rows"]
     assert code == 0 and [r["release"] for r in rows] == ["0.5.9", "0.5.10", "0.5.12", "/src/python"]
     assert rows[1]["cells"]["replay"]["passed"] == 2  # the rerun replaced the old row

@@ -199,9 +199,7 @@ def test_rejection_bounds_are_the_exact_test() -> None:
     assert bounds[5] == -1 and bounds[6] == 0 and (np.diff(bounds) >= 0).all()
 
 
-@pytest.mark.parametrize(
-    ("n", "discordant"), [(500, 0), (200, 0), (500, 3), (200, 5), (400, 80)]
-)
+@pytest.mark.parametrize(("n", "discordant"), [(500, 0), (200, 0), (500, 3), (200, 5), (400, 80)])
 def test_mcnemar_power_matches_simulation(n: int, discordant: int) -> None:
     """Exact power vs 20,000 simulated paired experiments, at the MDE and at half of it.
 

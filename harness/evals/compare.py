@@ -238,10 +238,22 @@ def compare_runs(
         errors.append("both runs are marked complete but scored no items")
     if errors:
         return TaskComparison(
-            **base, complete=False, errors=errors, n=0, on_accuracy=None, off_accuracy=None,
-            difference=None, on_better=0, off_better=0, mcnemar_p=None, mde=None, flips=[],
-            text_diffs=[], verdict=Verdict.NONE, reasons=[f"no verdict: {e}" for e in errors],
-        )  # fmt: skip
+            **base,
+            complete=False,
+            errors=errors,
+            n=0,
+            on_accuracy=None,
+            off_accuracy=None,
+            difference=None,
+            on_better=0,
+            off_better=0,
+            mcnemar_p=None,
+            mde=None,
+            flips=[],
+            text_diffs=[],
+            verdict=Verdict.NONE,
+            reasons=[f"no verdict: {e}" for e in errors],
+        )
 
     on_flags = [a.correct for a, _ in pairs]
     off_flags = [b.correct for _, b in pairs]

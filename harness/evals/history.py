@@ -63,12 +63,21 @@ class TaskSnapshot:
     @classmethod
     def of(cls, comp: TaskComparison) -> TaskSnapshot:
         return cls(
-            task=comp.task, verdict=comp.verdict.value, complete=comp.complete, n=comp.n,
-            on_graphs=comp.on_graphs, off_graphs=comp.off_graphs, on=comp.on_accuracy, off=comp.off_accuracy,
-            delta=comp.difference, mcnemar_p=comp.mcnemar_p,
-            on_broke=sum(not d.on_correct for d in comp.flips), on_fixed=sum(d.on_correct for d in comp.flips),
-            text_diffs=len(comp.text_diffs), errors=tuple(e[:_ERROR_CHARS] for e in comp.errors),
-        )  # fmt: skip
+            task=comp.task,
+            verdict=comp.verdict.value,
+            complete=comp.complete,
+            n=comp.n,
+            on_graphs=comp.on_graphs,
+            off_graphs=comp.off_graphs,
+            on=comp.on_accuracy,
+            off=comp.off_accuracy,
+            delta=comp.difference,
+            mcnemar_p=comp.mcnemar_p,
+            on_broke=sum(not d.on_correct for d in comp.flips),
+            on_fixed=sum(d.on_correct for d in comp.flips),
+            text_diffs=len(comp.text_diffs),
+            errors=tuple(e[:_ERROR_CHARS] for e in comp.errors),
+        )
 
     def to_dict(self) -> dict[str, Any]:
         data = {"suite": self.task, **asdict(self)}
@@ -79,13 +88,21 @@ class TaskSnapshot:
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> TaskSnapshot:
         return cls(
-            task=str(data["suite"]), verdict=str(data["verdict"]), complete=bool(data["complete"]), n=int(data["n"]),
-            on_graphs=str(data.get("on_graphs", "")), off_graphs=str(data.get("off_graphs", "")),
-            on=_estimate(data.get("on")), off=_estimate(data.get("off")), delta=_estimate(data.get("delta")),
-            mcnemar_p=data.get("mcnemar_p"), on_broke=int(data.get("on_broke", 0)),
-            on_fixed=int(data.get("on_fixed", 0)), text_diffs=int(data.get("text_diffs", 0)),
+            task=str(data["suite"]),
+            verdict=str(data["verdict"]),
+            complete=bool(data["complete"]),
+            n=int(data["n"]),
+            on_graphs=str(data.get("on_graphs", "")),
+            off_graphs=str(data.get("off_graphs", "")),
+            on=_estimate(data.get("on")),
+            off=_estimate(data.get("off")),
+            delta=_estimate(data.get("delta")),
+            mcnemar_p=data.get("mcnemar_p"),
+            on_broke=int(data.get("on_broke", 0)),
+            on_fixed=int(data.get("on_fixed", 0)),
+            text_diffs=int(data.get("text_diffs", 0)),
             errors=tuple(str(e) for e in data.get("errors", ())),
-        )  # fmt: skip
+        )
 
 
 @dataclass(frozen=True)
@@ -109,30 +126,47 @@ class HistoryEntry:
         kind = self.engine.split(" ", 1)[0] if self.engine else "unknown"
         run = self.provenance.get("run") if isinstance(self.provenance.get("run"), Mapping) else {}
         arms = self.provenance.get("arms") if isinstance(self.provenance.get("arms"), Mapping) else {}
-        settings = {side: (arm.get("identity") or {}).get("flags") or arm.get("graphs")
-                    for side, arm in sorted(arms.items()) if isinstance(arm, Mapping)}
+        settings = {
+            side: (arm.get("identity") or {}).get("flags") or arm.get("graphs")
+            for side, arm in sorted(arms.items())
+            if isinstance(arm, Mapping)
+        }
         digest = hashlib.sha256(json.dumps(settings, sort_keys=True, default=str).encode()).hexdigest()[:8]
-        return (f"{self.model} · {kind} · fault {self.fault or 'none'} · N {run.get('items') or 'unknown'}"
-                f" · settings {digest}")
+        return (
+            f"{self.model} · {kind} · fault {self.fault or 'none'} · N {run.get('items') or 'unknown'}"
+            f" · settings {digest}"
+        )
 
     def task(self, name: str) -> TaskSnapshot | None:
         return next((s for s in self.tasks if s.task == name), None)
 
     def to_dict(self) -> dict[str, Any]:
         return {
-            "schema": SCHEMA, "run_id": self.run_id, "recorded_at": self.recorded_at, "verdict": self.verdict,
-            "reason": self.reason, "model": self.model, "fault": self.fault, "engine": self.engine,
-            "suites": [s.to_dict() for s in self.tasks], "provenance": dict(self.provenance),
-        }  # fmt: skip
+            "schema": SCHEMA,
+            "run_id": self.run_id,
+            "recorded_at": self.recorded_at,
+            "verdict": self.verdict,
+            "reason": self.reason,
+            "model": self.model,
+            "fault": self.fault,
+            "engine": self.engine,
+            "suites": [s.to_dict() for s in self.tasks],
+            "provenance": dict(self.provenance),
+        }
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> HistoryEntry:
         return cls(
-            run_id=str(data["run_id"]), recorded_at=str(data["recorded_at"]), verdict=str(data["verdict"]),
-            reason=str(data.get("reason", "")), model=str(data["model"]), fault=data.get("fault"),
-            engine=str(data.get("engine", "")), tasks=tuple(TaskSnapshot.from_dict(s) for s in data["suites"]),
+            run_id=str(data["run_id"]),
+            recorded_at=str(data["recorded_at"]),
+            verdict=str(data["verdict"]),
+            reason=str(data.get("reason", "")),
+            model=str(data["model"]),
+            fault=data.get("fault"),
+            engine=str(data.get("engine", "")),
+            tasks=tuple(TaskSnapshot.from_dict(s) for s in data["suites"]),
             provenance=dict(data.get("provenance") or {}),
-        )  # fmt: skip
+        )
 
 
 def engine_label(provenance: Mapping[str, Any]) -> str:
@@ -172,10 +206,16 @@ def make_entry(
     fault = next((r.record.fault for r in runs if r.record.side == "on" and r.record.fault), None)
     model = runs[0].model if runs else (comparisons[0].model if comparisons else "unknown")
     return HistoryEntry(
-        run_id=run_id(runs, provenance), recorded_at=recorded_at, verdict=summary.verdict.value,
-        reason=summary.reason[:_ERROR_CHARS], model=model, fault=fault, engine=engine_label(provenance),
-        tasks=tuple(TaskSnapshot.of(c) for c in comparisons), provenance=dict(provenance),
-    )  # fmt: skip
+        run_id=run_id(runs, provenance),
+        recorded_at=recorded_at,
+        verdict=summary.verdict.value,
+        reason=summary.reason[:_ERROR_CHARS],
+        model=model,
+        fault=fault,
+        engine=engine_label(provenance),
+        tasks=tuple(TaskSnapshot.of(c) for c in comparisons),
+        provenance=dict(provenance),
+    )
 
 
 @dataclass(frozen=True)
@@ -258,8 +298,12 @@ class Trend:
     unreadable: int
 
 
-def _points(series: Sequence[HistoryEntry], snapshots: Sequence[TaskSnapshot | None], verdicts: Sequence[str | None],
-            current: HistoryEntry) -> list[TrendPoint]:
+def _points(
+    series: Sequence[HistoryEntry],
+    snapshots: Sequence[TaskSnapshot | None],
+    verdicts: Sequence[str | None],
+    current: HistoryEntry,
+) -> list[TrendPoint]:
     """One point per run; ``changed_from`` is the verdict of the last run before it that has one, when different."""
     points: list[TrendPoint] = []
     previous: str | None = None
@@ -290,11 +334,29 @@ def trend(history: History, current: HistoryEntry, limit: int = 20) -> Trend:
         tasks.append(TaskTrend(snap.task, tuple(points[window]), _last_change(points)))
     overall = _points(same, [None] * len(same), [e.verdict for e in same], current)
     others = sum(e.series != current.series for e in history.entries)
-    return Trend(current.series, tuple(tasks), tuple(overall[window]), _last_change(overall), len(same), others,
-                 history.unreadable)
+    return Trend(
+        current.series,
+        tuple(tasks),
+        tuple(overall[window]),
+        _last_change(overall),
+        len(same),
+        others,
+        history.unreadable,
+    )
 
 
 __all__ = [
-    "DEFAULT_HISTORY", "History", "HistoryEntry", "TaskSnapshot", "TaskTrend", "Trend", "TrendPoint",
-    "engine_label", "load", "make_entry", "record", "run_id", "trend",
+    "DEFAULT_HISTORY",
+    "History",
+    "HistoryEntry",
+    "TaskSnapshot",
+    "TaskTrend",
+    "Trend",
+    "TrendPoint",
+    "engine_label",
+    "load",
+    "make_entry",
+    "record",
+    "run_id",
+    "trend",
 ]

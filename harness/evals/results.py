@@ -65,13 +65,26 @@ class ServedIdentity:
 
     def to_dict(self) -> dict[str, Any]:
         """As saved under ``identity`` (``raw`` is saved beside it, under ``server``)."""
-        return {"engine": self.engine, "version": self.version, "model": self.model, "weights": self.weights,
-                "tokenizer": self.tokenizer, "flags": dict(self.flags)}
+        return {
+            "engine": self.engine,
+            "version": self.version,
+            "model": self.model,
+            "weights": self.weights,
+            "tokenizer": self.tokenizer,
+            "flags": dict(self.flags),
+        }
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any], raw: Mapping[str, Any] | None = None) -> ServedIdentity:
-        return cls(str(data.get("engine") or ""), str(data.get("version") or ""), str(data.get("model") or ""),
-                   data.get("weights"), data.get("tokenizer"), dict(data.get("flags") or {}), dict(raw or {}))
+        return cls(
+            str(data.get("engine") or ""),
+            str(data.get("version") or ""),
+            str(data.get("model") or ""),
+            data.get("weights"),
+            data.get("tokenizer"),
+            dict(data.get("flags") or {}),
+            dict(raw or {}),
+        )
 
 
 @dataclass(frozen=True)
@@ -106,8 +119,9 @@ class RunRecord:
     def to_dict(self) -> dict[str, Any]:
         data: dict[str, Any] = {"arm": self.arm, "mode": self.side or self.arm}
         if self.served_by is not None:
-            data.update({"served by": self.served_by, "graphs": self.graphs, "fault": self.fault,
-                         "base_url": self.base_url})
+            data.update(
+                {"served by": self.served_by, "graphs": self.graphs, "fault": self.fault, "base_url": self.base_url}
+            )
         if self.start_s is not None:
             data["server_start_s"] = self.start_s
         if self.identity is not None:
@@ -122,12 +136,17 @@ class RunRecord:
         Its ``mode`` was the arm's name when saved, so it gives no side."""
         identity, counters = data.get("identity"), data.get("engine")
         return cls(
-            arm=str(data.get("arm") or arm), served_by=data.get("served by"), graphs=data.get("graphs"),
-            fault=data.get("fault"), base_url=data.get("base_url"), start_s=data.get("server_start_s"),
-            identity=ServedIdentity.from_dict(identity, data.get("server")) if isinstance(identity, Mapping) and identity
+            arm=str(data.get("arm") or arm),
+            served_by=data.get("served by"),
+            graphs=data.get("graphs"),
+            fault=data.get("fault"),
+            base_url=data.get("base_url"),
+            start_s=data.get("server_start_s"),
+            identity=ServedIdentity.from_dict(identity, data.get("server"))
+            if isinstance(identity, Mapping) and identity
             else None,
             counters=dict(counters) if isinstance(counters, Mapping) else None,
-        )  # fmt: skip
+        )
 
 
 @dataclass(frozen=True)

@@ -17,17 +17,21 @@ def parse_samples(path: Path, task: TaskSpec) -> list[ItemResult]:
         if record.get("filter") != task.primary_filter:
             continue
         args = record["arguments"]
-        prompt = (args.get("gen_args_0") or next(iter(args.values())))["arg_0"] if isinstance(args, dict) else args[0][0]
+        prompt = (
+            (args.get("gen_args_0") or next(iter(args.values())))["arg_0"] if isinstance(args, dict) else args[0][0]
+        )
         response = record["resps"][0][0]
         extracted = record["filtered_resps"][0]
-        items.append(ItemResult(
-            item_id=f"{task.name}/{record['doc_id']}",
-            prompt=prompt,
-            gold=str(record["target"]),
-            response=response,
-            extracted=None if extracted in ("[invalid]", None) else str(extracted),
-            correct=bool(record["exact_match"]),
-        ))
+        items.append(
+            ItemResult(
+                item_id=f"{task.name}/{record['doc_id']}",
+                prompt=prompt,
+                gold=str(record["target"]),
+                response=response,
+                extracted=None if extracted in ("[invalid]", None) else str(extracted),
+                correct=bool(record["exact_match"]),
+            )
+        )
     return sorted(items, key=lambda i: int(i.item_id.rsplit("/", 1)[1]))
 
 

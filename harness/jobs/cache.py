@@ -12,8 +12,7 @@ from harness.jobs.plan import ArmRun, EvalStep
 from harness.paths import REPO
 
 
-def response_cache(run: ArmRun, step: EvalStep, identity: Mapping[str, Any], *, cache_dir: Path,
-                   resume: bool) -> Path:
+def response_cache(run: ArmRun, step: EvalStep, identity: Mapping[str, Any], *, cache_dir: Path, resume: bool) -> Path:
     """Where lm-eval keeps every completed response of this exact run (sqlite, written as it goes).
 
     A crashed run therefore loses nothing; ``--resume`` reuses the responses. The file name is keyed
@@ -25,10 +24,25 @@ def response_cache(run: ArmRun, step: EvalStep, identity: Mapping[str, Any], *, 
     """
     arm = run.arm
     model = REPO / run.model.name
-    key = json.dumps([weights_sha256(model) if model.is_dir() else run.model.name, code_fingerprint(), arm.name,
-                      arm.engine, arm.graphs, list(arm.flags), arm.fault, arm.url, [t.lm_eval_task for t in step.tasks],
-                      dict(step.items), step.client.batch_size, step.client.concurrency, dict(identity)],
-                     sort_keys=True, default=str)
+    key = json.dumps(
+        [
+            weights_sha256(model) if model.is_dir() else run.model.name,
+            code_fingerprint(),
+            arm.name,
+            arm.engine,
+            arm.graphs,
+            list(arm.flags),
+            arm.fault,
+            arm.url,
+            [t.lm_eval_task for t in step.tasks],
+            dict(step.items),
+            step.client.batch_size,
+            step.client.concurrency,
+            dict(identity),
+        ],
+        sort_keys=True,
+        default=str,
+    )
     path = cache_dir / f"{run.model.slug}-{arm.name}-{step.name}-{hashlib.sha256(key.encode()).hexdigest()[:16]}"
     path.parent.mkdir(parents=True, exist_ok=True)
     if not resume:

@@ -70,8 +70,14 @@ def engine_flags(config: EvalConfig) -> tuple[str, ...]:
     """The flags a server of ``config.engine`` gets on this job: the harness server's batch and threads; SGLang's
     and vLLM's CPU recipes on a CPU job."""
     if config.engine == "harness":
-        return ("--max-running", str(config.max_running), "--num-threads", str(config.threads),
-                "--device", config.device)
+        return (
+            "--max-running",
+            str(config.max_running),
+            "--num-threads",
+            str(config.threads),
+            "--device",
+            config.device,
+        )
     if config.engine == "sglang":
         from harness.servers.sglang_server import CPU_FLAGS
 
@@ -87,23 +93,61 @@ def cpu_plan(config: EvalConfig) -> Plan:
     """Graphs ON (the baseline, with ``config.fault`` injected if any) vs OFF (the reference), one model."""
     flags = engine_flags(config)
     graphs_on = config.graphs_on or GRAPHS_ON.get(config.engine, "on")
+
     def engine(url: str | None) -> str:
         return "external" if url else config.engine  # a server someone started: only read
 
-    arms = [Arm("on", f"graphs on ({graphs_on})", engine=engine(config.on_url), graphs=graphs_on, flags=flags,
-                fault=config.fault, role="baseline", url=config.on_url),
-            Arm("off", "graphs off", engine=engine(config.off_url), graphs="off", flags=flags, role="reference",
-                url=config.off_url)]
+    arms = [
+        Arm(
+            "on",
+            f"graphs on ({graphs_on})",
+            engine=engine(config.on_url),
+            graphs=graphs_on,
+            flags=flags,
+            fault=config.fault,
+            role="baseline",
+            url=config.on_url,
+        ),
+        Arm(
+            "off",
+            "graphs off",
+            engine=engine(config.off_url),
+            graphs="off",
+            flags=flags,
+            role="reference",
+            url=config.off_url,
+        ),
+    ]
     return build_plan(
-        title="eval plan", models=[Model(str(config.model), served=SERVED_NAME)], arms=arms,
-        tasks=[frozen_task(name) for name in config.limits], out=Path(config.out), limit=dict(config.limits),
-        client=Client(concurrency=1, batch_size=config.batch_size, max_retries=1, timeout_s=1800, samples=True,
-                      env=OFFLINE_ENV),
+        title="eval plan",
+        models=[Model(str(config.model), served=SERVED_NAME)],
+        arms=arms,
+        tasks=[frozen_task(name) for name in config.limits],
+        out=Path(config.out),
+        limit=dict(config.limits),
+        client=Client(
+            concurrency=1, batch_size=config.batch_size, max_retries=1, timeout_s=1800, samples=True, env=OFFLINE_ENV
+        ),
         port=0 if config.engine == "harness" else FIXED_PORT,  # the harness server picks its own and says it
-        parallel=1 if config.sequential else 2, overview=False, one_step_per_arm=True,
-        inputs={"eval": {k: getattr(config, k) for k in PLAN_FIELDS}})
+        parallel=1 if config.sequential else 2,
+        overview=False,
+        one_step_per_arm=True,
+        inputs={"eval": {k: getattr(config, k) for k in PLAN_FIELDS}},
+    )
 
 
-PLAN_FIELDS = ("model", "limits", "engine", "graphs_on", "fault", "on_url", "off_url", "out", "batch_size",
-               "max_running", "threads", "device", "sequential")  # what decides the plan (plan.json keeps them)
-
+PLAN_FIELDS = (
+    "model",
+    "limits",
+    "engine",
+    "graphs_on",
+    "fault",
+    "on_url",
+    "off_url",
+    "out",
+    "batch_size",
+    "max_running",
+    "threads",
+    "device",
+    "sequential",
+)  # what decides the plan (plan.json keeps them)

@@ -41,49 +41,83 @@ def check_fault(engine: str, fault: str) -> None:
 class _OldName(argparse.Action):
     """A deprecated spelling of an option: stores into the new option's place and says so on stderr."""
 
-    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, values: object,
-                 option_string: str | None = None) -> None:
+    def __call__(
+        self,
+        parser: argparse.ArgumentParser,
+        namespace: argparse.Namespace,
+        values: object,
+        option_string: str | None = None,
+    ) -> None:
         print(f"{parser.prog}: {option_string} is deprecated; use --{self.dest}", file=sys.stderr)
         setattr(namespace, self.dest, values)
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="swa-harness eval", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--model", type=Path, default=_DEFAULTS.model,
-                        help="HF-format checkpoint (default: the shipped tiny model)")
-    parser.add_argument("--engine", default=_DEFAULTS.engine, choices=LAUNCHED_ENGINES,
-                        help="the engine that serves both arms (default: harness, this checkout's server)")
-    parser.add_argument("--plan", type=Path, default=None,
-                        help="run this YAML plan (arms, tasks, limit, client...) instead of the two-arm job")
-    parser.add_argument("--tasks", default=",".join(FROZEN_TASKS),
-                        help=f"comma list of frozen tasks (default: {','.join(FROZEN_TASKS)})")
+    parser.add_argument(
+        "--model", type=Path, default=_DEFAULTS.model, help="HF-format checkpoint (default: the shipped tiny model)"
+    )
+    parser.add_argument(
+        "--engine",
+        default=_DEFAULTS.engine,
+        choices=LAUNCHED_ENGINES,
+        help="the engine that serves both arms (default: harness, this checkout's server)",
+    )
+    parser.add_argument(
+        "--plan",
+        type=Path,
+        default=None,
+        help="run this YAML plan (arms, tasks, limit, client...) instead of the two-arm job",
+    )
+    parser.add_argument(
+        "--tasks",
+        default=",".join(FROZEN_TASKS),
+        help=f"comma list of frozen tasks (default: {','.join(FROZEN_TASKS)})",
+    )
     parser.add_argument("--suites", dest="tasks", action=_OldName, default=argparse.SUPPRESS, help=argparse.SUPPRESS)
     for name, spec in FROZEN_TASKS.items():
         size = set_size(spec)
-        parser.add_argument(f"--limit-{name.replace('_', '-')}", type=int_in(1, size, " (the set's size)"),
-                            default=min(spec.default_limit, size),
-                            help=f"items of {name}, 1..{size} (default {min(spec.default_limit, size)})")
-    parser.add_argument("--graphs-on", default=None, choices=("tape", "cuda", "auto", "eager", "on"),
-                        help="graph mode of the ON arm (default: the engine's own: auto for harness, on otherwise)")
+        parser.add_argument(
+            f"--limit-{name.replace('_', '-')}",
+            type=int_in(1, size, " (the set's size)"),
+            default=min(spec.default_limit, size),
+            help=f"items of {name}, 1..{size} (default {min(spec.default_limit, size)})",
+        )
+    parser.add_argument(
+        "--graphs-on",
+        default=None,
+        choices=("tape", "cuda", "auto", "eager", "on"),
+        help="graph mode of the ON arm (default: the engine's own: auto for harness, on otherwise)",
+    )
     parser.add_argument("--fault", default=None, help="catalog fault to inject into the graphs-on server")
     parser.add_argument("--on-url", default=None, help="use this running server as graphs ON instead of launching one")
     parser.add_argument("--off-url", default=None, help="use this running server as graphs OFF")
     parser.add_argument("--out", type=Path, default=_DEFAULTS.out)
     parser.add_argument("--kill-matrix", type=Path, default=_DEFAULTS.kill_matrix)
-    parser.add_argument("--history", type=Path, default=None,
-                        help="JSON-lines record of every eval, read for the report's trend (default: history.jsonl "
-                             "beside --out, i.e. reports/history.jsonl)")
+    parser.add_argument(
+        "--history",
+        type=Path,
+        default=None,
+        help="JSON-lines record of every eval, read for the report's trend (default: history.jsonl "
+        "beside --out, i.e. reports/history.jsonl)",
+    )
     parser.add_argument("--no-history", action="store_true", help="neither record this eval nor show a trend")
     parser.add_argument("--batch-size", type=int_in(1), default=_DEFAULTS.batch_size)
     parser.add_argument("--max-running", type=int_in(1), default=_DEFAULTS.max_running)
     parser.add_argument("--threads", type=int_in(1), default=_DEFAULTS.threads, help="torch threads per server")
     parser.add_argument("--device", default=_DEFAULTS.device, help="device of both servers (cuda on a GPU machine)")
     parser.add_argument("--sequential", action="store_true", help="run OFF after ON instead of side by side")
-    parser.add_argument("--resume", action="store_true",
-                        help="reuse the responses a previous, interrupted run of exactly this configuration cached")
+    parser.add_argument(
+        "--resume",
+        action="store_true",
+        help="reuse the responses a previous, interrupted run of exactly this configuration cached",
+    )
     parser.add_argument("--dry-run", action="store_true", help="print the plan and exit; starts nothing")
-    parser.add_argument("--allow-different-models", action="store_true",
-                        help="judge arms whose servers serve different weights (refused otherwise; the report says so)")
+    parser.add_argument(
+        "--allow-different-models",
+        action="store_true",
+        help="judge arms whose servers serve different weights (refused otherwise; the report says so)",
+    )
     parser.add_argument("--server-timeout", type=positive_seconds, default=_DEFAULTS.server_timeout)
     parser.add_argument("--lm-eval-timeout", type=positive_seconds, default=_DEFAULTS.lm_eval_timeout)
     add_threshold_options(parser)
@@ -137,9 +171,16 @@ def config_from_args(parser: argparse.ArgumentParser, args: argparse.Namespace, 
 
 
 def run_options(config: EvalConfig) -> RunOptions:
-    return RunOptions(server_timeout=config.server_timeout, eval_timeout=config.lm_eval_timeout, resume=config.resume,
-                      thresholds=config.thresholds, kill_matrix=config.kill_matrix, history=config.history_file,
-                      argv=config.argv, device=config.device)
+    return RunOptions(
+        server_timeout=config.server_timeout,
+        eval_timeout=config.lm_eval_timeout,
+        resume=config.resume,
+        thresholds=config.thresholds,
+        kill_matrix=config.kill_matrix,
+        history=config.history_file,
+        argv=config.argv,
+        device=config.device,
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -155,10 +196,13 @@ def main(argv: list[str] | None = None) -> int:
             plan = plan_from_file(plan_file)
         except ValueError as exc:
             parser.exit(2, f"swa-harness eval: {exc}\n")
-    print(f"swa-harness eval: {plan.title}: {len(plan.runs)} server(s), tasks "
-          f"{', '.join(f'{t.name}' for t in plan.tasks)}"
-          + (f", fault {config.fault} injected into graphs on" if config.fault and plan_file is None else ""),
-          file=sys.stderr, flush=True)
+    print(
+        f"swa-harness eval: {plan.title}: {len(plan.runs)} server(s), tasks "
+        f"{', '.join(f'{t.name}' for t in plan.tasks)}"
+        + (f", fault {config.fault} injected into graphs on" if config.fault and plan_file is None else ""),
+        file=sys.stderr,
+        flush=True,
+    )
     if args.dry_run:
         sys.stdout.write(render(plan))
         return 0

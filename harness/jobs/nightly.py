@@ -28,48 +28,100 @@ DEFAULT_CONCURRENCY = 32  # concurrent requests per server: graph batches of man
 DEFAULT_FAULT = "sglang-registry-out-cache-loc-not-zeroed"
 LM_EVAL_ENV = {"TOKENIZERS_PARALLELISM": "false"}  # datasets and weights come from the hub on the runner
 
-MODELS: dict[str, Model] = {m.name: m for m in (
-    Model("openai/gpt-oss-20b", chat=True, server_args=("--reasoning-parser", "gpt-oss"),
-          max_gen_toks={"gsm8k": 8192, "gsm_style": 8192, "aime_style": 8192},
-          note="sliding window 128 alternating with full attention; a reasoning model: the reasoning parser keeps "
-               "the analysis channel out of the answer, and the budget covers it"),
-    Model("google/gemma-4-E2B-it", chat=True,
-          max_gen_toks={"gsm8k": 2048, "aime25": 4096, "gsm_style": 2048, "aime_style": 2048},
-          note="hybrid sliding-window / global attention, instruction-tuned"),
-)}
+MODELS: dict[str, Model] = {
+    m.name: m
+    for m in (
+        Model(
+            "openai/gpt-oss-20b",
+            chat=True,
+            server_args=("--reasoning-parser", "gpt-oss"),
+            max_gen_toks={"gsm8k": 8192, "gsm_style": 8192, "aime_style": 8192},
+            note="sliding window 128 alternating with full attention; a reasoning model: the reasoning parser keeps "
+            "the analysis channel out of the answer, and the budget covers it",
+        ),
+        Model(
+            "google/gemma-4-E2B-it",
+            chat=True,
+            max_gen_toks={"gsm8k": 2048, "aime25": 4096, "gsm_style": 2048, "aime_style": 2048},
+            note="hybrid sliding-window / global attention, instruction-tuned",
+        ),
+    )
+}
 DEFAULT_MODELS = ("openai/gpt-oss-20b", "google/gemma-4-E2B-it")
 
 
 def _arms(fault: str) -> dict[str, Arm]:
     arms = (
         Arm("on", "graphs on: SGLang's defaults (CUDA graphs for decode)", engine="sglang", role="baseline"),
-        Arm("off", "graphs off for decode and prefill (0.5.23's spelling of the deprecated --disable-cuda-graph)",
-            engine="sglang", graphs="off", role="reference",
-            expect={"cuda_graph_backend_decode": "disabled", "cuda_graph_backend_prefill": "disabled"}),
-        Arm("no-graph-padding", "stress: no padding to a captured batch size (other batch shapes replay or fall "
-            "back to eager)", engine="sglang", flags=("--disable-cuda-graph-padding",),
-            expect={"disable_cuda_graph_padding": True}),
-        Arm("swa-ratio-0.1", "stress: SWA pool a tenth of the full pool, so SWA slots are evicted and reused often",
-            engine="sglang", flags=("--swa-full-tokens-ratio", "0.1"), expect={"swa_full_tokens_ratio": 0.1}),
-        Arm("invariant-check", "stress: SGLang's invariant checks at STRICT (crash on a violated index or value "
-            "invariant)", engine="sglang", env={"SGLANG_INVARIANT_CHECK": "2"}),
-        Arm("fault-demo", f"seed fix reverted: catalog fault {fault} patched into every server process; must be RED",
-            engine="sglang", fault=fault, env={SGLANG_FAULT_ENV: fault}, expect_red=True),
+        Arm(
+            "off",
+            "graphs off for decode and prefill (0.5.23's spelling of the deprecated --disable-cuda-graph)",
+            engine="sglang",
+            graphs="off",
+            role="reference",
+            expect={"cuda_graph_backend_decode": "disabled", "cuda_graph_backend_prefill": "disabled"},
+        ),
+        Arm(
+            "no-graph-padding",
+            "stress: no padding to a captured batch size (other batch shapes replay or fall back to eager)",
+            engine="sglang",
+            flags=("--disable-cuda-graph-padding",),
+            expect={"disable_cuda_graph_padding": True},
+        ),
+        Arm(
+            "swa-ratio-0.1",
+            "stress: SWA pool a tenth of the full pool, so SWA slots are evicted and reused often",
+            engine="sglang",
+            flags=("--swa-full-tokens-ratio", "0.1"),
+            expect={"swa_full_tokens_ratio": 0.1},
+        ),
+        Arm(
+            "invariant-check",
+            "stress: SGLang's invariant checks at STRICT (crash on a violated index or value invariant)",
+            engine="sglang",
+            env={"SGLANG_INVARIANT_CHECK": "2"},
+        ),
+        Arm(
+            "fault-demo",
+            f"seed fix reverted: catalog fault {fault} patched into every server process; must be RED",
+            engine="sglang",
+            fault=fault,
+            env={SGLANG_FAULT_ENV: fault},
+            expect_red=True,
+        ),
     )
     return {a.name: a for a in arms}
 
 
 ARM_NAMES = tuple(_arms(DEFAULT_FAULT))
 
-TASKS: dict[str, Task] = {t.name: t for t in (
-    Task("gsm8k", "gsm8k", 1319, "strict-match", "flexible-extract", False,
-         "lm-eval built-in, hub dataset openai/gsm8k (test, 5-shot)"),
-    # 30 items: one item is 3.3 pp, so the default 2 pp tolerance would make a single flip from GPU numerics RED;
-    # up to 3 net items are tolerated unless McNemar finds the drop significant (RED then, as everywhere).
-    Task("aime25", "aime25", 30, "none", "none", False, "lm-eval built-in, hub dataset math-ai/aime25 (0-shot)",
-         max_drop=0.1),
-    *(frozen_task(name) for name in FROZEN_TASKS),
-)}
+TASKS: dict[str, Task] = {
+    t.name: t
+    for t in (
+        Task(
+            "gsm8k",
+            "gsm8k",
+            1319,
+            "strict-match",
+            "flexible-extract",
+            False,
+            "lm-eval built-in, hub dataset openai/gsm8k (test, 5-shot)",
+        ),
+        # 30 items: one item is 3.3 pp, so the default 2 pp tolerance would make a single flip from GPU numerics RED;
+        # up to 3 net items are tolerated unless McNemar finds the drop significant (RED then, as everywhere).
+        Task(
+            "aime25",
+            "aime25",
+            30,
+            "none",
+            "none",
+            False,
+            "lm-eval built-in, hub dataset math-ai/aime25 (0-shot)",
+            max_drop=0.1,
+        ),
+        *(frozen_task(name) for name in FROZEN_TASKS),
+    )
+}
 DEFAULT_TASKS = ("gsm8k", "aime25", "gsm_style", "aime_style")
 
 
@@ -89,14 +141,24 @@ def _check_fault(fault: str) -> None:
 
     entry = get_fault(fault)
     if entry.structural_only:
-        raise ValueError(f"fault {fault} is structural only ({entry.structural_only}); the fault-demo arm needs one "
-                         "that changes outputs")
+        raise ValueError(
+            f"fault {fault} is structural only ({entry.structural_only}); the fault-demo arm needs one "
+            "that changes outputs"
+        )
 
 
-def build_nightly_plan(*, models: Sequence[str | Model] = DEFAULT_MODELS, arms: Sequence[str] = ARM_NAMES,
-                       tasks: Sequence[str] = DEFAULT_TASKS, limit: int | None = None, out: Path = DEFAULT_OUT,
-                       fault: str = DEFAULT_FAULT, port: int = DEFAULT_PORT, concurrency: int = DEFAULT_CONCURRENCY,
-                       urls: Mapping[str, str] | None = None) -> Plan:
+def build_nightly_plan(
+    *,
+    models: Sequence[str | Model] = DEFAULT_MODELS,
+    arms: Sequence[str] = ARM_NAMES,
+    tasks: Sequence[str] = DEFAULT_TASKS,
+    limit: int | None = None,
+    out: Path = DEFAULT_OUT,
+    fault: str = DEFAULT_FAULT,
+    port: int = DEFAULT_PORT,
+    concurrency: int = DEFAULT_CONCURRENCY,
+    urls: Mapping[str, str] | None = None,
+) -> Plan:
     """The whole nightly. ``urls`` maps an arm to a server already running (one model then): not launched.
 
     Raises ValueError on an unknown model/arm/task, a plan without the ``on`` baseline, a bad limit, or a
@@ -119,9 +181,26 @@ def build_nightly_plan(*, models: Sequence[str | Model] = DEFAULT_MODELS, arms: 
     if any(a.fault for a in chosen_arms):
         _check_fault(fault)
     chosen_arms = [replace(a, url=urls[a.name]) if a.name in urls else a for a in chosen_arms]
-    return build_plan(title="nightly GPU plan", models=chosen_models, arms=chosen_arms, tasks=chosen_tasks,
-                      out=Path(out), limit=limit, port=port,
-                      client=Client(concurrency=concurrency, batch_size=1, env=LM_EVAL_ENV),
-                      inputs={"nightly": {"models": [m.name for m in chosen_models], "arms": list(arms),
-                                          "tasks": list(tasks), "limit": limit, "out": str(out), "fault": fault,
-                                          "port": port, "concurrency": concurrency, "urls": urls}})
+    return build_plan(
+        title="nightly GPU plan",
+        models=chosen_models,
+        arms=chosen_arms,
+        tasks=chosen_tasks,
+        out=Path(out),
+        limit=limit,
+        port=port,
+        client=Client(concurrency=concurrency, batch_size=1, env=LM_EVAL_ENV),
+        inputs={
+            "nightly": {
+                "models": [m.name for m in chosen_models],
+                "arms": list(arms),
+                "tasks": list(tasks),
+                "limit": limit,
+                "out": str(out),
+                "fault": fault,
+                "port": port,
+                "concurrency": concurrency,
+                "urls": urls,
+            }
+        },
+    )

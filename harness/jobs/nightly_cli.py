@@ -36,27 +36,45 @@ def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="swa-harness nightly",
         description="Real SGLang servers per model and arm (graphs on/off, stress, fault demo), lm-eval per task, "
-                    "paired comparisons, HTML reports. Needs a GPU unless --dry-run or --report-only.")
-    p.add_argument("--model", action="append", dest="models", metavar="HUB_ID",
-                   help=f"model to serve (repeatable; default: {', '.join(DEFAULT_MODELS)}); one not in the built-in "
-                        "list is asked through /v1/completions unless --chat")
+        "paired comparisons, HTML reports. Needs a GPU unless --dry-run or --report-only.",
+    )
+    p.add_argument(
+        "--model",
+        action="append",
+        dest="models",
+        metavar="HUB_ID",
+        help=f"model to serve (repeatable; default: {', '.join(DEFAULT_MODELS)}); one not in the built-in "
+        "list is asked through /v1/completions unless --chat",
+    )
     p.add_argument("--chat", action="store_true", help="treat --model ids not in the built-in list as chat models")
     p.add_argument("--arms", type=_names, default=list(ARM_NAMES), help=f"comma list (default: {','.join(ARM_NAMES)})")
-    p.add_argument("--tasks", type=_names, default=list(DEFAULT_TASKS),
-                   help=f"comma list (default: {','.join(DEFAULT_TASKS)})")
+    p.add_argument(
+        "--tasks", type=_names, default=list(DEFAULT_TASKS), help=f"comma list (default: {','.join(DEFAULT_TASKS)})"
+    )
     p.add_argument("--limit", type=int, default=None, help="first N items per task (default: whole test sets)")
-    p.add_argument("--fault", default=DEFAULT_FAULT, help=f"SGLang catalog fault of the fault-demo arm ({DEFAULT_FAULT})")
+    p.add_argument(
+        "--fault", default=DEFAULT_FAULT, help=f"SGLang catalog fault of the fault-demo arm ({DEFAULT_FAULT})"
+    )
     p.add_argument("--out", type=Path, default=DEFAULT_OUT, help=f"output folder (default: {DEFAULT_OUT})")
     p.add_argument("--port", type=int, default=DEFAULT_PORT, help="first server port; arm i listens on port + i")
     p.add_argument("--concurrency", type=int, default=DEFAULT_CONCURRENCY, help="concurrent lm-eval requests")
-    p.add_argument("--url", type=_url, action="append", default=[], metavar="ARM=URL",
-                   help="use a server already running for ARM instead of launching one (one model)")
+    p.add_argument(
+        "--url",
+        type=_url,
+        action="append",
+        default=[],
+        metavar="ARM=URL",
+        help="use a server already running for ARM instead of launching one (one model)",
+    )
     p.add_argument("--dry-run", action="store_true", help="print the whole plan and exit; needs no GPU")
     p.add_argument("--json", action="store_true", help="with --dry-run: the plan as JSON")
     p.add_argument("--report-only", action="store_true", help="judge the runs saved under --out again")
     p.add_argument("--no-preflight", action="store_true", help="do not parse the arms' flags with SGLang first")
-    p.add_argument("--allow-different-models", action="store_true",
-                   help="judge arms whose servers serve different weights (refused otherwise; the report says so)")
+    p.add_argument(
+        "--allow-different-models",
+        action="store_true",
+        help="judge arms whose servers serve different weights (refused otherwise; the report says so)",
+    )
     p.add_argument("--server-timeout", type=float, default=1800, help="seconds for a server to become ready")
     p.add_argument("--eval-timeout", type=float, default=6 * 3600, help="seconds for one lm-eval run")
     return p
@@ -67,17 +85,34 @@ def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
     models = [MODELS.get(m) or Model(m, chat=args.chat) for m in (args.models or DEFAULT_MODELS)]
     try:
-        plan = build_nightly_plan(models=models, arms=args.arms, tasks=args.tasks, limit=args.limit, out=args.out,
-                                  fault=args.fault, port=args.port, concurrency=args.concurrency, urls=dict(args.url))
+        plan = build_nightly_plan(
+            models=models,
+            arms=args.arms,
+            tasks=args.tasks,
+            limit=args.limit,
+            out=args.out,
+            fault=args.fault,
+            port=args.port,
+            concurrency=args.concurrency,
+            urls=dict(args.url),
+        )
     except ValueError as exc:
         print(f"nightly: {exc}", file=sys.stderr)
         return 2
     if args.dry_run:
         sys.stdout.write(plan.to_json() if args.json else render(plan))
         return 0
-    options = RunOptions(server_timeout=args.server_timeout, eval_timeout=args.eval_timeout, fault_effects=None,
-                         check_args=not args.no_preflight, argv=tuple(argv), command="swa-harness nightly",
-                         device="cuda", name="nightly", allow_different_models=args.allow_different_models)
+    options = RunOptions(
+        server_timeout=args.server_timeout,
+        eval_timeout=args.eval_timeout,
+        fault_effects=None,
+        check_args=not args.no_preflight,
+        argv=tuple(argv),
+        command="swa-harness nightly",
+        device="cuda",
+        name="nightly",
+        allow_different_models=args.allow_different_models,
+    )
     if args.report_only:
         from harness.jobs.provenance import job_provenance
 

@@ -39,6 +39,7 @@ def thresholds_from_options(options: Mapping[str, Any], base: Thresholds | None 
 
 def int_in(low: int, high: int | None = None, what: str = "") -> Callable[[str], int]:
     """An argparse type: an integer in [low, high]."""
+
     def parse(text: str) -> int:
         try:
             value = int(text)

@@ -51,8 +51,12 @@ class Model:
     @property
     def slug(self) -> str:
         """A checkpoint folder by its name, a hub id (``org/name``, no such folder here) with its slash as ``--``."""
-        local = (Path(self.name).is_absolute() or self.name.startswith(".") or self.name.count("/") > 1
-                 or (REPO / self.name).is_dir())
+        local = (
+            Path(self.name).is_absolute()
+            or self.name.startswith(".")
+            or self.name.count("/") > 1
+            or (REPO / self.name).is_dir()
+        )
         return Path(self.name).name if local else self.name.replace("/", "--")
 
     @property
@@ -134,12 +138,23 @@ class EvalStep:
         (few-shot as multi-turn), others through ``local-completions``; greedy (the tasks' own settings)."""
         model, client = self.model, self.client
         endpoint = "chat/completions" if model.chat else "completions"
-        model_args = (f"model={model.served_name},base_url={url}/v1/{endpoint},num_concurrent={client.concurrency},"
-                      f"max_retries={client.max_retries},timeout={client.timeout_s},tokenized_requests=False"
-                      + ("" if model.chat else ",tokenizer_backend=None"))
-        argv = ["python", "-m", "lm_eval", "run", "--model",
-                "local-chat-completions" if model.chat else "local-completions", "--model_args", model_args,
-                "--tasks", ",".join(t.lm_eval_task for t in self.tasks)]
+        model_args = (
+            f"model={model.served_name},base_url={url}/v1/{endpoint},num_concurrent={client.concurrency},"
+            f"max_retries={client.max_retries},timeout={client.timeout_s},tokenized_requests=False"
+            + ("" if model.chat else ",tokenizer_backend=None")
+        )
+        argv = [
+            "python",
+            "-m",
+            "lm_eval",
+            "run",
+            "--model",
+            "local-chat-completions" if model.chat else "local-completions",
+            "--model_args",
+            model_args,
+            "--tasks",
+            ",".join(t.lm_eval_task for t in self.tasks),
+        ]
         if any(t.frozen for t in self.tasks):
             argv += ["--include_path", str(TASKS_INCLUDE)]
         if model.chat:
@@ -151,8 +166,15 @@ class EvalStep:
             argv += ["--samples", json.dumps({t.lm_eval_task: list(range(self.items[t.name])) for t in self.tasks})]
         elif self.limited:
             argv += ["--limit", str(self.items[self.tasks[0].name])]
-        argv += ["--batch_size", str(client.batch_size), "--log_samples", "--output_path", str(self.out),
-                 "--seed", "0,0,0,0"]
+        argv += [
+            "--batch_size",
+            str(client.batch_size),
+            "--log_samples",
+            "--output_path",
+            str(self.out),
+            "--seed",
+            "0,0,0,0",
+        ]
         if cache is not None:
             argv += ["--use_cache", str(cache)]
         return Command(tuple(argv), dict(client.env))
@@ -185,9 +207,16 @@ class ArmRun:
     def spec(self) -> ServerSpec:
         """What the arm asks of its engine."""
         arm = self.arm
-        return ServerSpec(model=self.model.name, served_name=self.model.served_name, graphs=arm.graphs,
-                          flags=(*self.model.server_args, *arm.flags), env=dict(arm.env), fault=arm.fault,
-                          port=self.port, url=arm.url)
+        return ServerSpec(
+            model=self.model.name,
+            served_name=self.model.served_name,
+            graphs=arm.graphs,
+            flags=(*self.model.server_args, *arm.flags),
+            env=dict(arm.env),
+            fault=arm.fault,
+            port=self.port,
+            url=arm.url,
+        )
 
     @property
     def server(self) -> Command | None:
@@ -238,24 +267,76 @@ class Plan:
 
     def to_dict(self) -> dict[str, Any]:
         return {
-            "models": [{"name": m.name, "chat": m.chat, "server_args": list(m.server_args),
-                        "max_gen_toks": dict(m.max_gen_toks), "note": m.note} for m in self.models],
-            "arms": [{"name": a.name, "purpose": a.purpose, "engine": a.engine, "graphs": a.graphs, "flags": list(a.flags),
-                      "env": dict(a.env), "fault": a.fault, "role": a.role, "expect_red": a.expect_red}
-                     for a in self.arms],
-            "tasks": [{"name": t.name, "lm_eval_task": t.lm_eval_task, "items": t.items, "filter": t.filter,
-                       "chat_filter": t.chat_filter, "frozen": t.frozen, "source": t.source, "max_drop": t.max_drop}
-                      for t in self.tasks],
+            "models": [
+                {
+                    "name": m.name,
+                    "chat": m.chat,
+                    "server_args": list(m.server_args),
+                    "max_gen_toks": dict(m.max_gen_toks),
+                    "note": m.note,
+                }
+                for m in self.models
+            ],
+            "arms": [
+                {
+                    "name": a.name,
+                    "purpose": a.purpose,
+                    "engine": a.engine,
+                    "graphs": a.graphs,
+                    "flags": list(a.flags),
+                    "env": dict(a.env),
+                    "fault": a.fault,
+                    "role": a.role,
+                    "expect_red": a.expect_red,
+                }
+                for a in self.arms
+            ],
+            "tasks": [
+                {
+                    "name": t.name,
+                    "lm_eval_task": t.lm_eval_task,
+                    "items": t.items,
+                    "filter": t.filter,
+                    "chat_filter": t.chat_filter,
+                    "frozen": t.frozen,
+                    "source": t.source,
+                    "max_drop": t.max_drop,
+                }
+                for t in self.tasks
+            ],
             "limit": self.limit if not isinstance(self.limit, Mapping) else dict(self.limit),
             "concurrency": self.concurrency,
             "out": str(self.out),
-            "runs": [{"model": r.model.name, "arm": r.arm.name, "url": r.url,
-                      "server": r.server.to_dict() if r.server else None,
-                      "evals": [{"task": e.name, "items": sum(e.items.values()), "filter": "/".join(e.filters.values()),
-                                 "out": str(e.out), **e.command(r.url or "<url>").to_dict()} for e in r.evals]}
-                     for r in self.runs],
-            "comparisons": [{"model": c.model.name, "name": c.name, "treatment": c.treatment, "reference": c.reference,
-                             "expect": c.expectation, "report": str(c.dir / "index.html")} for c in self.comparisons],
+            "runs": [
+                {
+                    "model": r.model.name,
+                    "arm": r.arm.name,
+                    "url": r.url,
+                    "server": r.server.to_dict() if r.server else None,
+                    "evals": [
+                        {
+                            "task": e.name,
+                            "items": sum(e.items.values()),
+                            "filter": "/".join(e.filters.values()),
+                            "out": str(e.out),
+                            **e.command(r.url or "<url>").to_dict(),
+                        }
+                        for e in r.evals
+                    ],
+                }
+                for r in self.runs
+            ],
+            "comparisons": [
+                {
+                    "model": c.model.name,
+                    "name": c.name,
+                    "treatment": c.treatment,
+                    "reference": c.reference,
+                    "expect": c.expectation,
+                    "report": str(c.dir / "index.html"),
+                }
+                for c in self.comparisons
+            ],
             "report": str(self.out / "index.html"),
             "inputs": _jsonable(self.inputs),
         }
@@ -294,10 +375,21 @@ def _items_for(task: Task, limit: int | Mapping[str, int] | None) -> int:
     return min(wanted, task.items)
 
 
-def build_plan(*, title: str, models: Sequence[Model], arms: Sequence[Arm], tasks: Sequence[Task], out: Path,
-               limit: int | Mapping[str, int] | None = None, client: Client = Client(), port: int = 0,
-               parallel: int = 1, overview: bool = True, one_step_per_arm: bool = False,
-               inputs: Mapping[str, Any] | None = None) -> Plan:
+def build_plan(
+    *,
+    title: str,
+    models: Sequence[Model],
+    arms: Sequence[Arm],
+    tasks: Sequence[Task],
+    out: Path,
+    limit: int | Mapping[str, int] | None = None,
+    client: Client = Client(),
+    port: int = 0,
+    parallel: int = 1,
+    overview: bool = True,
+    one_step_per_arm: bool = False,
+    inputs: Mapping[str, Any] | None = None,
+) -> Plan:
     """The whole job. ``port``: the first server's port, arm i of a model on ``port + i`` (0: each server picks
     its own and reports it). ``one_step_per_arm``: all tasks in one lm-eval run per server (else one per task).
 
@@ -315,11 +407,14 @@ def build_plan(*, title: str, models: Sequence[Model], arms: Sequence[Arm], task
         raise ValueError(f"arm(s) {', '.join(bad)} have no role among {', '.join(ROLES)}")
     baselines = [a for a in arms if a.role == "baseline"]
     if len(baselines) != 1:
-        raise ValueError(f"a plan needs exactly one baseline arm (compared against every other), got "
-                         f"{len(baselines)}: {', '.join(a.name for a in baselines) or 'none'}")
+        raise ValueError(
+            f"a plan needs exactly one baseline arm (compared against every other), got "
+            f"{len(baselines)}: {', '.join(a.name for a in baselines) or 'none'}"
+        )
     if client.concurrency < 1 or client.batch_size < 1:
-        raise ValueError(f"concurrency and batch size must be at least 1, got {client.concurrency}, "
-                         f"{client.batch_size}")
+        raise ValueError(
+            f"concurrency and batch size must be at least 1, got {client.concurrency}, {client.batch_size}"
+        )
     if any(a.url for a in arms) and len(models) != 1:
         raise ValueError("external servers (url) serve one model: plan exactly one model")
     if isinstance(limit, Mapping) and (unknown := sorted(set(limit) - {t.name for t in tasks})):
@@ -335,11 +430,17 @@ def build_plan(*, title: str, models: Sequence[Model], arms: Sequence[Arm], task
             run_dir = out / model.slug / arm.name
             groups = [tuple(tasks)] if one_step_per_arm else [(t,) for t in tasks]
             evals = tuple(
-                EvalStep(group, {t.name: items[t.name] for t in group},
-                         {t.name: t.primary_filter(model) for t in group},
-                         run_dir / "lm_eval" / ("all" if one_step_per_arm else group[0].name), model, client,
-                         limited=limit is not None)
-                for group in groups)
+                EvalStep(
+                    group,
+                    {t.name: items[t.name] for t in group},
+                    {t.name: t.primary_filter(model) for t in group},
+                    run_dir / "lm_eval" / ("all" if one_step_per_arm else group[0].name),
+                    model,
+                    client,
+                    limited=limit is not None,
+                )
+                for group in groups
+            )
             runs.append(ArmRun(model, arm, arm_port, url, evals, run_dir))
     baseline = baselines[0].name
     comparisons = []
@@ -352,14 +453,38 @@ def build_plan(*, title: str, models: Sequence[Model], arms: Sequence[Arm], task
             comparisons.append(Comparison(model, treatment, reference, arm.expect_red, where))
     if not overview and len(comparisons) != 1:
         raise ValueError(f"a plan without an overview page has one comparison, this one has {len(comparisons)}")
-    return Plan(title, tuple(models), tuple(arms), tuple(tasks), limit, client, out, tuple(runs), tuple(comparisons),
-                parallel=parallel, overview=overview, inputs=dict(inputs or {}))
+    return Plan(
+        title,
+        tuple(models),
+        tuple(arms),
+        tuple(tasks),
+        limit,
+        client,
+        out,
+        tuple(runs),
+        tuple(comparisons),
+        parallel=parallel,
+        overview=overview,
+        inputs=dict(inputs or {}),
+    )
 
 
 # -- plan files ------------------------------------------------------------------------------------------
 
-_PLAN_KEYS = {"title", "models", "arm_defaults", "arms", "tasks", "limit", "client", "out", "port", "parallel",
-              "overview", "one_step_per_arm"}
+_PLAN_KEYS = {
+    "title",
+    "models",
+    "arm_defaults",
+    "arms",
+    "tasks",
+    "limit",
+    "client",
+    "out",
+    "port",
+    "parallel",
+    "overview",
+    "one_step_per_arm",
+}
 
 
 def _record(cls: type, data: Any, where: str) -> Any:
@@ -377,8 +502,15 @@ def _record(cls: type, data: Any, where: str) -> Any:
 def frozen_task(name: str) -> Task:
     """A frozen task of ``suites/accuracy`` (its whole set; a plan's limit cuts it)."""
     spec = FROZEN_TASKS[name]
-    return Task(spec.name, spec.lm_eval_task, set_size(spec), spec.primary_filter, "flexible-extract", True,
-                f"frozen {spec.name} set, suites/accuracy/{spec.name}.yaml over fixtures/data")
+    return Task(
+        spec.name,
+        spec.lm_eval_task,
+        set_size(spec),
+        spec.primary_filter,
+        "flexible-extract",
+        True,
+        f"frozen {spec.name} set, suites/accuracy/{spec.name}.yaml over fixtures/data",
+    )
 
 
 def plan_from_mapping(data: Mapping[str, Any], where: str = "plan") -> Plan:
@@ -390,19 +522,28 @@ def plan_from_mapping(data: Mapping[str, Any], where: str = "plan") -> Plan:
     for i, task in enumerate(data.get("tasks") or ()):
         if isinstance(task, str):
             if task not in FROZEN_TASKS:
-                raise ValueError(f"{where}: task {task!r} is no frozen task ({', '.join(FROZEN_TASKS)}); give it as a mapping")
+                raise ValueError(
+                    f"{where}: task {task!r} is no frozen task ({', '.join(FROZEN_TASKS)}); give it as a mapping"
+                )
             tasks.append(frozen_task(task))
         else:
             tasks.append(_record(Task, task, f"{where}: tasks[{i}]"))
-    kwargs = {k: v for k, v in data.items() if k in ("title", "limit", "port", "parallel", "overview", "one_step_per_arm")}
+    kwargs = {
+        k: v for k, v in data.items() if k in ("title", "limit", "port", "parallel", "overview", "one_step_per_arm")
+    }
     return build_plan(
         title=str(data.get("title") or Path(where).stem),
         models=[_record(Model, m, f"{where}: models[{i}]") for i, m in enumerate(data.get("models") or ())],
-        arms=[_record(Arm, _with_defaults(a, data.get("arm_defaults") or {}), f"{where}: arms[{i}]")
-              for i, a in enumerate(data.get("arms") or ())],
-        tasks=tasks, out=REPO / (data.get("out") or Path("reports") / Path(where).stem),  # relative: to the checkout
+        arms=[
+            _record(Arm, _with_defaults(a, data.get("arm_defaults") or {}), f"{where}: arms[{i}]")
+            for i, a in enumerate(data.get("arms") or ())
+        ],
+        tasks=tasks,
+        out=REPO / (data.get("out") or Path("reports") / Path(where).stem),  # relative: to the checkout
         client=_record(Client, data.get("client") or {}, f"{where}: client"),
-        **{k: v for k, v in kwargs.items() if k != "title"}, inputs=dict(data))
+        **{k: v for k, v in kwargs.items() if k != "title"},
+        inputs=dict(data),
+    )
 
 
 def _with_defaults(arm: Any, defaults: Mapping[str, Any]) -> Any:
@@ -447,49 +588,106 @@ def render(plan: Plan) -> str:
     n_servers = sum(r.launched for r in plan.runs)
     at_once = "one at a time" if plan.parallel == 1 else f"{plan.parallel} at a time"
     limit = plan.limit
-    items = ("whole test sets" if limit is None else f"first {limit} per task" if not isinstance(limit, Mapping)
-             else ", ".join(f"{k}={v}" for k, v in limit.items()))
-    requests = (f"{plan.concurrency} concurrent requests per server" if plan.client.batch_size == 1
-                else f"{plan.client.batch_size} prompts per request, {plan.concurrency} concurrent per server")
-    lines = [f"{plan.title}: {len(plan.models)} model(s) x {len(plan.arms)} arm(s) x {len(plan.tasks)} task(s): "
-             f"{n_servers} {_engines(plan)} server(s) launched {at_once}, {n_evals} lm-eval run(s), "
-             f"{len(plan.comparisons)} comparison(s)",
-             f"items: {items}; {requests}; greedy decoding; out: {plan.out}", "", "arms:"]
+    items = (
+        "whole test sets"
+        if limit is None
+        else f"first {limit} per task"
+        if not isinstance(limit, Mapping)
+        else ", ".join(f"{k}={v}" for k, v in limit.items())
+    )
+    requests = (
+        f"{plan.concurrency} concurrent requests per server"
+        if plan.client.batch_size == 1
+        else f"{plan.client.batch_size} prompts per request, {plan.concurrency} concurrent per server"
+    )
+    lines = [
+        f"{plan.title}: {len(plan.models)} model(s) x {len(plan.arms)} arm(s) x {len(plan.tasks)} task(s): "
+        f"{n_servers} {_engines(plan)} server(s) launched {at_once}, {n_evals} lm-eval run(s), "
+        f"{len(plan.comparisons)} comparison(s)",
+        f"items: {items}; {requests}; greedy decoding; out: {plan.out}",
+        "",
+        "arms:",
+    ]
     baseline = next(a.name for a in plan.arms if a.role == "baseline")
-    lines += _table(("arm", "flags", "env", "compared", "expected", "purpose"), [
-        (a.name, " ".join((*a.flags, *get_server_kind(a.engine).graph_flags(a.graphs, a.flags))) or "(defaults)", " ".join(f"{k}={v}" for k, v in sorted(a.env.items())) or "-",
-         "baseline" if a.role == "baseline" else (f"{baseline} vs {a.name}" if a.role == "reference"
-                                                  else f"{a.name} vs {baseline}"),
-         "-" if a.role == "baseline" else ("RED" if a.expect_red else "not RED"), a.purpose) for a in plan.arms])
+    lines += _table(
+        ("arm", "flags", "env", "compared", "expected", "purpose"),
+        [
+            (
+                a.name,
+                " ".join((*a.flags, *get_server_kind(a.engine).graph_flags(a.graphs, a.flags))) or "(defaults)",
+                " ".join(f"{k}={v}" for k, v in sorted(a.env.items())) or "-",
+                "baseline"
+                if a.role == "baseline"
+                else (f"{baseline} vs {a.name}" if a.role == "reference" else f"{a.name} vs {baseline}"),
+                "-" if a.role == "baseline" else ("RED" if a.expect_red else "not RED"),
+                a.purpose,
+            )
+            for a in plan.arms
+        ],
+    )
     lines += ["", "tasks:"]
-    lines += _table(("task", "lm-eval task", "items", "filter (completions / chat)", "max drop", "source"), [
-        (t.name, t.lm_eval_task, str(t.items), f"{t.filter} / {t.chat_filter}",
-         "default" if t.max_drop is None else f"{100 * t.max_drop:g} pp", t.source) for t in plan.tasks])
+    lines += _table(
+        ("task", "lm-eval task", "items", "filter (completions / chat)", "max drop", "source"),
+        [
+            (
+                t.name,
+                t.lm_eval_task,
+                str(t.items),
+                f"{t.filter} / {t.chat_filter}",
+                "default" if t.max_drop is None else f"{100 * t.max_drop:g} pp",
+                t.source,
+            )
+            for t in plan.tasks
+        ],
+    )
     lines += ["", "models:"]
-    lines += _table(("model", "API", "server flags", "max_gen_toks", "note"), [
-        (m.name, "chat (local-chat-completions, chat template)" if m.chat else "completions (local-completions)",
-         " ".join(m.server_args) or "-", " ".join(f"{k}={v}" for k, v in m.max_gen_toks.items()) or "task defaults",
-         m.note) for m in plan.models])
+    lines += _table(
+        ("model", "API", "server flags", "max_gen_toks", "note"),
+        [
+            (
+                m.name,
+                "chat (local-chat-completions, chat template)" if m.chat else "completions (local-completions)",
+                " ".join(m.server_args) or "-",
+                " ".join(f"{k}={v}" for k, v in m.max_gen_toks.items()) or "task defaults",
+                m.note,
+            )
+            for m in plan.models
+        ],
+    )
     for i, run in enumerate(plan.runs, 1):
         lines += ["", f"[{i}/{len(plan.runs)}] {run.label}  ({run.dir})"]
         url = run.url or "http://127.0.0.1:<port it reports>"
         if run.server is None:
             lines.append(f"  server: external, {run.url}")
         else:
-            lines += [f"  server: {run.server.shell()}", f"  ready:  GET {url}/health (200), log {run.dir / 'server.log'}"]
+            lines += [
+                f"  server: {run.server.shell()}",
+                f"  ready:  GET {url}/health (200), log {run.dir / 'server.log'}",
+            ]
         for step in run.evals:
             count = sum(step.items.values())
-            lines.append(f"  {step.name} ({count} items, filter {'/'.join(dict.fromkeys(step.filters.values()))}): "
-                         f"{step.command(url).shell()}")
+            lines.append(
+                f"  {step.name} ({count} items, filter {'/'.join(dict.fromkeys(step.filters.values()))}): "
+                f"{step.command(url).shell()}"
+            )
         if run.server is not None:
             grace = get_server_kind(run.arm.engine).stop_grace_s
             lines.append(f"  stop:   SIGTERM to the server's process group (SIGKILL after {grace:g} s)")
-    lines += ["", "comparisons (paired by item; McNemar exact, paired bootstrap, MDE; verdict per task, worst overall):"]
-    lines += _table(("model", "comparison", "ON (treatment)", "OFF (reference)", "expected", "report"), [
-        (c.model.name, c.name, c.treatment, c.reference, c.expectation, str(c.dir / "index.html"))
-        for c in plan.comparisons])
+    lines += [
+        "",
+        "comparisons (paired by item; McNemar exact, paired bootstrap, MDE; verdict per task, worst overall):",
+    ]
+    lines += _table(
+        ("model", "comparison", "ON (treatment)", "OFF (reference)", "expected", "report"),
+        [
+            (c.model.name, c.name, c.treatment, c.reference, c.expectation, str(c.dir / "index.html"))
+            for c in plan.comparisons
+        ],
+    )
     if plan.overview:
         lines += ["", f"overview: {plan.out / 'index.html'} (one column per arm), {plan.out / 'summary.json'}"]
-    lines.append("exit code: 0 when every comparison meets its expectation, 1 otherwise, 2 when an arm could not run "
-                 "(no verdict)")
+    lines.append(
+        "exit code: 0 when every comparison meets its expectation, 1 otherwise, 2 when an arm could not run "
+        "(no verdict)"
+    )
     return "\n".join(lines) + "\n"

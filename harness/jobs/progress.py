@@ -46,8 +46,11 @@ def last_line(log_path: Path | None, width: int = 70) -> str:
         with open(log_path, "rb") as log:
             log.seek(0, 2)
             log.seek(max(0, log.tell() - 4096))
-            lines = [ln.strip() for ln in log.read().decode(errors="replace").splitlines()
-                     if ln.strip() and 'HTTP/1.1"' not in ln and not ln.strip().startswith("warnings.warn(")]
+            lines = [
+                ln.strip()
+                for ln in log.read().decode(errors="replace").splitlines()
+                if ln.strip() and 'HTTP/1.1"' not in ln and not ln.strip().startswith("warnings.warn(")
+            ]
     except OSError:
         return ""
     line = lines[-1] if lines else ""
@@ -58,7 +61,9 @@ def _duration(seconds: float | None) -> str:
     if seconds is None:
         return "--"
     seconds = int(round(seconds))
-    return f"{seconds // 3600}h{seconds % 3600 // 60:02d}m" if seconds >= 3600 else f"{seconds // 60}m{seconds % 60:02d}s"
+    return (
+        f"{seconds // 3600}h{seconds % 3600 // 60:02d}m" if seconds >= 3600 else f"{seconds // 60}m{seconds % 60:02d}s"
+    )
 
 
 @dataclass(frozen=True)
@@ -130,8 +135,16 @@ class ArmProgress:
         if list(self.totals) != [""]:
             before = 0
             for task, n in self.totals.items():
-                rows.append(Row(self.label, task, min(max(done - before, 0), n), n,
-                                tps if before <= done < before + n else None, eta(before + n)))
+                rows.append(
+                    Row(
+                        self.label,
+                        task,
+                        min(max(done - before, 0), n),
+                        n,
+                        tps if before <= done < before + n else None,
+                        eta(before + n),
+                    )
+                )
                 before += n
         return rows
 
@@ -200,13 +213,21 @@ class Progress:
         self._say(f"graphs {label}: {word} {_duration(seconds)}")
         return seconds
 
-    def watch(self, label: str, base_url: str, total: int | Mapping[str, int],
-              read: ReadCounters = health_counters) -> None:
+    def watch(
+        self, label: str, base_url: str, total: int | Mapping[str, int], read: ReadCounters = health_counters
+    ) -> None:
         """Start showing an arm; ``total`` per task (in the order lm-eval sends them) or as one number; ``read``
         gets the server's counters (its engine's reader)."""
         totals = dict(total) if isinstance(total, Mapping) else {"": int(total)}
-        arm = ArmProgress(label, base_url, totals, time.perf_counter(), read(base_url) or Counters(0, 0), read,
-                          self.startup_s.get(label))
+        arm = ArmProgress(
+            label,
+            base_url,
+            totals,
+            time.perf_counter(),
+            read(base_url) or Counters(0, 0),
+            read,
+            self.startup_s.get(label),
+        )
         with self._lock:
             self.arms[label] = arm
         self._show(arm)
@@ -231,10 +252,15 @@ class Progress:
     def __enter__(self) -> Progress:
         if self.live:
             self._rich = RichProgress(
-                TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
-                TextColumn("{task.fields[rate]}"), TextColumn("{task.fields[eta]}"),
-                console=Console(file=self.stream), refresh_per_second=2, transient=False,
-            )  # fmt: skip
+                TextColumn("{task.description}"),
+                BarColumn(),
+                MofNCompleteColumn(),
+                TextColumn("{task.fields[rate]}"),
+                TextColumn("{task.fields[eta]}"),
+                console=Console(file=self.stream),
+                refresh_per_second=2,
+                transient=False,
+            )
             self._rich.start()
         self._thread.start()
         return self
@@ -283,8 +309,14 @@ class Progress:
             return
         for row in arm.rows(time.perf_counter()):
             key = (row.arm, row.task)
-            fields = {"rate": f"{row.tokens_per_s:.1f} tok/s" if row.tokens_per_s else "",
-                      "eta": "done" if row.done >= row.total else "stopped" if arm.finished else f"ETA {_duration(row.eta_s)}"}
+            fields = {
+                "rate": f"{row.tokens_per_s:.1f} tok/s" if row.tokens_per_s else "",
+                "eta": "done"
+                if row.done >= row.total
+                else "stopped"
+                if arm.finished
+                else f"ETA {_duration(row.eta_s)}",
+            }
             if key not in self._tasks:
                 self._tasks[key] = self._rich.add_task(("  " if row.task else "") + row.name, total=row.total, **fields)
             self._rich.update(self._tasks[key], completed=row.done, **fields)

@@ -57,6 +57,7 @@ def engine_under_test(arms: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
     if all(a.get("engine") == "harness" and not a.get("url") for a in arms.values()):
         return {"summary": f"harness {short}", "kind": "harness engine of this checkout", **harness}
     versions = {label: str((a.get("identity") or {}).get("version") or "unknown") for label, a in arms.items()}
+
     def named(engine: str, version: str) -> str:  # "sglang 0.5.23" as SGLang says it; vLLM's /version is bare
         return version if engine == "external" or version.startswith(engine) else f"{engine} {version}"
 
@@ -76,8 +77,11 @@ def model_provenance(name: str) -> dict[str, Any]:
     if not model.is_dir():
         return {"name": name, "source": "hub"}
     files = {f: file_sha256(model / f) for f in ("model.safetensors", "config.json", "tokenizer.json")}
-    return {"name": model.name, "checkpoint": shown(model),
-            **{f"{f} sha256": digest or "n/a" for f, digest in files.items()}}
+    return {
+        "name": model.name,
+        "checkpoint": shown(model),
+        **{f"{f} sha256": digest or "n/a" for f, digest in files.items()},
+    }
 
 
 def _first_line(path: Path) -> str:
@@ -100,8 +104,13 @@ def arm_provenance(plan: Plan, comparison: Comparison, arm_name: str, runs: Sequ
     lm-eval's commands."""
     run = plan.run_for(comparison.model, arm_name)
     identity = next((r.record.identity for r in runs if r.record.arm == arm_name), None)
-    out: dict[str, Any] = {"arm": arm_name, "engine": run.arm.engine, "graphs": run.arm.graphs, "purpose": run.arm.purpose,
-                           "fault": run.arm.fault or "none"}
+    out: dict[str, Any] = {
+        "arm": arm_name,
+        "engine": run.arm.engine,
+        "graphs": run.arm.graphs,
+        "purpose": run.arm.purpose,
+        "fault": run.arm.fault or "none",
+    }
     if identity is not None:
         out["identity"] = identity.to_dict()
     if run.launched:
@@ -112,8 +121,9 @@ def arm_provenance(plan: Plan, comparison: Comparison, arm_name: str, runs: Sequ
         out["url"] = run.arm.url
         out["server"] = f"external: {run.arm.url}"
     for step in run.evals:
-        out[f"lm-eval command ({step.name})" if len(run.evals) > 1 else "lm-eval command"] = \
-            _first_line(run.dir / step.log_name)
+        out[f"lm-eval command ({step.name})" if len(run.evals) > 1 else "lm-eval command"] = _first_line(
+            run.dir / step.log_name
+        )
     return out
 
 
@@ -139,8 +149,13 @@ def _memory() -> str:
 
 def hardware(device: str) -> dict[str, Any]:
     """This machine (the one that launched the servers); the GPU only when the eval ran on one."""
-    info: dict[str, Any] = {"device": device, "cpu": _cpu_model(), "logical cores": os.cpu_count() or 0,
-                            "memory": _memory(), "machine": platform.machine()}
+    info: dict[str, Any] = {
+        "device": device,
+        "cpu": _cpu_model(),
+        "logical cores": os.cpu_count() or 0,
+        "memory": _memory(),
+        "machine": platform.machine(),
+    }
     if device.startswith("cuda"):
         try:
             import torch  # imported here: only a GPU run needs it
@@ -171,28 +186,39 @@ def job_provenance(plan: Plan, command: str, device: str) -> dict[str, Any]:
             "id": f"{now:%Y%m%dT%H%M%SZ}-{uuid.uuid4().hex[:6]}",
             "recorded at": now.isoformat(timespec="seconds"),
             "command": command,
-            "items": ("whole test sets" if limit is None else f"first {limit} per task" if isinstance(limit, int)
-                      else ", ".join(f"{k}={v}" for k, v in limit.items())),
+            "items": (
+                "whole test sets"
+                if limit is None
+                else f"first {limit} per task"
+                if isinstance(limit, int)
+                else ", ".join(f"{k}={v}" for k, v in limit.items())
+            ),
             "decoding": "greedy (temperature 0), lm-eval seed 0",
             "lm-eval requests": f"{plan.client.batch_size} prompts per request, {plan.concurrency} concurrent per server",
         },
         "hardware": hardware(device),
-        "software": {"python": platform.python_version(), "torch": _version("torch"), "lm-eval": _version("lm_eval"),
-                     **{name: _version(name) for name in ("sglang", "vllm") if _version(name) != "not installed"},
-                     "platform": platform.platform()},
+        "software": {
+            "python": platform.python_version(),
+            "torch": _version("torch"),
+            "lm-eval": _version("lm_eval"),
+            **{name: _version(name) for name in ("sglang", "vllm") if _version(name) != "not installed"},
+            "platform": platform.platform(),
+        },
         "datasets": dataset_hashes(t.name for t in plan.tasks if t.frozen),
     }
 
 
-def comparison_provenance(plan: Plan, comparison: Comparison, runs: Sequence[RunResult],
-                          base: Mapping[str, Any]) -> dict[str, Any]:
+def comparison_provenance(
+    plan: Plan, comparison: Comparison, runs: Sequence[RunResult], base: Mapping[str, Any]
+) -> dict[str, Any]:
     """The whole record of one comparison (saved with its runs, kept in the history, shown on top of its report)."""
-    arms = {"on": arm_provenance(plan, comparison, comparison.treatment, runs),
-            "off": arm_provenance(plan, comparison, comparison.reference, runs)}
+    arms = {
+        "on": arm_provenance(plan, comparison, comparison.treatment, runs),
+        "off": arm_provenance(plan, comparison, comparison.reference, runs),
+    }
     model = model_provenance(comparison.model.name)
     served = {side: (arm.get("identity") or {}).get("weights") for side, arm in arms.items()}
     if any(served.values()):  # what the servers said they loaded, beside what this checkout holds
         model["weights served"] = {side: weights or "not reported" for side, weights in served.items()}
-    out = {"run": dict(base.get("run", {})), "engine under test": engine_under_test(arms), "model": model,
-           "arms": arms}
+    out = {"run": dict(base.get("run", {})), "engine under test": engine_under_test(arms), "model": model, "arms": arms}
     return out | {k: v for k, v in base.items() if k not in out}

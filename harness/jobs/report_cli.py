@@ -23,8 +23,10 @@ def rerender(out: Path, *, options: RunOptions) -> int:
     """
     saved = out / "plan.json"
     if not saved.is_file():
-        print(f"swa-harness report: no saved job under {out} (plan.json missing); run `swa-harness eval` first",
-              file=sys.stderr)
+        print(
+            f"swa-harness report: no saved job under {out} (plan.json missing); run `swa-harness eval` first",
+            file=sys.stderr,
+        )
         return 2
     try:
         plan = plan_from_inputs(json.loads(saved.read_text())["inputs"])
@@ -38,19 +40,39 @@ def rerender(out: Path, *, options: RunOptions) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="swa-harness report", description=__doc__)
-    parser.add_argument("--out", type=Path, default=DEFAULT_OUT, help="folder holding plan.json (the report is written there)")
-    parser.add_argument("--kill-matrix", type=Path, default=DEFAULT_KILL_MATRIX,
-                        help="the harness target's matrix; <stem>-<target>.json beside it are shown too")
+    parser.add_argument(
+        "--out", type=Path, default=DEFAULT_OUT, help="folder holding plan.json (the report is written there)"
+    )
+    parser.add_argument(
+        "--kill-matrix",
+        type=Path,
+        default=DEFAULT_KILL_MATRIX,
+        help="the harness target's matrix; <stem>-<target>.json beside it are shown too",
+    )
     history = parser.add_mutually_exclusive_group()
-    history.add_argument("--history", type=Path, default=DEFAULT_HISTORY,
-                         help=f"JSON-lines eval history the trend is read from and this run's record updated in "
-                              f"(default {DEFAULT_HISTORY.relative_to(REPO)})")
-    history.add_argument("--no-history", dest="history", action="store_const", const=None,
-                         help="neither read nor write a history (no trend in the report)")
+    history.add_argument(
+        "--history",
+        type=Path,
+        default=DEFAULT_HISTORY,
+        help=f"JSON-lines eval history the trend is read from and this run's record updated in "
+        f"(default {DEFAULT_HISTORY.relative_to(REPO)})",
+    )
+    history.add_argument(
+        "--no-history",
+        dest="history",
+        action="store_const",
+        const=None,
+        help="neither read nor write a history (no trend in the report)",
+    )
     add_threshold_options(parser)
     args = parser.parse_args(argv)
-    options = RunOptions(thresholds=thresholds_from_options(vars(args)), kill_matrix=args.kill_matrix,
-                         history=args.history, command="swa-harness report", name="swa-harness report")
+    options = RunOptions(
+        thresholds=thresholds_from_options(vars(args)),
+        kill_matrix=args.kill_matrix,
+        history=args.history,
+        command="swa-harness report",
+        name="swa-harness report",
+    )
     return rerender(args.out, options=options)
 
 

@@ -54,8 +54,14 @@ from harness.jobs.progress import Progress
 from harness.jobs.provenance import comparison_provenance, job_provenance
 from harness.paths import DEFAULT_FAULT_EFFECTS, DEFAULT_KILL_MATRIX, DEFAULT_RELEASE_MATRIX, REPO, shown
 from harness.report import render_report
-from harness.report.inputs import (FaultEffects, KillMatrixFile, ReleaseMatrix, load_fault_effects, load_kill_matrices,
-                                   load_release_matrix)
+from harness.report.inputs import (
+    FaultEffects,
+    KillMatrixFile,
+    ReleaseMatrix,
+    load_fault_effects,
+    load_kill_matrices,
+    load_release_matrix,
+)
 from harness.report.overview import OverviewComparison, OverviewModel, write_overview
 
 
@@ -118,11 +124,26 @@ class Outcome:
 
     def to_dict(self) -> dict[str, Any]:
         c = self.comparison
-        return {"model": c.model.name, "comparison": c.name, "treatment": c.treatment, "reference": c.reference,
-                "verdict": self.summary.verdict.value, "expected": c.expectation, "as expected": self.ok,
-                "reason": self.summary.reason, "report": str(self.report) if self.report else None,
-                "suites": {t.task: {"verdict": t.verdict.value, "difference": t.difference.value if t.difference else None,
-                                    "n": t.n, "reason": t.reason} for t in self.tasks}}
+        return {
+            "model": c.model.name,
+            "comparison": c.name,
+            "treatment": c.treatment,
+            "reference": c.reference,
+            "verdict": self.summary.verdict.value,
+            "expected": c.expectation,
+            "as expected": self.ok,
+            "reason": self.summary.reason,
+            "report": str(self.report) if self.report else None,
+            "suites": {
+                t.task: {
+                    "verdict": t.verdict.value,
+                    "difference": t.difference.value if t.difference else None,
+                    "n": t.n,
+                    "reason": t.reason,
+                }
+                for t in self.tasks
+            },
+        }
 
 
 # -- one run: a server and lm-eval against it ------------------------------------------------------------
@@ -137,13 +158,20 @@ class ArmSession:
     is what every RunResult of the run carries; its counters are read again after each step.
     """
 
-    def __init__(self, run: ArmRun, options: RunOptions, progress: Progress, children: ChildProcesses = CHILDREN,
-                 label: str | None = None) -> None:
+    def __init__(
+        self,
+        run: ArmRun,
+        options: RunOptions,
+        progress: Progress,
+        children: ChildProcesses = CHILDREN,
+        label: str | None = None,
+    ) -> None:
         self.run, self.options, self.progress, self.children = run, options, progress, children
         self.label = label or run.key
         self.kind = get_server_kind(run.arm.engine)
-        self.record = RunRecord(arm=run.arm.name, served_by=self.kind.name, graphs=run.arm.graphs,
-                                fault=run.arm.fault, base_url=run.arm.url)
+        self.record = RunRecord(
+            arm=run.arm.name, served_by=self.kind.name, graphs=run.arm.graphs, fault=run.arm.fault, base_url=run.arm.url
+        )
         self.server: ServerProcess | None = None
         self.failure: str | None = None
         self.started = time.perf_counter()  # each RunResult's wall_s counts from here
@@ -187,8 +215,13 @@ class ArmSession:
         t0 = time.perf_counter()
         self.progress.starting(self.label, log)
         try:
-            self.server = self.kind.start(self.run.spec, log_path=log, timeout=self.options.server_timeout,
-                                          python=self.options.python, children=self.children)
+            self.server = self.kind.start(
+                self.run.spec,
+                log_path=log,
+                timeout=self.options.server_timeout,
+                python=self.options.python,
+                children=self.children,
+            )
         except ServerLaunchError as exc:
             raise RunFailure(f"{self.part} {exc.reason}; see {shown(log)}") from exc
         finally:
@@ -221,12 +254,15 @@ class ArmSession:
         cache = None
         if step.client.samples:  # the CPU job: every response kept as it comes, for --resume
             identity = self.record.identity.raw if self.record.identity else {}
-            cache = response_cache(self.run, step, identity, cache_dir=self.run.dir / "cache", resume=self.options.resume)
+            cache = response_cache(
+                self.run, step, identity, cache_dir=self.run.dir / "cache", resume=self.options.resume
+            )
         command, log = step.command(self.url, cache), self.run.dir / step.log_name
         self.progress.watch(self.label, self.url, dict(step.items), self.kind.counters)
         try:
-            code = run_lm_eval(command, log, self.options.eval_timeout, python=self.options.python,
-                               children=self.children)
+            code = run_lm_eval(
+                command, log, self.options.eval_timeout, python=self.options.python, children=self.children
+            )
         except LmEvalTimeout as exc:
             raise RunFailure(f"lm-eval ({self.run.arm.name}) {exc}; see {shown(log)}") from exc
         finally:
@@ -243,15 +279,19 @@ class ArmSession:
             raise RunFailure(f"lm-eval ({self.run.arm.name}) wrote no samples for {name}; see {shown(log)}")
         parsed = parse_samples(samples, TaskSpec(task.name, name, flt, items))
         if len(parsed) != items:
-            raise RunFailure(f"lm-eval ({self.run.arm.name}) wrote {len(parsed)} samples of {name} "
-                             f"(filter {flt}) for {items} items; see {shown(log)}")
+            raise RunFailure(
+                f"lm-eval ({self.run.arm.name}) wrote {len(parsed)} samples of {name} "
+                f"(filter {flt}) for {items} items; see {shown(log)}"
+            )
         return parsed
 
     def _check_alive(self) -> None:
         if self.server is not None:
             if not self.server.alive():
-                raise RunFailure(f"{self.part} died during the run (exit code {self.server.proc.returncode}); "
-                                 f"see {shown(self.server.log_path)}")
+                raise RunFailure(
+                    f"{self.part} died during the run (exit code {self.server.proc.returncode}); "
+                    f"see {shown(self.server.log_path)}"
+                )
             return
         try:
             server_identity(self.url, timeout=5)
@@ -259,14 +299,23 @@ class ArmSession:
             raise RunFailure(f"{self.part} stopped answering during the run: {exc}") from exc
 
     def _save(self, task: Task, error: str | None, items: list[ItemResult]) -> RunResult:
-        result = RunResult(task.name, str(self.record.graphs), self.run.model.slug, error is None, error,
-                           items if error is None else [], round(time.perf_counter() - self.started, 2), self.record)
+        result = RunResult(
+            task.name,
+            str(self.record.graphs),
+            self.run.model.slug,
+            error is None,
+            error,
+            items if error is None else [],
+            round(time.perf_counter() - self.started, 2),
+            self.record,
+        )
         result.save(self.run.dir / "runs" / f"{task.name}.json")
         return result
 
 
-def run_arm(run: ArmRun, options: RunOptions, progress: Progress, children: ChildProcesses = CHILDREN,
-            label: str | None = None) -> list[RunResult]:
+def run_arm(
+    run: ArmRun, options: RunOptions, progress: Progress, children: ChildProcesses = CHILDREN, label: str | None = None
+) -> list[RunResult]:
     """The run's server (unless external), each lm-eval step, the server stopped; one RunResult per task, saved.
 
     A server that fails makes every task INCOMPLETE; a failed lm-eval step only its own tasks, unless it took
@@ -276,16 +325,23 @@ def run_arm(run: ArmRun, options: RunOptions, progress: Progress, children: Chil
         return [result for step in run.evals for result in session.step(step)]
 
 
-def run_lm_eval(command: Command, log_path: Path, timeout: float, *, python: str = sys.executable,
-                children: ChildProcesses = CHILDREN) -> int:
+def run_lm_eval(
+    command: Command,
+    log_path: Path,
+    timeout: float,
+    *,
+    python: str = sys.executable,
+    children: ChildProcesses = CHILDREN,
+) -> int:
     """Run lm-eval once (never retried) in its own process group, owned by ``children``, with its whole
     output kept in ``log_path``; its exit code. Past ``timeout`` seconds it is killed (LmEvalTimeout)."""
     log_path.parent.mkdir(parents=True, exist_ok=True)
     with open(log_path, "w") as log:
         log.write("$ " + command.shell() + "\n")
         log.flush()
-        proc = children.spawn(command.resolved(python), cwd=REPO, env={**os.environ, **command.env}, stdout=log,
-                              stderr=subprocess.STDOUT)
+        proc = children.spawn(
+            command.resolved(python), cwd=REPO, env={**os.environ, **command.env}, stdout=log, stderr=subprocess.STDOUT
+        )
         try:
             return proc.wait(timeout)
         except subprocess.TimeoutExpired:
@@ -360,10 +416,15 @@ def run_plan(plan: Plan, options: RunOptions = RunOptions()) -> int:
                 futures = [pool.submit(run_arm, run, options, progress, children, label(run)) for run in plan.runs]
                 runs = [result for f in futures for result in f.result()]
     except JobInterrupted as exc:
-        print(f"{options.name}: interrupted by {exc}; its servers and lm-eval runs were stopped", file=sys.stderr,
-              flush=True)
+        print(
+            f"{options.name}: interrupted by {exc}; its servers and lm-eval runs were stopped",
+            file=sys.stderr,
+            flush=True,
+        )
         return 128 + exc.signum
-    base = job_provenance(plan, options.command_line, options.device) | {"wall time": f"{time.perf_counter() - start:.0f} s"}
+    base = job_provenance(plan, options.command_line, options.device) | {
+        "wall time": f"{time.perf_counter() - start:.0f} s"
+    }
     (plan.out / "provenance.json").write_text(json.dumps(base, indent=2))
     return finish(plan, runs, options, base)
 
@@ -415,8 +476,18 @@ def load_runs(plan: Plan) -> list[RunResult]:
                 if path.is_file():
                     runs.append(RunResult.load(path))
                 else:
-                    runs.append(RunResult(task.name, run.arm.graphs, run.model.slug, False,
-                                          f"no saved run at {shown(path)}", [], 0.0, RunRecord(run.arm.name)))
+                    runs.append(
+                        RunResult(
+                            task.name,
+                            run.arm.graphs,
+                            run.model.slug,
+                            False,
+                            f"no saved run at {shown(path)}",
+                            [],
+                            0.0,
+                            RunRecord(run.arm.name),
+                        )
+                    )
     return runs
 
 
@@ -455,8 +526,9 @@ def comparison_verdict(tasks: Sequence[TaskComparison], differ: str | None, allo
     return replace(summary, verdict=Verdict.NONE, reason=f"no verdict: {differ}")
 
 
-def record_in_history(history: Path | None, judged: Judged, summary: Summary,
-                      provenance: Mapping[str, Any]) -> Trend | None:
+def record_in_history(
+    history: Path | None, judged: Judged, summary: Summary, provenance: Mapping[str, Any]
+) -> Trend | None:
     """The comparison's line in the history, and the trend it is now part of (None: no history kept)."""
     if history is None:
         return None
@@ -474,21 +546,34 @@ class SideInputs:
 
     @classmethod
     def read(cls, options: RunOptions) -> SideInputs:
-        return cls(load_kill_matrices(options.kill_matrix), load_fault_effects(options.fault_effects),
-                   load_release_matrix(options.release_matrix))
+        return cls(
+            load_kill_matrices(options.kill_matrix),
+            load_fault_effects(options.fault_effects),
+            load_release_matrix(options.release_matrix),
+        )
 
 
-def render_comparison(judged: Judged, summary: Summary, provenance: Mapping[str, Any], trend: Trend | None,
-                      side: SideInputs) -> Path:
+def render_comparison(
+    judged: Judged, summary: Summary, provenance: Mapping[str, Any], trend: Trend | None, side: SideInputs
+) -> Path:
     """The comparison's HTML report."""
-    return render_report(judged.tasks, judged.runs, summary=summary, provenance=provenance,
-                         out_dir=judged.comparison.dir, trend=trend, kill_matrices=side.kill_matrices,
-                         fault_effects=side.fault_effects, release_matrix=side.release_matrix,
-                         tokenize=_tokenizer(judged.comparison))
+    return render_report(
+        judged.tasks,
+        judged.runs,
+        summary=summary,
+        provenance=provenance,
+        out_dir=judged.comparison.dir,
+        trend=trend,
+        kill_matrices=side.kill_matrices,
+        fault_effects=side.fault_effects,
+        release_matrix=side.release_matrix,
+        tokenize=_tokenizer(judged.comparison),
+    )
 
 
-def exit_code(runs: Sequence[RunResult], outcomes: Sequence[Outcome], differ: Mapping[tuple[str, str], str],
-              options: RunOptions) -> int:
+def exit_code(
+    runs: Sequence[RunResult], outcomes: Sequence[Outcome], differ: Mapping[tuple[str, str], str], options: RunOptions
+) -> int:
     """0 when every comparison met its expectation, 1 when one did not; 2, said on stderr with each reason, when a
     run failed or two arms served different models (unless allowed): then nothing was measured."""
     failures = list(dict.fromkeys(r.error.splitlines()[0] for r in runs if not r.complete and r.error))
@@ -504,14 +589,17 @@ def finish(plan: Plan, runs: Sequence[RunResult], options: RunOptions, base: Map
     """Judge, record in the history, report (each comparison, and the overview), print; the exit code."""
     differ = different_models(plan, runs)
     side = SideInputs.read(options)
-    outcomes = [_conclude(plan, judged, differ.get((judged.comparison.model.name, judged.comparison.name)), options,
-                          base, side) for judged in judge(plan, runs, options.thresholds)]
+    outcomes = [
+        _conclude(plan, judged, differ.get((judged.comparison.model.name, judged.comparison.name)), options, base, side)
+        for judged in judge(plan, runs, options.thresholds)
+    ]
     _front_page(plan, runs, outcomes, options)
     return exit_code(runs, outcomes, differ, options)
 
 
-def _conclude(plan: Plan, judged: Judged, differ: str | None, options: RunOptions, base: Mapping[str, Any],
-              side: SideInputs) -> Outcome:
+def _conclude(
+    plan: Plan, judged: Judged, differ: str | None, options: RunOptions, base: Mapping[str, Any], side: SideInputs
+) -> Outcome:
     """One comparison: its verdict, its history line, its report, printed."""
     summary = comparison_verdict(judged.tasks, differ, options.allow_different_models)
     provenance = comparison_provenance(plan, judged.comparison, judged.runs, base)
@@ -530,10 +618,22 @@ def _front_page(plan: Plan, runs: Sequence[RunResult], outcomes: Sequence[Outcom
     if not plan.overview:
         print(f"report: {outcomes[0].report}")
         return
-    summary = {"as expected": all(o.ok for o in outcomes), "comparisons": [o.to_dict() for o in outcomes],
-               "runs": [{"model": r.model, "arm": r.record.arm, "task": r.task, "complete": r.complete,
-                         "error": r.error, "correct": sum(i.correct for i in r.items), "n": len(r.items)}
-                        for r in runs]}
+    summary = {
+        "as expected": all(o.ok for o in outcomes),
+        "comparisons": [o.to_dict() for o in outcomes],
+        "runs": [
+            {
+                "model": r.model,
+                "arm": r.record.arm,
+                "task": r.task,
+                "complete": r.complete,
+                "error": r.error,
+                "correct": sum(i.correct for i in r.items),
+                "n": len(r.items),
+            }
+            for r in runs
+        ],
+    }
     (plan.out / "summary.json").write_text(json.dumps(summary, indent=1) + "\n")
     print(f"overview: {write_overview(plan.out / 'index.html', _overview(plan, runs, outcomes), options.thresholds)}")
 
@@ -567,10 +667,15 @@ def _model_before_start(run: ArmRun) -> tuple[Identity, str] | None:
         local = local if local.is_absolute() else REPO / local  # servers run in the checkout
         if not local.is_dir():
             return None
-        identity = Identity(run.arm.engine, "", run.spec.model, weights_fingerprint(local), tokenizer_fingerprint(local))
+        identity = Identity(
+            run.arm.engine, "", run.spec.model, weights_fingerprint(local), tokenizer_fingerprint(local)
+        )
         where = run.spec.model
-    parts = [f"{what} {digest}" for what, digest in (("weights", identity.weights), ("tokenizer", identity.tokenizer))
-             if digest]
+    parts = [
+        f"{what} {digest}"
+        for what, digest in (("weights", identity.weights), ("tokenizer", identity.tokenizer))
+        if digest
+    ]
     return (identity, f"{where} {', '.join(parts)}") if parts else None
 
 
@@ -578,28 +683,40 @@ def models_known_to_differ(plan: Plan) -> list[str]:
     """Before anything starts: comparisons whose arms will serve different models, each as one line."""
     known = {(r.model.slug, r.arm.name): found for r in plan.runs if (found := _model_before_start(r))}
     where = {key: text for key, (_, text) in known.items()}
-    return [f"{c.model.name} {c.name}: the arms serve different models ({c.treatment}: "
-            f"{where[c.model.slug, c.treatment]}; {c.reference}: {where[c.model.slug, c.reference]}); "
-            "--allow-different-models judges them anyway"
-            for c, _ in arms_that_differ(plan, {key: identity for key, (identity, _) in known.items()})]
+    return [
+        f"{c.model.name} {c.name}: the arms serve different models ({c.treatment}: "
+        f"{where[c.model.slug, c.treatment]}; {c.reference}: {where[c.model.slug, c.reference]}); "
+        "--allow-different-models judges them anyway"
+        for c, _ in arms_that_differ(plan, {key: identity for key, (identity, _) in known.items()})
+    ]
 
 
 def different_models(plan: Plan, runs: Sequence[RunResult]) -> dict[tuple[str, str], str]:
     """After the runs: (model, comparison) -> how its two arms' servers reported different weights or tokenizers."""
     served = {(r.model, r.record.arm): _identity(r.record.identity) for r in runs if r.record.identity}
-    return {(c.model.name, c.name): f"the arms served different models ({'; '.join(diff)})"
-            for c, diff in arms_that_differ(plan, served)}
+    return {
+        (c.model.name, c.name): f"the arms served different models ({'; '.join(diff)})"
+        for c, diff in arms_that_differ(plan, served)
+    }
 
 
 def served_identity(identity: Identity) -> ServedIdentity:
     """A server's identity as a run keeps it."""
-    return ServedIdentity(identity.engine, identity.version, identity.model, identity.weights, identity.tokenizer,
-                          dict(identity.flags), dict(identity.raw))
+    return ServedIdentity(
+        identity.engine,
+        identity.version,
+        identity.model,
+        identity.weights,
+        identity.tokenizer,
+        dict(identity.flags),
+        dict(identity.raw),
+    )
 
 
 def _identity(served: ServedIdentity) -> Identity:
-    return Identity(served.engine, served.version, served.model, served.weights, served.tokenizer, served.flags,
-                    served.raw)
+    return Identity(
+        served.engine, served.version, served.model, served.weights, served.tokenizer, served.flags, served.raw
+    )
 
 
 def _overview(plan: Plan, runs: Sequence[RunResult], outcomes: Sequence[Outcome]) -> list[OverviewModel]:
@@ -607,13 +724,27 @@ def _overview(plan: Plan, runs: Sequence[RunResult], outcomes: Sequence[Outcome]
     by_key = {(r.model, r.record.arm, r.task): r for r in runs}
     models = []
     for model in plan.models:
-        arms = [(a.name, " ".join((*a.flags, *get_server_kind(a.engine).graph_flags(a.graphs, a.flags))) or "(defaults)",
-                 " ".join(f"{k}={v}" for k, v in a.env.items())) for a in plan.arms]
+        arms = [
+            (
+                a.name,
+                " ".join((*a.flags, *get_server_kind(a.engine).graph_flags(a.graphs, a.flags))) or "(defaults)",
+                " ".join(f"{k}={v}" for k, v in a.env.items()),
+            )
+            for a in plan.arms
+        ]
         cells = {(a.name, t.name): by_key.get((model.slug, a.name, t.name)) for a in plan.arms for t in plan.tasks}
-        comparisons = [OverviewComparison(f"{o.comparison.treatment} vs {o.comparison.reference}", o.tasks,
-                                          o.summary.verdict.value, o.comparison.expectation, o.ok,
-                                          str(Path(o.report).relative_to(plan.out)) if o.report else None)
-                       for o in outcomes if o.comparison.model == model]
+        comparisons = [
+            OverviewComparison(
+                f"{o.comparison.treatment} vs {o.comparison.reference}",
+                o.tasks,
+                o.summary.verdict.value,
+                o.comparison.expectation,
+                o.ok,
+                str(Path(o.report).relative_to(plan.out)) if o.report else None,
+            )
+            for o in outcomes
+            if o.comparison.model == model
+        ]
         models.append(OverviewModel(model.name, arms, [t.name for t in plan.tasks], cells, comparisons))
     return models
 
@@ -634,7 +765,9 @@ def _load_tokenizer(path: str) -> Tokenize:
         from harness.model import Tokenizer  # imported here: harness.model pulls in torch, needed only for this
 
         tok = Tokenizer.from_dir(Path(path))
-        _TOKENIZERS[path] = lambda text: [tok.decode([i]) for i in tok.tokenizer.encode(text, add_special_tokens=False).ids]
+        _TOKENIZERS[path] = lambda text: [
+            tok.decode([i]) for i in tok.tokenizer.encode(text, add_special_tokens=False).ids
+        ]
     return _TOKENIZERS[path]
 
 
@@ -644,10 +777,12 @@ def _print_outcome(outcome: Outcome, several: bool) -> None:
             print(f"{c.task}: NO VERDICT — {'; '.join(c.errors)}")
             continue
         on, off, diff = c.on_accuracy, c.off_accuracy, c.difference
-        print(f"{c.task}: N={c.n} on {on.value:.1%} [{on.low:.1%}, {on.high:.1%}] "
-              f"off {off.value:.1%} [{off.low:.1%}, {off.high:.1%}] "
-              f"diff {diff.value:+.1%} [{diff.low:+.1%}, {diff.high:+.1%}] McNemar p={c.mcnemar_p:.3g} "
-              f"MDE {c.mde:.1%} flips {len(c.flips)} -> {c.verdict.name}")
+        print(
+            f"{c.task}: N={c.n} on {on.value:.1%} [{on.low:.1%}, {on.high:.1%}] "
+            f"off {off.value:.1%} [{off.low:.1%}, {off.high:.1%}] "
+            f"diff {diff.value:+.1%} [{diff.low:+.1%}, {diff.high:+.1%}] McNemar p={c.mcnemar_p:.3g} "
+            f"MDE {c.mde:.1%} flips {len(c.flips)} -> {c.verdict.name}"
+        )
     s = outcome.summary
     if several:
         c = outcome.comparison

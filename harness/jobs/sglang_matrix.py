@@ -48,35 +48,64 @@ COMPATIBILITY_MD = REPO / "docs" / "COMPATIBILITY.md"
 # How the adapters follow SGLang's memory API through the releases (harness/targets/sglang/adapters.py, asked of the
 # installed SGLang by capabilities.py), and what stays out of reach on CPU.
 API_MOVES = (
-    ("`SWATokenToKVPoolAllocator`", "in `swa_memory_pool.py` up to 0.5.12.post1, `allocator/swa.py` from 0.5.13",
-     "the first module that has it"),
+    (
+        "`SWATokenToKVPoolAllocator`",
+        "in `swa_memory_pool.py` up to 0.5.12.post1, `allocator/swa.py` from 0.5.13",
+        "the first module that has it",
+    ),
     ("`SWAKVPool(enable_kvcache_transpose=...)`", "required up to 0.5.15", "passed (False) where the signature has it"),
-    ("the SWA write ids", "pool state (`set_swa_loc`) up to 0.5.12.post1; `set_kv_buffer(loc, swa_loc=)` in 0.5.13; a "
-     "`KVWriteLoc` from 0.5.14", "`KVWriteLoc` where `memory_pool` has it, else the keyword"),
+    (
+        "the SWA write ids",
+        "pool state (`set_swa_loc`) up to 0.5.12.post1; `set_kv_buffer(loc, swa_loc=)` in 0.5.13; a "
+        "`KVWriteLoc` from 0.5.14",
+        "`KVWriteLoc` where `memory_pool` has it, else the keyword",
+    ),
     ("`free_full`", "from 0.5.19", "before, `free` skips tokens without an SWA peer itself: the adapter calls `free`"),
     ("`free_group_begin/end`", "from 0.5.18", "a test that needs them skips, naming them"),
     ("`free_segment`, `free_swa_segment`, `free_full_segment`", "from 0.5.20", "skip, naming them"),
-    ("`kv_index_translator`, `kv_loc_plan`", "from 0.5.19 and 0.5.22", "the decode registry suite takes the padded "
-     "batch's SWA ids from the KV-loc plan where it exists, else from the pool's translation of the padded write loc, "
-     "as those releases' attention backends compute them once per forward"),
-    ("`runtime_context` (parallel widths)", "from 0.5.14; `dp_size` renamed `num_dp_ranks` later",
-     "tests that set a width skip before 0.5.14; the field name is the release's own"),
-    ("paged `alloc_extend`, `alloc_extend_swa_tail`", "a Triton kernel up to 0.5.21",
-     "Triton finds no driver on CPU: the test skips as CPU-unreachable, never a pass"),
+    (
+        "`kv_index_translator`, `kv_loc_plan`",
+        "from 0.5.19 and 0.5.22",
+        "the decode registry suite takes the padded "
+        "batch's SWA ids from the KV-loc plan where it exists, else from the pool's translation of the padded write loc, "
+        "as those releases' attention backends compute them once per forward",
+    ),
+    (
+        "`runtime_context` (parallel widths)",
+        "from 0.5.14; `dp_size` renamed `num_dp_ranks` later",
+        "tests that set a width skip before 0.5.14; the field name is the release's own",
+    ),
+    (
+        "paged `alloc_extend`, `alloc_extend_swa_tail`",
+        "a Triton kernel up to 0.5.21",
+        "Triton finds no driver on CPU: the test skips as CPU-unreachable, never a pass",
+    ),
 )
 
 # The seeds (../shared/seeds, docs/FAULTS.md) against released SGLang: replayed where the buggy code shipped in a wheel
 # and runs on CPU, else why not. Checked against each wheel's source from 0.5.11 to 0.5.23.
 SEED_REPLAYS = (
-    ("#24743", "replayed: suites/sglang/test_seed_replay.py, red on 0.5.11, green on 0.5.12 (its fix zeroes the SWA "
-               "write ids of padded rows); 0.5.13 on place decode batches with the buffer registry, whose padding "
-               "suites/sglang/test_decode_registry.py checks"),
-    ("#23552", "not replayed: its harm is the CUDA graph capture recording the per-layer translation (a GPU capture); "
-               "its dtype half (int64 SWA write ids, int32 from 0.5.12) changes no slot written on CPU"),
-    ("#24138", "not replayed: the re-translation sits in the GPU attention backends' prefill paths (FlashAttention, "
-               "Triton); torch_native on CPU takes neither"),
-    ("#25824", "not replayed: never released; no wheel from 0.5.11 to 0.5.23 has a translation memo in "
-               "swa_memory_pool.py (0.5.13 on translate once per forward, as its review asked)"),
+    (
+        "#24743",
+        "replayed: suites/sglang/test_seed_replay.py, red on 0.5.11, green on 0.5.12 (its fix zeroes the SWA "
+        "write ids of padded rows); 0.5.13 on place decode batches with the buffer registry, whose padding "
+        "suites/sglang/test_decode_registry.py checks",
+    ),
+    (
+        "#23552",
+        "not replayed: its harm is the CUDA graph capture recording the per-layer translation (a GPU capture); "
+        "its dtype half (int64 SWA write ids, int32 from 0.5.12) changes no slot written on CPU",
+    ),
+    (
+        "#24138",
+        "not replayed: the re-translation sits in the GPU attention backends' prefill paths (FlashAttention, "
+        "Triton); torch_native on CPU takes neither",
+    ),
+    (
+        "#25824",
+        "not replayed: never released; no wheel from 0.5.11 to 0.5.23 has a translation memo in "
+        "swa_memory_pool.py (0.5.13 on translate once per forward, as its review asked)",
+    ),
     ("#26152", "not replayed: never released; it fixes the same unreleased memo's invalidation"),
 )
 
@@ -118,9 +147,11 @@ def _first_line(text: str | None) -> str:
 
 def cells_from_junit(xml: Path, suites: dict[str, tuple[str, ...]]) -> dict[str, Cell]:
     """One cell per suite from pytest's junit XML (a test's file decides its suite)."""
-    tallies: dict[str, dict] = {name: {"passed": 0, "failed": [], "skipped": Counter(), "xfailed": 0} for name in suites}
+    tallies: dict[str, dict] = {
+        name: {"passed": 0, "failed": [], "skipped": Counter(), "xfailed": 0} for name in suites
+    }
     for case in ET.parse(xml).iter("testcase"):
-        path = (case.get("file") or case.get("classname", "").replace(".", "/") + ".py")
+        path = case.get("file") or case.get("classname", "").replace(".", "/") + ".py"
         name = suite_of(path, suites)
         if name is None:
             continue
@@ -157,14 +188,43 @@ def run_release(release: Release, suites: dict[str, tuple[str, ...]], *, workers
         xml = Path(tmp) / "junit.xml"
         paths = [p for roots in suites.values() for p in roots]
         # The strict configuration of `nox -s sglang` (SGLang's own invariant and memory-pool checks on).
-        env = {**os.environ, SGLANG_ANY_VERSION_ENV: "1", "SGLANG_INVARIANT_CHECK": "2", "SGLANG_DEBUG_MEMORY_POOL": "1"}
-        result = subprocess.run([str(python), "-m", "pytest", "-n", workers, "-q", "-p", "no:cacheprovider", *paths,
-                                 "--target", "sglang", f"--junitxml={xml}", "-o", "junit_family=xunit1"],
-                                cwd=REPO, env=env, capture_output=True, text=True)
+        env = {
+            **os.environ,
+            SGLANG_ANY_VERSION_ENV: "1",
+            "SGLANG_INVARIANT_CHECK": "2",
+            "SGLANG_DEBUG_MEMORY_POOL": "1",
+        }
+        result = subprocess.run(
+            [
+                str(python),
+                "-m",
+                "pytest",
+                "-n",
+                workers,
+                "-q",
+                "-p",
+                "no:cacheprovider",
+                *paths,
+                "--target",
+                "sglang",
+                f"--junitxml={xml}",
+                "-o",
+                "junit_family=xunit1",
+            ],
+            cwd=REPO,
+            env=env,
+            capture_output=True,
+            text=True,
+        )
         if not xml.exists():
             tail = (result.stdout + result.stderr).strip().splitlines()[-3:]
-            return Row(release.label, round(installed - started, 1), round(time.monotonic() - installed, 1), {},
-                       f"pytest wrote no report (exit {result.returncode}): {' | '.join(tail)}")
+            return Row(
+                release.label,
+                round(installed - started, 1),
+                round(time.monotonic() - installed, 1),
+                {},
+                f"pytest wrote no report (exit {result.returncode}): {' | '.join(tail)}",
+            )
         cells = cells_from_junit(xml, suites)
     return Row(release.label, round(installed - started, 1), round(time.monotonic() - installed, 1), cells)
 
@@ -189,7 +249,7 @@ def render_markdown(matrix: dict) -> str:
         f"Written by `{matrix['command']}` on {matrix['date']} (base: torch {matrix['base']['torch']}, transformers "
         f"{matrix['base']['transformers']}; one overlay venv per release, `harness/targets/sglang/releases.py`). "
         "Each cell: tests passed (+ strict xfails) / failed, and what was not applicable. A skip never counts as a pass; "
-        f"\"{UNREACHABLE}\" marks SGLang code that runs only as a Triton kernel. \"install s\" is 0 where the "
+        f'"{UNREACHABLE}" marks SGLang code that runs only as a Triton kernel. "install s" is 0 where the '
         "release's overlay was reused from an earlier run.",
         "",
         "| release | install s | run s | " + " | ".join(suites) + " |",
@@ -198,8 +258,11 @@ def render_markdown(matrix: dict) -> str:
     notes = []
     for row in matrix["rows"]:
         if row["error"]:
-            out.append(f"| {row['release']} | {row['install_s']} | {row['run_s']} | "
-                       + " | ".join("error" for _ in suites) + " |")
+            out.append(
+                f"| {row['release']} | {row['install_s']} | {row['run_s']} | "
+                + " | ".join("error" for _ in suites)
+                + " |"
+            )
             notes.append(f"- **{row['release']}**: {row['error']}")
             continue
         shown_cells = []
@@ -210,8 +273,11 @@ def render_markdown(matrix: dict) -> str:
                 continue
             skipped = sum(cell["skipped"].values())
             expected = EXPECTED_RED.get((row["release"], suite))
-            text = {"passed": f"passed {cell['passed']}", "failed": f"**FAILED** {len(cell['failed'])}",
-                    "not applicable": "n/a"}[cell["status"]]
+            text = {
+                "passed": f"passed {cell['passed']}",
+                "failed": f"**FAILED** {len(cell['failed'])}",
+                "not applicable": "n/a",
+            }[cell["status"]]
             if expected:
                 text += " (expected)" if cell["status"] == "failed" else " (**expected to fail**)"
                 notes.append(f"- **{row['release']}** {suite}: expected to fail: {expected}")
@@ -225,15 +291,29 @@ def render_markdown(matrix: dict) -> str:
             for failure in cell["failed"]:
                 notes.append(f"- **{row['release']}** {suite}: FAILED {failure}")
         out.append(f"| {row['release']} | {row['install_s']} | {row['run_s']} | " + " | ".join(shown_cells) + " |")
-    out += ["", "## Why each cell that is not a plain pass is so", "", *dict.fromkeys(notes), "",
-            "## The seeds against released SGLang", "", "| seed | replay |", "|---|---|",
-            *(f"| {seed} | {text} |" for seed, text in SEED_REPLAYS), "",
-            "## How the adapters follow the API", "",
-            "Asked of the installed SGLang (modules, classes, signatures), never of its version string "
-            "(`harness/targets/sglang/capabilities.py`). Import shims for the older releases: "
-            "`harness/targets/sglang/import_shims/README.md`.", "",
-            "| what | where it moved | how the adapter follows |", "|---|---|---|",
-            *(f"| {what} | {moved} | {how} |" for what, moved, how in API_MOVES), ""]
+    out += [
+        "",
+        "## Why each cell that is not a plain pass is so",
+        "",
+        *dict.fromkeys(notes),
+        "",
+        "## The seeds against released SGLang",
+        "",
+        "| seed | replay |",
+        "|---|---|",
+        *(f"| {seed} | {text} |" for seed, text in SEED_REPLAYS),
+        "",
+        "## How the adapters follow the API",
+        "",
+        "Asked of the installed SGLang (modules, classes, signatures), never of its version string "
+        "(`harness/targets/sglang/capabilities.py`). Import shims for the older releases: "
+        "`harness/targets/sglang/import_shims/README.md`.",
+        "",
+        "| what | where it moved | how the adapter follows |",
+        "|---|---|---|",
+        *(f"| {what} | {moved} | {how} |" for what, moved, how in API_MOVES),
+        "",
+    ]
     return "\n".join(out)
 
 
@@ -252,14 +332,18 @@ def _base() -> dict[str, str]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="swa-harness sglang-matrix", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        prog="swa-harness sglang-matrix", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--from", dest="low", default=DEFAULT_RANGE[0], help="oldest release (default %(default)s)")
     parser.add_argument("--to", dest="high", default=DEFAULT_RANGE[1], help="newest release (default %(default)s)")
     parser.add_argument("--release", action="append", help="exactly these releases (or source trees); repeatable")
     parser.add_argument("--suite", action="append", choices=sorted(SUITES), help="only these suites; repeatable")
-    parser.add_argument("--update", action="store_true",
-                        help="keep the rows of releases not run now from the existing --out (a rerun of a few)")
+    parser.add_argument(
+        "--update",
+        action="store_true",
+        help="keep the rows of releases not run now from the existing --out (a rerun of a few)",
+    )
     parser.add_argument("--out", type=Path, default=MATRIX_JSON)
     parser.add_argument("--markdown", type=Path, default=COMPATIBILITY_MD)
     parser.add_argument("--render", action="store_true", help="only re-render --markdown from --out; run nothing")
@@ -281,9 +365,13 @@ def main(argv: list[str] | None = None) -> int:
         ran = {r["release"] for r in fresh}
         kept = [r for r in json.loads(args.out.read_text())["rows"] if r["release"] not in ran]
         fresh = sorted(kept + fresh, key=_order)
-    matrix = {"command": " ".join(["swa-harness sglang-matrix", *(argv if argv is not None else sys.argv[1:])]),
-              "date": time.strftime("%Y-%m-%d"), "base": _base(), "suites": {k: list(v) for k, v in suites.items()},
-              "rows": fresh}
+    matrix = {
+        "command": " ".join(["swa-harness sglang-matrix", *(argv if argv is not None else sys.argv[1:])]),
+        "date": time.strftime("%Y-%m-%d"),
+        "base": _base(),
+        "suites": {k: list(v) for k, v in suites.items()},
+        "rows": fresh,
+    }
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(matrix, indent=1) + "\n")
     args.markdown.write_text(render_markdown(matrix))
@@ -295,12 +383,16 @@ def unexpected(row: Row) -> list[str]:
     """What in a row fails the run: an install error, a failed cell not expected red, an expected red that passed."""
     if row.error:
         return [row.error]
-    return [f"{suite}: {cell.status}" for suite, cell in row.cells.items()
-            if (cell.status == "failed") != ((row.release, suite) in EXPECTED_RED) and cell.status != "not applicable"]
+    return [
+        f"{suite}: {cell.status}"
+        for suite, cell in row.cells.items()
+        if (cell.status == "failed") != ((row.release, suite) in EXPECTED_RED) and cell.status != "not applicable"
+    ]
 
 
-def bisect(good: str, bad: str, suites: dict[str, tuple[str, ...]], *, candidates: list[str] | None = None,
-           run=run_release) -> tuple[str, str, Row]:
+def bisect(
+    good: str, bad: str, suites: dict[str, tuple[str, ...]], *, candidates: list[str] | None = None, run=run_release
+) -> tuple[str, str, Row]:
     """The release next to ``good`` where the suites first fail, walking towards ``bad`` (a regression when good is
     older, the release a fix landed after when good is newer). Releases where every chosen suite is not applicable
     are stepped over. Returns (last good, first bad, the first bad release's row)."""
@@ -327,8 +419,9 @@ def bisect(good: str, bad: str, suites: dict[str, tuple[str, ...]], *, candidate
     lo, hi = 0, len(order) - 1  # order[lo] good, order[hi] bad
     while hi - lo > 1:
         mid = (lo + hi) // 2
-        probe = next((i for i in range(mid, hi) if verdict(order[i]) != "skip"), None) or \
-            next((i for i in range(mid - 1, lo, -1) if verdict(order[i]) != "skip"), None)
+        probe = next((i for i in range(mid, hi) if verdict(order[i]) != "skip"), None) or next(
+            (i for i in range(mid - 1, lo, -1) if verdict(order[i]) != "skip"), None
+        )
         if probe is None:
             break  # everything between is not applicable: the boundary is as narrow as it gets
         if verdict(order[probe]) == "good":

@@ -89,11 +89,22 @@ class KillMatrix:
         for fault in faults:
             suites.extend(s for s in fault.get("suites") or {} if s not in suites)
         rows = tuple(
-            FaultRow(str(f.get("id", "?")), str(f.get("seed", "")), str(f.get("breaks", "")), str(f.get("user_sees", "")),
-                     {s: KillCell.parse(c) for s, c in (f.get("suites") or {}).items()})
-            for f in faults)  # fmt: skip
-        return cls(str(data.get("generated_at", "")), data.get("wall_s"), tuple(suites),
-                   {s: CleanCell.parse(clean.get(s)) for s in suites}, rows)
+            FaultRow(
+                str(f.get("id", "?")),
+                str(f.get("seed", "")),
+                str(f.get("breaks", "")),
+                str(f.get("user_sees", "")),
+                {s: KillCell.parse(c) for s, c in (f.get("suites") or {}).items()},
+            )
+            for f in faults
+        )
+        return cls(
+            str(data.get("generated_at", "")),
+            data.get("wall_s"),
+            tuple(suites),
+            {s: CleanCell.parse(clean.get(s)) for s in suites},
+            rows,
+        )
 
 
 @dataclass(frozen=True)
@@ -139,7 +150,7 @@ def load_kill_matrices(primary: Path | None) -> list[KillMatrixFile]:
     out = []
     for path in found:
         data, error = _read_json(path)
-        suffix = path.stem[len(primary.stem) + 1:] if path != primary else ""
+        suffix = path.stem[len(primary.stem) + 1 :] if path != primary else ""
         named = data.get("target") if isinstance(data, Mapping) else None
         out.append(_kill_matrix_file(str(path), str(named or suffix or "harness"), data, error))
     return out
@@ -168,9 +179,15 @@ class FaultEffect:
     @classmethod
     def parse(cls, row: Mapping[str, Any]) -> FaultEffect:
         n, when = row.get("n"), row.get("measured_at")
-        return cls(str(row.get("fault", "?")), str(row.get("checkpoint") or ""), str(row.get("suite", "")),
-                   row.get("delta_pp"), str(row.get("verdict", "")), n if isinstance(n, int) else None,
-                   str(when) if when else None)
+        return cls(
+            str(row.get("fault", "?")),
+            str(row.get("checkpoint") or ""),
+            str(row.get("suite", "")),
+            row.get("delta_pp"),
+            str(row.get("verdict", "")),
+            n if isinstance(n, int) else None,
+            str(when) if when else None,
+        )
 
 
 @dataclass(frozen=True)
@@ -206,8 +223,12 @@ class ReleaseCell:
 
     @classmethod
     def parse(cls, cell: Mapping[str, Any]) -> ReleaseCell:
-        return cls(str(cell.get("status")), cell.get("passed", 0), tuple(cell.get("failed") or ()),
-                   dict(cell.get("skipped") or {}))
+        return cls(
+            str(cell.get("status")),
+            cell.get("passed", 0),
+            tuple(cell.get("failed") or ()),
+            dict(cell.get("skipped") or {}),
+        )
 
 
 @dataclass(frozen=True)
@@ -223,8 +244,13 @@ class ReleaseRow:
     @classmethod
     def parse(cls, row: Mapping[str, Any]) -> ReleaseRow:
         cells = {s: ReleaseCell.parse(c) for s, c in (row.get("cells") or {}).items() if c}
-        return cls(str(row.get("release")), row.get("install_s", 0), row.get("run_s", 0),
-                   str(row["error"]) if row.get("error") else "", cells)
+        return cls(
+            str(row.get("release")),
+            row.get("install_s", 0),
+            row.get("run_s", 0),
+            str(row["error"]) if row.get("error") else "",
+            cells,
+        )
 
 
 @dataclass(frozen=True)
@@ -244,8 +270,14 @@ class ReleaseMatrix:
         suites = list(data.get("suites") or {})
         for row in data["rows"]:
             suites += [s for s in row.get("cells") or {} if s not in suites]
-        return cls(source, None, str(data.get("command", "swa-harness sglang-matrix")), str(data.get("date", "?")),
-                   tuple(suites), tuple(ReleaseRow.parse(r) for r in data["rows"]))
+        return cls(
+            source,
+            None,
+            str(data.get("command", "swa-harness sglang-matrix")),
+            str(data.get("date", "?")),
+            tuple(suites),
+            tuple(ReleaseRow.parse(r) for r in data["rows"]),
+        )
 
 
 def load_release_matrix(path: Path | None = DEFAULT_RELEASE_MATRIX) -> ReleaseMatrix | None:
@@ -284,8 +316,12 @@ class ArmProvenance:
     @classmethod
     def parse(cls, side: str, arm: Mapping[str, Any]) -> ArmProvenance:
         fault = arm.get("fault")
-        return cls(side, str(arm.get("arm") or side), str(arm.get("graphs", "?")),
-                   None if fault in (None, "none") else str(fault))
+        return cls(
+            side,
+            str(arm.get("arm") or side),
+            str(arm.get("graphs", "?")),
+            None if fault in (None, "none") else str(fault),
+        )
 
 
 @dataclass(frozen=True)
@@ -308,12 +344,21 @@ class Provenance:
     def parse(cls, record: Mapping[str, Any]) -> Provenance:
         model, datasets = _group(record, "model"), _group(record, "datasets")
         return cls(
-            record=record, engine=engine_label(record), commit=str(_group(record, "engine under test").get("commit", "")),
-            model=str(model.get("name", "?")) if model else None, weights=str(model.get("model.safetensors sha256", "")),
-            arms=tuple(ArmProvenance.parse(side, arm) for side, arm in _group(record, "arms").items()
-                       if isinstance(arm, Mapping)),
-            hardware=_group(record, "hardware"), software=_group(record, "software"),
-            datasets={task: tuple(sorted(f"{f} {h}" for f, h in (hashes.items() if isinstance(hashes, Mapping) else [])))
-                      for task, hashes in datasets.items()},
+            record=record,
+            engine=engine_label(record),
+            commit=str(_group(record, "engine under test").get("commit", "")),
+            model=str(model.get("name", "?")) if model else None,
+            weights=str(model.get("model.safetensors sha256", "")),
+            arms=tuple(
+                ArmProvenance.parse(side, arm)
+                for side, arm in _group(record, "arms").items()
+                if isinstance(arm, Mapping)
+            ),
+            hardware=_group(record, "hardware"),
+            software=_group(record, "software"),
+            datasets={
+                task: tuple(sorted(f"{f} {h}" for f, h in (hashes.items() if isinstance(hashes, Mapping) else [])))
+                for task, hashes in datasets.items()
+            },
             run=_group(record, "run"),
-        )  # fmt: skip
+        )

@@ -52,53 +52,76 @@ def _cell(run: RunResult | None, confidence: float) -> str:
     if run is None:
         return "—"
     if not run.complete:
-        return f'<span class="v" style="background:{MUTED}">NO RESULT</span>' \
-               f'<div class="small">{escape((run.error or "").splitlines()[0][:200])}</div>'
+        return (
+            f'<span class="v" style="background:{MUTED}">NO RESULT</span>'
+            f'<div class="small">{escape((run.error or "").splitlines()[0][:200])}</div>'
+        )
     if not run.items:
         return "no items"
     acc = stats.accuracy([i.correct for i in run.items], confidence)
-    return (f"{pct(acc.value)}<div class=\"small\">[{100 * acc.low:.1f}, {100 * acc.high:.1f}] · "
-            f"N={len(run.items)}</div>")
+    return f'{pct(acc.value)}<div class="small">[{100 * acc.low:.1f}, {100 * acc.high:.1f}] · N={len(run.items)}</div>'
 
 
-def render_overview(models: Sequence[OverviewModel], thresholds: Thresholds = Thresholds(),
-                    title: str = "Nightly: graphs on vs off and stress arms") -> str:
+def render_overview(
+    models: Sequence[OverviewModel],
+    thresholds: Thresholds = Thresholds(),
+    title: str = "Nightly: graphs on vs off and stress arms",
+) -> str:
     outcomes = [c for m in models for c in m.comparisons]
     ok = all(c.ok for c in outcomes)
     missed = [c for m in models for c in m.comparisons if not c.ok]
-    unexpected = [f"{m.name} {c.label}: {c.verdict.replace('-', ' ')}, expected {c.expectation}"
-                  for m in models for c in m.comparisons if not c.ok]
+    unexpected = [
+        f"{m.name} {c.label}: {c.verdict.replace('-', ' ')}, expected {c.expectation}"
+        for m in models
+        for c in m.comparisons
+        if not c.ok
+    ]
     # Only a measured verdict against its expectation is a red banner; comparisons without one are grey.
     banner = "GREEN" if ok else "RED" if any(c.verdict != "NO-VERDICT" for c in missed) else "NO-VERDICT"
     n = sorted({len(r.items) for m in models for r in m.cells.values() if r is not None and r.complete})
-    parts = ["<!doctype html><html><head><meta charset=\"utf-8\"><title>swa-harness overview</title>",
-             f"<style>{_CSS}</style></head><body><h1>{escape(title)}</h1>",
-             f'<div class="banner" style="background:{verdict_colour(banner)}">'
-             + ("every comparison as expected" if ok else "not as expected: " + escape("; ".join(unexpected)))
-             + "</div>",
-             f'<p class="small">N per task: {", ".join(map(str, n)) or "none"}; CIs {100 * thresholds.confidence:.0f} %; '
-             "plan: plan.json, verdicts: summary.json</p>"]
+    parts = [
+        '<!doctype html><html><head><meta charset="utf-8"><title>swa-harness overview</title>',
+        f"<style>{_CSS}</style></head><body><h1>{escape(title)}</h1>",
+        f'<div class="banner" style="background:{verdict_colour(banner)}">'
+        + ("every comparison as expected" if ok else "not as expected: " + escape("; ".join(unexpected)))
+        + "</div>",
+        f'<p class="small">N per task: {", ".join(map(str, n)) or "none"}; CIs {100 * thresholds.confidence:.0f} %; '
+        "plan: plan.json, verdicts: summary.json</p>",
+    ]
     for model in models:
-        parts.append(f"<h2>{escape(model.name)}</h2><table><tr><th>task</th>"
-                     + "".join(f"<th>{escape(name)}<div class=\"small\">{escape(flags)}"
-                               f"{escape(' ' + env if env else '')}</div></th>" for name, flags, env in model.arms)
-                     + "</tr>")
+        parts.append(
+            f"<h2>{escape(model.name)}</h2><table><tr><th>task</th>"
+            + "".join(
+                f'<th>{escape(name)}<div class="small">{escape(flags)}{escape(" " + env if env else "")}</div></th>'
+                for name, flags, env in model.arms
+            )
+            + "</tr>"
+        )
         for task in model.tasks:
-            parts.append(f"<tr><th>{escape(task)}</th>"
-                         + "".join(f"<td>{_cell(model.cells.get((arm, task)), thresholds.confidence)}</td>"
-                                   for arm, _, _ in model.arms) + "</tr>")
-        parts.append("</table><table><tr><th>comparison (ON vs OFF)</th>"
-                     + "".join(f"<th>{escape(t)}</th>" for t in model.tasks)
-                     + "<th>verdict</th><th>expected</th><th>report</th></tr>")
+            parts.append(
+                f"<tr><th>{escape(task)}</th>"
+                + "".join(
+                    f"<td>{_cell(model.cells.get((arm, task)), thresholds.confidence)}</td>" for arm, _, _ in model.arms
+                )
+                + "</tr>"
+            )
+        parts.append(
+            "</table><table><tr><th>comparison (ON vs OFF)</th>"
+            + "".join(f"<th>{escape(t)}</th>" for t in model.tasks)
+            + "<th>verdict</th><th>expected</th><th>report</th></tr>"
+        )
         for c in model.comparisons:
             cells = []
             for task in c.tasks:
                 diff = f" {pp(task.difference.value)}" if task.difference else ""
-                cells.append(f"<td>{_verdict(task.verdict.value)}{diff}<div class=\"small\">{escape(task.reason[:160])}"
-                             "</div></td>")
+                cells.append(
+                    f'<td>{_verdict(task.verdict.value)}{diff}<div class="small">{escape(task.reason[:160])}</div></td>'
+                )
             link = f'<a href="{escape(c.report)}">report</a>' if c.report else "—"
-            parts.append(f"<tr><th>{escape(c.label)}</th>" + "".join(cells) + f"<td>{_verdict(c.verdict)}</td>"
-                         f"<td>{escape(c.expectation)} {'✓' if c.ok else '✗'}</td><td>{link}</td></tr>")
+            parts.append(
+                f"<tr><th>{escape(c.label)}</th>" + "".join(cells) + f"<td>{_verdict(c.verdict)}</td>"
+                f"<td>{escape(c.expectation)} {'✓' if c.ok else '✗'}</td><td>{link}</td></tr>"
+            )
         parts.append("</table>")
     parts.append("</body></html>\n")
     return "".join(parts)

@@ -45,7 +45,9 @@ def _environment() -> Environment:
         keep_trailing_newline=True,
     )
     env.filters["breakable"] = breakable
-    env.filters["verdict_text"] = lambda value: str(value).replace("-", " ")  # NO-VERDICT (a CSS class) reads NO VERDICT
+    env.filters["verdict_text"] = lambda value: str(value).replace(
+        "-", " "
+    )  # NO-VERDICT (a CSS class) reads NO VERDICT
     return env
 
 
@@ -78,8 +80,9 @@ def build_context(
         "summary": views.summary_view(summary, comparisons),
         "confidence": f"{100 * (1 - alpha):g} %",
         # The footnote's numbers come from this run, never from an example run of another size.
-        "mde_note": "; ".join(f"{c.task} {100 * c.mde:.1f} pp at N = {c.n}" for c in comparisons
-                              if c.complete and c.mde is not None),
+        "mde_note": "; ".join(
+            f"{c.task} {100 * c.mde:.1f} pp at N = {c.n}" for c in comparisons if c.complete and c.mde is not None
+        ),
         "tasks": [views.task_row(comp) for comp in comparisons],
         "forest": Markup(forest_plot(comparisons, thresholds.get("max_drop"))),  # built from escaped parts in svg.py
         "flip_sections": [views.flip_section(comp, tokenize) for comp in comparisons],
@@ -90,11 +93,19 @@ def build_context(
         "trend": views.trend_view(trend),
         "thresholds": [(k, "None" if v is None else str(v)) for k, v in thresholds.items()],
         "provenance": views.provenance_groups(parsed),
-        "glance": views.provenance_glance(parsed, {r.record.side: r.graphs for r in sides},
-                                          {r.record.side: r.record.forward_paths for r in sides}) if provenance else [],
+        "glance": views.provenance_glance(
+            parsed, {r.record.side: r.graphs for r in sides}, {r.record.side: r.record.forward_paths for r in sides}
+        )
+        if provenance
+        else [],
         "engine": parsed.engine,
-        "colours": {**{v.value: c for v, c in VERDICT_COLOURS.items()}, "line": LINE, "muted": MUTED, "soft": SOFT,
-                    "ink": INK},
+        "colours": {
+            **{v.value: c for v, c in VERDICT_COLOURS.items()},
+            "line": LINE,
+            "muted": MUTED,
+            "soft": SOFT,
+            "ink": INK,
+        },
     }
 
 

@@ -13,6 +13,7 @@ from typing import Sequence
 from harness.evals.history import TrendPoint
 from harness.evals.results import TaskComparison, Verdict
 from harness.report.palette import MUTED, VERDICT_COLOURS
+
 _NICE_STEPS = (0.001, 0.002, 0.005, 0.01, 0.02, 0.025, 0.05, 0.1, 0.2, 0.25, 0.5)
 
 
@@ -81,9 +82,7 @@ def forest_plot(comparisons: Sequence[TaskComparison], max_drop: float | None = 
         out.append(f'<g class="forest-row" data-suite="{name}">')
         out.append(f'<text x="{left - 10}" y="{cy + 4}" text-anchor="end" class="label">{name}</text>')
         if comp.difference is None:
-            out.append(
-                f'<text x="{x(0):.1f}" y="{cy + 4}" text-anchor="middle" class="incomplete">INCOMPLETE</text>'
-            )
+            out.append(f'<text x="{x(0):.1f}" y="{cy + 4}" text-anchor="middle" class="incomplete">INCOMPLETE</text>')
         else:
             d = comp.difference
             tip = escape(
@@ -113,8 +112,14 @@ def forest_plot(comparisons: Sequence[TaskComparison], max_drop: float | None = 
 
 def _trend_range(points: Sequence[TrendPoint]) -> tuple[float, float]:
     """A y range covering every CI shown, at least 5 pp tall, inside [0, 1]."""
-    values = [v for p in points if p.snapshot and p.snapshot.complete
-              for est in (p.snapshot.on, p.snapshot.off) if est is not None for v in (est.low, est.high)]
+    values = [
+        v
+        for p in points
+        if p.snapshot and p.snapshot.complete
+        for est in (p.snapshot.on, p.snapshot.off)
+        if est is not None
+        for v in (est.low, est.high)
+    ]
     low, high = (min(values), max(values)) if values else (0.0, 1.0)
     pad = max(0.01, (0.05 - (high - low)) / 2)
     low, high = max(0.0, low - pad), min(1.0, high + pad)
@@ -149,8 +154,11 @@ def trend_chart(task: str, points: Sequence[TrendPoint]) -> str:
         out.append(f'<line x1="{left}" y1="{y(v):.1f}" x2="{width - right}" y2="{y(v):.1f}" class="grid"/>')
         out.append(f'<text x="{left - 6}" y="{y(v) + 4:.1f}" text-anchor="end" class="tick">{100 * v:.0f}%</text>')
     for arm, cls in (("off", "trend-off"), ("on", "trend-on")):
-        coords = [(x(i), y(getattr(p.snapshot, arm).value)) for i, p in enumerate(points)
-                  if p.snapshot and p.snapshot.complete and getattr(p.snapshot, arm) is not None]
+        coords = [
+            (x(i), y(getattr(p.snapshot, arm).value))
+            for i, p in enumerate(points)
+            if p.snapshot and p.snapshot.complete and getattr(p.snapshot, arm) is not None
+        ]
         if len(coords) > 1:
             path = " ".join(f"{cx:.1f},{cy:.1f}" for cx, cy in coords)
             out.append(f'<polyline points="{path}" class="{cls}" fill="none"/>')
@@ -163,24 +171,34 @@ def trend_chart(task: str, points: Sequence[TrendPoint]) -> str:
             out.append(f'<line x1="{cx:.1f}" y1="{top - 4}" x2="{cx:.1f}" y2="{top + plot_h}" class="change"/>')
             new = p.snapshot.verdict if p.snapshot else "?"
             anchor = "end" if i == n - 1 and n > 1 else ("start" if i == 0 else "middle")
-            out.append(f'<text x="{cx:.1f}" y="{top - 8}" text-anchor="{anchor}" class="change-label">'
-                       f"{escape(_text(p.changed_from))}→{escape(_text(new))}</text>")
+            out.append(
+                f'<text x="{cx:.1f}" y="{top - 8}" text-anchor="{anchor}" class="change-label">'
+                f"{escape(_text(p.changed_from))}→{escape(_text(new))}</text>"
+            )
         s = p.snapshot
         when = escape(p.entry.recorded_at)
         if s is None:
             continue
         if not s.complete or s.on is None or s.off is None:
             cy = top + plot_h
-            out.append(f'<g class="trend-point incomplete" data-index="{p.index}"><title>#{p.index} {when}: '
-                       f"INCOMPLETE ({escape(s.verdict)})</title>"
-                       f'<path d="M{cx - 5:.1f},{cy - 5:.1f} l10,10 m0,-10 l-10,10" class="cross"/></g>')
+            out.append(
+                f'<g class="trend-point incomplete" data-index="{p.index}"><title>#{p.index} {when}: '
+                f"INCOMPLETE ({escape(s.verdict)})</title>"
+                f'<path d="M{cx - 5:.1f},{cy - 5:.1f} l10,10 m0,-10 l-10,10" class="cross"/></g>'
+            )
             continue
         colour = VERDICT_COLOURS.get(Verdict(s.verdict), MUTED)
-        tip = escape(f"#{p.index} {p.entry.recorded_at} · {p.entry.engine}: ON {100 * s.on.value:.1f} % "
-                     f"OFF {100 * s.off.value:.1f} % · {s.verdict}")
-        out.append(f'<g class="trend-point" data-index="{p.index}" data-verdict="{escape(s.verdict)}"><title>{tip}</title>')
-        out.append(f'<line x1="{cx:.1f}" y1="{y(s.on.low):.1f}" x2="{cx:.1f}" y2="{y(s.on.high):.1f}" '
-                   f'stroke="{colour}" stroke-width="1.5" opacity=".6"/>')
+        tip = escape(
+            f"#{p.index} {p.entry.recorded_at} · {p.entry.engine}: ON {100 * s.on.value:.1f} % "
+            f"OFF {100 * s.off.value:.1f} % · {s.verdict}"
+        )
+        out.append(
+            f'<g class="trend-point" data-index="{p.index}" data-verdict="{escape(s.verdict)}"><title>{tip}</title>'
+        )
+        out.append(
+            f'<line x1="{cx:.1f}" y1="{y(s.on.low):.1f}" x2="{cx:.1f}" y2="{y(s.on.high):.1f}" '
+            f'stroke="{colour}" stroke-width="1.5" opacity=".6"/>'
+        )
         out.append(f'<circle cx="{cx:.1f}" cy="{y(s.off.value):.1f}" r="4" class="off-dot"/>')
         out.append(f'<circle cx="{cx:.1f}" cy="{y(s.on.value):.1f}" r="4.5" fill="{colour}"/>')
         if p.current:

@@ -24,8 +24,15 @@ from harness.evals.formats import pct, pp
 from harness.evals.history import TaskSnapshot, Trend, TrendPoint
 from harness.evals.results import ItemDiff, RunRecord, RunResult, Summary, TaskComparison, Verdict
 from harness.paths import REPO, shown
-from harness.report.inputs import (ArmProvenance, FaultEffects, FaultRow, KillMatrixFile, Provenance,
-                                   ReleaseMatrix, ReleaseRow)
+from harness.report.inputs import (
+    ArmProvenance,
+    FaultEffects,
+    FaultRow,
+    KillMatrixFile,
+    Provenance,
+    ReleaseMatrix,
+    ReleaseRow,
+)
 from harness.report.palette import VERDICT_COLOURS
 from harness.report.svg import trend_chart
 
@@ -138,15 +145,18 @@ def provenance_groups(provenance: Provenance) -> list[dict[str, Any]]:
 
 
 def _joined(data: Mapping[str, Any], keys: Sequence[str], sep: str = " · ") -> str:
-    return sep.join(f"{k} {data[k]}" if k not in ("cpu", "device", "name") else str(data[k]) for k in keys if data.get(k))
+    return sep.join(
+        f"{k} {data[k]}" if k not in ("cpu", "device", "name") else str(data[k]) for k in keys if data.get(k)
+    )
 
 
 def _arm_text(arm: ArmProvenance, served: str | None, forwards: Mapping[str, int]) -> str:
     """``ON: graphs tape (asked auto) (graph forwards: decode 2022, extend 62)``; a plan's arm compared as ON or
     OFF under another name is named (a stress arm)."""
     mode = f"{served} (asked {arm.graphs})" if served and served != arm.graphs else arm.graphs
-    graph_forwards = ", ".join(f"{p.removesuffix('-graph')} {n}" for p, n in sorted(forwards.items())
-                               if p.endswith("-graph") and n)
+    graph_forwards = ", ".join(
+        f"{p.removesuffix('-graph')} {n}" for p, n in sorted(forwards.items()) if p.endswith("-graph") and n
+    )
     graphed = f" (graph forwards: {graph_forwards})" if graph_forwards else (" (no graph forwards)" if forwards else "")
     named = f" {arm.arm}," if arm.arm != arm.side else ""
     fault = f", fault {arm.fault}" if arm.fault is not None else ""
@@ -155,14 +165,19 @@ def _arm_text(arm: ArmProvenance, served: str | None, forwards: Mapping[str, int
 
 def _datasets_row(datasets: Mapping[str, Sequence[str]]) -> dict[str, str]:
     """Each task's files as one short digest; every file and its own digest on hover."""
-    parts = [f"{task} {hashlib.sha256(chr(10).join(listing).encode()).hexdigest()[:12]}"
-             for task, listing in datasets.items()]
+    parts = [
+        f"{task} {hashlib.sha256(chr(10).join(listing).encode()).hexdigest()[:12]}"
+        for task, listing in datasets.items()
+    ]
     files = [f"{task}/{line}" for task, listing in datasets.items() for line in listing]
     return {"label": "datasets", "text": " · ".join(parts), "title": "\n".join(files)}
 
 
-def provenance_glance(provenance: Provenance, graphs: Mapping[str, str] | None = None,
-                      paths: Mapping[str, Mapping[str, int]] | None = None) -> list[dict[str, str]]:
+def provenance_glance(
+    provenance: Provenance,
+    graphs: Mapping[str, str] | None = None,
+    paths: Mapping[str, Mapping[str, int]] | None = None,
+) -> list[dict[str, str]]:
     """One line per provenance group for the top of the report: what ran, on what, where, with what data.
 
     ``graphs`` maps a side (on/off) to the graph mode its server actually ran (``auto`` resolves at start-up);
@@ -179,15 +194,22 @@ def provenance_glance(provenance: Provenance, graphs: Mapping[str, str] | None =
     if provenance.arms:
         text = " · ".join(_arm_text(arm, graphs.get(arm.side), paths.get(arm.side) or {}) for arm in provenance.arms)
         rows.append({"label": "arms", "text": text, "title": ""})
-    for name, group, keys in (("hardware", provenance.hardware, ("device", "gpu", "cpu", "logical cores", "memory")),
-                              ("software", provenance.software, ("torch", "lm-eval", "python"))):
+    for name, group, keys in (
+        ("hardware", provenance.hardware, ("device", "gpu", "cpu", "logical cores", "memory")),
+        ("software", provenance.software, ("torch", "lm-eval", "python")),
+    ):
         if group:
             rows.append({"label": name, "text": _joined(group, keys), "title": ""})
     if provenance.datasets:
         rows.append(_datasets_row(provenance.datasets))
     if provenance.run:
-        rows.append({"label": "run", "text": _joined(provenance.run, ("id", "recorded at")),
-                     "title": str(provenance.run.get("command", ""))})
+        rows.append(
+            {
+                "label": "run",
+                "text": _joined(provenance.run, ("id", "recorded at")),
+                "title": str(provenance.run.get("command", "")),
+            }
+        )
     return rows
 
 
@@ -200,9 +222,11 @@ def summary_view(summary: Summary, comparisons: Sequence[TaskComparison]) -> dic
         "verdict": summary.verdict.value,
         "reason": fold(summary.reason, 220),
         # The tasks that set the verdict, one folded line each, so a long error cannot bury the others.
-        "culprits": [{"task": c.task, "anchor": f"suite-{c.task}", "reason": fold(c.reason, 200)}
-                     for c in comparisons
-                     if summary.verdict.name != "GREEN" and c.verdict in (summary.verdict, Verdict.NONE)],
+        "culprits": [
+            {"task": c.task, "anchor": f"suite-{c.task}", "reason": fold(c.reason, 200)}
+            for c in comparisons
+            if summary.verdict.name != "GREEN" and c.verdict in (summary.verdict, Verdict.NONE)
+        ],
         "counts": summary.counts,
         "colour": VERDICT_COLOURS[summary.verdict],
     }
@@ -323,13 +347,25 @@ def _fault_row_view(fault: FaultRow, suites: Sequence[str]) -> dict[str, Any]:
     for suite in suites:
         cell = fault.cell(suite)
         test, _, message = cell.first_failure.partition(": ")
-        cells.append({"status": cell.status, "kill_class": cell.kill_class, "first_failure": cell.first_failure,
-                      "test": test if message else "",  # "Class::test_name" (wraps) and the message (shortened)
-                      "message": fold(message or cell.first_failure, 110)["short"]})
+        cells.append(
+            {
+                "status": cell.status,
+                "kill_class": cell.kill_class,
+                "first_failure": cell.first_failure,
+                "test": test if message else "",  # "Class::test_name" (wraps) and the message (shortened)
+                "message": fold(message or cell.first_failure, 110)["short"],
+            }
+        )
     statuses = [c["status"] for c in cells]
     outcome = "killed" if "killed" in statuses else "error" if {"error", "missing"} & set(statuses) else "survived"
-    return {"id": fault.id, "seed": fault.seed, "breaks": fault.breaks, "user_sees": fault.user_sees, "cells": cells,
-            "outcome": outcome}
+    return {
+        "id": fault.id,
+        "seed": fault.seed,
+        "breaks": fault.breaks,
+        "user_sees": fault.user_sees,
+        "cells": cells,
+        "outcome": outcome,
+    }
 
 
 def _kill_summary(outcomes: Sequence[str], clean_failed: Sequence[str]) -> str:
@@ -338,8 +374,11 @@ def _kill_summary(outcomes: Sequence[str], clean_failed: Sequence[str]) -> str:
         summary += f", {survived} survived every suite"
     if errored := outcomes.count("error"):
         summary += f", {errored} not killed, with a suite erroring"
-    return summary + "; clean baseline " + (
-        "passed every suite" if not clean_failed else "FAILED on " + ", ".join(clean_failed))
+    return (
+        summary
+        + "; clean baseline "
+        + ("passed every suite" if not clean_failed else "FAILED on " + ", ".join(clean_failed))
+    )
 
 
 def kill_matrix_view(source: KillMatrixFile) -> dict[str, Any]:
@@ -373,14 +412,23 @@ def fault_effects_view(effects: FaultEffects | None) -> dict[str, Any] | None:
     dates = sorted({e.measured_at for e in effects.rows if e.measured_at})
     sizes = {e.task: e.n for e in effects.rows if e.n is not None}
     checkpoints = list(dict.fromkeys(e.checkpoint for e in effects.rows if e.checkpoint))
-    label = (f"Measured by python -m bench.fault_effects, not by this run"
-             f"{' on ' + ' to '.join(dict.fromkeys([dates[0], dates[-1]])) if dates else ''}, "
-             f"the harness engine on {', '.join(checkpoints) or 'its checkpoints'}"
-             f"{' at N = ' + ', '.join(f'{s} {n}' for s, n in sizes.items()) if sizes else ''}: "
-             "its 'clean' rows are that run's baseline, not this one's.")
-    rows = [{"fault": e.fault, "checkpoint": e.checkpoint, "task": e.task, "verdict": e.verdict,
-             "delta": f"{e.delta_pp:+.1f} pp" if isinstance(e.delta_pp, (int, float)) else str(e.delta_pp or "—")}
-            for e in effects.rows]
+    label = (
+        f"Measured by python -m bench.fault_effects, not by this run"
+        f"{' on ' + ' to '.join(dict.fromkeys([dates[0], dates[-1]])) if dates else ''}, "
+        f"the harness engine on {', '.join(checkpoints) or 'its checkpoints'}"
+        f"{' at N = ' + ', '.join(f'{s} {n}' for s, n in sizes.items()) if sizes else ''}: "
+        "its 'clean' rows are that run's baseline, not this one's."
+    )
+    rows = [
+        {
+            "fault": e.fault,
+            "checkpoint": e.checkpoint,
+            "task": e.task,
+            "verdict": e.verdict,
+            "delta": f"{e.delta_pp:+.1f} pp" if isinstance(e.delta_pp, (int, float)) else str(e.delta_pp or "—"),
+        }
+        for e in effects.rows
+    ]
     return {"source": _where(effects.source), "label": label, "error": effects.error, "rows": rows}
 
 
@@ -391,8 +439,9 @@ def _release_cell_view(row: ReleaseRow, suite: str) -> dict[str, str]:
     if cell is None:
         return {"status": "not run", "text": "not run", "title": "this suite did not run on this row"}
     reasons = [f"{n} skipped: {r}" for r, n in cell.skipped.items()]
-    text = {"passed": f"passed {cell.passed}", "failed": f"failed {len(cell.failed)}",
-            "not applicable": "n/a"}.get(cell.status, cell.status)
+    text = {"passed": f"passed {cell.passed}", "failed": f"failed {len(cell.failed)}", "not applicable": "n/a"}.get(
+        cell.status, cell.status
+    )
     return {"status": cell.status, "text": text, "title": "\n".join([*cell.failed, *reasons])}
 
 
@@ -403,11 +452,19 @@ def release_matrix_view(found: ReleaseMatrix | None) -> dict[str, Any] | None:
     base = {"source": _where(found.source), "error": found.error, "suites": [], "rows": [], "label": ""}
     if found.error is not None:
         return base
-    rows = [{"release": row.release, "cells": [_release_cell_view(row, s) for s in found.suites],
-             "seconds": f"{row.install_s} + {row.run_s}"} for row in found.rows]
-    label = (f"Measured by `{found.command}` on {found.date}, not by "
-             "this run. A cell is n/a when the release lacks what the suite drives or runs it only as a Triton kernel; "
-             "a skip never counts as a pass. Hover a cell for its reasons.")
+    rows = [
+        {
+            "release": row.release,
+            "cells": [_release_cell_view(row, s) for s in found.suites],
+            "seconds": f"{row.install_s} + {row.run_s}",
+        }
+        for row in found.rows
+    ]
+    label = (
+        f"Measured by `{found.command}` on {found.date}, not by "
+        "this run. A cell is n/a when the release lacks what the suite drives or runs it only as a Triton kernel; "
+        "a skip never counts as a pass. Hover a cell for its reasons."
+    )
     return {**base, "suites": list(found.suites), "rows": rows, "label": label}
 
 
@@ -418,20 +475,37 @@ def _snapshot_cells(s: TaskSnapshot | None) -> dict[str, Any]:
     """A trend row's cells: ``ran`` False when the task was not run that time."""
     if s is None:
         return {"ran": False}
-    cells: dict[str, Any] = {"ran": True, "verdict": s.verdict, "complete": s.complete,
-                             "flips": f"{s.on_broke} / {s.on_fixed}", "errors": [fold(e, 80) for e in s.errors]}
+    cells: dict[str, Any] = {
+        "ran": True,
+        "verdict": s.verdict,
+        "complete": s.complete,
+        "flips": f"{s.on_broke} / {s.on_fixed}",
+        "errors": [fold(e, 80) for e in s.errors],
+    }
     if s.complete and s.on and s.off and s.delta:
         # Compact CIs ("[64.8, 72.9] %"): the trend table sits in a half-width card.
-        cells.update(on=pct(s.on.value), on_ci=f"[{100 * s.on.low:.1f}, {100 * s.on.high:.1f}] %",
-                     off=pct(s.off.value), off_ci=f"[{100 * s.off.low:.1f}, {100 * s.off.high:.1f}] %",
-                     delta=pp(s.delta.value), delta_ci=f"[{100 * s.delta.low:+.1f}, {100 * s.delta.high:+.1f}] pp")
+        cells.update(
+            on=pct(s.on.value),
+            on_ci=f"[{100 * s.on.low:.1f}, {100 * s.on.high:.1f}] %",
+            off=pct(s.off.value),
+            off_ci=f"[{100 * s.off.low:.1f}, {100 * s.off.high:.1f}] %",
+            delta=pp(s.delta.value),
+            delta_ci=f"[{100 * s.delta.low:+.1f}, {100 * s.delta.high:+.1f}] pp",
+        )
     return cells
 
 
 def _point_view(p: TrendPoint) -> dict[str, Any]:
-    return {"index": p.index, "when": p.entry.recorded_at.replace("T", " ")[:16], "engine": p.entry.engine,
-            "run_id": p.entry.run_id, "changed_from": p.changed_from, "current": p.current,
-            "verdict": p.snapshot.verdict if p.snapshot else p.entry.verdict, **_snapshot_cells(p.snapshot)}
+    return {
+        "index": p.index,
+        "when": p.entry.recorded_at.replace("T", " ")[:16],
+        "engine": p.entry.engine,
+        "run_id": p.entry.run_id,
+        "changed_from": p.changed_from,
+        "current": p.current,
+        "verdict": p.snapshot.verdict if p.snapshot else p.entry.verdict,
+        **_snapshot_cells(p.snapshot),
+    }
 
 
 def trend_view(trend: Trend | None) -> dict[str, Any] | None:

@@ -32,8 +32,18 @@ from harness.servers.lifecycle import ServerProcess
 from harness.servers.vllm import VLLMServer
 from harness.env import VLLM_SERVER_ENV
 from harness.paths import REPO
-from suites.servers.oracles import (VLLM_BY_ID, Reference, agreement, assert_agrees, free_port, harness_reference,
-                                    lm_eval_prompts, running, serve_all, transformers_reference)
+from suites.servers.oracles import (
+    VLLM_BY_ID,
+    Reference,
+    agreement,
+    assert_agrees,
+    free_port,
+    harness_reference,
+    lm_eval_prompts,
+    running,
+    serve_all,
+    transformers_reference,
+)
 
 ENGINE = VLLMServer()
 if ENGINE.missing() is not None and os.environ.get(VLLM_SERVER_ENV) == "require":
@@ -54,8 +64,17 @@ TIGHT_BLOCKS = {"gemma2-tiny-swa": 24, "gemma3-tiny-swa": 80}
 
 
 def tight(ckpt: Path) -> tuple[str, ...]:
-    return (*BASE, "--block-size", "32", "--num-gpu-blocks-override", str(TIGHT_BLOCKS[ckpt.name]),
-            "--max-model-len", "320")
+    return (
+        *BASE,
+        "--block-size",
+        "32",
+        "--num-gpu-blocks-override",
+        str(TIGHT_BLOCKS[ckpt.name]),
+        "--max-model-len",
+        "320",
+    )
+
+
 # fp32 on both sides, but vLLM's CPU attention kernel and batched GEMMs against transformers' eager attention one
 # prompt at a time: measured worst |Δlogprob| is in the note of docs/BENCHMARKS.md; a wrong KV block moves logprobs by
 # whole nats.
@@ -67,8 +86,10 @@ def prompts() -> list[str]:
     return lm_eval_prompts(PER_TASK)
 
 
-@pytest.fixture(scope="module", params=[pytest.param(c, id=c, marks=[pytest.mark.extended] if c != CHECKPOINTS[0] else [])
-                                        for c in CHECKPOINTS])
+@pytest.fixture(
+    scope="module",
+    params=[pytest.param(c, id=c, marks=[pytest.mark.extended] if c != CHECKPOINTS[0] else []) for c in CHECKPOINTS],
+)
 def ckpt(request: pytest.FixtureRequest) -> Path:
     return REPO / "fixtures" / "models" / request.param
 
@@ -81,10 +102,13 @@ def reference(ckpt: Path) -> Reference:
     return found
 
 
-def vllm_server(ckpt: Path, flags: tuple[str, ...], log: Path,
-                graphs: str) -> ContextManager[ServerProcess]:
-    return running(ENGINE, ServerSpec(model=str(ckpt), served_name=SERVED, graphs=graphs, flags=flags,
-                                      port=free_port()), log, timeout=900)
+def vllm_server(ckpt: Path, flags: tuple[str, ...], log: Path, graphs: str) -> ContextManager[ServerProcess]:
+    return running(
+        ENGINE,
+        ServerSpec(model=str(ckpt), served_name=SERVED, graphs=graphs, flags=flags, port=free_port()),
+        log,
+        timeout=900,
+    )
 
 
 def served_like_transformers(server: ServerProcess, reference: Reference) -> float:
@@ -94,9 +118,12 @@ def served_like_transformers(server: ServerProcess, reference: Reference) -> flo
     return found.worst
 
 
-@pytest.mark.parametrize("graphs", [pytest.param("off", id="eager"), pytest.param("on", id="compiled", marks=pytest.mark.extended)])
+@pytest.mark.parametrize(
+    "graphs", [pytest.param("off", id="eager"), pytest.param("on", id="compiled", marks=pytest.mark.extended)]
+)
 def test_concurrent_greedy_answers_equal_transformers_and_the_harness_engine(
-        graphs: str, ckpt: Path, reference: Reference, tmp_path: Path) -> None:
+    graphs: str, ckpt: Path, reference: Reference, tmp_path: Path
+) -> None:
     with vllm_server(ckpt, ROOMY, tmp_path / "server.log", graphs) as server:
         served_like_transformers(server, reference)
         log = server.log_path.read_text()
@@ -110,8 +137,9 @@ def test_concurrent_greedy_answers_equal_transformers_and_the_harness_engine(
         assert "Enforce eager set" in log
 
 
-def test_a_pool_that_preempts_and_reuses_blocks_changes_no_answer(ckpt: Path, reference: Reference,
-                                                                   tmp_path: Path) -> None:
+def test_a_pool_that_preempts_and_reuses_blocks_changes_no_answer(
+    ckpt: Path, reference: Reference, tmp_path: Path
+) -> None:
     """Preemption, recomputation, blocks handed out again, then the same prompts from the prefix cache."""
     with vllm_server(ckpt, tight(ckpt), tmp_path / "server.log", "on") as server:
         served_like_transformers(server, reference)
@@ -135,11 +163,20 @@ def test_a_vllm_server_that_cannot_start_is_no_verdict_in_one_line_and_leaves_no
 
     plan = yaml.safe_load((REPO / "suites" / "plans" / "vllm-cpu-smoke.yaml").read_text())
     port = free_port()
-    plan.update(out=str(tmp_path / "out"), limit=1, port=port,
-                arm_defaults={**plan["arm_defaults"], "flags": [*BASE, "--num-gpu-blocks-override", "2"]})
+    plan.update(
+        out=str(tmp_path / "out"),
+        limit=1,
+        port=port,
+        arm_defaults={**plan["arm_defaults"], "flags": [*BASE, "--num-gpu-blocks-override", "2"]},
+    )
     (tmp_path / "plan.yaml").write_text(yaml.safe_dump(plan))
-    proc = subprocess.run([sys.executable, "-m", "harness.cli", "eval", "--plan", str(tmp_path / "plan.yaml"),
-                           "--no-history"], capture_output=True, text=True, timeout=1200, cwd=REPO)
+    proc = subprocess.run(
+        [sys.executable, "-m", "harness.cli", "eval", "--plan", str(tmp_path / "plan.yaml"), "--no-history"],
+        capture_output=True,
+        text=True,
+        timeout=1200,
+        cwd=REPO,
+    )
     assert proc.returncode == 2, proc.stdout[-2000:] + proc.stderr[-2000:]
     assert "Traceback" not in proc.stdout + proc.stderr
     verdict = [line for line in proc.stdout.splitlines() if line.startswith("verdict:")]

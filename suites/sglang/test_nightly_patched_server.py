@@ -20,8 +20,20 @@ from harness.paths import REPO
 def test_spawned_children_get_the_fault(target):
     if target.name != "sglang":
         pytest.skip("patches real SGLang: run with --target sglang (nox -s sglang)")
-    proc = subprocess.run([sys.executable, "-m", "harness.servers.sglang_server.patched_server", "--fault", DEFAULT_FAULT,
-                           "--self-check"], cwd=REPO, capture_output=True, text=True, timeout=600)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "harness.servers.sglang_server.patched_server",
+            "--fault",
+            DEFAULT_FAULT,
+            "--self-check",
+        ],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    report = json.loads(proc.stdout[proc.stdout.index("{"):])
+    report = json.loads(proc.stdout[proc.stdout.index("{") :])
     assert report["ok"] and report["child"] == report["patched"] != report["clean"]

@@ -46,12 +46,15 @@ def test_arm_flags_parse_with_sglang(parser, run):
     assert parsed.deprecated == ()
 
 
-@pytest.mark.parametrize("flags, message", [
-    (("--cuda-graph-backend-decode", "off"), "invalid choice"),  # 0.5.23's choices: full, breakable, disabled
-    (("--disable-cuda-graphs",), "unrecognized arguments"),
-    (("--swa-full-tokens-ratio", "a tenth"), "invalid float value"),
-    (("--disable-cuda-graph",), "deprecated"),  # still parses in 0.5.23, with a warning: refused here
-])
+@pytest.mark.parametrize(
+    "flags, message",
+    [
+        (("--cuda-graph-backend-decode", "off"), "invalid choice"),  # 0.5.23's choices: full, breakable, disabled
+        (("--disable-cuda-graphs",), "unrecognized arguments"),
+        (("--swa-full-tokens-ratio", "a tenth"), "invalid float value"),
+        (("--disable-cuda-graph",), "deprecated"),  # still parses in 0.5.23, with a warning: refused here
+    ],
+)
 def test_an_invalid_arm_fails_the_test(parser, flags, message):
     from harness.servers.sglang_server.server_args import InvalidServerArgs
 
