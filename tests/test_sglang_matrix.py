@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.jobs.sglang_matrix import Cell, Row, bisect, cells_from_junit, render_markdown
+from harness.jobs.sglang_matrix import Cell, ReleaseRun, bisect, cells_from_junit, render_markdown
 from harness.targets.sglang import capabilities
 from harness.targets.sglang.capabilities import UNREACHABLE, NotOnThisSGLang
 from harness.targets.sglang.releases import Release, overlay
@@ -112,9 +112,9 @@ def test_an_overlay_shadows_only_what_it_holds(tmp_path: Path) -> None:
     assert overlay(release, root=tmp_path / "overlays") == python and release.label.startswith("source:")
 
 
-def _row(verdict: str) -> Row:
+def _row(verdict: str) -> ReleaseRun:
     status = {"good": "passed", "bad": "failed", "skip": "not applicable"}[verdict]
-    return Row("x", 0.0, 0.0, {"replay": Cell(status, failed=["t: wrong"] if verdict == "bad" else [])})
+    return ReleaseRun("x", 0.0, 0.0, {"replay": Cell(status, failed=["t: wrong"] if verdict == "bad" else [])})
 
 
 @pytest.mark.parametrize(
@@ -137,7 +137,7 @@ def _row(verdict: str) -> Row:
 def test_bisect_finds_the_boundary_in_either_direction(good, bad, truth, first_bad) -> None:
     ran: list[str] = []
 
-    def run(release: Release, suites) -> Row:
+    def run(release: Release, suites) -> ReleaseRun:
         ran.append(release.spec)
         return _row(truth[release.spec])
 
@@ -201,7 +201,7 @@ def test_a_rerun_of_a_few_releases_keeps_the_others_in_version_order(tmp_path: P
     monkeypatch.setattr(
         sglang_matrix,
         "run_release",
-        lambda release, suites: Row(release.label, 0.0, 0.0, {"replay": Cell("passed", passed=2)}),
+        lambda release, suites: ReleaseRun(release.label, 0.0, 0.0, {"replay": Cell("passed", passed=2)}),
     )
     code = sglang_matrix.main(
         [
@@ -229,8 +229,8 @@ def test_a_rerun_of_a_few_releases_keeps_the_others_in_version_order(tmp_path: P
 def test_a_seed_s_release_must_fail_its_replay_and_only_that_release() -> None:
     from harness.jobs.sglang_matrix import unexpected
 
-    def row(release: str, status: str) -> Row:
-        return Row(release, 0.0, 0.0, {"replay": Cell(status), "pool": Cell("not applicable")})
+    def row(release: str, status: str) -> ReleaseRun:
+        return ReleaseRun(release, 0.0, 0.0, {"replay": Cell(status), "pool": Cell("not applicable")})
 
     assert unexpected(row("0.5.11", "failed")) == []  # #24743 shipped there: red is the right answer
     assert unexpected(row("0.5.11", "passed")) == ["replay: passed"]  # a replay that no longer sees the bug

@@ -124,7 +124,7 @@ class Cell:
 
 
 @dataclass
-class Row:
+class ReleaseRun:
     release: str
     install_s: float
     run_s: float
@@ -177,12 +177,12 @@ def cells_from_junit(xml: Path, suites: dict[str, tuple[str, ...]]) -> dict[str,
     return cells
 
 
-def run_release(release: Release, suites: dict[str, tuple[str, ...]], *, workers: str = "auto") -> Row:
+def run_release(release: Release, suites: dict[str, tuple[str, ...]], *, workers: str = "auto") -> ReleaseRun:
     started = time.monotonic()
     try:
         python = overlay(release)
     except Exception as error:  # noqa: BLE001 - an install that fails is a row of its own, never the end of the run
-        return Row(release.label, round(time.monotonic() - started, 1), 0.0, {}, f"install failed: {error}")
+        return ReleaseRun(release.label, round(time.monotonic() - started, 1), 0.0, {}, f"install failed: {error}")
     installed = time.monotonic()
     with tempfile.TemporaryDirectory() as tmp:
         xml = Path(tmp) / "junit.xml"
@@ -218,7 +218,7 @@ def run_release(release: Release, suites: dict[str, tuple[str, ...]], *, workers
         )
         if not xml.exists():
             tail = (result.stdout + result.stderr).strip().splitlines()[-3:]
-            return Row(
+            return ReleaseRun(
                 release.label,
                 round(installed - started, 1),
                 round(time.monotonic() - installed, 1),
@@ -226,7 +226,7 @@ def run_release(release: Release, suites: dict[str, tuple[str, ...]], *, workers
                 f"pytest wrote no report (exit {result.returncode}): {' | '.join(tail)}",
             )
         cells = cells_from_junit(xml, suites)
-    return Row(release.label, round(installed - started, 1), round(time.monotonic() - installed, 1), cells)
+    return ReleaseRun(release.label, round(installed - started, 1), round(time.monotonic() - installed, 1), cells)
 
 
 def releases(args: argparse.Namespace) -> list[Release]:
@@ -379,7 +379,7 @@ def main(argv: list[str] | None = None) -> int:
     return 1 if any(unexpected(r) for r in rows) else 0
 
 
-def unexpected(row: Row) -> list[str]:
+def unexpected(row: ReleaseRun) -> list[str]:
     """What in a row fails the run: an install error, a failed cell not expected red, an expected red that passed."""
     if row.error:
         return [row.error]
@@ -392,7 +392,7 @@ def unexpected(row: Row) -> list[str]:
 
 def bisect(
     good: str, bad: str, suites: dict[str, tuple[str, ...]], *, candidates: list[str] | None = None, run=run_release
-) -> tuple[str, str, Row]:
+) -> tuple[str, str, ReleaseRun]:
     """The release next to ``good`` where the suites first fail, walking towards ``bad`` (a regression when good is
     older, the release a fix landed after when good is newer). Releases where every chosen suite is not applicable
     are stepped over. Returns (last good, first bad, the first bad release's row)."""
@@ -402,7 +402,7 @@ def bisect(
     order = sorted(candidates, key=Version, reverse=Version(good) > Version(bad))
     if order[0] != good or order[-1] != bad:
         raise ValueError(f"{good} and {bad} must both be published releases (found {order[0]} .. {order[-1]})")
-    verdicts: dict[str, tuple[str, Row]] = {}
+    verdicts: dict[str, tuple[str, ReleaseRun]] = {}
 
     def verdict(release: str) -> str:
         if release not in verdicts:
