@@ -17,7 +17,7 @@ from harness.servers.registry import get_server_kind
 from harness.evals.results import RunRecord, RunResult
 from harness.jobs.cpu import EvalConfig, cpu_plan
 from harness.jobs.provenance import comparison_provenance, job_provenance, relevant_env
-from harness.jobs.runner import RunOptions, served_identity
+from harness.jobs.runner import RunOptions
 from harness.paths import DEFAULT_MODEL, REPO
 
 
@@ -121,7 +121,7 @@ def test_an_external_server_is_the_engine_under_test(tmp_path, sglang_server, mo
     engine = plan.runs[0].arm.engine
     identity = get_server_kind(engine).identity(sglang_server, plan.runs[0].spec)  # what the server reports
     runs = [
-        RunResult("gsm_style", "on", "m", True, None, [], 0.0, RunRecord(arm, identity=served_identity(identity)))
+        RunResult("gsm_style", "on", "m", True, None, [], 0.0, RunRecord(arm, identity=identity))
         for arm in ("on", "off")
     ]
     prov = provenance(config, runs)

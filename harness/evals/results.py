@@ -52,16 +52,26 @@ class ItemResult:
 
 @dataclass(frozen=True)
 class ServedIdentity:
-    """What a run's server said it is: ``harness.servers.identity.Identity`` as this floor holds it (it imports no
-    server code). ``raw`` is what the endpoints answered; the rest is what two arms of a comparison are compared by."""
+    """What a run's server said it is, read from its endpoints by its server kind (``harness.servers``) and kept with
+    the run. ``raw`` is what the endpoints answered (it keys the resume cache); the rest is what two arms of a
+    comparison are compared by."""
 
     engine: str
     version: str
     model: str
-    weights: str | None = None
-    tokenizer: str | None = None
-    flags: Mapping[str, Any] = field(default_factory=dict)
+    weights: str | None = None  # a digest when the server reports one (None: unknown)
+    tokenizer: str | None = None  # a digest when the server reports one
+    flags: Mapping[str, Any] = field(default_factory=dict)  # graph mode and the settings that change answers
     raw: Mapping[str, Any] = field(default_factory=dict)
+
+    def model_differences(self, other: ServedIdentity) -> list[str]:
+        """How ``other`` serves another model than this one (empty: the same, as far as both report)."""
+        found = []
+        if self.weights and other.weights and self.weights != other.weights:
+            found.append(f"weights {self.weights} vs {other.weights}")
+        if self.tokenizer and other.tokenizer and self.tokenizer != other.tokenizer:
+            found.append(f"tokenizer {self.tokenizer} vs {other.tokenizer}")
+        return found
 
     def to_dict(self) -> dict[str, Any]:
         """As saved under ``identity`` (``raw`` is saved beside it, under ``server``)."""

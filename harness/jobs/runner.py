@@ -37,7 +37,7 @@ from typing import Any, Mapping, Sequence
 
 from harness.servers.base import ServerNotInstalled
 from harness.servers.guard import CHILDREN, ChildProcesses
-from harness.servers.identity import Identity, ServerUnreachable, server_identity
+from harness.servers.identity import ServerUnreachable, server_identity
 from harness.servers.lifecycle import Command, ServerLaunchError, ServerProcess
 from harness.servers.registry import get_server_kind
 from harness.fingerprint import tokenizer_fingerprint, weights_fingerprint
@@ -234,7 +234,7 @@ class ArmSession:
         except ServerUnreachable as exc:
             raise RunFailure(f"{self.part} does not answer: {exc}") from exc
         graphs = identity.raw.get("graph_mode") or self.run.arm.graphs  # "auto" resolved by the server
-        self.record = replace(self.record, graphs=graphs, identity=served_identity(identity))
+        self.record = replace(self.record, graphs=graphs, identity=identity)
 
     def _score(self, step: EvalStep) -> tuple[str | None, dict[str, list[ItemResult]]]:
         """The step's items per task, or the one line saying why there are none."""
@@ -641,7 +641,9 @@ def _front_page(plan: Plan, runs: Sequence[RunResult], outcomes: Sequence[Outcom
 # -- do two arms serve the same model? -------------------------------------------------------------------
 
 
-def arms_that_differ(plan: Plan, serves: Mapping[tuple[str, str], Identity]) -> list[tuple[Comparison, list[str]]]:
+def arms_that_differ(
+    plan: Plan, serves: Mapping[tuple[str, str], ServedIdentity]
+) -> list[tuple[Comparison, list[str]]]:
     """The comparisons whose two arms serve different weights or tokenizers, with how (their difference would be
     no graph effect). ``serves`` maps (model slug, arm) to what that arm serves, where it is known."""
     found = []
@@ -652,7 +654,7 @@ def arms_that_differ(plan: Plan, serves: Mapping[tuple[str, str], Identity]) -> 
     return found
 
 
-def _model_before_start(run: ArmRun) -> tuple[Identity, str] | None:
+def _model_before_start(run: ArmRun) -> tuple[ServedIdentity, str] | None:
     """The weights and tokenizer an arm will serve, where that is known before it runs (what an external server
     reports, or the digests of a launched arm's local checkpoint, which the harness server reports too), and a
     description."""
@@ -667,7 +669,7 @@ def _model_before_start(run: ArmRun) -> tuple[Identity, str] | None:
         local = local if local.is_absolute() else REPO / local  # servers run in the checkout
         if not local.is_dir():
             return None
-        identity = Identity(
+        identity = ServedIdentity(
             run.arm.engine, "", run.spec.model, weights_fingerprint(local), tokenizer_fingerprint(local)
         )
         where = run.spec.model
@@ -693,30 +695,11 @@ def models_known_to_differ(plan: Plan) -> list[str]:
 
 def different_models(plan: Plan, runs: Sequence[RunResult]) -> dict[tuple[str, str], str]:
     """After the runs: (model, comparison) -> how its two arms' servers reported different weights or tokenizers."""
-    served = {(r.model, r.record.arm): _identity(r.record.identity) for r in runs if r.record.identity}
+    served = {(r.model, r.record.arm): r.record.identity for r in runs if r.record.identity}
     return {
         (c.model.name, c.name): f"the arms served different models ({'; '.join(diff)})"
         for c, diff in arms_that_differ(plan, served)
     }
-
-
-def served_identity(identity: Identity) -> ServedIdentity:
-    """A server's identity as a run keeps it."""
-    return ServedIdentity(
-        identity.engine,
-        identity.version,
-        identity.model,
-        identity.weights,
-        identity.tokenizer,
-        dict(identity.flags),
-        dict(identity.raw),
-    )
-
-
-def _identity(served: ServedIdentity) -> Identity:
-    return Identity(
-        served.engine, served.version, served.model, served.weights, served.tokenizer, served.flags, served.raw
-    )
 
 
 def _overview(plan: Plan, runs: Sequence[RunResult], outcomes: Sequence[Outcome]) -> list[OverviewModel]:

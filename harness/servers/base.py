@@ -16,7 +16,8 @@ from typing import Any, Mapping
 
 from harness.servers.counters import Counters
 from harness.servers.guard import CHILDREN, ChildProcesses
-from harness.servers.identity import Identity, get_json, server_identity, server_version
+from harness.evals.results import ServedIdentity
+from harness.servers.identity import get_json, server_identity, server_version
 from harness.servers.lifecycle import Command, ServerProcess, launch
 from harness.fingerprint import tokenizer_fingerprint, weights_fingerprint
 
@@ -109,11 +110,11 @@ class ServerKind:
         stats = health.get("stats") if isinstance(health, dict) else None
         return dict(stats) if isinstance(stats, dict) else {}
 
-    def identity(self, base_url: str, spec: ServerSpec) -> Identity:
+    def identity(self, base_url: str, spec: ServerSpec) -> ServedIdentity:
         """What the server at ``base_url`` reports; ServerUnreachable when it answers nothing."""
         raw = server_identity(base_url)
         local = Path(spec.model)
-        return Identity(
+        return ServedIdentity(
             engine=self.name,
             version=server_version(base_url),
             model=spec.model,

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from harness.servers.base import ServerKind, ServerSpec
 from harness.servers.counters import Counters, any_counters
-from harness.servers.identity import Identity, server_identity, server_version
+from harness.evals.results import ServedIdentity
+from harness.servers.identity import server_identity, server_version
 from harness.servers.lifecycle import Command
 
 
@@ -17,10 +18,10 @@ class ExternalServer(ServerKind):
     def counters(self, base_url: str) -> Counters | None:
         return any_counters(base_url)
 
-    def identity(self, base_url: str, spec: ServerSpec) -> Identity:
+    def identity(self, base_url: str, spec: ServerSpec) -> ServedIdentity:
         raw = server_identity(base_url)
         build = raw.get("build") if isinstance(raw.get("build"), dict) else {}
-        return Identity(
+        return ServedIdentity(
             engine=self.name,
             version=server_version(base_url),
             model=str(raw.get("model", spec.model)),

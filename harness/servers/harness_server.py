@@ -10,7 +10,8 @@ from pathlib import Path
 
 from harness.servers.base import ServerKind, ServerSpec
 from harness.servers.counters import Counters, health_counters
-from harness.servers.identity import Identity, server_identity
+from harness.evals.results import ServedIdentity
+from harness.servers.identity import server_identity
 from harness.servers.guard import CHILDREN, ChildProcesses
 from harness.servers.lifecycle import Command, ServerProcess
 from harness.env import FAULT_ENV, OFFLINE_ENV, SERVER_READY
@@ -55,11 +56,11 @@ class HarnessServer(ServerKind):
     def counters(self, base_url: str) -> Counters | None:
         return health_counters(base_url)
 
-    def identity(self, base_url: str, spec: ServerSpec) -> Identity:
+    def identity(self, base_url: str, spec: ServerSpec) -> ServedIdentity:
         """Everything from the server's /health: its build names the code, the weights it loaded and its settings."""
         raw = server_identity(base_url)
         build = raw.get("build") if isinstance(raw.get("build"), dict) else {}
-        return Identity(
+        return ServedIdentity(
             engine=self.name,
             version=str(build.get("code") or code_fingerprint()),
             model=str(raw.get("model", spec.served_name)),

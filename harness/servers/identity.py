@@ -4,53 +4,21 @@ Every engine answers some of ``/health`` (the harness server: model, graph mode,
 weights' digest), ``/v1/models`` (any OpenAI-style server: the served ids), ``/get_server_info``
 (SGLang: its version and arguments) and ``/version`` (vLLM). The raw answers key the resume cache
 (answers cached from one server are never reused for another one at the same address); the typed
-record is what provenance shows and what two arms of one comparison are checked against.
+record (``harness.evals.results.ServedIdentity``, kept with each run) is what provenance shows and what two arms of
+one comparison are checked against.
 """
 
 from __future__ import annotations
 
 import json
 import urllib.request
-from dataclasses import dataclass, field
-from typing import Any, Mapping
+from typing import Any
 
 HEALTH_FIELDS = ("model", "graph_mode", "build", "max_context_len")  # of the harness server's /health
 
 
 class ServerUnreachable(RuntimeError):
     """The server answers neither /health nor /v1/models."""
-
-
-@dataclass(frozen=True)
-class Identity:
-    """One server as it reports itself. ``weights`` is a digest when the server reports one (None: unknown)."""
-
-    engine: str
-    version: str
-    model: str
-    weights: str | None = None
-    tokenizer: str | None = None  # a digest when the server reports one
-    flags: Mapping[str, Any] = field(default_factory=dict)  # graph mode and the settings that change answers
-    raw: Mapping[str, Any] = field(default_factory=dict)  # what the endpoints said, for cache keys
-
-    def model_differences(self, other: Identity) -> list[str]:
-        """How ``other`` serves another model than this one (empty: the same, as far as both report)."""
-        found = []
-        if self.weights and other.weights and self.weights != other.weights:
-            found.append(f"weights {self.weights} vs {other.weights}")
-        if self.tokenizer and other.tokenizer and self.tokenizer != other.tokenizer:
-            found.append(f"tokenizer {self.tokenizer} vs {other.tokenizer}")
-        return found
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "engine": self.engine,
-            "version": self.version,
-            "model": self.model,
-            "weights": self.weights,
-            "tokenizer": self.tokenizer,
-            "flags": dict(self.flags),
-        }
 
 
 def get_json(base_url: str, path: str, timeout: float = 10.0) -> Any:

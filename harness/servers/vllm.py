@@ -17,9 +17,9 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from harness.evals.results import ServedIdentity
 from harness.servers.base import ServerKind, ServerSpec
 from harness.servers.counters import VLLM_METRICS, Counters, metrics_reader, prometheus_sums
-from harness.servers.identity import Identity
 from harness.servers.lifecycle import Command
 from harness.env import OFFLINE_ENV
 from harness.paths import REPO
@@ -90,7 +90,7 @@ class VLLMServer(ServerKind):
         defaults = {"VLLM_CPU_KVCACHE_SPACE": KV_SPACE_GIB, "VLLM_CACHE_ROOT": str(cache_root())}
         return Command(argv, {**OFFLINE_ENV, **defaults, **spec.env})
 
-    def identity(self, base_url: str, spec: ServerSpec) -> Identity:
+    def identity(self, base_url: str, spec: ServerSpec) -> ServedIdentity:
         """As every engine's, with the compile mode the arm's flags select (vLLM reports no such thing)."""
         found = super().identity(base_url, spec)
         return replace(found, flags={**found.flags, "compile": COMPILE[spec.graphs]})
