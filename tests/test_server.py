@@ -133,6 +133,34 @@ def test_a_later_turn_is_served_from_the_prefix_cache_and_answers_as_without_it(
     assert stats["enabled"] and stats["cached_tokens"] == cached and stats["tokens"] > 0, stats
 
 
+def test_flush_cache_empties_the_tree_so_a_repeat_is_computed_afresh(fresh_worker: EngineWorker, ref: Engine) -> None:
+    """SGLang's ``/flush_cache``: after it, the same prompt hits nothing and answers the same; while a request
+    runs it refuses (409) and flushes nothing. One new token each, so that the prompt's last window still holds
+    SWA KV when the repeat comes (a longer answer slides it out and leaves the prompt's end unmatchable)."""
+    prompt = ref.tokenizer.encode(prompt_text(3, 4))
+    payload = {"prompt": prompt, "max_tokens": 1, "temperature": 0}
+
+    async def session(client: TestClient) -> list[tuple[int, dict]]:
+        first = await post(client, "/v1/completions", payload)
+        repeat = await post(client, "/v1/completions", payload)
+        running = asyncio.ensure_future(post(client, "/v1/completions", {**payload, "max_tokens": 200}))
+        while fresh_worker.stats().running == 0 and not running.done():
+            await asyncio.sleep(0.001)
+        refused = await post(client, "/flush_cache", {})
+        await running
+        flushed = (resp := await client.get("/flush_cache")).status, await resp.json()
+        fresh = await post(client, "/v1/completions", payload)
+        return [first, repeat, refused, flushed, fresh]
+
+    first, repeat, refused, flushed, fresh = serve(fresh_worker, session)
+    hits = [body["usage"]["prompt_tokens_details"]["cached_tokens"] for _, body in (first, repeat, fresh)]
+    assert hits[0] == 0 and hits[1] > 0 and hits[2] == 0, hits
+    assert refused[0] == 409 and "requests are queued or running" in refused[1]["error"]["message"], refused
+    assert flushed == (200, {"flushed": True}), flushed
+    texts = {body["choices"][0]["text"] for _, body in (first, repeat, fresh)}
+    assert texts == {greedy(ref, prompt, 1).text}, texts
+
+
 async def _get(client: TestClient, path: str) -> tuple[int, dict]:
     resp = await client.get(path)
     return resp.status, await resp.json()

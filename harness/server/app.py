@@ -83,6 +83,8 @@ def build_app(worker: EngineWorker, model_name: str, *, build: Mapping[str, Any]
     app.router.add_post("/v1/chat/completions", chat_completions)
     app.router.add_get("/v1/models", models)
     app.router.add_get("/health", health)
+    app.router.add_get("/flush_cache", flush_cache, allow_head=False)
+    app.router.add_post("/flush_cache", flush_cache)
     return app
 
 
@@ -178,6 +180,14 @@ async def models(request: web.Request) -> web.Response:
             ],
         }
     )
+
+
+async def flush_cache(request: web.Request) -> web.Response:
+    """Empty the prefix cache, as SGLang's ``/flush_cache`` does (GET or POST): 200 when it did; 409, nothing
+    flushed, while requests are queued or running (a client replays on an empty cache only once the others end)."""
+    if not await request.app[WORKER_KEY].flush_cache():
+        raise ApiError("cache not flushed: requests are queued or running; retry when they finish", status=409)
+    return web.json_response({"flushed": True})
 
 
 async def health(request: web.Request) -> web.Response:

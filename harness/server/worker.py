@@ -159,6 +159,20 @@ class _Cancel:
     job: _Job
 
 
+@dataclass(frozen=True)
+class _Flush:
+    """Empty the prefix cache on the engine thread (SGLang's ``/flush_cache``); the future says whether it did."""
+
+    loop: asyncio.AbstractEventLoop
+    future: asyncio.Future
+
+    def resolve(self, flushed: bool = False, error: BaseException | None = None) -> None:
+        try:
+            self.loop.call_soon_threadsafe(_settle, self.future, flushed, error)
+        except RuntimeError:  # the submitting loop is closed: nobody is waiting any more
+            pass
+
+
 _STOP = object()
 
 
@@ -180,7 +194,7 @@ class EngineWorker:
         self._lock = threading.Lock()
         self._stats = WorkerStats()
         self._inflight: dict[int, _Entry] = {}
-        self._unadmitted: list[_Job] = []  # drained from the queue together with the stop request
+        self._unadmitted: list[_Job | _Flush] = []  # drained from the queue together with the stop request
         self._pools: PoolOccupancy | None = None  # last snapshot taken on the engine thread
 
     # -- lifecycle -------------------------------------------------------------------------------
@@ -244,6 +258,16 @@ class EngineWorker:
             self._queue.put(_Cancel(job))
             raise
 
+    async def flush_cache(self) -> bool:
+        """Empty the prefix cache; False, and nothing flushed, while requests are queued or running (as SGLang)."""
+        loop = asyncio.get_running_loop()
+        flush = _Flush(loop, loop.create_future())
+        with self._lock:
+            if self._stopping or not self._thread.is_alive():
+                raise WorkerStopped("the engine worker is not running")
+            self._queue.put(flush)
+        return await flush.future
+
     # -- the engine thread -----------------------------------------------------------------------
 
     def _run(self) -> None:
@@ -277,10 +301,12 @@ class EngineWorker:
                     break
             for i, item in enumerate(items):
                 if item is _STOP:
-                    self._unadmitted = [j for j in items[i + 1 :] if isinstance(j, _Job)]
+                    self._unadmitted = [j for j in items[i + 1 :] if isinstance(j, (_Job, _Flush))]
                     return
                 if isinstance(item, _Cancel):
                     self._cancel(item.job)
+                elif isinstance(item, _Flush):
+                    self._flush(item)
                 else:
                     self._admit(item)
             if engine.has_work():
@@ -317,6 +343,14 @@ class EngineWorker:
             self._inflight[req.rid] = _Entry(job, i, req)
         with self._lock:
             self._stats.running = len(self._inflight)
+
+    def _flush(self, flush: _Flush) -> None:
+        engine = self.engine
+        assert engine is not None
+        flushed = not self._inflight and engine.flush_cache()
+        if flushed:
+            self._snapshot_pools()
+        flush.resolve(flushed)
 
     def _cancel(self, job: _Job) -> None:
         """Drop ``job``'s requests from the engine (queued or running): their slots are free at once."""
@@ -427,7 +461,9 @@ class EngineWorker:
             self._stopping = True
         error = WorkerStopped("the server is shutting down")
         jobs = {id(e.job): e.job for e in self._inflight.values()}
-        jobs.update((id(j), j) for j in self._unadmitted)
+        jobs.update((id(j), j) for j in self._unadmitted if isinstance(j, _Job))
+        for flush in (j for j in self._unadmitted if isinstance(j, _Flush)):
+            flush.resolve(error=error)
         self._inflight.clear()
         while True:
             try:
@@ -436,6 +472,8 @@ class EngineWorker:
                 break
             if isinstance(item, _Job):
                 jobs[id(item)] = item
+            elif isinstance(item, _Flush):
+                item.resolve(error=error)
         for job in jobs.values():
             job.resolve(error=error)
         if self.engine is not None:
