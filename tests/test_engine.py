@@ -207,3 +207,20 @@ def test_greedy_sampling_takes_the_first_maximum_and_fails_nan_rows_alone():
     tokens = sample(logits, reqs)
     assert tokens[0] == int(logits[0].argmax()) and tokens[1] == 2 and tokens[4] == 3
     assert all(isinstance(tokens[i], SamplingFailure) and f"request {i}" in tokens[i].message for i in (2, 3))
+
+
+@pytest.mark.xfail(strict=True, reason="docs/FINDINGS.md #9: the engine frees each prompt's SWA KV as it prefills")
+def test_a_shared_few_shot_prefix_is_served_from_the_cache_to_a_later_batch():
+    """As SGLang serves it: once a few-shot prompt was prefilled, later prompts with the same exemplars (lm-eval's
+    contexts) and an exact repeat reuse its KV. Strict: the day the engine keeps the prompt's SWA KV in its tree,
+    this passes and says so."""
+    from harness.engine import Engine, EngineConfig
+    from suites.conftest import TRAINED_CHECKPOINTS
+    from suites.servers.oracles import lm_eval_prompts
+
+    engine = Engine(EngineConfig(model_path=TRAINED_CHECKPOINTS["gemma2-tiny-swa"], graphs="off", num_threads=1))
+    prompts, greedy = lm_eval_prompts(4), SamplingParams(max_new_tokens=48, ignore_eos=True)
+    engine.generate([prompts[0], prompts[4]], greedy)  # one per task: the tree holds both exemplar sets
+    later = engine.generate([*prompts[1:4], *prompts[5:], prompts[0]], greedy)
+    cached = [o.cached_tokens for o in later]
+    assert cached[-1] > 0 and sum(c > 0 for c in cached[:-1]) >= len(cached[:-1]) / 2, cached
