@@ -282,8 +282,10 @@ def test_admission_queries_match_what_the_pools_hold(target, srt, page, used, ev
     size, size_swa = 64, 32
     handle = target.build_pool(PoolSpec(size=size, size_swa=size_swa, page_size=page))
     allocator = handle.allocator.sglang
+    used = min(used, size_swa // page - 1)  # what both pools can hold: every page but the padding one
     tokens = used * page
     held = handle.allocator.alloc_extend([0], [tokens], [-1]) if tokens else torch.zeros(0, dtype=torch.int32)
+    assert held is not None, f"{tokens} tokens in whole pages of {page} did not fit pools of {size}/{size_swa}"
     left = min(evicted, max(used - 1, 0)) * page  # whole pages, never the last one
     if left:
         handle.allocator.free_swa(held[:left])
