@@ -1,4 +1,4 @@
-"""The tree's names, held: each noun of ``harness/`` means one thing.
+"""The tree's names and floors, held: each noun of ``harness/`` means one thing, and imports run down.
 
 Two classes of one name in two floors (an ``Engine`` that runs a model and an ``Engine`` that launches a server)
 or two modules of one name that mean different things (``identity.py``) are what a newcomer trips on first; the
@@ -18,6 +18,22 @@ HARNESS = REPO / "harness"
 ROLE_MODULES = {"__init__.py", "__main__.py", "base.py", "cli.py", "errors.py", "runner.py"}
 # A fault has one module per target that carries it: the harness's twin and SGLang's source edit of one regression.
 FAULT_CATALOGS = ("harness/faults/catalog", "harness/targets/sglang/faults/catalog")
+
+
+# The floors of harness/, lowest first: a package imports only from floors below its own (at run time too: imports
+# inside functions count). What serves a job (servers, server, jobs) sits above the engine it serves; data that
+# crosses the floors (evals' results, the build fingerprint) sits low so that every floor can hold it.
+FLOORS: tuple[frozenset[str], ...] = (
+    frozenset({"paths", "env", "seams", "op_args", "model"}),
+    frozenset({"mem", "opcount", "fingerprint", "evals"}),
+    frozenset({"graph", "report"}),
+    frozenset({"engine"}),
+    frozenset({"targets"}),
+    frozenset({"faults", "servers"}),
+    frozenset({"server", "jobs"}),
+    frozenset({"cli"}),
+)
+FLOOR = {name: level for level, names in enumerate(FLOORS) for name in names}
 
 
 def _modules() -> list[Path]:
@@ -46,6 +62,32 @@ def test_no_two_modules_of_harness_share_a_name_outside_roles_and_fault_catalogs
             where[path.name].append(rel)
     twice = {name: paths for name, paths in where.items() if len(paths) > 1}
     assert not twice, f"module names used twice: {twice}"
+
+
+def _harness_imports(path: Path) -> set[str]:
+    """The top-level ``harness`` packages (or modules) that ``path`` imports, anywhere in it."""
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+        names = [node.module] if isinstance(node, ast.ImportFrom) and node.module else []
+        names += [alias.name for alias in node.names] if isinstance(node, ast.Import) else []
+        found |= {name.split(".")[1] for name in names if name.startswith("harness.")}
+    return found
+
+
+def test_every_package_of_harness_has_a_floor_and_imports_only_from_floors_below() -> None:
+    upward = []
+    for path in _modules():
+        rel = path.relative_to(HARNESS)
+        own = rel.parts[0].removesuffix(".py")
+        if own == "__init__":
+            continue
+        assert own in FLOOR, f"harness/{rel.parts[0]} has no floor in FLOORS"
+        upward += [
+            f"harness/{rel} imports harness.{name}"
+            for name in _harness_imports(path) - {own}
+            if FLOOR.get(name, len(FLOORS)) >= FLOOR[own]
+        ]
+    assert not upward, "imports that run up or across a floor: " + "; ".join(upward)
 
 
 def test_the_engine_under_test_and_the_server_kinds_keep_their_names() -> None:
