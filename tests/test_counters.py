@@ -82,3 +82,30 @@ def test_what_a_server_did_over_a_run_is_read_before_it_stops(server: dict[str, 
     assert vllm.stats(url) == {"preemptions": 4, "prefix_cache_hit_tokens": 1120, "requests": 18}
     server["/health"] = b'{"stats": {"forward_paths": {"tape": 3}}}'
     assert harness.stats(url) == {"forward_paths": {"tape": 3}}
+
+
+def test_every_server_kind_reports_its_prefix_cache_under_the_same_names(server: dict[str, bytes]) -> None:
+    """Prompt tokens asked and tokens served from the prefix cache, per run: vLLM's names, SGLang's counters and the
+    harness server's /health mapped onto them, so the report can put the arms side by side."""
+    from harness.servers.base import PREFIX_CACHE_STATS
+    from harness.servers.registry import get_server_kind
+
+    url = server.pop("url").decode()
+    sglang, harness, vllm = (get_server_kind(name) for name in ("sglang", "harness", "vllm"))
+    server["/metrics"] = (
+        b'sglang:prompt_tokens_total{model_name="m"} 4300.0\nsglang:cached_tokens_total{model_name="m"} 3610.0\n'
+        b'sglang:num_requests_total{model_name="m"} 20.0\n'
+        b'vllm:prefix_cache_queries_total{engine="0"} 4300\nvllm:prefix_cache_hits_total{engine="0"} 3610\n'
+    )
+    server["/health"] = (
+        b'{"stats": {"requests_served": 20}, "pools": {"prefix_cache": {"enabled": true, "tokens": 900, '
+        b'"swa_tokens": 120, "prompt_tokens": 4300, "cached_tokens": 3610, "hit_rate": 0.8395}}}'
+    )
+    for kind in (sglang, harness, vllm):
+        found = kind.stats(url)
+        assert {name: found.get(name) for name in PREFIX_CACHE_STATS} == {
+            "prefix_cache_query_tokens": 4300,
+            "prefix_cache_hit_tokens": 3610,
+        }, (kind.name, found)
+    assert sglang.stats(url)["requests"] == 20
+    assert harness.stats(url)["prefix_cache_tokens_held"] == 900

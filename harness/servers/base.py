@@ -22,6 +22,17 @@ from harness.servers.lifecycle import Command, ServerProcess, launch
 from harness.fingerprint import tokenizer_fingerprint, weights_fingerprint
 
 
+# The prefix cache's counters, one name for every server kind (vLLM's own names; SGLang's and the harness's mapped):
+# prompt tokens it was asked for and, of them, tokens it served. The harness server also says what its tree holds.
+PREFIX_CACHE_STATS = ("prefix_cache_query_tokens", "prefix_cache_hit_tokens")
+HEALTH_PREFIX_CACHE = {
+    "prompt_tokens": "prefix_cache_query_tokens",
+    "cached_tokens": "prefix_cache_hit_tokens",
+    "tokens": "prefix_cache_tokens_held",
+    "swa_tokens": "prefix_cache_swa_tokens_held",
+}
+
+
 class ServerNotInstalled(RuntimeError):
     """The engine cannot run here; the message is one line saying what is missing and how to get it."""
 
@@ -105,10 +116,16 @@ class ServerKind:
 
     def stats(self, base_url: str) -> dict[str, Any]:
         """What the server did over a run, read once before it stops and kept with the run's results (the harness
-        server: forwards per graph path and tokens, from ``/health``); {} where it says nothing."""
+        server: forwards per graph path and tokens, and its prefix cache's prompt tokens, hits and what it holds,
+        from ``/health``, under the names every kind uses: ``PREFIX_CACHE_STATS``); {} where it says nothing."""
         health = get_json(base_url, "/health", timeout=5)
         stats = health.get("stats") if isinstance(health, dict) else None
-        return dict(stats) if isinstance(stats, dict) else {}
+        if not isinstance(stats, dict):
+            return {}
+        pools = health.get("pools")
+        cache = pools.get("prefix_cache") if isinstance(pools, dict) else None
+        held = {short: cache[name] for name, short in HEALTH_PREFIX_CACHE.items() if name in cache} if cache else {}
+        return {**stats, **held}
 
     def identity(self, base_url: str, spec: ServerSpec) -> ServedIdentity:
         """What the server at ``base_url`` reports; ServerUnreachable when it answers nothing."""

@@ -6,11 +6,21 @@ SGLang's own parser."""
 
 from __future__ import annotations
 
+import urllib.request
+from typing import Any
+
 from harness.servers.base import ServerKind, ServerSpec
-from harness.servers.counters import SGLANG_METRICS, Counters, metrics_reader
+from harness.servers.counters import SGLANG_METRICS, Counters, metrics_reader, prometheus_sums
 from harness.servers.lifecycle import Command
 from harness.env import SGLANG_FAULT_ENV, SGLANG_PATCH_ENV
 
+# Its Prometheus counters kept with each run (``--enable-metrics``), under the names every server kind uses.
+STATS = {
+    "sglang:num_requests_total": "requests",
+    "sglang:generation_tokens_total": "generated_tokens",
+    "sglang:prompt_tokens_total": "prefix_cache_query_tokens",
+    "sglang:cached_tokens_total": "prefix_cache_hit_tokens",
+}
 CPU_ENV = {"SGLANG_USE_CPU_ENGINE": "1"}  # without it ``--device cpu`` still takes non-CPU import paths
 # The flags a CPU arm needs: SGLang's plain-PyTorch attention and sampling, fp32 as the harness compares in, and a
 # KV budget (left to itself SGLang sizes its pools from the machine's memory: 14 GB on a 24 GB box).
@@ -82,6 +92,15 @@ class SGLangServer(ServerKind):
     def counters(self, base_url: str) -> Counters | None:
         """Its Prometheus counters (every arm is started with ``--enable-metrics``, which changes no answer)."""
         return metrics_reader(*SGLANG_METRICS)(base_url)
+
+    def stats(self, base_url: str) -> dict[str, Any]:
+        """Its Prometheus counters over the run: requests, tokens, and the prefix cache's prompt tokens and hits."""
+        try:
+            with urllib.request.urlopen(base_url.rstrip("/") + "/metrics", timeout=5) as resp:
+                sums = prometheus_sums(resp.read().decode(errors="replace"), tuple(STATS))
+        except (OSError, ValueError):
+            return {}
+        return {short: int(sums[name]) for name, short in STATS.items() if name in sums}
 
     def command(self, spec: ServerSpec) -> Command:
         cpu = on_cpu(spec.flags)
