@@ -10,6 +10,7 @@ from __future__ import annotations
 import re
 import urllib.request
 from dataclasses import dataclass
+from collections.abc import Mapping
 from typing import Callable
 
 from harness.servers.identity import get_json
@@ -55,14 +56,27 @@ def prometheus_sums(text: str, names: tuple[str, ...]) -> dict[str, float]:
     return sums
 
 
+def _metrics_text(base_url: str, timeout: float) -> str | None:
+    try:
+        with urllib.request.urlopen(base_url.rstrip("/") + "/metrics", timeout=timeout) as resp:
+            return resp.read().decode(errors="replace")
+    except (OSError, ValueError):
+        return None
+
+
+def metrics_stats(base_url: str, names: Mapping[str, str]) -> dict[str, int]:
+    """The counters ``names`` (Prometheus name -> the name a run keeps) that ``/metrics`` has; {} if it has none."""
+    text = _metrics_text(base_url, timeout=5)
+    sums = prometheus_sums(text, tuple(names)) if text is not None else {}
+    return {short: int(sums[name]) for name, short in names.items() if name in sums}
+
+
 def metrics_reader(requests_name: str, tokens_name: str) -> ReadCounters:
     """A reader of ``/metrics`` for one engine's counter names."""
 
     def read(base_url: str) -> Counters | None:
-        try:
-            with urllib.request.urlopen(base_url.rstrip("/") + "/metrics", timeout=2) as resp:
-                text = resp.read().decode(errors="replace")
-        except (OSError, ValueError):
+        text = _metrics_text(base_url, timeout=2)
+        if text is None:
             return None
         sums = prometheus_sums(text, (requests_name, tokens_name))
         if requests_name not in sums:

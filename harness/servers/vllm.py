@@ -12,14 +12,13 @@ Two of its defaults do not suit a shared 2-core, 24 GB machine, so every launch 
 from __future__ import annotations
 
 import sys
-import urllib.request
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from harness.evals.results import ServedIdentity
 from harness.servers.base import ServerKind, ServerSpec
-from harness.servers.counters import VLLM_METRICS, Counters, metrics_reader, prometheus_sums
+from harness.servers.counters import VLLM_METRICS, Counters, metrics_reader, metrics_stats
 from harness.servers.lifecycle import Command
 from harness.env import OFFLINE_ENV
 from harness.paths import REPO
@@ -62,12 +61,7 @@ class VLLMServer(ServerKind):
 
     def stats(self, base_url: str) -> dict[str, Any]:
         """Its Prometheus counters that say whether a stress arm stressed: preemptions, prefix-cache hits."""
-        try:
-            with urllib.request.urlopen(base_url.rstrip("/") + "/metrics", timeout=5) as resp:
-                sums = prometheus_sums(resp.read().decode(errors="replace"), tuple(STATS))
-        except (OSError, ValueError):
-            return {}
-        return {short: int(sums[name]) for name, short in STATS.items() if name in sums}
+        return metrics_stats(base_url, STATS)
 
     def command(self, spec: ServerSpec) -> Command:
         if spec.fault:

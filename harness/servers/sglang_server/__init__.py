@@ -6,11 +6,10 @@ SGLang's own parser."""
 
 from __future__ import annotations
 
-import urllib.request
 from typing import Any
 
 from harness.servers.base import ServerKind, ServerSpec
-from harness.servers.counters import SGLANG_METRICS, Counters, metrics_reader, prometheus_sums
+from harness.servers.counters import SGLANG_METRICS, Counters, metrics_reader, metrics_stats
 from harness.servers.lifecycle import Command
 from harness.env import SGLANG_FAULT_ENV, SGLANG_PATCH_ENV
 
@@ -95,12 +94,7 @@ class SGLangServer(ServerKind):
 
     def stats(self, base_url: str) -> dict[str, Any]:
         """Its Prometheus counters over the run: requests, tokens, and the prefix cache's prompt tokens and hits."""
-        try:
-            with urllib.request.urlopen(base_url.rstrip("/") + "/metrics", timeout=5) as resp:
-                sums = prometheus_sums(resp.read().decode(errors="replace"), tuple(STATS))
-        except (OSError, ValueError):
-            return {}
-        return {short: int(sums[name]) for name, short in STATS.items() if name in sums}
+        return metrics_stats(base_url, STATS)
 
     def command(self, spec: ServerSpec) -> Command:
         cpu = on_cpu(spec.flags)
