@@ -347,7 +347,7 @@ class EngineWorker:
     def _flush(self, flush: _Flush) -> None:
         engine = self.engine
         assert engine is not None
-        flushed = not self._inflight and engine.flush_cache()
+        flushed = engine.flush_cache()  # False while any request is queued or running
         if flushed:
             self._snapshot_pools()
         flush.resolve(flushed)
