@@ -209,11 +209,10 @@ def test_greedy_sampling_takes_the_first_maximum_and_fails_nan_rows_alone():
     assert all(isinstance(tokens[i], SamplingFailure) and f"request {i}" in tokens[i].message for i in (2, 3))
 
 
-@pytest.mark.xfail(strict=True, reason="docs/FINDINGS.md #9: the engine frees each prompt's SWA KV as it prefills")
 def test_a_shared_few_shot_prefix_is_served_from_the_cache_to_a_later_batch():
     """As SGLang serves it: once a few-shot prompt was prefilled, later prompts with the same exemplars (lm-eval's
-    contexts) and an exact repeat reuse its KV. Strict: the day the engine keeps the prompt's SWA KV in its tree,
-    this passes and says so."""
+    contexts) and an exact repeat reuse its KV: every prefill chunk is checkpointed before the window slides
+    (docs/FINDINGS.md #9; the old order gave no hit at all)."""
     from harness.engine import Engine, EngineConfig
     from suites.conftest import TRAINED_CHECKPOINTS
     from suites.servers.oracles import lm_eval_prompts

@@ -23,8 +23,12 @@ scheduler uses its radix cache:
 * SWA slots: a request's SWA lock on its prefix follows its window, and the window slide keeps ``W - 1``
   tokens below the insert boundary (``RadixCache.swa_keep_from``): a request holds at most two pages more
   than without the cache (none at page size 1), and the tree's other live SWA KV is evictable on demand;
-* a prefill chunk that leaves the prompt unfinished is checkpointed into the tree after the window
-  slides; a finished request's KV goes to the tree, an aborted or failed one's back to the pools.
+* every prefill chunk, the prompt's last one too, is checkpointed into the tree before the window slides (as
+  SGLang checkpoints each extend, and frees no SWA KV in an extend batch while its tree shares prefixes): the
+  prompt's SWA KV is the tree's, so a later request that shares the prompt's prefix, or repeats it, can match
+  it; the request's SWA lock on it follows its window, so once the window has passed it the tree may tombstone
+  it when the SWA pool runs short; a finished request's KV goes to the tree, an aborted or failed one's back to
+  the pools.
 
 Speculative decoding (``speculative_tokens > 0``, page size 1): a decode step becomes a verify, an
 extend of each request's last token and its drafts (``drafts.propose_drafts``) with every position's
@@ -264,11 +268,10 @@ class Scheduler:
             req.kv_len += n
             if req.prefill_done:
                 sampling.append(req)
+        if self.tree_cache is not None and not sched.mode.is_decode():
+            for req in sched.reqs:  # before the slide: what the tree holds is not the request's to free
+                self.tree_cache.cache_unfinished_req(req)
         self._slide_windows(sched.reqs)
-        if self.tree_cache is not None:
-            for req in sched.reqs:
-                if not req.prefill_done:
-                    self.tree_cache.cache_unfinished_req(req)
         return sampling
 
     def commit_verify(self, sched: ScheduledBatch, kept: list[int]) -> None:
