@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import pytest
+import torch
 from aiohttp import ClientResponse
 from aiohttp.test_utils import TestClient, TestServer
 
@@ -108,6 +109,34 @@ def test_completion_greedy_matches_engine_generate(worker: EngineWorker, ref: En
             "total_tokens": len(want.prompt_ids) + len(want.output_ids),
         }
         assert 0 <= cached < len(want.prompt_ids), body["usage"]
+
+
+def test_completion_logprobs_are_the_engines_softmax(worker: EngineWorker, ref: Engine) -> None:
+    """Per generated token: its logprob and the top 5 of the full softmax of the logits the engine computed, keyed by
+    text (or ``token_id:N``), with the text's offsets; the answer is the same as without logprobs."""
+    prompt = prompt_text(3)
+    req = ref.add_request(prompt, SamplingParams(max_new_tokens=6), return_logits=True)
+    want = next(o for o in ref.run_until_done() if o.rid == req.rid)
+    logp = torch.log_softmax(want.logits.double(), -1)
+    for by_id in (False, True):
+        payload = {"model": MODEL, "prompt": prompt, "max_tokens": 6, "temperature": 0, "logprobs": 5}
+        status, body = completion(worker, {**payload, "return_tokens_as_token_ids": by_id})
+        assert status == 200, body
+        [choice] = body["choices"]
+        assert choice["text"] == want.text
+        lp = choice["logprobs"]
+        name = (
+            (lambda t: f"token_id:{t}") if by_id else (lambda t: ref.tokenizer.decode([t], skip_special_tokens=False))
+        )
+        assert lp["tokens"] == [name(t) for t in want.output_ids]
+        ids = want.output_ids
+        assert lp["text_offset"] == [len(ref.tokenizer.decode(ids[:k], skip_special_tokens=False)) for k in range(6)]
+        for step, (t, got, tops) in enumerate(zip(want.output_ids, lp["token_logprobs"], lp["top_logprobs"])):
+            assert abs(got - logp[step, t].item()) < 1e-5, (step, got)
+            values, ids = logp[step].topk(5)
+            if by_id:
+                assert tops == pytest.approx({name(i): v for i, v in zip(ids.tolist(), values.tolist())}, abs=1e-5)
+            assert sorted(tops.values(), reverse=True) == pytest.approx(values.tolist()[: len(tops)], abs=1e-5)
 
 
 def test_a_later_turn_is_served_from_the_prefix_cache_and_answers_as_without_it(
@@ -284,7 +313,9 @@ BAD_COMPLETIONS = [
     ({"prompt": "the", "stream": True}, "stream", "stream"),
     ({"prompt": "the", "echo": True}, "echo", "echo"),
     ({"prompt": "the", "best_of": 3}, "best_of", "best_of"),
-    ({"prompt": "the", "logprobs": 1}, "logprobs", "logprobs are not implemented"),
+    ({"prompt": "the", "logprobs": 21}, "logprobs", "logprobs must be in [0, 20], got 21"),
+    ({"prompt": "the", "logprobs": "5"}, "logprobs", "logprobs must be an integer"),
+    ({"prompt": "the", "logprobs": 5, "return_tokens_as_token_ids": 1}, "return_tokens_as_token_ids", "boolean"),
     ({"prompt": "the", "top_p": 0.5, "temperature": 0.7, "seed": 1}, "top_p", "nucleus"),
     ({"prompt": "the", "top_k": 5, "temperature": 0.7}, "top_k", "top_k"),
     ({"prompt": "the", "frequency_penalty": 0.5}, "frequency_penalty", "frequency_penalty"),

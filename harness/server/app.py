@@ -121,9 +121,15 @@ async def completions(request: web.Request) -> web.Response:
     req = parse_completion(await _json_body(request), state["limits"])
     _check_model(req.model, state["model"])
     prompts = await _off_loop(request, _encode_all, state["tokenizer"], req.prompts)
-    outputs = await _generate(request, prompts, req.gen.sampling(), prompt_field="prompt")
+    outputs = await _generate(
+        request, prompts, req.gen.sampling(), prompt_field="prompt", return_logits=req.logprobs is not None
+    )
+    logprobs = [None] * len(outputs)
+    if req.logprobs is not None:
+        logprobs = await _off_loop(request, _all_logprobs, state["tokenizer"], outputs, req.logprobs, req.by_token_id)
     choices = [
-        {"text": o.text, "index": i, "logprobs": None, "finish_reason": _finish(o)} for i, o in enumerate(outputs)
+        {"text": o.text, "index": i, "logprobs": lp, "finish_reason": _finish(o)}
+        for i, (o, lp) in enumerate(zip(outputs, logprobs))
     ]
     return web.json_response(
         {
@@ -287,9 +293,11 @@ def _chat_ids(chat: ChatRenderer, tokenizer: Tokenizer, messages: Sequence[ChatM
     return _encode_all(tokenizer, [chat.prompt(messages)])[0]
 
 
-async def _generate(request: web.Request, prompts: list, sampling: Any, *, prompt_field: str) -> list[GenerateOutput]:
+async def _generate(
+    request: web.Request, prompts: list, sampling: Any, *, prompt_field: str, return_logits: bool = False
+) -> list[GenerateOutput]:
     try:
-        return await request.app[WORKER_KEY].generate(prompts, sampling)
+        return await request.app[WORKER_KEY].generate(prompts, sampling, return_logits)
     except RequestError as exc:
         raise ApiError(str(exc), param=_request_error_param(str(exc), prompt_field)) from exc
 
@@ -306,6 +314,31 @@ def _request_error_param(message: str, prompt_field: str) -> str:
 
 def _finish(out: GenerateOutput) -> str:
     return str(getattr(out.finish_reason, "value", out.finish_reason))
+
+
+def _all_logprobs(tokenizer: Any, outputs: list[GenerateOutput], top: int, by_id: bool) -> list[dict[str, Any]]:
+    return [_logprobs(tokenizer, o, top, by_id) for o in outputs]
+
+
+def _logprobs(tokenizer: Any, out: GenerateOutput, top: int, by_id: bool) -> dict[str, Any]:
+    """A completion choice's ``logprobs`` as OpenAI's legacy completions return them: per generated token its text,
+    its logprob, the ``top`` largest of the full softmax (keyed by text, or ``token_id:N`` with vLLM's
+    ``return_tokens_as_token_ids``, where two tokens that decode alike would collide) and its offset in the text."""
+    import torch
+
+    assert out.logits is not None and len(out.logits) == len(out.output_ids)
+    logp = torch.log_softmax(out.logits.double(), -1)
+    name = (lambda t: f"token_id:{t}") if by_id else (lambda t: tokenizer.decode([t], skip_special_tokens=False))
+    tokens = [name(t) for t in out.output_ids]
+    # where each token starts in the text: the decoded prefix's length (per-token pieces need not concatenate to the
+    # text, e.g. a word-level tokenizer joins words with spaces)
+    offsets = [len(tokenizer.decode(out.output_ids[:k], skip_special_tokens=False)) for k in range(len(tokens))]
+    chosen = logp.gather(1, torch.tensor(out.output_ids).unsqueeze(1)).squeeze(1).tolist() if out.output_ids else []
+    tops = []
+    if top:
+        values, ids = logp.topk(top, dim=-1)
+        tops = [{name(i): v for i, v in zip(row_ids, row)} for row_ids, row in zip(ids.tolist(), values.tolist())]
+    return {"tokens": tokens, "token_logprobs": chosen, "top_logprobs": tops, "text_offset": offsets}
 
 
 def _usage(outputs: list[GenerateOutput]) -> dict[str, Any]:

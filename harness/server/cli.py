@@ -65,10 +65,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--max-context-len", type=int, default=None, help="default: the model's max_position_embeddings")
     # Pool sizes and pages, as SGLang's --max-total-tokens / --swa-full-tokens-ratio / --page-size: small pools make
     # the tree evict and tombstone and slots be reused while requests run (the stress arms and the cache-hit protocol).
-    p.add_argument("--full-pool-size", type=int, default=None, help="full-attention KV slots (default: sized to memory)")
+    p.add_argument(
+        "--full-pool-size", type=int, default=None, help="full-attention KV slots (default: sized to memory)"
+    )
     p.add_argument("--swa-pool-size", type=int, default=None, help="sliding-window KV slots (default: from the full)")
     p.add_argument("--page-size", type=int, default=1, help="KV slots per page (default 1)")
     p.add_argument("--chunk-size", type=int, default=256, help="prefill tokens per request per step (default 256)")
+    p.add_argument("--max-prefill-tokens", type=int, default=1024, help="prefill tokens per step (default 1024)")
     p.add_argument("--dtype", default="float32", choices=("float32", "bfloat16", "float16"))
     p.add_argument("--device", default="cpu")
     p.add_argument("--served-model-name", default=None, help="the 'model' clients send (default: --model as given)")
@@ -102,6 +105,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             swa_pool_size=args.swa_pool_size,
             page_size=args.page_size,
             chunk_size=args.chunk_size,
+            max_prefill_tokens=args.max_prefill_tokens,
         )
     except ValueError as exc:
         print(f"swa-harness serve: {exc}", file=sys.stderr)

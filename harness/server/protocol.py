@@ -6,6 +6,8 @@ Policy, so that an eval never runs with settings the engine silently ignores:
   change the result (``n: 1``, ``stream: false``, ``echo: false``, ``logprobs: null``, penalties
   at their neutral value, ``top_p``/``top_k``/``min_p`` either disabled or with greedy decoding,
   where they cannot matter), and refused otherwise;
+* ``logprobs`` on /v1/completions is implemented (0 to ``MAX_LOGPROBS``: each generated token's logprob and the
+  top-k of the full softmax, as vLLM and SGLang return them); on chat it is accepted only off;
 * nothing is truncated: a prompt that does not fit is the engine's RequestError, also a 400;
 * sizes are capped before any work is done on them: a prompt longer than ``max_prompt_chars``
   characters cannot fit in the context and is refused with 413 naming the limit, as are more than
@@ -26,6 +28,7 @@ from harness.engine.request import MAX_STOP_CHARS, MAX_STOP_STRINGS, MAX_STOP_TO
 
 Prompt = str | list[int]
 
+MAX_LOGPROBS = 20  # top logprobs per token on /v1/completions (vLLM's default cap)
 DEFAULT_MAX_TOKENS = 16  # OpenAI's default for /v1/completions
 MAX_PROMPTS = 1024  # prompts in one /v1/completions request
 
@@ -97,6 +100,8 @@ class CompletionRequest:
     prompts: list[Prompt]  # one choice per prompt, in this order
     model: str | None
     gen: GenerationFields
+    logprobs: int | None = None  # top logprobs per generated token; None: no logprobs
+    by_token_id: bool = False  # vLLM's return_tokens_as_token_ids: logprob keys are "token_id:N", not text
 
 
 @dataclass(frozen=True)
@@ -136,7 +141,7 @@ _COMMON = frozenset(
         "ignore_eos",
     }
 )
-COMPLETION_FIELDS = _COMMON | {"prompt", "echo", "logprobs", "best_of", "suffix"}
+COMPLETION_FIELDS = _COMMON | {"prompt", "echo", "logprobs", "best_of", "suffix", "return_tokens_as_token_ids"}
 CHAT_FIELDS = _COMMON | {"messages", "max_completion_tokens", "logprobs", "top_logprobs"}
 CHAT_ROLES = ("system", "user", "assistant")
 
@@ -155,15 +160,18 @@ def parse_completion(body: Any, limits: Limits) -> CompletionRequest:
     _neutral(body, "echo", _is_bool, lambda v: v is False, "echo=true (returning the prompt) is not supported")
     _neutral(body, "best_of", _is_int, lambda v: v == 1, "best_of must be 1")
     _neutral(body, "suffix", _is_str, lambda v: v == "", "suffix (insertion) is not supported")
-    _neutral(
-        body,
-        "logprobs",
-        lambda v: isinstance(v, (bool, int)),
-        lambda v: v is False,
-        "logprobs are not implemented by this server; send logprobs=null",
-    )
+    logprobs = body.get("logprobs")
+    if isinstance(logprobs, bool) and not logprobs:
+        logprobs = None  # false: none, as null
+    elif logprobs is not None:
+        logprobs = _int_field(body, "logprobs", 0, MAX_LOGPROBS)
+    by_id = body.get("return_tokens_as_token_ids", False)
+    if not isinstance(by_id, bool):
+        raise ApiError(
+            f"return_tokens_as_token_ids must be a boolean, got {short_repr(by_id)}", param="return_tokens_as_token_ids"
+        )
     gen = _generation(body, limits, max_tokens=_int_field(body, "max_tokens", 1, limits.max_context_len))
-    return CompletionRequest(prompts, _model(body), gen)
+    return CompletionRequest(prompts, _model(body), gen, logprobs, by_id)
 
 
 def parse_chat(body: Any, limits: Limits) -> ChatRequest:

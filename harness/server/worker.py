@@ -122,6 +122,7 @@ class _Job:
     params: SamplingParams
     loop: asyncio.AbstractEventLoop
     future: asyncio.Future[list[GenerateOutput]]
+    return_logits: bool = False  # each output carries its per-token logits (the API's logprobs)
     outputs: list[GenerateOutput | None] = field(default_factory=list)
     remaining: int = 0
     done: bool = False
@@ -241,13 +242,15 @@ class EngineWorker:
 
     # -- submission (any thread with a running asyncio loop) -------------------------------------
 
-    async def generate(self, prompts: Sequence[Prompt], params: SamplingParams) -> list[GenerateOutput]:
-        """Results for ``prompts`` in order. Raises RequestError (the request can never be served),
+    async def generate(
+        self, prompts: Sequence[Prompt], params: SamplingParams, return_logits: bool = False
+    ) -> list[GenerateOutput]:
+        """Results for ``prompts`` in order (with their logits when asked). Raises RequestError (the request can never be served),
         EngineFailure (the engine failed while it ran) or WorkerStopped."""
         if not prompts:
             raise RequestError("no prompts")
         loop = asyncio.get_running_loop()
-        job = _Job(list(prompts), params, loop, loop.create_future())
+        job = _Job(list(prompts), params, loop, loop.create_future(), return_logits=return_logits)
         with self._lock:  # pairs with _shutdown: a job is either drained there or never queued
             if self._stopping or not self._thread.is_alive():
                 raise WorkerStopped("the engine worker is not running")
@@ -322,7 +325,7 @@ class EngineWorker:
         try:
             for i, prompt in enumerate(job.prompts):
                 try:
-                    added.append(engine.add_request(prompt, job.params))
+                    added.append(engine.add_request(prompt, job.params, return_logits=job.return_logits))
                 except RequestError as exc:
                     where = f"prompt[{i}]: " if len(job.prompts) > 1 else ""
                     raise RequestError(f"{where}{exc}") from exc

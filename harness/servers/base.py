@@ -34,6 +34,8 @@ HEALTH_PREFIX_CACHE = {
     "cached_tokens": "prefix_cache_hit_tokens",
     "tokens": "prefix_cache_tokens_held",
     "swa_tokens": "prefix_cache_swa_tokens_held",
+    "evicted_tokens": "prefix_cache_evicted_tokens",
+    "swa_evicted_tokens": "prefix_cache_swa_evicted_tokens",
 }
 
 
@@ -129,12 +131,19 @@ class ServerKind:
         url, deadline, last = base_url.rstrip("/") + self.flush_path, time.monotonic() + timeout, "no answer"
         while True:
             try:
-                with urllib.request.urlopen(urllib.request.Request(url, data=b"", method="POST"), timeout=5) as resp:
+                ask = urllib.request.Request(
+                    url, data=b"{}", headers={"Content-Type": "application/json"}, method="POST"
+                )
+                with urllib.request.urlopen(ask, timeout=5) as resp:
                     if self.flushed(resp.read()):
                         return
                     last = "it answered that it did not flush"
             except urllib.error.HTTPError as exc:
                 last = f"HTTP {exc.code}: {exc.read()[:120].decode(errors='replace').strip()}"
+                if exc.code not in (400, 409, 503):  # not "busy, ask again": it will answer the same
+                    raise CacheFlushRefused(
+                        f"the {self.name} server at {base_url} refused POST {self.flush_path} ({last})"
+                    )
             except (OSError, http.client.HTTPException) as exc:
                 last = f"{type(exc).__name__}: {exc}"
             if time.monotonic() >= deadline:

@@ -13,6 +13,7 @@ from __future__ import annotations
 import http.client
 import json
 import socket
+import urllib.error
 import urllib.request
 from collections.abc import Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -156,7 +157,11 @@ def ask(
     try:
         with urllib.request.urlopen(request, timeout=600) as resp:
             answer = json.loads(resp.read())
-    except (OSError, http.client.HTTPException) as exc:  # the server died under this request, or refused it: say why
+    except urllib.error.HTTPError as exc:  # refused: its answer says why
+        raise AssertionError(
+            f"the server refused a request: HTTP {exc.code} {exc.read()[:300].decode(errors='replace')}"
+        )
+    except (OSError, http.client.HTTPException) as exc:  # the server died under this request: say why
         crash = [line for line in server.log_path.read_text(errors="replace").splitlines() if "Error" in line]
         raise AssertionError(
             f"the server dropped a request ({type(exc).__name__}: {exc}); its log's last error: "

@@ -1,0 +1,88 @@
+"""The harness's own server held to the cache-hit protocol (``suites/servers/cache_hits.py``), as SGLang and vLLM are:
+the shipped Gemma2 checkpoint (window 16), lm-eval's few-shot contexts, conversations and long prompts, 24 greedy
+tokens with top-5 logprobs; every answer served from a warm prefix cache must equal the same request replayed after
+``/flush_cache`` and transformers'. Graphs on (the tape) and off, a roomy pool, and pools small enough that the
+tree evicts and tombstones while requests run, at page 1 and page 16."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from harness.servers.base import ServerSpec
+from harness.servers.harness_server import HarnessServer
+from harness.servers.lifecycle import ServerProcess
+from suites.conftest import TRAINED_CHECKPOINTS
+from suites.servers.cache_hits import NoVerdict, Workload, judge, lm_eval_workload, run_protocol
+from suites.servers.oracles import Reference, running, transformers_reference
+
+KIND = HarnessServer()
+SERVED = "swa-harness"
+NEW_TOKENS = 24
+CKPT = TRAINED_CHECKPOINTS["gemma2-tiny-swa"]
+# fp32 on both sides; the engine's batched kernels against transformers' eager attention one prompt at a time
+# (the same bound the SGLang and vLLM suites hold their servers to).
+LOGPROB_TOL = 1e-4
+# 18 reuse requests of 60 to 290 tokens at once: about 4,300 KV slots roomy. Tight: four requests at a time in 2,048
+# full and 512 SWA slots, so requests wait for slots and the tree evicts full KV and tombstones SWA KV while others
+# run (measured: 315 tokens' full KV evicted and 3,040 tokens' SWA KV given back over one protocol run). Smaller
+# pools (1,024 and 192, the least the engine takes) evict the warm-up before its repeats run: 4 of 6 repeats hit.
+# At page 16 the SWA pool is 1,024 (2,048 full): with 512, 1 of 6 repeats hit, because the tree tombstones a cached
+# prompt's SWA KV node by node, its last window with the rest (what ends a match), as SGLang's tree does.
+TIGHT = (
+    "--max-running", "4", "--full-pool-size", "2048", "--swa-pool-size", "512", "--chunk-size", "64",
+    "--max-prefill-tokens", "128",
+)  # fmt: skip
+BASE = ("--num-threads", "1")
+ROOMY = ("--max-running", "8")
+
+
+@pytest.fixture(scope="module")
+def workload() -> Workload:
+    return lm_eval_workload()
+
+
+@pytest.fixture(scope="module")
+def reference(workload: Workload, tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[list[str], Reference]]:
+    """The reuse prompts (built from the warm-up's answers, which transformers' greedy answers must equal) and
+    transformers' answers to them."""
+    warm_up = transformers_reference(CKPT, workload.warm_up(), NEW_TOKENS)
+    prompts = [p for _, p in workload.reuse(warm_up.answers)]
+    yield prompts, transformers_reference(CKPT, prompts, NEW_TOKENS)
+
+
+def harness_server(flags: tuple[str, ...], graphs: str, log: Path):
+    spec = ServerSpec(model=str(CKPT), served_name=SERVED, graphs=graphs, flags=(*BASE, *(flags or ROOMY)))
+    return running(KIND, spec, log, timeout=300)
+
+
+def hold(server: ServerProcess, workload: Workload, reference: tuple[list[str], Reference], name: str) -> None:
+    prompts, expected = reference
+    run = run_protocol(KIND, server, SERVED, workload, NEW_TOKENS)
+    assert run.prompts == prompts, "the warm-up's answers differ from transformers', so the reuse prompts do too"
+    try:
+        report = judge(run, expected, LOGPROB_TOL, "the harness server")
+    except NoVerdict as exc:
+        pytest.fail(f"NO VERDICT: {exc}", pytrace=False)
+    print(report.line(name))
+
+
+@pytest.mark.parametrize(
+    "graphs,flags",
+    [
+        pytest.param("tape", (), id="tape-roomy"),
+        pytest.param("off", (), id="eager-roomy"),
+        pytest.param("tape", TIGHT, id="tape-tight"),
+        pytest.param("tape", (*TIGHT, "--swa-pool-size", "1024", "--page-size", "16"), id="tape-tight-page16"),
+    ],
+)
+def test_a_warm_prefix_cache_answers_as_a_fresh_one_and_transformers(
+    graphs: str, flags: tuple[str, ...], workload: Workload, reference, tmp_path: Path
+) -> None:
+    with harness_server(flags, graphs, tmp_path / "server.log") as server:
+        hold(server, workload, reference, f"harness {graphs} {' '.join(flags) or 'roomy'}")
+        stats = KIND.stats(server.base_url)
+    if flags:  # the pressure happened: the tree evicted full KV and gave SWA KV back while requests ran
+        assert stats["prefix_cache_evicted_tokens"] > 0 and stats["prefix_cache_swa_evicted_tokens"] > 0, stats
