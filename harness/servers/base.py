@@ -122,7 +122,7 @@ class ServerKind:
             children=children,
         )
 
-    def flush_cache(self, base_url: str, timeout: float = 30.0) -> None:
+    def flush_cache(self, base_url: str, timeout: float = 120.0) -> None:
         """Empty the server's prefix cache, so the next request is served as on a fresh server. Servers refuse while
         requests are in flight (SGLang 400, the harness 409, vLLM ``success: false``), so a refusal is asked again
         until ``timeout``; CacheFlushRefused (one line: the server, the endpoint, its last answer) after that."""
@@ -134,7 +134,7 @@ class ServerKind:
                 ask = urllib.request.Request(
                     url, data=b"{}", headers={"Content-Type": "application/json"}, method="POST"
                 )
-                with urllib.request.urlopen(ask, timeout=5) as resp:
+                with urllib.request.urlopen(ask, timeout=max(1.0, deadline - time.monotonic())) as resp:
                     if self.flushed(resp.read()):
                         return
                     last = "it answered that it did not flush"

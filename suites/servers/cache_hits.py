@@ -6,9 +6,12 @@ later requests do that, the ways real traffic does:
 
 1. **warm-up** (concurrent, on an emptied cache): one prompt of each shared-prefix group (lm-eval's few-shot
    contexts share their exemplars), the first turn of each conversation, and prompts several windows long;
-2. **reuse** (concurrent, one client per request): every warm-up prompt again (``repeat``), the rest of each group
-   (``shared-prefix``), each conversation branched into every follow-up after the model's own first answer
-   (``branch``: the prefix runs through generated tokens), and each long prompt with a tail (``long``);
+2. **reuse** (concurrent, one client per request), in two waves: every warm-up prompt again (``repeat``), each
+   conversation branched into every follow-up after the model's own first answer (``branch``: the prefix runs
+   through generated tokens), each long prompt with a tail (``long``) and the second prompt of each group
+   (``shared-prefix``); then the rest of each group. The first request that shares only part of a finished prompt
+   may miss by design (SGLang keeps a finished prompt's SWA KV only at its end, and the first sharer's prefill
+   repairs a window where it branches: docs/FINDINGS.md #10); the second wave is what later traffic sees;
 3. **fresh**: each reuse request again, alone, right after ``flush_cache`` (SGLang's way: its KL tests replay after
    ``/flush_cache``), so it is served with nothing cached.
 
@@ -49,15 +52,19 @@ class Workload:
     def warm_up(self) -> list[str]:
         return [group[0] for group in self.groups] + list(self.openers) + list(self.long)
 
-    def reuse(self, warm_answers: Sequence[str]) -> list[tuple[Kind, str]]:
-        """The reuse requests, given the warm-up's answers (in ``warm_up`` order)."""
+    def reuse_waves(self, warm_answers: Sequence[str]) -> list[list[tuple[Kind, str]]]:
+        """The reuse requests in their two waves, given the warm-up's answers (in ``warm_up`` order)."""
         warm = self.warm_up()
         answer = dict(zip(warm, warm_answers))
-        asks: list[tuple[Kind, str]] = [("repeat", p) for p in warm]
-        asks += [("shared-prefix", p) for group in self.groups for p in group[1:]]
-        asks += [("branch", f"{o.rstrip()} {answer[o].strip()}{f}") for o in self.openers for f in self.follow_ups]
-        asks += [("long", p + self.tail) for p in self.long]
-        return asks
+        first: list[tuple[Kind, str]] = [("repeat", p) for p in warm]
+        first += [("branch", f"{o.rstrip()} {answer[o].strip()}{f}") for o in self.openers for f in self.follow_ups]
+        first += [("long", p + self.tail) for p in self.long]
+        first += [("shared-prefix", group[1]) for group in self.groups]
+        return [first, [("shared-prefix", p) for group in self.groups for p in group[2:]]]
+
+    def reuse(self, warm_answers: Sequence[str]) -> list[tuple[Kind, str]]:
+        """Every reuse request, wave by wave."""
+        return [item for wave in self.reuse_waves(warm_answers) for item in wave]
 
 
 @dataclass(frozen=True)
@@ -108,9 +115,10 @@ def run_protocol(
     """Warm-up, reuse, fresh replays (module docstring). CacheFlushRefused propagates: one line, no verdict."""
     kind.flush_cache(server.base_url)
     warm_up = serve_concurrently(server, served, workload.warm_up(), new_tokens, extra)
-    asks = workload.reuse([s.text for s in warm_up])
+    waves = workload.reuse_waves([s.text for s in warm_up])
+    asks = [item for wave in waves for item in wave]
     prompts = [p for _, p in asks]
-    warm = serve_concurrently(server, served, prompts, new_tokens, extra)
+    warm = [s for wave in waves for s in serve_concurrently(server, served, [p for _, p in wave], new_tokens, extra)]
     fresh = []
     for prompt in prompts:
         kind.flush_cache(server.base_url)

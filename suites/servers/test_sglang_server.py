@@ -18,6 +18,7 @@ Needs the SGLang server recipe (``nox -s sglang_server``); elsewhere it skips, n
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Iterator
 from typing import ContextManager
 from pathlib import Path
@@ -29,9 +30,11 @@ from harness.servers.base import ServerSpec
 from harness.servers.lifecycle import ServerProcess
 from harness.servers.sglang_server import CPU_FLAGS, SGLangServer
 from harness.env import SGLANG_PATCH_ENV, SGLANG_SERVER_ENV
+from suites.servers.cache_hits import NoVerdict, judge, run_protocol, word_workload
 from suites.servers.oracles import (
     Reference,
     agreement,
+    ask,
     assert_agrees,
     free_port,
     harness_reference,
@@ -91,7 +94,12 @@ def harness_answers(ckpt: Path) -> list[str]:
 
 
 def sglang_server(
-    ckpt: Path, pool: tuple[str, ...], log: Path, graphs: str = "off", env: dict[str, str] | None = None
+    ckpt: Path,
+    pool: tuple[str, ...],
+    log: Path,
+    graphs: str = "off",
+    env: dict[str, str] | None = None,
+    fault: str | None = None,
 ) -> ContextManager[ServerProcess]:
     return running(
         ENGINE,
@@ -102,6 +110,7 @@ def sglang_server(
             flags=(*CPU_FLAGS, *pool),
             port=free_port(),
             env=env or {},
+            fault=fault,
         ),
         log,
         timeout=600,
@@ -175,3 +184,110 @@ def test_the_server_reports_sglang_and_its_hybrid_pool(server: ServerProcess, ck
     assert identity.engine == "sglang" and identity.version.startswith("sglang 0.5.")
     log = server.log_path.read_text()
     assert "Hybrid SWA model detected" in log and "SWAKVPool mem usage" in log, server.log_tail()
+
+
+# -- the cache-hit protocol (suites/servers/cache_hits.py) -----------------------------------------------------------
+# SGLang builds its radix cache with SWA tombstones for every hybrid model; these hold it to fresh replays after
+# /flush_cache and to transformers. Pressure: so few slots that the tree evicts and tombstones while requests run,
+# with finding 4's candidate fix patched in (else its wrong reads mask everything else) and SGLang's own memory check
+# after every busy step; on both tree cores (Rust, its default, and Python).
+CACHE_NEW_TOKENS = 16
+STRICT = {"SGLANG_ENABLE_STRICT_MEM_CHECK_DURING_BUSY": "1"}
+CACHE_TIGHT = ("--max-total-tokens", "1024", "--swa-full-tokens-ratio", "0.5", "--max-running-requests", "8")
+# Graphs on: decode compiled at 4 and 8, at most 8 running, so decode batches of 1 to 3 pad into 4 and of 5 to 7
+# into 8 (measured with 2, 4 and 8 compiled: raw sizes 1, 2, 6 and 8 ran, so only 2 and 8 took padded batches).
+CACHE_GRAPHS = ("--max-total-tokens", "8192", "--max-running-requests", "8", "--cuda-graph-bs-decode", "4", "8")
+CAPTURED = (4, 8)
+
+
+@pytest.fixture(scope="module")
+def cache_reference(ckpt: Path) -> tuple[list[str], Reference]:
+    """The reuse prompts (from transformers' warm-up answers, which the server's must equal) and transformers'
+    answers to them."""
+    workload = word_workload(WORDS[4:], window=6)
+    warm_up = transformers_reference(ckpt, workload.warm_up(), CACHE_NEW_TOKENS)
+    prompts = [p for _, p in workload.reuse(warm_up.answers)]
+    return prompts, transformers_reference(ckpt, prompts, CACHE_NEW_TOKENS)
+
+
+def hold_cache_hits(server: ServerProcess, cache_reference: tuple[list[str], Reference], name: str) -> None:
+    prompts, expected = cache_reference
+    run = run_protocol(ENGINE, server, SERVED, word_workload(WORDS[4:], window=6), CACHE_NEW_TOKENS)
+    assert run.prompts == prompts, "SGLang's warm-up answers differ from transformers', so its reuse prompts do too"
+    try:
+        report = judge(run, expected, LOGPROB_TOL, "SGLang")
+    except NoVerdict as exc:
+        pytest.fail(f"NO VERDICT: {exc}", pytrace=False)
+    print(report.line(name))
+
+
+@pytest.mark.parametrize(
+    "pool,env",
+    [
+        pytest.param(ROOMY, {}, id="roomy", marks=pytest.mark.extended),
+        pytest.param(CACHE_TIGHT, {**CANDIDATE_FIX, **STRICT}, id="tight-rust-core"),
+        pytest.param(
+            CACHE_TIGHT,
+            {**CANDIDATE_FIX, **STRICT, "SGLANG_UNIFIED_RADIX_TREE_CORE_BACKEND": "python"},
+            id="tight-python-core",
+            marks=pytest.mark.extended,
+        ),
+        pytest.param(
+            (*CACHE_TIGHT, "--page-size", "16"),
+            {**CANDIDATE_FIX, **STRICT},
+            id="tight-page16",
+            marks=pytest.mark.extended,
+        ),
+    ],
+)
+def test_a_warm_radix_cache_answers_as_a_fresh_one_and_transformers(
+    pool: tuple[str, ...], env: dict[str, str], ckpt: Path, tmp_path: Path, cache_reference
+) -> None:
+    with sglang_server(ckpt, pool, tmp_path / "server.log", env=env) as server:
+        hold_cache_hits(server, cache_reference, f"sglang {' '.join(pool)} {' '.join(env)}")
+        stats = ENGINE.stats(server.base_url)
+    assert stats.get("prefix_cache_hit_tokens", 0) > 0, stats
+
+
+FINDING_FINISHED_PROMPT_SWA = (
+    "docs/FINDINGS.md #10: SGLang 0.5.23 keeps live SWA KV only at the end of a finished request's prompt and "
+    "output, so a later prompt that shares only part of it (lm-eval's exemplars) misses the cache"
+)
+
+
+@pytest.mark.xfail(strict=True, raises=AssertionError, reason=FINDING_FINISHED_PROMPT_SWA)
+def test_a_prompt_sharing_part_of_a_finished_prompt_is_served_from_the_cache(server: ServerProcess) -> None:
+    """One request at a time: a few-shot-style prompt, then another with the same 31-token prefix (5 windows): SGLang
+    has the full KV of all 31 in its tree but the SWA KV only of the first prompt's last window, so the match is
+    refused. Strict: the day SGLang keeps a published prompt's SWA KV by default, this passes and says so."""
+    first, second = word_workload(WORDS[4:], window=6).groups[0][:2]
+    ENGINE.flush_cache(server.base_url)
+    assert ask(server, SERVED, first, CACHE_NEW_TOKENS).cached_tokens == 0
+    shared = ask(server, SERVED, second, CACHE_NEW_TOKENS)
+    assert shared.cached_tokens is not None and shared.cached_tokens > 0, (
+        f"0 of the 31 prompt tokens {second!r} shares with a finished prompt came from the cache"
+    )
+
+
+@pytest.mark.extended
+def test_keeping_the_prompts_swa_kv_lets_the_first_sharer_hit(ckpt: Path, tmp_path: Path) -> None:
+    """The mechanism of #10, confirmed: with SGLang's own switch for the eager free off, the same sequence hits."""
+    env = {"SGLANG_OPT_UNIFIED_CACHE_FREE_OUT_OF_WINDOW_SLOTS": "0"}
+    first, second = word_workload(WORDS[4:], window=6).groups[0][:2]
+    with sglang_server(ckpt, ROOMY, tmp_path / "server.log", env=env) as server:
+        ENGINE.flush_cache(server.base_url)  # SGLang's start-up warm-up request left its BOS token in the tree
+        assert ask(server, SERVED, first, CACHE_NEW_TOKENS).cached_tokens == 0
+        assert ask(server, SERVED, second, CACHE_NEW_TOKENS).cached_tokens == 31  # BOS and the 30 shared words
+
+
+@pytest.mark.extended
+def test_graphs_on_a_warm_radix_cache_answers_as_a_fresh_one(ckpt: Path, tmp_path: Path, cache_reference) -> None:
+    """SGLang's CPU graph runner under the protocol: decode batches of several raw sizes pad into each captured one."""
+    flags = (*CACHE_GRAPHS, "--decode-log-interval", "1")
+    with sglang_server(ckpt, flags, tmp_path / "server.log", graphs="on") as server:
+        hold_cache_hits(server, cache_reference, "sglang graphs on")
+        log = server.log_path.read_text()
+    sizes = {int(m) for m in re.findall(r"Decode batch.*?#running-req: (\d+).*?cpu graph: True", log)}
+    padded = sizes - set(CAPTURED)
+    into = {min(c for c in CAPTURED if c >= n) for n in padded}
+    assert len(padded) >= 3 and into == set(CAPTURED), f"raw decode sizes on the graph runner: {sorted(sizes)}"

@@ -32,6 +32,7 @@ from harness.servers.lifecycle import ServerProcess
 from harness.servers.vllm import VLLMServer
 from harness.env import VLLM_SERVER_ENV
 from harness.paths import REPO
+from suites.servers.cache_hits import NoVerdict, judge, lm_eval_workload, run_protocol
 from suites.servers.oracles import (
     VLLM_BY_ID,
     Reference,
@@ -150,6 +151,52 @@ def test_a_pool_that_preempts_and_reuses_blocks_changes_no_answer(
     assert f"num_gpu_blocks_override={TIGHT_BLOCKS[ckpt.name]}" in log, server.log_tail()
     # the stress happened: requests were preempted (their blocks freed and handed out again) and prefixes were hit
     assert metrics.get(PREEMPTIONS, 0) > 0 and metrics.get(PREFIX_HITS, 0) > 0, metrics
+
+
+# -- the cache-hit protocol (suites/servers/cache_hits.py) -----------------------------------------------------------
+CACHE_NEW_TOKENS = 24
+# Blocks for the protocol's tight pool: a few reuse requests at a time (each about 10 blocks of 32 tokens on Gemma2),
+# so requests wait and are preempted (measured: 4 preemptions) and blocks are evicted as they go. Smaller pools
+# evict the warm-up before its repeats are admitted: TIGHT_BLOCKS' 24 gave 0 of 6 repeats a hit, 64 gave the
+# branches and long prompts none (4 of 12 sharing requests).
+CACHE_TIGHT_BLOCKS = {"gemma2-tiny-swa": 96, "gemma3-tiny-swa": 300}
+
+
+@pytest.fixture(scope="module")
+def cache_reference(ckpt: Path) -> tuple[list[str], Reference]:
+    """The reuse prompts (from transformers' warm-up answers, which vLLM's must equal) and transformers' answers."""
+    warm_up = transformers_reference(ckpt, lm_eval_workload().warm_up(), CACHE_NEW_TOKENS)
+    prompts = [p for _, p in lm_eval_workload().reuse(warm_up.answers)]
+    return prompts, transformers_reference(ckpt, prompts, CACHE_NEW_TOKENS)
+
+
+@pytest.mark.parametrize(
+    "graphs,pool",
+    [
+        pytest.param("off", "roomy", id="eager-roomy", marks=pytest.mark.extended),
+        pytest.param("off", "tight", id="eager-tight"),
+        pytest.param("on", "tight", id="compiled-tight", marks=pytest.mark.extended),
+    ],
+)
+def test_a_warm_prefix_cache_answers_as_a_fresh_one_and_transformers(
+    graphs: str, pool: str, ckpt: Path, cache_reference, tmp_path: Path
+) -> None:
+    """Warm-up, concurrent reuse, fresh replays after /reset_prefix_cache; the tight pool preempts while it runs."""
+    prompts, expected = cache_reference
+    flags = (
+        ROOMY if pool == "roomy" else (*tight(ckpt), "--num-gpu-blocks-override", str(CACHE_TIGHT_BLOCKS[ckpt.name]))
+    )
+    with vllm_server(ckpt, flags, tmp_path / "server.log", graphs) as server:
+        run = run_protocol(ENGINE, server, SERVED, lm_eval_workload(), CACHE_NEW_TOKENS, extra=VLLM_BY_ID)
+        stats = ENGINE.stats(server.base_url)
+    assert run.prompts == prompts, "vLLM's warm-up answers differ from transformers', so its reuse prompts do too"
+    try:
+        report = judge(run, expected, LOGPROB_TOL, "vLLM")
+    except NoVerdict as exc:
+        pytest.fail(f"NO VERDICT: {exc}", pytrace=False)
+    print(report.line(f"vllm {ckpt.name} {graphs} {pool}"), stats)
+    if pool == "tight":  # the pressure happened: requests were preempted while the cache served others
+        assert stats.get("preemptions", 0) > 0, stats
 
 
 @pytest.mark.extended
