@@ -49,11 +49,31 @@ def test_a_chunk_checkpoint_tombstones_what_left_the_window_and_a_match_backs_of
     memory, cache = scene
     prompt = list(range(1, 21))
     req = admit(memory, cache, prompt)
-    prefill(memory, cache, req, 12)  # a chunk: tokens 0..8 left the window, 9..11 are live
+    prefill(memory, cache, req, 12)  # a chunk: tokens 0..7 left the window, 8..11 are live (W below the boundary)
     assert req.cache_protected_len == 12
-    assert live(memory, cache.match_prefix(prompt[:12]).indices) == [False] * 9 + [True] * 3
+    assert live(memory, cache.match_prefix(prompt[:12]).indices) == [False] * 8 + [True] * 4
     assert cache.match_prefix(prompt[:12]).length == 12  # 9..11 are the last W - 1 tokens: live
+    assert cache.match_prefix(prompt[:11]).length == 11  # and 8..10: a repeat's match stops one token short
     assert cache.match_prefix(prompt[:10] + [99, 98]).length == 0  # would end in the tombstone: backs off
+    cache.sanity_check()
+
+
+def test_the_first_prompt_sharing_part_of_a_published_one_repairs_the_window_where_it_branches(scene):
+    """Rule 7: the tree has the full KV of 12 shared tokens but not their window; the first sharer prefills them
+    and its checkpoint revives the window at the branching point, so the next sharer hits (as SGLang)."""
+    memory, cache = scene
+    shared = list(range(1, 13))
+    first = admit(memory, cache, shared + list(range(40, 48)))
+    prefill(memory, cache, first, 20)  # published: 0..15 tombstoned, 16..19 live
+    finish(memory, cache, first)
+    sharer = admit(memory, cache, shared + [60, 61, 62])
+    assert sharer.cache_protected_len == 0 and sharer.swa_branch == 12  # full KV there, its window tombstoned
+    prefill(memory, cache, sharer, 15)
+    assert sharer.swa_evicted == 9  # the slide kept the W - 1 tokens below the branching point for the checkpoint
+    finish(memory, cache, sharer)
+    later = admit(memory, cache, shared + [70, 71])
+    assert later.cache_protected_len == 12 and later.swa_branch == 0
+    assert live(memory, cache.match_prefix(shared).indices) == [False] * 9 + [True] * 3
     cache.sanity_check()
 
 

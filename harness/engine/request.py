@@ -80,6 +80,7 @@ class Req:
     kv_len: int = 0  # tokens whose KV is in the pool
     slots_len: int = 0  # positions holding a full slot (kv_len, plus a step in flight)
     swa_evicted: int = 0  # positions < this have given back their SWA slot
+    swa_branch: int = 0  # the tree held full KV up to here at admission, its window tombstoned (rule 7 of the tree)
     reserved_tokens: int = 0  # full slots reserved at admission (beyond its cached prefix)
     cached_tokens: int = 0  # prompt tokens the prefix cache served at admission (not prefilled)
     cache_protected_len: int = 0  # positions < this are the prefix cache's, lent by ``prefix_lock``

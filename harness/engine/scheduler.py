@@ -20,15 +20,15 @@ scheduler uses its radix cache:
 * full slots: a request reserves its worst case minus its prefix, and is admitted only while what running
   requests may still allocate fits in free slots plus what the tree can evict (``evictable_size``: no
   request locks it); before every allocation the tree gives up what the pools lack, so that promise holds;
-* SWA slots: a request's SWA lock on its prefix follows its window, and the window slide keeps ``W - 1``
+* SWA slots: a request's SWA lock on its prefix follows its window, and the window slide keeps ``W``
   tokens below the insert boundary (``RadixCache.swa_keep_from``): a request holds at most two pages more
-  than without the cache (none at page size 1), and the tree's other live SWA KV is evictable on demand;
-* every prefill chunk, the prompt's last one too, is checkpointed into the tree before the window slides (as
-  SGLang checkpoints each extend, and frees no SWA KV in an extend batch while its tree shares prefixes): the
-  prompt's SWA KV is the tree's, so a later request that shares the prompt's prefix, or repeats it, can match
-  it; the request's SWA lock on it follows its window, so once the window has passed it the tree may tombstone
-  it when the SWA pool runs short; a finished request's KV goes to the tree, an aborted or failed one's back to
-  the pools.
+  than without the cache (one token at page size 1), and the tree's other live SWA KV is evictable on demand;
+* every prefill chunk, the prompt's last one too, is checkpointed into the tree after the window slides, as
+  SGLang checkpoints each extend after freeing its out-of-window SWA slots: the tree gets the prompt's full KV
+  and the live SWA KV of its last window (a repeat of the prompt, or a longer prompt that continues it, hits);
+  the request's SWA lock on it follows its window; a later prompt that shares only part of a published one
+  repairs the window at its branching point (the tree's rule 7); a finished request's KV goes to the tree, an
+  aborted or failed one's back to the pools.
 
 Speculative decoding (``speculative_tokens > 0``, page size 1): a decode step becomes a verify, an
 extend of each request's last token and its drafts (``drafts.propose_drafts``) with every position's
@@ -268,10 +268,10 @@ class Scheduler:
             req.kv_len += n
             if req.prefill_done:
                 sampling.append(req)
-        if self.tree_cache is not None and not sched.mode.is_decode():
-            for req in sched.reqs:  # before the slide: what the tree holds is not the request's to free
-                self.tree_cache.cache_unfinished_req(req)
         self._slide_windows(sched.reqs)
+        if self.tree_cache is not None and not sched.mode.is_decode():
+            for req in sched.reqs:  # every prefill chunk, the prompt's last one too (SGLang checkpoints each extend)
+                self.tree_cache.cache_unfinished_req(req)
         return sampling
 
     def commit_verify(self, sched: ScheduledBatch, kept: list[int]) -> None:

@@ -215,6 +215,7 @@ class CacheRequest(Protocol):
     swa_evicted: int
     cache_protected_len: int
     prefix_lock: object | None
+    swa_branch: int  # where the tree held the prefix's full KV but not its window at admission (0: nowhere)
 
     @property
     def fill_ids(self) -> list[int]: ...

@@ -25,9 +25,16 @@ harness's own, with SGLang's concepts and names. The rules, and the fixes they c
    a tombstone the request still holds live SWA KV for takes the request's SWA slots first (revived).
    An insert whose new tokens are all out of the window creates no node (#22470: a live leaf over freed
    SWA slots inflated the SWA counts). So a chunked insert always ends at ``page_floor(kv_len)``.
-6. **The window slide with a cache** keeps ``W - 1`` live tokens below the insert boundary
-   ``page_floor(kv_len)``, not below ``kv_len``: the leaf an insert creates always ends a match (#29860:
+6. **The window slide with a cache** keeps ``W`` live tokens below the insert boundary
+   ``page_floor(kv_len)``, not below ``kv_len``: the leaf an insert creates always ends a match, at its end or
+   one token before (a repeat's match stops short of its last token) (#29860:
    with ``page > W`` the frontier reached the boundary and the last leaf was all tombstone).
+7. **Branching points.** A published prompt keeps live SWA KV only in its last window (the request slid it
+   before its checkpoint, as SGLang frees a checkpoint's out-of-window slots), so a later prompt that shares
+   only part of it finds the full KV but a tombstoned window, and prefills the shared part itself. Its slide
+   then keeps the ``W - 1`` tokens below that *branching point* live until a checkpoint reaches it, which
+   revives the tombstone there (rule 5): the next prompt sharing the same prefix hits (SGLang's
+   ``swa_branching_seqlen``; docs/FINDINGS.md #10).
 
 Accounting, per pool: free + evictable + protected + what running requests own = size; ``sanity_check``
 recounts every total from the nodes.
@@ -151,12 +158,12 @@ class RadixCache:
     # -- matching --------------------------------------------------------------------------------
 
     def match_prefix(self, token_ids: Sequence[int]) -> PrefixMatch:
-        node, length = self._match(token_ids)
+        node, length, _ = self._match(token_ids)
         return PrefixMatch(length, self._path_values(node).to(torch.int64))
 
-    def _match(self, token_ids: Sequence[int]) -> tuple[TreeNode, int]:
-        """The deepest node end along ``token_ids`` where a match may stop (rule 2), splitting the node
-        where the key diverges inside it."""
+    def _match(self, token_ids: Sequence[int]) -> tuple[TreeNode, int, int]:
+        """The deepest node end along ``token_ids`` where a match may stop (rule 2), and how far the tree holds
+        their full KV (rule 7's branching point); the node where the key diverges is split there."""
         key = list(token_ids[: page_floor(len(token_ids), self.page_size)])
         node, pos, live_run = self.root, 0, 0
         best, best_len = self.root, 0
@@ -167,7 +174,7 @@ class RadixCache:
             if self._window_live(pos, live_run):
                 best, best_len = node, pos
         self._touch(best)
-        return best, best_len
+        return best, best_len, pos
 
     def _descend(self, node: TreeNode, key: Sequence[int], pos: int, *, cut: int | None = None) -> TreeNode | None:
         """The child of ``node`` that ``key[pos:]`` continues into, split where the key leaves it (and at position
@@ -314,12 +321,13 @@ class RadixCache:
     def admit(self, req: CacheRequest, token_ids: Sequence[int]) -> int:
         if req.req_pool_idx is None or req.slots_len or req.prefix_lock is not None:
             raise PoolError("admit: the request must hold a row and nothing else")
-        node, n = self._match(list(token_ids)[:-1])
+        node, n, full = self._match(list(token_ids)[:-1])
         req.prefix_lock = self.lock(node)
         if n:
             self.req_to_token_pool.write(req.req_pool_idx, 0, self._path_values(node))
         req.kv_len = req.slots_len = req.cache_protected_len = n
         req.swa_evicted = 0
+        req.swa_branch = full if full > n else 0  # rule 7
         return n
 
     def cache_unfinished_req(self, req: CacheRequest) -> None:
@@ -428,6 +436,10 @@ class RadixCache:
         if self.sliding_window_size is None:
             return
         keep_from = self.swa_keep_from(req.kv_len)
+        if req.cache_protected_len < req.swa_branch:  # rule 7: the window below the branching point waits for the tree
+            keep_from = min(
+                keep_from, page_floor(max(0, req.swa_branch - (self.sliding_window_size - 1)), self.page_size)
+            )
         own_from = max(req.swa_evicted, req.cache_protected_len)
         if keep_from > own_from:
             self.allocator.free_swa(self.req_to_token_pool.req_to_token[req.req_pool_idx, own_from:keep_from].clone())
@@ -439,10 +451,12 @@ class RadixCache:
 
     @seam("swa-frontier-reaches-insert-boundary", "swa-frontier-tombstones-last-leaf")
     def swa_keep_from(self, kv_len: int) -> int:
-        """The first position whose SWA slot a request keeps: ``W - 1`` tokens below the insert boundary
-        ``page_floor(kv_len)``, in whole pages (rule 6). Without a cache the bound is ``kv_len - W + 1``."""
+        """The first position whose SWA slot a request keeps: ``W`` tokens below the insert boundary
+        ``page_floor(kv_len)``, in whole pages (rule 6), so that a match may end at the boundary or one token
+        before it (a repeat of a published prompt matches all of it but its last token, whose logits it needs;
+        SGLang keeps the same window past ``pre_len - 1``). Without a cache the bound is ``kv_len - W + 1``."""
         boundary = page_floor(kv_len, self.page_size)
-        return page_floor(max(0, boundary - (self.sliding_window_size - 1)), self.page_size)
+        return page_floor(max(0, boundary - self.sliding_window_size), self.page_size)
 
     # -- eviction --------------------------------------------------------------------------------------
 

@@ -76,6 +76,7 @@ class SimReq:
     kv_len: int = 0
     slots_len: int = 0
     swa_evicted: int = 0
+    swa_branch: int = 0
     cache_protected_len: int = 0
     prefix_lock: object | None = None
 
