@@ -88,6 +88,31 @@ class CacheHitReport:
     vs_fresh: Agreement
     vs_transformers: Agreement
 
+    def record(self, name: str) -> str:
+        """The report's line, printed and appended to ``reports/cache-hits.jsonl`` (what each configuration's
+        cache did, kept across sessions for closing notes and comparisons)."""
+        import json
+        import time
+
+        from harness.paths import REPO
+
+        line = self.line(name)
+        print(line)
+        out = REPO / "reports" / "cache-hits.jsonl"
+        out.parent.mkdir(exist_ok=True)
+        entry = {
+            "at": time.strftime("%Y-%m-%dT%H:%M:%S"),
+            "name": name,
+            "hits": self.hits,
+            "cached_tokens": self.cached_tokens,
+            "prompt_tokens": self.prompt_tokens,
+            "worst_vs_fresh": self.vs_fresh.worst,
+            "worst_vs_transformers": self.vs_transformers.worst,
+        }
+        with out.open("a") as f:
+            f.write(json.dumps(entry) + "\n")
+        return line
+
     def line(self, name: str) -> str:
         kinds = ", ".join(f"{k} {h}/{n}" for k, (h, n) in self.hits.items())
         return (

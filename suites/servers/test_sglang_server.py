@@ -218,7 +218,7 @@ def hold_cache_hits(server: ServerProcess, cache_reference: tuple[list[str], Ref
         report = judge(run, expected, LOGPROB_TOL, "SGLang")
     except NoVerdict as exc:
         pytest.fail(f"NO VERDICT: {exc}", pytrace=False)
-    print(report.line(name))
+    report.record(name)
 
 
 @pytest.mark.parametrize(

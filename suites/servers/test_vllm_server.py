@@ -194,7 +194,7 @@ def test_a_warm_prefix_cache_answers_as_a_fresh_one_and_transformers(
         report = judge(run, expected, LOGPROB_TOL, "vLLM")
     except NoVerdict as exc:
         pytest.fail(f"NO VERDICT: {exc}", pytrace=False)
-    print(report.line(f"vllm {ckpt.name} {graphs} {pool}"), stats)
+    report.record(f"vllm {ckpt.name} {graphs} {pool}")
     if pool == "tight":  # the pressure happened: requests were preempted while the cache served others
         assert stats.get("preemptions", 0) > 0, stats
 
