@@ -95,8 +95,8 @@ def faults(session: nox.Session) -> None:
 
 @nox.session(python=PYTHON)
 def accuracy(session: nox.Session) -> None:
-    """The main job: GSM-style and AIME-style suites with graphs on and off on the shipped checkpoint
-    (CPU by default), paired comparison, HTML report at reports/latest/index.html."""
+    """The main job: GSM-style and AIME-style suites with graphs on and off, and the prefix cache off and on, on the
+    shipped checkpoint (CPU by default), paired comparisons, HTML overview at reports/latest/index.html."""
     _install(session, "test,eval")
     session.run("swa-harness", "eval", *session.posargs)
 

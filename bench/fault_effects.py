@@ -148,6 +148,7 @@ def eval_command(model: str, fault: str, out: Path, limits: dict[str, int], seed
         "--limit-aime-style",
         str(limits["aime_style"]),
         "--no-history",
+        "--no-cache-off",  # the graphs comparison alone: the table is ON vs OFF (and judge() below pairs one)
     ]
     if fault != CLEAN:
         cmd += ["--fault", fault]

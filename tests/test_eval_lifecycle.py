@@ -335,7 +335,7 @@ def test_an_infrastructure_failure_exits_2_with_a_one_line_reason(
     assert "server (on)" in reason and "exited with code 1 before it was ready" in reason, reason
     assert "RED" not in captured.err
     runs = [json.loads(p.read_text()) for p in (tmp_path / "out").glob("*/*/runs/*.json")]
-    assert len(runs) == 2 and all(not r["complete"] and "\n" not in r["error"] for r in runs), runs
+    assert len(runs) == 3 and all(not r["complete"] and "\n" not in r["error"] for r in runs), runs  # every arm
 
 
 def test_an_unknown_fault_is_one_line_and_exit_2(capsys: pytest.CaptureFixture[str]) -> None:

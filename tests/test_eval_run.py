@@ -1,5 +1,6 @@
 """swa-harness eval: the lm-eval command, sample parsing, incomplete runs, and end-to-end runs on the
-shipped checkpoint (clean: no significant difference; a fault injected into graphs-on: RED)."""
+shipped checkpoint (clean: no significant difference, graphs on vs off nor cache off vs on; a fault injected into
+graphs-on: RED)."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ from harness.jobs.cpu import EvalConfig, cpu_plan
 from harness.jobs.eval_cli import main
 from harness.jobs.progress import Progress
 from harness.jobs.runner import RunOptions, run_arm
+from harness.paths import DEFAULT_MODEL
 from tests.waits import SERVER_START_S, scaled
 
 
@@ -116,12 +118,22 @@ def test_clean_build_shows_no_significant_difference_end_to_end(tmp_path, capsys
     out = capsys.readouterr().out
     assert code == 0, out
     runs = runs_of(tmp_path)
-    assert set(runs) == {"gsm_style-on", "gsm_style-off", "aime_style-on", "aime_style-off"}
+    assert set(runs) == {f"{task}-{arm}" for task in ("gsm_style", "aime_style") for arm in ("on", "off", "cache-off")}
     assert all(r["complete"] for r in runs.values()) and len(runs["gsm_style-on"]["items"]) == 24
-    assert runs["gsm_style-on"]["graphs"] == "tape"
-    assert "RED" not in out.split("verdict:")[1].split("—")[0]
-    html = (tmp_path / "index.html").read_text()
-    assert "gsm_style" in html and "aime_style" in html
+    assert runs["gsm_style-on"]["graphs"] == runs["gsm_style-cache-off"]["graphs"] == "tape"
+    cache_on, cache_off = runs["gsm_style-on"]["meta"]["engine"], runs["gsm_style-cache-off"]["meta"]["engine"]
+    assert cache_on["prefix_cache_hit_tokens"] > 0 and cache_off["prefix_cache_query_tokens"] == 0  # on, and off
+    for task in ("gsm_style", "aime_style"):  # the cache changes no answer: the same text, item by item
+        assert [i["response"] for i in runs[f"{task}-cache-off"]["items"]] == [
+            i["response"] for i in runs[f"{task}-on"]["items"]
+        ]
+    model = str(DEFAULT_MODEL)  # each comparison as expected: not RED (at N = 24 and 6, AMBER: underpowered)
+    assert f"ok  {model} on-vs-off: " in out and f"ok  {model} cache-off-vs-on: " in out, out
+    assert "UNEXPECTED" not in out and "-> RED" not in out, out
+    html = (tmp_path / "index.html").read_text()  # the overview: every arm's accuracy, both comparisons
+    assert "gsm_style" in html and "aime_style" in html and "cache-off vs on" in html and "on vs off" in html
+    for name in ("on-vs-off", "cache-off-vs-on"):
+        assert "gsm_style" in (tmp_path / "gemma2-tiny-swa" / "compare" / name / "index.html").read_text()
 
 
 @pytest.mark.parametrize("fault", ["capture-after-warm-cache", "pad-swa-loc-not-zeroed"])
@@ -142,12 +154,15 @@ def test_an_injected_fault_gives_a_significant_drop_and_a_red_verdict(tmp_path, 
     )
     out = capsys.readouterr().out
     assert code == 1, out
-    line = next(line for line in out.splitlines() if line.startswith("gsm_style:"))
+    graphs = out.split("on-vs-off (on as ON, off as OFF):\n")[1]  # the graphs comparison comes first
+    line = next(line for line in graphs.splitlines() if line.startswith("gsm_style:"))
     assert "-> RED" in line, line
-    on, off = runs_of(tmp_path)["gsm_style-on"], runs_of(tmp_path)["gsm_style-off"]
-    assert on["meta"]["fault"] == fault and off["meta"]["fault"] is None
+    assert f"UNEXPECTED {DEFAULT_MODEL} on-vs-off: RED" in out, out
+    runs = runs_of(tmp_path)
+    on, off, cache_off = runs["gsm_style-on"], runs["gsm_style-off"], runs["gsm_style-cache-off"]
+    assert on["meta"]["fault"] == cache_off["meta"]["fault"] == fault and off["meta"]["fault"] is None
     assert sum(i["correct"] for i in on["items"]) < sum(i["correct"] for i in off["items"])
-    assert "flip" in (tmp_path / "index.html").read_text().lower()
+    assert "flip" in (tmp_path / "gemma2-tiny-swa" / "compare" / "on-vs-off" / "index.html").read_text().lower()
 
 
 def test_response_cache_is_keyed_by_configuration_and_cleared_unless_resuming(tmp_path):

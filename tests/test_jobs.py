@@ -19,24 +19,85 @@ from harness.servers.base import ServerSpec
 from harness.servers.registry import get_server_kind
 from harness.evals.results import ItemResult, RunRecord, RunResult, ServedIdentity
 from harness.jobs.cpu import EvalConfig, cpu_plan
+from harness.jobs.eval_cli import parse_config
 from harness.jobs.plan import plan_from_file, plan_from_mapping
 from harness.jobs.runner import RunOptions, finish, run_plan
+from harness.jobs.saved import plan_from_inputs
 from harness.paths import REPO
 
 EXAMPLE = REPO / "suites" / "plans" / "cpu-capture-modes.yaml"
+PLANS = sorted((REPO / "suites" / "plans").glob("*.yaml"))
 
 
-def test_the_cpu_job_is_a_two_arm_plan_on_the_harness_engine(tmp_path: Path) -> None:
+def test_the_cpu_job_is_graphs_on_vs_off_and_cache_off_vs_on_on_the_harness_engine(tmp_path: Path) -> None:
     plan = cpu_plan(EvalConfig(limits={"gsm_style": 5, "aime_style": 2}, out=tmp_path, fault="pad-swa-loc-not-zeroed"))
-    on, off = plan.runs
+    on, off, cache_off = plan.runs
     assert (on.arm.engine, on.arm.role, on.arm.fault) == ("harness", "baseline", "pad-swa-loc-not-zeroed")
     assert (off.arm.engine, off.arm.role, off.arm.fault) == ("harness", "reference", None)
     assert on.server.env["SWA_HARNESS_FAULT"] == "pad-swa-loc-not-zeroed" and off.server.env["SWA_HARNESS_FAULT"] == ""
     assert on.server.argv[on.server.argv.index("--graphs") + 1] == "auto"
     assert off.server.argv[off.server.argv.index("--graphs") + 1] == "off"
-    [comparison] = plan.comparisons
-    assert (comparison.treatment, comparison.reference, comparison.dir) == ("on", "off", tmp_path)
-    assert plan.parallel == 2 and not plan.overview and on.url is None  # the server picks its port and says it
+    assert "--prefix-cache" not in on.server.argv + off.server.argv  # the cache on, as every server has it
+    # cache-off is the baseline with its prefix cache switched off and nothing else: graphs, flags, fault, env
+    assert (cache_off.arm.name, cache_off.arm.engine, cache_off.arm.role) == ("cache-off", "harness", "treatment")
+    assert cache_off.server.argv == (*on.server.argv, "--prefix-cache", "off")
+    assert cache_off.server.env == on.server.env and cache_off.arm.fault == "pad-swa-loc-not-zeroed"
+    compare = tmp_path / "gemma2-tiny-swa" / "compare"
+    assert [(c.name, c.treatment, c.reference, c.expect_red, c.dir) for c in plan.comparisons] == [
+        ("on-vs-off", "on", "off", False, compare / "on-vs-off"),
+        ("cache-off-vs-on", "cache-off", "on", False, compare / "cache-off-vs-on"),
+    ]
+    assert plan.overview and plan.title == "main job: graphs on vs off, prefix cache off vs on"
+    assert plan.parallel == 2 and on.url is None  # two servers side by side; each picks its port and says it
+
+
+def test_without_its_cache_off_arm_the_cpu_job_is_graphs_on_vs_off_alone(tmp_path: Path) -> None:
+    """--no-cache-off, an external baseline (nothing to copy), and a job saved before the arm existed."""
+    limits = {"gsm_style": 5}
+    assert parse_config([]).cache_off and not parse_config(["--no-cache-off"]).cache_off
+    plain = cpu_plan(EvalConfig(limits=limits, out=tmp_path, cache_off=False))
+    assert [a.name for a in plain.arms] == ["on", "off"] and not plain.overview
+    [comparison] = plain.comparisons
+    assert (comparison.treatment, comparison.reference, comparison.dir) == ("on", "off", tmp_path)  # the page
+    external = cpu_plan(EvalConfig(limits=limits, out=tmp_path, on_url="http://127.0.0.1:9"))
+    assert [a.name for a in external.arms] == ["on", "off"] and not external.overview
+    inputs = json.loads(cpu_plan(EvalConfig(limits=limits, out=tmp_path)).to_json())["inputs"]
+    assert [a.name for a in plan_from_inputs(inputs).arms] == ["on", "off", "cache-off"]
+    del inputs["eval"]["cache_off"]  # plan.json as the job saved it until now: re-judged as it ran
+    assert [a.name for a in plan_from_inputs(inputs).arms] == ["on", "off"]
+
+
+@pytest.mark.parametrize(
+    "engine, switch", [("sglang", ("--disable-radix-cache",)), ("vllm", ("--no-enable-prefix-caching",))]
+)
+def test_every_engine_switches_its_own_prefix_cache_off(engine: str, switch: tuple[str, ...]) -> None:
+    plan = cpu_plan(EvalConfig(engine=engine, limits={"gsm_style": 1}))
+    runs = {r.arm.name: r.spec for r in plan.runs}
+    assert runs["cache-off"].flags == (*runs["on"].flags, *switch) and not set(switch) & set(runs["on"].flags)
+    assert runs["cache-off"].graphs == runs["on"].graphs == "on"
+    assert sorted(r.port for r in plan.runs) == [31000, 31001, 31002]  # a fixed port each
+
+
+@pytest.mark.parametrize("path", PLANS, ids=lambda p: p.name)
+def test_every_shipped_plan_builds(path: Path) -> None:
+    plan = plan_from_file(path)
+    assert plan.comparisons and all(a.purpose for a in plan.arms)
+    for run in plan.runs:
+        assert run.server is not None  # every arm's command line can be built
+
+
+@pytest.mark.parametrize(
+    "name, switch", [("sglang-cpu.yaml", "--disable-radix-cache"), ("vllm-cpu.yaml", "--no-enable-prefix-caching")]
+)
+def test_the_real_server_plans_compare_cache_off_with_the_baseline(name: str, switch: str) -> None:
+    plan = plan_from_file(REPO / "suites" / "plans" / name)
+    for model in plan.models:
+        on, cache_off = plan.run_for(model, "on"), plan.run_for(model, "cache-off")
+        assert cache_off.spec.flags == (*on.spec.flags, switch) and cache_off.spec.graphs == on.spec.graphs == "on"
+        assert cache_off.spec.env == on.spec.env and cache_off.arm.fault is None
+    assert [(c.treatment, c.reference, c.expect_red) for c in plan.comparisons if "cache-off" in c.name] == [
+        ("cache-off", "on", False)
+    ] * len(plan.models)
 
 
 def test_a_yaml_plan_builds_through_the_same_builder() -> None:
@@ -106,9 +167,10 @@ def test_a_vllm_server_gets_a_bounded_kv_cache_and_this_environments_compile_cac
     stress = vllm.command(ServerSpec("m", "m", port=8000, env={"VLLM_CPU_KVCACHE_SPACE": "1"})).env
     assert stress["VLLM_CPU_KVCACHE_SPACE"] == "1"  # an arm's own setting wins
     plan = cpu_plan(EvalConfig(engine="vllm", limits={"gsm_style": 1}, max_running=8))
-    on, off = (run.spec for run in plan.runs)
+    on, off, cache_off = (run.spec for run in plan.runs)
     assert on.flags == off.flags == ("--dtype", "float32", "--block-size", "32", "--max-num-seqs", "8")
-    assert (on.graphs, off.graphs) == ("on", "off")
+    assert cache_off.flags == (*on.flags, "--no-enable-prefix-caching")
+    assert (on.graphs, off.graphs, cache_off.graphs) == ("on", "off", "on")
 
 
 def _run(arm: str, weights: str, correct: bool) -> RunResult:
@@ -128,20 +190,25 @@ def _run(arm: str, weights: str, correct: bool) -> RunResult:
 
 def test_arms_that_served_different_weights_give_no_verdict(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     plan = cpu_plan(EvalConfig(limits={"gsm_style": 1}, out=tmp_path))
+    name = plan.models[0].name
     options = RunOptions(kill_matrix=None, fault_effects=None)
-    assert finish(plan, [_run("on", "sha256:a", True), _run("off", "sha256:a", True)], options, {}) == 0
-    assert finish(plan, [_run("on", "sha256:a", True), _run("off", "sha256:b", True)], options, {}) == 2
+    same = [_run("on", "sha256:a", True), _run("off", "sha256:a", True), _run("cache-off", "sha256:a", True)]
+    assert finish(plan, same, options, {}) == 0
+    other = [_run("on", "sha256:a", True), _run("off", "sha256:b", True), _run("cache-off", "sha256:a", True)]
+    assert finish(plan, other, options, {}) == 2
     captured = capsys.readouterr()
     assert (
         "no verdict (exit 2)" in captured.err
         and "served different models (weights sha256:a vs sha256:b)" in captured.err
     ), captured.err
-    assert "verdict: NO VERDICT — no verdict: the arms served different models" in captured.out  # never GREEN/AMBER
+    # only the comparison whose arms differ loses its verdict (never GREEN/AMBER); cache-off vs on is judged
+    assert f"UNEXPECTED {name} on-vs-off: NO VERDICT (expected not RED) — no verdict: the arms served" in captured.out
+    assert f"ok  {name} cache-off-vs-on: AMBER" in captured.out, captured.out  # N = 1: underpowered, judged
     allowed = replace(options, allow_different_models=True)
-    assert finish(plan, [_run("on", "sha256:a", True), _run("off", "sha256:b", True)], allowed, {}) == 0
+    assert finish(plan, other, allowed, {}) == 0
     out = capsys.readouterr().out
     assert "judged although the arms served different models (weights sha256:a vs sha256:b)" in out, out
-    page = (tmp_path / "index.html").read_text()
+    page = (tmp_path / "gemma2-tiny-swa" / "compare" / "on-vs-off" / "index.html").read_text()
     assert "weights served" in page and "sha256:b" in page  # provenance: what the servers loaded, not the checkout
 
 
@@ -228,8 +295,12 @@ def test_dry_run_prints_the_plan_and_starts_nothing(tmp_path: Path) -> None:
         timeout=120,
     )
     assert proc.returncode == 0, proc.stderr
-    assert "eval plan: 1 model(s) x 2 arm(s) x 2 task(s): 2 harness server(s) launched 2 at a time" in proc.stdout
+    assert (
+        "main job: graphs on vs off, prefix cache off vs on: 1 model(s) x 3 arm(s) x 2 task(s): 3 harness server(s) "
+        "launched 2 at a time, 3 lm-eval run(s), 2 comparison(s)"
+    ) in proc.stdout
     assert "python -m harness.server" in proc.stdout and "--graphs off" in proc.stdout
+    assert "--prefix-cache off" in proc.stdout and "cache-off-vs-on" in proc.stdout
     assert not any(tmp_path.iterdir())  # nothing ran, nothing was written
 
 
@@ -242,6 +313,7 @@ def test_the_sglang_cpu_plan_has_the_nightlys_arms_on_cpu() -> None:
         "swa-pool-reuse-fixed",
         "invariant-check",
         "fault-demo",
+        "cache-off",
     ]
     assert all(a.engine == "sglang" and a.flags[:2] == ("--device", "cpu") for a in plan.arms)  # arm_defaults first
     runs = {r.arm.name: r for r in plan.runs}
@@ -259,5 +331,6 @@ def test_the_sglang_cpu_plan_has_the_nightlys_arms_on_cpu() -> None:
         ("swa-pool-reuse-fixed-vs-on", False),
         ("invariant-check-vs-on", False),
         ("fault-demo-vs-on", True),
+        ("cache-off-vs-on", False),
     ]
-    assert len({r.port for r in plan.runs}) == 6 and plan.parallel == 1
+    assert len({r.port for r in plan.runs}) == 7 and plan.parallel == 1

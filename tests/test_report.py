@@ -288,12 +288,16 @@ def _pair(
     return [on, off]
 
 
-def _eval_plan(root: Path, out: Path, limits: dict[str, int]) -> Plan:
-    """The CPU job's plan (graphs ON vs OFF, one comparison, its report ``<out>/index.html``) for a model folder
-    named ``MODEL`` under ``root`` (no tokenizer: flips split by character), whose slug the runs carry."""
+def _eval_plan(root: Path, out: Path, limits: dict[str, int], cache_off: bool = False) -> Plan:
+    """The CPU job's plan for a model folder named ``MODEL`` under ``root`` (no tokenizer: flips split by character),
+    whose slug the runs carry: by default its graphs comparison alone (``--no-cache-off``: ON vs OFF, its report
+    ``<out>/index.html``), the report these tests read; ``cache_off``: the whole job (an overview at
+    ``<out>/index.html``, each comparison's report under ``<out>/MODEL/compare/``)."""
     (root / MODEL).mkdir(parents=True, exist_ok=True)
-    plan = cpu_plan(EvalConfig(model=root / MODEL, limits=limits, out=out))
-    assert plan.models[0].slug == MODEL and [c.dir for c in plan.comparisons] == [out]
+    plan = cpu_plan(EvalConfig(model=root / MODEL, limits=limits, out=out, cache_off=cache_off))
+    compare = out / MODEL / "compare"
+    dirs = [compare / "on-vs-off", compare / "cache-off-vs-on"] if cache_off else [out]
+    assert plan.models[0].slug == MODEL and [c.dir for c in plan.comparisons] == dirs
     return plan
 
 
@@ -626,6 +630,37 @@ def test_rerendering_the_same_runs_replaces_their_history_record(tmp_path, capsy
     assert len(history.read_text().splitlines()) == 1  # --no-history records nothing
     assert "No history recorded" in (out / "index.html").read_text()
     assert f"history: {history}" in capsys.readouterr().out
+
+
+def test_each_comparison_of_the_main_job_keeps_its_own_history_record(tmp_path, capsys) -> None:
+    """Both comparisons share the job's run id: each line names its comparison too, so neither replaces the other,
+    and judging the saved runs again replaces each its own."""
+    out, history = tmp_path / "latest", tmp_path / "history.jsonl"
+    plan = _eval_plan(tmp_path, out, {"gsm_style": 100}, cache_off=True)
+    runs = _pair("gsm_style", 100) + [
+        replace(r, record=replace(r.record, arm="cache-off")) for r in _pair("gsm_style", 100)[:1]
+    ]
+    options = RunOptions(
+        thresholds=Thresholds(resamples=200), kill_matrix=None, fault_effects=None, release_matrix=None, history=history
+    )
+    job = {"run": {"id": "job-1", "recorded at": "2026-02-01T00:00:00+00:00"}}
+    assert finish(plan, runs, options, job) == 0
+    assert [json.loads(line)["verdict"] for line in history.read_text().splitlines()] == ["AMBER", "AMBER"]  # N=100
+    assert finish(plan, runs, replace(options, thresholds=Thresholds(resamples=200, max_mde=0.2)), job) == 0
+    records = [json.loads(line) for line in history.read_text().splitlines()]
+    assert [(r["run_id"], r["verdict"]) for r in records] == [
+        (f"job-1 {MODEL}/on-vs-off", "GREEN"),
+        (f"job-1 {MODEL}/cache-off-vs-on", "GREEN"),
+    ]
+    assert [(r["provenance"]["arms"]["on"]["arm"], r["provenance"]["arms"]["off"]["arm"]) for r in records] == [
+        ("on", "off"),
+        ("cache-off", "on"),
+    ]
+    assert records[0]["provenance"]["run"]["id"] == "job-1"  # the job's own id, as its pages show it
+    assert len({load_history(history).entries[i].series for i in (0, 1)}) == 2  # each comparison its own trend
+    overview = (out / "index.html").read_text()
+    assert "main job: graphs on vs off, prefix cache off vs on" in overview and "cache-off vs on" in overview
+    assert f"history: {history} (1 run(s) of" in capsys.readouterr().out
 
 
 def test_history_skips_damaged_lines_and_keeps_series_apart(tmp_path) -> None:

@@ -330,7 +330,7 @@ def summarize(comparisons: Sequence[TaskComparison]) -> Summary:
     worst = Verdict.worst(c.verdict for c in comparisons)
     if worst is Verdict.GREEN:
         names = ", ".join(c.task for c in comparisons)
-        return Summary(worst, f"all {len(comparisons)} tasks GREEN ({names}): graphs ON matches OFF", counts)
+        return Summary(worst, f"all {len(comparisons)} tasks GREEN ({names}): ON matches OFF", counts)
     # The tasks that set the verdict, then (under a measured verdict) those that have none: both need a look.
     culprits = [c for c in comparisons if c.verdict is worst]
     culprits += [c for c in comparisons if c.verdict is Verdict.NONE and worst is not Verdict.NONE]

@@ -1,9 +1,11 @@
-"""The CPU main job (``swa-harness eval``): one model, graphs ON vs OFF, as a two-arm plan.
+"""The CPU main job (``swa-harness eval``): one model, graphs ON vs OFF and prefix cache OFF vs ON, as one plan.
 
 The command line is parsed once into an :class:`EvalConfig` (``harness.jobs.eval_cli``); ``cpu_plan``
-turns it into the plan the one runner executes. Both arms run side by side (two servers on a CPU box),
-each sent every task in one lm-eval run, ``batch_size`` prompts per request and no concurrency, so
-the engine always sees the same batches in the same order.
+turns it into the plan the one runner executes. Three arms: ``on`` (graphs on, the prefix cache on as every
+server has it: the baseline), ``off`` (graphs off: the reference, "on vs off") and ``cache-off`` (the baseline with
+only its prefix cache switched off: a treatment, "cache-off vs on"), so the job judges two comparisons and its page
+is the overview over both. Two servers run side by side (a CPU box), each sent every task in one lm-eval run,
+``batch_size`` prompts per request and no concurrency, so the engine always sees the same batches in the same order.
 """
 
 from __future__ import annotations
@@ -22,6 +24,12 @@ SERVED_NAME = "swa-harness"
 FIXED_PORT = 31000  # engines that cannot pick their own port: arm i listens on FIXED_PORT + i
 # The graph mode an engine's ON arm asks for when --graphs-on is left at its default.
 GRAPHS_ON = {"harness": "auto", "sglang": "on", "vllm": "on"}
+# How each engine's server switches its prefix cache off (every one has it on by default).
+CACHE_OFF_FLAGS = {
+    "harness": ("--prefix-cache", "off"),
+    "sglang": ("--disable-radix-cache",),
+    "vllm": ("--no-enable-prefix-caching",),
+}
 
 
 def _default_limits() -> dict[str, int]:
@@ -37,6 +45,7 @@ class EvalConfig:
     engine: str = "harness"
     graphs_on: str | None = None  # None: the engine's graphs-on mode (GRAPHS_ON)
     fault: str | None = None
+    cache_off: bool = True  # the cache-off arm (left out when the baseline is an external server: nothing to copy)
     on_url: str | None = None
     off_url: str | None = None
     out: Path = DEFAULT_OUT
@@ -90,7 +99,8 @@ def engine_flags(config: EvalConfig) -> tuple[str, ...]:
 
 
 def cpu_plan(config: EvalConfig) -> Plan:
-    """Graphs ON (the baseline, with ``config.fault`` injected if any) vs OFF (the reference), one model."""
+    """Graphs ON (the baseline, with ``config.fault`` injected if any) vs OFF (the reference), and the baseline with
+    its prefix cache off (the same fault, if any: the two differ in the cache alone) vs the baseline, one model."""
     flags = engine_flags(config)
     graphs_on = config.graphs_on or GRAPHS_ON.get(config.engine, "on")
 
@@ -100,7 +110,7 @@ def cpu_plan(config: EvalConfig) -> Plan:
     arms = [
         Arm(
             "on",
-            f"graphs on ({graphs_on})",
+            f"graphs on ({graphs_on}), prefix cache on (the default)",
             engine=engine(config.on_url),
             graphs=graphs_on,
             flags=flags,
@@ -118,8 +128,21 @@ def cpu_plan(config: EvalConfig) -> Plan:
             url=config.off_url,
         ),
     ]
+    if config.cache_off and config.on_url is None:
+        arms.append(
+            Arm(
+                "cache-off",
+                f"prefix cache off ({' '.join(CACHE_OFF_FLAGS[config.engine])}), graphs on ({graphs_on}) as the baseline",
+                engine=config.engine,
+                graphs=graphs_on,
+                flags=(*flags, *CACHE_OFF_FLAGS[config.engine]),
+                fault=config.fault,
+                role="treatment",
+            )
+        )
+    cache = len(arms) > 2
     return build_plan(
-        title="eval plan",
+        title="main job: graphs on vs off" + (", prefix cache off vs on" if cache else ""),
         models=[Model(str(config.model), served=SERVED_NAME)],
         arms=arms,
         tasks=[frozen_task(name) for name in config.limits],
@@ -130,7 +153,7 @@ def cpu_plan(config: EvalConfig) -> Plan:
         ),
         port=0 if config.engine == "harness" else FIXED_PORT,  # the harness server picks its own and says it
         parallel=1 if config.sequential else 2,
-        overview=False,
+        overview=cache,  # one comparison: its report is the page; two: the overview over both
         one_step_per_arm=True,
         inputs={"eval": {k: getattr(config, k) for k in PLAN_FIELDS}},
     )
@@ -142,6 +165,7 @@ PLAN_FIELDS = (
     "engine",
     "graphs_on",
     "fault",
+    "cache_off",
     "on_url",
     "off_url",
     "out",

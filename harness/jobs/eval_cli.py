@@ -1,4 +1,5 @@
-"""``swa-harness eval``: accuracy tasks with graphs ON and OFF on the same items, compared paired.
+"""``swa-harness eval``: accuracy tasks with graphs ON and OFF, and with the prefix cache OFF and ON, on the same
+items, compared paired.
 
 The command line is parsed here and only here, into an :class:`EvalConfig` and then a plan
 (``harness.jobs.cpu``), or a plan is read from ``--plan FILE``; the one runner runs it. Usage errors
@@ -67,7 +68,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--plan",
         type=Path,
         default=None,
-        help="run this YAML plan (arms, tasks, limit, client...) instead of the two-arm job",
+        help="run this YAML plan (arms, tasks, limit, client...) instead of the main job",
     )
     parser.add_argument(
         "--tasks",
@@ -89,7 +90,15 @@ def build_parser() -> argparse.ArgumentParser:
         choices=("tape", "cuda", "auto", "eager", "on"),
         help="graph mode of the ON arm (default: the engine's own: auto for harness, on otherwise)",
     )
-    parser.add_argument("--fault", default=None, help="catalog fault to inject into the graphs-on server")
+    parser.add_argument(
+        "--fault", default=None, help="catalog fault to inject into the graphs-on servers (on, and cache-off)"
+    )
+    parser.add_argument(
+        "--no-cache-off",
+        dest="cache_off",
+        action="store_false",
+        help="leave out the cache-off arm (the baseline with its prefix cache off): graphs on vs off alone",
+    )
     parser.add_argument("--on-url", default=None, help="use this running server as graphs ON instead of launching one")
     parser.add_argument("--off-url", default=None, help="use this running server as graphs OFF")
     parser.add_argument("--out", type=Path, default=_DEFAULTS.out)
@@ -151,6 +160,7 @@ def config_from_args(parser: argparse.ArgumentParser, args: argparse.Namespace, 
         engine=args.engine,
         graphs_on=args.graphs_on,
         fault=args.fault,
+        cache_off=args.cache_off,
         on_url=args.on_url,
         off_url=args.off_url,
         out=args.out,
@@ -199,7 +209,11 @@ def main(argv: list[str] | None = None) -> int:
     print(
         f"swa-harness eval: {plan.title}: {len(plan.runs)} server(s), tasks "
         f"{', '.join(f'{t.name}' for t in plan.tasks)}"
-        + (f", fault {config.fault} injected into graphs on" if config.fault and plan_file is None else ""),
+        + (
+            f", fault {config.fault} injected into graphs on ({', '.join(r.arm.name for r in plan.runs if r.arm.fault)})"
+            if config.fault and plan_file is None
+            else ""
+        ),
         file=sys.stderr,
         flush=True,
     )

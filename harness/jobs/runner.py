@@ -527,12 +527,18 @@ def comparison_verdict(tasks: Sequence[TaskComparison], differ: str | None, allo
 
 
 def record_in_history(
-    history: Path | None, judged: Judged, summary: Summary, provenance: Mapping[str, Any]
+    history: Path | None, judged: Judged, summary: Summary, provenance: Mapping[str, Any], several: bool = False
 ) -> Trend | None:
-    """The comparison's line in the history, and the trend it is now part of (None: no history kept)."""
+    """The comparison's line in the history, and the trend it is now part of (None: no history kept).
+
+    The comparisons of one job share its run id; with ``several`` each line's id names its comparison too, so that
+    one comparison's line does not replace another's (and judging the same runs again replaces each its own)."""
     if history is None:
         return None
     entry = make_entry(judged.tasks, summary, judged.runs, provenance)
+    if several:
+        c = judged.comparison
+        entry = replace(entry, run_id=f"{entry.run_id} {c.model.slug}/{c.name}")
     return history_trend(record_history(Path(history), entry), entry)
 
 
@@ -603,7 +609,7 @@ def _conclude(
     """One comparison: its verdict, its history line, its report, printed."""
     summary = comparison_verdict(judged.tasks, differ, options.allow_different_models)
     provenance = comparison_provenance(plan, judged.comparison, judged.runs, base)
-    trend = record_in_history(options.history, judged, summary, provenance)
+    trend = record_in_history(options.history, judged, summary, provenance, several=len(plan.comparisons) > 1)
     report = render_comparison(judged, summary, provenance, trend, side)
     outcome = Outcome(judged.comparison, judged.tasks, summary, report)
     _print_outcome(outcome, len(plan.comparisons) > 1)
@@ -635,7 +641,8 @@ def _front_page(plan: Plan, runs: Sequence[RunResult], outcomes: Sequence[Outcom
         ],
     }
     (plan.out / "summary.json").write_text(json.dumps(summary, indent=1) + "\n")
-    print(f"overview: {write_overview(plan.out / 'index.html', _overview(plan, runs, outcomes), options.thresholds)}")
+    page = write_overview(plan.out / "index.html", _overview(plan, runs, outcomes), options.thresholds, plan.title)
+    print(f"overview: {page}")
 
 
 # -- do two arms serve the same model? -------------------------------------------------------------------
@@ -755,6 +762,9 @@ def _load_tokenizer(path: str) -> Tokenize:
 
 
 def _print_outcome(outcome: Outcome, several: bool) -> None:
+    if several:  # which comparison the task lines below belong to
+        pair = outcome.comparison
+        print(f"{pair.model.name} {pair.name} ({pair.treatment} as ON, {pair.reference} as OFF):")
     for c in outcome.tasks:
         if not c.complete:
             print(f"{c.task}: NO VERDICT — {'; '.join(c.errors)}")

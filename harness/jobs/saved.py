@@ -14,6 +14,7 @@ def plan_from_inputs(inputs: Mapping[str, Any]) -> Plan:
     """The plan built again from what its builder was given (the ``inputs`` of plan.json)."""
     if "eval" in inputs:
         fields = {k: v for k, v in inputs["eval"].items() if k in PLAN_FIELDS}
+        fields.setdefault("cache_off", False)  # saved before the job had a cache-off arm: graphs on vs off alone
         return cpu_plan(EvalConfig(**{**fields, "model": Path(fields["model"]), "out": Path(fields["out"])}))
     if "nightly" in inputs:
         return build_nightly_plan(**{**inputs["nightly"], "out": Path(inputs["nightly"]["out"])})

@@ -1,4 +1,4 @@
-"""The front page of a job with several comparisons (the nightly): per model, one column per arm (accuracy
+"""The front page of a job with several comparisons (the nightly, a plan, the main job): per model, one column per arm (accuracy
 per task), then every comparison's verdict per task, whether it met its expectation, and a link to its
 full report. Self-contained HTML in the report's palette; it takes plain data, not the job's plan."""
 
@@ -127,7 +127,11 @@ def render_overview(
     return "".join(parts)
 
 
-def write_overview(path: Path, models: Sequence[OverviewModel], thresholds: Thresholds = Thresholds()) -> Path:
+def write_overview(
+    path: Path, models: Sequence[OverviewModel], thresholds: Thresholds = Thresholds(), title: str | None = None
+) -> Path:
+    """The page at ``path``; ``title``: the job's (default: the nightly's)."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(render_overview(models, thresholds), encoding="utf-8")
+    page = render_overview(models, thresholds) if title is None else render_overview(models, thresholds, title)
+    path.write_text(page, encoding="utf-8")
     return path
