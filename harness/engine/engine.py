@@ -102,8 +102,10 @@ class CacheStats:
     swa_tokens: int = 0
     prompt_tokens: int = 0  # prompt tokens of every admitted request
     cached_tokens: int = 0  # of them, served from the cache
-    evicted_tokens: int = 0  # tokens whose full KV the tree evicted to make room, since start-up
-    swa_evicted_tokens: int = 0  # tokens whose SWA KV it gave back (tombstones and deleted leaves), since start-up
+    # Tokens whose full KV the tree evicted to make room, and whose SWA KV it gave back (tombstones and deleted
+    # leaves), since start-up; None where the cache does not count them (the adapter over SGLang's tree).
+    evicted_tokens: int | None = 0
+    swa_evicted_tokens: int | None = 0
 
     @property
     def hit_rate(self) -> float:
@@ -487,6 +489,6 @@ class Engine:
             cache.evictable_size() + cache.protected_size(),
             cache.swa_evictable_size() + cache.swa_protected_size(),
             **self._hits,
-            evicted_tokens=cache.evicted_tokens,
-            swa_evicted_tokens=cache.swa_evicted_tokens,
+            evicted_tokens=getattr(cache, "evicted_tokens", None),
+            swa_evicted_tokens=getattr(cache, "swa_evicted_tokens", None),
         )
