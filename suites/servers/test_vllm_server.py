@@ -156,10 +156,11 @@ def test_a_pool_that_preempts_and_reuses_blocks_changes_no_answer(
 # -- the cache-hit protocol (suites/servers/cache_hits.py) -----------------------------------------------------------
 CACHE_NEW_TOKENS = 24
 # Blocks for the protocol's tight pool: a few reuse requests at a time (each about 10 blocks of 32 tokens on Gemma2),
-# so requests wait and are preempted (measured: 4 preemptions) and blocks are evicted as they go. Smaller pools
-# evict the warm-up before its repeats are admitted: TIGHT_BLOCKS' 24 gave 0 of 6 repeats a hit, 64 gave the
-# branches and long prompts none (4 of 12 sharing requests).
-CACHE_TIGHT_BLOCKS = {"gemma2-tiny-swa": 96, "gemma3-tiny-swa": 300}
+# so requests wait for blocks and the warm-up's are evicted as they go. With every reuse request in one wave, 96
+# blocks preempted 4 times; in the protocol's two waves neither 96 nor 72 blocks preempted (measured: 0), so
+# preemption is asserted by the test above, not here. Smaller pools evict the warm-up before its repeats are
+# admitted: TIGHT_BLOCKS' 24 gave 0 of 6 repeats a hit, 64 gave the branches and long prompts none.
+CACHE_TIGHT_BLOCKS = {"gemma2-tiny-swa": 72, "gemma3-tiny-swa": 300}
 
 
 @pytest.fixture(scope="module")
@@ -195,8 +196,7 @@ def test_a_warm_prefix_cache_answers_as_a_fresh_one_and_transformers(
     except NoVerdict as exc:
         pytest.fail(f"NO VERDICT: {exc}", pytrace=False)
     report.record(f"vllm {ckpt.name} {graphs} {pool}")
-    if pool == "tight":  # the pressure happened: requests were preempted while the cache served others
-        assert stats.get("preemptions", 0) > 0, stats
+    assert stats.get("prefix_cache_hit_tokens", 0) > 0, stats
 
 
 @pytest.mark.extended
