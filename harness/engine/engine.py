@@ -489,6 +489,6 @@ class Engine:
             cache.evictable_size() + cache.protected_size(),
             cache.swa_evictable_size() + cache.swa_protected_size(),
             **self._hits,
-            evicted_tokens=getattr(cache, "evicted_tokens", None),
-            swa_evicted_tokens=getattr(cache, "swa_evicted_tokens", None),
+            evicted_tokens=cache.evicted_tokens,
+            swa_evicted_tokens=cache.swa_evicted_tokens,
         )

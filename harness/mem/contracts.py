@@ -232,6 +232,9 @@ class PrefixCache(Protocol):
 
     page_size: int
     sliding_window_size: int | None
+    # Tokens whose full KV / SWA KV the cache gave back to make room since it was built (None: it does not count)
+    evicted_tokens: int | None
+    swa_evicted_tokens: int | None
 
     def match_prefix(self, token_ids: Sequence[int]) -> PrefixMatch:
         """The longest usable cached prefix of ``token_ids`` (whole pages); touches it as recently used."""

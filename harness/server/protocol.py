@@ -3,11 +3,11 @@
 Policy, so that an eval never runs with settings the engine silently ignores:
 * unknown fields are refused (400, naming them);
 * OpenAI/lm-eval fields the engine does not implement are accepted only at values that do not
-  change the result (``n: 1``, ``stream: false``, ``echo: false``, ``logprobs: null``, penalties
+  change the result (``n: 1``, ``stream: false``, ``echo: false``, chat's ``logprobs: false``, penalties
   at their neutral value, ``top_p``/``top_k``/``min_p`` either disabled or with greedy decoding,
   where they cannot matter), and refused otherwise;
 * ``logprobs`` on /v1/completions is implemented (0 to ``MAX_LOGPROBS``: each generated token's logprob and the
-  top-k of the full softmax, as vLLM and SGLang return them); on chat it is accepted only off;
+  top-k of the full softmax, as vLLM and SGLang return them);
 * nothing is truncated: a prompt that does not fit is the engine's RequestError, also a 400;
 * sizes are capped before any work is done on them: a prompt longer than ``max_prompt_chars``
   characters cannot fit in the context and is refused with 413 naming the limit, as are more than

@@ -245,8 +245,8 @@ class EngineWorker:
     async def generate(
         self, prompts: Sequence[Prompt], params: SamplingParams, return_logits: bool = False
     ) -> list[GenerateOutput]:
-        """Results for ``prompts`` in order (with their logits when asked). Raises RequestError (the request can never be served),
-        EngineFailure (the engine failed while it ran) or WorkerStopped."""
+        """Results for ``prompts`` in order (with their logits when asked). Raises RequestError (the request can
+        never be served), EngineFailure (the engine failed while it ran) or WorkerStopped."""
         if not prompts:
             raise RequestError("no prompts")
         loop = asyncio.get_running_loop()

@@ -171,7 +171,9 @@ class ServerKind:
             return {}
         pools = health.get("pools")
         cache = pools.get("prefix_cache") if isinstance(pools, dict) else None
-        held = {short: cache[name] for name, short in HEALTH_PREFIX_CACHE.items() if name in cache} if cache else {}
+        held = (
+            {short: cache[n] for n, short in HEALTH_PREFIX_CACHE.items() if cache.get(n) is not None} if cache else {}
+        )
         return {**stats, **held}
 
     def identity(self, base_url: str, spec: ServerSpec) -> ServedIdentity:

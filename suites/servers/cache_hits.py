@@ -26,11 +26,14 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Literal
+
+import pytest
 
 from harness.servers.base import ServerKind
 from harness.servers.lifecycle import ServerProcess
-from suites.servers.oracles import Agreement, Reference, Served, agreement, ask
+from suites.servers.oracles import Agreement, Reference, Served, agreement, ask, transformers_reference
 
 Kind = Literal["warm-up", "repeat", "shared-prefix", "branch", "long"]
 
@@ -202,6 +205,40 @@ def judge(run: CacheHitRun, transformers: Reference, tol: float, engine: str) ->
         vs_fresh,
         vs_transformers,
     )
+
+
+def transformers_expectation(ckpt: Path, workload: Workload, new_tokens: int) -> tuple[list[str], Reference]:
+    """The reuse prompts, built from transformers' warm-up answers (a server's must equal them), and transformers'
+    answers to them."""
+    warm_up = transformers_reference(ckpt, workload.warm_up(), new_tokens)
+    prompts = [p for _, p in workload.reuse(warm_up.answers)]
+    return prompts, transformers_reference(ckpt, prompts, new_tokens)
+
+
+def hold(
+    kind: ServerKind,
+    server: ServerProcess,
+    served: str,
+    workload: Workload,
+    new_tokens: int,
+    expected: tuple[list[str], Reference],
+    tol: float,
+    name: str,
+    extra: Mapping[str, Any] | None = None,
+) -> CacheHitReport:
+    """A server's test: the protocol run and judged against ``transformers_expectation``; no verdict fails the test
+    in one line; the report recorded under ``name``."""
+    prompts, reference = expected
+    run = run_protocol(kind, server, served, workload, new_tokens, extra)
+    assert run.prompts == prompts, (
+        f"the {kind.name} server's warm-up answers differ from transformers', so do its reuse prompts"
+    )
+    try:
+        report = judge(run, reference, tol, f"the {kind.name} server")
+    except NoVerdict as exc:
+        pytest.fail(f"NO VERDICT: {exc}", pytrace=False)
+    report.record(name)
+    return report
 
 
 def word_workload(words: Sequence[str], window: int) -> Workload:

@@ -177,25 +177,12 @@ def ask(
     )
 
 
-def complete(
-    server: ServerProcess,
-    served: str,
-    prompt: str,
-    new_tokens: int,
-    top: int = TOP,
-    extra: Mapping[str, Any] | None = None,
-) -> tuple[str, Top]:
-    """The greedy answer and, per generated token, its top logprobs (largest first)."""
-    found = ask(server, served, prompt, new_tokens, top, extra)
-    return found.text, found.tops
-
-
 def serve_all(
     server: ServerProcess, served: str, prompts: Sequence[str], new_tokens: int, extra: Mapping[str, Any] | None = None
 ) -> list[tuple[str, Top]]:
     """Every prompt at once, one client each."""
     with ThreadPoolExecutor(len(prompts)) as pool:
-        return list(pool.map(lambda p: complete(server, served, p, new_tokens, extra=extra), prompts))
+        return [(s.text, s.tops) for s in pool.map(lambda p: ask(server, served, p, new_tokens, extra=extra), prompts)]
 
 
 def agreement(served: Sequence[tuple[str, Top]], reference: Reference, top: int = TOP) -> Agreement:

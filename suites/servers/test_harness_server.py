@@ -6,17 +6,15 @@ tree evicts and tombstones while requests run, at page 1 and page 16."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from harness.servers.base import ServerSpec
 from harness.servers.harness_server import HarnessServer
-from harness.servers.lifecycle import ServerProcess
 from suites.conftest import TRAINED_CHECKPOINTS
-from suites.servers.cache_hits import NoVerdict, Workload, judge, lm_eval_workload, run_protocol
-from suites.servers.oracles import Reference, running, transformers_reference
+from suites.servers.cache_hits import Workload, hold, lm_eval_workload, transformers_expectation
+from suites.servers.oracles import Reference, running
 
 KIND = HarnessServer()
 SERVED = "swa-harness"
@@ -44,28 +42,13 @@ def workload() -> Workload:
 
 
 @pytest.fixture(scope="module")
-def reference(workload: Workload, tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[list[str], Reference]]:
-    """The reuse prompts (built from the warm-up's answers, which transformers' greedy answers must equal) and
-    transformers' answers to them."""
-    warm_up = transformers_reference(CKPT, workload.warm_up(), NEW_TOKENS)
-    prompts = [p for _, p in workload.reuse(warm_up.answers)]
-    yield prompts, transformers_reference(CKPT, prompts, NEW_TOKENS)
+def reference(workload: Workload) -> tuple[list[str], Reference]:
+    return transformers_expectation(CKPT, workload, NEW_TOKENS)
 
 
 def harness_server(flags: tuple[str, ...], graphs: str, log: Path):
     spec = ServerSpec(model=str(CKPT), served_name=SERVED, graphs=graphs, flags=(*BASE, *(flags or ROOMY)))
     return running(KIND, spec, log, timeout=300)
-
-
-def hold(server: ServerProcess, workload: Workload, reference: tuple[list[str], Reference], name: str) -> None:
-    prompts, expected = reference
-    run = run_protocol(KIND, server, SERVED, workload, NEW_TOKENS)
-    assert run.prompts == prompts, "the warm-up's answers differ from transformers', so the reuse prompts do too"
-    try:
-        report = judge(run, expected, LOGPROB_TOL, "the harness server")
-    except NoVerdict as exc:
-        pytest.fail(f"NO VERDICT: {exc}", pytrace=False)
-    report.record(name)
 
 
 @pytest.mark.parametrize(
@@ -81,7 +64,8 @@ def test_a_warm_prefix_cache_answers_as_a_fresh_one_and_transformers(
     graphs: str, flags: tuple[str, ...], workload: Workload, reference, tmp_path: Path
 ) -> None:
     with harness_server(flags, graphs, tmp_path / "server.log") as server:
-        hold(server, workload, reference, f"harness {graphs} {' '.join(flags) or 'roomy'}")
+        name = f"harness {graphs} {' '.join(flags) or 'roomy'}"
+        hold(KIND, server, SERVED, workload, NEW_TOKENS, reference, LOGPROB_TOL, name)
         stats = KIND.stats(server.base_url)
     if flags:  # the pressure happened: the tree evicted full KV and gave SWA KV back while requests ran
         assert stats["prefix_cache_evicted_tokens"] > 0 and stats["prefix_cache_swa_evicted_tokens"] > 0, stats

@@ -30,7 +30,7 @@ from harness.servers.base import ServerSpec
 from harness.servers.lifecycle import ServerProcess
 from harness.servers.sglang_server import CPU_FLAGS, SGLangServer
 from harness.env import SGLANG_PATCH_ENV, SGLANG_SERVER_ENV
-from suites.servers.cache_hits import NoVerdict, judge, run_protocol, word_workload
+from suites.servers.cache_hits import hold, transformers_expectation, word_workload
 from suites.servers.oracles import (
     Reference,
     agreement,
@@ -200,25 +200,17 @@ CACHE_GRAPHS = ("--max-total-tokens", "8192", "--max-running-requests", "8", "--
 CAPTURED = (4, 8)
 
 
+def cache_workload():
+    return word_workload(WORDS[4:], window=6)
+
+
 @pytest.fixture(scope="module")
 def cache_reference(ckpt: Path) -> tuple[list[str], Reference]:
-    """The reuse prompts (from transformers' warm-up answers, which the server's must equal) and transformers'
-    answers to them."""
-    workload = word_workload(WORDS[4:], window=6)
-    warm_up = transformers_reference(ckpt, workload.warm_up(), CACHE_NEW_TOKENS)
-    prompts = [p for _, p in workload.reuse(warm_up.answers)]
-    return prompts, transformers_reference(ckpt, prompts, CACHE_NEW_TOKENS)
+    return transformers_expectation(ckpt, cache_workload(), CACHE_NEW_TOKENS)
 
 
 def hold_cache_hits(server: ServerProcess, cache_reference: tuple[list[str], Reference], name: str) -> None:
-    prompts, expected = cache_reference
-    run = run_protocol(ENGINE, server, SERVED, word_workload(WORDS[4:], window=6), CACHE_NEW_TOKENS)
-    assert run.prompts == prompts, "SGLang's warm-up answers differ from transformers', so its reuse prompts do too"
-    try:
-        report = judge(run, expected, LOGPROB_TOL, "SGLang")
-    except NoVerdict as exc:
-        pytest.fail(f"NO VERDICT: {exc}", pytrace=False)
-    report.record(name)
+    hold(ENGINE, server, SERVED, cache_workload(), CACHE_NEW_TOKENS, cache_reference, LOGPROB_TOL, name)
 
 
 @pytest.mark.parametrize(
@@ -260,7 +252,7 @@ def test_a_prompt_sharing_part_of_a_finished_prompt_is_served_from_the_cache(ser
     """One request at a time: a few-shot-style prompt, then another with the same 31-token prefix (5 windows): SGLang
     has the full KV of all 31 in its tree but the SWA KV only of the first prompt's last window, so the match is
     refused. Strict: the day SGLang keeps a published prompt's SWA KV by default, this passes and says so."""
-    first, second = word_workload(WORDS[4:], window=6).groups[0][:2]
+    first, second = cache_workload().groups[0][:2]
     ENGINE.flush_cache(server.base_url)
     assert ask(server, SERVED, first, CACHE_NEW_TOKENS).cached_tokens == 0
     shared = ask(server, SERVED, second, CACHE_NEW_TOKENS)
@@ -273,7 +265,7 @@ def test_a_prompt_sharing_part_of_a_finished_prompt_is_served_from_the_cache(ser
 def test_keeping_the_prompts_swa_kv_lets_the_first_sharer_hit(ckpt: Path, tmp_path: Path) -> None:
     """The mechanism of #10, confirmed: with SGLang's own switch for the eager free off, the same sequence hits."""
     env = {"SGLANG_OPT_UNIFIED_CACHE_FREE_OUT_OF_WINDOW_SLOTS": "0"}
-    first, second = word_workload(WORDS[4:], window=6).groups[0][:2]
+    first, second = cache_workload().groups[0][:2]
     with sglang_server(ckpt, ROOMY, tmp_path / "server.log", env=env) as server:
         ENGINE.flush_cache(server.base_url)  # SGLang's start-up warm-up request left its BOS token in the tree
         assert ask(server, SERVED, first, CACHE_NEW_TOKENS).cached_tokens == 0

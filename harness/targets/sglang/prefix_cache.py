@@ -95,6 +95,8 @@ class _Tracked:
 class SGLangPrefixCache:
     """``PrefixCache`` (``harness.mem.contracts``) over SGLang's ``UnifiedRadixCache``; see the module docstring."""
 
+    evicted_tokens = swa_evicted_tokens = None  # SGLang's tree keeps no such counters
+
     def __init__(
         self,
         memory: HybridPool,
