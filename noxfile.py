@@ -102,6 +102,14 @@ def accuracy(session: nox.Session) -> None:
 
 
 @nox.session(python=PYTHON)
+def prefix_accuracy(session: nox.Session) -> None:
+    """Prefix cache on vs off on the harness server with chunked prefill, and a prefix-cache fault that must come out
+    RED through the server (suites/plans/cpu-prefix-cache.yaml; about 2 minutes on 2 cores)."""
+    _install(session, "test,eval")
+    session.run("swa-harness", "eval", "--plan", "suites/plans/cpu-prefix-cache.yaml", *session.posargs)
+
+
+@nox.session(python=PYTHON)
 def report(session: nox.Session) -> None:
     """Re-render reports/latest/index.html from the saved runs (and the latest kill matrix)."""
     _install(session, "test,eval")
@@ -188,6 +196,14 @@ def sglang_accuracy(session: nox.Session) -> None:
     slots with and without FINDINGS #4's candidate fix, strict invariant checks, a fault demo that must be RED."""
     _install_sglang_server(session)
     session.run("swa-harness", "eval", "--plan", "suites/plans/sglang-cpu.yaml", *session.posargs)
+
+
+@nox.session(python=PYTHON)
+def sglang_prefix_accuracy(session: nox.Session) -> None:
+    """Real SGLang's radix cache on vs off, and a prefix-cache fault (#29350) that must come out RED through the
+    server (suites/plans/sglang-cpu-prefix.yaml: eager, chunked prefill, about 5 minutes on 2 cores)."""
+    _install_sglang_server(session)
+    session.run("swa-harness", "eval", "--plan", "suites/plans/sglang-cpu-prefix.yaml", *session.posargs)
 
 
 @nox.session(python=PYTHON)

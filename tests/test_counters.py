@@ -109,3 +109,29 @@ def test_every_server_kind_reports_its_prefix_cache_under_the_same_names(server:
         }, (kind.name, found)
     assert sglang.stats(url)["requests"] == 20
     assert harness.stats(url)["prefix_cache_tokens_held"] == 900
+
+
+def test_evictions_and_what_the_sliding_window_pool_can_free_are_kept_per_run(server: dict[str, bytes]) -> None:
+    """Did a pressure arm evict at all: SGLang's eviction counter and the SWA tokens its tree could free (a gauge, as
+    the run ended); vLLM's count of block lifetimes (``--kv-cache-metrics``), which is how many blocks it handed out
+    again. A histogram's buckets and sum are not the count."""
+    from harness.servers.registry import get_server_kind
+
+    url = server.pop("url").decode()
+    sglang, vllm = get_server_kind("sglang"), get_server_kind("vllm")
+    server["/metrics"] = (
+        b'sglang:evicted_tokens_total{model_name="m"} 512.0\nsglang:swa_evictable_tokens{model_name="m"} 96.0\n'
+        b'vllm:kv_block_lifetime_seconds_bucket{engine="0",le="1.0"} 3\n'
+        b'vllm:kv_block_lifetime_seconds_sum{engine="0"} 7.5\nvllm:kv_block_lifetime_seconds_count{engine="0"} 41\n'
+    )
+    assert sglang.stats(url) == {"prefix_cache_evicted_tokens": 512, "prefix_cache_swa_evictable_tokens": 96}
+    assert vllm.stats(url) == {"kv_blocks_reallocated": 41}
+
+
+def test_every_vllm_launch_asks_for_the_block_lifetimes_its_eviction_count_reads() -> None:
+    from harness.servers.base import ServerSpec
+    from harness.servers.registry import get_server_kind
+
+    argv = get_server_kind("vllm").command(ServerSpec(model="m", served_name="m", port=1, graphs="off")).argv
+    at = argv.index("--kv-cache-metrics-sample")
+    assert "--kv-cache-metrics" in argv and argv[at + 1] == "1.0"

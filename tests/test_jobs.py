@@ -100,6 +100,34 @@ def test_the_real_server_plans_compare_cache_off_with_the_baseline(name: str, sw
     ] * len(plan.models)
 
 
+@pytest.mark.parametrize(
+    "name, switch, fault, env",
+    [
+        ("cpu-prefix-cache.yaml", ("--prefix-cache", "off"), "chunked-insert-drops-swa-evicted", {}),
+        (
+            "sglang-cpu-prefix.yaml",
+            ("--disable-radix-cache",),
+            "sglang-unfinished-insert-drops-swa-evicted",
+            {"SGLANG_ENABLE_STRICT_MEM_CHECK_DURING_IDLE": "0"},
+        ),
+    ],
+)
+def test_the_prefix_plans_change_one_thing_per_arm(
+    name: str, switch: tuple[str, ...], fault: str, env: dict[str, str]
+) -> None:
+    """cache-off is cache-on with its cache switched off, the fault demo is cache-on with a prefix-cache fault (and
+    SGLang's idle leak check set to warn); both judged against cache-on, and only the fault expected RED."""
+    plan = plan_from_file(REPO / "suites" / "plans" / name)
+    (model,) = plan.models
+    on, off, demo = (plan.run_for(model, arm.name) for arm in plan.arms if arm.name != "off")
+    assert on.arm.role == "baseline" and on.arm.fault is None and "--chunk" in " ".join(on.spec.flags)
+    assert off.spec.flags == (*on.spec.flags, *switch) and off.spec.env == on.spec.env and off.arm.fault is None
+    assert demo.spec.flags == on.spec.flags and dict(demo.spec.env) == {**on.spec.env, **env}
+    assert demo.arm.fault == fault and demo.spec.graphs == off.spec.graphs == on.spec.graphs
+    judged = {c.treatment: (c.reference, c.expect_red) for c in plan.comparisons if c.reference == on.arm.name}
+    assert judged == {off.arm.name: (on.arm.name, False), demo.arm.name: (on.arm.name, True)}
+
+
 def test_a_yaml_plan_builds_through_the_same_builder() -> None:
     plan = plan_from_file(EXAMPLE)
     assert [a.name for a in plan.arms] == ["on", "off", "lazy-capture"]

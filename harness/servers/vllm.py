@@ -8,7 +8,8 @@ Two of its defaults do not suit a shared 2-core, 24 GB machine, so every launch 
 - its compile cache lives under ``~/.cache/vllm``, shared by every environment and every job, so it is kept per
   environment (``<venv>/share/swa-harness/vllm-cache``) as the harness's own kernel builds are.
 Every launch also asks for what the cache-hit protocol reads: each request's cached prompt tokens in its usage
-(``--enable-prompt-tokens-details``) and ``/reset_prefix_cache`` (``VLLM_SERVER_DEV_MODE=1``).
+(``--enable-prompt-tokens-details``) and ``/reset_prefix_cache`` (``VLLM_SERVER_DEV_MODE=1``), and the block
+lifetimes (``--kv-cache-metrics``) whose count says how many blocks were handed out again.
 """
 
 from __future__ import annotations
@@ -31,6 +32,8 @@ LAUNCH = ("python", "-m", "vllm.entrypoints.openai.api_server")
 GRAPHS_OFF_FLAGS = ("--enforce-eager",)
 # fp32 as the harness compares in; blocks of 32 tokens, the CPU build's smallest (it rounds 16 up).
 CPU_FLAGS = ("--dtype", "float32", "--block-size", "32")
+# Every block's lifetime, so a run records how many blocks were handed out again (the cache's evictions).
+KV_CACHE_METRICS = ("--kv-cache-metrics", "--kv-cache-metrics-sample", "1.0")
 KV_SPACE_GIB = "2"  # 2 GiB of fp32 KV holds about a million tokens of the shipped checkpoints
 STATS = {
     "vllm:num_preemptions_total": "preemptions",
@@ -38,6 +41,9 @@ STATS = {
     "vllm:prefix_cache_queries_total": "prefix_cache_query_tokens",
     "vllm:request_success_total": "requests",
     "vllm:generation_tokens_total": "generated_tokens",
+    # Blocks handed out again after an earlier owner (--kv-cache-metrics, every block sampled): a full block's
+    # cached content is evicted then; vLLM counts no cache eviction of its own.
+    "vllm:kv_block_lifetime_seconds_count": "kv_blocks_reallocated",
 }
 COMPILE = {"on": "torch.compile (vLLM's default mode for the platform)", "off": "none (--enforce-eager)"}
 
@@ -91,6 +97,7 @@ class VLLMServer(ServerKind):
             "--seed",
             "0",
             "--enable-prompt-tokens-details",  # usage.prompt_tokens_details.cached_tokens: the prefix cache's hits
+            *KV_CACHE_METRICS,
             *spec.flags,
             *self.graph_flags(spec.graphs),
         )

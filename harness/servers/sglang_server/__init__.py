@@ -19,6 +19,8 @@ STATS = {
     "sglang:generation_tokens_total": "generated_tokens",
     "sglang:prompt_tokens_total": "prefix_cache_query_tokens",
     "sglang:cached_tokens_total": "prefix_cache_hit_tokens",
+    "sglang:evicted_tokens_total": "prefix_cache_evicted_tokens",  # the tree's device evictions (a counter)
+    "sglang:swa_evictable_tokens": "prefix_cache_swa_evictable_tokens",  # a gauge: what the tree holds at the end
 }
 CPU_ENV = {"SGLANG_USE_CPU_ENGINE": "1"}  # without it ``--device cpu`` still takes non-CPU import paths
 # The flags a CPU arm needs: SGLang's plain-PyTorch attention and sampling, fp32 as the harness compares in, and a
