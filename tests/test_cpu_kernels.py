@@ -293,3 +293,14 @@ def test_each_environment_builds_in_its_own_directory() -> None:
     import sys
 
     assert str(cpu_kernels.build_directory()).startswith(sys.prefix)  # this venv's, never a shared ~/.cache one
+
+
+def test_two_checkouts_on_one_environment_build_apart(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A worktree beside the main checkout, on the same venv: torch's builder keys a build by its sources' paths, so a
+    shared folder was rebuilt (about a minute on 2 cores) at every switch between the two, each waiting on the
+    other's lock."""
+    here = cpu_kernels.build_directory()
+    worktree = tmp_path / "worktree" / "harness" / "engine" / "csrc"
+    monkeypatch.setattr(cpu_kernels, "SOURCES", tuple(worktree / s.name for s in cpu_kernels.SOURCES))
+    there = cpu_kernels.build_directory()
+    assert here != there and here.parent == there.parent  # apart, inside the same environment

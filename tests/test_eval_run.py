@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from harness.evals.compare import compare_runs
-from harness.evals.results import RunRecord
+from harness.evals.results import RunRecord, ServedIdentity
 from harness.evals.samples import parse_samples
 from harness.evals.tasks import FROZEN_TASKS
 from harness.jobs.cpu import EvalConfig, cpu_plan
@@ -184,7 +184,8 @@ def test_response_cache_is_keyed_by_configuration_and_cleared_unless_resuming(tm
         run = cpu_plan(config).runs[0]
         return response_cache(run, run.evals[0], server, cache_dir=tmp_path / "cache", resume=resume)
 
-    server = {"model": "swa-harness", "graph_mode": "tape", "build": {"code": "abc"}}
+    raw = {"model": "swa-harness", "graph_mode": "tape", "build": {"code": "abc"}}
+    server = ServedIdentity("harness", "abc", "swa-harness", flags={"graphs": "tape"}, raw=raw)
     clean = cache()
     faulty = cache(fault="pad-swa-loc-not-zeroed")
     more = cache(limits={"gsm_style": 5})

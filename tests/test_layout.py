@@ -26,7 +26,7 @@ FAULT_CATALOGS = ("harness/faults/catalog", "harness/targets/sglang/faults/catal
 FLOORS: tuple[frozenset[str], ...] = (
     frozenset({"paths", "env", "seams", "op_args", "model"}),
     frozenset({"mem", "opcount", "fingerprint", "evals"}),
-    frozenset({"graph", "report"}),
+    frozenset({"graph", "report", "reuse"}),
     frozenset({"engine"}),
     frozenset({"targets"}),
     frozenset({"faults", "servers"}),

@@ -18,6 +18,11 @@ by ``swa-harness kernels`` in the nox sessions, else at the first server start. 
 at a time per environment, under a lock the kernel releases when its holder dies (a killed build never
 blocks the next one); a process that waits says who holds it and gives up after ``BUILD_WAIT_S``.
 
+What a build is reused under (its key): the environment (``build_directory``: ``sys.prefix``, and torch's version
+where the environment cannot hold it), the checkout (the sources' folder), the CPU capability (in the extension's
+name), and, through torch's extension builder, the sources' bytes and paths and the compiler flags (a changed
+source or flag is rebuilt, under a new version number). In a process, ``_build`` runs once.
+
 Modes (``EngineConfig.cpu_kernels``): ``torch`` never uses them; ``fused`` requires them (a build
 failure is an error); ``auto`` uses them for fp32 on CPU when they build, else torch ops, with one
 warning naming the reason.
@@ -76,12 +81,17 @@ _SAY_EVERY_S = 10.0
 
 def build_directory() -> Path:
     """Where this environment's kernels are built: inside the environment (its build files embed this torch's
-    paths, so environments must never share one, nor its lock), else a cache folder keyed by the environment."""
+    paths, so environments must never share one, nor its lock), else a cache folder keyed by the environment;
+    one folder per checkout within it (torch's builder keys a build by its sources' paths: two checkouts on one
+    environment, a worktree beside the main one, would otherwise rebuild over each other at every switch)."""
+    checkout = hashlib.sha256(str(SOURCES[0].parent.resolve()).encode()).hexdigest()[:8]
     inside = Path(sys.prefix) / "share" / "swa-harness" / "kernels"
     if os.access(sys.prefix, os.W_OK) or inside.is_dir():
-        return inside
+        return inside / checkout
     key = hashlib.sha256(f"{sys.prefix}|{torch.__version__}".encode()).hexdigest()[:12]
-    return Path(os.environ.get("SWA_HARNESS_CACHE", Path.home() / ".cache" / "swa-harness")) / "kernels" / key
+    return (
+        Path(os.environ.get("SWA_HARNESS_CACHE", Path.home() / ".cache" / "swa-harness")) / "kernels" / key / checkout
+    )
 
 
 @functools.cache

@@ -5,10 +5,23 @@ arm the accuracy with its CI, the paired difference, the verdict and the flips, 
 provenance. A record is keyed by its run id: an eval appends, ``swa-harness report`` re-judging the
 same saved runs replaces that run's line instead of adding a second one.
 
-The trend compares like with like: only the records of the current run's *series* (same model,
-same injected fault, same kind of engine) are charted, so a fault demo or an ad-hoc run against an
-external server does not look like a nightly regression. Within a series, the first run whose
-verdict differs from the run before it is a *change*; the latest change is "since when".
+The trend compares like with like: only the records of the current run's *series* are charted, so a fault demo, a
+smoke or an ad-hoc run against an external server does not look like a nightly regression. Within a series, the
+first run whose verdict differs from the run before it is a *change*; the latest change is "since when". The series
+key (``HistoryEntry.series``; a field that changes starts a new series), read from each record's provenance:
+
+| field | holds |
+|---|---|
+| model | the model's name |
+| engine | the kind of engine under test (harness, sglang, vllm) |
+| fault | the fault injected, or none |
+| N | the items scored ("whole test sets", "first 100 per task") |
+| settings | per side, the settings the server reported (graph mode, flags), else the graph mode asked |
+| checkpoint | per side, the weights and tokenizer the server reported loading |
+| data | each frozen task's file and data digests |
+| requests | how lm-eval asked: prompts per request, concurrency, decoding |
+
+Left out, because they are what a trend follows: the harness's code, the engine's version, the date.
 
 The JSON keys are the historical ones: a task's record is under ``"suites"``, named by ``"suite"``
 (tasks were called suites then), so every line written before still reads.
@@ -26,6 +39,7 @@ from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 from harness.paths import REPO
+from harness.seams import seam
 from harness.evals.results import Estimate, RunResult, Summary, TaskComparison
 
 DEFAULT_HISTORY = REPO / "reports" / "history.jsonl"
@@ -121,21 +135,29 @@ class HistoryEntry:
 
     @property
     def series(self) -> str:
-        """Runs a trend may put side by side: same model, engine kind, fault, items (N) and arm settings. A 40-item
-        smoke next to a 500-item night, or another pool size, is another series, not a verdict change."""
+        """The series key (the table above), readable where the trend names it: model, engine, fault and N in words,
+        the rest as one digest."""
         kind = self.engine.split(" ", 1)[0] if self.engine else "unknown"
-        run = self.provenance.get("run") if isinstance(self.provenance.get("run"), Mapping) else {}
-        arms = self.provenance.get("arms") if isinstance(self.provenance.get("arms"), Mapping) else {}
-        settings = {
-            side: (arm.get("identity") or {}).get("flags") or arm.get("graphs")
-            for side, arm in sorted(arms.items())
-            if isinstance(arm, Mapping)
+        items = self._section("run").get("items") or "unknown"
+        digest = hashlib.sha256(json.dumps(self.series_settings(), sort_keys=True, default=str).encode()).hexdigest()
+        return f"{self.model} · {kind} · fault {self.fault or 'none'} · N {items} · settings {digest[:8]}"
+
+    @seam("series-ignores-checkpoint")
+    def series_settings(self) -> dict[str, Any]:
+        """The series key's fields past model, engine, fault and N: settings, checkpoint, data, requests."""
+        run = self._section("run")
+        sides = {side: arm for side, arm in sorted(self._section("arms").items()) if isinstance(arm, Mapping)}
+        identities = {side: arm.get("identity") or {} for side, arm in sides.items()}
+        return {
+            "settings": {side: identities[side].get("flags") or arm.get("graphs") for side, arm in sides.items()},
+            "checkpoint": {side: [ident.get("weights"), ident.get("tokenizer")] for side, ident in identities.items()},
+            "data": self.provenance.get("datasets") or {},
+            "requests": [run.get("lm-eval requests"), run.get("decoding")],
         }
-        digest = hashlib.sha256(json.dumps(settings, sort_keys=True, default=str).encode()).hexdigest()[:8]
-        return (
-            f"{self.model} · {kind} · fault {self.fault or 'none'} · N {run.get('items') or 'unknown'}"
-            f" · settings {digest}"
-        )
+
+    def _section(self, name: str) -> Mapping[str, Any]:
+        value = self.provenance.get(name)
+        return value if isinstance(value, Mapping) else {}
 
     def task(self, name: str) -> TaskSnapshot | None:
         return next((s for s in self.tasks if s.task == name), None)

@@ -16,12 +16,16 @@ from harness.faults.catalog import (
     no_invalidate_on_mutation,
     pad_swa_loc_not_zeroed,
     prefill_ignores_precomputed_loc,
+    resume_key_drops_env,
+    resume_key_drops_generation_budget,
+    series_ignores_checkpoint,
     stale_pool_attribute_loc,
     storage_ptr_cache_key,
     swa_frontier_reaches_insert_boundary,
     swa_frontier_tombstones_last_leaf,
     swa_loc_int64,
     swa_loc_not_preset,
+    tokenizer_memo_keyed_by_folder,
     window_indices_pollute_memo,
 )
 
@@ -43,6 +47,11 @@ FAULTS: dict[str, Fault] = {
         chunked_insert_drops_swa_evicted,
         swa_frontier_tombstones_last_leaf,
         swa_frontier_reaches_insert_boundary,
+        # The layers between a run and its verdict (issue 41): what reuses a result, keyed by what produced it.
+        resume_key_drops_env,
+        resume_key_drops_generation_budget,
+        series_ignores_checkpoint,
+        tokenizer_memo_keyed_by_folder,
     )
     for fault in getattr(m, "FAULTS", None) or (m.FAULT,)  # a module holds one fault, or one per mutation point
 }

@@ -60,8 +60,13 @@ def _sglang_catalog() -> dict[str, dict]:
 MATRIX_TARGETS: dict[str, MatrixTarget] = {
     "harness": MatrixTarget(
         "harness",
-        {"scenarios": "suites/scenarios", "differential": "suites/differential", "prefix": "suites/prefix"},
-        {"scenarios": 110, "differential": 15, "prefix": 4},
+        {
+            "scenarios": "suites/scenarios",
+            "differential": "suites/differential",
+            "prefix": "suites/prefix",
+            "reuse": "suites/reuse",
+        },
+        {"scenarios": 110, "differential": 15, "prefix": 4, "reuse": 40},
         FAULT_ENV,
         _harness_catalog,
     ),

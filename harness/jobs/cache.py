@@ -1,49 +1,98 @@
-"""lm-eval's response cache for one lm-eval run of one arm, keyed so a resumed run never mixes builds or servers."""
+"""lm-eval's response cache for one lm-eval run of one arm: a crashed run loses nothing (lm-eval writes each
+response as it comes, sqlite) and ``--resume`` reuses them; without ``--resume`` the cache is cleared first.
+
+The cache is keyed by :class:`harness.reuse.response_key.ResponseKey` (its table: everything an answer depends on),
+built here from the plan's run, the task files and what the server said it serves. An external server (an arm's
+``url``) says what it serves but not what it was launched with, and another server may answer at the same address
+later: ``--resume`` against one is refused, in one line, unless the user says ``--resume-trusting-url``.
+"""
 
 from __future__ import annotations
 
-import hashlib
 import json
 from pathlib import Path
-from typing import Any, Mapping
 
-from harness.fingerprint import code_fingerprint, weights_sha256
-from harness.jobs.plan import ArmRun, EvalStep
+from harness.evals.results import ServedIdentity
+from harness.fingerprint import code_fingerprint, file_sha256, tokenizer_fingerprint, weights_sha256
+from harness.jobs.plan import ArmRun, EvalStep, Task
+from harness.jobs.provenance import dataset_hashes
 from harness.paths import REPO
+from harness.reuse.response_key import ResponseKey
+
+# Besides tokenizer.json, the files a tokenizer or a chat template is read from: they shape every prompt.
+PROMPT_FILES = ("tokenizer_config.json", "special_tokens_map.json", "chat_template.jinja", "chat_template.json")
 
 
-def response_cache(run: ArmRun, step: EvalStep, identity: Mapping[str, Any], *, cache_dir: Path, resume: bool) -> Path:
-    """Where lm-eval keeps every completed response of this exact run (sqlite, written as it goes).
+class ResumeRefused(ValueError):
+    """``--resume`` cannot vouch for the cached answers; the message names why and what to say instead."""
 
-    A crashed run therefore loses nothing; ``--resume`` reuses the responses. The file name is keyed
-    by everything that decides a response — checkpoint bytes, code (commit and uncommitted diff),
-    the arm's engine, graph mode, flags and fault, the items, batching, and the ``identity`` the
-    answering server reports (``harness.servers.identity.server_identity``: model, graph mode, build)
-    — so a resumed run can never mix in another build's answers, nor those of another server that
-    answered at the same URL. Without ``resume`` the cache is cleared first.
-    """
-    arm = run.arm
-    model = REPO / run.model.name
-    key = json.dumps(
-        [
-            weights_sha256(model) if model.is_dir() else run.model.name,
-            code_fingerprint(),
-            arm.name,
-            arm.engine,
-            arm.graphs,
-            list(arm.flags),
-            arm.fault,
-            arm.url,
-            [t.lm_eval_task for t in step.tasks],
-            dict(step.items),
-            step.client.batch_size,
-            step.client.concurrency,
-            dict(identity),
-        ],
-        sort_keys=True,
-        default=str,
+
+def task_fingerprint(task: Task) -> str:
+    """A frozen task by its task file, helpers and data (``dataset_hashes``, as the provenance shows them); lm-eval's
+    own tasks by name."""
+    files = dataset_hashes([task.name]).get(task.name)
+    return json.dumps(files, sort_keys=True) if files else f"lm-eval:{task.lm_eval_task}"
+
+
+def _served(identity: ServedIdentity | None, run: ArmRun) -> str:
+    """What the server says it serves; where it says nothing, what it was launched with (its ``ServerSpec``)."""
+    if identity is None or not (identity.raw or identity.weights or identity.tokenizer):
+        spec = run.spec
+        launched = {"launched": {"model": spec.model, "graphs": spec.graphs, "flags": list(spec.flags)}}
+        return json.dumps(launched, sort_keys=True, default=str)
+    return json.dumps({**identity.to_dict(), "raw": dict(identity.raw)}, sort_keys=True, default=str)
+
+
+def response_key(run: ArmRun, step: EvalStep, identity: ServedIdentity | None) -> ResponseKey:
+    """The key of one lm-eval run's answers, from the plan's run, the checkpoint, the task files and the server."""
+    arm, model = run.arm, run.model
+    folder = REPO / model.name
+    return ResponseKey(
+        weights=weights_sha256(folder) if folder.is_dir() else model.name,
+        tokenizer=(
+            ("tokenizer.json", tokenizer_fingerprint(folder) if folder.is_dir() else None),
+            *((name, file_sha256(folder / name)) for name in PROMPT_FILES),
+        ),
+        code=code_fingerprint(),
+        engine=arm.engine,
+        flags=(*model.server_args, *arm.flags),
+        fault=arm.fault,
+        env=ResponseKey.env_of(arm.env),
+        served=_served(identity, run),
+        url=arm.url,
+        tasks=tuple((t.lm_eval_task, task_fingerprint(t)) for t in step.tasks),
+        items=tuple(sorted(step.items.items())),
+        requests=ResponseKey.requests_of(
+            step.client.batch_size, step.client.concurrency, model.chat, model.max_gen_toks
+        ),
     )
-    path = cache_dir / f"{run.model.slug}-{arm.name}-{step.name}-{hashlib.sha256(key.encode()).hexdigest()[:16]}"
+
+
+def refuse_untrusted_resume(run: ArmRun, *, resume: bool, trust_url: bool) -> None:
+    """ResumeRefused, in one line naming the arm and what to say instead, for ``--resume`` against an external
+    server the user has not said to trust."""
+    if resume and run.arm.url and not trust_url:
+        raise ResumeRefused(
+            f"--resume: arm {run.arm.name} is the external server {run.arm.url}, which cannot say what it was "
+            "launched with, and another server may answer there now; rerun without --resume, or add "
+            "--resume-trusting-url"
+        )
+
+
+def response_cache(
+    run: ArmRun,
+    step: EvalStep,
+    identity: ServedIdentity | None,
+    *,
+    cache_dir: Path,
+    resume: bool,
+    trust_url: bool = False,
+) -> Path:
+    """Where lm-eval keeps every completed response of this exact run (the table above); cleared unless ``resume``.
+    ResumeRefused when resuming against an external server the user has not said to trust."""
+    refuse_untrusted_resume(run, resume=resume, trust_url=trust_url)
+    key = response_key(run, step, identity)
+    path = cache_dir / f"{run.model.slug}-{run.arm.name}-{step.name}-{key.digest()}"
     path.parent.mkdir(parents=True, exist_ok=True)
     if not resume:
         for old in path.parent.glob(f"{path.name}*"):

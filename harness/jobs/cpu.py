@@ -58,6 +58,7 @@ class EvalConfig:
     device: str = "cpu"
     sequential: bool = False
     resume: bool = False
+    resume_trusting_url: bool = False  # --resume against external servers too
     server_timeout: float = 600
     lm_eval_timeout: float = 3600
     thresholds: Thresholds = field(default_factory=Thresholds)

@@ -121,6 +121,12 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="reuse the responses a previous, interrupted run of exactly this configuration cached",
     )
+    parser.add_argument(
+        "--resume-trusting-url",
+        action="store_true",
+        help="--resume against --on-url/--off-url servers too (refused otherwise: an external server cannot say "
+        "what it was launched with)",
+    )
     parser.add_argument("--dry-run", action="store_true", help="print the plan and exit; starts nothing")
     parser.add_argument(
         "--allow-different-models",
@@ -173,6 +179,7 @@ def config_from_args(parser: argparse.ArgumentParser, args: argparse.Namespace, 
         device=args.device,
         sequential=args.sequential,
         resume=args.resume,
+        resume_trusting_url=args.resume_trusting_url,
         server_timeout=args.server_timeout,
         lm_eval_timeout=args.lm_eval_timeout,
         thresholds=thresholds_from_options(vars(args)),
@@ -185,6 +192,7 @@ def run_options(config: EvalConfig) -> RunOptions:
         server_timeout=config.server_timeout,
         eval_timeout=config.lm_eval_timeout,
         resume=config.resume,
+        resume_trusting_url=config.resume_trusting_url,
         thresholds=config.thresholds,
         kill_matrix=config.kill_matrix,
         history=config.history_file,

@@ -48,7 +48,8 @@ from harness.evals.history import trend as history_trend
 from harness.evals.results import ItemResult, RunRecord, RunResult, ServedIdentity, Summary, TaskComparison, Verdict
 from harness.evals.samples import find_samples, parse_samples
 from harness.evals.tasks import TaskSpec
-from harness.jobs.cache import response_cache
+from harness.reuse.tokenizer_memo import load_tokenizer
+from harness.jobs.cache import ResumeRefused, refuse_untrusted_resume, response_cache
 from harness.jobs.plan import ArmRun, Comparison, EvalStep, Plan, Task
 from harness.jobs.progress import Progress
 from harness.jobs.provenance import comparison_provenance, job_provenance
@@ -88,6 +89,7 @@ class RunOptions:
     server_timeout: float = 600
     eval_timeout: float = 3600
     resume: bool = False  # reuse the responses an interrupted run of exactly this configuration cached
+    resume_trusting_url: bool = False  # resume against external servers too (they cannot say what they run)
     thresholds: Thresholds = field(default_factory=Thresholds)
     kill_matrix: Path | None = DEFAULT_KILL_MATRIX
     fault_effects: Path | None = DEFAULT_FAULT_EFFECTS
@@ -253,9 +255,13 @@ class ArmSession:
         shutil.rmtree(step.out, ignore_errors=True)
         cache = None
         if step.client.samples:  # the CPU job: every response kept as it comes, for --resume
-            identity = self.record.identity.raw if self.record.identity else {}
             cache = response_cache(
-                self.run, step, identity, cache_dir=self.run.dir / "cache", resume=self.options.resume
+                self.run,
+                step,
+                self.record.identity,
+                cache_dir=self.run.dir / "cache",
+                resume=self.options.resume,
+                trust_url=self.options.resume_trusting_url,
             )
         command, log = step.command(self.url, cache), self.run.dir / step.log_name
         self.progress.watch(self.label, self.url, dict(step.items), self.kind.counters)
@@ -359,9 +365,11 @@ def _one_line(text: str, limit: int = 200) -> str:
 
 
 def check_plan(plan: Plan, options: RunOptions) -> list[str]:
-    """What stops the plan before anything starts: an engine not installed here, flags its parser refuses, two
-    arms of one comparison that will serve different weights (unless allowed)."""
+    """What stops the plan before anything starts: ``--resume`` against an untrusted external server, an engine not
+    installed here, flags its parser refuses, two arms of one comparison that will serve different weights (unless
+    allowed)."""
     problems = []
+    problems += [refused for run in plan.runs if (refused := _resume_refused(run, options))]
     for name in dict.fromkeys(r.arm.engine for r in plan.runs if r.launched):
         try:
             get_server_kind(name).check_installed()
@@ -372,6 +380,15 @@ def check_plan(plan: Plan, options: RunOptions) -> list[str]:
     if not problems and not options.allow_different_models:
         problems += models_known_to_differ(plan)
     return problems
+
+
+def _resume_refused(run: ArmRun, options: RunOptions) -> str | None:
+    """Why ``--resume`` cannot reuse this arm's answers (an external server not trusted), before anything starts."""
+    try:
+        refuse_untrusted_resume(run, resume=options.resume, trust_url=options.resume_trusting_url)
+    except ResumeRefused as exc:
+        return str(exc)
+    return None
 
 
 def _preflight(plan: Plan) -> list[str]:
@@ -744,21 +761,7 @@ def _tokenizer(comparison: Comparison) -> Tokenize | None:
     path = REPO / comparison.model.name
     if not (path / "tokenizer.json").is_file():
         return None
-    return _load_tokenizer(str(path))
-
-
-_TOKENIZERS: dict[str, Tokenize] = {}
-
-
-def _load_tokenizer(path: str) -> Tokenize:
-    if path not in _TOKENIZERS:
-        from harness.model import Tokenizer  # imported here: harness.model pulls in torch, needed only for this
-
-        tok = Tokenizer.from_dir(Path(path))
-        _TOKENIZERS[path] = lambda text: [
-            tok.decode([i]) for i in tok.tokenizer.encode(text, add_special_tokens=False).ids
-        ]
-    return _TOKENIZERS[path]
+    return load_tokenizer(str(path))
 
 
 def _print_outcome(outcome: Outcome, several: bool) -> None:
