@@ -8,6 +8,7 @@ the engine's outputs where the torch ops put them.
 from __future__ import annotations
 
 import logging
+from pathlib import Path
 
 import pytest
 import torch

@@ -372,9 +372,11 @@ def test_resume_reuses_answers_only_from_a_server_with_the_same_identity(
     run = cpu_plan(config(tmp_path, on_url=fake_server.url, off_url=fake_server.url)).runs[0]
     identities = [{"build": "b1"}, {"build": "b2"}, {"graph_mode": "off"}, {"model": "other"}, {}]
     with Progress(interval_s=60) as progress:
+        untrusted = runner.run_arm(run, options(tmp_path, resume=True), progress)
+        assert caches == [] and "--resume-trusting-url" in (untrusted[0].error or "")  # refused: an external URL
         for change in identities:
             fake_server.identity = {"model": "swa-harness", "graph_mode": "tape", "build": "b1", **change}
-            runner.run_arm(run, options(tmp_path, resume=True), progress)
+            runner.run_arm(run, options(tmp_path, resume=True, resume_trusting_url=True), progress)
     first, build, graphs, model, again = caches
     assert len({first, build, graphs, model}) == 4, caches
     assert again == first  # the same server again: its answers are reused

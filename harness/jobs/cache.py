@@ -74,8 +74,7 @@ def refuse_untrusted_resume(run: ArmRun, *, resume: bool, trust_url: bool) -> No
     if resume and run.arm.url and not trust_url:
         raise ResumeRefused(
             f"--resume: arm {run.arm.name} is the external server {run.arm.url}, which cannot say what it was "
-            "launched with, and another server may answer there now; rerun without --resume, or add "
-            "--resume-trusting-url"
+            "launched with; add --resume-trusting-url, or drop --resume"
         )
 
 

@@ -181,7 +181,9 @@ def test_a_server_that_reports_nothing_is_keyed_by_what_it_was_launched_with(ckp
 def test_resume_against_an_external_server_is_refused_unless_trusted(ckpt: Path, tasks: Path) -> None:
     run, step = _run(ckpt, tasks)
     external = replace(run, arm=replace(run.arm, url="http://127.0.0.1:9"))
-    with pytest.raises(ResumeRefused, match=r"--resume: arm on is the external server http://127.0.0.1:9.*"):
+    with pytest.raises(
+        ResumeRefused, match=r"--resume: arm on is the external server http://127.0.0.1:9, .*--resume-trusting-url"
+    ):
         response_cache(external, step, _identity(), cache_dir=tasks / "cache", resume=True)
     trusted = response_cache(external, step, _identity(), cache_dir=tasks / "cache", resume=True, trust_url=True)
     assert trusted == response_cache(external, step, _identity(), cache_dir=tasks / "cache", resume=False)
