@@ -504,6 +504,51 @@ def test_a_client_that_leaves_mid_stream_harms_no_other_request(
     assert worker.pools().idle, worker.pools()
 
 
+def test_an_engine_failure_mid_stream_ends_it_with_an_error_event_and_no_done(
+    client: Any, served: Served, ref: Engine, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """After the 200 has gone out, a failed forward is one ``data: {"error": ...}`` event and the stream ends
+    without ``[DONE]`` (the client raises; what came before is the beginning of the right text); the server then
+    serves the next request as before."""
+    import json
+    import urllib.request
+
+    engine = served.worker.engine
+    real_forward, calls = engine.runner.forward, {"n": 0}
+
+    def failing_forward(batch: Any) -> Any:  # the prefill, four decodes, then a failure
+        calls["n"] += 1
+        if calls["n"] % 6 == 0:
+            raise RuntimeError("injected forward failure")
+        return real_forward(batch)
+
+    monkeypatch.setattr(engine.runner, "forward", failing_forward)
+    prompt = prompt_text(17)
+    want = greedy(ref, prompt, 30).text
+    payload = {"model": MODEL, "prompt": prompt, "max_tokens": 30, "temperature": 0, "stream": True}
+    post = urllib.request.Request(
+        f"{served.url}/v1/completions", json.dumps(payload).encode(), {"Content-Type": "application/json"}
+    )
+    with urllib.request.urlopen(post, timeout=scaled(60)) as raw:
+        assert raw.status == 200 and raw.headers["Content-Type"].startswith("text/event-stream")
+        body = raw.read().decode()
+    events = [e for e in body.split("\n\n") if e]
+    assert all(e.startswith("data: ") for e in events) and "[DONE]" not in body, events
+    error = json.loads(events[-1].removeprefix("data: "))["error"]
+    assert error["type"] == "server_error" and "injected forward failure" in error["message"], error
+    assert len(events) > 1, events  # text went out before the failure
+
+    got: list[str] = []
+    with pytest.raises(openai.APIError, match="injected forward failure") as err:
+        for chunk in client.completions.create(model=MODEL, prompt=prompt, max_tokens=30, temperature=0, stream=True):
+            got.append(chunk.choices[0].text)
+    assert not isinstance(err.value, openai.APIStatusError), err.value  # an event in a 200 stream, not a status
+    assert got and want.startswith("".join(got)) and len("".join(got)) < len(want), (got, want)
+    monkeypatch.undo()
+    again = client.completions.create(model=MODEL, prompt=prompt, max_tokens=30, temperature=0)
+    assert again.choices[0].text == want
+
+
 # -- lm-eval's own request path ------------------------------------------------------------------
 
 
@@ -539,3 +584,44 @@ def test_lm_eval_local_completions_batches_through_the_server(
     want = ref.generate(prompts, SamplingParams(max_new_tokens=24, stop=tuple(until)))
     assert got == [w.text for w in want]
     assert sorted(w.finish_reason.value for w in want) == ["length", "stop", "stop"]
+
+
+# -- the streamed text's rule, on decoders the fixture's word-level tokenizer does not have ------------------
+
+
+class _Bytes:
+    """A byte-level decoder: each id is one byte of UTF-8; an incomplete character decodes as U+FFFD."""
+
+    def decode(self, ids: list[int]) -> str:
+        return bytes(ids).decode("utf-8", errors="replace")
+
+
+class _Ligatures(_Bytes):
+    """A decoder that rewrites the end of the text when a token follows: ``->`` becomes ``→``."""
+
+    def decode(self, ids: list[int]) -> str:
+        return super().decode(ids).replace("->", "\u2192")
+
+
+@pytest.mark.parametrize("decoder", [_Bytes(), _Ligatures()], ids=["utf8-bytes", "ligatures"])
+@pytest.mark.parametrize("stop", [(), ("é b",), ("-> x", "\U0001f600!")])
+def test_streamed_text_never_takes_back_what_it_sent(decoder: _Bytes, stop: tuple[str, ...]) -> None:
+    """One token at a time, as the engine finishes (its text cut before the first stop string it finds): the sent
+    pieces always begin the final text and join to it. Multi-byte characters arrive a byte at a time, and ``->``
+    turns into one character when ``>`` follows; stop strings begin inside a token."""
+    from harness.server.stream import TextStream
+
+    text = "a é b -> x \U0001f600! é b c"
+    ids = list(text.encode())
+    for cut_at in range(1, len(ids) + 1):  # every point where the engine may finish
+        stream, sent = TextStream(decoder, stop), ""
+        final = None
+        for k in range(cut_at):
+            so_far = decoder.decode(ids[: k + 1])
+            found = [so_far.find(s) for s in stop if s in so_far]
+            if found or k == cut_at - 1:  # the engine finishes: stop string (cut) or length
+                final = so_far[: min(found)] if found else so_far
+                sent += stream.finish(final)
+                break
+            sent += stream.advance(ids[k : k + 1])
+        assert sent == final, (cut_at, sent, final)
