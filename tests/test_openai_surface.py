@@ -248,6 +248,8 @@ def test_logprobs_are_the_reference_softmax_and_agree_with_the_tokenizer(
 
 
 def test_stop_strings_spanning_tokens_cut_the_text_where_the_reference_shows_them(client: Any, ref: Engine) -> None:
+    """Stop strings over two and three tokens, beginning and ending inside one: the text ends just before the
+    first occurrence, streamed or not (a stream must hold back the text that may begin one, for a token or two)."""
     prompt, n = prompt_text(8), 24
     full = greedy(ref, prompt, n)
     assert full.finish_reason.value == "length"
@@ -259,6 +261,8 @@ def test_stop_strings_spanning_tokens_cut_the_text_where_the_reference_shows_the
         got = client.completions.create(model=MODEL, prompt=prompt, max_tokens=n, temperature=0, stop=[stop, "zz zz"])
         assert (got.choices[0].text, got.choices[0].finish_reason) == (full.text[:cut], "stop"), stop
         assert got.usage.completion_tokens == len(want.output_ids)  # the tokens up to the one that completed it
+        pieces, finish, _, _ = streamed_completion(client, prompt=prompt, max_tokens=n, temperature=0, stop=stop)
+        assert ("".join(pieces[0]), finish[0]) == (full.text[:cut], "stop"), (stop, pieces)
     absent = "water water water"
     assert absent not in full.text
     got = client.completions.create(model=MODEL, prompt=prompt, max_tokens=n, temperature=0, stop=absent)
@@ -456,6 +460,9 @@ def test_stream_fields_are_validated(client: Any) -> None:
     assert err.param == "stream_options" and "continuous" in err.message, err
     err = refused(lambda: client.completions.create(model=MODEL, prompt=prompt, extra_body={"stream": "yes"}))
     assert err.param == "stream", err
+    # what only the engine can refuse (at admission, on the engine thread) is a 400 too: no 200 went out before it
+    err = refused(lambda: client.completions.create(model=MODEL, prompt=[2, 4, 500], max_tokens=4, stream=True))
+    assert err.param == "prompt" and "outside [0, 128)" in err.message, err
 
 
 def test_a_client_that_leaves_mid_stream_harms_no_other_request(
