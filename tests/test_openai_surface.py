@@ -23,6 +23,7 @@ import torch
 from aiohttp import web
 from tokenizers import Tokenizer as HFTokenizer
 
+from fixtures.scenarios.stops import cases, expected_stop
 from fixtures.tokenized import CHAT_TEMPLATE, prompt_text, tokenized_checkpoint
 from harness.engine import Engine, EngineConfig, GenerateOutput, SamplingParams
 from harness.server.app import build_app
@@ -267,6 +268,29 @@ def test_stop_strings_spanning_tokens_cut_the_text_where_the_reference_shows_the
     assert absent not in full.text
     got = client.completions.create(model=MODEL, prompt=prompt, max_tokens=n, temperature=0, stop=absent)
     assert (got.choices[0].text, got.choices[0].finish_reason) == (full.text, "length")
+
+
+def test_every_named_stop_case_streamed_and_not(client: Any, ref: Engine) -> None:
+    """The stop-string cases of fixtures.scenarios.stops (inside a token, across 2 and 4, the first token, only the
+    last completing it, overlapping, nested, unicode that never matches) through the client, streamed and not,
+    against the independent matcher: same text, finish reason and token count."""
+    prompt, n = prompt_text(3, n_words=10), 24
+    out = ref.generate([prompt], SamplingParams(max_new_tokens=n, ignore_eos=True))[0]
+    ends = [len(ref.tokenizer.decode(out.output_ids[:k])) for k in range(1, n + 1)]
+    for case in cases(out.text, ends):
+        want = expected_stop(out.text, ends, case.stops)
+        finish = "stop" if want.stop else "length"
+        kwargs = dict(
+            prompt=prompt, max_tokens=n, temperature=0, stop=list(case.stops), extra_body={"ignore_eos": True}
+        )
+        got = client.completions.create(model=MODEL, **kwargs)
+        assert (got.choices[0].text, got.choices[0].finish_reason) == (want.text, finish), case.name
+        assert got.usage.completion_tokens == want.tokens, case.name
+        pieces, finishes, usage, _ = streamed_completion(client, stream_options={"include_usage": True}, **kwargs)
+        assert ("".join(pieces[0]), finishes[0], usage.completion_tokens) == (want.text, finish, want.tokens), (
+            case.name,
+            pieces,
+        )
 
 
 def test_max_tokens_is_exact_and_the_context_boundary_is_prompt_plus_max_tokens(
