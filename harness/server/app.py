@@ -13,12 +13,18 @@ Hostile input is the client's error and costs the others nothing:
 * tokenization runs in a thread pool with the GIL released (``releasing_gil``), never on the event
   loop, so /health answers while a long prompt is tokenized;
 * a client that disconnects cancels its handler (``handler_cancellation``), which cancels its requests
-  in the engine (see worker.EngineWorker.generate).
+  in the engine (see worker.EngineWorker.generate); a streamed answer's too, and a write that finds the
+  connection gone ends it the same way.
+
+``stream: true`` answers with Server-Sent Events (stream.py). Everything that can refuse a request (parsing,
+tokenization, the context check, the engine's admission) happens before the 200 and its headers are sent, so
+a refused streamed request gets the same 400 as a non-streamed one; the headers go out with the first text.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import copy
 import ipaddress
 import json
@@ -37,8 +43,19 @@ from yarl import URL
 from harness.engine import GenerateOutput, RequestError
 from harness.model import Tokenizer
 from harness.server.chat import ChatRenderer
-from harness.server.protocol import ApiError, ChatMessage, Limits, Prompt, parse_chat, parse_completion, short_repr
-from harness.server.worker import EngineFailure, EngineWorker, WorkerStopped
+from harness.server.protocol import (
+    ApiError,
+    ChatMessage,
+    GenerationFields,
+    Limits,
+    Prompt,
+    StreamOptions,
+    parse_chat,
+    parse_completion,
+    short_repr,
+)
+from harness.server.stream import DONE, StreamDiverged, TextStream, chat_chunk, completion_chunk, event
+from harness.server.worker import EngineFailure, EngineWorker, Finished, StreamEvent, WorkerStopped
 
 logger = logging.getLogger(__name__)
 
@@ -116,11 +133,14 @@ def releasing_gil(tokenizer: Tokenizer) -> Tokenizer:
 # -- handlers ------------------------------------------------------------------------------------
 
 
-async def completions(request: web.Request) -> web.Response:
+async def completions(request: web.Request) -> web.StreamResponse:
     state = request.app[STATE_KEY]
     req = parse_completion(await _json_body(request), state["limits"])
     _check_model(req.model, state["model"])
     prompts = await _off_loop(request, _encode_all, state["tokenizer"], req.prompts)
+    _check_fits(prompts, req.gen, state["limits"], prompt_field="prompt")
+    if req.stream is not None:
+        return await _stream(request, prompts, req.gen, req.stream, chat=False)
     outputs = await _generate(
         request, prompts, req.gen.sampling(), prompt_field="prompt", return_logits=req.logprobs is not None
     )
@@ -143,11 +163,14 @@ async def completions(request: web.Request) -> web.Response:
     )
 
 
-async def chat_completions(request: web.Request) -> web.Response:
+async def chat_completions(request: web.Request) -> web.StreamResponse:
     state = request.app[STATE_KEY]
     req = parse_chat(await _json_body(request), state["limits"])
     _check_model(req.model, state["model"])
     prompt = await _off_loop(request, _chat_ids, state["chat"], state["tokenizer"], req.messages)
+    _check_fits([prompt], req.gen, state["limits"], prompt_field="messages")
+    if req.stream is not None:
+        return await _stream(request, [prompt], req.gen, req.stream, chat=True)
     outputs = await _generate(request, [prompt], req.gen.sampling(), prompt_field="messages")
     out = outputs[0]
     return web.json_response(
@@ -167,6 +190,81 @@ async def chat_completions(request: web.Request) -> web.Response:
             "usage": _usage(outputs),
         }
     )
+
+
+async def _stream(
+    request: web.Request, prompts: list[list[int]], gen: GenerationFields, options: StreamOptions, *, chat: bool
+) -> web.StreamResponse:
+    """A streamed answer (stream.py): the 200 and its headers go out with the first events, so a job the engine
+    refuses is still a plain 400; a failure after that is an error event and the stream ends without [DONE]."""
+    state = request.app[STATE_KEY]
+    head: dict[str, Any] = {
+        "id": f"{'chatcmpl' if chat else 'cmpl'}-{uuid.uuid4().hex}",
+        "object": "chat.completion.chunk" if chat else "text_completion",
+        "created": int(time.time()),
+        "model": state["model"],
+    }
+    if options.include_usage:
+        head["usage"] = None
+
+    def chunk(index: int, text: str, finish_reason: str | None) -> dict[str, Any]:
+        if chat:
+            return chat_chunk(head, index, {"content": text} if text or finish_reason is None else {}, finish_reason)
+        return completion_chunk(head, index, text, finish_reason)
+
+    texts = [TextStream(state["tokenizer"], gen.stop) for _ in prompts]
+    outputs: list[GenerateOutput | None] = [None] * len(prompts)
+    response: web.StreamResponse | None = None
+    try:
+        async with contextlib.aclosing(request.app[WORKER_KEY].stream(prompts, gen.sampling())) as events:
+            async for batch in events:
+                if response is None:
+                    response = web.StreamResponse(headers={"Cache-Control": "no-cache"})
+                    response.content_type = "text/event-stream"
+                    await response.prepare(request)
+                    if chat:
+                        await response.write(event(chat_chunk(head, 0, {"role": "assistant", "content": ""}, None)))
+                pieces = await _off_loop(request, _stream_pieces, texts, batch)
+                for index, text, out in pieces:
+                    if out is not None:
+                        outputs[index] = out
+                    await response.write(event(chunk(index, text, None if out is None else _finish(out))))
+    except RequestError as exc:  # the engine refused the job: nothing was sent yet
+        raise ApiError(str(exc), param=_request_error_param(str(exc), "messages" if chat else "prompt")) from exc
+    except (EngineFailure, WorkerStopped, StreamDiverged) as exc:
+        if response is None:
+            raise  # still a plain error response (the _errors middleware)
+        status = 503 if isinstance(exc, WorkerStopped) else 500
+        if isinstance(exc, StreamDiverged):
+            logger.error("streamed text diverged: %s", exc)
+        await _write_quietly(response, event(ApiError(str(exc), status=status, type="server_error").body()))
+        return response
+    except ConnectionResetError:  # the client went away mid-write; aclosing cancelled its requests
+        assert response is not None
+        return response
+    assert response is not None and all(o is not None for o in outputs)
+    if options.include_usage:
+        await response.write(event({**head, "choices": [], "usage": _usage(outputs)}))  # type: ignore[arg-type]
+    await response.write(DONE)
+    await response.write_eof()
+    return response
+
+
+def _stream_pieces(texts: list[TextStream], batch: list[StreamEvent]) -> list[tuple[int, str, GenerateOutput | None]]:
+    """Per event, its choice's new text (skipped while nothing settled) and, when it finished, its output. On the
+    tokenizer pool: this decodes."""
+    pieces = []
+    for ev in batch:
+        if isinstance(ev, Finished):
+            pieces.append((ev.index, texts[ev.index].finish(ev.output.text), ev.output))
+        elif text := texts[ev.index].advance(ev.new_ids):
+            pieces.append((ev.index, text, None))
+    return pieces
+
+
+async def _write_quietly(response: web.StreamResponse, data: bytes) -> None:
+    with contextlib.suppress(ConnectionResetError):
+        await response.write(data)
 
 
 async def models(request: web.Request) -> web.Response:
@@ -300,6 +398,26 @@ async def _generate(
         return await request.app[WORKER_KEY].generate(prompts, sampling, return_logits)
     except RequestError as exc:
         raise ApiError(str(exc), param=_request_error_param(str(exc), prompt_field)) from exc
+
+
+def _check_fits(prompts: list[list[int]], gen: GenerationFields, limits: Limits, *, prompt_field: str) -> None:
+    """OpenAI's context rule, as /v1/models reports it (``max_model_len``): prompt + max_tokens tokens must fit.
+    A prompt that leaves room for at least one token is refused naming max_tokens, with the most that fits."""
+    ctx = limits.max_context_len
+    for i, ids in enumerate(prompts):
+        need = len(ids) + gen.max_tokens
+        if need <= ctx:
+            continue
+        where = f"prompt[{i}]: " if len(prompts) > 1 else ""
+        asked = f"{gen.max_tokens_param} ({gen.max_tokens}{'' if gen.max_tokens_sent else ', the default'})"
+        message = (
+            f"{where}prompt ({len(ids)} tokens) + {asked} needs {need} tokens of context; this engine allows {ctx}"
+        )
+        if len(ids) >= ctx:
+            raise ApiError(f"{message}: the prompt leaves no room for a completion", param=prompt_field)
+        raise ApiError(
+            f"{message}: at most {ctx - len(ids)} new tokens fit after this prompt", param=gen.max_tokens_param
+        )
 
 
 def _request_error_param(message: str, prompt_field: str) -> str:

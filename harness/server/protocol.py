@@ -3,12 +3,19 @@
 Policy, so that an eval never runs with settings the engine silently ignores:
 * unknown fields are refused (400, naming them);
 * OpenAI/lm-eval fields the engine does not implement are accepted only at values that do not
-  change the result (``n: 1``, ``stream: false``, ``echo: false``, chat's ``logprobs: false``, penalties
+  change the result (``n: 1``, ``echo: false``, chat's ``logprobs: false``, penalties
   at their neutral value, ``top_p``/``top_k``/``min_p`` either disabled or with greedy decoding,
   where they cannot matter), and refused otherwise;
 * ``logprobs`` on /v1/completions is implemented (0 to ``MAX_LOGPROBS``: each generated token's logprob and the
   top-k of the full softmax, as vLLM and SGLang return them);
-* nothing is truncated: a prompt that does not fit is the engine's RequestError, also a 400;
+* ``stream: true`` is implemented on both endpoints (Server-Sent Events, see stream.py), with
+  ``stream_options: {"include_usage": bool}``; the joined chunks are the text a non-streamed request
+  gets. ``stream_options`` without ``stream: true`` and ``logprobs`` with it are refused (400);
+* the context holds the prompt and the completion together (OpenAI's and vLLM's ``max_model_len``):
+  prompt tokens + ``max_tokens`` above it is a 400 naming ``max_tokens`` (the default counts too), or
+  the prompt when it alone leaves no room. Checked after tokenization (app.py), so one token tighter
+  than the engine, whose last sampled token never needs a KV slot;
+* nothing is truncated: a prompt that does not fit is refused (400), never cut;
 * sizes are capped before any work is done on them: a prompt longer than ``max_prompt_chars``
   characters cannot fit in the context and is refused with 413 naming the limit, as are more than
   ``max_prompts`` prompts in one request; the stop list is capped in count and length (400);
@@ -84,6 +91,9 @@ class GenerationFields:
     stop_token_ids: tuple[int, ...]
     ignore_eos: bool
 
+    max_tokens_param: str = "max_tokens"  # the field a client set it by (chat: or max_completion_tokens)
+    max_tokens_sent: bool = True  # False: the default; an error that names it says so
+
     def sampling(self) -> SamplingParams:
         return SamplingParams(
             max_new_tokens=self.max_tokens,
@@ -96,12 +106,21 @@ class GenerationFields:
 
 
 @dataclass(frozen=True)
+class StreamOptions:
+    """``stream: true``: the answer as Server-Sent Events; ``include_usage`` adds a last chunk holding the usage
+    (and ``"usage": null`` on every other chunk), as OpenAI's ``stream_options`` does."""
+
+    include_usage: bool = False
+
+
+@dataclass(frozen=True)
 class CompletionRequest:
     prompts: list[Prompt]  # one choice per prompt, in this order
     model: str | None
     gen: GenerationFields
     logprobs: int | None = None  # top logprobs per generated token; None: no logprobs
     by_token_id: bool = False  # vLLM's return_tokens_as_token_ids: logprob keys are "token_id:N", not text
+    stream: StreamOptions | None = None  # None: one JSON response
 
 
 @dataclass(frozen=True)
@@ -115,6 +134,7 @@ class ChatRequest:
     messages: tuple[ChatMessage, ...]
     model: str | None
     gen: GenerationFields
+    stream: StreamOptions | None = None  # None: one JSON response
 
 
 # Fields both endpoints accept (some only at neutral values, see _check_neutral_fields).
@@ -127,6 +147,7 @@ _COMMON = frozenset(
         "stop",
         "n",
         "stream",
+        "stream_options",
         "top_p",
         "top_k",
         "min_p",
@@ -171,7 +192,10 @@ def parse_completion(body: Any, limits: Limits) -> CompletionRequest:
             f"return_tokens_as_token_ids must be a boolean, got {short_repr(by_id)}", param="return_tokens_as_token_ids"
         )
     gen = _generation(body, limits, max_tokens=_int_field(body, "max_tokens", 1, limits.max_context_len))
-    return CompletionRequest(prompts, _model(body), gen, logprobs, by_id)
+    stream = _stream(body)
+    if stream is not None and logprobs is not None:
+        raise ApiError("logprobs are not supported with stream=true; send one or the other", param="logprobs")
+    return CompletionRequest(prompts, _model(body), gen, logprobs, by_id, stream)
 
 
 def parse_chat(body: Any, limits: Limits) -> ChatRequest:
@@ -197,14 +221,19 @@ def parse_chat(body: Any, limits: Limits) -> ChatRequest:
             f"max_tokens ({max_tokens}) and max_completion_tokens ({max_completion}) disagree",
             param="max_completion_tokens",
         )
-    gen = _generation(body, limits, max_tokens=max_completion if max_completion is not None else max_tokens)
-    return ChatRequest(messages, _model(body), gen)
+    param = "max_completion_tokens" if max_completion is not None else "max_tokens"
+    gen = _generation(
+        body, limits, max_tokens=max_completion if max_completion is not None else max_tokens, max_tokens_param=param
+    )
+    return ChatRequest(messages, _model(body), gen, _stream(body))
 
 
 # -- shared fields -------------------------------------------------------------------------------
 
 
-def _generation(body: dict[str, Any], limits: Limits, *, max_tokens: int | None) -> GenerationFields:
+def _generation(
+    body: dict[str, Any], limits: Limits, *, max_tokens: int | None, max_tokens_param: str = "max_tokens"
+) -> GenerationFields:
     temperature = _number_field(body, "temperature")
     temperature = 0.0 if temperature is None else float(temperature)
     if temperature < 0:
@@ -226,13 +255,42 @@ def _generation(body: dict[str, Any], limits: Limits, *, max_tokens: int | None)
         stop=stop,
         stop_token_ids=stop_token_ids,
         ignore_eos=ignore_eos,
+        max_tokens_param=max_tokens_param,
+        max_tokens_sent=max_tokens is not None,
     )
+
+
+def _stream(body: dict[str, Any]) -> StreamOptions | None:
+    """``stream`` and ``stream_options``: None for one JSON response."""
+    stream = body.get("stream")
+    if stream is not None and not isinstance(stream, bool):
+        raise ApiError(f"stream must be a boolean, got {_json_type(stream)} {short_repr(stream)}", param="stream")
+    options = body.get("stream_options")
+    if options is None:
+        return StreamOptions() if stream else None
+    if not stream:
+        raise ApiError("stream_options is only allowed with stream=true", param="stream_options")
+    if not isinstance(options, dict):
+        raise ApiError(f"stream_options must be an object, got {_json_type(options)}", param="stream_options")
+    unknown = sorted(set(options) - {"include_usage"})
+    if unknown:
+        raise ApiError(
+            f"stream_options has unsupported field(s): {', '.join(map(short_repr, unknown))}; only include_usage",
+            param="stream_options",
+        )
+    include_usage = options.get("include_usage", False)
+    if include_usage is None:
+        include_usage = False
+    if not isinstance(include_usage, bool):
+        raise ApiError(
+            f"stream_options.include_usage must be a boolean, got {short_repr(include_usage)}", param="stream_options"
+        )
+    return StreamOptions(include_usage)
 
 
 def _check_neutral_fields(body: dict[str, Any], greedy: bool) -> None:
     """Fields accepted only where they cannot change the output."""
     _neutral(body, "n", _is_int, lambda v: v == 1, "n must be 1: this server returns one choice per prompt")
-    _neutral(body, "stream", _is_bool, lambda v: v is False, "stream=true is not supported")
     _neutral(body, "frequency_penalty", _is_number, lambda v: v == 0, "frequency_penalty is not implemented; send 0")
     _neutral(body, "presence_penalty", _is_number, lambda v: v == 0, "presence_penalty is not implemented; send 0")
     _neutral(body, "repetition_penalty", _is_number, lambda v: v == 1, "repetition_penalty is not implemented; send 1")

@@ -13,6 +13,12 @@ that fails alone (its sampling: ``FinishReason.ERROR``) fails only its own job, 
 A job whose awaiting handler is cancelled (the client disconnected) is cancelled in the engine,
 which frees its slots at once.
 
+A streaming job (``stream``) gets its progress as the engine makes it: after every step, each of its
+prompts that gained tokens sends them (``Progress``), and each that finished sends its output
+(``Finished``), batched per job per step, so the engine thread only slices token lists and never
+decodes text for a stream (the handler does, off the engine thread). Leaving the iteration early
+(the client went away) cancels the job as above.
+
 The counters and the pool occupancy that /health reports are updated before a job's result is
 handed back, so a client that reads /health after its answer sees that answer counted.
 """
@@ -25,7 +31,7 @@ import logging
 import queue
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -114,25 +120,63 @@ class WorkerStats:
         return dataclasses.asdict(self)
 
 
+@dataclass(frozen=True)
+class Progress:
+    """Tokens that prompt ``index`` of a streaming job generated in one engine step; it is still running."""
+
+    index: int
+    new_ids: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class Finished:
+    """Prompt ``index`` of a streaming job is done: ``output`` is what ``generate`` returns for it (its text final,
+    cut at a stop string; ``output_ids`` all of its tokens, those sent in Progress included)."""
+
+    index: int
+    output: GenerateOutput
+
+
+StreamEvent = Progress | Finished
+
+
 @dataclass
 class _Job:
-    """One submission: its prompts' results fill ``outputs`` in order; the future gets the list."""
+    """One submission: its prompts' results fill ``outputs`` in order; the future gets the list, or, for a
+    streaming job, ``events`` gets each step's events and then the end (``_END`` or the error)."""
 
     prompts: list[Prompt]
     params: SamplingParams
     loop: asyncio.AbstractEventLoop
-    future: asyncio.Future[list[GenerateOutput]]
+    future: asyncio.Future[list[GenerateOutput]] | None
     return_logits: bool = False  # each output carries its per-token logits (the API's logprobs)
+    events: asyncio.Queue[list[StreamEvent] | object] | None = None
     outputs: list[GenerateOutput | None] = field(default_factory=list)
     remaining: int = 0
     done: bool = False
+
+    @property
+    def abandoned(self) -> bool:
+        """Cancelled by its handler before the worker admitted it (a stream says so with a _Cancel, queued after it)."""
+        return self.done or (self.future is not None and self.future.done())
+
+    def publish(self, events: list[StreamEvent]) -> None:
+        """A streaming job's progress in one step, handed to its loop (the engine thread never waits on it)."""
+        if self.events is not None and events and not self.done:
+            self._call(self.events.put_nowait, events)
 
     def resolve(self, result: list[GenerateOutput] | None = None, error: BaseException | None = None) -> None:
         if self.done:
             return
         self.done = True
+        if self.events is not None:
+            self._call(self.events.put_nowait, _END if error is None else error)
+        else:
+            self._call(_settle, self.future, result, error)
+
+    def _call(self, fn: Callable[..., Any], *args: Any) -> None:
         try:
-            self.loop.call_soon_threadsafe(_settle, self.future, result, error)
+            self.loop.call_soon_threadsafe(fn, *args)
         except RuntimeError:  # the submitting loop is closed: nobody is waiting any more
             pass
 
@@ -151,6 +195,7 @@ class _Entry:
     job: _Job
     index: int
     req: Req
+    published: int = 0  # a streaming job's: output tokens already sent in Progress events
 
 
 @dataclass(frozen=True)
@@ -175,6 +220,7 @@ class _Flush:
 
 
 _STOP = object()
+_END = object()  # a streaming job's last item when it succeeded
 
 
 class EngineWorker:
@@ -251,15 +297,50 @@ class EngineWorker:
             raise RequestError("no prompts")
         loop = asyncio.get_running_loop()
         job = _Job(list(prompts), params, loop, loop.create_future(), return_logits=return_logits)
-        with self._lock:  # pairs with _shutdown: a job is either drained there or never queued
-            if self._stopping or not self._thread.is_alive():
-                raise WorkerStopped("the engine worker is not running")
-            self._queue.put(job)
+        self._submit(job)
         try:
             return await job.future
         except asyncio.CancelledError:  # the client went away: free the engine's slots for the others
             self._queue.put(_Cancel(job))
             raise
+
+    async def stream(self, prompts: Sequence[Prompt], params: SamplingParams) -> AsyncIterator[list[StreamEvent]]:
+        """The events of ``prompts`` as the engine makes them: lists of Progress and Finished (what arrived since
+        the last item, in order); every prompt ends with one Finished. Raises as ``generate`` does: RequestError
+        before any event when the job can never be served. Leaving early (``aclose``, or a cancelled consumer)
+        cancels what is still in the engine; wrap the iteration in ``contextlib.aclosing``, so that this happens
+        at once and not when the generator is collected."""
+        if not prompts:
+            raise RequestError("no prompts")
+        loop = asyncio.get_running_loop()
+        job = _Job(list(prompts), params, loop, None, events=asyncio.Queue())
+        events = job.events
+        assert events is not None
+        self._submit(job)
+        ended = False
+        try:
+            while not ended:
+                batch: list[StreamEvent] = []
+                item = await events.get()
+                while isinstance(item, list):  # take what else is already there: a slow reader catches up at once
+                    batch += item
+                    item = events.get_nowait() if not events.empty() else None
+                if batch:
+                    yield batch
+                if item is _END:
+                    ended = True
+                elif isinstance(item, BaseException):
+                    ended = True
+                    raise item
+        finally:
+            if not ended:  # the consumer left (disconnect): free the engine's slots for the others
+                self._queue.put(_Cancel(job))
+
+    def _submit(self, job: _Job) -> None:
+        with self._lock:  # pairs with _shutdown: a job is either drained there or never queued
+            if self._stopping or not self._thread.is_alive():
+                raise WorkerStopped("the engine worker is not running")
+            self._queue.put(job)
 
     async def flush_cache(self) -> bool:
         """Empty the prefix cache; False, and nothing flushed, while requests are queued or running (as SGLang)."""
@@ -319,7 +400,7 @@ class EngineWorker:
         """Add every prompt of ``job`` to the engine, or none of them."""
         engine = self.engine
         assert engine is not None
-        if job.future.done():  # cancelled before the worker saw it
+        if job.abandoned:  # cancelled before the worker saw it
             return
         added: list[Req] = []
         try:
@@ -397,6 +478,7 @@ class EngineWorker:
         new_tokens = served = failed = 0
         settle: list[tuple[_Job, list[GenerateOutput] | None, BaseException | None]] = []
         dropped: set[int] = set()  # siblings of a failed request, counted as failed with it
+        events: dict[int, tuple[_Job, list[StreamEvent]]] = {}  # streaming jobs' progress in this step, by id(job)
         for out in step.finished:
             entry = self._inflight.pop(out.rid, None)
             if entry is None:
@@ -415,8 +497,11 @@ class EngineWorker:
             served += 1
             job.outputs[entry.index] = out
             job.remaining -= 1
+            if job.events is not None:
+                events.setdefault(id(job), (job, []))[1].append(Finished(entry.index, out))
             if job.remaining == 0:
                 settle.append((job, list(job.outputs), None))  # type: ignore[arg-type]
+        self._progress(step.advanced, events)
         pools = PoolOccupancy.of(engine)
         with self._lock:  # counted before anyone is answered
             s = self._stats
@@ -432,8 +517,21 @@ class EngineWorker:
             s.running = len(self._inflight)
             s.forward_paths = dict(engine.runner.paths)  # copied on the engine thread, which owns the counter
             self._pools = pools
+        for job, batch in events.values():  # before the end of the job, which follows its last Finished
+            job.publish(batch)
         for job, result, error in settle:
             job.resolve(result=result, error=error)
+
+    def _progress(self, advanced: Sequence[int], events: dict[int, tuple[_Job, list[StreamEvent]]]) -> None:
+        """Add a Progress for each running request of a streaming job that gained tokens in this step."""
+        for rid in advanced:
+            entry = self._inflight.get(rid)  # finished and dropped requests are gone from it
+            if entry is None or entry.job.events is None:
+                continue
+            new = entry.req.output_ids[entry.published :]
+            if new:
+                entry.published += len(new)
+                events.setdefault(id(entry.job), (entry.job, []))[1].append(Progress(entry.index, tuple(new)))
 
     def _fail_inflight(self, exc: Exception) -> None:
         engine = self.engine
