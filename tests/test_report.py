@@ -912,3 +912,26 @@ def test_a_stress_arm_compared_as_on_is_named_in_the_arms_line() -> None:
     }
     line = next(r["text"] for r in provenance_glance(Provenance.parse({"arms": arms})) if r["label"] == "arms")
     assert line == "ON: swa-pool-reuse, graphs on · OFF: on, graphs on"  # not "ON: graphs on · OFF: graphs on"
+
+
+def test_the_overview_shows_each_arms_server_counters(tmp_path) -> None:
+    """What a server counted over its run (prefix-cache hits, preemptions, evictions) under its arm, in the names every
+    server kind reports; a counter a kind does not report is left out, never shown as 0."""
+    from harness.report.overview import OverviewModel, counters_line, render_overview
+
+    vllm = {"prefix_cache_hit_tokens": 31008, "prefix_cache_query_tokens": 43299, "preemptions": 65}
+    vllm["kv_blocks_reallocated"] = 2561
+    assert counters_line(vllm) == (
+        "prefix cache 31,008 / 43,299 prompt tokens (72%) · preemptions 65 · blocks handed out again 2,561"
+    )
+    assert (
+        counters_line({"prefix_cache_query_tokens": 0, "requests": 200}) == "prefix cache: no prompt tokens asked (off)"
+    )
+    assert counters_line({"requests": 3}) == counters_line(None) == "—"
+    on, off = _pair("gsm_style", 20)
+    on = replace(on, record=replace(on.record, counters=vllm))
+    model = OverviewModel(
+        "m", [("on", "", ""), ("off", "", "")], ["gsm_style"], {("on", "gsm_style"): on, ("off", "gsm_style"): off}, []
+    )
+    [row] = [tr for tr in _parse(render_overview([model])).root.find_all("tr") if "server counters" in tr.text()]
+    assert [td.text() for td in row.find_all("td")] == [counters_line(vllm), "—"]

@@ -62,6 +62,32 @@ def _cell(run: RunResult | None, confidence: float) -> str:
     return f'{pct(acc.value)}<div class="small">[{100 * acc.low:.1f}, {100 * acc.high:.1f}] · N={len(run.items)}</div>'
 
 
+# What a server counted over its run (``harness.servers``: one name per counter for every kind), as the overview
+# shows it under each arm; a counter the kind does not report is left out, never shown as 0.
+_COUNTERS = (
+    ("preemptions", "preemptions {:,}"),
+    ("prefix_cache_evicted_tokens", "tokens evicted {:,}"),
+    ("prefix_cache_swa_evicted_tokens", "SWA tokens evicted {:,}"),
+    ("prefix_cache_swa_tokens_held", "live SWA tokens held at the end {:,}"),
+    ("prefix_cache_swa_evictable_tokens", "SWA tokens evictable at the end {:,}"),
+    ("kv_blocks_reallocated", "blocks handed out again {:,}"),
+)
+
+
+def counters_line(counters: Mapping[str, object] | None) -> str:
+    """An arm's server counters in one line: prompt tokens served from its prefix cache, then pressure."""
+    if not counters:
+        return "—"
+    parts = []
+    hits, asked = counters.get("prefix_cache_hit_tokens"), counters.get("prefix_cache_query_tokens")
+    if isinstance(asked, int) and asked > 0:
+        parts.append(f"prefix cache {hits or 0:,} / {asked:,} prompt tokens ({(hits or 0) / asked:.0%})")
+    elif isinstance(asked, int):
+        parts.append("prefix cache: no prompt tokens asked (off)")
+    parts += [fmt.format(counters[name]) for name, fmt in _COUNTERS if isinstance(counters.get(name), int)]
+    return " · ".join(parts) or "—"
+
+
 def render_overview(
     models: Sequence[OverviewModel],
     thresholds: Thresholds = Thresholds(),
@@ -106,6 +132,13 @@ def render_overview(
                 + "</tr>"
             )
         parts.append(
+            '<tr><th>server counters<div class="small">over the arm\'s run</div></th>'
+            + "".join(
+                f'<td class="small">{escape(counters_line(_arm_counters(model, arm)))}</td>' for arm, _, _ in model.arms
+            )
+            + "</tr>"
+        )
+        parts.append(
             "</table><table><tr><th>comparison (ON vs OFF)</th>"
             + "".join(f"<th>{escape(t)}</th>" for t in model.tasks)
             + "<th>verdict</th><th>expected</th><th>report</th></tr>"
@@ -125,6 +158,12 @@ def render_overview(
         parts.append("</table>")
     parts.append("</body></html>\n")
     return "".join(parts)
+
+
+def _arm_counters(model: OverviewModel, arm: str) -> Mapping[str, object] | None:
+    """The arm's counters: its server counts once over the lm-eval run every task shares."""
+    runs = [model.cells.get((arm, task)) for task in model.tasks]
+    return next((r.record.counters for r in runs if r is not None and r.record.counters), None)
 
 
 def write_overview(
