@@ -20,6 +20,7 @@ from __future__ import annotations
 import os
 import re
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from typing import ContextManager
 from pathlib import Path
 
@@ -273,12 +274,22 @@ def test_keeping_the_prompts_swa_kv_lets_the_first_sharer_hit(ckpt: Path, tmp_pa
 
 
 @pytest.mark.extended
-def test_graphs_on_a_warm_radix_cache_answers_as_a_fresh_one(ckpt: Path, tmp_path: Path, cache_reference) -> None:
-    """SGLang's CPU graph runner under the protocol: decode batches of several raw sizes pad into each captured one."""
+def test_graphs_on_a_warm_radix_cache_answers_as_a_fresh_one(
+    ckpt: Path, tmp_path: Path, cache_reference, transformers_run: Reference
+) -> None:
+    """SGLang's CPU graph runner under the protocol, then a staircase: 8 requests at once asking 2, 4, ..., 16 tokens,
+    so the decode batch shrinks through every raw size from 8 to 1 whatever the arrival order (the protocol alone
+    reached two padded sizes in one run: 1 and 6), and each raw size pads into a captured one (4 or 8). Each
+    staircase answer is the first tokens of transformers' (word-level: the text is a prefix)."""
     flags = (*CACHE_GRAPHS, "--decode-log-interval", "1")
     with sglang_server(ckpt, flags, tmp_path / "server.log", graphs="on") as server:
         hold_cache_hits(server, cache_reference, "sglang graphs on")
+        stairs = prompts()[:8]
+        with ThreadPoolExecutor(len(stairs)) as pool:
+            answers = list(pool.map(lambda i: ask(server, SERVED, stairs[i], 2 * (i + 1)).text, range(len(stairs))))
         log = server.log_path.read_text()
+    cut = [(i, a) for i, a in enumerate(answers) if not transformers_run.answers[i].strip().startswith(a.strip())]
+    assert not cut, f"staircase answers that are not transformers' first tokens: {cut}"
     sizes = {int(m) for m in re.findall(r"Decode batch.*?#running-req: (\d+).*?cpu graph: True", log)}
     padded = sizes - set(CAPTURED)
     into = {min(c for c in CAPTURED if c >= n) for n in padded}
