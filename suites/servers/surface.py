@@ -103,18 +103,20 @@ def usage_counts(s: Surface) -> SurfaceResult:
 
 def stop_across_tokens(s: Surface) -> SurfaceResult:
     """A stop string that spans two tokens of the answer cuts the text right before it, finish "stop"; an absent
-    one leaves finish "length"."""
-    whole = s.complete(PROMPTS[1], NEW, logprobs=1)
-    text = whole.choices[0].text
-    # Two consecutive tokens of the answer, from its own token offsets (every server returns text_offset).
-    offsets = list(whole.choices[0].logprobs.text_offset or [])
-    if len(offsets) < 6:
-        return SurfaceResult("stop across tokens", "differs", f"no token offsets to place a stop string: {offsets}")
-    base = offsets[0]
-    start, end = offsets[3] - base, (offsets[5] - base if len(offsets) > 5 else len(text))
+    one leaves finish "length". Token boundaries from the checkpoint's tokenizer, not the server's offsets (those
+    are checked by ``logprobs_order``)."""
+    from tokenizers import Tokenizer
+
+    text = s.complete(PROMPTS[1], NEW).choices[0].text
+    tok = Tokenizer.from_file(str(s.ckpt / "tokenizer.json"))
+    ids = tok.encode(text, add_special_tokens=False).ids
+    bounds = [len(tok.decode(ids[:k])) for k in range(len(ids) + 1)]
+    spans = [(bounds[k], bounds[k + 2]) for k in range(1, len(ids) - 1)]
+    found = [(a, b) for a, b in spans if text[a:b].strip() and text.find(text[a:b]) == a]
+    if not found or bounds[-1] != len(text):
+        return SurfaceResult("stop across tokens", "differs", f"no two-token span to stop on in {text!r}")
+    start, end = found[0]
     stop = text[start:end]
-    if not stop.strip() or text.find(stop) != start:
-        return SurfaceResult("stop across tokens", "differs", f"no unique two-token span to stop on in {text!r}")
     cut = s.complete(PROMPTS[1], NEW, stop=[stop]).choices[0]
     absent = s.complete(PROMPTS[1], NEW, stop=["\x07never"]).choices[0]
     seen = (cut.text, cut.finish_reason, absent.finish_reason)
@@ -123,7 +125,8 @@ def stop_across_tokens(s: Surface) -> SurfaceResult:
 
 
 def context_boundary(s: Surface) -> SurfaceResult:
-    """prompt + max_tokens = the context /v1/models reports is accepted; one token more is a 400."""
+    """prompt + max_tokens = the context /v1/models reports is accepted and generates max_tokens tokens (ignore_eos);
+    one token more is a 400."""
     import openai
 
     models = s.client().models.list().data
@@ -134,11 +137,15 @@ def context_boundary(s: Surface) -> SurfaceResult:
     seen = []
     for max_tokens in (fits, fits + 1):
         try:
-            s.complete(PROMPTS[2], max_tokens)
-            seen.append("accepted")
+            answer = s.complete(PROMPTS[2], max_tokens)
         except openai.BadRequestError as exc:
             seen.append(f"400: {str(exc)[:80]}")
-    status = "holds" if seen[0] == "accepted" and seen[1].startswith("400") else "differs"
+            continue
+        usage = answer.usage
+        short = "" if usage.completion_tokens == max_tokens else f", not the {max_tokens} asked"
+        seen.append(f"accepted ({usage.prompt_tokens} + {usage.completion_tokens} tokens{short})")
+    whole = seen[0].startswith("accepted") and "not the" not in seen[0]
+    status = "holds" if whole and seen[1].startswith("400") else "differs"
     return SurfaceResult("context boundary", status, f"max_model_len {limit}: at it {seen[0]}; one over {seen[1]}")
 
 
@@ -191,8 +198,11 @@ def streaming(s: Surface) -> SurfaceResult:
 
 
 def logprobs_order(s: Surface) -> SurfaceResult:
-    """logprobs=5: each token's top 5 in decreasing order, and (greedy) the chosen token's logprob the largest."""
-    lp = s.complete(PROMPTS[0], 8, logprobs=5).choices[0].logprobs
+    """logprobs=5: each token's top 5 in decreasing order, (greedy) the chosen token's logprob the largest, and the
+    token strings join to the text at their ``text_offset`` (each offset the previous plus the previous token's
+    length)."""
+    choice = s.complete(PROMPTS[0], 8, logprobs=5).choices[0]
+    lp = choice.logprobs
     bad = []
     for k, (chosen, top) in enumerate(zip(lp.token_logprobs or [], lp.top_logprobs or [])):
         values = list((top or {}).values())
@@ -202,6 +212,12 @@ def logprobs_order(s: Surface) -> SurfaceResult:
             bad.append(f"token {k}: chosen {chosen:.5f} is not the top {max(values):.5f}")
         if len(values) != 5:
             bad.append(f"token {k}: {len(values)} top entries")
+    tokens, offsets = list(lp.tokens or []), list(lp.text_offset or [])
+    if "".join(tokens) != choice.text:
+        bad.append(f"tokens {tokens!r} do not join to the text {choice.text!r}")
+    steps = [b - a for a, b in zip(offsets, offsets[1:])]
+    if steps != [len(t) for t in tokens[:-1]]:
+        bad.append(f"text_offset {offsets} does not step by the tokens' lengths {[len(t) for t in tokens]}")
     return SurfaceResult("logprobs", "differs" if bad else "holds", "; ".join(bad[:3]) or "8 tokens x top 5")
 
 
