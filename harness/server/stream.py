@@ -9,7 +9,7 @@ failed, the server is stopping) is one ``data: {"error": {...}}`` event, with no
 without ``[DONE]`` is incomplete.
 
 Per step, not per request: the worker already knows after every engine step which requests gained tokens
-(worker.Progress), so text goes out as it is made, at the cost of a decode per step for each streamed choice
+(worker.NewTokens), so text goes out as it is made, at the cost of a decode per step for each streamed choice
 (the whole output so far: O(n^2) in the output's length, as the engine's stop-string check already is).
 
 The joined text is exactly what a non-streamed request returns, because nothing sent is ever taken back

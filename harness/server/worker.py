@@ -14,7 +14,7 @@ A job whose awaiting handler is cancelled (the client disconnected) is cancelled
 which frees its slots at once.
 
 A streaming job (``stream``) gets its progress as the engine makes it: after every step, each of its
-prompts that gained tokens sends them (``Progress``), and each that finished sends its output
+prompts that gained tokens sends them (``NewTokens``), and each that finished sends its output
 (``Finished``), batched per job per step, so the engine thread only slices token lists and never
 decodes text for a stream (the handler does, off the engine thread). Leaving the iteration early
 (the client went away) cancels the job as above.
@@ -121,7 +121,7 @@ class WorkerStats:
 
 
 @dataclass(frozen=True)
-class Progress:
+class NewTokens:
     """Tokens that prompt ``index`` of a streaming job generated in one engine step; it is still running."""
 
     index: int
@@ -131,13 +131,13 @@ class Progress:
 @dataclass(frozen=True)
 class Finished:
     """Prompt ``index`` of a streaming job is done: ``output`` is what ``generate`` returns for it (its text final,
-    cut at a stop string; ``output_ids`` all of its tokens, those sent in Progress included)."""
+    cut at a stop string; ``output_ids`` all of its tokens, those sent in NewTokens included)."""
 
     index: int
     output: GenerateOutput
 
 
-StreamEvent = Progress | Finished
+StreamEvent = NewTokens | Finished
 
 
 @dataclass
@@ -195,7 +195,7 @@ class _Entry:
     job: _Job
     index: int
     req: Req
-    published: int = 0  # a streaming job's: output tokens already sent in Progress events
+    published: int = 0  # a streaming job's: output tokens already sent in NewTokens events
 
 
 @dataclass(frozen=True)
@@ -305,7 +305,7 @@ class EngineWorker:
             raise
 
     async def stream(self, prompts: Sequence[Prompt], params: SamplingParams) -> AsyncIterator[list[StreamEvent]]:
-        """The events of ``prompts`` as the engine makes them: lists of Progress and Finished (what arrived since
+        """The events of ``prompts`` as the engine makes them: lists of NewTokens and Finished (what arrived since
         the last item, in order); every prompt ends with one Finished. Raises as ``generate`` does: RequestError
         before any event when the job can never be served. Leaving early (``aclose``, or a cancelled consumer)
         cancels what is still in the engine; wrap the iteration in ``contextlib.aclosing``, so that this happens
@@ -523,7 +523,7 @@ class EngineWorker:
             job.resolve(result=result, error=error)
 
     def _progress(self, advanced: Sequence[int], events: dict[int, tuple[_Job, list[StreamEvent]]]) -> None:
-        """Add a Progress for each running request of a streaming job that gained tokens in this step."""
+        """Add a NewTokens for each running request of a streaming job that gained tokens in this step."""
         for rid in advanced:
             entry = self._inflight.get(rid)  # finished and dropped requests are gone from it
             if entry is None or entry.job.events is None:
@@ -531,7 +531,7 @@ class EngineWorker:
             new = entry.req.output_ids[entry.published :]
             if new:
                 entry.published += len(new)
-                events.setdefault(id(entry.job), (entry.job, []))[1].append(Progress(entry.index, tuple(new)))
+                events.setdefault(id(entry.job), (entry.job, []))[1].append(NewTokens(entry.index, tuple(new)))
 
     def _fail_inflight(self, exc: Exception) -> None:
         engine = self.engine
