@@ -149,9 +149,7 @@ def context_boundary(s: Surface) -> SurfaceResult:
     return SurfaceResult("context boundary", status, f"max_model_len {limit}: at it {seen[0]}; one over {seen[1]}")
 
 
-def _refused_or_honoured(
-    name: str, s: Surface, ask: Callable[[], Any], honoured: Callable[[Any], bool]
-) -> SurfaceResult:
+def _refused_or_honoured(name: str, ask: Callable[[], Any], honoured: Callable[[Any], bool]) -> SurfaceResult:
     import openai
 
     try:
@@ -165,7 +163,7 @@ def echo(s: Surface) -> SurfaceResult:
     """echo=true: refused, or the prompt comes back before the answer."""
     alone = _alone(s, 8)[0]
     return _refused_or_honoured(
-        "echo", s, lambda: s.complete(PROMPTS[0], 8, echo=True), lambda a: a.choices[0].text == PROMPTS[0] + alone
+        "echo", lambda: s.complete(PROMPTS[0], 8, echo=True), lambda a: a.choices[0].text == PROMPTS[0] + alone
     )
 
 
@@ -173,7 +171,7 @@ def n_choices(s: Surface) -> SurfaceResult:
     """n=2 (greedy): refused, or two choices, each the one answer."""
     alone = _alone(s, 8)[0]
     return _refused_or_honoured(
-        "n=2", s, lambda: s.complete(PROMPTS[0], 8, n=2), lambda a: [c.text for c in a.choices] == [alone, alone]
+        "n=2", lambda: s.complete(PROMPTS[0], 8, n=2), lambda a: [c.text for c in a.choices] == [alone, alone]
     )
 
 
