@@ -68,14 +68,15 @@ def response_key(run: ArmRun, step: EvalStep, identity: ServedIdentity | None) -
     )
 
 
-def refuse_untrusted_resume(run: ArmRun, *, resume: bool, trust_url: bool) -> None:
-    """ResumeRefused, in one line naming the arm and what to say instead, for ``--resume`` against an external
-    server the user has not said to trust."""
+def untrusted_resume(run: ArmRun, *, resume: bool, trust_url: bool) -> str | None:
+    """Why ``--resume`` cannot reuse this arm's answers, in one line naming the arm and what to say instead: it is an
+    external server the user has not said to trust. None when it can."""
     if resume and run.arm.url and not trust_url:
-        raise ResumeRefused(
+        return (
             f"--resume: arm {run.arm.name} is the external server {run.arm.url}, which cannot say what it was "
             "launched with; add --resume-trusting-url, or drop --resume"
         )
+    return None
 
 
 def response_cache(
@@ -89,7 +90,8 @@ def response_cache(
 ) -> Path:
     """Where lm-eval keeps every completed response of this exact run (the table above); cleared unless ``resume``.
     ResumeRefused when resuming against an external server the user has not said to trust."""
-    refuse_untrusted_resume(run, resume=resume, trust_url=trust_url)
+    if refused := untrusted_resume(run, resume=resume, trust_url=trust_url):
+        raise ResumeRefused(refused)
     key = response_key(run, step, identity)
     path = cache_dir / f"{run.model.slug}-{run.arm.name}-{step.name}-{key.digest()}"
     path.parent.mkdir(parents=True, exist_ok=True)

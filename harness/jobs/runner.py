@@ -49,7 +49,7 @@ from harness.evals.results import ItemResult, RunRecord, RunResult, ServedIdenti
 from harness.evals.samples import find_samples, parse_samples
 from harness.evals.tasks import TaskSpec
 from harness.reuse.tokenizer_memo import load_tokenizer
-from harness.jobs.cache import ResumeRefused, refuse_untrusted_resume, response_cache
+from harness.jobs.cache import response_cache, untrusted_resume
 from harness.jobs.plan import ArmRun, Comparison, EvalStep, Plan, Task
 from harness.jobs.progress import Progress
 from harness.jobs.provenance import comparison_provenance, job_provenance
@@ -369,7 +369,11 @@ def check_plan(plan: Plan, options: RunOptions) -> list[str]:
     installed here, flags its parser refuses, two arms of one comparison that will serve different weights (unless
     allowed)."""
     problems = []
-    problems += [refused for run in plan.runs if (refused := _resume_refused(run, options))]
+    problems += [
+        refused
+        for run in plan.runs
+        if (refused := untrusted_resume(run, resume=options.resume, trust_url=options.resume_trusting_url))
+    ]
     for name in dict.fromkeys(r.arm.engine for r in plan.runs if r.launched):
         try:
             get_server_kind(name).check_installed()
@@ -380,15 +384,6 @@ def check_plan(plan: Plan, options: RunOptions) -> list[str]:
     if not problems and not options.allow_different_models:
         problems += models_known_to_differ(plan)
     return problems
-
-
-def _resume_refused(run: ArmRun, options: RunOptions) -> str | None:
-    """Why ``--resume`` cannot reuse this arm's answers (an external server not trusted), before anything starts."""
-    try:
-        refuse_untrusted_resume(run, resume=options.resume, trust_url=options.resume_trusting_url)
-    except ResumeRefused as exc:
-        return str(exc)
-    return None
 
 
 def _preflight(plan: Plan) -> list[str]:
