@@ -341,8 +341,9 @@ def run_row(run: RunResult, confidence: float) -> dict[str, Any]:
 
 
 def _fault_row_view(fault: FaultRow, suites: Sequence[str]) -> dict[str, Any]:
-    """One fault's cells; its outcome is killed when any suite killed it, error when one could not run or has no
-    cell, else survived."""
+    """One fault's cells; its outcome is killed when any suite killed it, unreached when no suite has a test that
+    runs its code (a test-impact matrix), error when one could not run or has no cell, else survived. A test-impact
+    matrix's suites after the first behavioural kill are "not run"."""
     cells = []
     for suite in suites:
         cell = fault.cell(suite)
@@ -357,7 +358,15 @@ def _fault_row_view(fault: FaultRow, suites: Sequence[str]) -> dict[str, Any]:
             }
         )
     statuses = [c["status"] for c in cells]
-    outcome = "killed" if "killed" in statuses else "error" if {"error", "missing"} & set(statuses) else "survived"
+    outcome = (
+        "killed"
+        if "killed" in statuses
+        else "unreached"
+        if statuses and set(statuses) == {"unreached"}
+        else "error"
+        if {"error", "missing"} & set(statuses)
+        else "survived"
+    )
     return {
         "id": fault.id,
         "seed": fault.seed,
@@ -374,6 +383,8 @@ def _kill_summary(outcomes: Sequence[str], clean_failed: Sequence[str]) -> str:
         summary += f", {survived} survived every suite"
     if errored := outcomes.count("error"):
         summary += f", {errored} not killed, with a suite erroring"
+    if unreached := outcomes.count("unreached"):
+        summary += f", {unreached} unreached (no test runs the code they change)"
     return (
         summary
         + "; clean baseline "

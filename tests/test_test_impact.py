@@ -1,0 +1,232 @@
+"""Test impact for the kill matrices (harness/faults/impact.py, the impact mode of harness/faults/matrix.py).
+
+The recording is checked on a real pytest session over the real catalog: a test is credited with a fault when it,
+a fixture it uses, or its module's collection runs the fault's code, and with every fault when it starts a process.
+The matrix's planning (killers first, stop at the first behavioural kill, unreached never survived) is checked
+with the suite runs replaced by recorded outcomes.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from harness.env import IMPACT_ENV, SELECT_ENV
+from harness.faults import matrix
+from harness.faults.impact import EVERY_FAULT, Impact, harness_fault_code
+from harness.paths import REPO
+
+INNER = textwrap.dedent(
+    """
+    import subprocess, sys
+    import pytest
+    from harness.graph.buffers import DecodeInputBuffers
+    from harness.reuse.response_key import ResponseKey
+    from harness.reuse.tokenizer_memo import TokenizerMemo
+
+    @pytest.fixture(scope="module")
+    def memo_key():
+        return TokenizerMemo.key("/nonexistent-folder")
+
+    def test_calls_a_seam():
+        assert ResponseKey.env_of({"A": "1"}) == (("A", "1"),)
+
+    def test_first_user_of_the_fixture(memo_key):
+        assert memo_key[0] == "/nonexistent-folder"
+
+    def test_second_user_of_the_fixture(memo_key):
+        assert memo_key[0] == "/nonexistent-folder"
+
+    def test_reaches_nothing():
+        assert sum(range(4)) == 6
+
+    def test_reads_a_table_seam():
+        assert DecodeInputBuffers.create(2, 8, is_hybrid_swa=True).inputs
+
+    def test_spawns_a_process():
+        assert subprocess.run([sys.executable, "-c", "pass"]).returncode == 0
+    """
+)
+
+
+def _inner_pytest(tmp_path: Path, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    (tmp_path / "test_inner.py").write_text(INNER)
+    return subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "test_inner.py",
+            "-q",
+            "-p",
+            "no:cacheprovider",
+            "-p",
+            "harness.faults.impact",
+        ],
+        cwd=tmp_path,
+        env={**os.environ, "PYTHONPATH": str(REPO), **env},
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+
+
+@pytest.fixture(scope="module")
+def recorded(tmp_path_factory: pytest.TempPathFactory) -> dict[str, frozenset[str]]:
+    tmp = tmp_path_factory.mktemp("impact")
+    proc = _inner_pytest(tmp, {IMPACT_ENV: f"harness:{tmp / 'impact.json'}"})
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    impact = Impact.load(tmp / "impact.json")
+    return {nodeid.split("::")[-1]: faults for nodeid, faults in impact.tests}
+
+
+def test_a_test_that_calls_a_seam_reaches_its_fault_only(recorded: dict[str, frozenset[str]]) -> None:
+    assert recorded["test_calls_a_seam"] == {"resume-key-drops-env"}
+
+
+def test_every_user_of_a_fixture_reaches_what_its_setup_ran(recorded: dict[str, frozenset[str]]) -> None:
+    # The module fixture is set up once, inside the first test; the second test sees its value all the same.
+    assert recorded["test_first_user_of_the_fixture"] == {"tokenizer-memo-keyed-by-folder"}
+    assert recorded["test_second_user_of_the_fixture"] == {"tokenizer-memo-keyed-by-folder"}
+
+
+def test_a_table_seam_is_reached_through_the_methods_that_read_it(recorded: dict[str, frozenset[str]]) -> None:
+    assert recorded["test_reads_a_table_seam"] == {"pad-swa-loc-not-zeroed", "swa-loc-int64"}
+
+
+def test_unrelated_and_spawning_tests(recorded: dict[str, frozenset[str]]) -> None:
+    assert recorded["test_reaches_nothing"] == frozenset()
+    assert EVERY_FAULT in recorded["test_spawns_a_process"]
+
+
+def test_selection_runs_the_listed_tests_in_the_listed_order(tmp_path: Path) -> None:
+    order = ["test_inner.py::test_reaches_nothing", "test_inner.py::test_calls_a_seam"]
+    (tmp_path / "select.json").write_text(json.dumps(order))
+    (tmp_path / "test_inner.py").write_text(INNER)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "test_inner.py",
+            "-v",
+            "-p",
+            "no:cacheprovider",
+            "-p",
+            "harness.faults.impact",
+        ],
+        cwd=tmp_path,
+        env={**os.environ, "PYTHONPATH": str(REPO), SELECT_ENV: str(tmp_path / "select.json")},
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    ran = [line.split(" ")[0] for line in proc.stdout.splitlines() if line.endswith("]") and " PASSED" in line]
+    assert ran == order, proc.stdout
+    assert "4 deselected" in proc.stdout
+
+
+def test_every_catalog_fault_names_code_that_exists() -> None:
+    code = harness_fault_code()
+    assert set(code) == {f["id"] for f in matrix.MATRIX_TARGETS["harness"].catalog().values()}
+    assert all(code.values()), [fid for fid, names in code.items() if not names]
+
+
+# -- planning, with the suite runs replaced ------------------------------------------------------------------
+
+
+def _target(tmp_path: Path) -> matrix.MatrixTarget:
+    return matrix.MatrixTarget(
+        "harness",
+        {"a": "suites/a", "b": "suites/b"},
+        {"a": 1, "b": 1},
+        "SWA_HARNESS_FAULT",
+        lambda: {fid: {"id": fid, "seed": "#1"} for fid in ("f-killed", "f-unreached", "f-survives")},
+        out=tmp_path / "km.json",
+    )
+
+
+def _fake_runs(monkeypatch: pytest.MonkeyPatch, kills: dict[str, str]) -> list[tuple[str | None, str, list[str]]]:
+    """Replace run_suite: a clean run writes a recording in which the tests' names say which faults they reach;
+    a fault run kills at the first selected test named in ``kills``."""
+    calls: list[tuple[str | None, str, list[str]]] = []
+    tests = {
+        "a": [
+            ("suites/a/t.py::reach_killed_1", ["f-killed"]),
+            ("suites/a/t.py::reach_both", ["f-killed", "f-survives"]),
+        ],
+        "b": [("suites/b/t.py::reach_killed_2", ["f-killed"]), ("suites/b/t.py::reach_nothing", [])],
+    }
+
+    def run_suite(target, fault_id, suite, workdir, timeout_s, *, select=None, record=None, settings=()):  # noqa: ANN001
+        calls.append((fault_id, suite, list(select or [])))
+        outcome = matrix.SuiteOutcome()
+        if record is not None:
+            payload = {"target": "harness", "tests": [{"nodeid": n, "faults": f} for n, f in tests[suite]], "code": {}}
+            record.write_text(json.dumps({**payload, "code": {"f-unreached": ["m.gone"]}}))
+            outcome.passed = len(tests[suite])
+            return outcome, 0.0
+        for nodeid in select or []:
+            if kills.get(fault_id) == nodeid:
+                outcome.kills.append(
+                    {"nodeid": nodeid, "kill_class": "behavioural", "where": "t.py:1", "message": "AssertionError"}
+                )
+                break
+            outcome.passed += 1
+        return outcome, 0.0
+
+    monkeypatch.setattr(matrix, "run_suite", run_suite)
+    return calls
+
+
+def test_impact_mode_runs_reaching_tests_killers_first_and_stops_at_a_kill(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    calls = _fake_runs(monkeypatch, {"f-killed": "suites/b/t.py::reach_killed_2"})
+    previous = {
+        "faults": [
+            {
+                "id": "f-killed",
+                "suites": {
+                    "b": {
+                        "status": "killed",
+                        "kill_class": "behavioural",
+                        "first_failure": "t.py::reach_killed_2 [t.py:1]: x",
+                    }
+                },
+            }
+        ]
+    }
+    m = matrix.build_matrix(_target(tmp_path), ["f-killed", "f-unreached", "f-survives"], jobs=1, previous=previous)
+    faults = {f["id"]: f for f in m["faults"]}
+    # The last killer's suite runs first, with the killer first; the other suite is then not run.
+    assert [c for c in calls if c[0] == "f-killed"] == [("f-killed", "b", ["suites/b/t.py::reach_killed_2"])]
+    assert faults["f-killed"]["suites"]["a"]["status"] == "not run"
+    assert matrix.fault_verdict(faults["f-killed"]) == "killed: behavioural"
+    # No test reaches it: unreached, with its code, and no run at all.
+    assert not [c for c in calls if c[0] == "f-unreached"]
+    assert matrix.fault_verdict(faults["f-unreached"]) == "unreached"
+    assert faults["f-unreached"]["code"] == ["m.gone"]
+    # Reached by one test of suite a only: that test runs, nothing kills it.
+    assert [c for c in calls if c[0] == "f-survives"] == [("f-survives", "a", ["suites/a/t.py::reach_both"])]
+    assert matrix.fault_verdict(faults["f-survives"]) == "survived"
+    ok, problems = matrix.verdict(m)
+    assert not ok
+    assert problems == [
+        "fault f-unreached: no test reaches its code (m.gone)",
+        "fault f-survives survived every suite",
+    ]
+
+
+def test_compare_names_each_fault_whose_verdict_differs() -> None:
+    killed = {"status": "killed", "kill_class": "behavioural"}
+    a = {"faults": [{"id": "x", "suites": {"s": killed}}, {"id": "y", "suites": {"s": killed}}]}
+    b = {"faults": [{"id": "x", "suites": {"s": killed}}, {"id": "y", "suites": {"s": {"status": "survived"}}}]}
+    assert matrix.compare(a, a) == []
+    assert matrix.compare(a, b) == ["y: killed: behavioural vs survived"]
