@@ -716,6 +716,28 @@ def test_kill_matrix_files_are_found_per_target(tmp_path) -> None:
     assert [m.target for m in load_kill_matrices(primary)] == ["harness", "broken", "sglang"]
 
 
+def test_a_test_impact_matrix_shows_unreached_and_not_run_cells(tmp_path) -> None:
+    from harness.report.views import kill_matrix_view
+
+    killed = {"status": "killed", "kill_class": "behavioural", "first_failure": "t.py::x [t.py:1]: AssertionError"}
+    unreached = {"status": "unreached", "kill_class": None, "first_failure": None}
+    matrix = {
+        "target": "harness",
+        "mode": "impact",
+        "suites": ["a", "b"],
+        "clean": {"a": {"status": "passed"}, "b": {"status": "passed"}},
+        "faults": [
+            {"id": "f1", "suites": {"a": killed, "b": {"status": "not run", "kill_class": None}}},
+            {"id": "f2", "suites": {"a": unreached, "b": unreached}},
+        ],
+    }
+    (tmp_path / "kill-matrix.json").write_text(json.dumps(matrix))
+    view = kill_matrix_view(load_kill_matrices(tmp_path / "kill-matrix.json")[0])
+    assert [row["outcome"] for row in view["rows"]] == ["killed", "unreached"]
+    assert view["summary"].startswith("1 of 2 faults killed by at least one suite, 1 unreached")
+    assert not view["all_killed"]
+
+
 def test_a_kill_matrix_of_an_unexpected_shape_is_unreadable_not_a_failed_report(tmp_path) -> None:
     (tmp_path / "kill-matrix.json").write_text(json.dumps({"clean": {}, "faults": [["not", "a", "fault"]]}))
     [found] = load_kill_matrices(tmp_path / "kill-matrix.json")
