@@ -38,6 +38,12 @@ class Pool(Base):
     def __bonus(self):
         return 0
 
+    def banner(self, width):
+        text = '''first
+second'''
+        width = width
+        return text, width
+
     @classmethod
     def blocks(cls, n):
         return n // cls.scale
@@ -119,6 +125,11 @@ def test_class_static_decorated_and_closure_functions_are_edited_in_place(mod):
     with inject(_fault(*edits)):
         assert (mod.Pool.blocks(8), mod.Pool.twice(2), mod.clamp(-5), mod.add3(1)) == (5, 6, 1, 31)
     assert (mod.Pool.blocks(8), mod.Pool.twice(2), mod.clamp(-5), mod.add3(1)) == (4, 4, 0, 4)
+
+
+def test_multi_line_strings_keep_their_text(mod):
+    with inject(_fault(SourceEdit("patcher_fixture.Pool.banner", "width = width", "width = width * 2"))):
+        assert mod.Pool().banner(3) == ("first\nsecond", 6)
 
 
 def test_tracebacks_point_at_the_installed_file(mod):

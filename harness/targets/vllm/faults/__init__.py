@@ -109,29 +109,32 @@ def edit_source(target: str, source: str, edit: SourceEdit) -> str:
 
 
 def _compile_function(fn: FunctionType, edited: str, first_line: int) -> CodeType:
-    """Compile the edited source of ``fn`` (its ``def`` and body, dedented) into a code object that can replace
-    ``fn.__code__``: defined inside its class (so private names mangle and ``super()`` finds ``__class__``) inside an
-    outer function that binds the names ``fn`` closes over, so the new code needs the same closure cells."""
+    """Compile the edited source of ``fn`` (its ``def`` and body, at their indentation in the installed file, so
+    multi-line strings stay as they are) into a code object that can replace ``fn.__code__``. A method is defined
+    inside a class of its owner's name (private names mangle the same, ``super()`` finds ``__class__``), and a
+    closure inside an outer function that binds the names it closes over, so the new code takes the same cells."""
+    indent = len(edited) - len(edited.lstrip())
     owner = fn.__qualname__.split(".")[-2] if "." in fn.__qualname__ else None
-    if owner == "<locals>":
-        owner = None
+    owner = None if owner == "<locals>" else owner
     freevars = [name for name in fn.__code__.co_freevars if name != "__class__"]
     if "__class__" in fn.__code__.co_freevars and owner is None:
         raise SourcePatchError(f"{fn.__qualname__}: uses super() but is not defined in a class")
-    wrapper = ["def __swa_harness_outer__():"]
-    wrapper += [f"    {name} = None" for name in freevars]
-    depth = 2 if owner else 1
-    if owner:
-        wrapper.append(f"    class {owner}:")
-    prefix = len(wrapper)
-    wrapper += [("    " * depth + line) if line.strip() else "" for line in edited.splitlines()]
-    wrapper.append(f"    return {owner + '.__dict__[' + repr(fn.__name__) + ']' if owner else fn.__name__}")
-    tree = ast.parse("\n".join(wrapper) + "\n")
-    ast.increment_lineno(tree, first_line - prefix - 1)  # tracebacks point at the installed file's lines
+    if owner is None and not freevars:
+        wrapper = ["if True:"] if indent else []  # a nested function that closes over nothing: any enclosing block
+        result = None
+    elif indent >= 2:  # the outer function's body at column 1, the installed def deeper
+        wrapper = ["def __swa_harness_outer__():"] + [f" {name} = None" for name in freevars]
+        wrapper += [f" class {owner}:" if owner else " if True:"]  # a block of its own for the installed def
+        result = f" return {owner}.__dict__[{fn.__name__!r}]" if owner else f" return {fn.__name__}"
+    else:
+        raise SourcePatchError(f"{fn.__qualname__}: its def is indented {indent} columns; a wrapper needs 2")
+    source = "\n".join(wrapper + edited.rstrip("\n").splitlines() + ([result] if result else [])) + "\n"
+    tree = ast.parse(source)
+    ast.increment_lineno(tree, first_line - len(wrapper) - 1)  # tracebacks point at the installed file's lines
     namespace: dict[str, object] = {}
     exec(compile(tree, fn.__code__.co_filename, "exec"), fn.__globals__, namespace)
-    new = namespace["__swa_harness_outer__"]()  # type: ignore[operator]
-    code = new.__code__
+    new = namespace["__swa_harness_outer__"]() if result else namespace[fn.__name__]  # type: ignore[operator]
+    code = new.__code__  # type: ignore[attr-defined]
     if code.co_freevars != fn.__code__.co_freevars:
         raise SourcePatchError(
             f"{fn.__qualname__}: the edited function closes over {code.co_freevars}, the installed one over "
@@ -144,14 +147,17 @@ def patched_code(target: str, edits: list[SourceEdit]) -> tuple[FunctionType, Co
     """The function at ``target`` and the code object its edited source compiles to (nothing swapped yet)."""
     fn = resolve(target)
     lines, first = inspect.getsourcelines(fn)
-    source = textwrap.dedent("".join(lines))
-    node = ast.parse(source).body[0]
+    # Parsed as it is (a dedent would break multi-line strings), inside a block when the def is indented.
+    indented = lines[0][:1].isspace()
+    tree = ast.parse(("if True:\n" if indented else "") + "".join(lines))
+    node = tree.body[0].body[0] if indented else tree.body[0]  # type: ignore[attr-defined]
     if not isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
         raise SourcePatchError(f"{target}: the source found is not a function definition")
-    body = "\n".join(source.splitlines()[node.lineno - 1 :]) + "\n"  # from the def line: no decorators
+    def_line = node.lineno - 1 - indented  # below the decorators
+    body = "".join(lines[def_line:])
     for edit in edits:
         body = edit_source(target, body, edit)
-    return fn, _compile_function(fn, body, first + node.lineno - 1)
+    return fn, _compile_function(fn, body, first + def_line)
 
 
 @dataclass(frozen=True)
