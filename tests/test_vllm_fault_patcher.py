@@ -132,12 +132,22 @@ def test_multi_line_strings_keep_their_text(mod):
         assert mod.Pool().banner(3) == ("first\nsecond", 6)
 
 
-def test_tracebacks_point_at_the_installed_file(mod):
-    with inject(_fault(SourceEdit("patcher_fixture.clamp", "x = max(x, 0)", "x = max(x, 0) // 0"))):
-        code = mod.clamp.__wrapped__.__code__
-        assert (
-            code.co_filename == mod.__file__ and code.co_firstlineno == FIXTURE.splitlines().index("def clamp(x):") + 1
+def test_tracebacks_and_call_traces_see_the_installed_names_and_lines(mod):
+    edits = (
+        SourceEdit("patcher_fixture.clamp", "x = max(x, 0)", "x = max(x, 0) // 0"),
+        SourceEdit("patcher_fixture.Pool.total", "return value + self.__bonus()", "return value"),
+        SourceEdit("patcher_fixture.add3", "return x + k", "return x + k + 0"),
+    )
+    with inject(_fault(*edits)):
+        clamp, total, add = mod.clamp.__wrapped__.__code__, mod.Pool.total.__code__, mod.add3.__code__
+        assert (clamp.co_qualname, total.co_qualname, add.co_qualname) == (
+            "clamp",
+            "Pool.total",
+            "make_adder.<locals>.add",
         )
+        assert clamp.co_filename == mod.__file__
+        assert clamp.co_firstlineno == FIXTURE.splitlines().index("def clamp(x):") + 1
+        assert total.co_firstlineno == FIXTURE.splitlines().index("    def total(self, x):", 6) + 1
 
 
 @pytest.mark.parametrize(

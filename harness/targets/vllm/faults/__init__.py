@@ -140,7 +140,8 @@ def _compile_function(fn: FunctionType, edited: str, first_line: int) -> CodeTyp
             f"{fn.__qualname__}: the edited function closes over {code.co_freevars}, the installed one over "
             f"{fn.__code__.co_freevars}; an edit may not change what a closure captures"
         )
-    return code
+    # Its own name, not the wrapper's: tracebacks and the kill matrix's call trace (harness/faults/impact.py) see it.
+    return code.replace(co_qualname=fn.__code__.co_qualname)
 
 
 def patched_code(target: str, edits: list[SourceEdit]) -> tuple[FunctionType, CodeType]:
