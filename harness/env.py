@@ -11,6 +11,7 @@ SGLANG_FAULT_ENV = "SWA_HARNESS_SGLANG_FAULT"  # an SGLang-side catalog fault (h
 SGLANG_SOURCE_ENV = "SWA_HARNESS_SGLANG"  # the SGLang under test: a pip requirement or a checkout's python/
 SGLANG_PATCH_ENV = "SWA_HARNESS_SGLANG_PATCH"  # an ad-hoc source patch (SGLang's source_patcher YAML)
 SGLANG_ANY_VERSION_ENV = "SWA_HARNESS_SGLANG_ANY_VERSION"  # accept an SGLang release the adapters were not written for
+VLLM_FAULT_ENV = "SWA_HARNESS_VLLM_FAULT"  # a vLLM-side catalog fault (harness/targets/vllm/faults)
 TARGET_ENV = "SWA_HARNESS_TARGET"  # the memory-level target of the suites: harness | sglang
 HYPOTHESIS_ENV = "SWA_HARNESS_HYPOTHESIS"  # the hypothesis profile: default | matrix | seeded | exhaustive
 VERDICTS_ENV = "SWA_HARNESS_VERDICTS"  # where a kill-matrix run's pytest plugin writes each failure's class

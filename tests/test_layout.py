@@ -16,8 +16,13 @@ from harness.paths import REPO
 HARNESS = REPO / "harness"
 # Module names that name a role every floor may have: each one's folder says whose it is.
 ROLE_MODULES = {"__init__.py", "__main__.py", "base.py", "cli.py", "errors.py", "runner.py"}
-# A fault has one module per target that carries it: the harness's twin and SGLang's source edit of one regression.
-FAULT_CATALOGS = ("harness/faults/catalog", "harness/targets/sglang/faults/catalog")
+# A fault has one module per target that carries it: the harness's twin and SGLang's or vLLM's source edit of one
+# regression.
+FAULT_CATALOGS = (
+    "harness/faults/catalog",
+    "harness/targets/sglang/faults/catalog",
+    "harness/targets/vllm/faults/catalog",
+)
 
 
 # The floors of harness/, lowest first: a package imports only from floors below its own (at run time too: imports

