@@ -295,6 +295,15 @@ def vllm(session: nox.Session) -> None:
 
 
 @nox.session(python=PYTHON)
+def vllm_faults(session: nox.Session) -> None:
+    """The kill matrix against real vLLM: each vLLM-side catalog fault (harness/targets/vllm/faults/catalog) patched
+    into its source, through the suites that drive its KV-cache manager and worker block tables; writes
+    reports/kill-matrix-vllm.json."""
+    _install_vllm(session)
+    session.run("swa-harness", "faults", "--target", "vllm", *session.posargs)
+
+
+@nox.session(python=PYTHON)
 def check_vllm(session: nox.Session) -> None:
     """`swa-harness check --vllm <checkout>` in the vLLM venv: its KV-cache manager suite, then a server smoke."""
     _install_vllm(session)

@@ -102,9 +102,16 @@ def sglang_fault_code() -> dict[str, tuple[str, ...]]:
     return {fid: tuple(sorted({e.target for e in fault.edits})) for fid, fault in SGLANG_FAULTS.items()}
 
 
+def vllm_fault_code() -> dict[str, tuple[str, ...]]:
+    from harness.targets.vllm.faults.catalog import vllm_fault_code as code
+
+    return code()
+
+
 FAULT_CODE: dict[str, Callable[[], dict[str, tuple[str, ...]]]] = {
     "harness": harness_fault_code,
     "sglang": sglang_fault_code,
+    "vllm": vllm_fault_code,
 }
 
 

@@ -22,6 +22,7 @@ Two modes, with the same verdicts (``--compare`` checks two matrices fault by fa
 
     swa-harness faults                     # the harness's own twins (harness/faults/catalog)
     swa-harness faults --target sglang     # source patches into real SGLang (in the `nox -s sglang` venv)
+    swa-harness faults --target vllm       # source patches into real vLLM (in the `nox -s vllm` venv)
     swa-harness faults --mode full         # every fault through every suite
 """
 
@@ -48,6 +49,7 @@ from harness.env import (
     SGLANG_FAULT_ENV,
     STOP_ON_KILL_ENV,
     VERDICTS_ENV,
+    VLLM_FAULT_ENV,
 )
 from harness.faults.impact import Impact
 from harness.paths import REPO
@@ -72,6 +74,12 @@ def _harness_catalog() -> dict[str, dict]:
     from harness.faults import FAULTS
 
     return {fid: f.to_dict() for fid, f in FAULTS.items()}
+
+
+def _vllm_catalog() -> dict[str, dict]:
+    from harness.targets.vllm.faults.catalog import VLLM_FAULTS
+
+    return {fid: f.to_dict() for fid, f in VLLM_FAULTS.items()}
 
 
 def _sglang_catalog() -> dict[str, dict]:
@@ -123,6 +131,17 @@ MATRIX_TARGETS: dict[str, MatrixTarget] = {
         _sglang_catalog,
         ("--target", "sglang"),
         REPO / "reports" / "kill-matrix-sglang.json",
+    ),
+    # vLLM's own code, driven without a model (in the `nox -s vllm` venv): its KV-cache manager and its worker's
+    # block tables, slot mappings and padded KV writes.
+    "vllm": MatrixTarget(
+        "vllm",
+        {"manager": "suites/vllm/test_kv_cache_manager.py", "worker": "suites/vllm/test_block_table.py"},
+        {"manager": 3, "worker": 1},
+        VLLM_FAULT_ENV,
+        _vllm_catalog,
+        (),
+        REPO / "reports" / "kill-matrix-vllm.json",
     ),
 }
 
