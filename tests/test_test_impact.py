@@ -272,6 +272,8 @@ def test_check_runs_the_test_that_killed_the_most_faults_first() -> None:
     from harness.jobs.check import killers_by_count
 
     # test_shared killed a and b (b's matrix predates node ids: its killer is the file's part); test_own killed b.
+    # The killers of a fault whose code the checkout changed run before every other.
+    assert killers_by_count(MATRIX, ["b"])[:2] == ["test_x.py::test_shared", "test_y.py::test_own"]
     assert killers_by_count(MATRIX) == [
         "suites/s/test_x.py::test_shared",
         "test_x.py::test_shared",

@@ -7,7 +7,8 @@
 Three stages, each stopping at its first failure, the next run only when the one before passed:
 
 1. **killers**: the memory suites' tests that killed a catalog fault behaviourally in the target's last kill
-   matrix (``reports/kill-matrix-<target>.json``), the test that killed the most faults first;
+   matrix (``reports/kill-matrix-<target>.json``): first those of the faults whose functions live in a file the
+   checkout changed (against the installed release), then the rest; the test that killed the most faults first;
 2. **suites**: the rest of the memory suites (the kill matrix's), in parallel;
 3. **server**: one real server smoke: the prefix cache's hits held to a fresh replay and transformers, graphs
    off and on (``--no-server`` leaves it out; the server suites need the ``sglang_server`` / ``vllm`` venv).
@@ -22,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import difflib
+import importlib.util
 import json
 import os
 import subprocess
@@ -29,6 +31,7 @@ import sys
 import tempfile
 import time
 from collections import Counter
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
@@ -42,6 +45,7 @@ from harness.env import (
     VERDICTS_ENV,
     VLLM_SERVER_ENV,
 )
+from harness.faults.impact import FAULT_CODE
 from harness.faults.matrix import MATRIX_TARGETS, previous_killers
 from harness.paths import REPO
 
@@ -204,15 +208,51 @@ def resembles(failure: Failure, matrix: dict | None) -> Resemblance | None:
     return Resemblance(fault_id, seed, "same test" if same else "closest message", round(ratio, 2))
 
 
-def killers_by_count(matrix: dict | None) -> list[str]:
-    """The tests that killed catalog faults behaviourally, the one that killed the most first."""
-    counts = Counter(k for tests in previous_killers(matrix).values() for k in dict.fromkeys(tests))
-    return [test for test, _ in counts.most_common()]
+def killers_by_count(matrix: dict | None, first: Iterable[str] = ()) -> list[str]:
+    """The tests that killed catalog faults behaviourally: those of the faults in ``first`` (the ones whose code the
+    checkout changed), then the rest; within each, the test that killed the most faults first."""
+    killers = previous_killers(matrix)
+    counts = Counter(k for tests in killers.values() for k in dict.fromkeys(tests))
+    ranked = [test for test, _ in counts.most_common()]
+    touched = {k for fid in first for k in killers.get(fid, ())}
+    return [t for t in ranked if t in touched] + [t for t in ranked if t not in touched]
+
+
+def touched_faults(engine: Engine, who: UnderTest) -> list[str]:
+    """The catalog faults whose edited functions live in a file the checkout changed (compared with the installed
+    release, byte for byte): the tests that killed those run first. A release under test has no such diff."""
+    if who.path is None:
+        return []
+    spec = importlib.util.find_spec(engine)  # this process's own, installed engine: not imported, only located
+    if spec is None or spec.origin is None:
+        return []
+    installed, checkout = Path(spec.origin).parent.parent, Path(who.path)
+    touched = []
+    for fid, targets in FAULT_CODE[engine]().items():
+        for target in targets:
+            parts = target.split(".")
+            module = next(
+                (
+                    Path(*parts[:i]).with_suffix(".py")
+                    for i in range(len(parts), 0, -1)
+                    if (checkout / Path(*parts[:i]).with_suffix(".py")).is_file()
+                ),
+                None,
+            )
+            if module is not None and _differs(installed / module, checkout / module):
+                touched.append(fid)
+                break
+    return touched
+
+
+def _differs(a: Path, b: Path) -> bool:
+    return not a.is_file() or a.read_bytes() != b.read_bytes()
 
 
 def check(target: CheckTarget, who: UnderTest, *, server: bool = True, out=print) -> int:  # noqa: ANN001
     matrix = json.loads(target.matrix.read_text()) if target.matrix and target.matrix.exists() else None
-    killers = killers_by_count(matrix)
+    touched = touched_faults(target.engine, who)
+    killers = killers_by_count(matrix, touched)
     suites = [*target.suites, *target.pytest_args]
     stages: list[tuple[str, list[str], dict[str, str] | None, list[str] | None]] = []
     if killers:
@@ -223,6 +263,8 @@ def check(target: CheckTarget, who: UnderTest, *, server: bool = True, out=print
     out(f"check {target.engine}: {who.label}")
     if not killers:
         out(f"  (no kill matrix at {target.matrix}: the suites run in their own order)")
+    if touched:
+        out(f"  the checkout changes code of catalog faults {', '.join(touched)}: their killers run first")
     start = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="swa-check-") as tmp:
         for name, args, env, select in stages:
