@@ -312,3 +312,13 @@ def test_check_refuses_what_it_cannot_set_up(tmp_path: Path) -> None:
     (tmp_path / "python" / "sglang").mkdir(parents=True)
     (tmp_path / "python" / "sglang" / "__init__.py").write_text("")
     assert under_test("sglang", str(tmp_path)).path == str((tmp_path / "python").resolve())
+
+
+def test_the_vllm_catalog_names_the_test_that_killed_each_fault_in_the_committed_matrix() -> None:
+    """docs/FAULTS.md's "killed by" column (KILLED_BY) is a claim: the committed vLLM kill matrix must bear it out."""
+    from harness.targets.vllm.faults.catalog import KILLED_BY, VLLM_FAULTS
+
+    committed = json.loads((REPO / "reports" / "kill-matrix-vllm.json").read_text())
+    killers = matrix.previous_killers(committed)
+    assert set(killers) == set(VLLM_FAULTS), "every vLLM fault killed behaviourally in the committed matrix"
+    assert {fid: killers[fid] for fid in VLLM_FAULTS} == {fid: [KILLED_BY[fid][0]] for fid in VLLM_FAULTS}

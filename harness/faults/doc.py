@@ -36,7 +36,7 @@ prefix cache an SGLang one (the seed PR); in the layers that reuse results on th
 cache, history series, memos) one of the harness's own (the seed names the commit whose code had it). A fault
 swaps the clean code at its declared seams (`@seam` / `seam_value`, see `harness/seams.py`) for a
 faulty twin, for one run: `SWA_HARNESS_FAULT=<id>` or `with inject("<id>")`. `swa-harness faults`
-runs every fault through the suites and writes the kill matrix (`reports/kill-matrix.json`).
+runs every fault through the tests that reach its code and writes the kill matrix (`reports/kill-matrix.json`).
 
 Background: a hybrid-SWA model mixes full-attention and sliding-window layers. The KV pool keeps a
 full sub-pool and a smaller SWA sub-pool; `full_to_swa_index_mapping[full_slot]` gives a token's
@@ -87,7 +87,8 @@ def render() -> str:
         "Source edits of the installed vLLM (`harness/targets/vllm/faults/catalog/`), applied by the harness's own "
         "source patcher (vLLM has none) when `SWA_HARNESS_VLLM_FAULT=<id>` is set for `suites/vllm`: its KV-cache "
         "manager (hybrid coordinator, sliding-window manager, block pool) and its worker's block tables and padded "
-        "KV writes.",
+        "KV writes. `swa-harness faults --target vllm` (`nox -s vllm_faults`) runs them all "
+        "(`reports/kill-matrix-vllm.json`).",
         "",
         "| id | seed | what goes wrong | what a user sees | invariant | edits | killed by |",
         "|---|---|---|---|---|---|---|",
