@@ -101,7 +101,7 @@ def _install(session: nox.Session, extras: str = "test") -> None:
 def tests(session: nox.Session) -> None:
     """Unit tests and scenario suites, in parallel; exit code 5 (nothing collected) fails the session."""
     _install(session, "test,eval")
-    session.run(*PYTEST, "-n", "auto", *session.posargs)
+    session.run(*PYTEST, "-n", "auto", "--durations=15", *session.posargs)  # the slowest, in every CI log
 
 
 @nox.session(python=PYTHON)
