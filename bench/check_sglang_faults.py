@@ -66,7 +66,7 @@ def main() -> int:
                     path.unlink()
                     path.write_text(text)
             print(f"== {fid}: exit {rc} in {wall:.0f} s\n{out}")
-            failed = re.search(r"FAIL (\S+)", out)
+            failed = re.search(r"^FAIL (.+?)(?: \[[^\]]*\])?$", out, re.M)
             at = re.search(r"(\w+): FAILED after (\d+) tests, ([\d.]+) s after the suites started", out)
             like = re.search(
                 r"looks like catalog fault (\S+) .*?: (the same test killed it|the closest kill message)", out

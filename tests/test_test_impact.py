@@ -322,3 +322,16 @@ def test_the_vllm_catalog_names_the_test_that_killed_each_fault_in_the_committed
     killers = matrix.previous_killers(committed)
     assert set(killers) == set(VLLM_FAULTS), "every vLLM fault killed behaviourally in the committed matrix"
     assert {fid: killers[fid] for fid in VLLM_FAULTS} == {fid: [KILLED_BY[fid][0]] for fid in VLLM_FAULTS}
+
+
+def test_check_finds_the_catalog_functions_a_checkout_changed(tmp_path: Path) -> None:
+    from harness.jobs.check import _function_source
+
+    module = tmp_path / "m.py"
+    module.write_text(
+        "class Pool:\n    def free(self):\n        return 1\n\n    class Inner:\n        def f(self):\n            pass\n"
+    )
+    assert _function_source(module, "Pool.free") == "def free(self):\n        return 1"
+    assert _function_source(module, "Pool.Inner.f") is not None
+    assert _function_source(module, "Pool") is None and _function_source(module, "Pool.gone") is None
+    assert _function_source(tmp_path / "missing.py", "Pool.free") is None

@@ -7,21 +7,22 @@
 Three stages, each stopping at its first failure, the next run only when the one before passed:
 
 1. **killers**: the memory suites' tests that killed a catalog fault behaviourally in the target's last kill
-   matrix (``reports/kill-matrix-<target>.json``): first those of the faults whose functions live in a file the
-   checkout changed (against the installed release), then the rest; the test that killed the most faults first;
+   matrix (``reports/kill-matrix-<target>.json``): first those of the faults whose edited functions the checkout
+   changed (against the installed release), then the rest; the test that killed the most faults first;
 2. **suites**: the rest of the memory suites (the kill matrix's), in parallel;
 3. **server**: one real server smoke: the prefix cache's hits held to a fresh replay and transformers, graphs
    off and on (``--no-server`` leaves it out; the server suites need the ``sglang_server`` / ``vllm`` venv).
 
 The verdict names the first failing test, its message, and the catalog fault it most looks like: among the faults
-this test killed in the matrix, the one whose kill message is closest; when the test killed none, the fault with
-the closest kill message anywhere, said as such. Exit 0 when every stage passed, 1 on a failure, 2 when the
+this test killed in the matrix, one whose edited function the checkout changed, else the one whose kill message is
+closest; when the test killed none, the fault with the closest kill message anywhere, said as such. Exit 0 when every stage passed, 1 on a failure, 2 when the
 SGLang under test could not be set up.
 """
 
 from __future__ import annotations
 
 import argparse
+import ast
 import difflib
 import importlib.util
 import json
@@ -190,9 +191,11 @@ class Resemblance:
     similarity: float
 
 
-def resembles(failure: Failure, matrix: dict | None) -> Resemblance | None:
-    """The catalog fault this failure most looks like (see the module docstring)."""
-    candidates: list[tuple[bool, float, str, str]] = []
+def resembles(failure: Failure, matrix: dict | None, touched: Iterable[str] = ()) -> Resemblance | None:
+    """The catalog fault this failure most looks like (see the module docstring); among the faults the same test
+    killed, one whose function the checkout changed (``touched``) comes first."""
+    touched = set(touched)
+    candidates: list[tuple[bool, bool, float, str, str]] = []
     for fault in (matrix or {}).get("faults", []):
         for cell in fault.get("suites", {}).values():
             if cell.get("status") != "killed":
@@ -201,10 +204,10 @@ def resembles(failure: Failure, matrix: dict | None) -> Resemblance | None:
             same = bool(killer) and (failure.nodeid == killer or failure.nodeid.endswith("/" + killer))
             message = str(cell.get("first_failure") or "").split("]: ", 1)[-1]
             ratio = difflib.SequenceMatcher(None, failure.message[:300], message[:300]).ratio()
-            candidates.append((same, ratio, fault["id"], fault.get("seed", "")))
+            candidates.append((same, same and fault["id"] in touched, ratio, fault["id"], fault.get("seed", "")))
     if not candidates:
         return None
-    same, ratio, fault_id, seed = max(candidates)
+    same, _, ratio, fault_id, seed = max(candidates)
     return Resemblance(fault_id, seed, "same test" if same else "closest message", round(ratio, 2))
 
 
@@ -219,11 +222,12 @@ def killers_by_count(matrix: dict | None, first: Iterable[str] = ()) -> list[str
 
 
 def touched_faults(engine: Engine, who: UnderTest) -> list[str]:
-    """The catalog faults whose edited functions live in a file the checkout changed (compared with the installed
-    release, byte for byte): the tests that killed those run first. A release under test has no such diff."""
+    """The catalog faults whose edited functions the checkout changed: the function's source in the checkout differs
+    from the installed release's (both read with ``ast``, nothing imported). The tests that killed those run first,
+    and a failure is matched to them first. A release under test has no such diff."""
     if who.path is None:
         return []
-    spec = importlib.util.find_spec(engine)  # this process's own, installed engine: not imported, only located
+    spec = importlib.util.find_spec(engine)  # this process's own, installed engine: located, not imported
     if spec is None or spec.origin is None:
         return []
     installed, checkout = Path(spec.origin).parent.parent, Path(who.path)
@@ -231,22 +235,32 @@ def touched_faults(engine: Engine, who: UnderTest) -> list[str]:
     for fid, targets in FAULT_CODE[engine]().items():
         for target in targets:
             parts = target.split(".")
-            module = next(
-                (
-                    Path(*parts[:i]).with_suffix(".py")
-                    for i in range(len(parts), 0, -1)
-                    if (checkout / Path(*parts[:i]).with_suffix(".py")).is_file()
-                ),
-                None,
-            )
-            if module is not None and _differs(installed / module, checkout / module):
-                touched.append(fid)
+            for i in range(len(parts) - 1, 0, -1):
+                module = Path(*parts[:i]).with_suffix(".py")
+                if (checkout / module).is_file():
+                    qualname = ".".join(parts[i:])
+                    if _function_source(installed / module, qualname) != _function_source(checkout / module, qualname):
+                        touched.append(fid)
+                    break
+            if touched and touched[-1] == fid:
                 break
     return touched
 
 
-def _differs(a: Path, b: Path) -> bool:
-    return not a.is_file() or a.read_bytes() != b.read_bytes()
+def _function_source(path: Path, qualname: str) -> str | None:
+    """The source text of the function ``qualname`` (``Class.method``) in ``path``; None when it is not there."""
+    if not path.is_file():
+        return None
+    text = path.read_text()
+    nodes: list[tuple[str, ast.AST]] = [("", n) for n in ast.parse(text).body]
+    while nodes:
+        prefix, node = nodes.pop()
+        if isinstance(node, ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef):
+            name = f"{prefix}{node.name}"
+            if name == qualname and not isinstance(node, ast.ClassDef):
+                return ast.get_source_segment(text, node)
+            nodes += [(name + ".", child) for child in node.body]
+    return None
 
 
 def check(target: CheckTarget, who: UnderTest, *, server: bool = True, out=print) -> int:  # noqa: ANN001
@@ -279,7 +293,7 @@ def check(target: CheckTarget, who: UnderTest, *, server: bool = True, out=print
             out(f"  {f.message}")
             if f.kind != "kill":
                 out("  (not a suite assertion: the code under test or the run itself failed)")
-            like = resembles(f, matrix)
+            like = resembles(f, matrix, touched)
             if like:
                 out(
                     f"  looks like catalog fault {like.fault} ({like.seed}): "
