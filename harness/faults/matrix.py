@@ -327,8 +327,8 @@ def _impact_runs(
     previous: dict | None,
 ) -> tuple[dict[str, SuiteOutcome], list[dict], dict]:
     """Record on the clean build (and under each fault's own settings), then run each fault on its tests."""
-    settings = sorted({_settings(catalog[fid]) for fid in fault_ids})
-    settings = sorted(set(settings) | {()})
+    settings = sorted({_settings(catalog[fid]) for fid in fault_ids} | {()})  # () : the clean build as it ships
+    start = time.perf_counter()
     recordings = {
         (st, suite): workdir / f"impact-{i}-{suite}.json" for i, st in enumerate(settings) for suite in target.suites
     }
@@ -338,6 +338,7 @@ def _impact_runs(
     }
     outcomes = {key: f.result()[0] for key, f in clean_runs.items()}
     impacts = {key: Impact.load(path) for key, path in recordings.items()}
+    recorded_s = round(time.perf_counter() - start, 1)
     killers = previous_killers(previous)
     code = next(iter(impacts.values())).code  # fault id -> the functions it changes, the same in every recording
 
@@ -385,7 +386,7 @@ def _impact_runs(
         for st in settings
         if st
     }
-    return clean, faults, {"clean_under_settings": under}
+    return clean, faults, {"clean_under_settings": under, "clean_and_recording_s": recorded_s}
 
 
 def _is(nodeid: str, killer: str) -> bool:
