@@ -216,10 +216,14 @@ def test_disconnected_clients_abort_and_free_their_slots(server: ServerProcess) 
             for _ in range(32)
         ]
         deadline = time.monotonic() + 20
-        while (busy := await health(session, server))["pools"]["req_rows"]["used"] < 32:  # all 32 in the engine
+
+        def generating(h: dict) -> bool:  # all 32 admitted, and a step has run: a prompt the prefix cache holds
+            return h["pools"]["req_rows"]["used"] == 32 and h["pools"]["full"]["used"] > 0  # owns no slot before it
+
+        while not generating(busy := await health(session, server)):
             assert time.monotonic() < deadline, f"the 32 long requests never all ran: {busy}"
             await asyncio.sleep(0.05)
-        assert busy["stats"]["running"] == 32 and busy["pools"]["full"]["used"] > 0, busy
+        assert busy["stats"]["running"] == 32, busy
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
