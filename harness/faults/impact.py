@@ -153,8 +153,9 @@ class Recorder:
             sys.settrace(self.trace)
         threading.settrace(self.trace)
 
-    def scope(self) -> _Scope:
-        return _Scope(self)
+    def scope(self, store: dict[str, set[str]], key: str) -> _Scope:
+        """Credit a new scope while open; what it reached goes to ``store[key]`` when it closes."""
+        return _Scope(self, store, key)
 
     def result(self, items: Iterable[pytest.Item], target: str) -> dict:
         everywhere = self.stack[0]
@@ -171,20 +172,20 @@ class Recorder:
 
 
 class _Scope:
-    """One open scope: credited while open; what it reached is copied out when it closes."""
+    """One open scope: credited while open; what it reached is added to its store's entry when it closes."""
 
-    def __init__(self, recorder: Recorder) -> None:
-        self.recorder, self.reached = recorder, set[str]()
+    def __init__(self, recorder: Recorder, store: dict[str, set[str]], key: str) -> None:
+        self.recorder, self.store, self.key, self.reached = recorder, store, key, set[str]()
 
-    def __enter__(self) -> set[str]:
+    def __enter__(self) -> None:
         with self.recorder.lock:
             self.recorder.stack.append(self.reached)
-        return self.reached
 
     def __exit__(self, *exc: object) -> None:
         with self.recorder.lock:  # by identity: two scopes may hold equal sets
             stack = self.recorder.stack
             del stack[max(i for i, s in enumerate(stack) if s is self.reached)]
+            self.store.setdefault(self.key, set()).update(self.reached)
 
 
 def _under(nodeid: str, prefix: str) -> bool:
@@ -211,28 +212,19 @@ class RecordingPlugin:
     def pytest_make_collect_report(self, collector: pytest.Collector) -> Iterator[Any]:
         if not collector.nodeid:  # the session: what runs there is credited to every test already
             return (yield)
-        with self.recorder.scope() as reached:
-            try:
-                return (yield)
-            finally:
-                self.recorder.collectors.setdefault(collector.nodeid, set()).update(reached)
+        with self.recorder.scope(self.recorder.collectors, collector.nodeid):
+            return (yield)
 
     @pytest.hookimpl(wrapper=True)
     def pytest_fixture_setup(self, fixturedef: Any, request: Any) -> Iterator[Any]:
-        with self.recorder.scope() as reached:
-            try:
-                return (yield)
-            finally:
-                self.recorder.fixtures.setdefault(fixturedef.argname, set()).update(reached)
+        with self.recorder.scope(self.recorder.fixtures, fixturedef.argname):
+            return (yield)
 
     @pytest.hookimpl(wrapper=True)
     def pytest_runtest_protocol(self, item: pytest.Item, nextitem: Any) -> Iterator[Any]:
         self.recorder.install()
-        with self.recorder.scope() as reached:
-            try:
-                return (yield)
-            finally:
-                self.recorder.tests.setdefault(item.nodeid, set()).update(reached)
+        with self.recorder.scope(self.recorder.tests, item.nodeid):
+            return (yield)
 
     @pytest.hookimpl(trylast=True)
     def pytest_collection_modifyitems(self, items: list[pytest.Item]) -> None:
