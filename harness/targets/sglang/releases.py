@@ -12,116 +12,32 @@ one clash, a config name transformers now ships, is met by an import shim (``imp
 
 Overlays live in ``.nox/sglang-releases/<release>`` and are reused: a ``ready`` file marks a finished install.
 ``SWA_HARNESS_SGLANG=<checkout>/python`` names a source tree instead; its overlay holds a ``.pth`` to that folder.
+The overlay mechanics are shared with vLLM's matrix: ``harness/targets/releases.py``.
 """
 
 from __future__ import annotations
 
-import json
-import os
-import re
-import subprocess
 import sys
-import sysconfig
-from dataclasses import dataclass
 from pathlib import Path
 
-from packaging.version import Version
-
 from harness.paths import REPO
+from harness.targets import releases as shared
+from harness.targets.releases import Release
 
 ROOT = REPO / ".nox" / "sglang-releases"
 # The import pins each release declares that are installed into its overlay; torch stays the base's CPU build (a
 # constraint), the CUDA-only packages are never installed.
 PINNED = ("xgrammar",)
+PACKAGE = shared.Package("sglang", ROOT, PINNED)
 
-
-@dataclass(frozen=True)
-class Release:
-    """An SGLang under test: a PyPI release (``0.5.20``) or a source tree (``/src/sglang/python``)."""
-
-    spec: str
-
-    @property
-    def source(self) -> Path | None:
-        return Path(self.spec) if os.sep in self.spec or self.spec.startswith(".") else None
-
-    @property
-    def label(self) -> str:
-        return f"source:{self.source}" if self.source else self.spec
-
-    @property
-    def dirname(self) -> str:
-        return (
-            "source-" + re.sub(r"[^A-Za-z0-9.]+", "-", str(self.source.resolve())).strip("-")
-            if self.source
-            else self.spec
-        )
+__all__ = ["PACKAGE", "PINNED", "ROOT", "Release", "overlay", "published"]
 
 
 def published(low: str, high: str, *, python: str = sys.executable) -> list[str]:
     """Every SGLang release on the package index from ``low`` to ``high``, inclusive, oldest first."""
-    out = subprocess.run(
-        [python, "-m", "pip", "index", "versions", "sglang"], capture_output=True, text=True, check=True
-    ).stdout
-    listed = re.search(r"Available versions: (.*)", out)
-    if not listed:
-        raise RuntimeError(f"pip index versions sglang printed no versions:\n{out}")
-    versions = [Version(v) for v in listed.group(1).split(", ")]
-    return [str(v) for v in sorted(v for v in versions if Version(low) <= v <= Version(high))]
-
-
-def _site_packages(prefix: Path) -> Path:
-    return Path(sysconfig.get_path("purelib", vars={"base": str(prefix), "platbase": str(prefix)}))
-
-
-def _pip(python: Path, *args: str, log: Path) -> None:
-    with log.open("a") as out:
-        out.write(f"$ pip {' '.join(args)}\n")
-        out.flush()
-        result = subprocess.run(
-            [str(python), "-m", "pip", "--disable-pip-version-check", *args], stdout=out, stderr=subprocess.STDOUT
-        )
-    if result.returncode:
-        raise RuntimeError(f"pip {' '.join(args)} failed (exit {result.returncode}); its output: {log}")
-
-
-def _declared_pins(site: Path) -> list[str]:
-    """``name==version`` of each PINNED requirement the installed release declares (its dist-info METADATA)."""
-    pins = []
-    for meta in site.glob("sglang-*.dist-info/METADATA"):
-        for line in meta.read_text().splitlines():
-            found = re.match(r"Requires-Dist: (\w[\w-]*)\s*(==[^;\s]+)\s*$", line)
-            if found and found.group(1).lower() in PINNED:
-                pins.append(found.group(1) + found.group(2))
-    return pins
+    return shared.published(PACKAGE.distribution, low, high, python=python)
 
 
 def overlay(release: Release, *, root: Path = ROOT) -> Path:
     """The overlay venv's python for ``release`` over this interpreter's venv, created on first use, reused after."""
-    import torch
-
-    env = root / release.dirname
-    python = env / "bin" / "python"
-    site = _site_packages(env)
-    base = f"{sysconfig.get_path('purelib')}\n"
-    if (env / "ready").exists():
-        (site / "base.pth").write_text(base)  # the overlay follows whichever base runs it
-        return python
-    env.mkdir(parents=True, exist_ok=True)
-    log = env / "install.log"
-    log.write_text("")
-    if not python.exists():
-        subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(env)], check=True)
-    site.mkdir(parents=True, exist_ok=True)
-    (site / "base.pth").write_text(base)
-    constraints = env / "constraints.txt"
-    constraints.write_text(f"torch=={torch.__version__.split('+')[0]}\n")
-    if release.source:
-        (site / "sglang-source.pth").write_text(f"{release.source.resolve()}\n")
-    else:
-        _pip(python, "install", "--no-deps", "--quiet", f"sglang=={release.spec}", log=log)
-        pins = _declared_pins(site)
-        if pins:
-            _pip(python, "install", "--quiet", *pins, "-c", str(constraints), log=log)
-    (env / "ready").write_text(json.dumps({"release": release.label}) + "\n")
-    return python
+    return shared.overlay(release, PACKAGE, root=root)
