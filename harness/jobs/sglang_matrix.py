@@ -5,29 +5,24 @@
 A cell is one suite on one release: **passed** (no test failed; skips named), **failed** (the failing tests and the
 first line of each), **not applicable** (every test skipped because the release lacks what the suite drives, or runs
 it only as a Triton kernel: "CPU-unreachable"), or **error** (the release could not be installed). A skip is never a
-pass: a passed cell counts only tests that ran. Writes ``reports/sglang-matrix.json`` and ``docs/COMPATIBILITY.md``.
+pass: a passed cell counts only tests that ran. Writes ``reports/sglang-matrix.json`` and the SGLang section of
+``docs/COMPATIBILITY.md``. What the engines' matrices share (cells, rows, table, bisect): ``release_matrix.py``.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import os
-import subprocess
-import sys
-import tempfile
-import time
-import xml.etree.ElementTree as ET
-from collections import Counter
-from dataclasses import asdict, dataclass, field
-from pathlib import Path
-
-from packaging.version import InvalidVersion, Version
+from dataclasses import replace
 
 from harness.env import SGLANG_ANY_VERSION_ENV, SGLANG_SOURCE_ENV
-from harness.paths import REPO, shown
+from harness.jobs import release_matrix as shared
+from harness.jobs.release_matrix import Cell, MatrixSpec, ReleaseRun, Suites, cells_from_junit, suite_of
+from harness.paths import REPO
 from harness.targets.sglang.capabilities import UNREACHABLE
 from harness.targets.sglang.releases import Release, overlay, published
+
+__all__ = ["Cell", "ReleaseRun", "bisect", "cells_from_junit", "main", "render_markdown", "suite_of", "unexpected"]
 
 SUITES: dict[str, tuple[str, ...]] = {
     "pool": ("suites/pool",),
@@ -110,123 +105,24 @@ SEED_REPLAYS = (
 )
 
 
-@dataclass
-class Cell:
-    status: str  # passed | failed | not applicable | error
-    passed: int = 0
-    failed: list[str] = field(default_factory=list)  # "test id: first line of the failure"
-    skipped: dict[str, int] = field(default_factory=dict)  # reason -> tests
-    xfailed: int = 0
-
-    @property
-    def unreachable(self) -> int:
-        return sum(n for reason, n in self.skipped.items() if UNREACHABLE in reason)
-
-
-@dataclass
-class ReleaseRun:
-    release: str
-    install_s: float
-    run_s: float
-    cells: dict[str, Cell]
-    error: str = ""
+SPEC = MatrixSpec(
+    engine="sglang",
+    title="SGLang",
+    suites=SUITES,
+    default_range=DEFAULT_RANGE,
+    out=MATRIX_JSON,
+    markdown=COMPATIBILITY_MD,
+    published=published,
+    overlay=overlay,
+    pytest_args=("--target", "sglang"),
+    # The strict configuration of `nox -s sglang` (SGLang's own invariant and memory-pool checks on).
+    env={SGLANG_ANY_VERSION_ENV: "1", "SGLANG_INVARIANT_CHECK": "2", "SGLANG_DEBUG_MEMORY_POOL": "1"},
+    expected_red=EXPECTED_RED,
+)
 
 
-def suite_of(path: str, suites: dict[str, tuple[str, ...]]) -> str | None:
-    for name, roots in suites.items():
-        if any(path == root or path.startswith(root.rstrip("/") + "/") for root in roots):
-            return name
-    return None
-
-
-def _first_line(text: str | None) -> str:
-    lines = [line.strip() for line in (text or "").splitlines() if line.strip()]
-    errors = [line for line in lines if line.startswith("E ")]
-    return (errors[0][1:].strip() if errors else lines[0] if lines else "")[:240]
-
-
-def cells_from_junit(xml: Path, suites: dict[str, tuple[str, ...]]) -> dict[str, Cell]:
-    """One cell per suite from pytest's junit XML (a test's file decides its suite)."""
-    tallies: dict[str, dict] = {
-        name: {"passed": 0, "failed": [], "skipped": Counter(), "xfailed": 0} for name in suites
-    }
-    for case in ET.parse(xml).iter("testcase"):
-        path = case.get("file") or case.get("classname", "").replace(".", "/") + ".py"
-        name = suite_of(path, suites)
-        if name is None:
-            continue
-        tally = tallies[name]
-        test = f"{path}::{case.get('name')}"
-        problem = case.find("failure") if case.find("failure") is not None else case.find("error")
-        skipped = case.find("skipped")
-        if problem is not None:
-            tally["failed"].append(f"{test}: {_first_line(problem.get('message') or problem.text)}")
-        elif skipped is not None and skipped.get("type") == "pytest.xfail":
-            tally["xfailed"] += 1
-        elif skipped is not None:
-            reason = (skipped.get("message") or "").removeprefix("Skipped: ")
-            tally["skipped"][reason] += 1
-        else:
-            tally["passed"] += 1
-    cells = {}
-    for name, t in tallies.items():
-        if not (t["passed"] or t["failed"] or t["skipped"] or t["xfailed"]):
-            t["failed"].append(f"{', '.join(suites[name])}: no test collected")  # exit code 5 is never a pass
-        status = "failed" if t["failed"] else "passed" if t["passed"] or t["xfailed"] else "not applicable"
-        cells[name] = Cell(status, t["passed"], t["failed"], dict(t["skipped"]), t["xfailed"])
-    return cells
-
-
-def run_release(release: Release, suites: dict[str, tuple[str, ...]], *, workers: str = "auto") -> ReleaseRun:
-    started = time.monotonic()
-    try:
-        python = overlay(release)
-    except Exception as error:  # noqa: BLE001 - an install that fails is a row of its own, never the end of the run
-        return ReleaseRun(release.label, round(time.monotonic() - started, 1), 0.0, {}, f"install failed: {error}")
-    installed = time.monotonic()
-    with tempfile.TemporaryDirectory() as tmp:
-        xml = Path(tmp) / "junit.xml"
-        paths = [p for roots in suites.values() for p in roots]
-        # The strict configuration of `nox -s sglang` (SGLang's own invariant and memory-pool checks on).
-        env = {
-            **os.environ,
-            SGLANG_ANY_VERSION_ENV: "1",
-            "SGLANG_INVARIANT_CHECK": "2",
-            "SGLANG_DEBUG_MEMORY_POOL": "1",
-        }
-        result = subprocess.run(
-            [
-                str(python),
-                "-m",
-                "pytest",
-                "-n",
-                workers,
-                "-q",
-                "-p",
-                "no:cacheprovider",
-                *paths,
-                "--target",
-                "sglang",
-                f"--junitxml={xml}",
-                "-o",
-                "junit_family=xunit1",
-            ],
-            cwd=REPO,
-            env=env,
-            capture_output=True,
-            text=True,
-        )
-        if not xml.exists():
-            tail = (result.stdout + result.stderr).strip().splitlines()[-3:]
-            return ReleaseRun(
-                release.label,
-                round(installed - started, 1),
-                round(time.monotonic() - installed, 1),
-                {},
-                f"pytest wrote no report (exit {result.returncode}): {' | '.join(tail)}",
-            )
-        cells = cells_from_junit(xml, suites)
-    return ReleaseRun(release.label, round(installed - started, 1), round(time.monotonic() - installed, 1), cells)
+def run_release(release: Release, suites: Suites, *, workers: str = "auto") -> ReleaseRun:
+    return shared.run_release(SPEC if workers == SPEC.workers else replace(SPEC, workers=workers), release, suites)
 
 
 def releases(args: argparse.Namespace) -> list[Release]:
@@ -240,9 +136,6 @@ def releases(args: argparse.Namespace) -> list[Release]:
 
 
 def render_markdown(matrix: dict) -> str:
-    suites = list(matrix["suites"])
-    for row in matrix["rows"]:  # rows merged from a run of other suites keep theirs
-        suites += [s for s in row.get("cells", {}) if s not in suites]
     out = [
         "# SGLang releases under the harness's suites",
         "",
@@ -252,51 +145,7 @@ def render_markdown(matrix: dict) -> str:
         f'"{UNREACHABLE}" marks SGLang code that runs only as a Triton kernel. "install s" is 0 where the '
         "release's overlay was reused from an earlier run.",
         "",
-        "| release | install s | run s | " + " | ".join(suites) + " |",
-        "|---|---|---|" + "---|" * len(suites),
-    ]
-    notes = []
-    for row in matrix["rows"]:
-        if row["error"]:
-            out.append(
-                f"| {row['release']} | {row['install_s']} | {row['run_s']} | "
-                + " | ".join("error" for _ in suites)
-                + " |"
-            )
-            notes.append(f"- **{row['release']}**: {row['error']}")
-            continue
-        shown_cells = []
-        for suite in suites:
-            cell = row["cells"].get(suite)
-            if cell is None:  # a rerun of other suites (--update --suite ...)
-                shown_cells.append("not run")
-                continue
-            skipped = sum(cell["skipped"].values())
-            expected = EXPECTED_RED.get((row["release"], suite))
-            text = {
-                "passed": f"passed {cell['passed']}",
-                "failed": f"**FAILED** {len(cell['failed'])}",
-                "not applicable": "n/a",
-            }[cell["status"]]
-            if expected:
-                text += " (expected)" if cell["status"] == "failed" else " (**expected to fail**)"
-                notes.append(f"- **{row['release']}** {suite}: expected to fail: {expected}")
-            if cell["xfailed"]:
-                text += f" (+{cell['xfailed']} xfail)"
-            if skipped and cell["status"] != "not applicable":
-                text += f", {skipped} n/a"
-            shown_cells.append(text)
-            for reason, n in cell["skipped"].items():
-                notes.append(f"- **{row['release']}** {suite}: {n} skipped: {reason}")
-            for failure in cell["failed"]:
-                notes.append(f"- **{row['release']}** {suite}: FAILED {failure}")
-        out.append(f"| {row['release']} | {row['install_s']} | {row['run_s']} | " + " | ".join(shown_cells) + " |")
-    out += [
-        "",
-        "## Why each cell that is not a plain pass is so",
-        "",
-        *dict.fromkeys(notes),
-        "",
+        *shared.render_table(SPEC, matrix),
         "## The seeds against released SGLang",
         "",
         "| seed | replay |",
@@ -317,136 +166,24 @@ def render_markdown(matrix: dict) -> str:
     return "\n".join(out)
 
 
-def _order(row: dict) -> tuple[int, Version | str]:
-    """Releases by version, source trees after them."""
-    try:
-        return 0, Version(row["release"])
-    except InvalidVersion:
-        return 1, row["release"]
-
-
-def _base() -> dict[str, str]:
-    import importlib.metadata as metadata
-
-    return {name: metadata.version(name) for name in ("torch", "transformers")}
-
-
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        prog="swa-harness sglang-matrix", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    return shared.main(
+        SPEC,
+        argv,
+        releases=releases,
+        render=render_markdown,
+        run=lambda release, suites: run_release(release, suites),  # looked up at call time (tests replace it)
+        description=__doc__,
     )
-    parser.add_argument("--from", dest="low", default=DEFAULT_RANGE[0], help="oldest release (default %(default)s)")
-    parser.add_argument("--to", dest="high", default=DEFAULT_RANGE[1], help="newest release (default %(default)s)")
-    parser.add_argument("--release", action="append", help="exactly these releases (or source trees); repeatable")
-    parser.add_argument("--suite", action="append", choices=sorted(SUITES), help="only these suites; repeatable")
-    parser.add_argument(
-        "--update",
-        action="store_true",
-        help="keep the rows of releases not run now from the existing --out (a rerun of a few)",
-    )
-    parser.add_argument("--out", type=Path, default=MATRIX_JSON)
-    parser.add_argument("--markdown", type=Path, default=COMPATIBILITY_MD)
-    parser.add_argument("--render", action="store_true", help="only re-render --markdown from --out; run nothing")
-    args = parser.parse_args(argv)
-    if args.render:
-        args.markdown.write_text(render_markdown(json.loads(args.out.read_text())))
-        print(f"sglang-matrix: wrote {shown(args.markdown)} from {shown(args.out)}")
-        return 0
-    suites = {name: SUITES[name] for name in (args.suite or SUITES)}
-    rows = []
-    for release in releases(args):
-        print(f"sglang-matrix: {release.label} ...", flush=True)
-        row = run_release(release, suites)
-        rows.append(row)
-        summary = row.error or ", ".join(f"{s}: {c.status}" for s, c in row.cells.items())
-        print(f"sglang-matrix: {release.label}: install {row.install_s} s, run {row.run_s} s; {summary}", flush=True)
-    fresh = [asdict(r) for r in rows]
-    if args.update and args.out.is_file():
-        ran = {r["release"] for r in fresh}
-        kept = [r for r in json.loads(args.out.read_text())["rows"] if r["release"] not in ran]
-        fresh = sorted(kept + fresh, key=_order)
-    matrix = {
-        "command": " ".join(["swa-harness sglang-matrix", *(argv if argv is not None else sys.argv[1:])]),
-        "date": time.strftime("%Y-%m-%d"),
-        "base": _base(),
-        "suites": {k: list(v) for k, v in suites.items()},
-        "rows": fresh,
-    }
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(matrix, indent=1) + "\n")
-    args.markdown.write_text(render_markdown(matrix))
-    print(f"sglang-matrix: wrote {shown(args.out)} and {shown(args.markdown)}")
-    return 1 if any(unexpected(r) for r in rows) else 0
 
 
 def unexpected(row: ReleaseRun) -> list[str]:
     """What in a row fails the run: an install error, a failed cell not expected red, an expected red that passed."""
-    if row.error:
-        return [row.error]
-    return [
-        f"{suite}: {cell.status}"
-        for suite, cell in row.cells.items()
-        if (cell.status == "failed") != ((row.release, suite) in EXPECTED_RED) and cell.status != "not applicable"
-    ]
+    return shared.unexpected(SPEC, row)
 
 
 def bisect(
-    good: str, bad: str, suites: dict[str, tuple[str, ...]], *, candidates: list[str] | None = None, run=run_release
+    good: str, bad: str, suites: Suites, *, candidates: list[str] | None = None, run=None
 ) -> tuple[str, str, ReleaseRun]:
-    """The release next to ``good`` where the suites first fail, walking towards ``bad`` (a regression when good is
-    older, the release a fix landed after when good is newer). Releases where every chosen suite is not applicable
-    are stepped over. Returns (last good, first bad, the first bad release's row)."""
-    if candidates is None:
-        low, high = sorted((good, bad), key=Version)
-        candidates = published(low, high)
-    order = sorted(candidates, key=Version, reverse=Version(good) > Version(bad))
-    if order[0] != good or order[-1] != bad:
-        raise ValueError(f"{good} and {bad} must both be published releases (found {order[0]} .. {order[-1]})")
-    verdicts: dict[str, tuple[str, ReleaseRun]] = {}
-
-    def verdict(release: str) -> str:
-        if release not in verdicts:
-            row = run(Release(release), suites)
-            failed = row.error or any(c.status == "failed" for c in row.cells.values())
-            ran = any(c.status != "not applicable" for c in row.cells.values())
-            verdicts[release] = ("bad" if failed else "good" if ran else "skip", row)
-            print(f"bisect: {release}: {verdicts[release][0]}", flush=True)
-        return verdicts[release][0]
-
-    for end, wanted in ((good, "good"), (bad, "bad")):
-        if verdict(end) != wanted:
-            raise ValueError(f"{end} was given as {wanted} but the suites say {verdict(end)}")
-    lo, hi = 0, len(order) - 1  # order[lo] good, order[hi] bad
-    while hi - lo > 1:
-        mid = (lo + hi) // 2
-        probe = next((i for i in range(mid, hi) if verdict(order[i]) != "skip"), None) or next(
-            (i for i in range(mid - 1, lo, -1) if verdict(order[i]) != "skip"), None
-        )
-        if probe is None:
-            break  # everything between is not applicable: the boundary is as narrow as it gets
-        if verdict(order[probe]) == "good":
-            lo = probe
-        else:
-            hi = probe
-    return order[lo], order[hi], verdicts[order[hi]][1]
-
-
-def bisect_main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="swa-harness bisect", description=bisect.__doc__)
-    parser.add_argument("--good", required=True, help="a release where the suites pass")
-    parser.add_argument("--bad", required=True, help="a release where they fail")
-    parser.add_argument("--suite", action="append", choices=sorted(SUITES), help="suites to run (default: all)")
-    args = parser.parse_args(argv)
-    suites = {name: SUITES[name] for name in (args.suite or SUITES)}
-    try:
-        last_good, first_bad, row = bisect(args.good, args.bad, suites)
-    except ValueError as error:
-        print(f"bisect: {error}", file=sys.stderr)
-        return 2
-    print(f"bisect: first bad release: {first_bad} (last good: {last_good})")
-    for suite, cell in row.cells.items():
-        for failure in cell.failed:
-            print(f"bisect:   {suite}: {failure}")
-    if row.error:
-        print(f"bisect:   {row.error}")
-    return 0
+    """SGLang's releases between ``good`` and ``bad``: ``harness.jobs.release_matrix.bisect``."""
+    return shared.bisect(good, bad, suites, published=published, run=run or run_release, candidates=candidates)
