@@ -24,7 +24,10 @@ Checked after every step, per group:
 2. no slot outside the null block changed except those live tokens wrote: padded lanes and dummy rows wrote only
    into block 0, never into a block a request owns now, owned before, or will be given next.
 
-Needs vLLM's CPU build: run in the ``nox -s vllm`` venv; elsewhere the module skips, naming that.
+Needs vLLM's CPU build: run in the ``nox -s vllm`` venv; elsewhere the module skips, naming that. Older releases
+(``swa-harness vllm-matrix``) run it through ``harness/targets/vllm/adapters.py``: before 0.19.1 it skips, naming what
+the release lacks, and where the wheel's C++ slot-mapping kernel is built for another torch than the venv's, it skips as
+CPU-unreachable here.
 """
 
 from __future__ import annotations
