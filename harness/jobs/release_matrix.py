@@ -151,8 +151,7 @@ def run_suites(
 class MatrixSpec:
     """One engine's release matrix: what it runs, on which releases, and how its report reads."""
 
-    engine: str  # "sglang" | "vllm": the command's name and the COMPATIBILITY.md section
-    title: str  # the engine's name in prose
+    engine: Literal["sglang", "vllm"]  # the command's name and the COMPATIBILITY.md section
     suites: dict[str, tuple[str, ...]]
     default_range: tuple[str, str]
     out: Path

@@ -107,7 +107,6 @@ SEED_REPLAYS = (
 
 SPEC = MatrixSpec(
     engine="sglang",
-    title="SGLang",
     suites=SUITES,
     default_range=DEFAULT_RANGE,
     out=MATRIX_JSON,

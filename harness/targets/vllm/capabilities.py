@@ -15,6 +15,9 @@ import unittest
 from collections.abc import Callable
 from typing import Any
 
+from harness.targets.probe import first_found, named
+from harness.targets.probe import takes as takes  # re-exported: the adapters ask here
+
 
 class NotOnThisVLLM(unittest.SkipTest):
     """This vLLM lacks what a suite needs."""
@@ -35,18 +38,10 @@ def lacks(what: str) -> NotOnThisVLLM:
 
 def first(*candidates: tuple[str, str]) -> Any:
     """The first ``(module, attribute)`` the installed vLLM has: where a function moved between releases."""
-    for name, attribute in candidates:
-        try:
-            found = getattr(importlib.import_module(name), attribute, None)
-        except ModuleNotFoundError:
-            continue
-        if found is not None:
-            return found
-    raise lacks(" or ".join(f"{name}.{attribute}" for name, attribute in candidates))
-
-
-def takes(func: Callable[..., Any], parameter: str) -> bool:
-    return parameter in inspect.signature(func).parameters
+    found = first_found(*candidates)
+    if found is None:
+        raise lacks(named(candidates))
+    return found
 
 
 def requires(func: Callable[..., Any], parameter: str) -> bool:
