@@ -53,6 +53,16 @@ settings.register_profile(
     phases=[Phase.explicit, Phase.reuse, Phase.generate],
     suppress_health_check=[HealthCheck.too_slow],
 )
+# The release matrices: the default profile's draws (its phases, the targeted one included, so the same examples as
+# a plain run), but a failing example is the verdict: no shrinking.
+settings.register_profile(
+    "release-matrix",
+    max_examples=40,
+    deadline=None,
+    derandomize=True,
+    phases=[Phase.explicit, Phase.reuse, Phase.generate, Phase.target],
+    suppress_health_check=[HealthCheck.too_slow],
+)
 settings.load_profile(os.environ.get(HYPOTHESIS_ENV, "default"))
 
 _FAULT_KEY = pytest.StashKey[str]()
