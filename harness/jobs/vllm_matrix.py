@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import argparse
 
-from packaging.version import InvalidVersion, Version
+from packaging.version import Version
 
 from harness.env import HYPOTHESIS_ENV
 from harness.jobs import release_matrix as shared
@@ -45,28 +45,22 @@ FIRST_HYBRID_NOTE = (
     "5.19 already has (`ValueError: 'aimv2' is already used by a Transformers config`)."
 )
 
-# #33775 (harness/targets/vllm/faults/catalog/connector_alloc_evicts_other_group_hit.py): with a KV connector, the
-# coordinator adopts each group's prefix-cache hit and allocates its external-token blocks group by group, so one
-# group's allocation can evict another group's untouched hit block. Read in the wheels: 0.14.1 (the first with
-# allocate_slots(num_external_computed_tokens=), so the first the suite draws a connector on) to 0.23.0 have the one
-# loop (SingleTypeKVCacheManager.allocate_new_computed_blocks per group); 0.24.0 has the fix's two phases
-# (add_local_computed_blocks for every group, then allocate_external_computed_blocks).
-CONNECTOR_EVICTS_HIT = (Version("0.14"), Version("0.24"))
-
-
-def expected_red(release: str, suite: str) -> str | None:
-    """The manager suite must fail where #33775's bug shipped (a pass there fails the run, as a strict xfail)."""
-    try:
-        version = Version(release)
-    except InvalidVersion:
-        return None
-    low, fixed = CONNECTOR_EVICTS_HIT
-    if suite == "manager" and low <= version < fixed:
-        return (
-            "#33775 shipped (the coordinator adopts and allocates group by group: a KV connector's blocks for one "
-            "group evict another group's prefix-cache hit, one block in two groups' tables); fixed in 0.24.0"
-        )
-    return None
+# A bug of vLLM's history that shipped in releases of the matrix, read in the wheels' source. Not an expected-red cell:
+# the suite's draws reached it only in some runs (see the last column), so a strict xfail would be flaky.
+KNOWN_SHIPPED = (
+    (
+        "#33775 (catalog fault `vllm-connector-alloc-evicts-other-group-hit`)",
+        "0.14.1 (the first release whose `allocate_slots` takes a connector's tokens, so the first the suite draws a "
+        "connector on) to 0.23.0 adopt each group's prefix-cache hit and allocate its external-token blocks group by "
+        "group (`SingleTypeKVCacheManager.allocate_new_computed_blocks` per group); 0.24.0 has the fix's two phases "
+        "(`add_local_computed_blocks` for every group, then `allocate_external_computed_blocks`)",
+        "the first full run (default hypothesis profile) failed the manager suite on 0.14.1, 0.15.1 and 0.16.0 "
+        "with `block 19 in both groups: [('r4', 'full', 4), ('r4', 'sliding', 3)]` (invariant 1, the bug's symptom), "
+        "and so did a rerun of 0.14.1 through the matrix; three later runs of 0.14.1 (two by hand, one through the "
+        "matrix) passed. The derandomized draws reach it only in some runs, for a reason not yet found; a "
+        "deterministic replay is future work",
+    ),
+)
 
 
 # How the adapters (harness/targets/vllm/adapters.py) follow the API: (what, where it moved, how the adapter follows).
@@ -159,7 +153,6 @@ SPEC = MatrixSpec(
     # The default profile's draws without shrinking (conftest.py): a failing example is the verdict; shrinking one took
     # 6 minutes a release on a shipped bug.
     env={"VLLM_TARGET_DEVICE": "cpu", HYPOTHESIS_ENV: "release-matrix"},
-    expected_red=expected_red,
     workers="2",  # this machine's two cores; the suites are two state machines and their mutations
 )
 
@@ -206,6 +199,12 @@ def render_markdown(matrix: dict) -> str:
         "adds what a release imports that the base lacks (gguf, diskcache), at the release's own specifier.",
         "",
         *shared.render_table(SPEC, matrix),
+        "## Bugs of vLLM's history in these releases",
+        "",
+        "| bug | where it shipped | what the matrix saw |",
+        "|---|---|---|",
+        *(f"| {bug} | {where} | {seen} |" for bug, where, seen in KNOWN_SHIPPED),
+        "",
         "## How the adapters follow the API",
         "",
         "Asked of the installed vLLM (modules, classes, signatures), never of its version string "
