@@ -224,12 +224,3 @@ def test_capability_checks_read_signatures() -> None:
 def test_the_matrix_spec_is_one_line_per_suite() -> None:
     assert set(vllm_matrix.SUITES) == {"manager", "block-table"}
     assert all(Path(release_matrix.REPO, p).exists() for roots in vllm_matrix.SUITES.values() for p in roots)
-
-
-def test_only_the_0_9_releases_get_an_older_transformers() -> None:
-    from packaging.version import Version
-
-    from harness.targets.vllm.releases import PACKAGE
-
-    assert PACKAGE.extra(Version("0.9.1")) == PACKAGE.extra(Version("0.9.2.post2")) == ["transformers==4.53.3"]
-    assert PACKAGE.extra(Version("0.10.2.post2")) == PACKAGE.extra(Version("0.32.0")) == []

