@@ -307,7 +307,16 @@ def main(
         print(f"{spec.engine}-matrix: wrote {shown(args.markdown)} from {shown(args.out)}")
         return 0
     suites = {name: spec.suites[name] for name in (args.suite or spec.suites)}
-    rows = []
+    kept = json.loads(args.out.read_text())["rows"] if args.update and args.out.is_file() else []
+    matrix = {
+        "command": " ".join([spec.prog, *(argv if argv is not None else sys.argv[1:])]),
+        "date": time.strftime("%Y-%m-%d"),
+        "base": _base(),  # read before the run: the base venv is this process's own
+        "suites": {k: list(v) for k, v in suites.items()},
+        "rows": [],
+    }
+    rows: list[ReleaseRun] = []
+    args.out.parent.mkdir(parents=True, exist_ok=True)
     for release in releases(args):
         print(f"{spec.engine}-matrix: {release.label} ...", flush=True)
         row = run(release, suites)
@@ -317,19 +326,10 @@ def main(
             f"{spec.engine}-matrix: {release.label}: install {row.install_s} s, run {row.run_s} s; {summary}",
             flush=True,
         )
-    fresh = [asdict(r) for r in rows]
-    if args.update and args.out.is_file():
-        ran = {r["release"] for r in fresh}
-        kept = [r for r in json.loads(args.out.read_text())["rows"] if r["release"] not in ran]
-        fresh = sorted(kept + fresh, key=lambda row: release_order(row["release"]))
-    matrix = {
-        "command": " ".join([spec.prog, *(argv if argv is not None else sys.argv[1:])]),
-        "date": time.strftime("%Y-%m-%d"),
-        "base": _base(),
-        "suites": {k: list(v) for k, v in suites.items()},
-        "rows": fresh,
-    }
-    args.out.parent.mkdir(parents=True, exist_ok=True)
+        ran = {r.release for r in rows}
+        merged = [r for r in kept if r["release"] not in ran] + [asdict(r) for r in rows]
+        matrix["rows"] = sorted(merged, key=lambda r: release_order(r["release"]))
+        args.out.write_text(json.dumps(matrix, indent=1) + "\n")  # after every release: a crash keeps the rows run
     args.out.write_text(json.dumps(matrix, indent=1) + "\n")
     write_section(args.markdown, spec.engine, render(matrix))
     print(f"{spec.engine}-matrix: wrote {shown(args.out)} and {shown(args.markdown)}")
