@@ -82,9 +82,13 @@ def parse_versions(pip_output: str, distribution: str) -> list[Version]:
 
 def published(distribution: str, low: str, high: str, *, python: str = sys.executable) -> list[str]:
     """Every release of ``distribution`` on the package index from ``low`` to ``high``, inclusive, oldest first."""
-    out = subprocess.run(
-        [python, "-m", "pip", "index", "versions", distribution], capture_output=True, text=True, check=True
-    ).stdout
+    result = subprocess.run([python, "-m", "pip", "index", "versions", distribution], capture_output=True, text=True)
+    if result.returncode:
+        raise RuntimeError(
+            f"`{python} -m pip index versions {distribution}` failed (exit {result.returncode}): "
+            f"{(result.stderr.strip().splitlines() or [''])[-1]}; this venv needs pip (or name releases with --release)"
+        )
+    out = result.stdout
     return [str(v) for v in parse_versions(out, distribution) if Version(low) <= v <= Version(high)]
 
 
