@@ -327,7 +327,12 @@ def main(
             flush=True,
         )
         ran = {r.release for r in rows}
-        merged = [r for r in kept if r["release"] not in ran] + [asdict(r) for r in rows]
+        fresh = [asdict(r) for r in rows]
+        for row in fresh:  # a rerun of some suites keeps the release's other cells from --out
+            before = next((r for r in kept if r["release"] == row["release"] and not r["error"]), None)
+            if before and not row["error"]:
+                row["cells"] = {**{s: c for s, c in before["cells"].items() if s not in suites}, **row["cells"]}
+        merged = [r for r in kept if r["release"] not in ran] + fresh
         matrix["rows"] = sorted(merged, key=lambda r: release_order(r["release"]))
         args.out.write_text(json.dumps(matrix, indent=1) + "\n")  # after every release: a crash keeps the rows run
     args.out.write_text(json.dumps(matrix, indent=1) + "\n")

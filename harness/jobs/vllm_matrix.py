@@ -49,20 +49,29 @@ FIRST_HYBRID_NOTE = (
     "imports here; 0.10.0 and 0.10.1 were not tried."
 )
 
-# A bug of vLLM's history that shipped in releases of the matrix, read in the wheels' source. Not an expected-red cell:
-# the suite's draws reached it only in some runs (see the last column), so a strict xfail would be flaky.
+# Bugs of vLLM's history that shipped in releases of the matrix: each is a catalog fault (harness/targets/vllm/faults),
+# the revert of an upstream fix, and the failing cells show its symptom. Where each shipped was read in the wheels'
+# source. Not expected-red cells: the suite's draws do not reach #33775 on every release that has it (0.14.1 passes),
+# and a state machine stops at its first failure, so one bug can hide another.
 KNOWN_SHIPPED = (
     (
-        "#33775 (catalog fault `vllm-connector-alloc-evicts-other-group-hit`)",
-        "0.14.1 (the first release whose `allocate_slots` takes a connector's tokens, so the first the suite draws a "
-        "connector on) to 0.23.0 adopt each group's prefix-cache hit and allocate its external-token blocks group by "
-        "group (`SingleTypeKVCacheManager.allocate_new_computed_blocks` per group); 0.24.0 has the fix's two phases "
-        "(`add_local_computed_blocks` for every group, then `allocate_external_computed_blocks`)",
-        "the first full run (default hypothesis profile) failed the manager suite on 0.14.1, 0.15.1 and 0.16.0 "
-        "with `block 19 in both groups: [('r4', 'full', 4), ('r4', 'sliding', 3)]` (invariant 1, the bug's symptom), "
-        "and so did a rerun of 0.14.1 through the matrix; three later runs of 0.14.1 (two by hand, one through the "
-        "matrix) passed. The derandomized draws reach it only in some runs, for a reason not yet found; a "
-        "deterministic replay is future work",
+        "#33775 (catalog fault `vllm-connector-alloc-evicts-other-group-hit`): with a KV connector, one group's blocks "
+        "for the connector's tokens evict another group's untouched prefix-cache hit; one block ends up in two groups",
+        "0.14.1 (the first release whose `allocate_slots` takes a connector's tokens) to 0.23.0: the coordinator "
+        "adopts and allocates group by group (`allocate_new_computed_blocks` per group); 0.24.0 has the fix's two "
+        "phases (`add_local_computed_blocks` for every group, then `allocate_external_computed_blocks`)",
+        "manager FAILED on 0.15.1-0.19.1 with invariant 1's `block 2 in both groups: [('r13', 'full', 1), "
+        "('r13', 'sliding', 0)]`; 0.14.1 passed (the derandomized draws took another path there; an earlier run with "
+        "the shrinking default profile failed 0.14.1 the same way); from 0.20.2 the draft-group bug below is met first",
+    ),
+    (
+        "#52828 (catalog fault `vllm-hybrid-hit-draft-group-not-truncated`): only the first full-attention group is cut "
+        "back to the reconciled prefix-cache hit; an EAGLE drafter's group keeps blocks past it",
+        "every release with a drafter group (`KVCacheGroupSpec(is_eagle_group=)`, 0.20.2 on) up to 0.28.0: "
+        "`HybridKVCacheCoordinator.find_longest_cache_hit` truncates `attention_groups[0]` only; 0.29.0 loops over "
+        "every attention group",
+        "manager FAILED on 0.20.2-0.28.0 with invariant 1's `cached block 6 at draft slot 0 covers uncomputed tokens` "
+        "(0.20.2: block 2 at slot 1), the bug's symptom; 0.29.0 on pass",
     ),
 )
 

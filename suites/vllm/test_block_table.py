@@ -255,9 +255,7 @@ def test_worker_block_table_state_machine():
     adapters.block_table_needs()  # older releases: a skip naming what they lack
     # The CPU platform's C++ slot-mapping kernel stands in for the Triton one, as in a CPU worker.
     adapters.cpu_slot_mapping_kernel()
-    from vllm.model_executor.models.extract_hidden_states import basic_cache
-
-    WorkerBlockTableMachine.basic_cache = staticmethod(basic_cache)
+    WorkerBlockTableMachine.basic_cache = staticmethod(adapters.cache_writer())
     run_state_machine_as_test(
         WorkerBlockTableMachine,
         settings=settings(

@@ -163,11 +163,11 @@ def block_table_needs() -> None:
     layout, dummy rows included). A release without one is a skip naming it."""
     from vllm.v1.worker.block_table import BlockTable
 
-    first(("vllm.model_executor.models.extract_hidden_states", "basic_cache"))
     if not hasattr(BlockTable, "clear_row"):
         raise lacks("BlockTable.clear_row (a finished request's row is left as it was)")
     if not takes(BlockTable.compute_slot_mapping, "query_start_loc"):
         raise lacks("BlockTable.compute_slot_mapping(query_start_loc=) (slots from request indices instead)")
+    first(("vllm.model_executor.models.extract_hidden_states", "basic_cache"))
 
 
 def multi_group_block_table(
@@ -240,3 +240,20 @@ def cpu_slot_mapping_kernel() -> None:
     from vllm.v1.worker.cpu_model_runner import CPUModelRunner
 
     CPUModelRunner._postprocess_triton(None)
+
+
+def cache_writer() -> Callable[[Any, Any, Any], None]:
+    """``basic_cache(to_cache, kv_cache, slot_mapping)`` for a KV cache laid out ``[blocks, heads, block size, head]``.
+    Releases differ in the layout ``basic_cache`` indexes (0.27-0.28: ``[blocks, block size, heads, head]``); which
+    one is asked of the release's own function, on a probe whose dimensions are all different, and the cache is handed
+    over as the matching view (same storage, so every write lands where the suite reads)."""
+    import torch
+    from vllm.model_executor.models.extract_hidden_states import basic_cache
+
+    probe = torch.zeros(2, 3, 5, 1)  # blocks 2; a block size of 5 at dim 2, or of 3 at dim 1
+    basic_cache(torch.ones(1, 1, 1), probe, torch.tensor([5]))
+    if bool(probe[1, :, 0].all()) and int(probe.count_nonzero()) == 3:
+        return basic_cache
+    if bool(probe[1, 2].all()) and int(probe.count_nonzero()) == 5:
+        return lambda to_cache, kv_cache, slots: basic_cache(to_cache, kv_cache.transpose(1, 2), slots)
+    raise lacks(f"a basic_cache layout this suite knows (a probe write landed at {probe.nonzero().tolist()})")
