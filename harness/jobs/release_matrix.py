@@ -307,12 +307,14 @@ def main(
         print(f"{spec.engine}-matrix: wrote {shown(args.markdown)} from {shown(args.out)}")
         return 0
     suites = {name: spec.suites[name] for name in (args.suite or spec.suites)}
-    kept = json.loads(args.out.read_text())["rows"] if args.update and args.out.is_file() else []
+    previous = json.loads(args.out.read_text()) if args.update and args.out.is_file() else {}
+    kept = previous.get("rows", [])
     matrix = {
         "command": " ".join([spec.prog, *(argv if argv is not None else sys.argv[1:])]),
         "date": time.strftime("%Y-%m-%d"),
         "base": _base(),  # read before the run: the base venv is this process's own
-        "suites": {k: list(v) for k, v in suites.items()},
+        # the engine's order, the suites run now and those the kept rows were run with
+        "suites": {k: list(v) for k, v in spec.suites.items() if k in suites or k in previous.get("suites", {})},
         "rows": [],
     }
     rows: list[ReleaseRun] = []
