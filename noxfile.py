@@ -87,6 +87,9 @@ os.environ.update(_pip_settings_for_uv())
 # One download and wheel cache for every session's venv (uv hard-links from it): torch is unpacked once, not per venv.
 os.environ.setdefault("UV_CACHE_DIR", os.path.join(os.path.dirname(__file__), ".nox", ".uv-cache"))
 os.environ.setdefault("UV_LINK_MODE", "hardlink")
+# The compiled CPU kernels: the first session to build them publishes the library here, and every other venv on the
+# same torch build loads it instead of compiling (harness/engine/cpu_kernels.py, "store_key").
+os.environ.setdefault("SWA_HARNESS_KERNEL_STORE", os.path.join(os.path.dirname(__file__), ".nox", ".kernels"))
 
 
 def _install(session: nox.Session, extras: str = "test") -> None:
