@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from harness.servers.base import ServerKind, ServerSpec
+from harness.servers.base import ServerKind, ServerSpec, environment_cache
 from harness.servers.counters import SGLANG_METRICS, Counters, metrics_reader, metrics_stats
 from harness.servers.lifecycle import Command
 from harness.env import SGLANG_FAULT_ENV, SGLANG_PATCH_ENV
@@ -101,7 +101,9 @@ class SGLangServer(ServerKind):
 
     def command(self, spec: ServerSpec) -> Command:
         cpu = on_cpu(spec.flags)
-        env = {**(CPU_ENV if cpu else {}), **spec.env}
+        # torch.compile's cache (the CPU graph runner's inductor code) in this environment, not torch's /tmp default
+        # that every venv and parallel job would share
+        env = {**(CPU_ENV if cpu else {}), "TORCHINDUCTOR_CACHE_DIR": str(environment_cache("inductor")), **spec.env}
         if spec.fault:
             return Command(
                 (*PATCHED_LAUNCH, "--fault", spec.fault, "--", *sglang_args(spec)),
