@@ -196,6 +196,11 @@ def sglang_matrix(session: nox.Session) -> None:
 
 # Real SGLang *serving* on CPU needs its HTTP stack and grammar backend too; sgl_kernel has no CPU build on PyPI,
 # so the sglang engine puts an import-only stand-in on the server's path (harness/servers/sglang_server/shims/).
+# The real servers' sessions run their own engine's server tests (the harness server's run in `nox -s tests`), and
+# its OpenAI surface check (`extended`: their full sessions, not .ci/run).
+OPENAI_SURFACE = (
+    "suites/servers/test_openai_surface_servers.py::test_each_servers_openai_surface_is_what_it_was_seen_to_be"
+)
 SGLANG_SERVER_DEPS = [
     "fastapi",
     "uvicorn",
@@ -218,11 +223,17 @@ def _install_sglang_server(session: nox.Session) -> None:
 @nox.session(python=PYTHON)
 def sglang_server(session: nox.Session) -> None:
     """A real SGLang server on CPU (its hybrid SWA pool, torch_native attention) against transformers and the
-    harness engine on one checkpoint, at concurrency, roomy and tight pools (suites/servers); then the accuracy
+    harness engine on one checkpoint, at concurrency, roomy and tight pools (suites/servers/test_sglang_server.py; the
+    harness server's own tests run in `nox -s tests`), its OpenAI surface (extended); then the accuracy
     smoke: graphs on (CPU graph runner, batch sizes 1-2) vs off on 32 items (suites/plans/sglang-cpu-smoke.yaml)."""
     _install_sglang_server(session)
     session.run(
-        *PYTEST, "-rxX", "suites/servers", *session.posargs, env={"SWA_HARNESS_SGLANG_SERVER": "require"}
+        *PYTEST,
+        "-rxX",
+        "suites/servers/test_sglang_server.py",
+        f"{OPENAI_SURFACE}[sglang]",
+        *session.posargs,
+        env={"SWA_HARNESS_SGLANG_SERVER": "require"},
     )  # a missing piece fails here, it never skips
     session.run("swa-harness", "eval", "--plan", "suites/plans/sglang-cpu-smoke.yaml", "--no-history")
 
@@ -290,6 +301,7 @@ def vllm(session: nox.Session) -> None:
         *PYTEST,
         "-rxX",
         "suites/servers/test_vllm_server.py",
+        f"{OPENAI_SURFACE}[vllm]",
         "suites/vllm",
         *session.posargs,
         env={"SWA_HARNESS_VLLM_SERVER": "require"},
