@@ -99,11 +99,15 @@ class SGLangServer(ServerKind):
         """Its Prometheus counters over the run: requests, tokens, and the prefix cache's prompt tokens and hits."""
         return metrics_stats(base_url, STATS)
 
+    @staticmethod
+    def cpu_env() -> dict[str, str]:
+        """A CPU server's environment: SGLang's CPU engine, and torch.compile's cache (the CPU graph runner's inductor
+        code) in this venv rather than torch's /tmp default, which every venv and parallel job would share."""
+        return {**CPU_ENV, "TORCHINDUCTOR_CACHE_DIR": str(environment_cache("inductor"))}
+
     def command(self, spec: ServerSpec) -> Command:
         cpu = on_cpu(spec.flags)
-        # torch.compile's cache (the CPU graph runner's inductor code) in this environment, not torch's /tmp default
-        # that every venv and parallel job would share
-        env = {**(CPU_ENV if cpu else {}), "TORCHINDUCTOR_CACHE_DIR": str(environment_cache("inductor")), **spec.env}
+        env = {**(self.cpu_env() if cpu else {}), **spec.env}
         if spec.fault:
             return Command(
                 (*PATCHED_LAUNCH, "--fault", spec.fault, "--", *sglang_args(spec)),
