@@ -76,6 +76,9 @@ def sglang_args(spec: ServerSpec) -> tuple[str, ...]:
         "0",
         "--enable-metrics",
         "--enable-cache-report",  # usage.prompt_tokens_details.cached_tokens: the prefix cache's hits per request
+        # On CPU an idle scheduler polls its sockets in a busy loop, a whole core of two: a server kept for a test
+        # module, or one waiting for lm-eval, slowed every process beside it. This one waits on the sockets instead.
+        *(("--sleep-on-idle",) if on_cpu(spec.flags) else ()),
         *spec.flags,
         *graph_flags(spec.graphs, spec.flags),
     )
