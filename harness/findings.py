@@ -46,6 +46,9 @@ class Finding:
     test: str  # the reproducer's pytest node id, relative to the repo root
     script: str  # the standalone script, relative to the repo root
     has_it: tuple[str, ...]  # releases measured to have the bug: the reproducer is a strict xfail there
+    # The scene needs a process of its own (it chooses SGLang's CPU engine before SGLang is imported, or builds a
+    # process group): the reproducer test runs the script and reads its exit status instead of importing it.
+    isolated: bool = False
 
     @property
     def test_file(self) -> str:
@@ -72,6 +75,7 @@ FINDINGS: tuple[Finding, ...] = (
         "suites/findings/test_finding_6_sglang.py::test_a_gemma2_checkpoint_transformers_wrote_loads",
         "docs/repro/finding_6_sglang_gemma2_hidden_act.py",
         ("0.5.23",),
+        isolated=True,
     ),
     Finding(
         7,
@@ -80,6 +84,7 @@ FINDINGS: tuple[Finding, ...] = (
         "suites/findings/test_finding_7_vllm.py::test_a_mellum_checkpoint_without_mtp_layers_loads",
         "docs/repro/finding_7_vllm_mellum_mtp_none.py",
         ("0.32.0",),
+        isolated=True,
     ),
     Finding(
         8,

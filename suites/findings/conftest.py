@@ -12,7 +12,11 @@ from __future__ import annotations
 
 import importlib.metadata
 import importlib.util
+import os
+import subprocess
 import sys
+import time
+from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
 
@@ -21,7 +25,16 @@ import pytest
 from harness.findings import DISTRIBUTIONS, Engine, Finding, describe, finding
 from harness.paths import REPO
 
+EXIT_FIXED, EXIT_BUG = 0, 1  # the scripts' exit statuses (2: no verdict)
 _HELD = pytest.StashKey[tuple[Finding, str]]()
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """What a reproducer's scene found: the bug there or not, in the scene's own words."""
+
+    bug_present: bool
+    message: str
 
 
 def installed(engine: Engine) -> str | None:
@@ -47,23 +60,63 @@ def load_script(found: Finding) -> ModuleType:
     return module
 
 
-def reproduce(number: int):
-    """Run finding ``number``'s scene. Where the script cannot set it up on this release (the code path is absent, or a
-    Triton kernel on CPU) the test skips as not applicable, except on a release listed with the bug: there the
-    reproducer must reproduce, and its setup problem fails the test."""
+@dataclass(frozen=True)
+class ScriptRun:
+    """One run of a finding's script with this interpreter: its exit status and what it printed."""
+
+    status: int
+    output: str
+    seconds: float
+
+    @property
+    def said(self) -> str:
+        """The script's verdict line (its last line of output)."""
+        lines = [line for line in self.output.splitlines() if line.strip()]
+        return lines[-1] if lines else "(no output)"
+
+
+def run_script(found: Finding, *, timeout: float = 300.0) -> ScriptRun:
+    """``python docs/repro/<script>`` with the engine's interpreter, as a maintainer would run it."""
+    started = time.monotonic()
+    done = subprocess.run(
+        [sys.executable, str(REPO / found.script)],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env={k: v for k, v in os.environ.items() if k != "SGLANG_USE_CPU_ENGINE"},
+    )
+    return ScriptRun(done.returncode, done.stdout + done.stderr, round(time.monotonic() - started, 1))
+
+
+def reproduce(number: int) -> Verdict:
+    """Run finding ``number``'s scene: in this process (the script imported as a module), or, for an isolated scene,
+    the script in its own. Where the scene cannot be set up on this release (the code path is absent, or a Triton
+    kernel on CPU) the test skips as not applicable, except on a release listed with the bug: there the reproducer
+    must reproduce, and its setup problem fails the test."""
     found = finding(number)
     release = installed(found.engine)
+    listed = release in found.has_it
+    if found.isolated:
+        run = run_script(found)
+        if run.status in (EXIT_BUG, EXIT_FIXED):
+            return Verdict(run.status == EXIT_BUG, run.said)
+        problem = f"{found.script} exited {run.status}: {run.said}"
+        if listed:
+            raise RuntimeError(f"{problem}\n{run.output[-4000:]}")
+        pytest.skip(f"{found.engine} {release}: {problem}")
     if found.engine == "sglang":
         from harness.targets.sglang.imports import import_sglang
 
         import_sglang(any_version=True)  # the import shims (CPU torchvision, old releases' config names)
     script = load_script(found)
     try:
-        return script.reproduce()
+        verdict = script.reproduce()
     except script.SetupProblem as problem:
-        if release in found.has_it:
+        if listed:
             raise
         pytest.skip(f"{found.engine} {release}: {problem}")
+    return Verdict(verdict.bug_present, verdict.message)
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
@@ -101,7 +154,7 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]):
 
 
 class _Summary:
-    """Collects the "fixed" lines from every report (on the xdist controller too) and prints them at the end."""
+    """Collects the findings lines ("fixed in X", a script's verdict) from every report (on the xdist controller too) and prints them at the end."""
 
     def __init__(self) -> None:
         self.lines: list[str] = []
@@ -111,7 +164,7 @@ class _Summary:
 
     def pytest_terminal_summary(self, terminalreporter) -> None:
         if self.lines:
-            terminalreporter.section("findings: reproducers that passed")
+            terminalreporter.section("findings: what the reproducers said")
             for line in dict.fromkeys(self.lines):
                 terminalreporter.line(line)
 
