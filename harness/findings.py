@@ -248,15 +248,19 @@ def spans(releases: Iterable[str], order: list[str]) -> str:
     return ", ".join(out) or "none"
 
 
-def markdown(engine: Engine, rows: Iterable[Mapping]) -> list[str]:
-    """The findings table of a release matrix's markdown. ``rows``: the matrix JSON's rows, each with ``release`` and
+SECTION = "## The findings, release by release"
+
+
+def markdown(engine: Engine, rows: Iterable[Mapping], *, provenance: str = "") -> list[str]:
+    """The findings section of a release matrix's markdown. ``rows``: the matrix JSON's rows, each with ``release`` and
     ``findings`` ({finding number: outcome}); rows without ``findings`` did not run the findings suite."""
     outcomes = {row["release"]: row["findings"] for row in rows if row.get("findings")}
     order = _by_version(outcomes)
     table = finding_rows(engine, outcomes)
     out = [
-        "## The findings, release by release",
+        SECTION,
         "",
+        *([provenance, ""] if provenance else []),
         "Each engine bug of `docs/FINDINGS.md`, by its reproducer (`suites/findings`, registered in "
         "`harness/findings.py`): where its assertion fails the release has the bug (an expected failure, never a "
         "failed cell), where it passes the release does not. Its standalone script is under `docs/repro/`.",
@@ -276,3 +280,15 @@ def markdown(engine: Engine, rows: Iterable[Mapping]) -> list[str]:
     if not outcomes:
         out.append("| (the findings suite has not run) | | | | | |")
     return [*out, ""]
+
+
+def splice(document: str, section: list[str], *, before: str) -> str:
+    """``document`` with its findings section replaced by ``section``, or, where it has none, ``section`` inserted
+    before the heading ``before`` (at the end if that is absent too)."""
+    lines = document.splitlines()
+    if SECTION in lines:
+        start = lines.index(SECTION)
+        end = next((i for i in range(start + 1, len(lines)) if lines[i].startswith("## ")), len(lines))
+    else:
+        start = end = lines.index(before) if before in lines else len(lines)
+    return "\n".join([*lines[:start], *section, *lines[end:]]) + "\n"

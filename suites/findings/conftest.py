@@ -119,6 +119,17 @@ def reproduce(number: int) -> Verdict:
     return Verdict(verdict.bug_present, verdict.message)
 
 
+def require_listed(number: int) -> Finding:
+    """For a control that patches the fix into the release the finding was found on: skip anywhere else."""
+    found = finding(number)
+    release = installed(found.engine)
+    if release is None:
+        pytest.skip(f"{found.engine} is not installed here")
+    if release not in found.has_it:
+        pytest.skip(f"the control patches a release listed with finding #{number}; {release} is not")
+    return found
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     for item in items:
         marker = item.get_closest_marker("finding")

@@ -14,8 +14,7 @@ from __future__ import annotations
 
 import pytest
 
-from harness.findings import finding
-from suites.findings.conftest import installed, load_script, reproduce
+from suites.findings.conftest import load_script, reproduce, require_listed
 
 
 @pytest.mark.finding(4)
@@ -25,9 +24,7 @@ def test_a_sliding_layer_reads_the_keys_it_wrote():
 
 
 def test_the_reproducer_passes_once_sliding_layers_read_their_swa_slots(monkeypatch):
-    found = finding(4)
-    if installed(found.engine) not in found.has_it:
-        pytest.skip("the control patches the release the finding was found on")
+    found = require_listed(4)
     from harness.targets.sglang.imports import import_sglang
 
     import_sglang(any_version=True)

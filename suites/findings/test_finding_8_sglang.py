@@ -6,8 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from harness.findings import finding
-from suites.findings.conftest import installed, load_script, reproduce
+from suites.findings.conftest import load_script, reproduce, require_listed
 
 
 @pytest.mark.finding(8)
@@ -19,9 +18,7 @@ def test_a_decode_that_does_not_fit_takes_nothing():
 def test_the_reproducer_passes_once_a_refused_decode_takes_nothing(monkeypatch):
     """The control: with the fix FINDINGS #8 proposes (check both pools' pages before either allocator moves, as
     ``alloc_extend`` does) applied as a monkeypatch, the same scene passes."""
-    found = finding(8)
-    if installed(found.engine) not in found.has_it:
-        pytest.skip("the control patches the release the finding was found on")
+    found = require_listed(8)
     from harness.targets.sglang.imports import import_sglang
 
     import_sglang(any_version=True)
