@@ -48,7 +48,17 @@ SGLANG_IMPORT_DEPS = [
     "ipython",
 ]
 SGLANG_NO_DEPS = ["triton==3.9.0"]  # imported at module level by sglang's utils, never run on CPU
-SGLANG_SUITES = ["suites/pool", "suites/scenarios", "suites/differential", "suites/sglang", "suites/prefix"]
+# docs/FINDINGS.md's engine bugs (harness/findings.py): each engine's session runs their reproducers, a strict xfail on
+# its pinned release, and the docs/repro scripts, whose exit status must be 1 there. The other engine's skip.
+FINDINGS_SUITE = "suites/findings"
+SGLANG_SUITES = [
+    "suites/pool",
+    "suites/scenarios",
+    "suites/differential",
+    "suites/sglang",
+    "suites/prefix",
+    FINDINGS_SUITE,  # in the run that has SGLang imported already (CI runs one check level)
+]
 # The prefix cache (SGLang's UnifiedRadixCache) has two tree cores: the suites above run SGLang's default (Rust), and
 # the prefix suite runs again on the Python one (suites/sglang/test_prefix_cache_adapter.py names both cores itself).
 SGLANG_PREFIX_SUITES = ["suites/prefix"]
@@ -57,9 +67,6 @@ TREE_CORE_ENV = "SGLANG_UNIFIED_RADIX_TREE_CORE_BACKEND"
 PYTEST = ("python", "-m", "pytest", "-p", "no:cacheprovider")
 RUFF = "ruff==0.17.6"
 LINTED = ("harness", "suites", "fixtures", "tests", "bench", "docs/repro", "noxfile.py", "conftest.py")
-# docs/FINDINGS.md's engine bugs (harness/findings.py): each engine's session runs their reproducers once, a strict
-# xfail on its pinned release, and the docs/repro scripts, whose exit status must be 1 there. The other engine's skip.
-FINDINGS_SUITE = "suites/findings"
 
 
 def _pip_settings_for_uv() -> dict[str, str]:
@@ -163,7 +170,7 @@ def sglang(session: nox.Session) -> None:
     """The pool, scenario, differential, SGLang and prefix-cache suites against real SGLang's memory code on CPU, once
     with SGLANG_INVARIANT_CHECK=0 and once strict (=2, with SGLang's own memory-pool debug checks on;
     SWA_HARNESS_SGLANG_LEVELS=2 runs only the strict one); the prefix-cache suites on both of SGLang's tree cores
-    (Rust, its default, with the rest; then Python); then the findings' reproducers and scripts, once.
+    (Rust, its default, with the rest, the findings' reproducers and scripts among them; then Python).
     SWA_HARNESS_SGLANG_PATCH=<yaml> patches SGLang first."""
     _install_sglang(session)
     levels = os.environ.get("SWA_HARNESS_SGLANG_LEVELS", "0,2").split(",")  # .ci/run runs the strict pass only
@@ -181,7 +188,6 @@ def sglang(session: nox.Session) -> None:
                 *session.posargs,
                 env={**checks, TREE_CORE_ENV: core},
             )
-    session.run(*PYTEST, "-n", "auto", "-rxX", FINDINGS_SUITE)  # once: the reproducers set their own scenes
 
 
 @nox.session(python=PYTHON)
