@@ -156,8 +156,9 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]):
     found, release = held
     if release not in found.has_it:
         if report.failed and call.excinfo is not None and call.excinfo.errisinstance(AssertionError):
+            said = str(call.excinfo.value).strip().splitlines()
             report.outcome = "skipped"
-            report.wasxfail = describe(found, release, "present")  # how pytest carries an xfail
+            report.wasxfail = describe(found, release, "present") + (f": {said[0]}" if said else "")  # an xfail
         elif report.passed:
             report.user_properties.append(("finding", describe(found, release, "fixed")))
     elif report.failed and "XPASS(strict)" in str(report.longrepr):
