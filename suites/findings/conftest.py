@@ -75,11 +75,22 @@ class ScriptRun:
         return lines[-1] if lines else "(no output)"
 
 
-def run_script(found: Finding, *, timeout: float = 300.0) -> ScriptRun:
-    """``python docs/repro/<script>`` with the engine's interpreter, as a maintainer would run it."""
+# Runs a script as __main__ after the harness's SGLang import shims (CPU torchvision; the config names that SGLang
+# 0.5.11-0.5.19 register and transformers 5.19 already ships), which the release matrix's shared base needs: the
+# reproducer of an isolated scene runs this way, as the in-process ones import the script after the same shims.
+_WITH_SHIMS = (
+    "import runpy, sys; from harness.targets.sglang.imports import prepare_imports; prepare_imports(); "
+    "sys.argv = sys.argv[1:]; runpy.run_path(sys.argv[0], run_name='__main__')"
+)
+
+
+def run_script(found: Finding, *, timeout: float = 300.0, shims: bool = False) -> ScriptRun:
+    """``python docs/repro/<script>`` with the engine's interpreter, as a maintainer would run it; ``shims``: after the
+    harness's SGLang import shims (see ``_WITH_SHIMS``)."""
     started = time.monotonic()
+    script = str(REPO / found.script)
     done = subprocess.run(
-        [sys.executable, str(REPO / found.script)],
+        [sys.executable, "-c", _WITH_SHIMS, script] if shims else [sys.executable, script],
         cwd=REPO,
         capture_output=True,
         text=True,
@@ -98,7 +109,7 @@ def reproduce(number: int) -> Verdict:
     release = installed(found.engine)
     listed = release in found.has_it
     if found.isolated:
-        run = run_script(found)
+        run = run_script(found, shims=found.engine == "sglang")
         if run.status in (EXIT_BUG, EXIT_FIXED):
             return Verdict(run.status == EXIT_BUG, run.said)
         problem = f"{found.script} exited {run.status}: {run.said}"

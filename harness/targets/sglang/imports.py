@@ -76,8 +76,14 @@ def import_sglang(*, any_version: bool = False) -> ModuleType:
             f"installed sglang is {version}; the adapters were written against {SGLANG_VERSION}. "
             f"Set {ANY_VERSION_ENV}=1 to run against it anyway (e.g. a local checkout of a branch)."
         )
-    _install_shims()
-    _keep_shipped_config_names()
+    prepare_imports()
     import sglang
 
     return sglang
+
+
+def prepare_imports() -> None:
+    """The import shims alone, without importing SGLang: for a process that must set SGLang's environment before its
+    first import (the findings' scripts that choose SGLang's CPU engine)."""
+    _install_shims()
+    _keep_shipped_config_names()
