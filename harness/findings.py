@@ -93,7 +93,7 @@ FINDINGS: tuple[Finding, ...] = (
         "a Gemma2 checkpoint as transformers 5 writes it does not load (`config.hidden_act`)",
         "suites/findings/test_finding_6_sglang.py::test_a_gemma2_checkpoint_transformers_wrote_loads",
         "docs/repro/finding_6_sglang_gemma2_hidden_act.py",
-        ("0.5.20", "0.5.21", "0.5.22", "0.5.23"),  # measured; the releases before could not be judged in the first run
+        _SGLANG_0_5_11_ON,  # measured
         isolated=True,
     ),
     Finding(

@@ -265,3 +265,20 @@ def test_a_findings_rerun_keeps_the_other_suites_cells_and_splices_its_section(t
     )
     assert sglang_matrix.main([*args, "--findings-section-only"]) == 0  # again: the section is replaced, not added
     assert markdown.read_text().count("## The findings, release by release") == 1
+
+
+def test_a_rerun_of_the_same_suites_replaces_the_row_and_its_times() -> None:
+    from harness.jobs.sglang_matrix import merge_rows
+
+    cell = {"status": "passed", "passed": 1, "failed": [], "skipped": {}, "xfailed": 0}
+    old = {
+        "release": "0.5.11",
+        "install_s": 1.0,
+        "run_s": 50.0,
+        "error": "",
+        "cells": {"findings": cell},
+        "findings": {},
+    }
+    new = {**old, "run_s": 40.0, "findings": {"4": "present"}}
+    (row,) = merge_rows([old], [new])
+    assert row["run_s"] == 40.0 and row["findings"] == {"4": "present"}

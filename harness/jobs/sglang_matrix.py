@@ -402,12 +402,13 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def merge_rows(kept: list[dict], fresh: list[dict]) -> list[dict]:
-    """``--update``: the rows kept from the last run, with this run's rows over them. A release run again for some
-    suites keeps its cells of the others (and its findings, unless the findings ran again); its times add up."""
+    """``--update``: the rows kept from the last run, with this run's rows over them. A release run again for all of
+    its suites is replaced; run again for some, it keeps its cells of the others (and its findings, unless the findings
+    ran again), and its times add up."""
     by_release = {row["release"]: row for row in kept}
     for row in fresh:
         old = by_release.get(row["release"])
-        if old is None or row["error"] or old["error"]:
+        if old is None or row["error"] or old["error"] or set(row["cells"]) >= set(old["cells"]):
             by_release[row["release"]] = row
             continue
         by_release[row["release"]] = {

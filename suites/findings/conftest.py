@@ -22,7 +22,7 @@ from types import ModuleType
 
 import pytest
 
-from harness.findings import DISTRIBUTIONS, Engine, Finding, describe, finding
+from harness.findings import DISTRIBUTIONS, PINNED, Engine, Finding, describe, finding
 from harness.paths import REPO
 
 EXIT_FIXED, EXIT_BUG = 0, 1  # the scripts' exit statuses (2: no verdict)
@@ -130,14 +130,15 @@ def reproduce(number: int) -> Verdict:
     return Verdict(verdict.bug_present, verdict.message)
 
 
-def require_listed(number: int) -> Finding:
-    """For a control that patches the fix into the release the finding was found on: skip anywhere else."""
+def require_pinned(number: int) -> Finding:
+    """For a control that patches the finding's fix into the engine: the patch is written against the pinned release's
+    code (older releases compute the same thing elsewhere), so the control runs there and skips anywhere else."""
     found = finding(number)
     release = installed(found.engine)
     if release is None:
         pytest.skip(f"{found.engine} is not installed here")
-    if release not in found.has_it:
-        pytest.skip(f"the control patches a release listed with finding #{number}; {release} is not")
+    if release != PINNED[found.engine]:
+        pytest.skip(f"the control's fix is written against {found.engine} {PINNED[found.engine]}, not {release}")
     return found
 
 

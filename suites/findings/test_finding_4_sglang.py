@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import pytest
 
-from suites.findings.conftest import load_script, reproduce, require_listed
+from suites.findings.conftest import load_script, reproduce, require_pinned
 
 
 @pytest.mark.finding(4)
@@ -24,7 +24,7 @@ def test_a_sliding_layer_reads_the_keys_it_wrote():
 
 
 def test_the_reproducer_passes_once_sliding_layers_read_their_swa_slots(monkeypatch):
-    found = require_listed(4)
+    found = require_pinned(4)
     from harness.targets.sglang.imports import import_sglang
 
     import_sglang(any_version=True)

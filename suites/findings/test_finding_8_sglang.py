@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from suites.findings.conftest import load_script, reproduce, require_listed
+from suites.findings.conftest import load_script, reproduce, require_pinned
 
 
 @pytest.mark.finding(8)
@@ -18,7 +18,7 @@ def test_a_decode_that_does_not_fit_takes_nothing():
 def test_the_reproducer_passes_once_a_refused_decode_takes_nothing(monkeypatch):
     """The control: with the fix FINDINGS #8 proposes (check both pools' pages before either allocator moves, as
     ``alloc_extend`` does) applied as a monkeypatch, the same scene passes."""
-    found = require_listed(8)
+    found = require_pinned(8)
     from harness.targets.sglang.imports import import_sglang
 
     import_sglang(any_version=True)
