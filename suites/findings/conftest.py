@@ -65,14 +65,19 @@ class ScriptRun:
     """One run of a finding's script with this interpreter: its exit status and what it printed."""
 
     status: int
-    output: str
+    stdout: str
+    stderr: str  # the engine's logs
     seconds: float
 
     @property
     def said(self) -> str:
-        """The script's verdict line (its last line of output)."""
-        lines = [line for line in self.output.splitlines() if line.strip()]
-        return lines[-1] if lines else "(no output)"
+        """The script's verdict line: its last line on stdout."""
+        lines = [line for line in self.stdout.splitlines() if line.strip()]
+        return lines[-1] if lines else "(nothing on stdout)"
+
+    @property
+    def output(self) -> str:
+        return self.stdout + self.stderr
 
 
 # Runs a script as __main__ after the harness's SGLang import shims (CPU torchvision; the config names that SGLang
@@ -97,7 +102,7 @@ def run_script(found: Finding, *, timeout: float = 300.0, shims: bool = False) -
         timeout=timeout,
         env={k: v for k, v in os.environ.items() if k != "SGLANG_USE_CPU_ENGINE"},
     )
-    return ScriptRun(done.returncode, done.stdout + done.stderr, round(time.monotonic() - started, 1))
+    return ScriptRun(done.returncode, done.stdout, done.stderr, round(time.monotonic() - started, 1))
 
 
 def reproduce(number: int) -> Verdict:
