@@ -1,11 +1,16 @@
 """``swa-harness sglang-matrix``: the memory suites against every SGLang release in a range, one overlay venv each.
 
     swa-harness sglang-matrix [--from 0.5.11] [--to 0.5.23] [--release X ...] [--suite pool ...]
+    swa-harness sglang-matrix --suite findings --update   # only the findings' reproducers, kept beside the other rows
 
 A cell is one suite on one release: **passed** (no test failed; skips named), **failed** (the failing tests and the
 first line of each), **not applicable** (every test skipped because the release lacks what the suite drives, or runs
 it only as a Triton kernel: "CPU-unreachable"), or **error** (the release could not be installed). A skip is never a
 pass: a passed cell counts only tests that ran. Writes ``reports/sglang-matrix.json`` and ``docs/COMPATIBILITY.md``.
+
+The ``findings`` suite runs the reproducers of docs/FINDINGS.md's SGLang bugs (``harness/findings.py``): a release
+with the bug is an expected failure there, never a failed cell, and each finding gets a row of its own: the releases
+that have it and the first that does not.
 """
 
 from __future__ import annotations
@@ -24,6 +29,7 @@ from pathlib import Path
 
 from packaging.version import InvalidVersion, Version
 
+from harness import findings
 from harness.env import SGLANG_ANY_VERSION_ENV, SGLANG_SOURCE_ENV
 from harness.paths import REPO, shown
 from harness.targets.sglang.capabilities import UNREACHABLE
@@ -37,10 +43,13 @@ SUITES: dict[str, tuple[str, ...]] = {
     # registry API (prefill registry options, the runtime context) and stays with `nox -s sglang`.
     "registry": ("suites/sglang/test_decode_registry.py",),
     "replay": ("suites/sglang/test_seed_replay.py",),
+    # docs/FINDINGS.md's SGLang bugs: their reproducers, a strict xfail where a release is listed with the bug.
+    "findings": findings.test_paths("sglang"),
 }
 DEFAULT_RANGE = ("0.5.11", "0.5.23")  # 0.5.11-0.5.12.post1 for the seed replay; the suites' API from 0.5.13
 # Cells that must fail: a seed's bug shipped in that release (its replay). A pass there fails the run, as a strict xfail.
 EXPECTED_RED = {("0.5.11", "replay"): "#24743 shipped in 0.5.11, fixed in 0.5.12"}
+SEEDS_HEADING = "## The seeds against released SGLang"
 MATRIX_JSON = REPO / "reports" / "sglang-matrix.json"
 COMPATIBILITY_MD = REPO / "docs" / "COMPATIBILITY.md"
 
@@ -130,6 +139,7 @@ class ReleaseRun:
     run_s: float
     cells: dict[str, Cell]
     error: str = ""
+    findings: dict[str, findings.Outcome] = field(default_factory=dict)  # finding number -> outcome (findings suite)
 
 
 def suite_of(path: str, suites: dict[str, tuple[str, ...]]) -> str | None:
@@ -226,7 +236,10 @@ def run_release(release: Release, suites: dict[str, tuple[str, ...]], *, workers
                 f"pytest wrote no report (exit {result.returncode}): {' | '.join(tail)}",
             )
         cells = cells_from_junit(xml, suites)
-    return ReleaseRun(release.label, round(installed - started, 1), round(time.monotonic() - installed, 1), cells)
+        found = findings.outcomes_from_junit(xml, "sglang") if "findings" in suites else {}
+    return ReleaseRun(
+        release.label, round(installed - started, 1), round(time.monotonic() - installed, 1), cells, findings=found
+    )
 
 
 def releases(args: argparse.Namespace) -> list[Release]:
@@ -297,7 +310,8 @@ def render_markdown(matrix: dict) -> str:
         "",
         *dict.fromkeys(notes),
         "",
-        "## The seeds against released SGLang",
+        *findings.markdown("sglang", matrix["rows"]),
+        SEEDS_HEADING,
         "",
         "| seed | replay |",
         "|---|---|",
@@ -347,6 +361,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, default=MATRIX_JSON)
     parser.add_argument("--markdown", type=Path, default=COMPATIBILITY_MD)
     parser.add_argument("--render", action="store_true", help="only re-render --markdown from --out; run nothing")
+    parser.add_argument(
+        "--findings-section-only",
+        action="store_true",
+        help="write only the findings section into the existing --markdown; the rest stays as its last run wrote it",
+    )
     args = parser.parse_args(argv)
     if args.render:
         args.markdown.write_text(render_markdown(json.loads(args.out.read_text())))
@@ -362,9 +381,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"sglang-matrix: {release.label}: install {row.install_s} s, run {row.run_s} s; {summary}", flush=True)
     fresh = [asdict(r) for r in rows]
     if args.update and args.out.is_file():
-        ran = {r["release"] for r in fresh}
-        kept = [r for r in json.loads(args.out.read_text())["rows"] if r["release"] not in ran]
-        fresh = sorted(kept + fresh, key=_order)
+        fresh = merge_rows(json.loads(args.out.read_text())["rows"], fresh)
     matrix = {
         "command": " ".join(["swa-harness sglang-matrix", *(argv if argv is not None else sys.argv[1:])]),
         "date": time.strftime("%Y-%m-%d"),
@@ -374,9 +391,34 @@ def main(argv: list[str] | None = None) -> int:
     }
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(matrix, indent=1) + "\n")
-    args.markdown.write_text(render_markdown(matrix))
+    if args.findings_section_only and args.markdown.is_file():
+        provenance = f"Written by `{matrix['command']}` on {matrix['date']}."
+        section = findings.markdown("sglang", matrix["rows"], provenance=provenance)
+        args.markdown.write_text(findings.splice(args.markdown.read_text(), section, before=SEEDS_HEADING))
+    else:
+        args.markdown.write_text(render_markdown(matrix))
     print(f"sglang-matrix: wrote {shown(args.out)} and {shown(args.markdown)}")
     return 1 if any(unexpected(r) for r in rows) else 0
+
+
+def merge_rows(kept: list[dict], fresh: list[dict]) -> list[dict]:
+    """``--update``: the rows kept from the last run, with this run's rows over them. A release run again for all of
+    its suites is replaced; run again for some, it keeps its cells of the others (and its findings, unless the findings
+    ran again), and its times add up."""
+    by_release = {row["release"]: row for row in kept}
+    for row in fresh:
+        old = by_release.get(row["release"])
+        if old is None or row["error"] or old["error"] or set(row["cells"]) >= set(old["cells"]):
+            by_release[row["release"]] = row
+            continue
+        by_release[row["release"]] = {
+            **old,
+            "install_s": round(old["install_s"] + row["install_s"], 1),
+            "run_s": round(old["run_s"] + row["run_s"], 1),
+            "cells": {**old["cells"], **row["cells"]},
+            "findings": row["findings"] or old.get("findings", {}),
+        }
+    return sorted(by_release.values(), key=_order)
 
 
 def unexpected(row: ReleaseRun) -> list[str]:
