@@ -79,3 +79,12 @@ def pytest_configure(config: pytest.Config) -> None:
 def pytest_report_header(config: pytest.Config) -> str | None:
     fault = config.stash.get(_FAULT_KEY, None)
     return f"swa-harness: fault {fault!r} injected" if fault else None
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_runtest_teardown(item: pytest.Item) -> None:
+    """Under xdist (a worker per core) a test that raised torch's threads would oversubscribe the cores for every test
+    its worker runs after it: put one thread back, and say which test did it."""
+    if os.environ.get("PYTEST_XDIST_WORKER") and (threads := torch.get_num_threads()) != 1:
+        torch.set_num_threads(1)
+        item.warn(pytest.PytestWarning(f"left torch with {threads} intra-op threads (reset to 1 after it)"))

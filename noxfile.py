@@ -48,7 +48,17 @@ SGLANG_IMPORT_DEPS = [
     "ipython",
 ]
 SGLANG_NO_DEPS = ["triton==3.9.0"]  # imported at module level by sglang's utils, never run on CPU
-SGLANG_SUITES = ["suites/pool", "suites/scenarios", "suites/differential", "suites/sglang", "suites/prefix"]
+# docs/FINDINGS.md's engine bugs (harness/findings.py): each engine's session runs their reproducers, a strict xfail on
+# its pinned release, and the docs/repro scripts, whose exit status must be 1 there. The other engine's skip.
+FINDINGS_SUITE = "suites/findings"
+SGLANG_SUITES = [
+    "suites/pool",
+    "suites/scenarios",
+    "suites/differential",
+    "suites/sglang",
+    "suites/prefix",
+    FINDINGS_SUITE,  # in the run that has SGLang imported already (CI runs one check level)
+]
 # The prefix cache (SGLang's UnifiedRadixCache) has two tree cores: the suites above run SGLang's default (Rust), and
 # the prefix suite runs again on the Python one (suites/sglang/test_prefix_cache_adapter.py names both cores itself).
 SGLANG_PREFIX_SUITES = ["suites/prefix"]
@@ -56,7 +66,7 @@ TREE_CORE_ENV = "SGLANG_UNIFIED_RADIX_TREE_CORE_BACKEND"
 # Every pytest run of every session: no cache directory written into the checkout (parallel sessions would share it).
 PYTEST = ("python", "-m", "pytest", "-p", "no:cacheprovider")
 RUFF = "ruff==0.17.6"
-LINTED = ("harness", "suites", "fixtures", "tests", "bench", "noxfile.py", "conftest.py")
+LINTED = ("harness", "suites", "fixtures", "tests", "bench", "docs/repro", "noxfile.py", "conftest.py")
 
 
 def _pip_settings_for_uv() -> dict[str, str]:
@@ -87,6 +97,9 @@ os.environ.update(_pip_settings_for_uv())
 # One download and wheel cache for every session's venv (uv hard-links from it): torch is unpacked once, not per venv.
 os.environ.setdefault("UV_CACHE_DIR", os.path.join(os.path.dirname(__file__), ".nox", ".uv-cache"))
 os.environ.setdefault("UV_LINK_MODE", "hardlink")
+# The compiled CPU kernels: the first session to build them publishes the library here, and every other venv on the
+# same torch build loads it instead of compiling (harness/engine/cpu_kernels.py, "store_key").
+os.environ.setdefault("SWA_HARNESS_KERNEL_STORE", os.path.join(os.path.dirname(__file__), ".nox", ".kernels"))
 
 
 def _install(session: nox.Session, extras: str = "test") -> None:
@@ -160,7 +173,8 @@ def sglang(session: nox.Session) -> None:
     """The pool, scenario, differential, SGLang and prefix-cache suites against real SGLang's memory code on CPU, once
     with SGLANG_INVARIANT_CHECK=0 and once strict (=2, with SGLang's own memory-pool debug checks on;
     SWA_HARNESS_SGLANG_LEVELS=2 runs only the strict one); the prefix-cache suites on both of SGLang's tree cores
-    (Rust, its default, with the rest; then Python). SWA_HARNESS_SGLANG_PATCH=<yaml> patches SGLang first."""
+    (Rust, its default, with the rest, the findings' reproducers and scripts among them; then Python).
+    SWA_HARNESS_SGLANG_PATCH=<yaml> patches SGLang first."""
     _install_sglang(session)
     levels = os.environ.get("SWA_HARNESS_SGLANG_LEVELS", "0,2").split(",")  # .ci/run runs the strict pass only
     for checks in ({"SGLANG_INVARIANT_CHECK": "0"}, {"SGLANG_INVARIANT_CHECK": "2", "SGLANG_DEBUG_MEMORY_POOL": "1"}):
@@ -181,9 +195,9 @@ def sglang(session: nox.Session) -> None:
 
 @nox.session(python=PYTHON)
 def sglang_matrix(session: nox.Session) -> None:
-    """The pool, scenario, differential, registry and seed-replay suites against every SGLang release from 0.5.11 to
-    0.5.23 (and SWA_HARNESS_SGLANG=<checkout>/python), each in its own overlay venv over this one (reused between
-    runs): reports/sglang-matrix.json and docs/COMPATIBILITY.md. Posargs go to `swa-harness sglang-matrix`."""
+    """The pool, scenario, differential, registry, seed-replay and findings suites against every SGLang release from
+    0.5.11 to 0.5.23 (and SWA_HARNESS_SGLANG=<checkout>/python), each in its own overlay venv over this one (reused
+    between runs): reports/sglang-matrix.json and docs/COMPATIBILITY.md. Posargs go to `swa-harness sglang-matrix`."""
     _install(session)
     session.install("pip")  # each overlay venv installs its release with the pip of this one (uv venvs have none)
     session.install(*SGLANG_IMPORT_DEPS)  # everything SGLang's imports need but SGLang itself: each overlay brings it
@@ -193,6 +207,11 @@ def sglang_matrix(session: nox.Session) -> None:
 
 # Real SGLang *serving* on CPU needs its HTTP stack and grammar backend too; sgl_kernel has no CPU build on PyPI,
 # so the sglang engine puts an import-only stand-in on the server's path (harness/servers/sglang_server/shims/).
+# The real servers' sessions run their own engine's server tests (the harness server's run in `nox -s tests`), and
+# its OpenAI surface check (`extended`: their full sessions, not .ci/run).
+OPENAI_SURFACE = (
+    "suites/servers/test_openai_surface_servers.py::test_each_servers_openai_surface_is_what_it_was_seen_to_be"
+)
 SGLANG_SERVER_DEPS = [
     "fastapi",
     "uvicorn",
@@ -215,11 +234,17 @@ def _install_sglang_server(session: nox.Session) -> None:
 @nox.session(python=PYTHON)
 def sglang_server(session: nox.Session) -> None:
     """A real SGLang server on CPU (its hybrid SWA pool, torch_native attention) against transformers and the
-    harness engine on one checkpoint, at concurrency, roomy and tight pools (suites/servers); then the accuracy
+    harness engine on one checkpoint, at concurrency, roomy and tight pools (suites/servers/test_sglang_server.py; the
+    harness server's own tests run in `nox -s tests`), its OpenAI surface (extended); then the accuracy
     smoke: graphs on (CPU graph runner, batch sizes 1-2) vs off on 32 items (suites/plans/sglang-cpu-smoke.yaml)."""
     _install_sglang_server(session)
     session.run(
-        *PYTEST, "-rxX", "suites/servers", *session.posargs, env={"SWA_HARNESS_SGLANG_SERVER": "require"}
+        *PYTEST,
+        "-rxX",
+        "suites/servers/test_sglang_server.py",
+        f"{OPENAI_SURFACE}[sglang]",
+        *session.posargs,
+        env={"SWA_HARNESS_SGLANG_SERVER": "require"},
     )  # a missing piece fails here, it never skips
     session.run("swa-harness", "eval", "--plan", "suites/plans/sglang-cpu-smoke.yaml", "--no-history")
 
@@ -280,14 +305,16 @@ def _install_vllm(session: nox.Session) -> None:
 @nox.session(python=PYTHON)
 def vllm(session: nox.Session) -> None:
     """A real vLLM server on CPU (its hybrid KV-cache manager, compiled vs eager) against transformers and the
-    harness engine (suites/servers), vLLM's KV-cache manager under the ownership rules (suites/vllm), then the
-    accuracy smoke: compiled vs eager on 32 items."""
+    harness engine (suites/servers), vLLM's KV-cache manager under the ownership rules (suites/vllm), the findings'
+    reproducers (suites/findings), then the accuracy smoke: compiled vs eager on 32 items."""
     _install_vllm(session)
     session.run(
         *PYTEST,
         "-rxX",
         "suites/servers/test_vllm_server.py",
+        f"{OPENAI_SURFACE}[vllm]",
         "suites/vllm",
+        FINDINGS_SUITE,
         *session.posargs,
         env={"SWA_HARNESS_VLLM_SERVER": "require"},
     )

@@ -18,6 +18,7 @@ VERDICTS_ENV = "SWA_HARNESS_VERDICTS"  # where a kill-matrix run's pytest plugin
 STOP_ON_KILL_ENV = "SWA_HARNESS_STOP_ON_KILL"  # a kill-matrix run stops at its first behavioural kill
 IMPACT_ENV = "SWA_HARNESS_IMPACT"  # <target>:<out.json>: record which tests reach each fault's code (faults/impact)
 SELECT_ENV = "SWA_HARNESS_SELECT"  # a JSON list of node ids: a kill-matrix run runs only these, in this order
+KERNEL_STORE_ENV = "SWA_HARNESS_KERNEL_STORE"  # finished CPU-kernel builds shared by environments of one torch build
 CACHE_ENV = "SWA_HARNESS_CACHE"  # converted real weights (never committed); default ~/.cache/swa-harness
 REAL_WEIGHTS_ENV = "SWA_HARNESS_REAL_WEIGHTS"  # "require": the real-weights suite fails instead of skipping
 SGLANG_SERVER_ENV = "SWA_HARNESS_SGLANG_SERVER"  # "require": the SGLang server suite fails instead of skipping

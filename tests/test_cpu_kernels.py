@@ -17,6 +17,7 @@ import torch.nn.functional as F
 from harness.engine.attention_backend import additive_mask, attend_over_rows, kv_head_rows
 from harness.engine import cpu_kernels
 from harness.engine.cpu_kernels import CpuKernels, KernelUnavailable, resolve_kernels
+from harness.env import KERNEL_STORE_ENV
 from harness.graph.tape import TapeBackend
 from harness.model.attention_api import AttentionLayerSpec
 from harness.model.dense import reference_logits
@@ -246,9 +247,11 @@ def fake_build(monkeypatch, tmp_path):
     """The build directory in tmp_path and torch's builder replaced by a recorder (no compiler runs)."""
     calls = []
     monkeypatch.setattr(cpu_kernels, "build_directory", lambda: tmp_path)
+    monkeypatch.delenv(KERNEL_STORE_ENV, raising=False)  # nox's sessions set one; these tests build alone
 
     def load(name, build_directory, **kwargs):
         calls.append({"name": name, "directory": build_directory, "baton_left": (tmp_path / name / "lock").exists()})
+        (Path(build_directory) / f"{name}.so").write_bytes(b"machine code of " + build_directory.encode())
 
     import torch.utils.cpp_extension
 
@@ -305,3 +308,41 @@ def test_two_checkouts_on_one_environment_build_apart(tmp_path: Path, monkeypatc
     monkeypatch.setattr(cpu_kernels, "SOURCES", tuple(worktree / s.name for s in cpu_kernels.SOURCES))
     there = cpu_kernels.build_directory()
     assert here != there and here.parent == there.parent  # apart, inside the same environment
+
+
+def test_a_build_in_the_shared_store_is_loaded_by_another_environment_without_compiling(
+    fake_build, tmp_path, monkeypatch
+) -> None:
+    """CI's five venvs share one torch build: the first compiles and publishes, the others load its library."""
+    loaded: list[str] = []
+    monkeypatch.setattr(torch.ops, "load_library", loaded.append)
+    monkeypatch.setenv(KERNEL_STORE_ENV, str(tmp_path / "store"))
+    first, second = tmp_path / "venv-a", tmp_path / "venv-b"
+    monkeypatch.setattr(cpu_kernels, "build_directory", lambda: first)
+    assert cpu_kernels._build.__wrapped__() is None
+    stored = tmp_path / "store" / cpu_kernels.store_key(torch.backends.cpu.get_cpu_capability()) / f"{_name()}.so"
+    assert stored.read_bytes() == (first / _name() / f"{_name()}.so").read_bytes()  # published whole
+    assert [p.name for p in stored.parent.iterdir()] == [stored.name]  # no partial copy left beside it
+    monkeypatch.setattr(cpu_kernels, "build_directory", lambda: second)
+    assert cpu_kernels._build.__wrapped__() is None
+    assert [c["directory"] for c in fake_build] == [str(first / _name())]  # compiled once, in the first venv
+    assert loaded == [str(stored)]
+
+
+def test_the_store_key_follows_the_sources_and_torchs_build(tmp_path, monkeypatch) -> None:
+    capability = torch.backends.cpu.get_cpu_capability()
+    key = cpu_kernels.store_key(capability)
+    assert cpu_kernels.store_key(capability) == key  # stable
+    copies = []
+    for source in cpu_kernels.SOURCES:
+        copy = tmp_path / source.name
+        copy.write_bytes(source.read_bytes())
+        copies.append(copy)
+    monkeypatch.setattr(cpu_kernels, "SOURCES", tuple(copies))
+    assert cpu_kernels.store_key(capability) == key  # the bytes count, not where they lie
+    copies[0].write_bytes(copies[0].read_bytes() + b"\n// changed\n")
+    assert cpu_kernels.store_key(capability) != key
+    monkeypatch.undo()  # the real sources again
+    monkeypatch.setattr(torch.version, "git_version", "another torch build")
+    assert cpu_kernels.store_key(capability) != key
+    assert cpu_kernels.store_key("AVX2" if capability != "AVX2" else "AVX512") != key

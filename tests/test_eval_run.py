@@ -148,21 +148,22 @@ def test_an_injected_fault_gives_a_significant_drop_and_a_red_verdict(tmp_path, 
             str(tmp_path),
             "--fault",
             fault,
+            "--no-cache-off",  # the comparison judged here is on vs off; the cache-off arm's fault: tests/test_jobs.py
             "--kill-matrix",
             str(tmp_path / "none.json"),
         ]
     )
     out = capsys.readouterr().out
     assert code == 1, out
-    graphs = out.split("on-vs-off (on as ON, off as OFF):\n")[1]  # the graphs comparison comes first
-    line = next(line for line in graphs.splitlines() if line.startswith("gsm_style:"))
+    [line] = [line for line in out.splitlines() if line.startswith("gsm_style:")]  # one comparison: on vs off
     assert "-> RED" in line, line
-    assert f"UNEXPECTED {DEFAULT_MODEL} on-vs-off: RED" in out, out
+    assert "verdict: RED" in out, out
     runs = runs_of(tmp_path)
-    on, off, cache_off = runs["gsm_style-on"], runs["gsm_style-off"], runs["gsm_style-cache-off"]
-    assert on["meta"]["fault"] == cache_off["meta"]["fault"] == fault and off["meta"]["fault"] is None
+    assert set(runs) == {"gsm_style-on", "gsm_style-off"}
+    on, off = runs["gsm_style-on"], runs["gsm_style-off"]
+    assert on["meta"]["fault"] == fault and off["meta"]["fault"] is None
     assert sum(i["correct"] for i in on["items"]) < sum(i["correct"] for i in off["items"])
-    assert "flip" in (tmp_path / "gemma2-tiny-swa" / "compare" / "on-vs-off" / "index.html").read_text().lower()
+    assert "flip" in (tmp_path / "index.html").read_text().lower()  # one comparison: its report is the page
 
 
 def test_response_cache_is_keyed_by_configuration_and_cleared_unless_resuming(tmp_path):

@@ -187,11 +187,15 @@ def test_engines_spell_graphs_on_and_off_their_own_way() -> None:
 
 
 def test_a_vllm_server_gets_a_bounded_kv_cache_and_this_environments_compile_cache() -> None:
-    """Left alone, vLLM's CPU build takes 21 of 24 GB for KV and shares one compile cache across every venv."""
+    """Left alone, vLLM's CPU build takes 21 of 24 GB for KV and shares one compile cache across every venv (and
+    SGLang's CPU graph runner torch's /tmp inductor cache)."""
     vllm = get_server_kind("vllm")
     env = vllm.command(ServerSpec("m", "m", port=8000)).env
     assert env["VLLM_CPU_KVCACHE_SPACE"] == "2" and env["VLLM_CACHE_ROOT"].endswith("share/swa-harness/vllm-cache")
     assert not Path(env["VLLM_CACHE_ROOT"]).is_absolute() or not Path(env["VLLM_CACHE_ROOT"]).is_relative_to(REPO)
+    sglang = get_server_kind("sglang").command(ServerSpec("m", "m", flags=("--device", "cpu"), port=8000))
+    assert sglang.env["TORCHINDUCTOR_CACHE_DIR"].endswith("share/swa-harness/inductor")  # its CPU graphs' compile cache
+    assert "--sleep-on-idle" in sglang.argv  # an idle CPU server waits on its sockets, not in a busy loop
     stress = vllm.command(ServerSpec("m", "m", port=8000, env={"VLLM_CPU_KVCACHE_SPACE": "1"})).env
     assert stress["VLLM_CPU_KVCACHE_SPACE"] == "1"  # an arm's own setting wins
     plan = cpu_plan(EvalConfig(engine="vllm", limits={"gsm_style": 1}, max_running=8))

@@ -33,7 +33,7 @@ FLOORS: tuple[frozenset[str], ...] = (
     frozenset({"mem", "opcount", "fingerprint", "evals"}),
     frozenset({"graph", "report", "reuse"}),
     frozenset({"engine"}),
-    frozenset({"targets"}),
+    frozenset({"targets", "findings"}),  # findings: the engines' bugs we follow, their reproducers and releases
     frozenset({"faults", "servers"}),
     frozenset({"server", "jobs"}),
     frozenset({"cli"}),

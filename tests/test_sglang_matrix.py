@@ -236,3 +236,49 @@ def test_a_seed_s_release_must_fail_its_replay_and_only_that_release() -> None:
     assert unexpected(row("0.5.11", "passed")) == ["replay: passed"]  # a replay that no longer sees the bug
     assert unexpected(row("0.5.12", "failed")) == ["replay: failed"]
     assert unexpected(row("0.5.12", "passed")) == []
+
+
+def test_a_findings_rerun_keeps_the_other_suites_cells_and_splices_its_section(tmp_path: Path, monkeypatch) -> None:
+    from harness.jobs import sglang_matrix
+
+    cell = {"status": "passed", "passed": 1, "failed": [], "skipped": {}, "xfailed": 0}
+    old = {"release": "0.5.23", "install_s": 1.0, "run_s": 60.0, "error": "", "cells": {"pool": cell}}
+    out, markdown = tmp_path / "m.json", tmp_path / "m.md"
+    out.write_text(json.dumps({"rows": [old]}))
+    markdown.write_text("# title\n\n| the full table |\n\n## The seeds against released SGLang\n\n| seeds |\n")
+    monkeypatch.setattr(
+        sglang_matrix,
+        "run_release",
+        lambda release, suites: ReleaseRun(
+            release.label, 0.0, 20.0, {"findings": Cell("passed", xfailed=3)}, findings={"8": "present"}
+        ),
+    )
+    args = ["--release", "0.5.23", "--suite", "findings", "--update", "--out", str(out), "--markdown", str(markdown)]
+    assert sglang_matrix.main([*args, "--findings-section-only"]) == 0
+    (row,) = json.loads(out.read_text())["rows"]
+    assert set(row["cells"]) == {"pool", "findings"} and row["run_s"] == 80.0 and row["findings"] == {"8": "present"}
+    text = markdown.read_text()
+    assert "| the full table |" in text  # the rest of the document is left as it was
+    assert text.index("## The findings, release by release") < text.index("## The seeds against released SGLang")
+    assert (
+        "| #8 a paged decode that does not fit loses a page of the full pool | 0.5.23 | not fixed up to 0.5.23" in text
+    )
+    assert sglang_matrix.main([*args, "--findings-section-only"]) == 0  # again: the section is replaced, not added
+    assert markdown.read_text().count("## The findings, release by release") == 1
+
+
+def test_a_rerun_of_the_same_suites_replaces_the_row_and_its_times() -> None:
+    from harness.jobs.sglang_matrix import merge_rows
+
+    cell = {"status": "passed", "passed": 1, "failed": [], "skipped": {}, "xfailed": 0}
+    old = {
+        "release": "0.5.11",
+        "install_s": 1.0,
+        "run_s": 50.0,
+        "error": "",
+        "cells": {"findings": cell},
+        "findings": {},
+    }
+    new = {**old, "run_s": 40.0, "findings": {"4": "present"}}
+    (row,) = merge_rows([old], [new])
+    assert row["run_s"] == 40.0 and row["findings"] == {"4": "present"}

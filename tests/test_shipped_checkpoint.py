@@ -37,7 +37,8 @@ ITEMS_PER_TASK = {GSM_TASK: 5, AIME_TASK: 3}
 
 @pytest.fixture(scope="module", params=sorted(SHIPPED))
 def shipped(request):
-    torch.set_num_threads(2)
+    # One thread, as conftest.py sets for every test process: this fixture used to set 2, for the rest of its xdist
+    # worker's tests too, and 2 threads per worker on 2 cores ran this module alone 4x slower (docs/BENCHMARKS.md).
     model, tokenizer = load_model(MODELS / request.param)
     return request.param, model, tokenizer
 

@@ -18,6 +18,13 @@ by ``swa-harness kernels`` in the nox sessions, else at the first server start. 
 at a time per environment, under a lock the kernel releases when its holder dies (a killed build never
 blocks the next one); a process that waits says who holds it and gives up after ``BUILD_WAIT_S``.
 
+Where ``SWA_HARNESS_KERNEL_STORE`` names a folder (the nox sessions set ``.nox/.kernels``), a finished build is also
+published there under a key of everything its machine code depends on (``store_key``: the sources' bytes, the flags,
+the CPU capability, torch's exact build, the compiler, the Python ABI), and another environment with the same key
+loads that library instead of compiling its own: CI's five venvs on one torch compile once, not five times. The
+store is written only by an atomic rename of a complete file, so environments never share a lock or a half-written
+library; a build that is not in it yet is compiled as before.
+
 What a build is reused under (its key): the environment (``build_directory``: ``sys.prefix``, and torch's version
 where the environment cannot hold it), the checkout (the sources' folder), the CPU capability (in the extension's
 name), and, through torch's extension builder, the sources' bytes and paths and the compiler flags (a changed
@@ -140,9 +147,65 @@ def _take(lock: TextIO, path: Path) -> str | None:
     return None
 
 
+def _flags(capability: str) -> list[str]:
+    return ["-O3", *_CAPABILITY_FLAGS.get(capability, []), f"-DCPU_CAPABILITY={capability}"]
+
+
+def _compiler() -> str:
+    """The C++ compiler's version line (what torch's builder runs: ``$CXX``, else ``c++``); empty if there is none."""
+    import subprocess
+
+    try:
+        done = subprocess.run(
+            [os.environ.get("CXX", "c++"), "--version"], capture_output=True, text=True, timeout=30, check=False
+        )
+    except (OSError, subprocess.SubprocessError):
+        return ""
+    return done.stdout.splitlines()[0] if done.returncode == 0 and done.stdout else ""
+
+
+def store_key(capability: str) -> str:
+    """What a compiled library's bytes depend on: two environments with the same key can load each other's build."""
+    parts = [
+        *(s.read_bytes().hex() for s in SOURCES),
+        " ".join(_flags(capability)),
+        torch.__version__,
+        torch.version.git_version,
+        _compiler(),
+        sys.implementation.cache_tag,
+    ]
+    return hashlib.sha256("|".join(parts).encode()).hexdigest()[:16]
+
+
+def _stored(name: str, capability: str) -> Path | None:
+    """The shared store's library for this build's key (``SWA_HARNESS_KERNEL_STORE``), None where there is no store."""
+    from harness.env import KERNEL_STORE_ENV
+
+    store = os.environ.get(KERNEL_STORE_ENV)
+    return Path(store) / store_key(capability) / f"{name}.so" if store else None
+
+
+def _publish(built: Path, stored: Path) -> None:
+    """Put a finished build in the store: copied beside its place, then renamed into it (atomic: a reader sees the
+    whole library or none). Best effort: a store that cannot be written only means the next environment compiles."""
+    try:
+        stored.parent.mkdir(parents=True, exist_ok=True)
+        partial = stored.with_name(f".{stored.name}.{os.getpid()}")
+        shutil.copyfile(built, partial)
+        os.replace(partial, stored)
+    except OSError as exc:
+        logger.warning("could not publish the CPU kernels to %s: %s", stored, exc)
+
+
 def _build_locked(directory: Path, name: str, capability: str, verbose: bool) -> str | None:
     from torch.utils.cpp_extension import load  # imports setuptools: only when the kernels are wanted
 
+    stored = _stored(name, capability)
+    if stored is not None and stored.is_file():
+        start = time.monotonic()
+        torch.ops.load_library(str(stored))
+        logger.info("CPU kernels loaded from the shared store %s in %.1f s", stored, time.monotonic() - start)
+        return None
     _put_ninja_on_path()
     directory.mkdir(parents=True, exist_ok=True)
     baton = directory / "lock"  # torch's own build lock: holding ours, one left here is a killed build's
@@ -157,7 +220,7 @@ def _build_locked(directory: Path, name: str, capability: str, verbose: bool) ->
         directory,
         "" if built else " (about a minute on 2 cores, once per environment)",
     )
-    flags = ["-O3", *_CAPABILITY_FLAGS.get(capability, []), f"-DCPU_CAPABILITY={capability}"]
+    flags = _flags(capability)
     start = time.monotonic()
     try:
         load(
@@ -173,6 +236,8 @@ def _build_locked(directory: Path, name: str, capability: str, verbose: bool) ->
         errors = [line.strip() for line in lines if "error" in line.lower()]  # a compiler's first complaint
         return f"{type(exc).__name__}: {(errors or lines or [repr(exc)])[0]}"
     logger.info("CPU kernels %s in %.1f s", "loaded" if built else "compiled", time.monotonic() - start)
+    if stored is not None and not stored.is_file():
+        _publish(directory / f"{name}.so", stored)
     return None
 
 

@@ -30,6 +30,7 @@ from typing import Literal
 
 from packaging.version import Version
 
+from harness import findings
 from harness.paths import REPO, shown
 from harness.targets.releases import Release, release_order
 from harness.targets.sglang.capabilities import UNREACHABLE
@@ -60,6 +61,7 @@ class ReleaseRun:
     run_s: float
     cells: dict[str, Cell]
     error: str = ""
+    findings: dict[str, findings.Outcome] = field(default_factory=dict)  # finding number -> outcome (findings suite)
 
 
 Runner = Callable[[Release, Suites], ReleaseRun]
@@ -114,9 +116,16 @@ def cells_from_junit(xml: Path, suites: Suites) -> dict[str, Cell]:
 
 
 def run_suites(
-    python: Path, label: str, suites: Suites, *, pytest_args: tuple[str, ...], env: Mapping[str, str], workers: str
-) -> tuple[dict[str, Cell], str]:
-    """The suites under ``python`` (an overlay venv's): one cell per suite, or the error that left no report."""
+    python: Path,
+    engine: findings.Engine,
+    suites: Suites,
+    *,
+    pytest_args: tuple[str, ...],
+    env: Mapping[str, str],
+    workers: str,
+) -> tuple[dict[str, Cell], dict[str, findings.Outcome], str]:
+    """The suites under ``python`` (an overlay venv's): one cell per suite and, where the ``findings`` suite ran, each
+    finding's outcome (``harness/findings.py``); or the error that left no report."""
     with tempfile.TemporaryDirectory() as tmp:
         xml = Path(tmp) / "junit.xml"
         paths = [p for roots in suites.values() for p in roots]
@@ -143,8 +152,9 @@ def run_suites(
         )
         if not xml.exists():
             tail = (result.stdout + result.stderr).strip().splitlines()[-3:]
-            return {}, f"pytest wrote no report (exit {result.returncode}): {' | '.join(tail)}"
-        return cells_from_junit(xml, suites), ""
+            return {}, {}, f"pytest wrote no report (exit {result.returncode}): {' | '.join(tail)}"
+        found = findings.outcomes_from_junit(xml, engine) if "findings" in suites else {}
+        return cells_from_junit(xml, suites), found, ""
 
 
 @dataclass(frozen=True)
@@ -177,11 +187,16 @@ def run_release(spec: MatrixSpec, release: Release, suites: Suites) -> ReleaseRu
     except Exception as error:  # noqa: BLE001 - an install that fails is a row of its own, never the end of the run
         return ReleaseRun(release.label, round(time.monotonic() - started, 1), 0.0, {}, f"install failed: {error}")
     installed = time.monotonic()
-    cells, error = run_suites(
-        python, release.label, suites, pytest_args=spec.pytest_args, env=spec.env, workers=spec.workers
+    cells, found, error = run_suites(
+        python, spec.engine, suites, pytest_args=spec.pytest_args, env=spec.env, workers=spec.workers
     )
     return ReleaseRun(
-        release.label, round(installed - started, 1), round(time.monotonic() - installed, 1), cells, error
+        release.label,
+        round(installed - started, 1),
+        round(time.monotonic() - installed, 1),
+        cells,
+        error,
+        findings=found,
     )
 
 
@@ -298,6 +313,7 @@ def main(
     run: Runner,
     description: str | None = None,
     args: argparse.Namespace | None = None,
+    write_markdown: Callable[[argparse.Namespace, dict], None] | None = None,
 ) -> int:
     """The matrix command: each release's row, the JSON, the markdown section; exit 1 on anything unexpected."""
     if args is None:
@@ -328,19 +344,35 @@ def main(
             f"{spec.engine}-matrix: {release.label}: install {row.install_s} s, run {row.run_s} s; {summary}",
             flush=True,
         )
-        ran = {r.release for r in rows}
-        fresh = [asdict(r) for r in rows]
-        for row in fresh:  # a rerun of some suites keeps the release's other cells from --out
-            before = next((r for r in kept if r["release"] == row["release"] and not r["error"]), None)
-            if before and not row["error"]:
-                row["cells"] = {**{s: c for s, c in before["cells"].items() if s not in suites}, **row["cells"]}
-        merged = [r for r in kept if r["release"] not in ran] + fresh
-        matrix["rows"] = sorted(merged, key=lambda r: release_order(r["release"]))
+        matrix["rows"] = merge_rows(kept, [asdict(r) for r in rows])
         args.out.write_text(json.dumps(matrix, indent=1) + "\n")  # after every release: a crash keeps the rows run
     args.out.write_text(json.dumps(matrix, indent=1) + "\n")
-    write_section(args.markdown, spec.engine, render(matrix))
+    if write_markdown is not None:
+        write_markdown(args, matrix)
+    else:
+        write_section(args.markdown, spec.engine, render(matrix))
     print(f"{spec.engine}-matrix: wrote {shown(args.out)} and {shown(args.markdown)}")
     return 1 if any(unexpected(spec, r) for r in rows) else 0
+
+
+def merge_rows(kept: list[dict], fresh: list[dict]) -> list[dict]:
+    """``--update``: the rows kept from the last run, with this run's rows over them. A release run again for all of
+    its suites is replaced; run again for some, it keeps its cells of the others (and its findings, unless the findings
+    ran again), and its times add up."""
+    by_release = {row["release"]: row for row in kept}
+    for row in fresh:
+        old = by_release.get(row["release"])
+        if old is None or row["error"] or old["error"] or set(row["cells"]) >= set(old["cells"]):
+            by_release[row["release"]] = row
+            continue
+        by_release[row["release"]] = {
+            **old,
+            "install_s": round(old["install_s"] + row["install_s"], 1),
+            "run_s": round(old["run_s"] + row["run_s"], 1),
+            "cells": {**old["cells"], **row["cells"]},
+            "findings": row.get("findings") or old.get("findings", {}),
+        }
+    return sorted(by_release.values(), key=lambda row: release_order(row["release"]))
 
 
 def bisect(

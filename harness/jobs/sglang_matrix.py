@@ -1,12 +1,17 @@
 """``swa-harness sglang-matrix``: the memory suites against every SGLang release in a range, one overlay venv each.
 
     swa-harness sglang-matrix [--from 0.5.11] [--to 0.5.23] [--release X ...] [--suite pool ...]
+    swa-harness sglang-matrix --suite findings --update   # only the findings' reproducers, kept beside the other rows
 
 A cell is one suite on one release: **passed** (no test failed; skips named), **failed** (the failing tests and the
 first line of each), **not applicable** (every test skipped because the release lacks what the suite drives, or runs
 it only as a Triton kernel: "CPU-unreachable"), or **error** (the release could not be installed). A skip is never a
 pass: a passed cell counts only tests that ran. Writes ``reports/sglang-matrix.json`` and the SGLang section of
 ``docs/COMPATIBILITY.md``. What the engines' matrices share (cells, rows, table, bisect): ``release_matrix.py``.
+
+The ``findings`` suite runs the reproducers of docs/FINDINGS.md's SGLang bugs (``harness/findings.py``): a release
+with the bug is an expected failure there, never a failed cell, and each finding gets a row of its own: the releases
+that have it and the first that does not.
 """
 
 from __future__ import annotations
@@ -15,14 +20,25 @@ import argparse
 import os
 from dataclasses import replace
 
+from harness import findings
 from harness.env import SGLANG_ANY_VERSION_ENV, SGLANG_SOURCE_ENV
 from harness.jobs import release_matrix as shared
-from harness.jobs.release_matrix import Cell, MatrixSpec, ReleaseRun, Suites, cells_from_junit, suite_of
+from harness.jobs.release_matrix import Cell, MatrixSpec, ReleaseRun, Suites, cells_from_junit, merge_rows, suite_of
 from harness.paths import REPO
 from harness.targets.sglang.capabilities import UNREACHABLE
 from harness.targets.sglang.releases import Release, overlay, published
 
-__all__ = ["Cell", "ReleaseRun", "bisect", "cells_from_junit", "main", "render_markdown", "suite_of", "unexpected"]
+__all__ = [
+    "Cell",
+    "ReleaseRun",
+    "bisect",
+    "cells_from_junit",
+    "main",
+    "merge_rows",
+    "render_markdown",
+    "suite_of",
+    "unexpected",
+]
 
 SUITES: dict[str, tuple[str, ...]] = {
     "pool": ("suites/pool",),
@@ -32,10 +48,13 @@ SUITES: dict[str, tuple[str, ...]] = {
     # registry API (prefill registry options, the runtime context) and stays with `nox -s sglang`.
     "registry": ("suites/sglang/test_decode_registry.py",),
     "replay": ("suites/sglang/test_seed_replay.py",),
+    # docs/FINDINGS.md's SGLang bugs: their reproducers, a strict xfail where a release is listed with the bug.
+    "findings": findings.test_paths("sglang"),
 }
 DEFAULT_RANGE = ("0.5.11", "0.5.23")  # 0.5.11-0.5.12.post1 for the seed replay; the suites' API from 0.5.13
 # Cells that must fail: a seed's bug shipped in that release (its replay). A pass there fails the run, as a strict xfail.
 EXPECTED_RED = {("0.5.11", "replay"): "#24743 shipped in 0.5.11, fixed in 0.5.12"}
+SEEDS_HEADING = "## The seeds against released SGLang"
 MATRIX_JSON = REPO / "reports" / "sglang-matrix.json"
 COMPATIBILITY_MD = REPO / "docs" / "COMPATIBILITY.md"
 
@@ -145,7 +164,8 @@ def render_markdown(matrix: dict) -> str:
         "release's overlay was reused from an earlier run.",
         "",
         *shared.render_table(SPEC, matrix),
-        "## The seeds against released SGLang",
+        *findings.markdown("sglang", matrix["rows"]),
+        SEEDS_HEADING,
         "",
         "| seed | replay |",
         "|---|---|",
@@ -165,14 +185,31 @@ def render_markdown(matrix: dict) -> str:
     return "\n".join(out)
 
 
+def _write_markdown(args: argparse.Namespace, matrix: dict) -> None:
+    """The SGLang section of --markdown, or with --findings-section-only its findings section alone."""
+    if args.findings_section_only and args.markdown.is_file():
+        provenance = f"Written by `{matrix['command']}` on {matrix['date']}."
+        section = findings.markdown("sglang", matrix["rows"], provenance=provenance)
+        args.markdown.write_text(findings.splice(args.markdown.read_text(), section, before=SEEDS_HEADING))
+    else:
+        shared.write_section(args.markdown, SPEC.engine, render_markdown(matrix))
+
+
 def main(argv: list[str] | None = None) -> int:
+    p = shared.parser(SPEC, __doc__)
+    p.add_argument(
+        "--findings-section-only",
+        action="store_true",
+        help="write only the findings section into the existing --markdown; the rest stays as its last run wrote it",
+    )
     return shared.main(
         SPEC,
         argv,
         releases=releases,
         render=render_markdown,
         run=lambda release, suites: run_release(release, suites),  # looked up at call time (tests replace it)
-        description=__doc__,
+        args=p.parse_args(argv),
+        write_markdown=_write_markdown,
     )
 
 

@@ -26,6 +26,16 @@ from harness.servers.lifecycle import Command, ServerProcess, launch
 from harness.fingerprint import tokenizer_fingerprint, weights_fingerprint
 
 
+def environment_cache(name: str) -> Path:
+    """A compile cache of this environment (servers run on this interpreter; caches are never shared between venvs,
+    so parallel jobs never share their locks), relative to the checkout where it lies inside it (servers run in the
+    checkout; plans say no machine's paths)."""
+    from harness.paths import REPO
+
+    root = Path(sys.prefix) / "share" / "swa-harness" / name
+    return root.relative_to(REPO) if root.is_relative_to(REPO) else root
+
+
 # The prefix cache's counters, one name for every server kind (vLLM's own names; SGLang's and the harness's mapped):
 # prompt tokens it was asked for and, of them, tokens it served. The harness server also says what its tree holds.
 PREFIX_CACHE_STATS = ("prefix_cache_query_tokens", "prefix_cache_hit_tokens")

@@ -16,17 +16,14 @@ from __future__ import annotations
 
 import json
 
-import sys
 from dataclasses import replace
-from pathlib import Path
 from typing import Any
 
 from harness.evals.results import ServedIdentity
-from harness.servers.base import ServerKind, ServerSpec
+from harness.servers.base import ServerKind, ServerSpec, environment_cache
 from harness.servers.counters import VLLM_METRICS, Counters, metrics_reader, metrics_stats
 from harness.servers.lifecycle import Command
 from harness.env import OFFLINE_ENV
-from harness.paths import REPO
 
 LAUNCH = ("python", "-m", "vllm.entrypoints.openai.api_server")
 GRAPHS_OFF_FLAGS = ("--enforce-eager",)
@@ -46,13 +43,6 @@ STATS = {
     "vllm:kv_block_lifetime_seconds_count": "kv_blocks_reallocated",
 }
 COMPILE = {"on": "torch.compile (vLLM's default mode for the platform)", "off": "none (--enforce-eager)"}
-
-
-def cache_root() -> Path:
-    """The compile cache of this environment (servers run on this interpreter), relative to the checkout where it
-    lies inside it (servers run in the checkout; plans say no machine's paths)."""
-    root = Path(sys.prefix) / "share" / "swa-harness" / "vllm-cache"
-    return root.relative_to(REPO) if root.is_relative_to(REPO) else root
 
 
 class VLLMServer(ServerKind):
@@ -103,7 +93,7 @@ class VLLMServer(ServerKind):
         )
         defaults = {
             "VLLM_CPU_KVCACHE_SPACE": KV_SPACE_GIB,
-            "VLLM_CACHE_ROOT": str(cache_root()),
+            "VLLM_CACHE_ROOT": str(environment_cache("vllm-cache")),
             "VLLM_SERVER_DEV_MODE": "1",  # for /reset_prefix_cache (the cache-hit protocol's fresh replays)
         }
         return Command(argv, {**OFFLINE_ENV, **defaults, **spec.env})

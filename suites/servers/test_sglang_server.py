@@ -156,7 +156,10 @@ def test_graphs_on_answer_as_the_oracles(
 @pytest.mark.parametrize(
     "pool",
     [
-        pytest.param(TIGHT, id="swa-pool-as-large"),
+        # Both extended: FINDINGS #4's reproducer without a server (suites/findings/, SGLang's torch_native backend
+        # over its own pool) runs in `nox -s sglang`, so .ci/run follows the bug there; these show what it does to
+        # a server's answers, in the full `nox -s sglang_server`.
+        pytest.param(TIGHT, id="swa-pool-as-large", marks=pytest.mark.extended),
         pytest.param(TIGHT_SMALL_SWA, id="swa-pool-a-quarter", marks=pytest.mark.extended),
     ],
 )

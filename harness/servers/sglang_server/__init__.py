@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from harness.servers.base import ServerKind, ServerSpec
+from harness.servers.base import ServerKind, ServerSpec, environment_cache
 from harness.servers.counters import SGLANG_METRICS, Counters, metrics_reader, metrics_stats
 from harness.servers.lifecycle import Command
 from harness.env import SGLANG_FAULT_ENV, SGLANG_PATCH_ENV
@@ -76,6 +76,9 @@ def sglang_args(spec: ServerSpec) -> tuple[str, ...]:
         "0",
         "--enable-metrics",
         "--enable-cache-report",  # usage.prompt_tokens_details.cached_tokens: the prefix cache's hits per request
+        # On CPU an idle scheduler polls its sockets in a busy loop, a whole core of two: a server kept for a test
+        # module, or one waiting for lm-eval, slowed every process beside it. This one waits on the sockets instead.
+        *(("--sleep-on-idle",) if on_cpu(spec.flags) else ()),
         *spec.flags,
         *graph_flags(spec.graphs, spec.flags),
     )
@@ -99,9 +102,15 @@ class SGLangServer(ServerKind):
         """Its Prometheus counters over the run: requests, tokens, and the prefix cache's prompt tokens and hits."""
         return metrics_stats(base_url, STATS)
 
+    @staticmethod
+    def cpu_env() -> dict[str, str]:
+        """A CPU server's environment: SGLang's CPU engine, and torch.compile's cache (the CPU graph runner's inductor
+        code) in this venv rather than torch's /tmp default, which every venv and parallel job would share."""
+        return {**CPU_ENV, "TORCHINDUCTOR_CACHE_DIR": str(environment_cache("inductor"))}
+
     def command(self, spec: ServerSpec) -> Command:
         cpu = on_cpu(spec.flags)
-        env = {**(CPU_ENV if cpu else {}), **spec.env}
+        env = {**(self.cpu_env() if cpu else {}), **spec.env}
         if spec.fault:
             return Command(
                 (*PATCHED_LAUNCH, "--fault", spec.fault, "--", *sglang_args(spec)),

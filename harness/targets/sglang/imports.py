@@ -61,8 +61,9 @@ def _keep_shipped_config_names() -> None:
     AutoConfig.register = keep_shipped
 
 
-def import_sglang() -> ModuleType:
-    """``sglang``, imported, after checking its version; ``SGLangUnavailable`` says what is wrong."""
+def import_sglang(*, any_version: bool = False) -> ModuleType:
+    """``sglang``, imported, after checking its version; ``SGLangUnavailable`` says what is wrong. ``any_version``: take
+    whatever release is installed (the findings' reproducers run on every release to say where a bug was fixed)."""
     try:
         version = importlib.metadata.version("sglang")
     except importlib.metadata.PackageNotFoundError:
@@ -70,13 +71,19 @@ def import_sglang() -> ModuleType:
             "the sglang target needs SGLang installed: `nox -s sglang` installs the pinned recipe "
             f"(sglang=={SGLANG_VERSION} --no-deps plus what its imports need)"
         ) from None
-    if version != SGLANG_VERSION and os.environ.get(ANY_VERSION_ENV) != "1":
+    if version != SGLANG_VERSION and not any_version and os.environ.get(ANY_VERSION_ENV) != "1":
         raise SGLangUnavailable(
             f"installed sglang is {version}; the adapters were written against {SGLANG_VERSION}. "
             f"Set {ANY_VERSION_ENV}=1 to run against it anyway (e.g. a local checkout of a branch)."
         )
-    _install_shims()
-    _keep_shipped_config_names()
+    prepare_imports()
     import sglang
 
     return sglang
+
+
+def prepare_imports() -> None:
+    """The import shims alone, without importing SGLang: for a process that must set SGLang's environment before its
+    first import (the findings' scripts that choose SGLang's CPU engine)."""
+    _install_shims()
+    _keep_shipped_config_names()
