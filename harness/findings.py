@@ -24,6 +24,8 @@ from typing import Literal
 
 from packaging.version import InvalidVersion, Version
 
+from harness.targets.releases import release_order
+
 Engine = Literal["sglang", "vllm"]
 # present: the reproducer's assertion failed (the bug is there); fixed: it passed; n/a: it skipped (the release lacks
 # the code path, or runs it only on an accelerator); broken: it failed some other way (the reproducer needs work).
@@ -215,13 +217,7 @@ class FindingRow:
 
 
 def _by_version(releases: Iterable[str]) -> list[str]:
-    def key(release: str) -> tuple[int, Version | str]:
-        try:
-            return 0, Version(release)
-        except InvalidVersion:
-            return 1, release
-
-    return sorted(releases, key=key)
+    return sorted(releases, key=release_order)
 
 
 def finding_rows(engine: Engine, outcomes: Mapping[str, Mapping[str, Outcome]]) -> list[FindingRow]:

@@ -36,8 +36,8 @@ FLOORS: tuple[frozenset[str], ...] = (
     frozenset({"mem", "opcount", "fingerprint", "evals"}),
     frozenset({"graph", "report", "reuse"}),
     frozenset({"engine"}),
-    frozenset({"targets", "findings"}),  # findings: the engines' bugs we follow, their reproducers and releases
-    frozenset({"faults", "servers"}),
+    frozenset({"targets"}),
+    frozenset({"faults", "servers", "findings"}),  # findings: the engines' bugs we follow, release by release
     frozenset({"server", "jobs"}),
     frozenset({"cli"}),
 )

@@ -33,7 +33,7 @@ from packaging.version import Version
 from harness import findings
 from harness.paths import REPO, shown
 from harness.targets.releases import Release, release_order
-from harness.targets.sglang.capabilities import UNREACHABLE
+from harness.targets.probe import UNREACHABLE
 
 Status = Literal["passed", "failed", "not applicable"]
 Suites = Mapping[str, tuple[str, ...]]

@@ -25,7 +25,7 @@ from harness.env import SGLANG_ANY_VERSION_ENV, SGLANG_SOURCE_ENV
 from harness.jobs import release_matrix as shared
 from harness.jobs.release_matrix import Cell, MatrixSpec, ReleaseRun, Suites, cells_from_junit, merge_rows, suite_of
 from harness.paths import REPO
-from harness.targets.sglang.capabilities import UNREACHABLE
+from harness.targets.probe import UNREACHABLE
 from harness.targets.sglang.releases import Release, overlay, published
 
 __all__ = [

@@ -8,6 +8,10 @@ import inspect
 from collections.abc import Callable
 from typing import Any
 
+# The marker a skip reason carries where the code a suite drives cannot run on this CPU (a Triton kernel, a compiled
+# library built for another torch): the release matrices count such skips apart from a release lacking the code.
+UNREACHABLE = "CPU-unreachable"
+
 
 def first_found(*candidates: tuple[str, str]) -> Any | None:
     """The first ``(module, attribute)`` that imports and exists (where something moved between releases), or None."""

@@ -15,6 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from harness.targets.probe import UNREACHABLE
 from harness.targets.vllm.capabilities import NotOnThisVLLM, first, lacks, requires, takes, version
 
 
@@ -217,8 +218,6 @@ def cpu_slot_mapping_kernel() -> None:
     The kernel is in ``vllm._C``, built against the torch the wheel pins: where that is not this venv's torch, loading
     it fails (an undefined symbol) or aborts the process, so it is a skip naming it CPU-unreachable here."""
     import torch
-
-    from harness.targets.sglang.capabilities import UNREACHABLE
 
     installed = torch.__version__.split("+")[0]
     declared = _declared_torch()
