@@ -222,5 +222,5 @@ def test_capability_checks_read_signatures() -> None:
 
 
 def test_the_matrix_spec_is_one_line_per_suite() -> None:
-    assert set(vllm_matrix.SUITES) == {"manager", "block-table"}
+    assert set(vllm_matrix.SUITES) == {"manager", "block-table", "findings"}
     assert all(Path(release_matrix.REPO, p).exists() for roots in vllm_matrix.SUITES.values() for p in roots)

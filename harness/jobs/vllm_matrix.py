@@ -15,6 +15,7 @@ import argparse
 
 from packaging.version import Version
 
+from harness import findings
 from harness.env import HYPOTHESIS_ENV
 from harness.jobs import release_matrix as shared
 from harness.jobs.release_matrix import MatrixSpec, ReleaseRun, Suites
@@ -26,6 +27,8 @@ from harness.targets.vllm.releases import Release, overlay, published
 SUITES: dict[str, tuple[str, ...]] = {
     "manager": ("suites/vllm/test_kv_cache_manager.py",),
     "block-table": ("suites/vllm/test_block_table.py",),
+    # docs/FINDINGS.md's vLLM bugs: their reproducers, a strict xfail where a release is listed with the bug.
+    "findings": findings.test_paths("vllm"),
 }
 # 0.9.1 is the first wheel with the hybrid manager (HybridKVCacheCoordinator); 0.9.x imports transformers configs that
 # transformers 5 ships itself (see FIRST_HYBRID_NOTE), so the default range starts at the first release that imports
@@ -212,6 +215,7 @@ def render_markdown(matrix: dict) -> str:
         "adds what a release imports that the base lacks (gguf, diskcache), at the release's own specifier.",
         "",
         *shared.render_table(SPEC, matrix),
+        *findings.markdown("vllm", matrix["rows"]),
         "## Bugs of vLLM's history in these releases",
         "",
         "| bug | where it shipped | what the matrix saw |",
