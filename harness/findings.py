@@ -278,11 +278,12 @@ def markdown(engine: Engine, rows: Iterable[Mapping], *, provenance: str = "") -
         *([provenance, ""] if provenance else []),
         "Each engine bug of `docs/FINDINGS.md`, by its reproducer (`suites/findings`, registered in "
         "`harness/findings.py`): where its assertion fails the release has the bug (an expected failure, never a "
-        "failed cell), where it passes the release does not. Its standalone script is under `docs/repro/`. Not "
-        "applicable: the reproducer skipped there (the code path it drives is absent, or runs only as a Triton kernel: "
-        "CPU-unreachable); each skip's reason is in the matrix JSON (`cells.findings.skipped`).",
+        "failed cell), where it passes the release does not. Its standalone script is under `docs/repro/`. No verdict: "
+        "the reproducer skipped there, because the code path it drives is absent, runs only as a Triton kernel "
+        "(CPU-unreachable), or the release cannot build the scene over the one CPU torch and transformers here; each "
+        "skip's reason is in the matrix JSON (`cells.findings.skipped`).",
         "",
-        "| finding | releases that have it | first without it | does not have it | not applicable | reproducer |",
+        "| finding | releases that have it | first without it | does not have it | no verdict (skipped) | reproducer |",
         "|---|---|---|---|---|---|",
     ]
     for row in table:

@@ -166,9 +166,10 @@ def main() -> int:
     except SetupProblem as problem:
         print(f"SETUP PROBLEM (no verdict): {problem}")
         return EXIT_SETUP
-    except Exception:  # noqa: BLE001 - anything else is no verdict either; show it whole
+    except Exception as error:  # noqa: BLE001 - anything else is no verdict either; show it whole
         traceback.print_exc()
-        print("SETUP PROBLEM (no verdict): the scene raised; see the traceback above")
+        said = str(error).strip().splitlines()[0][:200] if str(error).strip() else ""
+        print(f"SETUP PROBLEM (no verdict): the scene raised {type(error).__name__}: {said} (traceback above)")
         return EXIT_SETUP
     try:
         from importlib.metadata import version
