@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from harness.env import SGLANG_SOURCE_ENV
 from harness.jobs.sglang_matrix import Cell, ReleaseRun, bisect, cells_from_junit, render_markdown
 from harness.targets.sglang import capabilities
 from harness.targets.sglang.capabilities import UNREACHABLE, NotOnThisSGLang
@@ -282,3 +283,16 @@ def test_a_rerun_of_the_same_suites_replaces_the_row_and_its_times() -> None:
     new = {**old, "run_s": 40.0, "findings": {"4": "present"}}
     (row,) = merge_rows([old], [new])
     assert row["run_s"] == 40.0 and row["findings"] == {"4": "present"}
+
+
+def test_an_empty_range_writes_nothing_over_the_matrix_there(tmp_path: Path, monkeypatch) -> None:
+    from harness.jobs import sglang_matrix
+
+    out, markdown = tmp_path / "m.json", tmp_path / "m.md"
+    kept = json.dumps({"rows": [{"release": "0.5.23", "install_s": 0.0, "run_s": 1.0, "error": "", "cells": {}}]})
+    out.write_text(kept)
+    monkeypatch.setattr(sglang_matrix, "published", lambda low, high: [])
+    monkeypatch.delenv(SGLANG_SOURCE_ENV, raising=False)
+    args = ["--from", "0.6.0", "--to", "0.6.1", "--update", "--out", str(out), "--markdown", str(markdown)]
+    assert sglang_matrix.main(args) == 2
+    assert out.read_text() == kept and not markdown.exists()

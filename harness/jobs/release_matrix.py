@@ -322,6 +322,10 @@ def main(
         write_section(args.markdown, spec.engine, render(json.loads(args.out.read_text())))
         print(f"{spec.engine}-matrix: wrote {shown(args.markdown)} from {shown(args.out)}")
         return 0
+    chosen = releases(args)
+    if not chosen:  # an empty range must not write a matrix over the one there (with --update, its rows kept)
+        print(f"{spec.engine}-matrix: no release between {args.low} and {args.high}: nothing run, nothing written")
+        return 2
     suites = {name: spec.suites[name] for name in (args.suite or spec.suites)}
     previous = json.loads(args.out.read_text()) if args.update and args.out.is_file() else {}
     kept = previous.get("rows", [])
@@ -335,7 +339,7 @@ def main(
     }
     rows: list[ReleaseRun] = []
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    for release in releases(args):
+    for release in chosen:
         print(f"{spec.engine}-matrix: {release.label} ...", flush=True)
         row = run(release, suites)
         rows.append(row)
@@ -346,7 +350,6 @@ def main(
         )
         matrix["rows"] = merge_rows(kept, [asdict(r) for r in rows])
         args.out.write_text(json.dumps(matrix, indent=1) + "\n")  # after every release: a crash keeps the rows run
-    args.out.write_text(json.dumps(matrix, indent=1) + "\n")
     if write_markdown is not None:
         write_markdown(args, matrix)
     else:
