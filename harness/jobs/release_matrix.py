@@ -33,11 +33,10 @@ from packaging.version import Version
 from harness import findings
 from harness.paths import REPO, shown
 from harness.targets.releases import Release, release_order
-from harness.targets.probe import UNREACHABLE
+from harness.targets.probe import NARROWED, UNREACHABLE
 
 Status = Literal["passed", "failed", "not applicable"]
 Suites = Mapping[str, tuple[str, ...]]
-NARROWED = "narrowed"  # the junit property a test records when the release could not take part of its drawn space
 
 
 @dataclass

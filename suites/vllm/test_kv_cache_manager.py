@@ -91,8 +91,8 @@ from vllm.v1.core.single_type_kv_cache_manager import SlidingWindowManager  # no
 from vllm.v1.kv_cache_interface import FullAttentionSpec, KVCacheConfig, SlidingWindowSpec  # noqa: E402
 from vllm.v1.request import Request, RequestStatus  # noqa: E402
 
-from harness.jobs.release_matrix import NARROWED  # noqa: E402
 from harness.targets.vllm import adapters  # noqa: E402
+from harness.targets.probe import NARROWED  # noqa: E402
 from harness.targets.vllm.capabilities import lacks  # noqa: E402
 
 FULL, SLIDING, DRAFT = 0, 1, 2  # DRAFT: an EAGLE drafter's own full-attention layers, drawn in "draft" mode
