@@ -43,7 +43,9 @@ class Verdict:
 
 
 def write_checkpoint(folder: Path) -> Path:
-    """A two-layer Mellum (one sliding, one full layer) with random weights, saved by transformers."""
+    """A two-layer Mellum (one sliding, one full layer; one dense, one mixture-of-experts MLP) with random weights,
+    saved by transformers. Mellum's own default is every MLP sparse; the sparse layer also lets the native Mellum model
+    of vLLM 0.22-0.31 (which refuses a checkpoint without one) build the scene."""
     import torch
 
     try:
@@ -59,7 +61,10 @@ def write_checkpoint(folder: Path) -> Path:
         num_key_value_heads=1,
         head_dim=32,
         layer_types=["sliding_attention", "full_attention"],
-        mlp_layer_types=["dense", "dense"],
+        mlp_layer_types=["dense", "sparse"],
+        num_local_experts=4,
+        num_experts_per_tok=2,
+        moe_intermediate_size=32,
         sliding_window=8,
         max_position_embeddings=256,
         tie_word_embeddings=False,
@@ -78,8 +83,9 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def load(checkpoint: Path) -> int:
-    """vLLM's model for ``checkpoint``, built and loaded as its model loader does on CPU; returns its parameter count."""
+def load(checkpoint: Path) -> tuple[str, int]:
+    """vLLM's model for ``checkpoint``, built and loaded as its model loader does on CPU: the class vLLM chose (its
+    own model or the transformers backend) and its parameter count."""
     import torch
 
     try:
@@ -117,7 +123,7 @@ def load(checkpoint: Path) -> int:
             with set_default_torch_dtype(config.model_config.dtype), torch.device("cpu"):
                 model = initialize_model(vllm_config=config, model_config=config.model_config)
             get_model_loader(config.load_config).load_weights(model, config.model_config)
-            return sum(p.numel() for p in model.parameters())
+            return type(model).__name__, sum(p.numel() for p in model.parameters())
         finally:
             destroy_model_parallel()
             destroy_distributed_environment()
@@ -134,7 +140,7 @@ def reproduce(checkpoint: Path | None = None) -> Verdict:
         path = checkpoint or write_checkpoint(Path(tmp))
         said = json.loads((path / "config.json").read_text()).get("num_nextn_predict_layers", "(absent)")
         try:
-            parameters = load(path)
+            model, parameters = load(path)
         except TypeError as error:
             if not _is_this_bug(error):
                 raise
@@ -147,7 +153,8 @@ def reproduce(checkpoint: Path | None = None) -> Verdict:
             )
     return Verdict(
         False,
-        f"vLLM loaded the Mellum checkpoint (num_nextn_predict_layers: {json.dumps(said)}, {parameters} parameters)",
+        f"vLLM loaded the Mellum checkpoint as {model} (num_nextn_predict_layers: {json.dumps(said)}, {parameters} "
+        "parameters)",
     )
 
 
