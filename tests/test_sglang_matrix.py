@@ -246,7 +246,14 @@ def test_a_findings_rerun_keeps_the_other_suites_cells_and_splices_its_section(t
     old = {"release": "0.5.23", "install_s": 1.0, "run_s": 60.0, "error": "", "cells": {"pool": cell}}
     out, markdown = tmp_path / "m.json", tmp_path / "m.md"
     out.write_text(json.dumps({"rows": [old]}))
-    markdown.write_text("# title\n\n| the full table |\n\n## The seeds against released SGLang\n\n| seeds |\n")
+    vllm = (
+        "<!-- matrix:vllm -->\n# vLLM\n\n## The findings, release by release\n\n| vLLM's own |\n<!-- /matrix:vllm -->\n"
+    )
+    markdown.write_text(
+        vllm
+        + "<!-- matrix:sglang -->\n# title\n\n| the full table |\n\n## The seeds against released SGLang\n\n| seeds |\n"
+        "<!-- /matrix:sglang -->\n"
+    )
     monkeypatch.setattr(
         sglang_matrix,
         "run_release",
@@ -260,12 +267,14 @@ def test_a_findings_rerun_keeps_the_other_suites_cells_and_splices_its_section(t
     assert set(row["cells"]) == {"pool", "findings"} and row["run_s"] == 80.0 and row["findings"] == {"8": "present"}
     text = markdown.read_text()
     assert "| the full table |" in text  # the rest of the document is left as it was
-    assert text.index("## The findings, release by release") < text.index("## The seeds against released SGLang")
+    sglang_part = text[text.index("<!-- matrix:sglang -->") :]
+    assert sglang_part.index("## The findings, release by release") < sglang_part.index("## The seeds against")
     assert (
         "| #8 a paged decode that does not fit loses a page of the full pool | 0.5.23 | not fixed up to 0.5.23" in text
     )
     assert sglang_matrix.main([*args, "--findings-section-only"]) == 0  # again: the section is replaced, not added
-    assert markdown.read_text().count("## The findings, release by release") == 1
+    assert markdown.read_text().count("## The findings, release by release") == 2  # SGLang's and vLLM's
+    assert markdown.read_text().startswith(vllm)  # the vLLM section, found first, is left as it was
 
 
 def test_a_rerun_of_the_same_suites_replaces_the_row_and_its_times() -> None:

@@ -256,12 +256,22 @@ def render_table(spec: MatrixSpec, matrix: dict) -> list[str]:
     return [*out, "", "## Why each cell that is not a plain pass is so", "", *dict.fromkeys(notes), ""]
 
 
+def _section_pattern(engine: str) -> tuple[str, str, re.Pattern[str]]:
+    begin, end = f"<!-- matrix:{engine} -->", f"<!-- /matrix:{engine} -->"
+    return begin, end, re.compile(re.escape(begin) + r"\n?(.*?)" + re.escape(end) + r"\n?", re.S)
+
+
+def read_section(path: Path, engine: str) -> str | None:
+    """The text between this engine's markers in ``path`` (None where it has none)."""
+    found = _section_pattern(engine)[2].search(path.read_text()) if path.is_file() else None
+    return found.group(1) if found else None
+
+
 def write_section(path: Path, engine: str, text: str) -> None:
     """Puts ``text`` between this engine's markers in ``path``, leaving the other engines' sections as they are."""
-    begin, end = f"<!-- matrix:{engine} -->", f"<!-- /matrix:{engine} -->"
+    begin, end, pattern = _section_pattern(engine)
     block = f"{begin}\n{text.rstrip()}\n{end}\n"
     old = path.read_text() if path.is_file() else ""
-    pattern = re.compile(re.escape(begin) + r".*?" + re.escape(end) + r"\n?", re.S)
     new = pattern.sub(lambda _: block, old, count=1) if pattern.search(old) else (old + "\n" if old else "") + block
     path.write_text(new)
 

@@ -186,11 +186,13 @@ def render_markdown(matrix: dict) -> str:
 
 
 def _write_markdown(args: argparse.Namespace, matrix: dict) -> None:
-    """The SGLang section of --markdown, or with --findings-section-only its findings section alone."""
-    if args.findings_section_only and args.markdown.is_file():
+    """The SGLang section of --markdown, or with --findings-section-only the findings section within it alone (the
+    vLLM section, with a findings section of its own, is left as it is)."""
+    current = shared.read_section(args.markdown, SPEC.engine)
+    if args.findings_section_only and current is not None:
         provenance = f"Written by `{matrix['command']}` on {matrix['date']}."
         section = findings.markdown("sglang", matrix["rows"], provenance=provenance)
-        args.markdown.write_text(findings.splice(args.markdown.read_text(), section, before=SEEDS_HEADING))
+        shared.write_section(args.markdown, SPEC.engine, findings.splice(current, section, before=SEEDS_HEADING))
     else:
         shared.write_section(args.markdown, SPEC.engine, render_markdown(matrix))
 
