@@ -305,3 +305,17 @@ def test_an_empty_range_writes_nothing_over_the_matrix_there(tmp_path: Path, mon
     args = ["--from", "0.6.0", "--to", "0.6.1", "--update", "--out", str(out), "--markdown", str(markdown)]
     assert sglang_matrix.main(args) == 2
     assert out.read_text() == kept and not markdown.exists()
+
+
+def test_a_module_that_imports_a_cuda_only_kernel_package_is_cpu_unreachable(tmp_path: Path, monkeypatch) -> None:
+    """0.5.11's unified_radix_cache imports sgl_kernel through its host pool: a skip marked CPU-unreachable, not an
+    error cell; any other missing import still raises."""
+    (tmp_path / "wants_kernels.py").write_text("import sgl_kernel\n")
+    (tmp_path / "wants_other.py").write_text("import no_such_package_here\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    with pytest.raises(
+        NotOnThisSGLang, match=f"wants_kernels imports sgl_kernel, which has no CPU build: {UNREACHABLE}"
+    ):
+        capabilities.module("wants_kernels")
+    with pytest.raises(ModuleNotFoundError, match="no_such_package_here"):
+        capabilities.module("wants_other")

@@ -36,13 +36,23 @@ def lacks(what: str) -> NotOnThisSGLang:
     return NotOnThisSGLang(f"SGLang {version()} lacks {what}")
 
 
+# SGLang's kernel packages, built for CUDA only: a release whose module imports one at import time cannot run that
+# module on CPU (0.5.11's unified_radix_cache does, through its host memory pool).
+CUDA_ONLY_PACKAGES = ("sgl_kernel",)
+
+
 def module(name: str) -> ModuleType:
-    """``sglang.<name>``, or the skip that says this release has no such module."""
+    """``sglang.<name>``, or the skip that says this release has no such module, or imports a CUDA-only kernel package
+    with it (CPU-unreachable)."""
     try:
         return importlib.import_module(name)
     except ModuleNotFoundError as missing:
         if missing.name and name.startswith(missing.name):
             raise lacks(f"the module {name}") from None
+        if missing.name in CUDA_ONLY_PACKAGES:
+            raise NotOnThisSGLang(
+                f"SGLang {version()}'s {name} imports {missing.name}, which has no CPU build: {UNREACHABLE}"
+            ) from None
         raise
 
 
