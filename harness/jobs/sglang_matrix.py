@@ -153,6 +153,18 @@ def releases(args: argparse.Namespace) -> list[Release]:
     return found
 
 
+# What the cells of the scenario and differential suites mean since the engine over SGLang builds SGLang's own prefix
+# cache (harness/targets/sglang/prefix_cache.py, written against 0.5.23's scheduler).
+PREFIX_CACHE_NOTE = (
+    "The scenario and differential suites build the engine over SGLang's pool, allocator *and* its prefix cache "
+    "(`UnifiedRadixCache`, driven with the calls 0.5.23's scheduler makes: `harness/targets/sglang/prefix_cache.py`). "
+    "A release without that API skips every test that needs a prefix cache (the reason names the missing methods); "
+    "the harness's own prefix cache over an older release's pool, shown as narrowed, is not built yet. The failures "
+    "on 0.5.22, whose radix cache has the API, are not investigated yet: a bug of 0.5.22's cache fixed in 0.5.23, or "
+    "a call sequence of 0.5.23's that 0.5.22's cache does not take."
+)
+
+
 def render_markdown(matrix: dict) -> str:
     out = [
         "# SGLang releases under the harness's suites",
@@ -162,6 +174,8 @@ def render_markdown(matrix: dict) -> str:
         "Each cell: tests passed (+ strict xfails) / failed, and what was not applicable. A skip never counts as a pass; "
         f'"{UNREACHABLE}" marks SGLang code that runs only as a Triton kernel. "install s" is 0 where the '
         "release's overlay was reused from an earlier run.",
+        "",
+        PREFIX_CACHE_NOTE,
         "",
         *shared.render_table(SPEC, matrix),
         *findings.markdown("sglang", matrix["rows"]),
