@@ -310,11 +310,14 @@ def test_an_empty_range_writes_nothing_over_the_matrix_there(tmp_path: Path, mon
 def test_a_module_that_imports_a_cuda_only_kernel_package_is_cpu_unreachable(tmp_path: Path, monkeypatch) -> None:
     """0.5.11's unified_radix_cache imports sgl_kernel through its host pool: a skip marked CPU-unreachable, not an
     error cell; any other missing import still raises."""
-    (tmp_path / "wants_kernels.py").write_text("import sgl_kernel\n")
+    assert "sgl_kernel" in capabilities.CUDA_ONLY_PACKAGES
+    # a stand-in name for the kernel package, so the test holds where a shim of sgl_kernel is importable
+    monkeypatch.setattr(capabilities, "CUDA_ONLY_PACKAGES", ("no_cpu_build_kernels",))
+    (tmp_path / "wants_kernels.py").write_text("import no_cpu_build_kernels\n")
     (tmp_path / "wants_other.py").write_text("import no_such_package_here\n")
     monkeypatch.syspath_prepend(str(tmp_path))
     with pytest.raises(
-        NotOnThisSGLang, match=f"wants_kernels imports sgl_kernel, which has no CPU build: {UNREACHABLE}"
+        NotOnThisSGLang, match=f"wants_kernels imports no_cpu_build_kernels, which has no CPU build: {UNREACHABLE}"
     ):
         capabilities.module("wants_kernels")
     with pytest.raises(ModuleNotFoundError, match="no_such_package_here"):
