@@ -159,9 +159,9 @@ PREFIX_CACHE_NOTE = (
     "The scenario and differential suites build the engine over SGLang's pool, allocator *and* its prefix cache "
     "(`UnifiedRadixCache`, driven with the calls 0.5.23's scheduler makes: `harness/targets/sglang/prefix_cache.py`). "
     "A release without that API skips every test that needs a prefix cache (the reason names the missing methods); "
-    "the harness's own prefix cache over an older release's pool, shown as narrowed, is not built yet. The failures "
-    "on 0.5.22, whose radix cache has the API, are not investigated yet: a bug of 0.5.22's cache fixed in 0.5.23, or "
-    "a call sequence of 0.5.23's that 0.5.22's cache does not take."
+    "the harness's own prefix cache over an older release's pool, shown as narrowed, is not built yet. A failed cell "
+    "not marked expected (`EXPECTED_RED` in `harness/jobs/sglang_matrix.py`, with its reason) is not explained yet: "
+    "a bug of that release, or a call the adapter copies from 0.5.23 that the release's cache does not take."
 )
 
 
