@@ -226,3 +226,28 @@ def test_a_shared_few_shot_prefix_is_served_from_the_cache_to_a_later_batch():
     assert first[0].cached_tokens >= len(first[0].prompt_ids) - 16, first[0].cached_tokens
     shared = [o.cached_tokens for o in later]
     assert all(c >= 150 for c in shared), f"cached tokens of the later sharers: {shared} (exemplars: ~180 tokens)"
+
+
+@pytest.mark.parametrize("frees_window", [False, True], ids=["harness-order", "sglang-order"])
+def test_a_prefill_chunk_is_checkpointed_before_any_slide_where_the_cache_frees_the_window(frees_window):
+    """The order the scheduler drives the cache in after an extend (harness/engine/scheduler.py): slide then
+    checkpoint for the harness's tree, which lays the freed tokens as tombstones; checkpoint and no slide for a cache
+    that frees the out-of-window SWA slots of what it inserts itself (SGLang's: sliding first freed below a pending
+    branch point and broke 0.5.22's checkpoint). Decode steps slide in both."""
+    engine = make_engine("gemma2", "off", chunk_size=8)
+    cache, calls = engine.tree_cache, []
+    cache.checkpoint_frees_window = frees_window  # an instance attribute over the class's
+    for name in ("slide_window", "cache_unfinished_req"):
+
+        def record(req, _name=name, _method=getattr(cache, name)):
+            calls.append((_name, req.kv_len, len(req.prompt_ids)))
+            return _method(req)
+
+        setattr(cache, name, record)
+    (out,) = engine.generate([list(range(3, 40))], SamplingParams(max_new_tokens=6, ignore_eos=True))
+    assert len(out.output_ids) == 6 and engine.pools_idle()
+    extend = [name for name, kv_len, prompt in calls if kv_len <= prompt]
+    decode = [name for name, kv_len, prompt in calls if kv_len > prompt]
+    chunks = ["slide_window", "cache_unfinished_req"] * 5 if not frees_window else ["cache_unfinished_req"] * 5
+    assert extend == chunks, calls  # 37 prompt tokens in chunks of 8
+    assert decode == ["slide_window"] * 5, calls  # the last of 6 tokens needs no forward

@@ -23,8 +23,10 @@ scheduler uses its radix cache:
 * SWA slots: a request's SWA lock on its prefix follows its window, and the window slide keeps ``W``
   tokens below the insert boundary (``RadixCache.swa_keep_from``): a request holds at most two pages more
   than without the cache (one token at page size 1), and the tree's other live SWA KV is evictable on demand;
-* every prefill chunk, the prompt's last one too, is checkpointed into the tree after the window slides, as
-  SGLang checkpoints each extend after freeing its out-of-window SWA slots: the tree gets the prompt's full KV
+* every prefill chunk, the prompt's last one too, is checkpointed into the tree after the window slides (the
+  harness's tree lays the freed tokens as tombstones), or with no slide where the cache frees the out-of-window
+  SWA slots of what it inserts itself (``checkpoint_frees_window``: SGLang's, whose scheduler slides windows only
+  in decode; a slide first would free below a pending SWA branch point): the tree gets the prompt's full KV
   and the live SWA KV of its last window (a repeat of the prompt, or a longer prompt that continues it, hits);
   the request's SWA lock on it follows its window; a later prompt that shares only part of a published one
   repairs the window at its branching point (the tree's rule 7); a finished request's KV goes to the tree, an
@@ -268,10 +270,13 @@ class Scheduler:
             req.kv_len += n
             if req.prefill_done:
                 sampling.append(req)
-        self._slide_windows(sched.reqs)
-        if self.tree_cache is not None and not sched.mode.is_decode():
-            for req in sched.reqs:  # every prefill chunk, the prompt's last one too (SGLang checkpoints each extend)
-                self.tree_cache.cache_unfinished_req(req)
+        if self.tree_cache is None or sched.mode.is_decode():
+            self._slide_windows(sched.reqs)
+            return sampling
+        if not self.tree_cache.checkpoint_frees_window:
+            self._slide_windows(sched.reqs)
+        for req in sched.reqs:  # every prefill chunk, the prompt's last one too (SGLang checkpoints each extend)
+            self.tree_cache.cache_unfinished_req(req)
         return sampling
 
     def commit_verify(self, sched: ScheduledBatch, kept: list[int]) -> None:

@@ -235,6 +235,11 @@ class PrefixCache(Protocol):
     # Tokens whose full KV / SWA KV the cache gave back to make room since it was built (None: it does not count)
     evicted_tokens: int | None
     swa_evicted_tokens: int | None
+    # Who frees the SWA slots a prefill chunk's window has passed. False (the harness's tree): the caller slides the
+    # window first and the checkpoint inserts the freed tokens as tombstones. True (SGLang's): the checkpoint frees
+    # what lies out of the window of the key it inserts, itself, and its scheduler slides windows only in decode,
+    # so the caller checkpoints a chunk and slides nothing (a slide first frees below a pending SWA branch point).
+    checkpoint_frees_window: bool
 
     def match_prefix(self, token_ids: Sequence[int]) -> PrefixMatch:
         """The longest usable cached prefix of ``token_ids`` (whole pages); touches it as recently used."""

@@ -105,6 +105,8 @@ def page_floor(n: int, page_size: int) -> int:
 class RadixCache:
     """The harness's ``PrefixCache`` (``harness.mem.contracts``): see the module docstring for its rules."""
 
+    checkpoint_frees_window = False  # the caller slides first; an insert lays the freed tokens as tombstones
+
     def __init__(
         self, allocator: KVAllocator, req_to_token_pool: ReqToTokenPool, *, sliding_window_size: int | None
     ) -> None:

@@ -105,7 +105,8 @@ def test_prefix_cache_on_equals_off_with_cuda_graphs(target, arch):
 @pytest.mark.parametrize("page_size", [4, 16])
 def test_prefix_cache_on_equals_off_with_pages(target, page_size):
     """Whole pages: matches and checkpoints end on page boundaries, the window keeps whole pages (at 16 a page is
-    longer than the random checkpoint's window)."""
+    longer than the random checkpoint's window). At least 3 hits, as above: SGLang's tree keeps no live window at
+    the chunk ends inside a finished prompt (docs/FINDINGS.md #10), so at page 4 the branches cut there miss."""
     checkpoint = untied_checkpoint("gemma2")
     on = target.make_engine(checkpoint, graphs="off", page_size=page_size, **LIMITS)
     off = target.make_engine(checkpoint, graphs="off", page_size=page_size, prefix_cache=False, **LIMITS)
@@ -117,7 +118,7 @@ def test_prefix_cache_on_equals_off_with_pages(target, page_size):
         assert diff <= TOLERANCE, (
             f"page {page_size}, request {i} ({cached[i]} cached): cache on vs off differ by {diff:.3g}"
         )
-    assert all(c % page_size == 0 for c in cached) and sum(c > 0 for c in cached) >= 4, f"cached tokens {cached}"
+    assert all(c % page_size == 0 for c in cached) and sum(c > 0 for c in cached) >= 3, f"cached tokens {cached}"
 
 
 def test_cached_tokens_are_reported_and_skip_prefill(target):

@@ -96,6 +96,9 @@ class SGLangPrefixCache:
     """``PrefixCache`` (``harness.mem.contracts``) over SGLang's ``UnifiedRadixCache``; see the module docstring."""
 
     evicted_tokens = swa_evicted_tokens = None  # SGLang's tree keeps no such counters
+    # SGLang's checkpoint frees what lies out of the window of the key it inserts (free_out_of_window_slots), and its
+    # scheduler slides a request's window only in decode (maybe_evict_swa skips extend for a prefix-sharing cache)
+    checkpoint_frees_window = True
 
     def __init__(
         self,
