@@ -8,8 +8,9 @@ sglang-matrix``, the vLLM one) and the unit tests can read it anywhere.
 
 How a reproducer's result reads (``suites/findings/conftest.py`` applies it):
 
-- on a release listed in ``has_it`` (the pinned one at least): a strict xfail. A pass there fails the run, because
-  either the reproducer no longer reproduces or the list is wrong;
+- on a release listed in ``has_it`` (the pinned one, or only older ones for a bug fixed before it): a strict xfail.
+  A pass there fails the run, because either the reproducer no longer reproduces or the list is wrong;
+- on the pinned release of a bug fixed before it: a plain test, which guards the fix (a failure fails the run);
 - on any other release: a failing assertion is "still present in X" (an xfail, not a CI failure), a pass is "fixed in
   X" (a pass, reported in the run's summary and as a junit property), a skip is "not applicable".
 """
@@ -116,6 +117,15 @@ FINDINGS: tuple[Finding, ...] = (
         "suites/findings/test_finding_8_sglang.py::test_a_decode_that_does_not_fit_takes_nothing",
         "docs/repro/finding_8_sglang_decode_loses_a_page.py",
         ("0.5.22", "0.5.23"),  # measured; before 0.5.22 the paged alloc_decode is a Triton kernel (CPU-unreachable)
+    ),
+    Finding(
+        12,
+        "sglang",
+        "a prefill chunk's checkpoint leaves its pages in the radix tree unlocked: an eviction hands them to another "
+        "request",
+        "suites/findings/test_finding_12_sglang.py::test_a_chunk_checkpoint_keeps_the_running_requests_slots_locked",
+        "docs/repro/finding_12_sglang_chunk_checkpoint_unlocks.py",
+        ("0.5.22",),  # measured; fixed in 0.5.23; before 0.5.22 the scene's API is not there
     ),
 )
 
