@@ -229,7 +229,7 @@ def test_a_shared_few_shot_prefix_is_served_from_the_cache_to_a_later_batch():
 
 
 @pytest.mark.parametrize("frees_window", [False, True], ids=["harness-order", "sglang-order"])
-def test_a_prefill_chunk_is_checkpointed_before_any_slide_where_the_cache_frees_the_window(frees_window):
+def test_a_prefill_chunk_is_checkpointed_with_no_slide_where_the_cache_frees_the_window(frees_window):
     """The order the scheduler drives the cache in after an extend (harness/engine/scheduler.py): slide then
     checkpoint for the harness's tree, which lays the freed tokens as tombstones; checkpoint and no slide for a cache
     that frees the out-of-window SWA slots of what it inserts itself (SGLang's: sliding first freed below a pending

@@ -270,13 +270,12 @@ class Scheduler:
             req.kv_len += n
             if req.prefill_done:
                 sampling.append(req)
-        if self.tree_cache is None or sched.mode.is_decode():
+        checkpoint = self.tree_cache is not None and not sched.mode.is_decode()
+        if not (checkpoint and self.tree_cache.checkpoint_frees_window):  # the module docstring: who frees the window
             self._slide_windows(sched.reqs)
-            return sampling
-        if not self.tree_cache.checkpoint_frees_window:
-            self._slide_windows(sched.reqs)
-        for req in sched.reqs:  # every prefill chunk, the prompt's last one too (SGLang checkpoints each extend)
-            self.tree_cache.cache_unfinished_req(req)
+        if checkpoint:
+            for req in sched.reqs:  # every prefill chunk, the prompt's last one too (SGLang checkpoints each extend)
+                self.tree_cache.cache_unfinished_req(req)
         return sampling
 
     def commit_verify(self, sched: ScheduledBatch, kept: list[int]) -> None:
