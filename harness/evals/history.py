@@ -17,7 +17,7 @@ key (``HistoryEntry.series``; a field that changes starts a new series), read fr
 | fault | the fault injected, or none |
 | N | the items scored ("whole test sets", "first 100 per task") |
 | settings | per side, the settings the server reported (graph mode, flags), else the graph mode asked |
-| checkpoint | per side, the weights and tokenizer the server reported loading |
+| checkpoint | per side, the weights and tokenizer the server reported loading; the digests of the checkpoint's files the run recorded (``config.json``: another window or softcap is another model) |
 | data | each frozen task's file and data digests |
 | requests | how lm-eval asked: prompts per request, concurrency, decoding |
 
@@ -151,6 +151,7 @@ class HistoryEntry:
         return {
             "settings": {side: identities[side].get("flags") or arm.get("graphs") for side, arm in sides.items()},
             "checkpoint": {side: [ident.get("weights"), ident.get("tokenizer")] for side, ident in identities.items()},
+            "checkpoint files": {k: v for k, v in self._section("model").items() if k.endswith(" sha256")},
             "data": self.provenance.get("datasets") or {},
             "requests": [run.get("lm-eval requests"), run.get("decoding")],
         }

@@ -13,14 +13,11 @@ import json
 from pathlib import Path
 
 from harness.evals.results import ServedIdentity
-from harness.fingerprint import code_fingerprint, file_sha256, tokenizer_fingerprint, weights_sha256
+from harness.fingerprint import code_fingerprint
 from harness.jobs.plan import ArmRun, EvalStep, Task
 from harness.jobs.provenance import dataset_hashes
 from harness.paths import REPO
 from harness.reuse.response_key import ResponseKey
-
-# Besides tokenizer.json, the files a tokenizer or a chat template is read from: they shape every prompt.
-PROMPT_FILES = ("tokenizer_config.json", "special_tokens_map.json", "chat_template.jinja", "chat_template.json")
 
 
 class ResumeRefused(ValueError):
@@ -46,13 +43,8 @@ def _served(identity: ServedIdentity | None, run: ArmRun) -> str:
 def response_key(run: ArmRun, step: EvalStep, identity: ServedIdentity | None) -> ResponseKey:
     """The key of one lm-eval run's answers, from the plan's run, the checkpoint, the task files and the server."""
     arm, model = run.arm, run.model
-    folder = REPO / model.name
     return ResponseKey(
-        weights=weights_sha256(folder) if folder.is_dir() else model.name,
-        tokenizer=(
-            ("tokenizer.json", tokenizer_fingerprint(folder) if folder.is_dir() else None),
-            *((name, file_sha256(folder / name)) for name in PROMPT_FILES),
-        ),
+        checkpoint=ResponseKey.checkpoint_of(REPO / model.name, model.name),
         code=code_fingerprint(),
         engine=arm.engine,
         flags=(*model.server_args, *arm.flags),

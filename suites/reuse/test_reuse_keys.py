@@ -5,6 +5,7 @@ or starts a new series; changing what no answer depends on does not."""
 from __future__ import annotations
 
 import shutil
+from fnmatch import fnmatch
 from dataclasses import replace
 from pathlib import Path
 from typing import Any, Callable
@@ -13,12 +14,15 @@ import pytest
 
 from harness.evals.history import HistoryEntry
 from harness.evals.results import ServedIdentity
+from harness.fingerprint import file_sha256
 from harness.jobs import cache as cache_module
 from harness.jobs import provenance
 from harness.jobs.cache import ResumeRefused, response_cache, response_key
 from harness.jobs.cpu import EvalConfig, cpu_plan
 from harness.jobs.plan import ArmRun, EvalStep
 from harness.paths import DATA_DIR, REPO
+from harness.reuse import response_key as response_key_module
+from harness.reuse.response_key import CHECKPOINT_FILES, CheckpointFile, ResponseKey
 
 SERVED = {"model": "swa-harness", "graph_mode": "tape", "build": {"code": "abc", "weights": "sha256:w"}}
 
@@ -71,14 +75,6 @@ def _model(**fields: Any) -> Change:
     return lambda run, step, ident, ckpt: (replace(run, model=replace(run.model, **fields)), step, ident)
 
 
-def _file(name: str, text: str) -> Change:
-    def change(run: ArmRun, step: EvalStep, ident: ServedIdentity | None, ckpt: Path):
-        (ckpt / name).write_text(text)
-        return run, step, ident
-
-    return change
-
-
 def _task_file(relative: str) -> Change:
     def change(run: ArmRun, step: EvalStep, ident: ServedIdentity | None, ckpt: Path):
         path = Path(provenance.TASKS_DIR).parent / relative
@@ -88,11 +84,9 @@ def _task_file(relative: str) -> Change:
     return change
 
 
-# One row per field of ResponseKey's table: an input that changes only that field.
+# One row per field of ResponseKey's table but the checkpoint (one test per file below): an input that changes only
+# that field.
 MISSES: dict[str, Change] = {
-    "weights": _file("model.safetensors", "other weights"),
-    "tokenizer": _file("tokenizer.json", '{"model": {}}'),
-    "tokenizer (chat template)": _file("tokenizer_config.json", '{"chat_template": "{{ other }}"}'),
     "engine": _arm(engine="vllm"),
     "flags (arm)": _arm(flags=("--max-running", "8")),
     "flags (model)": _model(server_args=("--page-size", "16")),
@@ -129,7 +123,6 @@ HITS: dict[str, Change] = {
         ident,
     ),
     "output folder": lambda run, step, ident, ckpt: (run, replace(step, out=Path("/elsewhere")), ident),
-    "a file beside the checkpoint no prompt reads": _file("README.md", "notes"),
 }
 
 
@@ -147,6 +140,74 @@ def test_changing_one_field_of_the_resume_key_misses_the_cache(field: str, ckpt:
 def test_what_no_answer_depends_on_keeps_the_key(change: str, ckpt: Path, tasks: Path) -> None:
     run, step = _run(ckpt, tasks)
     assert response_key(run, step, _identity()) == response_key(*HITS[change](run, step, _identity(), ckpt))
+
+
+# -- the checkpoint's files ------------------------------------------------------------------------------------------
+
+# Every file of a checkpoint folder an answer depends on (a shard for sharded weights): each must be a row of the key.
+ANSWER_FILES = (
+    "model.safetensors",
+    "model-00001-of-00002.safetensors",
+    "model.safetensors.index.json",
+    "config.json",
+    "generation_config.json",
+    "tokenizer.json",
+    "tokenizer.model",
+    "tokenizer_config.json",
+    "special_tokens_map.json",
+    "added_tokens.json",
+    "chat_template.jinja",
+    "chat_template.json",
+)
+# Files a shipped checkpoint folder holds beside them: its card and what was measured on it.
+NOT_ANSWERS = ("README.md", "card_notes.md", "eval_results.json", "engine_agreement.json", "sensitivity.json")
+
+
+@pytest.fixture
+def shipped(tmp_path: Path) -> Path:
+    """A copy of a shipped checkpoint folder: real weights, config and tokenizer, and the files beside them."""
+    folder = tmp_path / "gemma2-tiny-swa"
+    shutil.copytree(REPO / "fixtures" / "models" / "gemma2-tiny-swa", folder)
+    return folder
+
+
+def _touch(folder: Path, name: str) -> None:
+    """Another content for ``name``, created when absent (the key reads bytes, not meaning)."""
+    path = folder / name
+    path.write_bytes((path.read_bytes() if path.is_file() else b"") + b"\n")
+
+
+@pytest.mark.parametrize("name", ANSWER_FILES)
+def test_changing_one_checkpoint_file_misses_the_cache(name: str, shipped: Path, tasks: Path) -> None:
+    """Edited in place, or added where it was absent (a sliding window changed in config.json, a chat template
+    dropped in): that file's row of the key changes, and nothing else."""
+    run, step = _run(shipped, tasks)
+    before = response_key(run, step, _identity())
+    _touch(shipped, name)
+    after = response_key(run, step, _identity())
+    assert before.digest() != after.digest(), f"changing {name} keeps the resume key"
+    assert set(after.checkpoint) - set(before.checkpoint) == {(name, file_sha256(shipped / name))}
+    assert len(set(before.checkpoint) - set(after.checkpoint)) == 1  # its old row only
+    assert replace(after, checkpoint=before.checkpoint) == before  # no other field
+
+
+@pytest.mark.parametrize("file", CHECKPOINT_FILES, ids=lambda file: file.pattern)
+def test_each_checkpoint_row_is_changed_by_a_test_and_shown_in_the_table(file: CheckpointFile) -> None:
+    assert [name for name in ANSWER_FILES if fnmatch(name, file.pattern)], f"no test changes {file.pattern}"
+    assert file.row() in str(response_key_module.__doc__), f"{file.pattern} is not a row of the docstring's table"
+
+
+@pytest.mark.parametrize("name", NOT_ANSWERS)
+def test_a_checkpoint_file_no_answer_depends_on_keeps_the_key(name: str, shipped: Path, tasks: Path) -> None:
+    run, step = _run(shipped, tasks)
+    before = response_key(run, step, _identity())
+    _touch(shipped, name)
+    assert response_key(run, step, _identity()) == before, f"changing {name} changes the resume key"
+
+
+def test_a_hub_id_is_keyed_as_given(tmp_path: Path) -> None:
+    """No folder to read: the id is what names the checkpoint."""
+    assert ResponseKey.checkpoint_of(tmp_path / "absent", "org/a") != ResponseKey.checkpoint_of(tmp_path / "b", "org/b")
 
 
 def test_the_code_is_in_the_key(ckpt: Path, tasks: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -238,6 +299,7 @@ def _entry(**change: Any) -> HistoryEntry:
         "arms": arms,
         "datasets": {"gsm_style": {"test.jsonl": "aaaa"}},
         "software": {"torch": "2.13.0"},
+        "model": {"name": "m", "checkpoint": "fixtures/models/m", "config.json sha256": "cccc"},
     }
     fields: dict[str, Any] = {"model": "m", "fault": None, "engine": "sglang 0.5.23"}
     for path, value in change.items():
@@ -290,6 +352,19 @@ def test_changing_one_field_of_the_series_key_starts_a_new_series(field: str) ->
 @pytest.mark.parametrize("change", SAME_SERIES)
 def test_what_a_trend_follows_stays_in_its_series(change: str) -> None:
     assert _entry(**SAME_SERIES[change]).series == _entry().series
+
+
+def test_a_changed_checkpoint_config_starts_a_new_series() -> None:
+    """The same weights and tokenizer under another config.json (a window, a softcap) are another model; where the
+    checkout keeps the checkpoint is not. Read from the file digests a job records (``model_provenance``)."""
+    base = _entry()
+
+    def with_model(**change: str) -> HistoryEntry:
+        return replace(base, provenance={**base.provenance, "model": {**base.provenance["model"], **change}})
+
+    assert with_model(**{"config.json sha256": "other"}).series != base.series
+    assert with_model(checkpoint="elsewhere/m").series == base.series
+    assert "config.json sha256" in provenance.model_provenance("fixtures/models/gemma2-tiny-swa")
 
 
 def test_the_series_is_read_from_what_a_real_job_records() -> None:
