@@ -15,6 +15,8 @@ from harness.env import HYPOTHESIS_ENV
 from harness.targets import Target, load_target
 from harness.mem import STALE_KEY_WARNING, SWAKVPool
 from suites.checks import expect_structure
+from suites.known_failures import pytest_runtest_makereport  # noqa: F401 - every strict xfail names its failure
+from suites.pinned_skips import PinnedSkips
 
 # Small limits: buckets 1..32, two KV-length buckets (64, 128), chunked prefill on every prompt of note.
 ENGINE_LIMITS = dict(max_running_requests=32, chunk_size=16, max_prefill_tokens=64, max_context_len=128)
@@ -33,6 +35,11 @@ def examples(default: int) -> int:
 
 def pytest_addoption(parser: pytest.Parser) -> None:
     parser.addoption("--target", default=None, help="implementation under test (default: harness)")
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """No silent skip on a pinned SGLang or vLLM release (suites/pinned_skips.py, its table suites/expected_skips.py)."""
+    config.pluginmanager.register(PinnedSkips.here(), "swa-harness-pinned-skips")
 
 
 @pytest.fixture(scope="session")
