@@ -8,6 +8,7 @@ import pytest
 import torch
 
 from harness.mem import HybridPoolSpec, PoolError, build_hybrid_pool
+from harness.mem.eviction import Evicted, evict_measured
 from harness.mem.radix_cache import RadixCache
 from suites.prefix.machines import SimReq
 
@@ -122,6 +123,25 @@ def test_full_eviction_takes_leaves_and_the_tombstones_they_leave_behind(scene):
     assert cache.evictable_size() == 12
     cache.evict(full_tokens=1)  # the live leaf goes, and its tombstone parent cannot end a match: it goes too
     assert cache.evictable_size() == 0 and memory.allocator.full_available_size() == memory.allocator.size
+    cache.sanity_check()
+
+
+def test_what_an_eviction_took_is_measured_on_the_tree_full_swa_and_tombstoned_apart(scene):
+    """``evict_measured`` (the engine's eviction ledger, which the servers' /metrics count): an SWA eviction of a
+    node a running request holds by its full KV tombstones it (SWA gone, full kept); a full eviction deletes the
+    path (full and live SWA gone, nothing tombstoned); an eviction that finds nothing unlocked takes nothing."""
+    memory, cache = scene
+    a = admit(memory, cache, list(range(1, 11)))
+    prefill(memory, cache, a, 10, checkpoint=False)
+    finish(memory, cache, a)  # 0..5 tombstoned, 6..9 live
+    b = admit(memory, cache, list(range(1, 11)) + [50, 51, 52])
+    assert b.cache_protected_len == 10 and b.prefix_lock.swa_floor == 7  # 7..9 pinned, 6 is not
+    assert evict_measured(cache, full_tokens=0, swa_tokens=1) == Evicted(full=0, swa=1, tombstoned=1)
+    assert evict_measured(cache, full_tokens=5, swa_tokens=5) == Evicted()  # the rest is locked
+    cache.release_req(b)
+    memory.req_to_token_pool.free(b.req_pool_idx)
+    assert evict_measured(cache, full_tokens=10, swa_tokens=0) == Evicted(full=10, swa=3, tombstoned=0)
+    assert Evicted(1, 2, 3) + Evicted(1, 1, 1) == Evicted(2, 3, 4) and not Evicted(1, 1, 0).all_moved
     cache.sanity_check()
 
 

@@ -22,6 +22,8 @@ from harness.server.chat import ChatRenderer, fallback_prompt
 from harness.server.cli import ready_url
 from harness.server.protocol import ChatMessage
 from harness.server.worker import EngineWorker
+from harness.servers.counters import prometheus_sums
+from harness.servers.harness_server import HarnessServer
 from tests.waits import SERVER_START_S, scaled
 
 MODEL = "tiny-swa"
@@ -160,6 +162,23 @@ def test_a_later_turn_is_served_from_the_prefix_cache_and_answers_as_without_it(
     status, health = serve(fresh_worker, lambda c: _get(c, "/health"))
     stats = health["pools"]["prefix_cache"]
     assert stats["enabled"] and stats["cached_tokens"] == cached and stats["tokens"] > 0, stats
+
+    async def metrics(client: TestClient) -> tuple[int, str, str]:
+        resp = await client.get("/metrics")
+        return resp.status, resp.content_type, await resp.text()
+
+    status, kind, text = serve(fresh_worker, metrics)  # the same counts, as Prometheus text (as SGLang and vLLM)
+    assert status == 200 and kind == "text/plain", (status, kind)
+    sums = prometheus_sums(text, tuple(HarnessServer.cache_metrics.values()) + ("swa_harness:num_requests_total",))
+    assert sums == {
+        "swa_harness:prompt_tokens_total": len(first) + len(second),
+        "swa_harness:cached_tokens_total": cached,
+        "swa_harness:evicted_tokens_total": 0,
+        "swa_harness:swa_evicted_tokens_total": 0,
+        "swa_harness:swa_tombstoned_tokens_total": 0,
+        "swa_harness:num_requests_total": 2,
+    }, sums
+    assert "# TYPE swa_harness:cached_tokens_total counter" in text and 'path="decode-graph"' in text, text
 
 
 def test_flush_cache_empties_the_tree_so_a_repeat_is_computed_afresh(fresh_worker: EngineWorker, ref: Engine) -> None:

@@ -102,10 +102,11 @@ class CacheStats:
     swa_tokens: int = 0
     prompt_tokens: int = 0  # prompt tokens of every admitted request
     cached_tokens: int = 0  # of them, served from the cache
-    # Tokens whose full KV the tree evicted to make room, and whose SWA KV it gave back (tombstones and deleted
-    # leaves), since start-up; None where the cache does not count them (the adapter over SGLang's tree).
-    evicted_tokens: int | None = 0
-    swa_evicted_tokens: int | None = 0
+    # What the tree's evictions took since start-up, measured on the slots it holds (``harness.mem.eviction``):
+    # tokens whose full KV went, whose live SWA KV went, and of those the ones whose full KV stayed (tombstoned).
+    evicted_tokens: int = 0
+    swa_evicted_tokens: int = 0
+    swa_tombstoned_tokens: int = 0
 
     @property
     def hit_rate(self) -> float:
@@ -489,6 +490,7 @@ class Engine:
             cache.evictable_size() + cache.protected_size(),
             cache.swa_evictable_size() + cache.swa_protected_size(),
             **self._hits,
-            evicted_tokens=cache.evicted_tokens,
-            swa_evicted_tokens=cache.swa_evicted_tokens,
+            evicted_tokens=self.scheduler.evicted.full,
+            swa_evicted_tokens=self.scheduler.evicted.swa,
+            swa_tombstoned_tokens=self.scheduler.evicted.tombstoned,
         )

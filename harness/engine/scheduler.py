@@ -52,6 +52,7 @@ from harness.engine.request import FinishReason, Req
 from harness.engine.sampling import GREEDY_BELOW
 from harness.mem import ReqToTokenPool, SWATokenToKVPoolAllocator
 from harness.mem.contracts import PrefixCache
+from harness.mem.eviction import Evicted, evict_measured
 from harness.mem.index import LOC_DTYPE
 
 
@@ -119,6 +120,7 @@ class Scheduler:
         self.device = allocator.device
         self.waiting: deque[Req] = deque()
         self.running: list[Req] = []
+        self.evicted = Evicted()  # what the tree's evictions took over the scheduler's life (the server's counters)
 
     # -- admission -----------------------------------------------------------------------------
 
@@ -168,7 +170,7 @@ class Scheduler:
         lack_full = max(0, full - self.allocator.full_available_size())
         lack_swa = max(0, swa - self.allocator.swa_available_size())
         if lack_full or lack_swa:
-            self.tree_cache.evict(full_tokens=lack_full, swa_tokens=lack_swa)
+            self.evicted += evict_measured(self.tree_cache, full_tokens=lack_full, swa_tokens=lack_swa)
 
     # -- one step --------------------------------------------------------------------------------
 

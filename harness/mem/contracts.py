@@ -232,9 +232,6 @@ class PrefixCache(Protocol):
 
     page_size: int
     sliding_window_size: int | None
-    # Tokens whose full KV / SWA KV the cache gave back to make room since it was built (None: it does not count)
-    evicted_tokens: int | None
-    swa_evicted_tokens: int | None
     # Who frees the SWA slots a prefill chunk's window has passed. False (the harness's tree): the caller slides the
     # window first and the checkpoint inserts the freed tokens as tombstones. True (SGLang's): the checkpoint frees
     # what lies out of the window of the key it inserts, itself, and its scheduler slides windows only in decode,

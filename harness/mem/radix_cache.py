@@ -116,9 +116,6 @@ class RadixCache:
         self.req_to_token_pool = req_to_token_pool
         self.page_size = allocator.page_size
         self.sliding_window_size = sliding_window_size
-        # Tokens whose full KV the tree gave back by eviction, and whose SWA KV it gave back (tombstoned or deleted
-        # with a leaf), since it was built; counted across flushes, as a server's counters are.
-        self.evicted_tokens = self.swa_evicted_tokens = 0
         self._clock = itertools.count(1)
         self._new_tree()
 
@@ -469,17 +466,13 @@ class RadixCache:
             leaf = self._lru(lambda n: not n.children and not n.full_lock_ref)
             if leaf is None:
                 break
-            self.evicted_tokens += len(leaf.key)
-            self.swa_evicted_tokens += len(leaf.key) if leaf.swa_live else 0
             self._delete_leaf(leaf)
         want = alloc.swa_available_size() + swa_tokens
         while alloc.swa_available_size() < want:
             node = self._lru(lambda n: n.swa_live and not n.swa_lock_ref)
             if node is None:
                 break
-            self.swa_evicted_tokens += len(node.key)
             if not node.children and not node.full_lock_ref:
-                self.evicted_tokens += len(node.key)
                 self._delete_leaf(node)
             else:
                 self._tombstone(node)

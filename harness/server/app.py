@@ -1,6 +1,7 @@
 """The OpenAI-compatible aiohttp application over an EngineWorker.
 
-Routes: ``POST /v1/completions``, ``POST /v1/chat/completions``, ``GET /v1/models``, ``GET /health``.
+Routes: ``POST /v1/completions``, ``POST /v1/chat/completions``, ``GET /v1/models``, ``GET /health``,
+``GET /metrics`` (Prometheus text), ``POST /flush_cache``.
 Every error is JSON in OpenAI's shape (see protocol.ApiError): 400 for a request that can never be
 served (its field is named in ``param``), 500 when the engine failed while the request ran, 503 while
 shutting down; the server keeps serving the next request either way.
@@ -43,6 +44,7 @@ from yarl import URL
 from harness.engine import GenerateOutput, RequestError
 from harness.model import Tokenizer
 from harness.server.chat import ChatRenderer
+from harness.server.metrics import render as render_metrics
 from harness.server.protocol import (
     ApiError,
     ChatMessage,
@@ -100,6 +102,7 @@ def build_app(worker: EngineWorker, model_name: str, *, build: Mapping[str, Any]
     app.router.add_post("/v1/chat/completions", chat_completions)
     app.router.add_get("/v1/models", models)
     app.router.add_get("/health", health)
+    app.router.add_get("/metrics", metrics)
     app.router.add_get("/flush_cache", flush_cache, allow_head=False)
     app.router.add_post("/flush_cache", flush_cache)
     return app
@@ -284,6 +287,13 @@ async def models(request: web.Request) -> web.Response:
             ],
         }
     )
+
+
+async def metrics(request: web.Request) -> web.Response:
+    """The counters in Prometheus' text format (``harness.server.metrics``), as SGLang and vLLM serve theirs."""
+    worker = request.app[WORKER_KEY]
+    text = render_metrics(worker.stats(), worker.pools(), request.app[STATE_KEY]["model"])
+    return web.Response(text=text, content_type="text/plain", charset="utf-8")
 
 
 async def flush_cache(request: web.Request) -> web.Response:

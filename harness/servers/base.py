@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping
 
-from harness.servers.counters import Counters
+from harness.servers.counters import CacheCounters, CacheMetrics, Counters, cache_counters
 from harness.servers.guard import CHILDREN, ChildProcesses
 from harness.evals.results import ServedIdentity
 from harness.servers.identity import get_json, server_identity, server_version
@@ -81,6 +81,8 @@ class ServerKind:
     # Where the server empties its prefix cache (POST), as SGLang's and the harness's; None: it has no way to.
     flush_path: str | None = "/flush_cache"
     install_hint = ""
+    # CacheCounters field -> the Prometheus metric this server serves it under at /metrics; {} where it serves none.
+    cache_metrics: CacheMetrics = {}
 
     def missing(self) -> str | None:
         """Why this engine cannot run here, in one line; None when it can."""
@@ -170,6 +172,11 @@ class ServerKind:
     def counters(self, base_url: str) -> Counters | None:
         """Requests finished and tokens generated so far, for the live progress; None where it exposes none."""
         return None
+
+    def cache_counters(self, base_url: str) -> CacheCounters | None:
+        """Its prefix cache's counters from its own ``/metrics``, read the same way on every kind of server; None
+        where it serves none (or did not answer)."""
+        return cache_counters(base_url, self.cache_metrics) if self.cache_metrics else None
 
     def stats(self, base_url: str) -> dict[str, Any]:
         """What the server did over a run, read once before it stops and kept with the run's results (the harness

@@ -7,6 +7,7 @@ counters at ``/metrics``. A reading that fails is None: progress must never fail
 
 from __future__ import annotations
 
+import dataclasses
 import re
 import urllib.request
 from dataclasses import dataclass
@@ -69,6 +70,55 @@ def metrics_stats(base_url: str, names: Mapping[str, str]) -> dict[str, int]:
     text = _metrics_text(base_url, timeout=5)
     sums = prometheus_sums(text, tuple(names)) if text is not None else {}
     return {short: int(sums[name]) for name, short in names.items() if name in sums}
+
+
+@dataclass(frozen=True)
+class CacheCounters:
+    """A server's prefix cache since it started, from its own ``/metrics`` (every server kind maps its metric names
+    onto these fields: ``CacheMetrics``); None where the server exposes no such count."""
+
+    query_tokens: int | None  # prompt tokens looked up in the cache
+    hit_tokens: int | None  # of them, served from it
+    evicted: int | None  # tokens whose full KV the cache evicted
+    swa_evicted: int | None  # tokens whose sliding-window KV it evicted
+    tombstoned: int | None  # of those, tokens whose full KV it kept (an SWA tombstone)
+
+    def __sub__(self, earlier: CacheCounters) -> CacheCounters:
+        """What happened between two readings (a field either reading lacks stays None)."""
+
+        def minus(a: int | None, b: int | None) -> int | None:
+            return None if a is None or b is None else a - b
+
+        return CacheCounters(
+            *(minus(getattr(self, f.name), getattr(earlier, f.name)) for f in dataclasses.fields(CacheCounters))
+        )
+
+    def pressure_missing(self) -> list[str]:
+        """The eviction counts that did not move (or that the server does not expose): what keeps a pool that was
+        meant to be tight from proving it was."""
+        return [
+            f"{name} {value if value is not None else '(none reported)'}"
+            for name, value in (
+                ("evicted", self.evicted),
+                ("swa_evicted", self.swa_evicted),
+                ("tombstoned", self.tombstoned),
+            )
+            if not value
+        ]
+
+
+# CacheCounters field -> the Prometheus metric that holds it on one kind of server.
+CacheMetrics = Mapping[str, str]
+
+
+def cache_counters(base_url: str, names: CacheMetrics) -> CacheCounters | None:
+    """The server's cache counters under ``names``; None when ``/metrics`` does not answer."""
+    text = _metrics_text(base_url, timeout=5)
+    if text is None:
+        return None
+    sums = prometheus_sums(text, tuple(names.values()))
+    read = {field: int(sums[name]) if name in sums else None for field, name in names.items()}
+    return CacheCounters(**{f.name: read.get(f.name) for f in dataclasses.fields(CacheCounters)})
 
 
 def metrics_reader(requests_name: str, tokens_name: str) -> ReadCounters:

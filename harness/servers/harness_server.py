@@ -23,6 +23,13 @@ GRAPH_MODES = ("tape", "cuda", "auto", "eager", "off")
 class HarnessServer(ServerKind):
     name = "harness"
     stop_grace_s = 30.0
+    cache_metrics = {
+        "query_tokens": "swa_harness:prompt_tokens_total",
+        "hit_tokens": "swa_harness:cached_tokens_total",
+        "evicted": "swa_harness:evicted_tokens_total",
+        "swa_evicted": "swa_harness:swa_evicted_tokens_total",
+        "tombstoned": "swa_harness:swa_tombstoned_tokens_total",
+    }
 
     def graph_flags(self, graphs: str, flags: tuple[str, ...] = ()) -> tuple[str, ...]:
         """The server's own mode ("on" is its ``auto``: CUDA graphs on a GPU, the tape on CPU)."""

@@ -1,28 +1,34 @@
 """The cache-hit protocol every server is held to: answers served from a warm prefix cache equal the same requests
-replayed on an empty one, and transformers'.
+replayed on an empty one, and transformers', and every kind of reuse really was served from the cache.
 
 A prefix-cache bug shows only when a later request reuses what an earlier one left behind, so the protocol makes
 later requests do that, the ways real traffic does:
 
 1. **warm-up** (concurrent, on an emptied cache): one prompt of each shared-prefix group (lm-eval's few-shot
    contexts share their exemplars), the first turn of each conversation, and prompts several windows long;
-2. **reuse** (concurrent, one client per request), in two waves: every warm-up prompt again (``repeat``), each
-   conversation branched into every follow-up after the model's own first answer (``branch``: the prefix runs
-   through generated tokens), each long prompt with a tail (``long``) and the second prompt of each group
-   (``shared-prefix``); then the rest of each group. The first request that shares only part of a finished prompt
-   may miss by design (SGLang keeps a finished prompt's SWA KV only at its end, and the first sharer's prefill
-   repairs a window where it branches: docs/FINDINGS.md #10); the second wave is what later traffic sees;
+2. **reuse** (concurrent, one client per request), in two waves. The first: every warm-up prompt again
+   (``repeat``), each conversation's next turn after the model's own first answer, once per follow-up
+   (``second-turn``: the prefix runs through generated tokens), each long prompt with a tail (``long``), and the
+   second prompt of each group (``branch``: the first request that shares only part of a finished prompt). The
+   second wave: the rest of each group at once (``shared-prefix``: concurrent requests sharing a cached prefix);
 3. **fresh**: each reuse request again, alone, right after ``flush_cache`` (SGLang's way: its KL tests replay after
    ``/flush_cache``), so it is served with nothing cached.
 
-Verdict: at least half of the repeats and half of the other reuse requests hit the cache (the server's own
-``usage.prompt_tokens_details.cached_tokens``), no fresh replay does, and every reuse answer and top-5 logprob
-equals the fresh replay's and transformers' within the suite's tolerance. A server that does not report cached
-tokens, or whose flush leaves hits behind, gives no verdict (``NoVerdict``), never a pass.
+Verdict, per kind of reuse, read from the server's own ``usage.prompt_tokens_details.cached_tokens``: a kind hits on
+every request in a roomy pool and on at least half of them (at least one) in a tight one, where LRU may evict a
+prefix before a late arrival reuses it; a kind the server does not hit by design is in one table with its reason
+(``MISSES_BY_DESIGN``): one it never hits must miss (a hit fails, naming the row to drop), one it may miss is not
+counted either way. No fresh replay may hit. Every reuse answer and
+top-5 logprob must equal the fresh replay's and transformers' within the suite's tolerance. A tight pool must prove
+its pressure with the server's own counters, read from ``/metrics`` before the warm-up and after the reuse waves
+(``harness.servers.counters.CacheCounters``): full KV evicted, SWA KV evicted, SWA KV tombstoned; a pool that did not
+evict, a server that reports no cached tokens, or a flush that leaves hits behind gives no verdict (``NoVerdict``),
+never a pass.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -32,10 +38,38 @@ from typing import Any, Literal
 import pytest
 
 from harness.servers.base import ServerKind
+from harness.servers.counters import CacheCounters
 from harness.servers.lifecycle import ServerProcess
 from suites.servers.oracles import Agreement, Reference, Served, agreement, ask, transformers_reference
 
-Kind = Literal["warm-up", "repeat", "shared-prefix", "branch", "long"]
+Kind = Literal["repeat", "second-turn", "long", "branch", "shared-prefix"]
+Pool = Literal["roomy", "tight"]
+
+
+@dataclass(frozen=True)
+class Miss:
+    """Why a server does not serve one kind of reuse from its cache; ``always``: it never can (the protocol checks
+    every such request misses), else it may miss, depending on arrival order (neither a hit nor a miss is asked)."""
+
+    why: str
+    always: bool
+
+
+# (server kind, reuse kind) -> the design that makes that server miss it. Every other pair must hit.
+MISSES_BY_DESIGN: dict[tuple[str, Kind], Miss] = {
+    ("sglang", "branch"): Miss(
+        "docs/FINDINGS.md #10: SGLang frees a published prompt's SWA KV up to its last window, so the first request "
+        "sharing only part of it finds no live window at its branching point",
+        always=True,
+    ),
+    ("harness", "branch"): Miss(
+        "harness/mem/radix_cache.py rules 6-7: a published prompt keeps live SWA KV only in its last window, unless "
+        "its request branched off a tombstoned prefix, which keeps its window live from that branching point until "
+        "its checkpoint (the whole prompt, where the branching point was its first token); which warm-up prompt "
+        "branched off which depends on arrival order (measured on one server, three runs: 0, 1 and 1 of 2 hit)",
+        always=False,
+    ),
+}
 
 
 class NoVerdict(Exception):
@@ -55,19 +89,40 @@ class Workload:
     def warm_up(self) -> list[str]:
         return [group[0] for group in self.groups] + list(self.openers) + list(self.long)
 
-    def reuse_waves(self, warm_answers: Sequence[str]) -> list[list[tuple[Kind, str]]]:
+    def reuse_waves(self, warm_answers: Sequence[str]) -> list[list[Reuse]]:
         """The reuse requests in their two waves, given the warm-up's answers (in ``warm_up`` order)."""
         warm = self.warm_up()
         answer = dict(zip(warm, warm_answers))
-        first: list[tuple[Kind, str]] = [("repeat", p) for p in warm]
-        first += [("branch", f"{o.rstrip()} {answer[o].strip()}{f}") for o in self.openers for f in self.follow_ups]
-        first += [("long", p + self.tail) for p in self.long]
-        first += [("shared-prefix", group[1]) for group in self.groups]
-        return [first, [("shared-prefix", p) for group in self.groups for p in group[2:]]]
+        first = [Reuse("repeat", p, p) for p in warm]
+        for o in self.openers:
+            turn = f"{o.rstrip()} {answer[o].strip()}"  # the first turn as the server holds it: prompt and answer
+            first += [Reuse("second-turn", turn + f, turn) for f in self.follow_ups]
+        first += [Reuse("long", p + self.tail, p) for p in self.long]
+        first += [Reuse("branch", group[1], group[0]) for group in self.groups]
+        return [first, [Reuse("shared-prefix", p, group[0]) for group in self.groups for p in group[2:]]]
 
-    def reuse(self, warm_answers: Sequence[str]) -> list[tuple[Kind, str]]:
+    def reuse(self, warm_answers: Sequence[str]) -> list[Reuse]:
         """Every reuse request, wave by wave."""
         return [item for wave in self.reuse_waves(warm_answers) for item in wave]
+
+
+@dataclass(frozen=True)
+class Reuse:
+    """One reuse request: its kind, its prompt, and the earlier text whose cached KV it can reuse."""
+
+    kind: Kind
+    prompt: str
+    shares: str
+
+
+@dataclass(frozen=True)
+class Expected:
+    """What a correct server gives on the reuse requests: transformers' answers, and per request the tokens it shares
+    with the text it reuses (the longest common prefix of the two tokenizations), which a hit must half cover."""
+
+    prompts: list[str]
+    reference: Reference
+    shared_tokens: list[int]
 
 
 @dataclass(frozen=True)
@@ -78,6 +133,7 @@ class CacheHitRun:
     prompts: list[str]
     warm: list[Served]
     fresh: list[Served]
+    pressure: CacheCounters | None  # the server's cache counters over the warm-up and reuse waves (None: no /metrics)
 
 
 @dataclass(frozen=True)
@@ -90,6 +146,8 @@ class CacheHitReport:
     prompt_tokens: int
     vs_fresh: Agreement
     vs_transformers: Agreement
+    pool: Pool
+    pressure: CacheCounters | None
 
     def record(self, name: str) -> str:
         """The report's line, printed and appended to ``reports/cache-hits.jsonl`` (what each configuration's
@@ -109,6 +167,8 @@ class CacheHitReport:
             "hits": self.hits,
             "cached_tokens": self.cached_tokens,
             "prompt_tokens": self.prompt_tokens,
+            "pool": self.pool,
+            "pressure": dataclasses.asdict(self.pressure) if self.pressure else None,
             "worst_vs_fresh": self.vs_fresh.worst,
             "worst_vs_transformers": self.vs_transformers.worst,
         }
@@ -118,10 +178,17 @@ class CacheHitReport:
 
     def line(self, name: str) -> str:
         kinds = ", ".join(f"{k} {h}/{n}" for k, (h, n) in self.hits.items())
+        p = self.pressure
+        evicted = (
+            f"; evicted while requests ran (server's counters): full {p.evicted}, SWA {p.swa_evicted}, "
+            f"tombstoned {p.tombstoned}"
+            if p
+            else ""
+        )
         return (
-            f"{name}: {self.requests} reuse requests, hits {kinds}; {self.cached_tokens}/{self.prompt_tokens} prompt "
-            f"tokens from the cache; worst |dlogprob| vs fresh {self.vs_fresh.worst:.3g}, vs transformers "
-            f"{self.vs_transformers.worst:.3g}"
+            f"{name} ({self.pool}): {self.requests} reuse requests, hits {kinds}; {self.cached_tokens}/"
+            f"{self.prompt_tokens} prompt tokens from the cache{evicted}; worst |dlogprob| vs fresh "
+            f"{self.vs_fresh.worst:.3g}, vs transformers {self.vs_transformers.worst:.3g}"
         )
 
 
@@ -142,20 +209,35 @@ def run_protocol(
 ) -> CacheHitRun:
     """Warm-up, reuse, fresh replays (module docstring). CacheFlushRefused propagates: one line, no verdict."""
     kind.flush_cache(server.base_url)
+    before = kind.cache_counters(server.base_url)
     warm_up = serve_concurrently(server, served, workload.warm_up(), new_tokens, extra)
     waves = workload.reuse_waves([s.text for s in warm_up])
     asks = [item for wave in waves for item in wave]
-    prompts = [p for _, p in asks]
-    warm = [s for wave in waves for s in serve_concurrently(server, served, [p for _, p in wave], new_tokens, extra)]
+    prompts = [r.prompt for r in asks]
+    warm = [
+        s for wave in waves for s in serve_concurrently(server, served, [r.prompt for r in wave], new_tokens, extra)
+    ]
+    after = kind.cache_counters(server.base_url)
     fresh = []
     for prompt in prompts:
         kind.flush_cache(server.base_url)
         fresh.append(ask(server, served, prompt, new_tokens, extra=extra))
-    return CacheHitRun([k for k, _ in asks], prompts, warm, fresh)
+    pressure = after - before if after is not None and before is not None else None
+    return CacheHitRun([r.kind for r in asks], prompts, warm, fresh, pressure)
 
 
-def judge(run: CacheHitRun, transformers: Reference, tol: float, engine: str) -> CacheHitReport:
-    """The verdict (module docstring): NoVerdict when the server cannot be judged, AssertionError when it is wrong."""
+def expected_hits(requests: int, pool: Pool) -> int:
+    """The fewest requests of one reuse kind that must hit: all in a roomy pool; in a tight one at least half and at
+    least one, since LRU may evict a prefix before a late arrival reuses it (measured on the harness server with the
+    cores shared: 5 of 6 repeats), while a cache that stopped matching that kind hits none."""
+    return requests if pool == "roomy" else max(1, (requests + 1) // 2)
+
+
+def judge(run: CacheHitRun, expected: Expected, tol: float, server: str, pool: Pool) -> CacheHitReport:
+    """The verdict (module docstring): NoVerdict when the server cannot be judged, AssertionError when it is wrong.
+    ``server``: the server kind's name (the key of ``MISSES_BY_DESIGN``). A request *hit* when the cache served at
+    least half of the tokens it shares with what it reuses (a match of its first few tokens reuses nothing)."""
+    engine = f"the {server} server"
     if (silent := sum(s.cached_tokens is None for s in run.warm + run.fresh)) > 0:
         raise NoVerdict(
             f"{engine} reported no cached prompt tokens (usage.prompt_tokens_details.cached_tokens) on {silent} of "
@@ -166,24 +248,33 @@ def judge(run: CacheHitRun, transformers: Reference, tol: float, engine: str) ->
             f"{engine} served {len(leftover)} replays after a flush from its cache (request, cached tokens: "
             f"{leftover[:3]}): its flush did not empty the cache, so no replay was fresh"
         )
+    if pool == "tight":
+        if run.pressure is None:
+            raise NoVerdict(f"{engine} serves no cache counters at /metrics: the tight pool cannot prove its pressure")
+        if missing := run.pressure.pressure_missing():
+            raise NoVerdict(
+                f"{engine}'s tight pool did not come under pressure while requests ran (its own counters: "
+                f"{', '.join(missing)}): a pass would prove nothing about eviction"
+            )
     hits: dict[str, tuple[int, int]] = {}
     for kind in dict.fromkeys(run.kinds):
-        cached = [s.cached_tokens for k, s in zip(run.kinds, run.warm) if k == kind]
-        hits[kind] = (sum(c > 0 for c in cached), len(cached))
-    repeats = hits.get("repeat", (0, 0))
-    # At least half, not all: under pressure a repeat that arrives late may find its prefix evicted, as LRU allows
-    # (measured on the harness server with the cores shared: 5 of 6); a cache that stopped matching hits none.
-    assert repeats[1] and 2 * repeats[0] >= repeats[1], (
-        f"{engine}: only {repeats[0]} of {repeats[1]} repeats hit its cache"
-    )
-    others = [s.cached_tokens for k, s in zip(run.kinds, run.warm) if k != "repeat"]
-    assert 2 * sum(c > 0 for c in others) >= len(others), (
-        f"{engine}: {sum(c > 0 for c in others)} of {len(others)} requests that share a prefix hit its cache "
-        f"(fewer than half): {hits}"
-    )
+        mine = [i for i, k in enumerate(run.kinds) if k == kind]
+        cached = [f"{run.warm[i].cached_tokens}/{expected.shared_tokens[i]}" for i in mine]
+        hit = sum(2 * (run.warm[i].cached_tokens or 0) >= expected.shared_tokens[i] > 0 for i in mine)
+        hits[kind] = (hit, len(mine))
+        if (miss := MISSES_BY_DESIGN.get((server, kind))) is not None:
+            assert hit == 0 or not miss.always, (
+                f"{engine} served {hit} of {len(mine)} {kind} requests from its cache (cached/shared tokens "
+                f"{cached}), which MISSES_BY_DESIGN says it never does ({miss.why}): drop that row"
+            )
+            continue
+        assert hit >= expected_hits(len(mine), pool), (
+            f"{engine}: {hit} of {len(mine)} {kind} requests hit its cache in a {pool} pool (cached/shared tokens "
+            f"{cached}); at least {expected_hits(len(mine), pool)} must, or their answers prove nothing"
+        )
     fresh = Reference([s.text for s in run.fresh], [s.tops for s in run.fresh])
     vs_fresh = agreement([(s.text, s.tops) for s in run.warm], fresh)
-    vs_transformers = agreement([(s.text, s.tops) for s in run.warm], transformers)
+    vs_transformers = agreement([(s.text, s.tops) for s in run.warm], expected.reference)
     for against, found in (("replayed on an empty cache", vs_fresh), ("transformers", vs_transformers)):
         if found.wrong:
             i, got, want = found.wrong[0]
@@ -204,15 +295,26 @@ def judge(run: CacheHitRun, transformers: Reference, tol: float, engine: str) ->
         sum(s.prompt_tokens for s in run.warm),
         vs_fresh,
         vs_transformers,
+        pool,
+        run.pressure,
     )
 
 
-def transformers_expectation(ckpt: Path, workload: Workload, new_tokens: int) -> tuple[list[str], Reference]:
-    """The reuse prompts, built from transformers' warm-up answers (a server's must equal them), and transformers'
-    answers to them."""
+def transformers_expectation(ckpt: Path, workload: Workload, new_tokens: int) -> Expected:
+    """The reuse prompts, built from transformers' warm-up answers (a server's must equal them), transformers'
+    answers to them, and the tokens each shares with what it reuses (the checkpoint's own tokenizer)."""
+    from tokenizers import Tokenizer
+
+    tok = Tokenizer.from_file(str(ckpt / "tokenizer.json"))
     warm_up = transformers_reference(ckpt, workload.warm_up(), new_tokens)
-    prompts = [p for _, p in workload.reuse(warm_up.answers)]
-    return prompts, transformers_reference(ckpt, prompts, new_tokens)
+    reuse = workload.reuse(warm_up.answers)
+    prompts = [r.prompt for r in reuse]
+
+    def common(a: list[int], b: list[int]) -> int:
+        return next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))
+
+    shared = [common(tok.encode(r.prompt).ids, tok.encode(r.shares).ids) for r in reuse]
+    return Expected(prompts, transformers_reference(ckpt, prompts, new_tokens), shared)
 
 
 def hold(
@@ -221,20 +323,20 @@ def hold(
     served: str,
     workload: Workload,
     new_tokens: int,
-    expected: tuple[list[str], Reference],
+    expected: Expected,
     tol: float,
     name: str,
+    pool: Pool,
     extra: Mapping[str, Any] | None = None,
 ) -> CacheHitReport:
     """A server's test: the protocol run and judged against ``transformers_expectation``; no verdict fails the test
     in one line; the report recorded under ``name``."""
-    prompts, reference = expected
     run = run_protocol(kind, server, served, workload, new_tokens, extra)
-    assert run.prompts == prompts, (
+    assert run.prompts == expected.prompts, (
         f"the {kind.name} server's warm-up answers differ from transformers', so do its reuse prompts"
     )
     try:
-        report = judge(run, reference, tol, f"the {kind.name} server")
+        report = judge(run, expected, tol, kind.name, pool)
     except NoVerdict as exc:
         pytest.fail(f"NO VERDICT: {exc}", pytrace=False)
     report.record(name)

@@ -11,6 +11,7 @@ from typing import Any
 from harness.servers.base import ServerKind, ServerSpec, environment_cache
 from harness.servers.counters import SGLANG_METRICS, Counters, metrics_reader, metrics_stats
 from harness.servers.lifecycle import Command
+from harness.servers.sglang_server import eviction_ledger
 from harness.env import SGLANG_FAULT_ENV, SGLANG_PATCH_ENV
 
 # Its Prometheus counters kept with each run (``--enable-metrics``), under the names every server kind uses.
@@ -87,6 +88,15 @@ def sglang_args(spec: ServerSpec) -> tuple[str, ...]:
 class SGLangServer(ServerKind):
     name = "sglang"
     stop_grace_s = 60.0
+    # SGLang's own counters for lookups, hits and full-layer evictions; its SWA evictions and tombstones counted by
+    # the eviction ledger the patched server (every CPU arm) installs in its scheduler (``eviction_ledger``).
+    cache_metrics = {
+        "query_tokens": "sglang:prompt_tokens_total",
+        "hit_tokens": "sglang:cached_tokens_total",
+        "evicted": "sglang:evicted_tokens_total",
+        "swa_evicted": eviction_ledger.SWA + "_total",
+        "tombstoned": eviction_ledger.TOMBSTONED + "_total",
+    }
     # The server, not only the memory code the suites import: its HTTP stack and its kernel package.
     required_modules = ("sglang", "uvicorn", "fastapi", "xgrammar")
     install_hint = "nox -s sglang_server installs its CPU serving recipe (nox -s sglang has its memory code only)"

@@ -52,9 +52,10 @@ def install_cpu_stand_ins() -> None:
     cpu_graph_hooks.install()
 
 
-def prepare_process() -> None:
+def prepare_process(*, spawned: bool) -> None:
     """What every process of the server needs before SGLang runs in it: the CPU stand-ins, an ad-hoc source patch
-    (``SWA_HARNESS_SGLANG_PATCH``: e.g. a candidate fix for a finding), the fault; tracing first, when asked."""
+    (``SWA_HARNESS_SGLANG_PATCH``: e.g. a candidate fix for a finding), the fault, then the eviction ledger (counts
+    what the radix cache evicts, ``eviction_ledger``); tracing first, when asked."""
     from harness.servers.sglang_server import trace
 
     trace.start_if_asked()  # SWA_HARNESS_SGLANG_TRACE=<folder>: which SGLang code this process runs
@@ -72,6 +73,11 @@ def prepare_process() -> None:
         )
     if os.environ.get(FAULT_ENV):
         apply_fault(os.environ[FAULT_ENV])
+    if spawned:  # the scheduler, where the cache lives; the launcher imports SGLang's metrics only once it set them up
+        _import_sglang()
+        from harness.servers.sglang_server import eviction_ledger
+
+        eviction_ledger.install()  # after the fault and the patch: it wraps the code they leave (observation only)
 
 
 def _import_sglang() -> None:
@@ -159,7 +165,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0 if report["ok"] else 1
     if args.fault:
         os.environ[FAULT_ENV] = args.fault  # inherited by every process the server spawns
-    prepare_process()
+    prepare_process(spawned=False)
     if args.fault:
         print(f"patched_server: fault {args.fault} applied; children apply it at start-up", file=sys.stderr, flush=True)
     sys.argv = ["sglang.launch_server", *argv[split + 1 :]]
@@ -168,7 +174,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__mp_main__":
-    prepare_process()  # a process spawned by the server (scheduler, detokenizer, ...)
+    prepare_process(spawned=True)  # a process spawned by the server (scheduler, detokenizer, ...)
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -95,7 +95,6 @@ class _Tracked:
 class SGLangPrefixCache:
     """``PrefixCache`` (``harness.mem.contracts``) over SGLang's ``UnifiedRadixCache``; see the module docstring."""
 
-    evicted_tokens = swa_evicted_tokens = None  # SGLang's tree keeps no such counters
     # SGLang's checkpoint frees what lies out of the window of the key it inserts (free_out_of_window_slots), and its
     # scheduler slides a request's window only in decode (maybe_evict_swa skips extend for a prefix-sharing cache)
     checkpoint_frees_window = True
@@ -339,13 +338,7 @@ class SGLangPrefixCache:
         return self.sglang.swa_protected_size()
 
     def tree_slots(self) -> TreeSlots:
-        """Every full slot on a tree node, and those of the nodes whose SWA value the tree holds (the KV-canary
-        walk both tree cores have, restricted to SWA-resident nodes)."""
-        full = self.sglang.all_values_flatten().to(torch.int64)
-        if self.sliding_window_size is None:
-            return TreeSlots(full=full, swa_live=full.clone())
-        live = self.sglang.tree_core.walk_for_kv_canary(False, True).slot_indices
-        return TreeSlots(full=full, swa_live=torch.as_tensor(live, dtype=torch.int64).reshape(-1))
+        return unified_tree_slots(self.sglang, swa=self.sliding_window_size is not None)
 
     def sanity_check(self) -> None:
         """SGLang's own tree check (structure, leaf sets, LRUs, sizes recounted per node), then the totals against
@@ -388,3 +381,13 @@ class SGLangPrefixCache:
             sgl = tracked.sglang
             sgl.last_node, sgl.swa_branching_seqlen = root, None  # both described the old tree
             sgl.lock = tracked.req.prefix_lock = self.sglang.lock(root)
+
+
+def unified_tree_slots(cache: Any, *, swa: bool) -> TreeSlots:
+    """Every full slot on a node of SGLang's ``UnifiedRadixCache`` ``cache``, and those of the nodes whose SWA value
+    the tree holds (the KV-canary walk both tree cores have, restricted to SWA-resident nodes)."""
+    full = cache.all_values_flatten().to(torch.int64)
+    if not swa:
+        return TreeSlots(full=full, swa_live=full.clone())
+    live = cache.tree_core.walk_for_kv_canary(False, True).slot_indices
+    return TreeSlots(full=full, swa_live=torch.as_tensor(live, dtype=torch.int64).reshape(-1))

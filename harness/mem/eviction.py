@@ -1,0 +1,53 @@
+"""What a prefix cache's evictions took, measured on the slots the tree holds before and after each one.
+
+Any ``PrefixCache`` (the harness's tree or SGLang's through its adapter) reports the slots its nodes hold
+(``tree_slots``: every full slot, and the subset whose SWA KV is still live). One eviction's effect is read off those
+two sets, so the count is the tree's own state, not a number the cache under test says about itself:
+
+- ``full``: tokens whose full KV left the tree (their nodes were deleted);
+- ``swa``: tokens whose live SWA KV left the tree, with their node or not;
+- ``tombstoned``: of those, tokens whose full KV stayed: their node became an SWA tombstone.
+
+A suite that claims a pool came under pressure asserts all three moved (``Evicted.all_moved``); the window slide
+alone tombstones tokens too, but never through an eviction, so it cannot pass for pressure.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from harness.mem.contracts import PrefixCache, TreeSlots
+
+
+@dataclass(frozen=True)
+class Evicted:
+    """Tokens an eviction (or a run of them) took from the tree, per kind (see the module docstring)."""
+
+    full: int = 0
+    swa: int = 0
+    tombstoned: int = 0
+
+    def __add__(self, other: Evicted) -> Evicted:
+        return Evicted(self.full + other.full, self.swa + other.swa, self.tombstoned + other.tombstoned)
+
+    @property
+    def all_moved(self) -> bool:
+        """Full KV and SWA KV were evicted, and some SWA KV was tombstoned (its full KV kept)."""
+        return self.full > 0 and self.swa > 0 and self.tombstoned > 0
+
+    @classmethod
+    def between(cls, before: TreeSlots, after: TreeSlots) -> Evicted:
+        """What left the tree from ``before`` to ``after`` (nothing is added by an eviction)."""
+        full_gone = ~torch.isin(before.full, after.full)
+        swa_gone = ~torch.isin(before.swa_live, after.swa_live)
+        kept_full = torch.isin(before.swa_live[swa_gone], after.full)
+        return cls(int(full_gone.sum()), int(swa_gone.sum()), int(kept_full.sum()))
+
+
+def evict_measured(cache: PrefixCache, *, full_tokens: int, swa_tokens: int) -> Evicted:
+    """``cache.evict`` and what it took."""
+    before = cache.tree_slots()
+    cache.evict(full_tokens=full_tokens, swa_tokens=swa_tokens)
+    return Evicted.between(before, cache.tree_slots())
