@@ -222,7 +222,9 @@ SGLANG_SERVER_DEPS = [
     "interegular",
     "jsonschema",
     "xgrammar==0.2.7",
-    "soundfile",
+    # 0.14.0 ships only a pure-Python wheel that needs the system's libsndfile, which transformers' import of its
+    # audio utilities then fails on; 0.13.1's manylinux wheel carries the library.
+    "soundfile==0.13.1",
 ]
 
 
