@@ -68,6 +68,9 @@ class Finding:
     test: str  # the reproducer's pytest node id, relative to the repo root
     script: str  # the standalone script, relative to the repo root
     has_it: tuple[str, ...]  # releases measured to have the bug: the reproducer is a strict xfail there
+    # What the reproducer's assertion says when it meets the bug (a regular expression, searched in its message): the
+    # strict xfail takes only that failure (suites/known_failures.py); each must match its script's bug verdicts.
+    says: str | None = None
     # The scene needs a process of its own (it chooses SGLang's CPU engine before SGLang is imported, or builds a
     # process group): the reproducer test runs the script and reads its exit status instead of importing it.
     isolated: bool = False
@@ -89,6 +92,7 @@ FINDINGS: tuple[Finding, ...] = (
         "suites/findings/test_finding_4_sglang.py::test_a_sliding_layer_reads_the_keys_it_wrote",
         "docs/repro/finding_4_sglang_swa_reads_full_slot_ids.py",
         _SGLANG_0_5_11_ON,  # measured: swa-harness sglang-matrix --suite findings (docs/COMPATIBILITY.md)
+        says=r"the sliding(-window)? layer (attended to other tokens' K/V|read past the SWA pool's buffer)",
     ),
     Finding(
         6,
@@ -97,6 +101,7 @@ FINDINGS: tuple[Finding, ...] = (
         "suites/findings/test_finding_6_sglang.py::test_a_gemma2_checkpoint_transformers_wrote_loads",
         "docs/repro/finding_6_sglang_gemma2_hidden_act.py",
         _SGLANG_0_5_11_ON,  # measured
+        says=r"SGLang cannot load a Gemma2 checkpoint as transformers writes it \(no hidden_act in config\.json\)",
         isolated=True,
     ),
     Finding(
@@ -108,6 +113,7 @@ FINDINGS: tuple[Finding, ...] = (
         # measured (swa-harness vllm-matrix --suite findings): vLLM 0.22.1-0.31.0 load Mellum with a native model that
         # does not read the MTP count; 0.32.0 serves it through the transformers backend again
         ("0.18.1", "0.19.1", "0.20.2", "0.21.0", "0.32.0"),
+        says=r"vLLM cannot load a Mellum checkpoint whose config\.json says num_nextn_predict_layers: .*TypeError",
         isolated=True,
     ),
     Finding(
@@ -117,6 +123,7 @@ FINDINGS: tuple[Finding, ...] = (
         "suites/findings/test_finding_8_sglang.py::test_a_decode_that_does_not_fit_takes_nothing",
         "docs/repro/finding_8_sglang_decode_loses_a_page.py",
         ("0.5.22", "0.5.23"),  # measured; before 0.5.22 the paged alloc_decode is a Triton kernel (CPU-unreachable)
+        says=r"a refused decode took slots: available \(full, SWA\)",
     ),
     Finding(
         12,
@@ -126,6 +133,7 @@ FINDINGS: tuple[Finding, ...] = (
         "suites/findings/test_finding_12_sglang.py::test_a_chunk_checkpoint_keeps_the_running_requests_slots_locked",
         "docs/repro/finding_12_sglang_chunk_checkpoint_unlocks.py",
         ("0.5.22",),  # measured; fixed in 0.5.23; before 0.5.22 the scene's API is not there
+        says=r"an eviction freed them and another request was handed slots .* which the running request still reads",
     ),
 )
 

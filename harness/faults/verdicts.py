@@ -3,9 +3,10 @@
 A failure *kills* a fault only when a test's own assertion failed: an ``AssertionError`` (or
 ``pytest.fail`` / ``pytest.raises`` that did not raise) whose crash frame is in suite code
 (``suites/``). The same exception raised inside harness, SGLang or torch code is a crash of the code
-under test: *error*, never a kill. A kill is *structural* when the test is marked
-``@pytest.mark.structural`` (a dtype, an op count, a design rule) and *behavioural* otherwise (a
-computation's output was wrong: slots, K/V rows, logits, accounting).
+under test: *error*, never a kill; so is a failure that says it has no verdict (``pytest.fail("NO VERDICT: ...")``,
+a server that refused, dropped or never answered a request: ``ServerTransportError``; a pytest-timeout). A kill is
+*structural* when the test is marked ``@pytest.mark.structural`` (a dtype, an op count, a design rule) and
+*behavioural* otherwise (a computation's output was wrong: slots, K/V rows, logits, accounting).
 
 Each report becomes one JSON line in ``$SWA_HARNESS_VERDICTS``. With ``SWA_HARNESS_STOP_ON_KILL=1``
 the session ends at the first behavioural kill: later tests cannot change the verdict.
@@ -25,6 +26,9 @@ from harness.env import VERDICTS_ENV
 SUITE_DIR = "suites"
 _ASSERTION = ("AssertionError", "Failed:", "assert ")
 _STRUCTURAL = "StructuralFailure"  # suites/checks.py: a structural assertion inside a behavioural test
+# No verdict, wherever it was raised: a test that says so (suites/servers/cache_hits.py:hold), a run that hung
+# (pytest-timeout). A server that gave no answer to judge raises ServerTransportError, no assertion: an error too.
+NO_VERDICT = ("Failed: NO VERDICT", "Failed: Timeout")
 
 _session: list[pytest.Session] = []
 _classes: dict[str, str] = {}
@@ -35,10 +39,10 @@ def classify(report: pytest.TestReport) -> str:
     crash = getattr(report.longrepr, "reprcrash", None)
     if report.when != "call" or crash is None:
         return "error"
-    in_suite = Path(crash.path).resolve().is_relative_to(Path.cwd().resolve() / SUITE_DIR)
     head = crash.message.strip()
-    if head.startswith("Failed: Timeout"):  # pytest-timeout: the run hung, no assertion judged an output
+    if head.startswith(NO_VERDICT):  # a pytest.fail, yet no assertion judged an output
         return "error"
+    in_suite = Path(crash.path).resolve().is_relative_to(Path.cwd().resolve() / SUITE_DIR)
     return "kill" if in_suite and (head.startswith(_ASSERTION) or _STRUCTURAL in head.split(":", 1)[0]) else "error"
 
 

@@ -25,7 +25,7 @@ import urllib.request
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from harness.servers.guard import CHILDREN, ChildProcesses
 from harness.paths import REPO
@@ -58,6 +58,20 @@ class ServerLaunchError(RuntimeError):
     def __init__(self, message: str, *, reason: str | None = None) -> None:
         super().__init__(message)
         self.reason = reason or message.splitlines()[0]
+
+
+Transport = Literal["refused", "dropped", "timeout"]
+
+
+class ServerTransportError(RuntimeError):
+    """A request to a running server came back without an answer to judge: ``how`` says whether it was refused (an HTTP
+    error status to a request the client built valid), dropped (connection refused, reset or closed: the server died
+    or hung up) or timed out. The run has no verdict: not being an ``AssertionError``, the kill matrix counts it an
+    error, never a kill (``harness/faults/verdicts.py``)."""
+
+    def __init__(self, how: Transport, message: str) -> None:
+        super().__init__(message)
+        self.how = how
 
 
 class ServerProcess:

@@ -2,8 +2,9 @@
 is read against ``harness/findings.py``:
 
 - the engine is not installed here: skipped (``nox -s tests`` collects these files without any engine);
-- the installed release is listed in the finding's ``has_it``: a strict xfail that only an ``AssertionError`` meets,
-  so a pass (the reproducer stopped reproducing) and any other error (it broke) fail the run;
+- the installed release is listed in the finding's ``has_it``: a strict xfail that only an ``AssertionError`` saying
+  the finding's ``says`` meets (``suites/known_failures.py``), so a pass (the reproducer stopped reproducing) and any
+  other failure (it broke, or found something else) fail the run;
 - any other release: a failing assertion becomes an xfail, "still present in X"; a pass stays a pass and is reported
   "fixed in X": in the summary at the end of the run and as the junit property ``finding``. Neither fails CI;
 - except the pinned release of a finding fixed before it (the release matrix found it in an older one): there the
@@ -26,6 +27,7 @@ import pytest
 
 from harness.findings import DISTRIBUTIONS, PINNED, Engine, Finding, describe, finding
 from harness.paths import REPO
+from suites.known_failures import known_failure
 
 EXIT_FIXED, EXIT_BUG = 0, 1  # the scripts' exit statuses (2: no verdict)
 _HELD = pytest.StashKey[tuple[Finding, str]]()
@@ -161,9 +163,9 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             continue
         item.stash[_HELD] = (found, release)
         if release in found.has_it:
-            item.add_marker(
-                pytest.mark.xfail(strict=True, raises=AssertionError, reason=describe(found, release, "present"))
-            )
+            if found.says is None:
+                raise pytest.UsageError(f"finding #{found.number} says nothing (harness/findings.py: its `says`)")
+            item.add_marker(known_failure(describe(found, release, "present"), raises=AssertionError, match=found.says))
 
 
 @pytest.hookimpl(hookwrapper=True, tryfirst=True)

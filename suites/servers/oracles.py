@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.servers.base import ServerKind, ServerSpec
-from harness.servers.lifecycle import ServerProcess
+from harness.servers.lifecycle import ServerProcess, ServerTransportError, last_error
 
 TOP = 5
 Top = list[list[float]]  # per generated token, its top-TOP logprobs, largest first
@@ -140,8 +140,11 @@ def ask(
     new_tokens: int,
     top: int = TOP,
     extra: Mapping[str, Any] | None = None,
+    timeout: float = 600.0,
 ) -> Served:
-    """One greedy, fixed-length completion with its top logprobs (largest first) and its usage."""
+    """One greedy, fixed-length completion with its top logprobs (largest first) and its usage. A request that gets no
+    answer (an HTTP error: the body sent here is always valid; a dropped connection; ``timeout`` seconds of silence)
+    raises ``ServerTransportError`` naming the server's last logged error: no verdict, never an assertion."""
     body = json.dumps(
         {
             "model": served,
@@ -155,18 +158,16 @@ def ask(
     ).encode()
     request = urllib.request.Request(server.completions_url, data=body, headers={"Content-Type": "application/json"})
     try:
-        with urllib.request.urlopen(request, timeout=600) as resp:
+        with urllib.request.urlopen(request, timeout=timeout) as resp:
             answer = json.loads(resp.read())
-    except urllib.error.HTTPError as exc:  # refused: its answer says why
-        raise AssertionError(
-            f"the server refused a request: HTTP {exc.code} {exc.read()[:300].decode(errors='replace')}"
-        )
-    except (OSError, http.client.HTTPException) as exc:  # the server died under this request: say why
-        crash = [line for line in server.log_path.read_text(errors="replace").splitlines() if "Error" in line]
-        raise AssertionError(
-            f"the server dropped a request ({type(exc).__name__}: {exc}); its log's last error: "
-            f"{crash[-1] if crash else '(none)'}"
-        ) from None
+    except urllib.error.HTTPError as exc:
+        said = exc.read()[:300].decode(errors="replace")
+        raise ServerTransportError("refused", f"the server refused a request: HTTP {exc.code} {said}{_log(server)}")
+    except (OSError, http.client.HTTPException) as exc:  # urllib wraps a timeout while connecting in a URLError
+        if isinstance(getattr(exc, "reason", exc), TimeoutError):
+            raise ServerTransportError("timeout", f"the server gave no answer in {timeout:g} s{_log(server)}") from None
+        said = f"{type(exc).__name__}: {exc}"
+        raise ServerTransportError("dropped", f"the server dropped a request ({said}){_log(server)}") from None
     choice, usage = answer["choices"][0], answer.get("usage") or {}
     cached = (usage.get("prompt_tokens_details") or {}).get("cached_tokens")
     return Served(
@@ -175,6 +176,11 @@ def ask(
         int(usage.get("prompt_tokens", 0)),
         cached if isinstance(cached, int) else None,
     )
+
+
+def _log(server: ServerProcess) -> str:
+    """What the server's log says last went wrong, for a request it did not answer."""
+    return f"; its log's last error{last_error(server.log_path) or ': (none)'}"
 
 
 def serve_all(
