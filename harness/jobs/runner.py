@@ -53,6 +53,7 @@ from harness.jobs.cache import response_cache, untrusted_resume
 from harness.jobs.plan import ArmRun, Comparison, EvalStep, Plan, Task
 from harness.jobs.progress import Progress
 from harness.jobs.provenance import comparison_provenance, job_provenance
+from harness.targets.preflight import SERVERS, unimportable
 from harness.paths import DEFAULT_FAULT_EFFECTS, DEFAULT_KILL_MATRIX, DEFAULT_RELEASE_MATRIX, REPO, shown
 from harness.report import render_report
 from harness.report.inputs import (
@@ -366,8 +367,8 @@ def _one_line(text: str, limit: int = 200) -> str:
 
 def check_plan(plan: Plan, options: RunOptions) -> list[str]:
     """What stops the plan before anything starts: ``--resume`` against an untrusted external server, an engine not
-    installed here, flags its parser refuses, two arms of one comparison that will serve different weights (unless
-    allowed)."""
+    installed here or whose imports fail (a server that would die at start-up, read as a run that failed), flags its
+    parser refuses, two arms of one comparison that will serve different weights (unless allowed)."""
     problems = []
     problems += [
         refused
@@ -379,6 +380,9 @@ def check_plan(plan: Plan, options: RunOptions) -> list[str]:
             get_server_kind(name).check_installed()
         except ServerNotInstalled as exc:
             problems.append(str(exc))
+            continue
+        if (needs := SERVERS.get(name)) and (reason := unimportable(needs)):
+            problems.append(reason)
     if not problems and options.check_args:
         problems += _preflight(plan)
     if not problems and not options.allow_different_models:
