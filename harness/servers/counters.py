@@ -84,10 +84,11 @@ class CacheCounters:
     tombstoned: int | None  # of those, tokens whose full KV it kept (an SWA tombstone)
 
     def __sub__(self, earlier: CacheCounters) -> CacheCounters:
-        """What happened between two readings (a field either reading lacks stays None)."""
+        """What happened between two readings. A labelled counter appears at its first increment, so one the
+        earlier reading lacks counts from 0; one the later reading lacks stays None."""
 
-        def minus(a: int | None, b: int | None) -> int | None:
-            return None if a is None or b is None else a - b
+        def minus(later: int | None, before: int | None) -> int | None:
+            return None if later is None else later - (before or 0)
 
         return CacheCounters(
             *(minus(getattr(self, f.name), getattr(earlier, f.name)) for f in dataclasses.fields(CacheCounters))
