@@ -8,7 +8,11 @@ from collections.abc import Iterator
 
 import pytest
 
+from harness.servers.vllm_events import Evictions, group_kinds, tally
+
 from harness.servers.counters import (
+    CacheCounters,
+    cache_counters,
     SGLANG_METRICS,
     VLLM_METRICS,
     Counters,
@@ -135,3 +139,45 @@ def test_every_vllm_launch_asks_for_the_block_lifetimes_its_eviction_count_reads
     argv = get_server_kind("vllm").command(ServerSpec(model="m", served_name="m", port=1, graphs="off")).argv
     at = argv.index("--kv-cache-metrics-sample")
     assert "--kv-cache-metrics" in argv and argv[at + 1] == "1.0"
+
+
+def test_cache_counters_read_each_servers_names_and_a_difference_counts_a_new_counter_from_zero(
+    server: dict[str, bytes],
+) -> None:
+    url = server.pop("url").decode()
+    names = {"query_tokens": "q_total", "hit_tokens": "h_total", "evicted": "e_total"}
+    server["/metrics"] = b'q_total{m="a"} 10\nh_total{m="a"} 4\n'
+    before = cache_counters(url, names)
+    server["/metrics"] = b'q_total{m="a"} 30\nh_total{m="a"} 9\ne_total{m="a"} 64\n'
+    after = cache_counters(url, names)
+    assert before == CacheCounters(10, 4, None, None, None)
+    assert after - before == CacheCounters(20, 5, 64, None, None)  # e_total appeared at its first eviction
+    assert (after - before).pressure_missing() == ["swa_evicted (none reported)", "tombstoned (none reported)"]
+    assert cache_counters("http://127.0.0.1:9", names) is None  # nothing listens: no reading, not zeros
+
+
+def test_vllm_kv_events_count_full_sliding_and_tombstoned_evictions() -> None:
+    """Group 0 slides, group 1 is full (Gemma2's order): a sliding block removed while its full block stays is a
+    tombstone; one removed after its full block went is an SWA eviction only; a flush is no eviction."""
+    records = [
+        ("stored", 0, ["a", "b"]),
+        ("stored", 1, ["a", "b"]),
+        ("removed", 0, ["a"]),  # tombstone: full "a" still cached
+        ("removed", 1, ["b"]),  # full eviction
+        ("removed", 0, ["b"]),  # sliding eviction, its full KV already gone
+        ("cleared", 0, []),
+    ]
+    assert tally(records, ["sliding", "full"], 32) == Evictions(evicted=32, swa_evicted=64, tombstoned=32)
+
+
+def test_vllm_kv_cache_groups_follow_the_checkpoints_layer_types(tmp_path) -> None:
+    import json
+
+    def kinds(layer_types: list[str]) -> list[str]:
+        (tmp_path / "config.json").write_text(json.dumps({"layer_types": layer_types, "num_hidden_layers": 0}))
+        return group_kinds(tmp_path)
+
+    s, f = "sliding_attention", "full_attention"
+    assert kinds([s, f, s, f]) == ["sliding", "full"]  # Gemma2: the first layer slides
+    assert kinds([s] * 5 + [f]) == ["sliding"] * 5 + ["full"]  # Gemma3: 5:1, a group per sliding layer's turn
+    assert kinds([f] * 4) == ["full"]

