@@ -162,6 +162,7 @@ class CacheHitReport:
         import json
         import time
 
+        from harness.fingerprint import code_fingerprint
         from harness.paths import REPO
 
         line = self.line(name)
@@ -170,6 +171,7 @@ class CacheHitReport:
         out.parent.mkdir(exist_ok=True)
         entry = {
             "at": time.strftime("%Y-%m-%dT%H:%M:%S"),
+            "commit": code_fingerprint()[:12],
             "name": name,
             "hits": self.hits,
             "cached_tokens": self.cached_tokens,
