@@ -352,6 +352,18 @@ def hold(
     return report
 
 
+def hold_pressure(kind: ServerKind, server: ServerProcess) -> CacheCounters:
+    """A tight pool's proof, for tests outside the protocol: the server's own counters since it started say its cache
+    evicted full KV and SWA KV and tombstoned some; otherwise the test has no verdict (one line), never a pass."""
+    counters = kind.cache_counters(server.base_url)
+    if counters is None or (missing := counters.pressure_missing()):
+        why = "it serves no cache counters" if counters is None else ", ".join(missing)
+        pytest.fail(
+            f"NO VERDICT: the {kind.name} server's tight pool did not come under pressure ({why})", pytrace=False
+        )
+    return counters
+
+
 def word_workload(words: Sequence[str], window: int) -> Workload:
     """For a word-level tokenizer (one token per word): groups sharing a 5-window prefix, conversations whose
     openers are 4 windows, long prompts of 10 windows; deterministic, no two prompts alike."""

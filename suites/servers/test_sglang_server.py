@@ -32,7 +32,7 @@ from harness.servers.lifecycle import ServerProcess, ServerTransportError
 from harness.servers.sglang_server import CPU_FLAGS, SGLangServer
 from harness.env import SGLANG_PATCH_ENV, SGLANG_SERVER_ENV
 from suites.known_failures import known_failure
-from suites.servers.cache_hits import Expected, Pool, hold, transformers_expectation, word_workload
+from suites.servers.cache_hits import Expected, Pool, hold, hold_pressure, transformers_expectation, word_workload
 from suites.servers.oracles import (
     Reference,
     agreement,
@@ -202,6 +202,7 @@ def test_the_candidate_fix_for_finding_4_makes_the_reusing_pool_agree(
     answer as the oracles do, so the wrong answers above come from those reads."""
     with sglang_server(ckpt, TIGHT, tmp_path / "server.log", env=CANDIDATE_FIX) as server:
         assert_served_like_the_oracles(server, transformers_run, harness_answers)
+        hold_pressure(ENGINE, server)  # its radix cache evicted and tombstoned while the 16 requests ran
         log = server.log_path.read_text()
     assert "finding-4-swa-reads.yaml applied (2 functions)" in log  # the launcher; each spawned process applies it too
 

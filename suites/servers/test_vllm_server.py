@@ -32,7 +32,7 @@ from harness.servers.lifecycle import ServerProcess
 from harness.servers.vllm import VLLMServer
 from harness.env import VLLM_SERVER_ENV
 from harness.paths import REPO
-from suites.servers.cache_hits import Expected, hold, lm_eval_workload, transformers_expectation
+from suites.servers.cache_hits import Expected, hold, hold_pressure, lm_eval_workload, transformers_expectation
 from suites.servers.oracles import (
     VLLM_BY_ID,
     Reference,
@@ -148,9 +148,11 @@ def test_a_pool_that_preempts_and_reuses_blocks_changes_no_answer(
         log = server.log_path.read_text()
         with urllib.request.urlopen(server.base_url + "/metrics", timeout=10) as resp:
             metrics = prometheus_sums(resp.read().decode(), (PREEMPTIONS, PREFIX_HITS))
+        evicted = hold_pressure(ENGINE, server)  # cached full and sliding blocks handed out again (its KV events)
     assert f"num_gpu_blocks_override={TIGHT_BLOCKS[ckpt.name]}" in log, server.log_tail()
     # the stress happened: requests were preempted (their blocks freed and handed out again) and prefixes were hit
     assert metrics.get(PREEMPTIONS, 0) > 0 and metrics.get(PREFIX_HITS, 0) > 0, metrics
+    print(f"{ckpt.name} tight: {metrics}, evicted tokens {evicted}")
 
 
 # -- the cache-hit protocol (suites/servers/cache_hits.py) -----------------------------------------------------------
