@@ -46,6 +46,7 @@ SGLANG_IMPORT_DEPS = [
     "openai==2.8.0",
     "partial_json_parser",
     "ipython",
+    "prometheus-client",  # the SGLang server's eviction ledger, held by suites/sglang/test_prefix_cache_adapter.py
 ]
 SGLANG_NO_DEPS = ["triton==3.9.0"]  # imported at module level by sglang's utils, never run on CPU
 # docs/FINDINGS.md's engine bugs (harness/findings.py): each engine's session runs their reproducers, a strict xfail on

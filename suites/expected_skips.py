@@ -45,4 +45,12 @@ class ExpectedSkip:
         return nodeid == self.test or nodeid.startswith((f"{self.test}::", f"{self.test}["))
 
 
-EXPECTED_SKIPS: tuple[ExpectedSkip, ...] = ()
+EXPECTED_SKIPS: tuple[ExpectedSkip, ...] = (
+    ExpectedSkip(
+        "sglang",
+        "suites/sglang/test_seed_replay.py::test_a_padded_replay_writes_no_live_requests_swa_slot",
+        "lacks sglang.srt.model_executor.cuda_graph_runner.DecodeInputBuffers",
+        why="replays #24743's seed in the decode buffers it patched; 0.5.23 pads through the buffer registry "
+        "instead (suites/sglang/test_decode_registry.py holds that), so the seed's class is gone",
+    ),
+)

@@ -14,6 +14,7 @@ HTTP process serves them beside its own, under ``swa_harness:sglang_*`` (never u
 from __future__ import annotations
 
 import functools
+import importlib.util
 from typing import Any
 
 # Prometheus names (prometheus_client adds ``_total`` to a counter's samples).
@@ -36,7 +37,10 @@ def _counter(name: str) -> Any:
 
 def install() -> None:
     """Wrap ``UnifiedRadixCache._evict`` once in this process (a catalog fault that edits it swaps its code,
-    which the wrapper still calls)."""
+    which the wrapper still calls). Nothing where prometheus_client is absent: no SGLang server runs there (the
+    memory-only venv's ``--self-check`` spawns a child without one)."""
+    if importlib.util.find_spec("prometheus_client") is None:
+        return
     from sglang.srt.mem_cache.unified_radix_cache import UnifiedRadixCache
 
     from harness.mem.eviction import Evicted
