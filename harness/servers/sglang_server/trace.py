@@ -42,6 +42,7 @@ def start_if_asked() -> bool:
         data_suffix=True,
         include=list(INCLUDE),
         omit=list(OMIT),
+        branch=True,  # arcs, as bench/sglang_coverage.py's in-process run records: coverage combines only like data
         config_file=False,
     )
     cov.start()

@@ -106,9 +106,13 @@ class SGLangPrefixCache:
         sliding_window_size: int | None,
         tree_core: str | None = None,
         bigram_keys: bool = False,
+        disable: bool = False,
+        eviction_policy: str = "lru",
     ) -> None:
         """``tree_core``: ``"python"`` or ``"rust"``; None takes ``SGLANG_UNIFIED_RADIX_TREE_CORE_BACKEND`` (SGLang's
-        default, Rust). ``bigram_keys``: the tree an EAGLE server builds (``is_eagle``), keyed by token pairs."""
+        default, Rust). ``bigram_keys``: the tree an EAGLE server builds (``is_eagle``), keyed by token pairs.
+        ``disable``: the cache a ``--disable-radix-cache`` server builds for a hybrid model (it matches and keeps
+        nothing). ``eviction_policy``: ``--radix-eviction-policy`` (``"tlru"`` keeps per-node depth bookkeeping)."""
         if not isinstance(memory.allocator, SGLangAllocatorAdapter):
             raise TypeError(
                 f"SGLangPrefixCache needs the memory SGLangTarget.build_pool builds (its allocator over "
@@ -137,6 +141,7 @@ class SGLangPrefixCache:
 
         self.page_size = memory.allocator.page_size
         self.sliding_window_size = sliding_window_size
+        self.checkpoint_frees_window = not disable  # a disabled cache's checkpoint returns before its window free
         self.memory = memory
         self._swa = ComponentType.SWA
         # What SGLang's Req and cache read of the server (the page size), set the way its unit-test kit does.
@@ -148,13 +153,13 @@ class SGLangPrefixCache:
                 raise lacks("CacheInitParams.tree_core_backend (a tree core chosen per cache)")
             extra["tree_core_backend"] = tree_core
         params = CacheInitParams(
-            disable=False,
+            disable=disable,
             req_to_token_pool=_ReqToTokenShim(memory.req_to_token_pool),
             token_to_kv_pool_allocator=memory.allocator.sglang,
             page_size=self.page_size,
             sliding_window_size=None if sliding_window_size is None else sliding_window_size - 1,
             tree_components=components,
-            eviction_policy="lru",
+            eviction_policy=eviction_policy,
             is_eagle=bigram_keys,
             **extra,
         )
