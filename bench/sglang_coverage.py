@@ -14,19 +14,30 @@ The prefix cache (issue 38): SGLang's ``UnifiedRadixCache``, its SWA component, 
 functions of ``common.py`` (only those are counted there: the rest of that file is other caches' code). The suites run
 SGLang's default Rust tree core; ``suites/prefix`` then runs again on the Python one
 (``SGLANG_UNIFIED_RADIX_TREE_CORE_BACKEND=python``), appending to the same data, as ``nox -s sglang`` runs them.
+
+Inside the server too (issue 53): the SGLang server suite's radix-cache tests (``SERVER_TESTS``) then run in the venv
+of ``nox -s sglang_server`` with ``SWA_HARNESS_SGLANG_TRACE`` set, so every process of each server they start writes
+its own coverage data (``harness/servers/sglang_server/trace.py``); coverage's own ``combine`` joins it with the
+suites' data per file (``[paths]`` maps the server venv's SGLang onto this one's: the same release). For the unified
+cache's four files (``bench/sglang_scope.py``) the second table counts only the lines a CPU server without HiCache,
+sessions or PD can run; a line excluded there that a server ran fails the run. ``--no-server`` skips the servers
+(the suites' numbers only).
 """
 
 from __future__ import annotations
 
+import argparse
 import ast
 import importlib.util
 import json
 import os
+import shutil
 import subprocess
 import sys
 import time
 from pathlib import Path
 
+from bench import sglang_scope
 from bench.common import markdown_table, write_section
 
 FILES = (
@@ -49,6 +60,19 @@ REPO = Path(__file__).resolve().parent.parent
 OUT = REPO / "reports" / "sglang-coverage.json"
 BEFORE = REPO / "docs" / "sglang-coverage-before.json"
 STRICT = {"SGLANG_INVARIANT_CHECK": "2", "SGLANG_DEBUG_MEMORY_POOL": "1"}  # nox -s sglang's second pass
+SCOPE_BEFORE = REPO / "docs" / "sglang-scope-before.json"  # the four files' lines run before issue 53's work
+SERVER_PYTHON = REPO / ".nox" / "sglang_server" / "bin" / "python"
+SERVER_SUITE = "suites/servers/test_sglang_server.py"
+# The server suite's radix-cache tests (every parametrization): the cache-hit protocol on a roomy pool and on tight
+# ones (Rust core, Python core, page 16), finding #10's sharer, and the eager out-of-window free switched off.
+SERVER_TESTS = tuple(
+    f"{SERVER_SUITE}::{name}"
+    for name in (
+        "test_a_warm_radix_cache_answers_as_a_fresh_one_and_transformers",
+        "test_a_prompt_sharing_part_of_a_finished_prompt_is_served_from_the_cache",
+        "test_keeping_the_prompts_swa_kv_lets_the_first_sharer_hit",
+    )
+)
 
 
 def srt_dir() -> Path:
@@ -58,10 +82,15 @@ def srt_dir() -> Path:
     return Path(next(iter(spec.submodule_search_locations))) / "srt"
 
 
+def include_of(srt: Path) -> str:
+    """coverage's ``--include`` for the measured files."""
+    return ",".join(str(srt / f) for f in FILES)
+
+
 def measure(srt: Path, data: Path) -> float:
     """Run the suites under coverage (Rust tree core), then the prefix suite on the Python one; their wall time.
     A failing suite is an error here, not a number."""
-    include = ",".join(str(srt / f) for f in FILES)
+    include = include_of(srt)
     start = time.perf_counter()
     for append, core, suites in (([], "rust", SUITES), (["--append"], "python", PYTHON_CORE_SUITES)):
         done = subprocess.run(
@@ -90,10 +119,123 @@ def measure(srt: Path, data: Path) -> float:
     return time.perf_counter() - start
 
 
+def measure_servers(folder: Path) -> float:
+    """The server suite's radix-cache tests with every server process traced into ``folder``; their wall time. A
+    failing test is an error here, as in ``measure``."""
+    if not SERVER_PYTHON.is_file():
+        raise SystemExit(f"no {SERVER_PYTHON}: build it with `nox -s sglang_server` (or pass --no-server)")
+    shutil.rmtree(folder, ignore_errors=True)
+    folder.mkdir(parents=True)
+    start = time.perf_counter()
+    done = subprocess.run(
+        [str(SERVER_PYTHON), "-m", "pytest", "-q", "-p", "no:cacheprovider", "-rxX", *SERVER_TESTS],
+        env={**os.environ, "SWA_HARNESS_SGLANG_SERVER": "require", "SWA_HARNESS_SGLANG_TRACE": str(folder)},
+        cwd=REPO,
+    )
+    if done.returncode != 0:
+        raise SystemExit(f"the server suite failed (exit {done.returncode}): no coverage is reported for a red run")
+    return time.perf_counter() - start
+
+
+def combine(srt: Path, suites: Path, server: Path | None, out: Path) -> None:
+    """The suites' data and every traced server process's, joined per file by ``coverage combine`` into ``out``;
+    ``[paths]`` maps any venv's ``site-packages/sglang`` onto this one's."""
+    work = out.parent / ".sglang-coverage-combine"
+    shutil.rmtree(work, ignore_errors=True)
+    work.mkdir(parents=True)
+    parts = [suites, *(sorted(server.glob(".coverage.*")) if server else ())]
+    for i, part in enumerate(parts):
+        shutil.copy(part, work / f"{out.name}.part{i}")  # combine reads a folder's <data file>.* files
+    rc = work / "coveragerc"
+    rc.write_text(f"[paths]\nsglang =\n    {srt.parent}/\n    */site-packages/sglang/\n")
+    out.unlink(missing_ok=True)
+    subprocess.run(
+        [sys.executable, "-m", "coverage", "combine", f"--rcfile={rc}", "-q", str(work)],
+        env={**os.environ, "COVERAGE_FILE": str(out)},
+        cwd=work,
+        check=True,
+    )
+    shutil.rmtree(work)
+
+
+def server_lines(folder: Path) -> dict[str, set[int]]:
+    """The lines of each scope file that any traced server process ran."""
+    from coverage import CoverageData
+
+    ran: dict[str, set[int]] = {name: set() for name in sglang_scope.SCOPE_FILES}
+    for data_file in sorted(folder.glob(".coverage.*")):
+        data = CoverageData(basename=str(data_file))
+        data.read()
+        for measured in data.measured_files():
+            for name in sglang_scope.SCOPE_FILES:
+                if measured.endswith(f"sglang/srt/{name}"):
+                    ran[name].update(data.lines(measured) or ())
+    return ran
+
+
+def scope_rows(srt: Path, table: list[dict], server: dict[str, set[int]] | None) -> list[dict]:
+    """Per scope file: the statements a CPU server without HiCache, sessions or PD can run (those
+    ``bench/sglang_scope.py`` does not exclude), those of them that ran (suites or servers) and those a server ran;
+    the lines in scope that nothing ran, as ranges by function. A line excluded there that a server ran is an error:
+    the classification is wrong."""
+    out = []
+    for name in sglang_scope.SCOPE_FILES:
+        entry = next(r for r in table if r["file"] == name)
+        excluded = sglang_scope.excluded_lines(srt, name)
+        executed, missing = set(entry["executed_lines"]), set(entry["missing_lines"])
+        statements = executed | missing
+        contradicted = sorted(n for n in (server or {}).get(name, ()) if n in excluded)
+        if contradicted:
+            raise SystemExit(
+                f"{name}: a server ran lines bench/sglang_scope.py excludes: "
+                + ", ".join(f"{n} ({excluded[n].where}: {excluded[n].kind})" for n in contradicted)
+            )
+        in_scope = {n for n in statements if n not in excluded}
+        by_kind: dict[str, int] = {}
+        for n in statements - in_scope:
+            by_kind[excluded[n].kind] = by_kind.get(excluded[n].kind, 0) + 1
+        out.append(
+            {
+                "file": name,
+                "statements": len(statements),
+                "in_scope": len(in_scope),
+                "run": len(in_scope & executed),
+                "server_run": len(in_scope & server[name]) if server else None,
+                "excluded": dict(sorted(by_kind.items())),
+                "excluded_but_run_by_the_suites": sorted((statements - in_scope) & executed),
+                "uncovered": uncovered_ranges(srt / name, sorted(in_scope - executed)),
+            }
+        )
+    return out
+
+
+def uncovered_ranges(path: Path, lines: list[int]) -> list[str]:
+    """``lines`` as ``function: a-b, c`` strings, one per innermost function (``<module>`` outside any)."""
+    spans = sglang_scope.spans(path)
+    by_function: dict[str, list[int]] = {}
+    for line in lines:
+        inside = [
+            (span.whole[1] - span.whole[0], name)
+            for name, span in spans.items()
+            if name != "<module>" and span.whole[0] <= line <= span.whole[1]
+        ]
+        by_function.setdefault(min(inside)[1] if inside else "<module>", []).append(line)
+    out = []
+    for name, found in by_function.items():
+        runs: list[list[int]] = []
+        for line in found:
+            if runs and line == runs[-1][1] + 1:
+                runs[-1][1] = line
+            else:
+                runs.append([line, line])
+        out.append(f"{name}: " + ", ".join(str(a) if a == b else f"{a}-{b}" for a, b in runs))
+    return out
+
+
 def rows(srt: Path, data: Path) -> list[dict]:
     report = data.parent / "sglang-coverage-raw.json"  # not ".<data>.json": coverage would read that as data
     subprocess.run(
-        [sys.executable, "-m", "coverage", "json", "-o", str(report), "-q"],
+        [sys.executable, "-m", "coverage", "json", "-o", str(report), "-q", f"--include={include_of(srt)}"],
         env={**os.environ, "COVERAGE_FILE": str(data)},
         check=True,
     )
@@ -122,6 +264,7 @@ def rows(srt: Path, data: Path) -> list[dict]:
                 "public_called": called,
                 "public_never_called": never,
                 "missing_lines": missing,
+                "executed_lines": run,
             }
         )
     return out
@@ -163,15 +306,39 @@ def public_functions(path: Path, executed: set[int], only: tuple[str, ...] | Non
     return called, never
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     import sglang
 
+    parser = argparse.ArgumentParser(prog="python -m bench.sglang_coverage", description=__doc__.split("\n")[0])
+    parser.add_argument("--no-server", action="store_true", help="the suites only: no traced server run")
+    args = parser.parse_args(argv)
+    if sglang.__version__ != sglang_scope.SGLANG:
+        raise SystemExit(
+            f"bench/sglang_scope.py classes SGLang {sglang_scope.SGLANG}'s lines; this is {sglang.__version__}"
+        )
     srt = srt_dir()
+    suites = REPO / "reports" / ".sglang-coverage-suites"
+    suites.parent.mkdir(parents=True, exist_ok=True)
+    wall = measure(srt, suites)
+    trace = None if args.no_server else REPO / "reports" / ".sglang-coverage-servers"
+    server_wall = measure_servers(trace) if trace else 0.0
     data = REPO / "reports" / ".sglang-coverage"
-    data.parent.mkdir(parents=True, exist_ok=True)
-    wall = measure(srt, data)
+    combine(srt, suites, trace, data)
     table = rows(srt, data)
-    OUT.write_text(json.dumps({"sglang": sglang.__version__, "suites": SUITES, "files": table}, indent=1) + "\n")
+    scope = scope_rows(srt, table, server_lines(trace) if trace else None)
+    OUT.write_text(
+        json.dumps(
+            {
+                "sglang": sglang.__version__,
+                "suites": SUITES,
+                "server_tests": [] if args.no_server else SERVER_TESTS,
+                "files": table,
+                "scope": scope,
+            },
+            indent=1,
+        )
+        + "\n"
+    )
 
     def pct(a: int, b: int) -> str:
         return f"{100 * a / b:.1f} % ({a}/{b})" if b else "—"
@@ -210,20 +377,64 @@ def main() -> None:
         for r in table
         if r["statements"]
     )
+    scope_before = json.loads(SCOPE_BEFORE.read_text()) if SCOPE_BEFORE.is_file() else {"files": {}, "measured_at": "—"}
+
+    def run_before(r: dict) -> str:
+        executed = scope_before["files"].get(r["file"])
+        if executed is None:
+            return "—"
+        excluded = sglang_scope.excluded_lines(srt, r["file"])
+        return pct(sum(1 for n in executed if n not in excluded), r["in_scope"])
+
+    scope_body = markdown_table(
+        (
+            "file (sglang/srt/)",
+            "lines in scope (of all)",
+            "lines run, before",
+            "lines run, after",
+            "of them run inside a server",
+            "lines excluded, by kind",
+        ),
+        [
+            (
+                f"`{r['file']}`",
+                f"{r['in_scope']} ({r['statements']})",
+                run_before(r),
+                pct(r["run"], r["in_scope"]),
+                "—" if r["server_run"] is None else pct(r["server_run"], r["in_scope"]),
+                ", ".join(f"{kind} {n}" for kind, n in r["excluded"].items()),
+            )
+            for r in scope
+        ],
+    )
+    names = ", ".join(f"`{test.split('::')[1]}`" for test in SERVER_TESTS)
+    servers = (
+        "no server (`--no-server`)"
+        if args.no_server
+        else f"then the server suite's radix-cache tests ({names}, "
+        f"every parametrization) in `nox -s sglang_server`'s venv with every server process traced, {server_wall:.0f} s"
+    )
     write_section(
         "sglang-coverage",
-        f"SGLang {sglang.__version__}'s SWA memory code under the suites (coverage)",
+        f"SGLang {sglang.__version__}'s SWA memory code under the suites and inside its servers (coverage)",
         "python -m bench.sglang_coverage",
         f"Suites {', '.join(SUITES)} with `--target sglang`, `SGLANG_INVARIANT_CHECK=2 SGLANG_DEBUG_MEMORY_POOL=1` "
         f"(the before column of the first five files: `SGLANG_INVARIANT_CHECK=0`) on SGLang's default tree core (Rust), then "
         f"{', '.join(PYTHON_CORE_SUITES)} on the Python one (`{TREE_CORE_ENV}=python`), one process each, "
-        f'{wall:.0f} s under coverage. "Before": {baseline["measured_at"]}; for the prefix cache\'s files '
+        f"{wall:.0f} s under coverage; {servers}; the data joined per file by `coverage combine`. "
+        f'"Before": {baseline["measured_at"]}; for the prefix cache\'s files '
         f"(issue 38): {baseline.get('prefix_cache_measured_at', '—')}. "
         f"Missing line ranges per file: `reports/sglang-coverage.json`; why each range is left (accelerator, another memory class, no caller): "
-        f"docs/SGLANG_MEMORY_COVERAGE.md.\n\n{body}\n\nPublic functions no suite calls:\n\n{never}",
+        f"docs/SGLANG_MEMORY_COVERAGE.md.\n\n{body}\n\n"
+        f"The unified cache (issue 53): of each file, the lines a CPU server serving a hybrid sliding-window model can "
+        f"run without HiCache, sessions or PD (every other range is classed in `bench/sglang_scope.py`, by kind; "
+        f"the lines in scope nothing ran, and why, in docs/SGLANG_MEMORY_COVERAGE.md). Before: "
+        f"{scope_before['measured_at']}.\n\n{scope_body}\n\nPublic functions no suite calls:\n\n{never}",
     )
     print(body)
-    print(never)
+    print(scope_body)
+    for r in scope:
+        print(f"{r['file']}: in scope, not run:", *r["uncovered"], sep="\n  ")
 
 
 if __name__ == "__main__":

@@ -282,6 +282,10 @@ def tour(d: Driver) -> None:
     turn, cached = d.arrive(conversation + [3])
     assert cached == whole and cache.protected_size() == whole
     d.check()
+    # The KV canary's walk over unused cache (unlocked, SWA-resident nodes only) leaves out the window it locked.
+    unused = cache.sglang.tree_core.walk_for_kv_canary(True, True).slot_indices
+    locked_window = d.row(turn, whole - window + 1, whole)
+    assert not bool(torch.isin(locked_window, torch.as_tensor(unused)).any()), "the canary would perturb live KV"
 
     # A branch inside the tombstones: the match splits a node and finds full KV past the last live window, so it
     # lends nothing and records the branch point; the branch's first checkpoint revives those tombstones with its
@@ -337,6 +341,7 @@ def tour(d: Driver) -> None:
     cache.evict(full_tokens=cache.evictable_size())
     d.check()
     assert cache.tree_slots().full.numel() == 0
+    assert cache.sglang.take_events() == [], "KV events piled up on a cache that publishes none"
     cache.reset()
     free = (d.allocator.full_available_size(), d.allocator.swa_available_size())
     assert free == (d.allocator.size, d.allocator.size_swa)
@@ -406,8 +411,41 @@ def test_a_full_only_tree_splits_a_finished_request_at_its_prompt(sglang_target,
     cache.cache_finished_req(req)
     d.rows.free(req.req_pool_idx)
     cache.sanity_check()
-    assert cache.evictable_size() == 16
+    assert cache.evictable_size() == cache.sglang.evictable_size() == 16 and cache.sglang.protected_size() == 0
+    assert cache.sglang.swa_reprefill_tail_tokens() == 0, "a tree without SWA asked for a re-prefill"
     cache.evict(full_tokens=1)
     assert cache.evictable_size() == 12, "the eviction did not stop at the prompt"
     assert cache.match_prefix(conversation).length == 12
     cache.sanity_check()
+
+
+POLICIES = ("lfu", "fifo", "mru", "filo", "priority", "slru", "tlru")
+
+
+@pytest.mark.parametrize("core", ["python", "rust"])
+@pytest.mark.parametrize("policy", POLICIES)
+def test_the_tour_holds_under_every_eviction_policy(sglang_target, core, policy):
+    """``--radix-eviction-policy``: the full eviction's order changes (``tlru`` also keeps each node's depth and its
+    branch's high-water mark on every insert and split); what each step must leave does not."""
+    tour(build(sglang_target, page_size=1, window=5, core=core, eviction_policy=policy))
+
+
+@pytest.mark.parametrize("core", ["python", "rust"])
+def test_dfs_weight_orders_waiting_requests_by_their_subtree(sglang_target, core):
+    """``--schedule-policy dfs-weight`` orders the waiting queue by the tree: depth first, heavier subtrees first,
+    so requests sharing a prefix run together."""
+    d = build(sglang_target, page_size=1, window=3, core=core)
+    stem = [1, 2, 3, 4, 5, 6]
+    for tail in ([7, 7, 7, 7], [8, 8, 8, 8], [8, 8, 8, 8, 9, 9]):  # branches 7 and 8; 8 has a longer leaf below
+        req, _ = d.arrive(stem + tail)
+        d.grow(req, len(req.prompt) - req.kv_len)
+        d.leave(req, finished=True)
+    waiting = [d.arrive(stem + tail)[0] for tail in ([7, 7, 7, 7, 0], [8, 8, 8, 8, 0], [8, 8, 8, 8, 9, 9, 0])]
+    last_nodes = [d.cache._tracked[id(r)].sglang.last_node for r in waiting]
+    assert len(set(last_nodes)) == 3, "the waiting requests should end on three different nodes"
+    order = d.cache.sglang.dfs_weight_order(last_nodes)
+    assert order == [2, 1, 0], f"the heavier branch (two requests) first, deepest first: {order}"
+    d.check()
+    for req in waiting:
+        d.leave(req, finished=False)
+    d.check()
