@@ -288,9 +288,9 @@ def tour(d: Driver) -> None:
     assert not bool(torch.isin(locked_window, torch.as_tensor(unused)).any()), "the canary would perturb live KV"
 
     # A branch inside the tombstones: the match splits a node and finds full KV past the last live window, so it
-    # lends nothing and records the branch point; the branch's first checkpoint revives those tombstones with its
-    # own fresh SWA KV. The turn above locks their full KV: SGLang keeps the locked full slots and frees the
-    # branch's (RecoverSWAWithLockedFull).
+    # lends nothing and records the branch point; the branch's first checkpoint revives the window below that point
+    # with its own fresh SWA KV. The turn above locks the full KV there: SGLang keeps the locked full slots, moves
+    # the branch's SWA slots onto them and frees the branch's full ones (RecoverSWAWithLockedFull).
     cut = 2 * unit + 1
     branch, cached = d.arrive(conversation[:cut] + [60, 61, 62] * unit)
     point = cache._tracked[id(branch)].sglang.swa_branching_seqlen
@@ -326,7 +326,7 @@ def tour(d: Driver) -> None:
     assert cache.protected_size() == cache.swa_protected_size() == 0
 
     # A holder of an internal node: a request whose prefix ends where the branch split the conversation. Evicting
-    # every full token then removes leaves and their tombstoned ancestors, and stops at the locked node.
+    # every full token then removes every unlocked leaf, parents after their children, and stops at the locked node.
     holder, cached = d.arrive(conversation[:point] + [5] * ps)
     assert cached == point
     swa_before = cache.swa_evictable_size()
