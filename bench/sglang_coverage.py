@@ -386,6 +386,12 @@ def main(argv: list[str] | None = None) -> None:
         excluded = sglang_scope.excluded_lines(srt, r["file"])
         return pct(sum(1 for n in executed if n not in excluded), r["in_scope"])
 
+    def all_lines(r: dict) -> str:
+        """Every statement of the file, as the first table counts it: before (the suites alone) and after."""
+        executed = scope_before["files"].get(r["file"])
+        after = next(t for t in table if t["file"] == r["file"])["lines_run"]
+        return ("—" if executed is None else pct(len(executed), r["statements"])) + " → " + pct(after, r["statements"])
+
     scope_body = markdown_table(
         (
             "file (sglang/srt/)",
@@ -394,6 +400,7 @@ def main(argv: list[str] | None = None) -> None:
             "lines run, after",
             "of them run inside a server",
             "lines excluded, by kind",
+            "all lines run, before → after",
         ),
         [
             (
@@ -403,6 +410,7 @@ def main(argv: list[str] | None = None) -> None:
                 pct(r["run"], r["in_scope"]),
                 "—" if r["server_run"] is None else pct(r["server_run"], r["in_scope"]),
                 ", ".join(f"{kind} {n}" for kind, n in r["excluded"].items()),
+                all_lines(r),
             )
             for r in scope
         ],
