@@ -209,7 +209,8 @@ def sglang_matrix(session: nox.Session) -> None:
 # Real SGLang *serving* on CPU needs its HTTP stack and grammar backend too; sgl_kernel has no CPU build on PyPI,
 # so the sglang engine puts an import-only stand-in on the server's path (harness/servers/sglang_server/shims/).
 # The real servers' sessions run their own engine's server tests (the harness server's run in `nox -s tests`), and
-# its OpenAI surface check (`extended`: their full sessions, not .ci/run).
+# its OpenAI surface row, held to its pins (suites/servers/surface_pins.json), .ci/run's `-m "not extended"` included:
+# the row asks the server its session's oracle test started (suites/servers/shared.py), so it adds its checks only.
 OPENAI_SURFACE = (
     "suites/servers/test_openai_surface_servers.py::test_each_servers_openai_surface_is_what_it_was_seen_to_be"
 )
@@ -238,7 +239,7 @@ def _install_sglang_server(session: nox.Session) -> None:
 def sglang_server(session: nox.Session) -> None:
     """A real SGLang server on CPU (its hybrid SWA pool, torch_native attention) against transformers and the
     harness engine on one checkpoint, at concurrency, roomy and tight pools (suites/servers/test_sglang_server.py; the
-    harness server's own tests run in `nox -s tests`), its OpenAI surface (extended); then the accuracy
+    harness server's own tests run in `nox -s tests`), its OpenAI surface (pinned detail by detail); then the accuracy
     smoke: graphs on (CPU graph runner, batch sizes 1-2) vs off on 32 items (suites/plans/sglang-cpu-smoke.yaml)."""
     _install_sglang_server(session)
     session.run(
@@ -315,7 +316,8 @@ def vllm(session: nox.Session) -> None:
         *PYTEST,
         "-rxX",
         # two workers, a file each: the server module is the long pole; the manager suites and the findings'
-        # reproducer run beside it (6 min 16 s -> 5 min 43 s of pytest, docs/BENCHMARKS.md "CI time")
+        # reproducer run beside it (6 min 16 s -> 5 min 43 s of pytest, docs/BENCHMARKS.md "CI time"). The OpenAI
+        # surface row goes with the server module, whose eager server it shares (suites/servers/conftest.py)
         "-n",
         "2",
         "--dist",

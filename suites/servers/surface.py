@@ -2,8 +2,10 @@
 
 ``tests/test_openai_surface.py`` holds the harness server to them (and to its reference engine); here the same
 questions go to real SGLang and vLLM servers, where a difference is a finding about that server, not a failure of
-ours: each check returns what it saw (:class:`SurfaceResult`), and the test pins each server's answers in a table, so
-a release that changes one is noticed either way.
+ours: each check returns what it saw (:class:`SurfaceResult`): a status word that sums it up and the details behind
+it, named fields of numbers, booleans and short strings that the same server gives again on the same checkpoint
+(never an id, a timestamp or generated text). ``suites/servers/surface_pins.py`` pins each server's details, so a
+release that changes any of them is noticed, naming it.
 
 The reference for an answer is the same server asked one prompt at a time, greedy, ``ignore_eos`` (tiny checkpoints
 may end early), so the checks are about the surface, not the numerics; counts are held to the checkpoint's own
@@ -12,20 +14,33 @@ may end early), so the checks are about the surface, not the numerics; counts ar
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-Status = str  # "holds", "differs", or a named behaviour ("refused", "honoured")
+from fixtures.tokenized import prompt_text
+
+Status = str  # "holds", "differs", "error", or a named behaviour ("refused", "honoured")
+# One detail: JSON's own types only, so that a detail read back from a pin file compares equal to one just seen.
+Detail = str | int | bool | None | list[int] | list[str]
+Details = dict[str, Detail]
+MESSAGE_CHARS = 200  # a server's error message is kept to its first sentence, at most this long
+
+
+Seen = tuple[Status, Details]  # what one check returns
 
 
 @dataclass(frozen=True)
 class SurfaceResult:
+    """What one check saw: ``status`` sums it up, ``details`` are what a pin holds."""
+
     check: str
     status: Status
-    detail: str  # what was seen, in one line
+    details: Mapping[str, Detail]
+
+    def line(self) -> str:
+        return f"{self.check}: {self.status}: " + ", ".join(f"{k}={v}" for k, v in self.details.items())
 
 
 @dataclass(frozen=True)
@@ -59,123 +74,181 @@ class Surface:
         return len(Tokenizer.from_file(str(self.ckpt / "tokenizer.json")).encode(text).ids)
 
 
-PROMPTS = (
-    "Question: Tom has 12 apples and eats 5 of them. How many apples are left?\nAnswer:",
-    "Question: A train travels 60 miles in 1 hour. How far does it travel in 3 hours?\nAnswer:",
-    "Question: What is 7 times 8?\nAnswer:",
-)
+# Words of the word-level test vocabulary (fixtures/tokenized.py), which every checkpoint's tokenizer encodes and
+# decodes back unchanged: SGLang's row serves that random checkpoint, the others the shipped ones.
+PROMPTS = (prompt_text(21, 14), prompt_text(22, 20), prompt_text(23, 9))
 NEW = 24
+TOP = 5
 
 
 def _alone(s: Surface, max_tokens: int = NEW) -> list[str]:
     return [s.complete(p, max_tokens).choices[0].text for p in PROMPTS]
 
 
-def multi_prompt_order(s: Surface) -> SurfaceResult:
+def _holds(ok: bool) -> Status:
+    return "holds" if ok else "differs"
+
+
+def _all_true(details: Details) -> bool:
+    """Every yes/no detail is yes (the numbers are judged by each check itself)."""
+    return all(v for v in details.values() if isinstance(v, bool))
+
+
+def _first_sentence(text: str) -> str:
+    """A message's first sentence (servers add counts, hints and sometimes request ids after it), trimmed."""
+    head = text.strip().splitlines()[0] if text.strip() else ""
+    return head.split(". ")[0].rstrip(".")[:MESSAGE_CHARS]
+
+
+def _refusal(exc: Any) -> Details:
+    """An HTTP error as details: its status code, the field it names and its message's first sentence."""
+    body = exc.body if isinstance(exc.body, Mapping) else {}
+    message = body.get("message") if isinstance(body.get("message"), str) else str(exc)
+    return {"http_status": exc.status_code, "param": exc.param, "message": _first_sentence(message)}
+
+
+def multi_prompt_order(s: Surface) -> Seen:
     """One request with every prompt, in three orders: choices[i] carries index i and prompt i's own answer."""
     alone = _alone(s)
-    bad = []
-    for order in ((0, 1, 2), (2, 0, 1), (1, 2, 0)):
+    orders = ((0, 1, 2), (2, 0, 1), (1, 2, 0))
+    misplaced: list[str] = []
+    for order in orders:
         got = s.complete([PROMPTS[i] for i in order], NEW).choices
         for pos, choice in enumerate(sorted(got, key=lambda c: c.index)):
             if choice.index != pos or choice.text != alone[order[pos]]:
-                bad.append(f"order {order}: choice {choice.index} is not prompt {order[pos]}'s answer")
-    return SurfaceResult("multi-prompt order", "differs" if bad else "holds", "; ".join(bad) or "3 orders x 3 prompts")
+                misplaced.append(f"order {','.join(map(str, order))}: choice {choice.index}")
+    details: Details = {"orders": len(orders), "prompts": len(PROMPTS), "misplaced": len(misplaced)}
+    if misplaced:
+        details["first_misplaced"] = misplaced[0]
+    return _holds(not misplaced), details
 
 
-def usage_counts(s: Surface) -> SurfaceResult:
+def usage_counts(s: Surface) -> Seen:
     """usage.prompt_tokens is the tokenizer's count (summed over a multi-prompt request), completion_tokens the
-    generated tokens (max_tokens, finish "length"), total their sum."""
-    one = s.complete(PROMPTS[0], NEW)
-    many = s.complete(list(PROMPTS), NEW)
-    want_one, want_many = s.count(PROMPTS[0]), sum(s.count(p) for p in PROMPTS)
-    seen = (
-        one.usage.prompt_tokens,
-        one.usage.completion_tokens,
-        many.usage.prompt_tokens,
-        many.usage.completion_tokens,
+    generated tokens (max_tokens each, ignore_eos), total their sum."""
+    one = s.complete(PROMPTS[0], NEW).usage
+    many = s.complete(list(PROMPTS), NEW).usage
+    details: Details = {
+        "max_tokens": NEW,
+        "prompt_one": one.prompt_tokens,
+        "prompt_one_tokenizer": s.count(PROMPTS[0]),
+        "completion_one": one.completion_tokens,
+        "prompt_all": many.prompt_tokens,
+        "prompt_all_tokenizer": sum(s.count(p) for p in PROMPTS),
+        "completion_all": many.completion_tokens,
+        "totals_add_up": one.total_tokens == one.prompt_tokens + one.completion_tokens
+        and many.total_tokens == many.prompt_tokens + many.completion_tokens,
+    }
+    ok = (
+        (details["prompt_one"], details["completion_one"]) == (details["prompt_one_tokenizer"], NEW)
+        and (details["prompt_all"], details["completion_all"]) == (details["prompt_all_tokenizer"], NEW * len(PROMPTS))
+        and details["totals_add_up"] is True
     )
-    want = (want_one, NEW, want_many, NEW * len(PROMPTS))
-    totals = one.usage.total_tokens == seen[0] + seen[1] and many.usage.total_tokens == seen[2] + seen[3]
-    status = "holds" if seen == want and totals else "differs"
-    return SurfaceResult("usage counts", status, f"(prompt, completion) one/all: seen {seen}, tokenizer {want}")
+    return _holds(ok), details
 
 
-def stop_across_tokens(s: Surface) -> SurfaceResult:
+def stop_across_tokens(s: Surface) -> Seen:
     """A stop string that spans two tokens of the answer cuts the text right before it, finish "stop"; an absent
     one leaves finish "length". Token boundaries from the checkpoint's tokenizer, not the server's offsets (those
     are checked by ``logprobs_order``)."""
     from tokenizers import Tokenizer
 
     text = s.complete(PROMPTS[1], NEW).choices[0].text
-    tok = Tokenizer.from_file(str(s.ckpt / "tokenizer.json"))
-    ids = tok.encode(text, add_special_tokens=False).ids
-    bounds = [len(tok.decode(ids[:k])) for k in range(len(ids) + 1)]
-    spans = [(bounds[k], bounds[k + 2]) for k in range(1, len(ids) - 1)]
+    offsets = Tokenizer.from_file(str(s.ckpt / "tokenizer.json")).encode(text, add_special_tokens=False).offsets
+    spans = [(a, b) for (a, _), (_, b) in zip(offsets[1:], offsets[2:])]  # two tokens, after the first
     found = [(a, b) for a, b in spans if text[a:b].strip() and text.find(text[a:b]) == a]
-    if not found or bounds[-1] != len(text):
-        return SurfaceResult("stop across tokens", "differs", f"no two-token span to stop on in {text!r}")
+    if not found:
+        return "differs", {"two_token_span": False}
     start, end = found[0]
-    stop = text[start:end]
-    cut = s.complete(PROMPTS[1], NEW, stop=[stop]).choices[0]
+    cut = s.complete(PROMPTS[1], NEW, stop=[text[start:end]]).choices[0]
     absent = s.complete(PROMPTS[1], NEW, stop=["\x07never"]).choices[0]
-    seen = (cut.text, cut.finish_reason, absent.finish_reason)
-    want = (text[:start], "stop", "length")
-    return SurfaceResult("stop across tokens", "holds" if seen == want else "differs", f"stop {stop!r}: seen {seen!r}")
+    details: Details = {
+        "two_token_span": True,
+        "text_ends_before_stop": cut.text == text[:start],
+        "finish": cut.finish_reason,
+        "finish_without_stop": absent.finish_reason,
+    }
+    if cut.text != text[:start]:
+        details |= {"text_chars": len(cut.text), "text_chars_before_stop": start}
+    ok = details["text_ends_before_stop"] is True and (cut.finish_reason, absent.finish_reason) == ("stop", "length")
+    return _holds(ok), details
 
 
-def context_boundary(s: Surface) -> SurfaceResult:
-    """prompt + max_tokens = the context /v1/models reports is accepted and generates max_tokens tokens (ignore_eos);
-    one token more is a 400."""
+def _attempt(prefix: str, ask: Callable[[], Any]) -> Details:
+    """One completion as details under ``prefix``: accepted (tokens in and out, finish reason) or refused."""
     import openai
 
+    try:
+        choice_usage = ask()
+    except openai.APIStatusError as exc:
+        return {prefix: "refused", **{f"{prefix}_{k}": v for k, v in _refusal(exc).items()}}
+    answer, usage = choice_usage.choices[0], choice_usage.usage
+    return {
+        prefix: "accepted",
+        f"{prefix}_prompt_tokens": usage.prompt_tokens,
+        f"{prefix}_generated": usage.completion_tokens,
+        f"{prefix}_finish": answer.finish_reason,
+    }
+
+
+def context_boundary(s: Surface) -> Seen:
+    """prompt + max_tokens = the context /v1/models reports is accepted and generates max_tokens tokens (ignore_eos);
+    one token more is a 400."""
     models = s.client().models.list().data
     limit = next((getattr(m, "max_model_len", None) for m in models), None)
     if not isinstance(limit, int):
-        return SurfaceResult("context boundary", "differs", "/v1/models reports no max_model_len")
-    fits = limit - s.count(PROMPTS[2])
-    seen = []
-    for max_tokens in (fits, fits + 1):
-        try:
-            answer = s.complete(PROMPTS[2], max_tokens)
-        except openai.BadRequestError as exc:
-            seen.append(f"400: {str(exc)[:80]}")
-            continue
-        usage = answer.usage
-        short = "" if usage.completion_tokens == max_tokens else f", not the {max_tokens} asked"
-        seen.append(f"accepted ({usage.prompt_tokens} + {usage.completion_tokens} tokens{short})")
-    whole = seen[0].startswith("accepted") and "not the" not in seen[0]
-    status = "holds" if whole and seen[1].startswith("400") else "differs"
-    return SurfaceResult("context boundary", status, f"max_model_len {limit}: at it {seen[0]}; one over {seen[1]}")
+        return "differs", {"max_model_len": None}
+    prompt = s.count(PROMPTS[2])
+    fits = limit - prompt
+    details: Details = {
+        "max_model_len": limit,
+        "prompt_tokens": prompt,
+        "at_limit_asked": fits,
+        **_attempt("at_limit", lambda: s.complete(PROMPTS[2], fits)),
+        "one_over_asked": fits + 1,
+        **_attempt("one_over", lambda: s.complete(PROMPTS[2], fits + 1)),
+    }
+    whole = details["at_limit"] == "accepted" and details["at_limit_generated"] == fits
+    ok = whole and details["one_over"] == "refused" and details.get("one_over_http_status") == 400
+    return _holds(ok), details
 
 
-def _refused_or_honoured(name: str, ask: Callable[[], Any], honoured: Callable[[Any], bool]) -> SurfaceResult:
+def _refused_or_honoured(ask: Callable[[], Any], judge: Callable[[Any], Details]) -> Seen:
+    """Refused (a 400, with what it said) or honoured; honoured is "differs" when any of ``judge``'s booleans is
+    false."""
     import openai
 
     try:
         answer = ask()
     except openai.BadRequestError as exc:
-        return SurfaceResult(name, "refused", str(exc)[:160])
-    return SurfaceResult(name, "honoured" if honoured(answer) else "differs", json.dumps(answer.model_dump())[:160])
+        return "refused", _refusal(exc)
+    details = judge(answer)
+    return "honoured" if _all_true(details) else "differs", details
 
 
-def echo(s: Surface) -> SurfaceResult:
+def echo(s: Surface) -> Seen:
     """echo=true: refused, or the prompt comes back before the answer."""
     alone = _alone(s, 8)[0]
     return _refused_or_honoured(
-        "echo", lambda: s.complete(PROMPTS[0], 8, echo=True), lambda a: a.choices[0].text == PROMPTS[0] + alone
+        lambda: s.complete(PROMPTS[0], 8, echo=True),
+        lambda a: {"prompt_then_answer": a.choices[0].text == PROMPTS[0] + alone},
     )
 
 
-def n_choices(s: Surface) -> SurfaceResult:
+def n_choices(s: Surface) -> Seen:
     """n=2 (greedy): refused, or two choices, each the one answer."""
     alone = _alone(s, 8)[0]
     return _refused_or_honoured(
-        "n=2", lambda: s.complete(PROMPTS[0], 8, n=2), lambda a: [c.text for c in a.choices] == [alone, alone]
+        lambda: s.complete(PROMPTS[0], 8, n=2),
+        lambda a: {
+            "choices": len(a.choices),
+            "indexes": [c.index for c in a.choices],
+            "each_the_answer": [c.text for c in a.choices] == [alone, alone],
+        },
     )
 
 
-def streaming(s: Surface) -> SurfaceResult:
+def streaming(s: Surface) -> Seen:
     """stream=true joins to the same text, finish reason and usage as the same request not streamed, per choice."""
     plain = s.complete(list(PROMPTS), NEW)
     texts: dict[int, str] = {}
@@ -186,58 +259,66 @@ def streaming(s: Surface) -> SurfaceResult:
             texts[choice.index] = texts.get(choice.index, "") + (choice.text or "")
             finish[choice.index] = choice.finish_reason or finish.get(choice.index)
         usage = chunk.usage or usage
-    want_texts = {c.index: c.text for c in plain.choices}
-    want_finish = {c.index: c.finish_reason for c in plain.choices}
-    seen_usage = None if usage is None else (usage.prompt_tokens, usage.completion_tokens)
     want_usage = (plain.usage.prompt_tokens, plain.usage.completion_tokens)
-    ok = texts == want_texts and finish == want_finish and seen_usage == want_usage
-    detail = f"texts equal {texts == want_texts}, finish {finish == want_finish}, usage {seen_usage} vs {want_usage}"
-    return SurfaceResult("streaming", "holds" if ok else "differs", detail)
+    details: Details = {
+        "choices": len(texts),
+        "texts_equal": texts == {c.index: c.text for c in plain.choices},
+        "finish_equal": finish == {c.index: c.finish_reason for c in plain.choices},
+        "usage_chunk": usage is not None,
+        "usage_equal": usage is not None and (usage.prompt_tokens, usage.completion_tokens) == want_usage,
+    }
+    return _holds(_all_true(details)), details
 
 
-def logprobs_order(s: Surface) -> SurfaceResult:
+def logprobs_order(s: Surface) -> Seen:
     """logprobs=5: each token's top 5 in decreasing order, (greedy) the chosen token's logprob the largest, and the
     token strings join to the text at their ``text_offset`` (each offset the previous plus the previous token's
-    length)."""
-    choice = s.complete(PROMPTS[0], 8, logprobs=5).choices[0]
+    length). Each property that fails names its first offending token and values."""
+    choice = s.complete(PROMPTS[0], 8, logprobs=TOP).choices[0]
     lp = choice.logprobs
-    bad = []
-    for k, (chosen, top) in enumerate(zip(lp.token_logprobs or [], lp.top_logprobs or [])):
-        values = list((top or {}).values())
-        if values != sorted(values, reverse=True):
-            bad.append(f"token {k}: top_logprobs not in decreasing order")
-        if values and abs(max(values) - chosen) > 1e-5:
-            bad.append(f"token {k}: chosen {chosen:.5f} is not the top {max(values):.5f}")
-        if len(values) != 5:
-            bad.append(f"token {k}: {len(values)} top entries")
     tokens, offsets = list(lp.tokens or []), list(lp.text_offset or [])
-    if "".join(tokens) != choice.text:
-        bad.append(f"tokens {tokens!r} do not join to the text {choice.text!r}")
+    tops = [list((top or {}).values()) for top in lp.top_logprobs or []]
+    unsorted = [k for k, v in enumerate(tops) if v != sorted(v, reverse=True)]
+    not_top = [k for k, (c, v) in enumerate(zip(lp.token_logprobs or [], tops)) if v and abs(max(v) - c) > 1e-5]
     steps = [b - a for a, b in zip(offsets, offsets[1:])]
-    if steps != [len(t) for t in tokens[:-1]]:
-        bad.append(f"text_offset {offsets} does not step by the tokens' lengths {[len(t) for t in tokens]}")
-    return SurfaceResult("logprobs", "differs" if bad else "holds", "; ".join(bad[:3]) or "8 tokens x top 5")
+    details: Details = {
+        "tokens": len(tokens),
+        "top_sizes": sorted({len(v) for v in tops}),
+        "top_decreasing": not unsorted,
+        "chosen_is_top": not not_top,
+        "tokens_join_to_text": "".join(tokens) == choice.text,
+        "offsets_step_by_tokens": steps == [len(t) for t in tokens[:-1]],
+    }
+    if unsorted:
+        details["first_unsorted"] = f"token {unsorted[0]}: {[round(x, 4) for x in tops[unsorted[0]]]}"
+    if not_top:
+        k = not_top[0]
+        details["first_not_top"] = f"token {k}: chosen {lp.token_logprobs[k]:.4f}, top {max(tops[k]):.4f}"
+    if not details["offsets_step_by_tokens"]:
+        details |= {"text_offset_first": offsets[:4], "token_lengths_first": [len(t) for t in tokens[:4]]}
+    return _holds(_all_true(details) and details["top_sizes"] == [TOP]), details
 
 
-CHECKS: tuple[Callable[[Surface], SurfaceResult], ...] = (
-    multi_prompt_order,
-    usage_counts,
-    stop_across_tokens,
-    context_boundary,
-    echo,
-    n_choices,
-    streaming,
-    logprobs_order,
-)
+# Each check by the name its pins carry.
+CHECKS: dict[str, Callable[[Surface], Seen]] = {
+    "multi-prompt order": multi_prompt_order,
+    "usage counts": usage_counts,
+    "stop across tokens": stop_across_tokens,
+    "context boundary": context_boundary,
+    "echo": echo,
+    "n=2": n_choices,
+    "streaming": streaming,
+    "logprobs": logprobs_order,
+}
 
 
 def run_checks(s: Surface) -> dict[str, SurfaceResult]:
-    """Every check; one that raises is a finding too (its exception, in one line)."""
+    """Every check; one that raises is a finding too: status "error", its exception's type and first sentence."""
     found = {}
-    for check in CHECKS:
+    for name, check in CHECKS.items():
         try:
-            result = check(s)
+            status, details = check(s)
         except Exception as exc:  # noqa: BLE001 - a server's failure on a check is what the check reports
-            result = SurfaceResult(check.__name__, "error", f"{type(exc).__name__}: {str(exc)[:160]}")
-        found[result.check] = result
+            status, details = "error", {"exception": type(exc).__name__, "message": _first_sentence(str(exc))}
+        found[name] = SurfaceResult(name, status, details)
     return found

@@ -19,20 +19,20 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from typing import ContextManager
 from pathlib import Path
 
 import pytest
 
-from fixtures.tokenized import WORDS, tokenized_checkpoint
+from fixtures.tokenized import WORDS
 from harness.servers.base import ServerSpec
 from harness.servers.lifecycle import ServerProcess, ServerTransportError
 from harness.servers.sglang_server import CPU_FLAGS, SGLangServer
 from harness.env import SGLANG_PATCH_ENV, SGLANG_SERVER_ENV
 from suites.known_failures import known_failure
 from suites.servers.cache_hits import Expected, Pool, hold, hold_pressure, transformers_expectation, word_workload
+from suites.servers.shared import SharedServers
 from suites.servers.oracles import (
     Reference,
     agreement,
@@ -81,8 +81,8 @@ def prompts() -> list[str]:
 
 
 @pytest.fixture(scope="module")
-def ckpt(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return tokenized_checkpoint(tmp_path_factory.mktemp("sglang-server") / "ckpt", arch="mellum", chat_template=None)
+def ckpt(mellum_words_ckpt: Path) -> Path:
+    return mellum_words_ckpt  # the session's (suites/servers/conftest.py): the OpenAI surface row shares its server
 
 
 @pytest.fixture(scope="module")
@@ -95,6 +95,24 @@ def harness_answers(ckpt: Path) -> list[str]:
     return harness_reference(ckpt, prompts(), NEW_TOKENS).answers
 
 
+def sglang_spec(
+    ckpt: Path,
+    pool: tuple[str, ...],
+    graphs: str = "off",
+    env: dict[str, str] | None = None,
+    fault: str | None = None,
+) -> ServerSpec:
+    return ServerSpec(
+        model=str(ckpt),
+        served_name=SERVED,
+        graphs=graphs,
+        flags=(*CPU_FLAGS, *pool),
+        port=free_port(),
+        env=env or {},
+        fault=fault,
+    )
+
+
 def sglang_server(
     ckpt: Path,
     pool: tuple[str, ...],
@@ -103,26 +121,13 @@ def sglang_server(
     env: dict[str, str] | None = None,
     fault: str | None = None,
 ) -> ContextManager[ServerProcess]:
-    return running(
-        ENGINE,
-        ServerSpec(
-            model=str(ckpt),
-            served_name=SERVED,
-            graphs=graphs,
-            flags=(*CPU_FLAGS, *pool),
-            port=free_port(),
-            env=env or {},
-            fault=fault,
-        ),
-        log,
-        timeout=600,
-    )
+    return running(ENGINE, sglang_spec(ckpt, pool, graphs, env, fault), log, timeout=600)
 
 
 @pytest.fixture(scope="module")
-def server(ckpt: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
-    with sglang_server(ckpt, ROOMY, tmp_path_factory.mktemp("sglang-roomy") / "server.log") as server:
-        yield server
+def server(ckpt: Path, shared_servers: SharedServers) -> ServerProcess:
+    """The roomy server, kept for the session: the OpenAI surface row asks it too (suites/servers/shared.py)."""
+    return shared_servers.get(ENGINE, sglang_spec(ckpt, ROOMY), timeout=600)[0]
 
 
 def assert_served_like_the_oracles(

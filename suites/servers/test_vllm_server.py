@@ -21,6 +21,7 @@ from __future__ import annotations
 import os
 import re
 import urllib.request
+from contextlib import nullcontext
 from typing import ContextManager
 from pathlib import Path
 
@@ -32,6 +33,7 @@ from harness.servers.lifecycle import ServerProcess
 from harness.servers.vllm import VLLMServer
 from harness.env import VLLM_SERVER_ENV
 from harness.paths import REPO
+from suites.servers.shared import SharedServers
 from suites.servers.cache_hits import Expected, hold, hold_pressure, lm_eval_workload, transformers_expectation
 from suites.servers.oracles import (
     VLLM_BY_ID,
@@ -103,13 +105,20 @@ def reference(ckpt: Path) -> Reference:
     return found
 
 
+def vllm_spec(ckpt: Path, flags: tuple[str, ...], graphs: str) -> ServerSpec:
+    return ServerSpec(model=str(ckpt), served_name=SERVED, graphs=graphs, flags=flags, port=free_port())
+
+
 def vllm_server(ckpt: Path, flags: tuple[str, ...], log: Path, graphs: str) -> ContextManager[ServerProcess]:
-    return running(
-        ENGINE,
-        ServerSpec(model=str(ckpt), served_name=SERVED, graphs=graphs, flags=flags, port=free_port()),
-        log,
-        timeout=900,
-    )
+    return running(ENGINE, vllm_spec(ckpt, flags, graphs), log, timeout=900)
+
+
+def roomy_server(ckpt: Path, graphs: str, log: Path, shared: SharedServers) -> ContextManager[ServerProcess]:
+    """Eager: the session's, kept for it (the OpenAI surface row asks it too: suites/servers/shared.py); compiled: this
+    test's own."""
+    if graphs == "off":
+        return nullcontext(shared.get(ENGINE, vllm_spec(ckpt, ROOMY, graphs), timeout=900)[0])
+    return vllm_server(ckpt, ROOMY, log, graphs)
 
 
 def served_like_transformers(server: ServerProcess, reference: Reference) -> float:
@@ -123,9 +132,9 @@ def served_like_transformers(server: ServerProcess, reference: Reference) -> flo
     "graphs", [pytest.param("off", id="eager"), pytest.param("on", id="compiled", marks=pytest.mark.extended)]
 )
 def test_concurrent_greedy_answers_equal_transformers_and_the_harness_engine(
-    graphs: str, ckpt: Path, reference: Reference, tmp_path: Path
+    graphs: str, ckpt: Path, reference: Reference, tmp_path: Path, shared_servers: SharedServers
 ) -> None:
-    with vllm_server(ckpt, ROOMY, tmp_path / "server.log", graphs) as server:
+    with roomy_server(ckpt, graphs, tmp_path / "server.log", shared_servers) as server:
         served_like_transformers(server, reference)
         log = server.log_path.read_text()
         identity = ENGINE.identity(server.base_url, ServerSpec(model=str(ckpt), served_name=SERVED, graphs=graphs))
