@@ -286,3 +286,44 @@ def test_a_fault_of_the_python_tree_core_runs_under_it(sglang_target, monkeypatc
         assert os.environ["SGLANG_UNIFIED_RADIX_TREE_CORE_BACKEND"] == "python"
         assert build(sglang_target, page_size=4, core=None).cache.tree_core == "python"
     assert "SGLANG_UNIFIED_RADIX_TREE_CORE_BACKEND" not in os.environ
+
+
+def test_the_servers_eviction_ledger_counts_what_sglang_returns(driver: Driver, monkeypatch: pytest.MonkeyPatch):
+    """``harness/servers/sglang_server/eviction_ledger.py`` (what an SGLang server's /metrics says its tree evicted,
+    which the cache-hit protocol's tight pools must show) measures each eviction on the tree's slots: an SWA eviction
+    while a running request locks the prefix tombstones the live tokens below its window (SWA gone, full KV kept);
+    once it leaves, a full eviction takes the rest, as many tokens as SGLang's own ``EvictResult`` says."""
+    from prometheus_client import REGISTRY
+    from sglang.srt.mem_cache.base_prefix_cache import EvictParams
+    from sglang.srt.mem_cache.unified_radix_cache import UnifiedRadixCache
+
+    from harness.servers.sglang_server import eviction_ledger
+
+    monkeypatch.setattr(UnifiedRadixCache, "_evict", UnifiedRadixCache._evict)  # the wrapper goes with the test
+    eviction_ledger.install()
+    d, cache = driver, driver.cache
+
+    def counted() -> tuple[float, ...]:
+        return tuple(
+            REGISTRY.get_sample_value(name + "_total") or 0.0
+            for name in (eviction_ledger.FULL, eviction_ledger.SWA, eviction_ledger.TOMBSTONED)
+        )
+
+    first, _ = d.arrive(PROMPT)
+    d.grow(first, len(PROMPT))
+    d.leave(first, finished=True)  # the prompt's last window stays live in the tree
+    later, cached = d.arrive(PROMPT + [50, 51, 52])
+    assert cached > 0 and cache.swa_evictable_size() > 0, "nothing live below the later request's window"
+    d.check()
+    start = counted()
+    cache.sglang.evict_for_alloc(EvictParams(num_tokens=0, swa_num_tokens=cache.swa_evictable_size()))
+    d.check()
+    full, swa, tombstoned = (a - b for a, b in zip(counted(), start))
+    assert (full, swa > 0, tombstoned) == (0, True, swa), f"full {full}, SWA {swa}, tombstoned {tombstoned}"
+    d.leave(later, finished=False)
+    start = counted()
+    took = cache.sglang.evict_for_alloc(EvictParams(num_tokens=cache.evictable_size()))
+    full, _, tombstoned = (a - b for a, b in zip(counted(), start))
+    assert full == took.num_tokens_evicted > 0 and tombstoned == 0, (full, tombstoned, took)
+    assert cache.evictable_size() == cache.swa_evictable_size() == 0
+    d.check()
