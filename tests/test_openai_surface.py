@@ -202,12 +202,15 @@ def test_n_above_one_is_refused_naming_n_and_n_one_answers(client: Any, ref: Eng
     assert [c.text for c in got.choices] == [greedy(ref, prompt, 8).text]
 
 
-def test_echo_true_is_refused_naming_echo_and_false_is_honoured(client: Any, ref: Engine) -> None:
+def test_echo_true_puts_the_prompt_before_the_answer_and_false_does_not(client: Any, ref: Engine) -> None:
+    """The prompt's logprobs under echo are tests/test_server_echo.py's."""
     prompt = prompt_text(7, 9)
-    err = refused(lambda: client.completions.create(model=MODEL, prompt=prompt, max_tokens=4, echo=True))
-    assert err.param == "echo" and "echo" in err.message, err
-    got = client.completions.create(model=MODEL, prompt=prompt, max_tokens=6, echo=False, temperature=0)
     want = greedy(ref, prompt, 6)
+    got = client.completions.create(model=MODEL, prompt=prompt, max_tokens=6, echo=True, temperature=0)
+    assert got.choices[0].text == prompt + want.text and got.usage.completion_tokens == len(want.output_ids)
+    err = refused(lambda: client.completions.create(model=MODEL, prompt=prompt, max_tokens=4, echo=True, stream=True))
+    assert err.param == "echo" and "stream" in err.message, err
+    got = client.completions.create(model=MODEL, prompt=prompt, max_tokens=6, echo=False, temperature=0)
     assert got.choices[0].text == want.text and not got.choices[0].text.startswith(prompt)
 
 

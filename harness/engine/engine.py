@@ -14,9 +14,9 @@ import torch
 from harness.engine.forward_batch import ForwardMode
 from harness.engine.cpu_kernels import KERNEL_MODES, resolve_kernels
 from harness.engine.model_runner import ModelRunner, PoolSizes
-from harness.engine.request import FinishReason, GenerateOutput, Req, RequestError, SamplingParams
+from harness.engine.request import FinishReason, GenerateOutput, PositionLogprobs, Req, RequestError, SamplingParams
 from harness.engine.sampling import SamplingFailure, sample
-from harness.engine.scheduler import ScheduledBatch, Scheduler
+from harness.engine.scheduler import PromptRows, ScheduledBatch, Scheduler
 from harness.mem import HybridPool, HybridPoolSpec, PoolBuilder, build_hybrid_pool
 from harness.mem.radix_cache import RADIX_CACHE, CacheBuilder
 from harness.model import Tokenizer, load_config, load_model
@@ -271,14 +271,29 @@ class Engine:
         *,
         forced_output_ids: Sequence[int] | None = None,
         return_logits: bool = False,
+        prompt_logprobs: int | None = None,
     ) -> Req:
-        """Queue a request; raises ``RequestError`` (and queues nothing) when it can never be served."""
+        """Queue a request; raises ``RequestError`` (and queues nothing) when it can never be served.
+
+        ``prompt_logprobs=k`` scores every prompt token with the forward that prefills it (its logprob and the top
+        ``k``; the output's ``prompt_logprobs``), bypassing the prefix cache; only such a request may ask for
+        ``max_new_tokens=0`` (score the prompt, generate nothing)."""
         sampling.validate()
+        if prompt_logprobs is not None and (
+            not isinstance(prompt_logprobs, int) or not 0 <= prompt_logprobs <= self.model_config.vocab_size
+        ):
+            raise RequestError(
+                f"prompt_logprobs must be an integer in [0, {self.model_config.vocab_size}], got {prompt_logprobs!r}"
+            )
+        if sampling.max_new_tokens == 0 and prompt_logprobs is None:
+            raise RequestError(
+                "max_new_tokens must be a positive integer, got 0 (0 only scores a prompt: ask for prompt_logprobs)"
+            )
         prompt_ids = self._prompt_ids(prompt)
         if forced_output_ids is not None:
             forced_output_ids = self._check_ids(forced_output_ids, "forced_output_ids")
             sampling = SamplingParams(max_new_tokens=len(forced_output_ids), ignore_eos=True)
-        need = len(prompt_ids) + sampling.max_new_tokens - 1
+        need = len(prompt_ids) + max(sampling.max_new_tokens - 1, 0)  # the last sampled token needs no KV slot
         if need > self.max_context_len:
             raise RequestError(
                 f"prompt ({len(prompt_ids)} tokens) + max_new_tokens ({sampling.max_new_tokens}) needs {need} tokens "
@@ -292,6 +307,7 @@ class Engine:
             sampling,
             list(forced_output_ids) if forced_output_ids else None,
             return_logits,
+            prompt_logprobs,
         )
         if sampling.temperature > 0:
             req.generator = torch.Generator(device=self.runner.device).manual_seed(
@@ -337,13 +353,27 @@ class Engine:
         logits = self.runner.forward(batch)
         if sched.mode is ForwardMode.TARGET_VERIFY:
             return self._verified(sched, logits)
-        sampling = self.scheduler.commit(sched)
+        for rows in sched.prompt_rows:  # read now: a graph's logits are a view its next replay overwrites
+            self._score_prompt(rows, logits)
+        ready = self.scheduler.commit(sched)
         advanced = tuple(req.rid for req in sched.reqs)
-        if not sampling:
+        if not ready:
             return StepOutput(sched.mode, advanced)
-        rows = logits  # decode: one row per request; extend: the rows of requests that finished prefill
-        tokens = sample(rows, sampling)
         finished = []
+        sampling = []
+        for req in ready:
+            if req.sampling.max_new_tokens:
+                sampling.append(req)
+            else:  # it only scored its prompt
+                req.finish_reason = FinishReason.LENGTH
+                self.scheduler.release(req)
+                finished.append(self._output(req))
+        if not sampling:
+            return StepOutput(sched.mode, advanced, tuple(finished))
+        # decode: one row per request; extend: the rows of requests that finished prefill (picked out of every row
+        # of a prompt being scored)
+        rows = logits if sched.sample_rows is None else logits[sched.sample_rows]
+        tokens = sample(rows, sampling)
         for row, (req, token) in enumerate(zip(sampling, tokens)):
             if isinstance(token, SamplingFailure):  # this request fails alone; the batch goes on
                 req.finish_reason, req.error = FinishReason.ERROR, token.message
@@ -357,6 +387,24 @@ class Engine:
                 self.scheduler.release(req)
                 finished.append(self._output(req))
         return StepOutput(sched.mode, advanced, tuple(finished))
+
+    @staticmethod
+    def _score_prompt(rows: PromptRows, logits: torch.Tensor) -> None:
+        """Score the prompt tokens these rows predict (the row after position ``p`` scores token ``p + 1``; the row
+        after the last prompt token predicts past the prompt): the chosen token's log-softmax in float64, as the
+        server's generated-token logprobs, and the request's top ``k``."""
+        req = rows.req
+        targets = req.prompt_ids[rows.position + 1 : rows.position + 1 + rows.count]
+        if not targets:
+            return
+        logp = torch.log_softmax(logits[rows.first : rows.first + len(targets)].double(), -1)
+        ids = torch.tensor(targets, dtype=torch.int64, device=logp.device)
+        chosen = logp.gather(1, ids.unsqueeze(1)).squeeze(1).tolist()
+        tops: list[tuple[tuple[int, float], ...]] = [()] * len(targets)
+        if req.prompt_logprobs:
+            values, top_ids = logp.topk(min(req.prompt_logprobs, logp.shape[-1]), dim=-1)
+            tops = [tuple(zip(i, v)) for i, v in zip(top_ids.tolist(), values.tolist())]
+        req.prompt_scores += [PositionLogprobs(t, c, top) for t, c, top in zip(targets, chosen, tops)]
 
     def _verified(self, sched: ScheduledBatch, logits: torch.Tensor) -> StepOutput:
         """Greedy verification: row ``i`` of a request's rows gives its next token after input ``i``; a draft is
@@ -410,7 +458,16 @@ class Engine:
             req.text = self.tokenizer.decode(req.output_ids)
 
     def _output(self, req: Req) -> GenerateOutput:
-        logits = torch.stack(req.step_logits) if req.return_logits else None
+        logits = None
+        if req.return_logits:  # a request that generated nothing has no rows
+            vocab = self.model_config.vocab_size
+            logits = (
+                torch.stack(req.step_logits) if req.step_logits else torch.empty((0, vocab), device=self.runner.device)
+            )
+        prompt_logprobs = None
+        if req.prompt_logprobs is not None:
+            assert len(req.prompt_scores) == len(req.prompt_ids) - 1, "every prompt token but the first is scored"
+            prompt_logprobs = (None, *req.prompt_scores)
         self._hits["prompt_tokens"] += len(req.prompt_ids)
         self._hits["cached_tokens"] += req.cached_tokens
         return GenerateOutput(
@@ -423,6 +480,7 @@ class Engine:
             logits,
             req.error,
             req.cached_tokens,
+            prompt_logprobs,
         )
 
     def run_until_done(self) -> list[GenerateOutput]:

@@ -30,8 +30,9 @@ class SamplingParams:
     ignore_eos: bool = False
 
     def validate(self) -> None:
-        if not isinstance(self.max_new_tokens, int) or self.max_new_tokens < 1:
-            raise RequestError(f"max_new_tokens must be a positive integer, got {self.max_new_tokens!r}")
+        """0 new tokens is valid here: a request that only scores its prompt (the engine refuses it otherwise)."""
+        if not isinstance(self.max_new_tokens, int) or self.max_new_tokens < 0:
+            raise RequestError(f"max_new_tokens must be a non-negative integer, got {self.max_new_tokens!r}")
         if not (self.temperature >= 0 and math.isfinite(self.temperature)):
             raise RequestError(f"temperature must be a finite number >= 0, got {self.temperature!r}")
         if len(self.stop) > MAX_STOP_STRINGS:
@@ -53,6 +54,16 @@ class FinishReason(str, enum.Enum):
     ERROR = "error"  # this request failed alone (e.g. its sampling); ``error`` says why
 
 
+@dataclass(frozen=True)
+class PositionLogprobs:
+    """One prompt position scored by the forward that prefilled it: the logprob of the token there given every
+    token before it, and the ``top`` most likely tokens of the full softmax there, largest first."""
+
+    token_id: int
+    logprob: float
+    top: tuple[tuple[int, float], ...] = ()  # (token id, logprob)
+
+
 @dataclass
 class GenerateOutput:
     rid: int
@@ -64,6 +75,8 @@ class GenerateOutput:
     logits: torch.Tensor | None = None  # [len(output_ids), vocab] when requested
     error: str | None = None  # set with FinishReason.ERROR
     cached_tokens: int = 0  # prompt tokens served by the prefix cache (OpenAI's usage.prompt_tokens_details)
+    # One entry per prompt token when asked (``prompt_logprobs``): None for the first (nothing comes before it)
+    prompt_logprobs: tuple[PositionLogprobs | None, ...] | None = None
 
 
 @dataclass(eq=False)
@@ -75,6 +88,10 @@ class Req:
     sampling: SamplingParams
     forced_output_ids: list[int] | None = None  # teacher forcing: feed these instead of sampling
     return_logits: bool = False
+    # Score every prompt token, with this many top logprobs per position (None: not asked). Such a request neither
+    # reads nor writes the prefix cache: a cached prefix would skip the forward whose logits score it.
+    prompt_logprobs: int | None = None
+    prompt_scores: list[PositionLogprobs] = field(default_factory=list)  # positions 1.. scored so far
     output_ids: list[int] = field(default_factory=list)
     req_pool_idx: int | None = None
     kv_len: int = 0  # tokens whose KV is in the pool
@@ -106,9 +123,14 @@ class Req:
         return self.prompt_ids[begin:] + self.output_ids[: end - p]
 
     @property
+    def uses_prefix_cache(self) -> bool:
+        """False for a request that scores its prompt: every prompt position needs its own forward's logits."""
+        return self.prompt_logprobs is None
+
+    @property
     def max_total_tokens(self) -> int:
         """KV tokens the request can ever hold: the prompt plus every output token but the last."""
-        return len(self.prompt_ids) + self.sampling.max_new_tokens - 1
+        return len(self.prompt_ids) + max(self.sampling.max_new_tokens - 1, 0)
 
     @property
     def prefill_done(self) -> bool:

@@ -32,6 +32,13 @@ scheduler uses its radix cache:
   repairs the window at its branching point (the tree's rule 7); a finished request's KV goes to the tree, an
   aborted or failed one's back to the pools.
 
+Prompt logprobs (``Req.prompt_logprobs``, the server's ``echo``): every chunk of such a request's prefill returns every
+row's logits, not only its last prompt token's (``PromptRows`` says which rows are whose), so each prompt position is
+scored by the forward that prefilled it. It bypasses the prefix cache both ways: it reads no cached prefix (whose
+positions no forward would score) and leaves nothing to the tree (its KV goes back to the pools, its window slides by
+the cacheless rule): the tree never sees it, and the requests beside it share only the pools with it, as with any
+request (its allocations may make the tree evict, as theirs do).
+
 Speculative decoding (``speculative_tokens > 0``, page size 1): a decode step becomes a verify, an
 extend of each request's last token and its drafts (``drafts.propose_drafts``) with every position's
 logits. The engine accepts the drafts the target agrees with; ``commit_verify`` keeps their KV and
@@ -42,7 +49,7 @@ token needs no KV, so drafts stop one short of ``max_new_tokens``.
 from __future__ import annotations
 
 from collections import deque
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 
@@ -82,12 +89,27 @@ def swa_slots_needed(
     return (max_running * (held + speculative_tokens) + pages(max_prefill_tokens, page_size)) * page_size
 
 
+@dataclass(frozen=True)
+class PromptRows:
+    """One prompt-logprob request's rows of an extend's logits: rows ``first .. first + count - 1`` are the logits at
+    its prompt positions ``position .. position + count - 1``, each predicting the token after it."""
+
+    req: Req
+    first: int
+    position: int
+    count: int
+
+
 @dataclass
 class ScheduledBatch:
     mode: ForwardMode
     reqs: list[Req]
     extend_lens: list[int] | None = None  # new tokens per request (extend and verify)
     drafts: list[list[int]] | None = None  # verify: each request's draft tokens, after its last token
+    # Set by build_forward_batch for an extend: the rows of requests scoring their prompt, and then which rows of the
+    # logits are the sampling rows, in the order of ``commit``'s requests (None: every row is one, in that order).
+    prompt_rows: list[PromptRows] = field(default_factory=list)
+    sample_rows: list[int] | None = None
 
 
 class Scheduler:
@@ -147,10 +169,10 @@ class Scheduler:
             if slots is None:
                 break
             req.req_pool_idx = slots[0]
-            cached = self.tree_cache.admit(req, req.prompt_ids) if self.tree_cache is not None else 0
+            cached = self.tree_cache.admit(req, req.prompt_ids) if self._cached(req) else 0
             need = self._reservation(req) - cached
             if self._outstanding() + need > self._headroom():  # waits for running requests to finish
-                if self.tree_cache is not None:
+                if self._cached(req):
                     self.tree_cache.release_req(req)
                 self.req_to_token_pool.free(req.req_pool_idx)
                 req.req_pool_idx, req.kv_len, req.slots_len, req.cache_protected_len = None, 0, 0, 0
@@ -158,6 +180,10 @@ class Scheduler:
             self.waiting.popleft()
             req.reserved_tokens, req.cached_tokens = need, cached
             self.running.append(req)
+
+    def _cached(self, req: Req) -> bool:
+        """Whether ``req`` goes through the prefix cache (a request scoring its prompt does not)."""
+        return self.tree_cache is not None and req.uses_prefix_cache
 
     def _reservation(self, req: Req) -> int:
         """A request's worst case in full slots: whole pages."""
@@ -227,7 +253,11 @@ class Scheduler:
             start += n
         if is_decode:  # one token per request: one scatter for the whole batch
             self.req_to_token_pool.write_tokens([r.req_pool_idx for r in sched.reqs], positions, loc)
-        logits_rows = list(range(start)) if sched.drafts is not None else self._logits_rows(sched, lens, seq_lens)
+        logits_rows: list[int] | None = None  # decode: every row
+        if sched.drafts is not None:
+            logits_rows = list(range(start))
+        elif not is_decode:
+            logits_rows = self._logits_rows(sched, lens, seq_lens)
         dev = self.device
         return ForwardBatch(
             forward_mode=sched.mode,
@@ -238,7 +268,7 @@ class Scheduler:
             out_cache_loc=loc,
             seq_lens_cpu=seq_lens,
             extend_lens=None if is_decode else list(lens),
-            logits_indices=None if is_decode else torch.tensor(logits_rows, dtype=torch.int64, device=dev),
+            logits_indices=None if logits_rows is None else torch.tensor(logits_rows, dtype=torch.int64, device=dev),
         )
 
     def _alloc(self, reqs: list[Req], lens: list[int], is_decode: bool) -> torch.Tensor | None:
@@ -256,29 +286,45 @@ class Scheduler:
 
     @staticmethod
     def _logits_rows(sched: ScheduledBatch, lens: list[int], seq_lens: list[int]) -> list[int]:
-        """Extend rows whose logits are needed: the last prompt token of requests finishing prefill."""
-        rows, start = [], 0
+        """Extend rows whose logits are needed: the last prompt token of requests finishing prefill, and every row of
+        a request scoring its prompt (``sched.prompt_rows``; ``sched.sample_rows`` then picks the sampling rows out:
+        a request that generates nothing has none)."""
+        rows: list[int] = []
+        sample_rows: list[int] = []
+        start = 0
         for req, n, seq_len in zip(sched.reqs, lens, seq_lens):
-            if seq_len == len(req.prompt_ids):
+            finishing = seq_len == len(req.prompt_ids)
+            if req.prompt_logprobs is not None:
+                sched.prompt_rows.append(PromptRows(req, len(rows), seq_len - n, n))
+                rows += range(start, start + n)
+                if finishing and req.sampling.max_new_tokens:
+                    sample_rows.append(len(rows) - 1)
+            elif finishing:
+                sample_rows.append(len(rows))
                 rows.append(start + n - 1)
             start += n
+        sched.sample_rows = sample_rows if sched.prompt_rows else None
         return rows
 
     def commit(self, sched: ScheduledBatch) -> list[Req]:
-        """Advance KV lengths after a forward; return the requests that now sample a token."""
+        """Advance KV lengths after a forward; return the requests whose prompt is now prefilled: they sample a token
+        (or, asked for none, finish)."""
         lens = sched.extend_lens or [1] * len(sched.reqs)
-        sampling = []
+        ready = []
         for req, n in zip(sched.reqs, lens):
             req.kv_len += n
             if req.prefill_done:
-                sampling.append(req)
+                ready.append(req)
         checkpoint = self.tree_cache is not None and not sched.mode.is_decode()
-        if not (checkpoint and self.tree_cache.checkpoint_frees_window):  # the module docstring: who frees the window
+        if checkpoint and self.tree_cache.checkpoint_frees_window:  # the module docstring: who frees the window
+            self._slide_windows([r for r in sched.reqs if not r.uses_prefix_cache])  # the tree frees the others'
+        else:
             self._slide_windows(sched.reqs)
         if checkpoint:
             for req in sched.reqs:  # every prefill chunk, the prompt's last one too (SGLang checkpoints each extend)
-                self.tree_cache.cache_unfinished_req(req)
-        return sampling
+                if req.uses_prefix_cache:
+                    self.tree_cache.cache_unfinished_req(req)
+        return ready
 
     def commit_verify(self, sched: ScheduledBatch, kept: list[int]) -> None:
         """After a verify: each request keeps the KV of its first ``kept[i]`` inputs (its last token and the
@@ -294,15 +340,15 @@ class Scheduler:
         self._slide_windows(sched.reqs)
 
     def _slide_windows(self, reqs: list[Req]) -> None:
-        """Give back the SWA slots of positions no future query can see (position < kv_len - W + 1)."""
+        """Give back the SWA slots of positions no future query can see (position < kv_len - W + 1); the tree's rule
+        for requests that go through the prefix cache."""
         if self.window is None:
-            return
-        if self.tree_cache is not None:
-            for req in reqs:
-                self.tree_cache.slide_window(req)
             return
         leaving = []
         for req in reqs:
+            if self._cached(req):
+                self.tree_cache.slide_window(req)
+                continue
             keep_from = max(0, req.kv_len - self.window + 1) // self.page_size * self.page_size  # whole pages
             if keep_from > req.swa_evicted:
                 leaving.append((req.req_pool_idx, req.swa_evicted, keep_from))
@@ -313,7 +359,7 @@ class Scheduler:
     def release(self, req: Req) -> None:
         """A finished (or aborted) request gives back every full slot, the SWA slots it still holds, and its row;
         with a prefix cache, a request that finished well leaves its KV to the tree."""
-        if self.tree_cache is None:
+        if not self._cached(req):
             self.allocator.free(self.req_to_token_pool.req_to_token[req.req_pool_idx, : req.slots_len].clone())
         elif req.finish_reason in (FinishReason.STOP, FinishReason.LENGTH):
             self.tree_cache.cache_finished_req(req)

@@ -144,15 +144,27 @@ async def completions(request: web.Request) -> web.StreamResponse:
     _check_fits(prompts, req.gen, state["limits"], prompt_field="prompt")
     if req.stream is not None:
         return await _stream(request, prompts, req.gen, req.stream, chat=False)
+    # echo with logprobs scores the prompt in the engine's prefill; so does max_tokens 0, which generates nothing
+    scored = req.echo and (req.logprobs is not None or req.gen.max_tokens == 0)
     outputs = await _generate(
-        request, prompts, req.gen.sampling(), prompt_field="prompt", return_logits=req.logprobs is not None
+        request,
+        prompts,
+        req.gen.sampling(),
+        prompt_field="prompt",
+        return_logits=req.logprobs is not None,
+        prompt_logprobs=(req.logprobs or 0) if scored else None,
     )
+    echoed: list[str | None] = [None] * len(outputs)
+    if req.echo:
+        echoed = await _off_loop(request, _echo_texts, state["tokenizer"], req.prompts)
     logprobs = [None] * len(outputs)
     if req.logprobs is not None:
-        logprobs = await _off_loop(request, _all_logprobs, state["tokenizer"], outputs, req.logprobs, req.by_token_id)
+        logprobs = await _off_loop(
+            request, _all_logprobs, state["tokenizer"], outputs, req.logprobs, req.by_token_id, echoed
+        )
     choices = [
-        {"text": o.text, "index": i, "logprobs": lp, "finish_reason": _finish(o)}
-        for i, (o, lp) in enumerate(zip(outputs, logprobs))
+        {"text": (echo or "") + o.text, "index": i, "logprobs": lp, "finish_reason": _finish(o)}
+        for i, (o, lp, echo) in enumerate(zip(outputs, logprobs, echoed))
     ]
     return web.json_response(
         {
@@ -402,10 +414,16 @@ def _chat_ids(chat: ChatRenderer, tokenizer: Tokenizer, messages: Sequence[ChatM
 
 
 async def _generate(
-    request: web.Request, prompts: list, sampling: Any, *, prompt_field: str, return_logits: bool = False
+    request: web.Request,
+    prompts: list,
+    sampling: Any,
+    *,
+    prompt_field: str,
+    return_logits: bool = False,
+    prompt_logprobs: int | None = None,
 ) -> list[GenerateOutput]:
     try:
-        return await request.app[WORKER_KEY].generate(prompts, sampling, return_logits)
+        return await request.app[WORKER_KEY].generate(prompts, sampling, return_logits, prompt_logprobs)
     except RequestError as exc:
         raise ApiError(str(exc), param=_request_error_param(str(exc), prompt_field)) from exc
 
@@ -423,6 +441,8 @@ def _check_fits(prompts: list[list[int]], gen: GenerationFields, limits: Limits,
         message = (
             f"{where}prompt ({len(ids)} tokens) + {asked} needs {need} tokens of context; this engine allows {ctx}"
         )
+        if not gen.max_tokens:  # echo: the prompt alone is scored
+            raise ApiError(f"{message}: the prompt does not fit", param=prompt_field)
         if len(ids) >= ctx:
             raise ApiError(f"{message}: the prompt leaves no room for a completion", param=prompt_field)
         raise ApiError(
@@ -444,28 +464,56 @@ def _finish(out: GenerateOutput) -> str:
     return str(getattr(out.finish_reason, "value", out.finish_reason))
 
 
-def _all_logprobs(tokenizer: Any, outputs: list[GenerateOutput], top: int, by_id: bool) -> list[dict[str, Any]]:
-    return [_logprobs(tokenizer, o, top, by_id) for o in outputs]
+def _echo_texts(tokenizer: Tokenizer, prompts: list[Prompt]) -> list[str]:
+    """What ``echo`` puts before each completion: a text prompt as it was sent, a token-id prompt decoded (special
+    tokens skipped, as completions are)."""
+    return [p if isinstance(p, str) else tokenizer.decode(p) for p in prompts]
 
 
-def _logprobs(tokenizer: Any, out: GenerateOutput, top: int, by_id: bool) -> dict[str, Any]:
+def _all_logprobs(
+    tokenizer: Any, outputs: list[GenerateOutput], top: int, by_id: bool, echoed: Sequence[str | None]
+) -> list[dict[str, Any]]:
+    return [_logprobs(tokenizer, o, top, by_id, echo) for o, echo in zip(outputs, echoed)]
+
+
+def _logprobs(tokenizer: Any, out: GenerateOutput, top: int, by_id: bool, echo: str | None = None) -> dict[str, Any]:
     """A completion choice's ``logprobs`` as OpenAI's legacy completions return them: per generated token its text,
     its logprob, the ``top`` largest of the full softmax (keyed by text, or ``token_id:N`` with vLLM's
-    ``return_tokens_as_token_ids``, where two tokens that decode alike would collide) and its offset in the text."""
+    ``return_tokens_as_token_ids``, where two tokens that decode alike would collide) and its offset in the text.
+
+    With ``echo`` (the prompt's text, which the choice's text starts with) the prompt's tokens come first, scored by
+    the engine's prefill (``GenerateOutput.prompt_logprobs``): the first one's logprob and top logprobs are null, as
+    OpenAI and vLLM give them (nothing comes before it), and the generated tokens' offsets are past the prompt."""
     import torch
 
     assert out.logits is not None and len(out.logits) == len(out.output_ids)
     logp = torch.log_softmax(out.logits.double(), -1)
     name = (lambda t: f"token_id:{t}") if by_id else (lambda t: tokenizer.decode([t], skip_special_tokens=False))
-    tokens = [name(t) for t in out.output_ids]
+    tokens: list[str] = []
+    chosen: list[float | None] = []
+    tops: list[dict[str, float] | None] = []
+    offsets: list[int] = []
+    if echo is not None:
+        scored = out.prompt_logprobs
+        assert scored is not None and len(scored) == len(out.prompt_ids)
+        tokens += [name(t) for t in out.prompt_ids]
+        chosen += [None if p is None else p.logprob for p in scored]
+        if top:
+            tops += [None if p is None else {name(i): v for i, v in p.top} for p in scored]
+        # the decoded prompt before each token, as the echoed text is decoded (a text prompt's own text when the
+        # tokenizer decodes it back unchanged; never past it)
+        offsets += [min(len(tokenizer.decode(out.prompt_ids[:k])), len(echo)) for k in range(len(out.prompt_ids))]
+    shift = len(echo or "")
+    tokens += [name(t) for t in out.output_ids]
     # where each token starts in the text: the decoded prefix's length (per-token pieces need not concatenate to the
     # text, e.g. a word-level tokenizer joins words with spaces)
-    offsets = [len(tokenizer.decode(out.output_ids[:k], skip_special_tokens=False)) for k in range(len(tokens))]
-    chosen = logp.gather(1, torch.tensor(out.output_ids).unsqueeze(1)).squeeze(1).tolist() if out.output_ids else []
-    tops = []
-    if top:
+    offsets += [
+        shift + len(tokenizer.decode(out.output_ids[:k], skip_special_tokens=False)) for k in range(len(out.output_ids))
+    ]
+    chosen += logp.gather(1, torch.tensor(out.output_ids).unsqueeze(1)).squeeze(1).tolist() if out.output_ids else []
+    if top and out.output_ids:
         values, ids = logp.topk(top, dim=-1)
-        tops = [{name(i): v for i, v in zip(row_ids, row)} for row_ids, row in zip(ids.tolist(), values.tolist())]
+        tops += [{name(i): v for i, v in zip(row_ids, row)} for row_ids, row in zip(ids.tolist(), values.tolist())]
     return {"tokens": tokens, "token_logprobs": chosen, "top_logprobs": tops, "text_offset": offsets}
 
 

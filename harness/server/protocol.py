@@ -3,11 +3,15 @@
 Policy, so that an eval never runs with settings the engine silently ignores:
 * unknown fields are refused (400, naming them);
 * OpenAI/lm-eval fields the engine does not implement are accepted only at values that do not
-  change the result (``n: 1``, ``echo: false``, chat's ``logprobs: false``, penalties
+  change the result (``n: 1``, chat's ``logprobs: false``, penalties
   at their neutral value, ``top_p``/``top_k``/``min_p`` either disabled or with greedy decoding,
   where they cannot matter), and refused otherwise;
 * ``logprobs`` on /v1/completions is implemented (0 to ``MAX_LOGPROBS``: each generated token's logprob and the
   top-k of the full softmax, as vLLM and SGLang return them);
+* ``echo: true`` on /v1/completions is implemented as OpenAI's legacy completions return it: the text is the prompt
+  and then the completion, and with ``logprobs`` every prompt token is scored too (the first one's logprob null),
+  which is how lm-eval asks for loglikelihoods; with echo ``max_tokens`` may be 0 (score the prompt, generate
+  nothing). ``echo`` with ``stream: true`` is refused (400 naming ``echo``);
 * ``stream: true`` is implemented on both endpoints (Server-Sent Events, see stream.py), with
   ``stream_options: {"include_usage": bool}``; the joined chunks are the text a non-streamed request
   gets. ``stream_options`` without ``stream: true`` and ``logprobs`` with it are refused (400);
@@ -121,6 +125,7 @@ class CompletionRequest:
     logprobs: int | None = None  # top logprobs per generated token; None: no logprobs
     by_token_id: bool = False  # vLLM's return_tokens_as_token_ids: logprob keys are "token_id:N", not text
     stream: StreamOptions | None = None  # None: one JSON response
+    echo: bool = False  # the prompt comes back before the completion (and, with logprobs, its tokens' logprobs)
 
 
 @dataclass(frozen=True)
@@ -178,7 +183,10 @@ def parse_completion(body: Any, limits: Limits) -> CompletionRequest:
     if "prompt" not in body:
         raise ApiError("missing required field 'prompt'", param="prompt")
     prompts = _prompts(body["prompt"], limits)
-    _neutral(body, "echo", _is_bool, lambda v: v is False, "echo=true (returning the prompt) is not supported")
+    echo = body.get("echo")
+    if echo is not None and not isinstance(echo, bool):
+        raise ApiError(f"echo must be a boolean, got {_json_type(echo)} {short_repr(echo)}", param="echo")
+    echo = bool(echo)
     _neutral(body, "best_of", _is_int, lambda v: v == 1, "best_of must be 1")
     _neutral(body, "suffix", _is_str, lambda v: v == "", "suffix (insertion) is not supported")
     logprobs = body.get("logprobs")
@@ -191,11 +199,15 @@ def parse_completion(body: Any, limits: Limits) -> CompletionRequest:
         raise ApiError(
             f"return_tokens_as_token_ids must be a boolean, got {short_repr(by_id)}", param="return_tokens_as_token_ids"
         )
-    gen = _generation(body, limits, max_tokens=_int_field(body, "max_tokens", 1, limits.max_context_len))
+    # with echo, 0 new tokens is a request too: the prompt's own logprobs (lm-eval's loglikelihood asks for them)
+    max_tokens = _int_field(body, "max_tokens", 0 if echo else 1, limits.max_context_len)
+    gen = _generation(body, limits, max_tokens=max_tokens)
     stream = _stream(body)
+    if stream is not None and echo:
+        raise ApiError("echo=true is not supported with stream=true; send one or the other", param="echo")
     if stream is not None and logprobs is not None:
         raise ApiError("logprobs are not supported with stream=true; send one or the other", param="logprobs")
-    return CompletionRequest(prompts, _model(body), gen, logprobs, by_id, stream)
+    return CompletionRequest(prompts, _model(body), gen, logprobs, by_id, stream, echo)
 
 
 def parse_chat(body: Any, limits: Limits) -> ChatRequest:

@@ -150,6 +150,7 @@ class _Job:
     loop: asyncio.AbstractEventLoop
     future: asyncio.Future[list[GenerateOutput]] | None
     return_logits: bool = False  # each output carries its per-token logits (the API's logprobs)
+    prompt_logprobs: int | None = None  # each output scores its prompt, with this many top logprobs (the API's echo)
     events: asyncio.Queue[list[StreamEvent] | object] | None = None
     outputs: list[GenerateOutput | None] = field(default_factory=list)
     remaining: int = 0
@@ -289,14 +290,26 @@ class EngineWorker:
     # -- submission (any thread with a running asyncio loop) -------------------------------------
 
     async def generate(
-        self, prompts: Sequence[Prompt], params: SamplingParams, return_logits: bool = False
+        self,
+        prompts: Sequence[Prompt],
+        params: SamplingParams,
+        return_logits: bool = False,
+        prompt_logprobs: int | None = None,
     ) -> list[GenerateOutput]:
-        """Results for ``prompts`` in order (with their logits when asked). Raises RequestError (the request can
-        never be served), EngineFailure (the engine failed while it ran) or WorkerStopped."""
+        """Results for ``prompts`` in order (with their logits, and their prompts scored, when asked: see
+        ``Engine.add_request``). Raises RequestError (the request can never be served), EngineFailure (the engine
+        failed while it ran) or WorkerStopped."""
         if not prompts:
             raise RequestError("no prompts")
         loop = asyncio.get_running_loop()
-        job = _Job(list(prompts), params, loop, loop.create_future(), return_logits=return_logits)
+        job = _Job(
+            list(prompts),
+            params,
+            loop,
+            loop.create_future(),
+            return_logits=return_logits,
+            prompt_logprobs=prompt_logprobs,
+        )
         self._submit(job)
         try:
             return await job.future
@@ -406,7 +419,11 @@ class EngineWorker:
         try:
             for i, prompt in enumerate(job.prompts):
                 try:
-                    added.append(engine.add_request(prompt, job.params, return_logits=job.return_logits))
+                    added.append(
+                        engine.add_request(
+                            prompt, job.params, return_logits=job.return_logits, prompt_logprobs=job.prompt_logprobs
+                        )
+                    )
                 except RequestError as exc:
                     where = f"prompt[{i}]: " if len(job.prompts) > 1 else ""
                     raise RequestError(f"{where}{exc}") from exc
