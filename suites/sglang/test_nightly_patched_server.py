@@ -17,6 +17,7 @@ from harness.jobs.nightly import DEFAULT_FAULT
 from harness.paths import REPO
 
 
+@pytest.mark.extended  # two SGLang imports in fresh processes (120 s on 2 loaded cores): the full nox -s sglang
 def test_spawned_children_get_the_fault(target):
     if target.name != "sglang":
         pytest.skip("patches real SGLang: run with --target sglang (nox -s sglang)")
