@@ -38,10 +38,11 @@ from __future__ import annotations
 
 import re
 from dataclasses import asdict, dataclass, fields
-from typing import Any, Callable, Iterable, Sequence
+from typing import Any, Callable, Iterable, Mapping, Sequence
 
 from harness.evals import stats
 from harness.evals.formats import pp
+from harness.evals.logprobs import LogprobComparison, LogprobThresholds, judge_logprobs, load_thresholds, threshold_key
 from harness.evals.results import (
     ItemDiff,
     ItemResult,
@@ -210,8 +211,11 @@ def compare_runs(
     *,
     thresholds: Thresholds = Thresholds(),
     tokenize: Tokenize | None = None,
+    logprob_thresholds: Mapping[str, LogprobThresholds] | None = None,
 ) -> TaskComparison:
-    """Paired comparison of one task with graphs ON vs OFF, and its verdict.
+    """Paired comparison of one task with graphs ON vs OFF, and its verdict; beside it the logprob axis
+    (``harness.evals.logprobs``) where either run recorded logprobs, judged by ``logprob_thresholds`` (default: the
+    committed calibration).
 
     Raises :class:`ItemMismatchError` when two complete runs did not score the same items (or
     disagree on an item's prompt/gold) and ``ValueError`` when the tasks or models differ:
@@ -285,7 +289,32 @@ def compare_runs(
         text_diffs=text_diffs,
         verdict=verdict,
         reasons=reasons,
+        logprobs=logprob_axis(pairs, on, logprob_thresholds),
     )
+
+
+def served_dtype(run: RunResult) -> str | None:
+    """The dtype the run's server computed in: the harness server reports it; others' ``--dtype`` flag, if given."""
+    identity = run.record.identity
+    if identity is None:
+        return None
+    if dtype := identity.flags.get("dtype"):
+        return str(dtype)
+    words = str(identity.flags.get("flags") or "").split()
+    return words[words.index("--dtype") + 1] if "--dtype" in words[:-1] else None
+
+
+def logprob_axis(
+    pairs: Sequence[tuple[ItemResult, ItemResult]],
+    on: RunResult,
+    thresholds: Mapping[str, LogprobThresholds] | None = None,
+) -> LogprobComparison | None:
+    """The paired items' logprobs compared and judged (None: neither run recorded any, e.g. a run saved before)."""
+    if not any(a.logprobs is not None or b.logprobs is not None for a, b in pairs):
+        return None
+    key = threshold_key(on.record.served_by, served_dtype(on))
+    known = load_thresholds() if thresholds is None else thresholds
+    return judge_logprobs([(a.item_id, a.logprobs, b.logprobs) for a, b in pairs], known.get(key), key)
 
 
 def _verdict(

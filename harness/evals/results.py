@@ -9,10 +9,13 @@ and its ``error``; nothing downstream may turn its partial items into an accurac
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from enum import Enum
 from pathlib import Path
-from typing import Any, Iterable, Mapping
+from typing import TYPE_CHECKING, Any, Iterable, Mapping
+
+if TYPE_CHECKING:
+    from harness.evals.logprobs import LogprobComparison, TokenLogprobs
 
 
 def _require(data: dict[str, Any], keys: Iterable[str], what: str) -> None:
@@ -24,7 +27,8 @@ def _require(data: dict[str, Any], keys: Iterable[str], what: str) -> None:
 
 @dataclass(frozen=True)
 class ItemResult:
-    """One generation for one test item, with how it was scored."""
+    """One generation for one test item, with how it was scored. ``logprobs``: the generation's per-token top-k
+    logprobs where the run recorded them (saved beside the run, not in it: see ``RunResult.save``)."""
 
     item_id: str
     prompt: str
@@ -32,9 +36,10 @@ class ItemResult:
     response: str
     extracted: str | None
     correct: bool
+    logprobs: TokenLogprobs | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        return {name: getattr(self, name) for name in ("item_id", "prompt", "gold", "response", "extracted", "correct")}
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> ItemResult:
@@ -216,14 +221,42 @@ class RunResult:
         )
 
     def save(self, path: str | Path) -> Path:
+        """The run as JSON at ``path``; its items' logprobs, where recorded, as JSON lines beside it
+        (``<task>.logprobs.jsonl``: one compact line per item, thousands of numbers each, kept out of the
+        indented run)."""
         path = Path(path)
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(json.dumps(self.to_dict(), indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
+        side = logprobs_path(path)
+        side.unlink(missing_ok=True)
+        if any(item.logprobs is not None for item in self.items):
+            with open(side, "w", encoding="utf-8") as f:
+                for item in self.items:
+                    if item.logprobs is not None:
+                        f.write(json.dumps({"item_id": item.item_id, **item.logprobs.to_dict()}, ensure_ascii=False))
+                        f.write("\n")
         return path
 
     @classmethod
     def load(cls, path: str | Path) -> RunResult:
-        return cls.from_dict(json.loads(Path(path).read_text(encoding="utf-8")))
+        from harness.evals.logprobs import TokenLogprobs
+
+        path = Path(path)
+        run = cls.from_dict(json.loads(path.read_text(encoding="utf-8")))
+        side = logprobs_path(path)
+        if not side.is_file():
+            return run
+        found = {}
+        for line in side.read_text(encoding="utf-8").splitlines():
+            if line.strip():
+                record = json.loads(line)
+                found[record["item_id"]] = TokenLogprobs.from_dict(record)
+        return replace(run, items=[replace(i, logprobs=found.get(i.item_id)) for i in run.items])
+
+
+def logprobs_path(run_path: Path) -> Path:
+    """Where a saved run's items' logprobs lie: ``runs/<task>.logprobs.jsonl`` beside ``runs/<task>.json``."""
+    return run_path.with_name(run_path.stem + ".logprobs.jsonl")
 
 
 class Verdict(str, Enum):
@@ -342,6 +375,7 @@ class TaskComparison:
     verdict: Verdict
     reasons: list[str]
     thresholds: dict[str, Any]
+    logprobs: LogprobComparison | None = None  # the logprob axis, beside the accuracy verdict (never part of it)
 
     @property
     def reason(self) -> str:
@@ -363,19 +397,24 @@ class TaskComparison:
         data["errors"] = list(self.errors)
         data["reasons"] = list(self.reasons)
         data["thresholds"] = dict(self.thresholds)
+        data["logprobs"] = None if self.logprobs is None else self.logprobs.to_dict()
         return data
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> TaskComparison:
         if "task" not in data and "suite" in data:  # written before tasks and suites were told apart
             data = {**data, "task": data["suite"]}
-        _require(data, tuple(cls.__dataclass_fields__), "task comparison")
-        values = {name: data[name] for name in cls.__dataclass_fields__}
+        _require(data, tuple(n for n in cls.__dataclass_fields__ if n != "logprobs"), "task comparison")
+        values = {name: data.get(name) for name in cls.__dataclass_fields__}
         for name in ("on_accuracy", "off_accuracy", "difference"):
             values[name] = None if values[name] is None else Estimate.from_dict(values[name])
         values["flips"] = [ItemDiff.from_dict(flip) for flip in values["flips"]]
         values["text_diffs"] = [ItemDiff.from_dict(diff) for diff in values["text_diffs"]]
         values["verdict"] = Verdict(values["verdict"])
+        if values["logprobs"] is not None:
+            from harness.evals.logprobs import LogprobComparison
+
+            values["logprobs"] = LogprobComparison.from_dict(values["logprobs"])
         return cls(**values)
 
 

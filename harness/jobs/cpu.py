@@ -62,6 +62,7 @@ class EvalConfig:
     server_timeout: float = 600
     lm_eval_timeout: float = 3600
     thresholds: Thresholds = field(default_factory=Thresholds)
+    logprobs: bool = True  # the logprob axis beside accuracy (a recording proxy before each server)
     argv: tuple[str, ...] = ()  # the command line, recorded in the provenance
 
     @property

@@ -133,6 +133,12 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="judge arms whose servers serve different weights (refused otherwise; the report says so)",
     )
+    parser.add_argument(
+        "--no-logprobs",
+        dest="logprobs",
+        action="store_false",
+        help="record no per-token logprobs (the logprob axis beside accuracy is then absent)",
+    )
     parser.add_argument("--server-timeout", type=positive_seconds, default=_DEFAULTS.server_timeout)
     parser.add_argument("--lm-eval-timeout", type=positive_seconds, default=_DEFAULTS.lm_eval_timeout)
     add_threshold_options(parser)
@@ -183,6 +189,7 @@ def config_from_args(parser: argparse.ArgumentParser, args: argparse.Namespace, 
         server_timeout=args.server_timeout,
         lm_eval_timeout=args.lm_eval_timeout,
         thresholds=thresholds_from_options(vars(args)),
+        logprobs=args.logprobs,
         argv=tuple(argv),
     )
 
@@ -198,6 +205,7 @@ def run_options(config: EvalConfig) -> RunOptions:
         history=config.history_file,
         argv=config.argv,
         device=config.device,
+        logprobs=config.logprobs,
     )
 
 

@@ -50,6 +50,7 @@ from harness.evals.samples import find_samples, parse_samples
 from harness.evals.tasks import TaskSpec
 from harness.reuse.tokenizer_memo import load_tokenizer
 from harness.jobs.cache import response_cache, untrusted_resume
+from harness.jobs.logprob_proxy import LogprobRecorder, load_records, prompt_key
 from harness.jobs.plan import ArmRun, Comparison, EvalStep, Plan, Task
 from harness.jobs.progress import Progress
 from harness.jobs.provenance import comparison_provenance, job_provenance
@@ -103,6 +104,7 @@ class RunOptions:
     python: str = sys.executable
     name: str = "swa-harness eval"  # how the job names itself on stderr
     allow_different_models: bool = False  # judge arms that serve different weights anyway (the report says so)
+    logprobs: bool = True  # record every generation's top-k logprobs (a proxy before each server): the logprob axis
 
     @property
     def command_line(self) -> str:
@@ -136,6 +138,7 @@ class Outcome:
             "expected": c.expectation,
             "as expected": self.ok,
             "reason": self.summary.reason,
+            "logprobs": self.logprob_verdict.value if self.logprob_verdict else None,
             "report": str(self.report) if self.report else None,
             "suites": {
                 t.task: {
@@ -143,10 +146,23 @@ class Outcome:
                     "difference": t.difference.value if t.difference else None,
                     "n": t.n,
                     "reason": t.reason,
+                    "logprobs": t.logprobs.to_dict(items=False) if t.logprobs else None,
                 }
                 for t in self.tasks
             },
         }
+
+    @property
+    def logprob_verdict(self) -> Verdict | None:
+        """The worst task's logprob verdict (None: no task has the axis). Shown beside the accuracy verdict; the
+        exit code is accuracy's alone."""
+        return logprob_verdict(self.tasks)
+
+
+def logprob_verdict(tasks: Sequence[TaskComparison]) -> Verdict | None:
+    """The worst logprob verdict over the tasks that have the axis (None: none has)."""
+    axes = [t.logprobs for t in tasks if t.logprobs is not None]
+    return Verdict.worst(a.verdict for a in axes) if axes else None
 
 
 # -- one run: a server and lm-eval against it ------------------------------------------------------------
@@ -264,12 +280,17 @@ class ArmSession:
                 resume=self.options.resume,
                 trust_url=self.options.resume_trusting_url,
             )
-        command, log = step.command(self.url, cache), self.run.dir / step.log_name
+        log = self.run.dir / step.log_name
         self.progress.watch(self.label, self.url, dict(step.items), self.kind.counters)
         try:
-            code = run_lm_eval(
-                command, log, self.options.eval_timeout, python=self.options.python, children=self.children
-            )
+            with self._recorder(step) as proxy:
+                code = run_lm_eval(
+                    step.command(proxy.url if proxy else self.url, cache),
+                    log,
+                    self.options.eval_timeout,
+                    python=self.options.python,
+                    children=self.children,
+                )
         except LmEvalTimeout as exc:
             raise RunFailure(f"lm-eval ({self.run.arm.name}) {exc}; see {shown(log)}") from exc
         finally:
@@ -278,6 +299,18 @@ class ArmSession:
         if code != 0:
             raise RunFailure(f"lm-eval ({self.run.arm.name}) exited with code {code}; see {shown(log)}")
         return {task.name: self._samples(step, task, log) for task in step.tasks}
+
+    def _records(self, step: EvalStep) -> Path:
+        return self.run.dir / "logprobs" / f"{step.out.name}.jsonl"
+
+    @contextmanager
+    def _recorder(self, step: EvalStep) -> Iterator[LogprobRecorder | None]:
+        """The logprob proxy in front of the server for one lm-eval run (None when the job records no logprobs)."""
+        if not self.options.logprobs:
+            yield None
+            return
+        with LogprobRecorder(self.url, self._records(step), keep=self.options.resume) as proxy:
+            yield proxy
 
     def _samples(self, step: EvalStep, task: Task, log: Path) -> list[ItemResult]:
         name, items, flt = task.lm_eval_task, step.items[task.name], step.filters[task.name]
@@ -290,6 +323,9 @@ class ArmSession:
                 f"lm-eval ({self.run.arm.name}) wrote {len(parsed)} samples of {name} "
                 f"(filter {flt}) for {items} items; see {shown(log)}"
             )
+        if self.options.logprobs:  # each item's generation's logprobs, joined by its prompt
+            records = load_records(self._records(step))
+            parsed = [replace(i, logprobs=records.get(prompt_key(i.prompt))) for i in parsed]
         return parsed
 
     def _check_alive(self) -> None:
@@ -777,11 +813,14 @@ def _print_outcome(outcome: Outcome, several: bool) -> None:
             f"off {off.value:.1%} [{off.low:.1%}, {off.high:.1%}] "
             f"diff {diff.value:+.1%} [{diff.low:+.1%}, {diff.high:+.1%}] McNemar p={c.mcnemar_p:.3g} "
             f"MDE {c.mde:.1%} flips {len(c.flips)} -> {c.verdict.name}"
+            + (f" | {c.logprobs.line}" if c.logprobs else "")
         )
     s = outcome.summary
+    lp = outcome.logprob_verdict
+    beside = f"; logprobs {lp.text}" if lp else ""
     if several:
         c = outcome.comparison
         mark = "ok " if outcome.ok else "UNEXPECTED"
-        print(f"{mark} {c.model.name} {c.name}: {s.verdict.text} (expected {c.expectation}) — {s.reason}")
+        print(f"{mark} {c.model.name} {c.name}: {s.verdict.text}{beside} (expected {c.expectation}) — {s.reason}")
     else:
-        print(f"verdict: {s.verdict.text} — {s.reason}")
+        print(f"verdict: {s.verdict.text}{beside} — {s.reason}")

@@ -1,0 +1,240 @@
+"""The logprob axis's thresholds, calibrated on clean runs (``harness/evals/logprob_thresholds.json``), and what the
+axis costs the main job (``--cost``: a section of docs/BENCHMARKS.md).
+
+Calibration: the main job's three arms (``cpu_plan``'s servers, flags and model: graphs on, graphs off, prefix
+cache off) are started once, clean; each seed draws its own items of each frozen task (``random.Random(seed)``),
+builds the contexts lm-eval sends (``fixtures.data.prompts.build_fewshot_prompt``, the task YAMLs' own
+construction) and asks every arm for them in one batch, greedy, with the tasks' stop strings and budgets and the
+top-k logprobs the job's proxy adds; the arms are then compared as the job compares them (``judge_logprobs``) for
+both comparisons. lm-eval is not in the loop (it would only build the same payload, at 15 s a start), and the
+servers stay warm across seeds, so later seeds also see a prefix cache others filled: both are clean states the
+job can meet.
+
+Rule, per engine/dtype: ``clean`` = the largest per-item max|dlp| and mean KL over every seed, comparison and
+task; AMBER above 10 x clean max|dlp| or 100 x clean KL, RED above 1000 x and 10^6 x (KL grows as the square of a
+logprob change, so its factors are the squares). A zero clean value (bit-exact arms) is replaced by float32 dust
+(1e-7 in a logprob, 1e-14 in KL): any real change is far above it. False alarms are shown leave-one-out: each seed
+judged against thresholds derived from the other seeds alone.
+
+    python -m bench.logprob_thresholds                # 20 seeds, 8 GSM-style + 4 AIME-style items each
+    python -m bench.logprob_thresholds --rederive     # thresholds again from the committed data, nothing run
+    python -m bench.logprob_thresholds --cost         # the main job with and without the axis, side by side
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import sys
+import tempfile
+import time
+import urllib.request
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any, Sequence
+
+from harness.evals.logprobs import THRESHOLDS_FILE, TOP_K, TokenLogprobs, judge_logprobs, threshold_key
+
+AMBER_FACTOR, RED_FACTOR = 10.0, 1000.0  # on max|dlp|; KL's are their squares
+DUST = {"max_abs_delta": 1e-7, "mean_kl": 1e-14}
+TASKS = ("gsm_style", "aime_style")
+
+
+def derive(rows: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """Thresholds from clean rows (one per seed, comparison and task)."""
+    clean = {
+        "max_abs_delta": max((r["max_abs_delta"] for r in rows), default=0.0),
+        "mean_kl": max((r["mean_kl"] for r in rows), default=0.0),
+    }
+    base = {k: max(v, DUST[k]) for k, v in clean.items()}
+    return {
+        "amber": {"max_abs_delta": AMBER_FACTOR * base["max_abs_delta"], "mean_kl": AMBER_FACTOR**2 * base["mean_kl"]},
+        "red": {"max_abs_delta": RED_FACTOR * base["max_abs_delta"], "mean_kl": RED_FACTOR**2 * base["mean_kl"]},
+        "clean": clean,
+    }
+
+
+def leave_one_out(rows: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """Each seed judged by thresholds from the other seeds: how many would not have been GREEN."""
+    seeds = sorted({r["seed"] for r in rows})
+    amber = red = 0
+    for seed in seeds:
+        t = derive([r for r in rows if r["seed"] != seed])
+        mine = [r for r in rows if r["seed"] == seed]
+        over = lambda level: any(r[k] > t[level][k] for r in mine for k in ("max_abs_delta", "mean_kl"))  # noqa: E731
+        red += over("red")
+        amber += over("amber") and not over("red")
+    return {"seeds": len(seeds), "amber": amber, "red": red}
+
+
+def _docs(task: str) -> tuple[list[dict[str, str]], list[dict[str, str]]]:
+    from fixtures.data.prompts import spec
+
+    s = spec(task)
+    read = lambda p: [json.loads(line) for line in p.read_text().splitlines() if line.strip()]  # noqa: E731
+    return read(s.test_path), read(s.fewshot_path)
+
+
+def _ask(url: str, model: str, task: str, prompts: list[str]) -> list[TokenLogprobs]:
+    """One batch as lm-eval's local-completions sends it, with the logprobs the job's proxy adds."""
+    from fixtures.data.prompts import spec
+
+    s = spec(task)
+    body = {
+        "model": model,
+        "prompt": prompts,
+        "max_tokens": s.max_gen_toks,
+        "temperature": 0,
+        "stop": list(s.until),
+        "seed": 0,
+        "logprobs": TOP_K,
+    }
+    request = urllib.request.Request(
+        f"{url}/v1/completions", json.dumps(body).encode(), {"Content-Type": "application/json"}
+    )
+    with urllib.request.urlopen(request, timeout=3600) as response:
+        choices = sorted(json.load(response)["choices"], key=lambda c: c["index"])
+    return [TokenLogprobs.from_openai(c["logprobs"]) for c in choices]
+
+
+def calibrate(seeds: int, items: dict[str, int], batch_size: int) -> dict[str, Any]:
+    from fixtures.data.prompts import build_fewshot_prompt
+    from harness.jobs.cpu import EvalConfig, cpu_plan
+    from harness.servers.registry import get_server_kind
+
+    work = Path(tempfile.mkdtemp(prefix="logprob-calibration-"))
+    plan = cpu_plan(EvalConfig(limits=items, out=work, batch_size=batch_size))
+    docs = {task: _docs(task) for task in items}
+    servers, urls = [], {}
+    try:
+        for run in plan.runs:  # one at a time: two CPU cores
+            kind = get_server_kind(run.arm.engine)
+            server = kind.start(run.spec, log_path=work / f"{run.arm.name}.log", timeout=900)
+            servers.append(server)
+            urls[run.arm.name] = server.base_url
+            identity = kind.identity(server.base_url, run.spec)
+        key = threshold_key(plan.runs[0].arm.engine, str(identity.flags.get("dtype")))
+        rows = []
+        for seed in range(seeds):
+            rng = random.Random(seed)
+            prompts = {}
+            for task, n in items.items():
+                test, pool = docs[task]
+                shots = pool[: {"gsm_style": 2, "aime_style": 1}[task]]
+                picked = sorted(rng.sample(range(len(test)), n))
+                prompts[task] = (picked, [build_fewshot_prompt(task, test[i], shots) for i in picked])
+            with ThreadPoolExecutor(len(urls)) as pool_:
+                answers = {
+                    arm: {
+                        task: pool_.submit(_ask, url, plan.models[0].served_name, task, p)
+                        for task, (_, p) in prompts.items()
+                    }
+                    for arm, url in urls.items()
+                }
+                got = {arm: {task: f.result() for task, f in tasks.items()} for arm, tasks in answers.items()}
+            for c in plan.comparisons:
+                for task, (picked, _) in prompts.items():
+                    pairs = [
+                        (f"{task}/{i}", a, b) for i, a, b in zip(picked, got[c.treatment][task], got[c.reference][task])
+                    ]
+                    axis = judge_logprobs(pairs, None, key)
+                    rows.append(
+                        {
+                            "seed": seed,
+                            "comparison": c.name,
+                            "task": task,
+                            "n": axis.n,
+                            "max_abs_delta": axis.delta.max,
+                            "mean_kl": axis.kl.max,
+                            "p90_abs_delta": axis.delta.p90,
+                            "parted": axis.parted,
+                        }
+                    )
+            worst = max(r["max_abs_delta"] for r in rows if r["seed"] == seed)
+            print(f"seed {seed}: worst max|dlp| {worst:.3g}", file=sys.stderr, flush=True)
+        return {"key": key, "rows": rows, "items": items}
+    finally:
+        for server in servers:
+            server.stop()
+
+
+def write(key: str, rows: list[dict[str, Any]], items: dict[str, int], path: Path = THRESHOLDS_FILE) -> dict[str, Any]:
+    data = json.loads(path.read_text()) if path.is_file() else {}
+    data.setdefault(
+        "about",
+        "Thresholds of the logprob axis per engine/dtype (harness/evals/logprobs.py), derived from the clean rows under "
+        "'data' by bench/logprob_thresholds.py (its docstring: the rule).",
+    )
+    data["command"] = "python -m bench.logprob_thresholds"
+    data.setdefault("thresholds", {})
+    data.setdefault("data", {})
+    t = derive(rows)
+    data["thresholds"][key] = {
+        **t,
+        "seeds": len({r["seed"] for r in rows}),
+        "items_per_seed": items,
+        "false_alarms_leave_one_out": leave_one_out(rows),
+    }
+    data["data"][key] = rows
+    path.write_text(json.dumps(data, indent=1) + "\n")
+    return data["thresholds"][key]
+
+
+def cost(gsm: int, aime: int, repeats: int) -> None:
+    """The main job at small limits with and without the logprob axis, alternated, wall time of each."""
+    from bench.common import markdown_table, write_section
+    from harness.jobs.eval_cli import main as eval_main
+
+    walls: dict[str, list[float]] = {"without": [], "with": []}
+    for _ in range(repeats):
+        for name in ("without", "with"):
+            out = Path(tempfile.mkdtemp(prefix=f"logprob-cost-{name}-"))
+            argv = ["--limit-gsm-style", str(gsm), "--limit-aime-style", str(aime), "--out", str(out), "--no-history"]
+            argv += ["--kill-matrix", str(out / "none.json")] + ([] if name == "with" else ["--no-logprobs"])
+            t0 = time.perf_counter()
+            code = eval_main(argv)
+            walls[name].append(time.perf_counter() - t0)
+            print(f"{name}: exit {code}, {walls[name][-1]:.1f} s", file=sys.stderr, flush=True)
+    mean = {k: sum(v) / len(v) for k, v in walls.items()}
+    rows = [(k, ", ".join(f"{x:.0f}" for x in v), f"{mean[k]:.0f}") for k, v in walls.items()]
+    ratio = mean["with"] / mean["without"]
+    body = (
+        f"The main job (`swa-harness eval --limit-gsm-style {gsm} --limit-aime-style {aime}`, three arms, two "
+        f"servers side by side) with the logprob axis (a recording proxy before each server asking top-{TOP_K} "
+        f"logprobs of every generated token) and with `--no-logprobs`, alternated, {repeats} run(s) each, on a "
+        "shared 2-core machine under `nice -n 19`.\n\n"
+        + markdown_table(("job", "wall s per run", "mean s"), rows)
+        + f"\n\nWith / without: **{ratio:.2f}** (the budget: 1.15).\n"
+    )
+    write_section(
+        "logprob-cost", "Logprob axis: cost in the main job", "python -m bench.logprob_thresholds --cost", body
+    )
+    print(body)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench.logprob_thresholds", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--seeds", type=int, default=20)
+    parser.add_argument("--gsm", type=int, default=8, help="GSM-style items per seed")
+    parser.add_argument("--aime", type=int, default=4, help="AIME-style items per seed")
+    parser.add_argument("--batch-size", type=int, default=32)
+    parser.add_argument("--rederive", action="store_true", help="thresholds from the committed data; nothing runs")
+    parser.add_argument("--cost", action="store_true", help="time the main job with and without the axis")
+    parser.add_argument("--repeats", type=int, default=1, help="--cost: runs of each")
+    args = parser.parse_args(argv)
+    if args.cost:
+        cost(args.gsm, args.aime, args.repeats)
+        return 0
+    if args.rederive:
+        data = json.loads(THRESHOLDS_FILE.read_text())
+        for key, rows in data["data"].items():
+            print(key, write(key, rows, data["thresholds"][key]["items_per_seed"]))
+        return 0
+    found = calibrate(args.seeds, {"gsm_style": args.gsm, "aime_style": args.aime}, args.batch_size)
+    print(found["key"], json.dumps(write(found["key"], found["rows"], found["items"]), indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,283 @@
+"""The logprob axis of a comparison: the two arms' per-token logprobs of the same item, compared where their
+contexts are identical, and a verdict beside accuracy's.
+
+Why: most harness faults change no answer (``docs/FAULT_EFFECTS.md``), but a fault that touches the computation
+changes a logit, and a logit is measured to the last bit where accuracy is measured to the item. SGLang's own CI
+judges cache reuse the same way (KL of continuation logprobs, ``kl_test_utils``).
+
+Per item (both arms' generations of one prompt, greedy, with the top-k logprobs of every generated token):
+
+* ``parted_at``: the first position where the two generated token sequences differ (None: identical; the shorter
+  length when one is a prefix of the other). Up to and including that position both arms saw the same context, so
+  their distributions there are comparable; past it they are not, and nothing past it is compared.
+* ``max_abs_delta``: the largest ``|logprob_on - logprob_off|`` of the chosen token over the positions before
+  ``parted_at`` (where both chose the same token).
+* ``mean_kl``: the mean over the comparable positions of ``KL(off || on)`` over a coarsening of the vocabulary:
+  each token in both arms' top-k is its own bucket, every other token falls in one "rest" bucket (1 - the
+  buckets' mass). A coarsening never raises KL (data processing), so this is a lower bound of the full KL, computed
+  from known numbers only.
+
+Per task: the quantiles (p50, p90, p99, max) of both per-item statistics, how many items part, and a verdict
+against thresholds calibrated per engine and dtype on clean runs (``logprob_thresholds.json`` beside this module,
+recomputed by ``python -m bench.logprob_thresholds``): RED when the worst item exceeds a RED threshold, AMBER when
+it exceeds an AMBER one, GREEN otherwise; NO VERDICT when no item has logprobs on both sides or the engine and
+dtype were never calibrated. The worst item, not a quantile, because a fault may corrupt a few requests only.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+from harness.evals.results import Verdict
+
+THRESHOLDS_FILE = Path(__file__).with_name("logprob_thresholds.json")
+TOP_K = 5  # top logprobs asked per generated token (OpenAI's completions allow 5; SGLang and vLLM more)
+
+
+@dataclass(frozen=True)
+class TokenLogprobs:
+    """One generation as the server scored it: per token its text, its logprob and the top-k (text, logprob)."""
+
+    tokens: tuple[str, ...]
+    logprobs: tuple[float, ...]
+    top: tuple[tuple[tuple[str, float], ...], ...]
+
+    def __post_init__(self) -> None:
+        if not len(self.tokens) == len(self.logprobs) == len(self.top):
+            raise ValueError(f"{len(self.tokens)} tokens, {len(self.logprobs)} logprobs, {len(self.top)} top lists")
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "tokens": list(self.tokens),
+            "logprobs": list(self.logprobs),
+            "top": [list(map(list, t)) for t in self.top],
+        }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> TokenLogprobs:
+        return cls(
+            tuple(str(t) for t in data["tokens"]),
+            tuple(float(x) for x in data["logprobs"]),
+            tuple(tuple((str(k), float(v)) for k, v in row) for row in data["top"]),
+        )
+
+    @classmethod
+    def from_openai(cls, choice_logprobs: Mapping[str, Any]) -> TokenLogprobs:
+        """A completions choice's ``logprobs`` (``tokens``, ``token_logprobs``, ``top_logprobs``) or a chat choice's
+        (``content``: ``[{token, logprob, top_logprobs: [{token, logprob}]}]``)."""
+        if "content" in choice_logprobs:
+            content = choice_logprobs["content"] or []
+            return cls(
+                tuple(str(c["token"]) for c in content),
+                tuple(float(c["logprob"]) for c in content),
+                tuple(
+                    tuple((str(t["token"]), float(t["logprob"])) for t in c.get("top_logprobs") or []) for c in content
+                ),
+            )
+        tokens = choice_logprobs.get("tokens") or []
+        tops = choice_logprobs.get("top_logprobs") or [None] * len(tokens)
+        return cls(
+            tuple(str(t) for t in tokens),
+            tuple(float(x) for x in choice_logprobs.get("token_logprobs") or []),
+            tuple(tuple((str(k), float(v)) for k, v in (row or {}).items()) for row in tops),
+        )
+
+
+@dataclass(frozen=True)
+class ItemLogprobDiff:
+    """One item's two generations compared where their contexts are identical (see the module docstring)."""
+
+    item_id: str
+    compared: int  # positions with identical contexts (the common prefix, and the position where they part)
+    parted_at: int | None
+    max_abs_delta: float
+    mean_kl: float
+
+
+@dataclass(frozen=True)
+class Quantiles:
+    """A per-item statistic over a task's items."""
+
+    p50: float
+    p90: float
+    p99: float
+    max: float
+
+    @classmethod
+    def of(cls, values: Sequence[float]) -> Quantiles:
+        if not values:
+            return cls(0.0, 0.0, 0.0, 0.0)
+        ordered = sorted(values)
+        return cls(*(_quantile(ordered, q) for q in (0.5, 0.9, 0.99)), ordered[-1])
+
+
+def _quantile(ordered: Sequence[float], q: float) -> float:
+    """Linear interpolation between order statistics (numpy's default)."""
+    pos = q * (len(ordered) - 1)
+    low = math.floor(pos)
+    high = min(low + 1, len(ordered) - 1)
+    return ordered[low] + (ordered[high] - ordered[low]) * (pos - low)
+
+
+@dataclass(frozen=True)
+class LogprobLimits:
+    """Per-item maxima a task's worst item is held to, at one level (AMBER or RED)."""
+
+    max_abs_delta: float
+    mean_kl: float
+
+
+@dataclass(frozen=True)
+class LogprobThresholds:
+    """The calibrated thresholds of one engine and dtype (``key``: ``"harness/float32"``), from ``seeds`` clean runs."""
+
+    key: str
+    amber: LogprobLimits
+    red: LogprobLimits
+    seeds: int
+
+    @classmethod
+    def from_dict(cls, key: str, data: Mapping[str, Any]) -> LogprobThresholds:
+        return cls(key, LogprobLimits(**data["amber"]), LogprobLimits(**data["red"]), int(data["seeds"]))
+
+
+def load_thresholds(path: Path = THRESHOLDS_FILE) -> dict[str, LogprobThresholds]:
+    """Every calibrated engine/dtype; empty when the file is missing (then every verdict is NO VERDICT)."""
+    if not path.is_file():
+        return {}
+    data = json.loads(path.read_text())
+    return {key: LogprobThresholds.from_dict(key, entry) for key, entry in data["thresholds"].items()}
+
+
+def threshold_key(engine: str | None, dtype: str | None) -> str:
+    return f"{engine or 'unknown'}/{dtype or 'unknown'}"
+
+
+@dataclass(frozen=True)
+class LogprobComparison:
+    """One task's logprob axis: the per-item statistics' quantiles, how many items part, the verdict and why."""
+
+    n: int  # items with logprobs on both sides
+    missing: int  # items without (the server gave none, or the record was lost)
+    positions: int  # positions compared over all items
+    parted: int  # items whose generations part
+    delta: Quantiles
+    kl: Quantiles
+    verdict: Verdict
+    reason: str
+    key: str  # the engine/dtype whose thresholds judged it
+    items: tuple[ItemLogprobDiff, ...] = ()
+
+    @property
+    def line(self) -> str:
+        """The CLI's words for it: worst item first, then the bulk."""
+        if self.n == 0:
+            return f"logprobs: {self.verdict.text} ({self.reason})"
+        return (
+            f"logprobs: {self.verdict.text} (N={self.n}, max|dlp| p90 {self.delta.p90:.2g} max {self.delta.max:.2g}, "
+            f"KL p90 {self.kl.p90:.2g} max {self.kl.max:.2g}, parted {self.parted})"
+        )
+
+    def to_dict(self, items: bool = True) -> dict[str, Any]:
+        data = asdict(self)
+        data["verdict"] = self.verdict.value
+        if not items:
+            del data["items"]
+        return data
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> LogprobComparison:
+        return cls(
+            int(data["n"]),
+            int(data["missing"]),
+            int(data["positions"]),
+            int(data["parted"]),
+            Quantiles(**data["delta"]),
+            Quantiles(**data["kl"]),
+            Verdict(data["verdict"]),
+            str(data["reason"]),
+            str(data["key"]),
+            tuple(ItemLogprobDiff(**i) for i in data.get("items") or ()),
+        )
+
+
+def _bucket_kl(p_top: Mapping[str, float], q_top: Mapping[str, float]) -> float:
+    """KL(P || Q) over the tokens in both top-k lists plus one bucket for all the rest (a lower bound of the full KL)."""
+    shared = p_top.keys() & q_top.keys()
+    p = [math.exp(p_top[t]) for t in shared]
+    q = [math.exp(q_top[t]) for t in shared]
+    p.append(max(0.0, 1.0 - math.fsum(p)))
+    q.append(max(0.0, 1.0 - math.fsum(q)))
+    kl = 0.0
+    for pi, qi in zip(p, q):
+        if pi > 0.0:
+            kl += pi * (math.log(pi) - math.log(max(qi, 1e-300)))
+    return max(kl, 0.0)  # rounding of the rest buckets can leave a -1e-17
+
+
+def compare_item(item_id: str, on: TokenLogprobs, off: TokenLogprobs) -> ItemLogprobDiff:
+    """Both generations of one item, compared position by position while their contexts are identical."""
+    common = min(len(on.tokens), len(off.tokens))
+    parted = next((i for i in range(common) if on.tokens[i] != off.tokens[i]), None)
+    if parted is None and len(on.tokens) != len(off.tokens):
+        parted = common
+    same = common if parted is None else parted  # positions where both chose the same token
+    comparable = min(common, same + 1)  # the position where they part had the same context too
+    deltas = [abs(on.logprobs[i] - off.logprobs[i]) for i in range(same)]
+    kls = [_bucket_kl(dict(off.top[i]), dict(on.top[i])) for i in range(comparable) if on.top[i] and off.top[i]]
+    return ItemLogprobDiff(
+        item_id,
+        comparable,
+        parted,
+        max(deltas, default=0.0),
+        math.fsum(kls) / len(kls) if kls else 0.0,
+    )
+
+
+def judge_logprobs(
+    pairs: Sequence[tuple[str, TokenLogprobs | None, TokenLogprobs | None]],
+    thresholds: LogprobThresholds | None,
+    key: str,
+) -> LogprobComparison:
+    """One task's items (id, ON's logprobs, OFF's) compared and judged against ``thresholds`` (None: uncalibrated)."""
+    items = tuple(compare_item(i, on, off) for i, on, off in pairs if on is not None and off is not None)
+    missing = len(pairs) - len(items)
+    delta = Quantiles.of([i.max_abs_delta for i in items])
+    kl = Quantiles.of([i.mean_kl for i in items])
+    parted = sum(i.parted_at is not None for i in items)
+    verdict, reason = _verdict(items, missing, delta, kl, thresholds, key)
+    return LogprobComparison(
+        len(items), missing, sum(i.compared for i in items), parted, delta, kl, verdict, reason, key, items
+    )
+
+
+def _verdict(
+    items: Sequence[ItemLogprobDiff],
+    missing: int,
+    delta: Quantiles,
+    kl: Quantiles,
+    t: LogprobThresholds | None,
+    key: str,
+) -> tuple[Verdict, str]:
+    if not items:
+        return Verdict.NONE, f"no item has logprobs on both sides ({missing} without)"
+    if t is None:
+        return Verdict.NONE, f"no thresholds calibrated for {key} (python -m bench.logprob_thresholds)"
+    worst = f"worst item: max|dlp| {delta.max:.3g}, mean KL {kl.max:.3g}"
+    for level, limits in ((Verdict.RED, t.red), (Verdict.AMBER, t.amber)):
+        over = [
+            f"{name} {value:.3g} > {limit:.3g}"
+            for name, value, limit in (
+                ("max|dlp|", delta.max, limits.max_abs_delta),
+                ("mean KL", kl.max, limits.mean_kl),
+            )
+            if value > limit
+        ]
+        if over:
+            return level, f"{level.value} for {key}: " + ", ".join(over) + f" ({len(items)} items)"
+    gap = f"; {missing} item(s) without logprobs" if missing else ""
+    return Verdict.GREEN, f"within {key}'s clean range ({t.seeds} seeds): {worst}{gap}"

@@ -1,0 +1,190 @@
+"""The logprob axis (harness/evals/logprobs.py): per-item statistics on synthetic logprobs, the task verdict against
+thresholds, the committed calibration, the recording proxy (harness/jobs/logprob_proxy.py) against a fake server,
+and the saved run's logprobs beside it."""
+
+from __future__ import annotations
+
+import json
+import math
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+import pytest
+
+from bench.logprob_thresholds import derive, leave_one_out
+from harness.evals.logprobs import (
+    THRESHOLDS_FILE,
+    LogprobLimits,
+    LogprobThresholds,
+    TokenLogprobs,
+    compare_item,
+    judge_logprobs,
+    load_thresholds,
+)
+from harness.evals.results import ItemResult, RunRecord, RunResult, Verdict
+from harness.jobs.logprob_proxy import LogprobRecorder, load_records, prompt_key
+
+LN = math.log
+
+
+def gen(tokens: str, chosen: list[float], second: float = LN(0.1)) -> TokenLogprobs:
+    """One generation: each token its logprob, top-2 of it and a runner-up ``z`` at ``second``."""
+    return TokenLogprobs(tuple(tokens), tuple(chosen), tuple(((t, lp), ("z", second)) for t, lp in zip(tokens, chosen)))
+
+
+def thresholds(amber: float = 1e-5, red: float = 1e-3) -> LogprobThresholds:
+    return LogprobThresholds("harness/float32", LogprobLimits(amber, amber**2), LogprobLimits(red, red**2), 20)
+
+
+def test_identical_generations_compare_to_zero_on_every_position():
+    a = gen("abcd", [LN(0.8)] * 4)
+    item = compare_item("t/0", a, a)
+    assert (item.parted_at, item.compared, item.max_abs_delta, item.mean_kl) == (None, 4, 0.0, 0.0)
+
+
+def test_the_chosen_tokens_largest_change_and_the_bucketed_kl():
+    off = gen("abc", [LN(0.8), LN(0.8), LN(0.8)])
+    on = gen("abc", [LN(0.8), LN(0.6), LN(0.8)], second=LN(0.1))
+    item = compare_item("t/0", on, off)
+    assert item.parted_at is None and item.max_abs_delta == pytest.approx(LN(0.8) - LN(0.6))
+    # position 1: buckets a, z, rest: P = (.8, .1, .1), Q = (.6, .1, .3); KL(P||Q) over three positions
+    kl = 0.8 * LN(0.8 / 0.6) + 0.1 * LN(0.1 / 0.3)
+    assert item.mean_kl == pytest.approx(kl / 3)
+
+
+def test_nothing_past_the_first_parted_token_is_compared():
+    off = gen("abcdef", [LN(0.9)] * 6)
+    on = gen("abXYZW", [LN(0.9), LN(0.5), LN(0.2), LN(0.01), LN(0.01), LN(0.01)])
+    item = compare_item("t/0", on, off)
+    assert item.parted_at == 2 and item.compared == 3  # the parting position had the same context
+    assert item.max_abs_delta == pytest.approx(LN(0.9) - LN(0.5))  # position 1 only: 2 chose other tokens
+
+
+def test_a_generation_that_stops_early_parts_where_it_stops():
+    long, short = gen("abcd", [LN(0.7)] * 4), gen("ab", [LN(0.7)] * 2)
+    item = compare_item("t/0", short, long)
+    assert item.parted_at == 2 and item.compared == 2 and item.max_abs_delta == 0.0
+
+
+def test_the_task_verdict_follows_the_worst_item():
+    clean = gen("abc", [LN(0.8)] * 3)
+    noisy = gen("abc", [LN(0.8) + 5e-5, LN(0.8), LN(0.8)])
+    broken = gen("abc", [LN(0.8), LN(0.3), LN(0.8)])
+    pairs = [(f"t/{i}", clean, clean) for i in range(10)]
+    assert judge_logprobs(pairs, thresholds(), "k").verdict is Verdict.GREEN
+    amber = judge_logprobs([*pairs, ("t/10", noisy, clean)], thresholds(), "k")
+    assert amber.verdict is Verdict.AMBER and "max|dlp|" in amber.reason
+    red = judge_logprobs([*pairs, ("t/10", broken, clean)], thresholds(), "k")
+    assert red.verdict is Verdict.RED and red.n == 11 and red.delta.p50 == 0.0
+    assert red.delta.max == pytest.approx(LN(0.8 / 0.3))
+
+
+def test_no_verdict_without_logprobs_on_both_sides_or_without_a_calibration():
+    a = gen("ab", [LN(0.5)] * 2)
+    none = judge_logprobs([("t/0", a, None), ("t/1", None, a)], thresholds(), "k")
+    assert none.verdict is Verdict.NONE and none.n == 0 and none.missing == 2
+    uncalibrated = judge_logprobs([("t/0", a, a)], None, "sglang/bfloat16")
+    assert uncalibrated.verdict is Verdict.NONE and "sglang/bfloat16" in uncalibrated.reason
+
+
+def test_openai_completions_and_chat_logprobs_read_alike():
+    completions = {"tokens": ["a", "b"], "token_logprobs": [-0.1, -0.2], "top_logprobs": [{"a": -0.1}, {"b": -0.2}]}
+    chat = {
+        "content": [
+            {"token": "a", "logprob": -0.1, "top_logprobs": [{"token": "a", "logprob": -0.1}]},
+            {"token": "b", "logprob": -0.2, "top_logprobs": [{"token": "b", "logprob": -0.2}]},
+        ]
+    }
+    assert TokenLogprobs.from_openai(completions) == TokenLogprobs.from_openai(chat)
+
+
+def test_committed_thresholds_come_from_twenty_clean_seeds_and_rederive_from_their_data():
+    data = json.loads(THRESHOLDS_FILE.read_text())
+    entry = data["thresholds"]["harness/float32"]
+    rows = data["data"]["harness/float32"]
+    assert entry["seeds"] >= 20 and len({r["seed"] for r in rows}) == entry["seeds"]
+    assert {r["comparison"] for r in rows} == {"on-vs-off", "cache-off-vs-on"}
+    assert {k: entry[k] for k in ("amber", "red", "clean")} == derive(rows)  # the data are the thresholds' own
+    alarms = leave_one_out(rows)
+    assert alarms["amber"] + alarms["red"] <= alarms["seeds"] / 20  # false alarms at most 1 in 20
+    t = load_thresholds()["harness/float32"]
+    assert 0 < t.amber.max_abs_delta < t.red.max_abs_delta < 0.05  # a 5 % change of one token's probability is RED
+
+
+class _FakeServer(BaseHTTPRequestHandler):
+    """Answers completions; with ``logprobs`` unless ``refuse`` is set on the server (then a 400 naming it)."""
+
+    def do_POST(self) -> None:  # noqa: N802
+        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+        self.server.seen.append(body)  # type: ignore[attr-defined]
+        if body.get("logprobs") and self.server.refuse:  # type: ignore[attr-defined]
+            self._send(400, {"error": {"message": "logprobs are not supported", "param": "logprobs"}})
+            return
+        choices = []
+        for i, prompt in enumerate(body["prompt"]):
+            lp = None
+            if body.get("logprobs"):
+                lp = {"tokens": [prompt[-1]], "token_logprobs": [-0.5], "top_logprobs": [{prompt[-1]: -0.5}]}
+            choices.append({"index": i, "text": prompt[-1], "logprobs": lp, "finish_reason": "length"})
+        self._send(200, {"choices": choices})
+
+    def _send(self, status: int, data: dict) -> None:
+        raw = json.dumps(data).encode()
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(raw)))
+        self.end_headers()
+        self.wfile.write(raw)
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+@pytest.fixture
+def fake_server():
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _FakeServer)
+    server.seen, server.refuse = [], False  # type: ignore[attr-defined]
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    yield server
+    server.shutdown()
+    server.server_close()
+
+
+def _post(url: str, body: dict) -> dict:
+    import urllib.request
+
+    request = urllib.request.Request(url, json.dumps(body).encode(), {"Content-Type": "application/json"})
+    with urllib.request.urlopen(request, timeout=30) as response:
+        return json.load(response)
+
+
+def test_the_proxy_adds_logprobs_records_them_by_prompt_and_hands_lm_eval_none(fake_server, tmp_path):
+    upstream = f"http://127.0.0.1:{fake_server.server_address[1]}"
+    with LogprobRecorder(upstream, tmp_path / "r.jsonl", top_k=3) as proxy:
+        answer = _post(f"{proxy.url}/v1/completions", {"prompt": ["xa", "yb"], "max_tokens": 4})
+    assert fake_server.seen[0]["logprobs"] == 3
+    assert [c["logprobs"] for c in answer["choices"]] == [None, None]  # what lm-eval reads without the proxy
+    records = load_records(tmp_path / "r.jsonl")
+    assert records[prompt_key("yb")] == TokenLogprobs(("b",), (-0.5,), ((("b", -0.5),),))
+    assert prompt_key('[{"role": "user", "content": "q"}]') == prompt_key([{"content": "q", "role": "user"}])
+
+
+def test_a_server_that_refuses_logprobs_is_asked_again_without_and_never_again(fake_server, tmp_path):
+    fake_server.refuse = True
+    upstream = f"http://127.0.0.1:{fake_server.server_address[1]}"
+    with LogprobRecorder(upstream, tmp_path / "r.jsonl") as proxy:
+        for _ in range(2):
+            answer = _post(f"{proxy.url}/v1/completions", {"prompt": ["xa"], "max_tokens": 4})
+            assert answer["choices"][0]["text"] == "a"
+    assert [bool(b.get("logprobs")) for b in fake_server.seen] == [True, False, False]
+    assert proxy.refused and "logprobs" in proxy.refused and load_records(tmp_path / "r.jsonl") == {}
+
+
+def test_a_saved_run_keeps_its_logprobs_beside_it(tmp_path: Path):
+    lp = gen("ab", [-0.1, -0.2])
+    items = [ItemResult("t/0", "p", "g", "r", None, False, lp), ItemResult("t/1", "p1", "g", "r", None, True)]
+    run = RunResult("t", "tape", "m", True, None, items, 1.0, RunRecord("on"))
+    path = run.save(tmp_path / "runs" / "t.json")
+    assert "logprobs" not in path.read_text() and (tmp_path / "runs" / "t.logprobs.jsonl").is_file()
+    assert RunResult.load(path).items == items
