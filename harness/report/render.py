@@ -19,11 +19,12 @@ from markupsafe import Markup, escape
 
 from harness.evals.compare import Tokenize
 from harness.evals.history import Trend
+from harness.evals.logprobs import load_thresholds
 from harness.evals.results import RunResult, Summary, TaskComparison
 from harness.report import views
 from harness.report.inputs import FaultEffects, KillMatrixFile, Provenance, ReleaseMatrix
 from harness.report.palette import INK, LINE, MUTED, SOFT, VERDICT_COLOURS
-from harness.report.svg import forest_plot
+from harness.report.svg import forest_plot, logprob_plot
 
 TEMPLATES = Path(__file__).resolve().parent / "templates"
 TEMPLATE_NAME = "report.html.j2"
@@ -85,6 +86,8 @@ def build_context(
         ),
         "tasks": [views.task_row(comp) for comp in comparisons],
         "forest": Markup(forest_plot(comparisons, thresholds.get("max_drop"))),  # built from escaped parts in svg.py
+        "logprobs": [row for comp in comparisons if (row := views.logprob_row(comp))],
+        "logprob_plot": Markup(logprob_plot(comparisons, _logprob_limits(comparisons))),
         "flip_sections": [views.flip_section(comp, tokenize) for comp in comparisons],
         "runs": [views.run_row(run, 1 - alpha) for run in runs],
         "kill_matrices": [views.kill_matrix_view(m) for m in kill_matrices],
@@ -106,6 +109,16 @@ def build_context(
             "soft": SOFT,
             "ink": INK,
         },
+    }
+
+
+def _logprob_limits(comparisons: Sequence[TaskComparison]) -> dict[str, tuple[float, float]]:
+    """Per task, the AMBER and RED max|dlp| thresholds its logprob verdict was judged by (where calibrated)."""
+    known = load_thresholds()
+    return {
+        c.task: (t.amber.max_abs_delta, t.red.max_abs_delta)
+        for c in comparisons
+        if c.logprobs is not None and (t := known.get(c.logprobs.key))
     }
 
 

@@ -206,3 +206,61 @@ def trend_chart(task: str, points: Sequence[TrendPoint]) -> str:
         out.append("</g>")
     out.append("</svg>")
     return "\n".join(out)
+
+
+def logprob_plot(comparisons: Sequence[TaskComparison], limits: dict[str, tuple[float, float]]) -> str:
+    """Per task, every item's max|dlp| (the chosen token's largest logprob change on the common prefix) as a tick on a
+    log axis, the p90 as a bar, and the AMBER / RED thresholds (``limits``: task -> (amber, red)) as dashed lines.
+    An item with no change at all sits at the axis's left end."""
+    row_h, top, bottom = 30, 28, 34
+    left, plot_w, right = 190, 420, 150
+    lo, hi = -8, 1  # log10 range
+    rows = [c for c in comparisons if c.logprobs is not None]
+    width, height = left + plot_w + right, top + row_h * max(1, len(rows)) + bottom
+
+    def x(value: float) -> float:
+        exp = min(max(math.log10(value), lo), hi) if value > 0 else lo
+        return left + (exp - lo) / (hi - lo) * plot_w
+
+    out = [
+        f'<svg class="logprob" role="img" width="{width}" height="{height}" viewBox="0 0 {width} {height}" '
+        'preserveAspectRatio="xMinYMin meet">',
+        "<title>Per item, the largest change of the chosen token's logprob, treatment minus reference</title>",
+        f'<text x="{left + plot_w / 2}" y="14" text-anchor="middle" class="axis-title">'
+        "max |Δ logprob| per item (log scale)</text>",
+    ]
+    axis_y = top + row_h * max(1, len(rows))
+    for exp in range(lo, hi + 1):
+        tx = x(10.0**exp)
+        out.append(f'<line x1="{tx:.1f}" y1="{top - 4}" x2="{tx:.1f}" y2="{axis_y}" class="grid"/>')
+        label = "≤1e-8" if exp == lo else f"1e{exp}"
+        out.append(f'<text x="{tx:.1f}" y="{axis_y + 16}" text-anchor="middle" class="tick">{label}</text>')
+    for row, comp in enumerate(rows):
+        axis = comp.logprobs
+        assert axis is not None
+        cy = top + row_h * row + row_h / 2
+        colour = VERDICT_COLOURS[axis.verdict]
+        name = escape(comp.task)
+        out.append(f'<g class="logprob-row" data-suite="{name}" data-verdict="{axis.verdict.value}">')
+        out.append(f"<title>{escape(f'{comp.task}: {axis.line}')}</title>")
+        out.append(f'<text x="{left - 10}" y="{cy + 4}" text-anchor="end" class="label">{name}</text>')
+        for level, limit in zip(("amber", "red"), limits.get(comp.task, ())):
+            lx = x(limit)
+            out.append(
+                f'<line x1="{lx:.1f}" y1="{cy - 11}" x2="{lx:.1f}" y2="{cy + 11}" class="limit-{level}" '
+                f'stroke="{VERDICT_COLOURS[Verdict[level.upper()]]}" stroke-dasharray="3,2"/>'
+            )
+        for item in axis.items:
+            ix = x(item.max_abs_delta)
+            out.append(
+                f'<line x1="{ix:.1f}" y1="{cy - 6}" x2="{ix:.1f}" y2="{cy + 6}" stroke="{colour}" opacity="0.5"/>'
+            )
+        if axis.n:
+            out.append(f'<rect x="{x(axis.delta.p90) - 2:.1f}" y="{cy - 9}" width="4" height="18" fill="{colour}"/>')
+        out.append(
+            f'<text x="{left + plot_w + 10}" y="{cy + 4}" class="value">{_text(axis.verdict.value)} · max '
+            f"{axis.delta.max:.2g}</text>"
+        )
+        out.append("</g>")
+    out.append("</svg>")
+    return "\n".join(out)

@@ -232,6 +232,26 @@ def summary_view(summary: Summary, comparisons: Sequence[TaskComparison]) -> dic
     }
 
 
+def logprob_row(comp: TaskComparison) -> dict[str, Any] | None:
+    """The logprob axis's cells for one task (None: the runs recorded no logprobs)."""
+    axis = comp.logprobs
+    if axis is None:
+        return None
+    g = lambda v: f"{v:.2g}"  # noqa: E731
+    return {
+        "task": comp.task,
+        "verdict": axis.verdict.value,
+        "reason": fold(axis.reason),
+        "n": axis.n,
+        "missing": axis.missing,
+        "positions": axis.positions,
+        "parted": axis.parted,
+        "delta": [g(v) for v in (axis.delta.p50, axis.delta.p90, axis.delta.p99, axis.delta.max)],
+        "kl": [g(v) for v in (axis.kl.p50, axis.kl.p90, axis.kl.p99, axis.kl.max)],
+        "key": axis.key,
+    }
+
+
 def task_row(comp: TaskComparison) -> dict[str, Any]:
     """Table cells for one task; an incomplete comparison carries (folded) errors and no numbers."""
     row: dict[str, Any] = {
