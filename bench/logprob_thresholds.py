@@ -10,7 +10,7 @@ both comparisons. lm-eval is not in the loop (it would only build the same paylo
 servers stay warm across seeds, so later seeds also see a prefix cache others filled: both are clean states the
 job can meet.
 
-Rule, per engine/dtype: ``clean`` = the largest per-item max|dlp| and mean KL over every seed, comparison and
+Rule, per engine/dtype: ``clean`` = the largest per-item max|dlp| and max KL over every seed, comparison and
 task; AMBER above 10 x clean max|dlp| or 100 x clean KL, RED above 1000 x and 10^6 x (KL grows as the square of a
 logprob change, so its factors are the squares). A zero clean value (bit-exact arms) is replaced by float32 dust
 (1e-7 in a logprob, 1e-14 in KL): any real change is far above it. False alarms are shown leave-one-out: each seed
@@ -37,7 +37,7 @@ from typing import Any, Sequence
 from harness.evals.logprobs import THRESHOLDS_FILE, TOP_K, TokenLogprobs, judge_logprobs, threshold_key
 
 AMBER_FACTOR, RED_FACTOR = 10.0, 1000.0  # on max|dlp|; KL's are their squares
-DUST = {"max_abs_delta": 1e-7, "mean_kl": 1e-14}
+DUST = {"max_abs_delta": 1e-7, "max_kl": 1e-14}
 TASKS = ("gsm_style", "aime_style")
 
 
@@ -45,12 +45,12 @@ def derive(rows: Sequence[dict[str, Any]]) -> dict[str, Any]:
     """Thresholds from clean rows (one per seed, comparison and task)."""
     clean = {
         "max_abs_delta": max((r["max_abs_delta"] for r in rows), default=0.0),
-        "mean_kl": max((r["mean_kl"] for r in rows), default=0.0),
+        "max_kl": max((r["max_kl"] for r in rows), default=0.0),
     }
     base = {k: max(v, DUST[k]) for k, v in clean.items()}
     return {
-        "amber": {"max_abs_delta": AMBER_FACTOR * base["max_abs_delta"], "mean_kl": AMBER_FACTOR**2 * base["mean_kl"]},
-        "red": {"max_abs_delta": RED_FACTOR * base["max_abs_delta"], "mean_kl": RED_FACTOR**2 * base["mean_kl"]},
+        "amber": {"max_abs_delta": AMBER_FACTOR * base["max_abs_delta"], "max_kl": AMBER_FACTOR**2 * base["max_kl"]},
+        "red": {"max_abs_delta": RED_FACTOR * base["max_abs_delta"], "max_kl": RED_FACTOR**2 * base["max_kl"]},
         "clean": clean,
     }
 
@@ -62,7 +62,7 @@ def leave_one_out(rows: Sequence[dict[str, Any]]) -> dict[str, Any]:
     for seed in seeds:
         t = derive([r for r in rows if r["seed"] != seed])
         mine = [r for r in rows if r["seed"] == seed]
-        over = lambda level: any(r[k] > t[level][k] for r in mine for k in ("max_abs_delta", "mean_kl"))  # noqa: E731
+        over = lambda level: any(r[k] > t[level][k] for r in mine for k in ("max_abs_delta", "max_kl"))  # noqa: E731
         red += over("red")
         amber += over("amber") and not over("red")
     return {"seeds": len(seeds), "amber": amber, "red": red}
@@ -146,7 +146,7 @@ def calibrate(seeds: int, items: dict[str, int], batch_size: int) -> dict[str, A
                             "task": task,
                             "n": axis.n,
                             "max_abs_delta": axis.delta.max,
-                            "mean_kl": axis.kl.max,
+                            "max_kl": axis.kl.max,
                             "p90_abs_delta": axis.delta.p90,
                             "parted": axis.parted,
                         }

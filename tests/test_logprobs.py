@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import math
 import threading
+from dataclasses import replace
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
@@ -22,8 +23,10 @@ from harness.evals.logprobs import (
     judge_logprobs,
     load_thresholds,
 )
-from harness.evals.results import ItemResult, RunRecord, RunResult, Verdict
+from harness.evals.compare import compare_runs, summarize
+from harness.evals.results import ItemResult, RunRecord, RunResult, ServedIdentity, TaskComparison, Verdict
 from harness.jobs.logprob_proxy import LogprobRecorder, load_records, prompt_key
+from harness.report.render import render_html
 
 LN = math.log
 
@@ -40,7 +43,7 @@ def thresholds(amber: float = 1e-5, red: float = 1e-3) -> LogprobThresholds:
 def test_identical_generations_compare_to_zero_on_every_position():
     a = gen("abcd", [LN(0.8)] * 4)
     item = compare_item("t/0", a, a)
-    assert (item.parted_at, item.compared, item.max_abs_delta, item.mean_kl) == (None, 4, 0.0, 0.0)
+    assert (item.parted_at, item.compared, item.max_abs_delta, item.max_kl) == (None, 4, 0.0, 0.0)
 
 
 def test_the_chosen_tokens_largest_change_and_the_bucketed_kl():
@@ -48,9 +51,9 @@ def test_the_chosen_tokens_largest_change_and_the_bucketed_kl():
     on = gen("abc", [LN(0.8), LN(0.6), LN(0.8)], second=LN(0.1))
     item = compare_item("t/0", on, off)
     assert item.parted_at is None and item.max_abs_delta == pytest.approx(LN(0.8) - LN(0.6))
-    # position 1: buckets a, z, rest: P = (.8, .1, .1), Q = (.6, .1, .3); KL(P||Q) over three positions
+    # position 1: buckets a, z, rest: P = (.8, .1, .1), Q = (.6, .1, .3); KL(P||Q) there, 0 elsewhere
     kl = 0.8 * LN(0.8 / 0.6) + 0.1 * LN(0.1 / 0.3)
-    assert item.mean_kl == pytest.approx(kl / 3)
+    assert item.max_kl == pytest.approx(kl)  # the worst position
 
 
 def test_nothing_past_the_first_parted_token_is_compared():
@@ -58,7 +61,9 @@ def test_nothing_past_the_first_parted_token_is_compared():
     on = gen("abXYZW", [LN(0.9), LN(0.5), LN(0.2), LN(0.01), LN(0.01), LN(0.01)])
     item = compare_item("t/0", on, off)
     assert item.parted_at == 2 and item.compared == 3  # the parting position had the same context
-    assert item.max_abs_delta == pytest.approx(LN(0.9) - LN(0.5))  # position 1 only: 2 chose other tokens
+    # position 1's change, and at 2 OFF's token "c" under ON: not in ON's top-2, so at most its 2nd (0.1): >= ln 9
+    assert item.max_abs_delta == pytest.approx(LN(0.9 / 0.1))
+    assert item.max_kl == pytest.approx(0.9 * LN(0.9 / 0.1) + 0.1 * LN(0.1 / 0.2) + 0.1 * LN(0.1 / 0.1) - 0.1 * LN(1))
 
 
 def test_a_generation_that_stops_early_parts_where_it_stops():
@@ -188,3 +193,27 @@ def test_a_saved_run_keeps_its_logprobs_beside_it(tmp_path: Path):
     path = run.save(tmp_path / "runs" / "t.json")
     assert "logprobs" not in path.read_text() and (tmp_path / "runs" / "t.logprobs.jsonl").is_file()
     assert RunResult.load(path).items == items
+
+
+def _run(arm: str, items: list[ItemResult]) -> RunResult:
+    identity = ServedIdentity("harness", "x", "m", flags={"dtype": "float32"})
+    return RunResult(
+        "gsm_style", arm, "m", True, None, items, 1.0, RunRecord(arm, served_by="harness", identity=identity)
+    )
+
+
+def test_a_comparison_carries_the_axis_judged_by_the_committed_calibration_and_the_report_draws_it():
+    clean = gen("abc", [LN(0.8)] * 3)
+    broken = gen("abc", [LN(0.8), LN(0.5), LN(0.8)])  # the same text: no answer changes
+    off = [ItemResult(f"gsm_style/{i}", f"p{i}", "1", "abc", "1", True, clean) for i in range(4)]
+    on = [replace(off[0], logprobs=broken), *off[1:]]
+    comparison = compare_runs(_run("on", on), _run("off", off))
+    assert comparison.verdict is Verdict.AMBER and not comparison.flips  # accuracy: underpowered, nothing flips
+    assert comparison.logprobs is not None and comparison.logprobs.verdict is Verdict.RED
+    assert comparison.logprobs.key == "harness/float32" and "harness/float32" in comparison.logprobs.reason
+    assert comparison.logprobs.line.startswith("logprobs: RED (N=4")
+    html = render_html([comparison], [], summary=summarize([comparison]), provenance={})
+    assert 'class="logprob-row" data-suite="gsm_style" data-verdict="RED"' in html
+    assert "logprobs <strong>RED</strong>" in html  # the chip beside the accuracy chip
+    again = TaskComparison.from_dict(json.loads(json.dumps(comparison.to_dict())))
+    assert again.logprobs == comparison.logprobs

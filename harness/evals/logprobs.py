@@ -11,11 +11,15 @@ Per item (both arms' generations of one prompt, greedy, with the top-k logprobs 
   length when one is a prefix of the other). Up to and including that position both arms saw the same context, so
   their distributions there are comparable; past it they are not, and nothing past it is compared.
 * ``max_abs_delta``: the largest ``|logprob_on - logprob_off|`` of the chosen token over the positions before
-  ``parted_at`` (where both chose the same token).
-* ``mean_kl``: the mean over the comparable positions of ``KL(off || on)`` over a coarsening of the vocabulary:
-  each token in both arms' top-k is its own bucket, every other token falls in one "rest" bucket (1 - the
-  buckets' mass). A coarsening never raises KL (data processing), so this is a lower bound of the full KL, computed
-  from known numbers only.
+  ``parted_at`` (where both chose the same token), and at ``parted_at`` that of the reference's token (a lower bound
+  when it fell out of the treatment's top-k): a fault that flips one near-tie shows there, and nowhere before.
+* ``max_kl``: the largest over the comparable positions of ``KL(off || on)`` over a coarsening of the vocabulary:
+  each token in either arm's top-k is its own bucket (where one arm's list lacks it, that arm's k-th probability, the
+  most it can have), every other token falls in one "rest" bucket (1 - the buckets' mass). Exact over that coarsening
+  when both lists hold the same tokens, as on clean arms; a coarsening never raises KL (data processing), so there it
+  is a lower bound of the full KL. Buckets of the shared tokens alone would hide a flip between two tokens that
+  each left the other's list. The worst position, not the mean (SGLang's ``kl_test_utils`` averages): a fault may touch
+  a few positions of a long generation.
 
 Per task: the quantiles (p50, p90, p99, max) of both per-item statistics, how many items part, and a verdict
 against thresholds calibrated per engine and dtype on clean runs (``logprob_thresholds.json`` beside this module,
@@ -95,7 +99,7 @@ class ItemLogprobDiff:
     compared: int  # positions with identical contexts (the common prefix, and the position where they part)
     parted_at: int | None
     max_abs_delta: float
-    mean_kl: float
+    max_kl: float
 
 
 @dataclass(frozen=True)
@@ -128,7 +132,7 @@ class LogprobLimits:
     """Per-item maxima a task's worst item is held to, at one level (AMBER or RED)."""
 
     max_abs_delta: float
-    mean_kl: float
+    max_kl: float
 
 
 @dataclass(frozen=True)
@@ -206,10 +210,13 @@ class LogprobComparison:
 
 
 def _bucket_kl(p_top: Mapping[str, float], q_top: Mapping[str, float]) -> float:
-    """KL(P || Q) over the tokens in both top-k lists plus one bucket for all the rest (a lower bound of the full KL)."""
-    shared = p_top.keys() & q_top.keys()
-    p = [math.exp(p_top[t]) for t in shared]
-    q = [math.exp(q_top[t]) for t in shared]
+    """KL(P || Q) over the tokens in either top-k list plus one bucket for all the rest. A token one side's list lacks
+    gets that side's k-th probability there (the most it can have), so a token that left the top-k still counts.
+    Exact over this coarsening when both lists hold the same tokens (clean arms), an estimate otherwise."""
+    tokens = sorted(p_top.keys() | q_top.keys())
+    p_floor, q_floor = min(p_top.values()), min(q_top.values())
+    p = [math.exp(p_top.get(t, p_floor)) for t in tokens]
+    q = [math.exp(q_top.get(t, q_floor)) for t in tokens]
     p.append(max(0.0, 1.0 - math.fsum(p)))
     q.append(max(0.0, 1.0 - math.fsum(q)))
     kl = 0.0
@@ -228,14 +235,15 @@ def compare_item(item_id: str, on: TokenLogprobs, off: TokenLogprobs) -> ItemLog
     same = common if parted is None else parted  # positions where both chose the same token
     comparable = min(common, same + 1)  # the position where they part had the same context too
     deltas = [abs(on.logprobs[i] - off.logprobs[i]) for i in range(same)]
+    if comparable > same and on.top[same]:  # where they part: the reference's token under both
+        alternatives = dict(on.top[same])
+        token, logprob = off.tokens[same], off.logprobs[same]
+        if token in alternatives:
+            deltas.append(abs(logprob - alternatives[token]))
+        else:  # it left the treatment's top-k, so its logprob there is at most the k-th: a lower bound
+            deltas.append(max(0.0, logprob - min(alternatives.values())))
     kls = [_bucket_kl(dict(off.top[i]), dict(on.top[i])) for i in range(comparable) if on.top[i] and off.top[i]]
-    return ItemLogprobDiff(
-        item_id,
-        comparable,
-        parted,
-        max(deltas, default=0.0),
-        math.fsum(kls) / len(kls) if kls else 0.0,
-    )
+    return ItemLogprobDiff(item_id, comparable, parted, max(deltas, default=0.0), max(kls, default=0.0))
 
 
 def judge_logprobs(
@@ -247,7 +255,7 @@ def judge_logprobs(
     items = tuple(compare_item(i, on, off) for i, on, off in pairs if on is not None and off is not None)
     missing = len(pairs) - len(items)
     delta = Quantiles.of([i.max_abs_delta for i in items])
-    kl = Quantiles.of([i.mean_kl for i in items])
+    kl = Quantiles.of([i.max_kl for i in items])
     parted = sum(i.parted_at is not None for i in items)
     verdict, reason = _verdict(items, missing, delta, kl, thresholds, key)
     return LogprobComparison(
@@ -267,13 +275,13 @@ def _verdict(
         return Verdict.NONE, f"no item has logprobs on both sides ({missing} without)"
     if t is None:
         return Verdict.NONE, f"no thresholds calibrated for {key} (python -m bench.logprob_thresholds)"
-    worst = f"worst item: max|dlp| {delta.max:.3g}, mean KL {kl.max:.3g}"
+    worst = f"worst item: max|dlp| {delta.max:.3g}, max KL {kl.max:.3g}"
     for level, limits in ((Verdict.RED, t.red), (Verdict.AMBER, t.amber)):
         over = [
             f"{name} {value:.3g} > {limit:.3g}"
             for name, value, limit in (
                 ("max|dlp|", delta.max, limits.max_abs_delta),
-                ("mean KL", kl.max, limits.mean_kl),
+                ("max KL", kl.max, limits.max_kl),
             )
             if value > limit
         ]
