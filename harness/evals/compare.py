@@ -32,6 +32,9 @@ Defaults: ``alpha=0.05`` (CIs are ``1 - alpha`` = 95 %), ``max_drop=0.02``, ``ma
 (:func:`summarize`) is the worst task verdict (a measured RED outranks a task without a verdict), and no
 verdict when nothing was compared. Nothing here
 retries anything: a run is judged exactly as it was recorded.
+
+Beside the verdict, never part of it: the logprob axis (``harness.evals.logprobs``), where the runs recorded each
+generation's top-k logprobs: ``TaskComparison.logprobs``, judged against thresholds calibrated per engine and dtype.
 """
 
 from __future__ import annotations
