@@ -130,6 +130,11 @@ def test_clean_build_shows_no_significant_difference_end_to_end(tmp_path, capsys
     model = str(DEFAULT_MODEL)  # each comparison as expected: not RED (at N = 24 and 6, AMBER: underpowered)
     assert f"ok  {model} on-vs-off: " in out and f"ok  {model} cache-off-vs-on: " in out, out
     assert "UNEXPECTED" not in out and "-> RED" not in out, out
+    # the logprob axis beside accuracy: every task GREEN on the clean build, on the line and in summary.json
+    assert out.count("| logprobs: GREEN (N=") == 4 and out.count("; logprobs GREEN (expected") == 2, out
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    assert [c["logprobs"] for c in summary["comparisons"]] == ["GREEN", "GREEN"]
+    assert summary["comparisons"][0]["suites"]["gsm_style"]["logprobs"]["key"] == "harness/float32"
     html = (tmp_path / "index.html").read_text()  # the overview: every arm's accuracy, both comparisons
     assert "gsm_style" in html and "aime_style" in html and "cache-off vs on" in html and "on vs off" in html
     for name in ("on-vs-off", "cache-off-vs-on"):
@@ -157,13 +162,14 @@ def test_an_injected_fault_gives_a_significant_drop_and_a_red_verdict(tmp_path, 
     assert code == 1, out
     [line] = [line for line in out.splitlines() if line.startswith("gsm_style:")]  # one comparison: on vs off
     assert "-> RED" in line, line
-    assert "verdict: RED" in out, out
+    assert "verdict: RED; logprobs RED" in out and "| logprobs: RED (N=64" in line, out
     runs = runs_of(tmp_path)
     assert set(runs) == {"gsm_style-on", "gsm_style-off"}
     on, off = runs["gsm_style-on"], runs["gsm_style-off"]
     assert on["meta"]["fault"] == fault and off["meta"]["fault"] is None
     assert sum(i["correct"] for i in on["items"]) < sum(i["correct"] for i in off["items"])
     assert "flip" in (tmp_path / "index.html").read_text().lower()  # one comparison: its report is the page
+    assert 'data-verdict="RED"' in (tmp_path / "index.html").read_text().split('id="logprobs"')[1]
 
 
 def test_response_cache_is_keyed_by_configuration_and_cleared_unless_resuming(tmp_path):
