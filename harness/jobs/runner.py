@@ -68,6 +68,9 @@ from harness.report.inputs import (
 from harness.report.overview import OverviewComparison, OverviewModel, write_overview
 
 
+LOGPROB_ENGINES = frozenset({"harness"})  # the engines whose arms record logprobs (ArmSession._logprobs)
+
+
 class RunFailure(RuntimeError):
     """A run could not produce results; the message is one line naming the failed part."""
 
@@ -303,10 +306,17 @@ class ArmSession:
     def _records(self, step: EvalStep) -> Path:
         return self.run.dir / "logprobs" / f"{step.out.name}.jsonl"
 
+    @property
+    def _logprobs(self) -> bool:
+        """Whether this arm's generations carry their logprobs: asked for, and on an engine the proxy was tried on and
+        thresholds exist for (the harness's, ``harness/evals/logprob_thresholds.json``); SGLang's and vLLM's arms
+        join when they are calibrated, until then their axis would be NO VERDICT anyway."""
+        return self.options.logprobs and self.run.arm.engine in LOGPROB_ENGINES
+
     @contextmanager
     def _recorder(self, step: EvalStep) -> Iterator[LogprobRecorder | None]:
         """The logprob proxy in front of the server for one lm-eval run (None when the job records no logprobs)."""
-        if not self.options.logprobs:
+        if not self._logprobs:
             yield None
             return
         with LogprobRecorder(self.url, self._records(step), keep=self.options.resume) as proxy:
@@ -323,7 +333,7 @@ class ArmSession:
                 f"lm-eval ({self.run.arm.name}) wrote {len(parsed)} samples of {name} "
                 f"(filter {flt}) for {items} items; see {shown(log)}"
             )
-        if self.options.logprobs:  # each item's generation's logprobs, joined by its prompt
+        if self._logprobs:  # each item's generation's logprobs, joined by its prompt
             records = load_records(self._records(step))
             parsed = [replace(i, logprobs=records.get(prompt_key(i.prompt))) for i in parsed]
         return parsed
