@@ -235,6 +235,15 @@ def _install_sglang_server(session: nox.Session) -> None:
     session.install(*SGLANG_SERVER_DEPS)
 
 
+def _smoke(session: nox.Session, plan: str) -> None:
+    """A real server's accuracy smoke (the main job on 32 items), unless SWA_HARNESS_SMOKES=skip (.ci/run: it cannot
+    fit there beside the server suites, docs/BENCHMARKS.md "CI time")."""
+    if os.environ.get("SWA_HARNESS_SMOKES") == "skip":
+        session.log(f"accuracy smoke {plan} skipped (SWA_HARNESS_SMOKES=skip); this session alone runs it")
+        return
+    session.run("swa-harness", "eval", "--plan", plan, "--no-history")
+
+
 @nox.session(python=PYTHON)
 def sglang_server(session: nox.Session) -> None:
     """A real SGLang server on CPU (its hybrid SWA pool, torch_native attention) against transformers and the
@@ -250,7 +259,7 @@ def sglang_server(session: nox.Session) -> None:
         *session.posargs,
         env={"SWA_HARNESS_SGLANG_SERVER": "require"},
     )  # a missing piece fails here, it never skips
-    session.run("swa-harness", "eval", "--plan", "suites/plans/sglang-cpu-smoke.yaml", "--no-history")
+    _smoke(session, "suites/plans/sglang-cpu-smoke.yaml")
 
 
 @nox.session(python=PYTHON)
@@ -330,7 +339,7 @@ def vllm(session: nox.Session) -> None:
         *session.posargs,
         env={"SWA_HARNESS_VLLM_SERVER": "require"},
     )
-    session.run("swa-harness", "eval", "--plan", "suites/plans/vllm-cpu-smoke.yaml", "--no-history")
+    _smoke(session, "suites/plans/vllm-cpu-smoke.yaml")
 
 
 @nox.session(python=PYTHON)
