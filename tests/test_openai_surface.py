@@ -85,9 +85,11 @@ def serving(worker: EngineWorker) -> Iterator[str]:
         loop.close()
 
 
-@pytest.fixture(scope="module")
-def served(ckpt: Path) -> Iterator[Served]:
-    worker = EngineWorker(lambda: Engine(EngineConfig(model_path=ckpt, **ENGINE_ARGS))).start(
+@contextmanager
+def served_engine(ckpt: Path, engine_args: dict[str, Any] = ENGINE_ARGS) -> Iterator[Served]:
+    """An engine worker on ``ckpt`` with ``engine_args`` (the server tests' by default) and the app over it; both
+    stopped on exit."""
+    worker = EngineWorker(lambda: Engine(EngineConfig(model_path=ckpt, **engine_args))).start(
         timeout=scaled(SERVER_START_S)
     )
     try:
@@ -95,6 +97,12 @@ def served(ckpt: Path) -> Iterator[Served]:
             yield Served(url, worker)
     finally:
         worker.stop()
+
+
+@pytest.fixture(scope="module")
+def served(ckpt: Path) -> Iterator[Served]:
+    with served_engine(ckpt) as found:
+        yield found
 
 
 @pytest.fixture(scope="module")

@@ -27,7 +27,7 @@ from fixtures.data.jsonl import read_jsonl
 from harness.engine import Engine, EngineConfig, SamplingParams
 from harness.paths import REPO
 from harness.server.worker import EngineWorker
-from tests.test_openai_surface import Served, refused, serving
+from tests.test_openai_surface import Served, refused, served_engine, serving
 from tests.test_server import MODEL
 from tests.waits import SERVER_START_S, scaled
 
@@ -59,14 +59,8 @@ LONG = "\n\n".join(f"Question: {d['question']}\nAnswer: {d['answer']}" for d in 
 
 @pytest.fixture(scope="module")
 def served() -> Iterator[Served]:
-    worker = EngineWorker(lambda: Engine(EngineConfig(model_path=CKPT, **ENGINE_ARGS))).start(
-        timeout=scaled(SERVER_START_S)
-    )
-    try:
-        with serving(worker) as url:
-            yield Served(url, worker)
-    finally:
-        worker.stop()
+    with served_engine(CKPT, ENGINE_ARGS) as found:
+        yield found
 
 
 @pytest.fixture(scope="module")
