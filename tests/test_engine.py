@@ -9,6 +9,7 @@ import torch
 
 from harness.engine import RequestError, SamplingParams
 from harness.mem import STALE_KEY_WARNING
+from harness.mem.index import LOC_DTYPE
 from harness.model import reference_logits
 from tests.engine_helpers import hf_greedy, hf_untied, make_engine
 from fixtures.checkpoints import ARCHS, hf_logits, random_sequences
@@ -237,17 +238,96 @@ def test_a_prefill_chunk_is_checkpointed_with_no_slide_where_the_cache_frees_the
     engine = make_engine("gemma2", "off", chunk_size=8)
     cache, calls = engine.tree_cache, []
     cache.checkpoint_frees_window = frees_window  # an instance attribute over the class's
-    for name in ("slide_window", "cache_unfinished_req"):
+    for name in ("slide_windows", "cache_unfinished_req"):
 
-        def record(req, _name=name, _method=getattr(cache, name)):
+        def record(arg, _name=name, _method=getattr(cache, name)):
+            (req,) = arg if _name == "slide_windows" else [arg]  # one request: a batch of one
             calls.append((_name, req.kv_len, len(req.prompt_ids)))
-            return _method(req)
+            return _method(arg)
 
         setattr(cache, name, record)
     (out,) = engine.generate([list(range(3, 40))], SamplingParams(max_new_tokens=6, ignore_eos=True))
     assert len(out.output_ids) == 6 and engine.pools_idle()
     extend = [name for name, kv_len, prompt in calls if kv_len <= prompt]
     decode = [name for name, kv_len, prompt in calls if kv_len > prompt]
-    chunks = ["slide_window", "cache_unfinished_req"] * 5 if not frees_window else ["cache_unfinished_req"] * 5
+    chunks = ["slide_windows", "cache_unfinished_req"] * 5 if not frees_window else ["cache_unfinished_req"] * 5
     assert extend == chunks, calls  # 37 prompt tokens in chunks of 8
-    assert decode == ["slide_window"] * 5, calls  # the last of 6 tokens needs no forward
+    assert decode == ["slide_windows"] * 5, calls  # the last of 6 tokens needs no forward
+
+
+@pytest.mark.parametrize("page_size", [1, 4])
+def test_a_step_slides_every_cached_window_in_one_free_and_frees_what_a_slide_per_request_freed(page_size):
+    """The prefix cache's rule 8 inside the engine: two engines run the same requests in lockstep (a published batch,
+    then its repeats, continuations and partial sharers, whose SWA locks follow their windows), one sliding the
+    step's windows in one call, the other request by request. After every step the same full slots have given back
+    their SWA slot, the pools, requests and tree agree, and each slide of the first took at most one ``free_swa``.
+    (Which SWA slot a token gets may differ: one free sorts the whole step's pages, so later allocations hand them
+    out in another order.)"""
+    engines, frees, slide_frees = [], [], []
+    for batched in (True, False):
+        engine = make_engine("gemma2", "off", chunk_size=8, page_size=page_size)
+        cache, alloc, calls, per_slide = engine.tree_cache, engine.runner.allocator, [], []
+
+        def record(index, _calls=calls, _real=alloc.free_swa):
+            _calls.append(index.clone())
+            return _real(index)
+
+        def slide(reqs, _slide=cache.slide_windows, _batched=batched, _calls=calls, _per_slide=per_slide):
+            before = len(_calls)
+            for batch in [reqs] if _batched else [[r] for r in reqs]:
+                _slide(batch)
+            _per_slide.append(len(_calls) - before)
+
+        alloc.free_swa, cache.slide_windows = record, slide
+        engines.append(engine)
+        frees.append(calls)
+        slide_frees.append(per_slide)
+    stem = random_sequences([30], seed=7)[0]
+    first = [stem + tail for tail in random_sequences([3, 9, 14, 5], seed=8)]
+    later = [
+        *first[:2],
+        first[2] + [5, 6, 7],
+        stem[:17] + [9] * 4,
+        stem[:23] + [4] * 12,
+        *random_sequences([11], seed=9),
+    ]
+    params = SamplingParams(max_new_tokens=20, ignore_eos=True)
+    outputs = [[], []]
+    for prompts in (first, later):
+        for engine in engines:
+            for p in prompts:
+                engine.add_request(p, params)
+        while engines[0].scheduler.has_work():
+            before = [len(calls) for calls in frees]
+            for i, engine in enumerate(engines):
+                outputs[i] += [(o.rid, o.output_ids, o.cached_tokens) for o in engine.step().finished]
+            freed = [
+                sorted(torch.cat([torch.empty(0, dtype=LOC_DTYPE), *c[n:]]).tolist()) for c, n in zip(frees, before)
+            ]
+            assert freed[0] == freed[1], "the step gave back the SWA slots of other full slots"
+            assert _cache_state(engines[0]) == _cache_state(engines[1])
+    assert outputs[0] == outputs[1] and not engines[0].scheduler.has_work() and not engines[1].scheduler.has_work()
+    assert max(slide_frees[0]) == 1, f"free_swa calls per batched slide: {slide_frees[0]}"
+    assert max(slide_frees[1]) > 1, "no step slid more than one request's window: the scene tests nothing"
+    assert sum(o[2] for o in outputs[0]) > 0, "no request was served from the cache"
+
+
+def _cache_state(engine) -> dict:
+    alloc, cache = engine.runner.allocator, engine.tree_cache
+    tree = cache.tree_slots()
+    return {
+        "full free pages": alloc.full_attn_allocator.free_pages.tolist(),
+        "full slots holding SWA": alloc.full_to_swa_index_mapping.ne(0).nonzero().flatten().tolist(),
+        "SWA free": alloc.swa_available_size(),
+        "requests": [
+            (r.rid, r.kv_len, r.swa_evicted, r.cache_protected_len, getattr(r.prefix_lock, "swa_floor", None))
+            for r in engine.scheduler.running
+        ],
+        "tree": (sorted(tree.full.tolist()), sorted(tree.swa_live.tolist())),
+        "sizes": (
+            cache.evictable_size(),
+            cache.protected_size(),
+            cache.swa_evictable_size(),
+            cache.swa_protected_size(),
+        ),
+    }

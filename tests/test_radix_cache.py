@@ -32,7 +32,7 @@ def prefill(memory, cache, req: SimReq, n: int, *, checkpoint: bool = True) -> N
     slots = memory.allocator.alloc(n)
     memory.req_to_token_pool.write(req.req_pool_idx, req.kv_len, slots)
     req.kv_len = req.slots_len = req.kv_len + n
-    cache.slide_window(req)
+    cache.slide_windows([req])
     if checkpoint:
         cache.cache_unfinished_req(req)
 
@@ -102,7 +102,7 @@ def test_a_tombstone_the_request_still_holds_live_is_revived_with_its_swa_slots(
     grown = memory.allocator.alloc(4)
     memory.req_to_token_pool.write(a.req_pool_idx, 10, grown)
     a.kv_len = a.slots_len = 14
-    cache.slide_window(a)
+    cache.slide_windows([a])
     finish(memory, cache, a)  # 0..10 tombstoned, 11..13 live
     b = admit(memory, cache, list(range(1, 8)) + [70])  # branches at 7: nothing live to end a match in
     assert b.cache_protected_len == 0
@@ -156,3 +156,94 @@ def test_a_flush_while_a_request_holds_the_tree_is_refused_by_name(scene):
     alloc = memory.allocator
     assert (alloc.full_available_size(), alloc.swa_available_size()) == (alloc.size, alloc.size_swa)
     assert cache.match_prefix(list(range(1, 9))).length == 0
+
+
+# -- rule 8: a step's window slide in one call ------------------------------------------------------------------------
+
+
+def _grow(memory, req: SimReq, n: int) -> None:
+    """``n`` more tokens' slots for ``req``, with no slide (the scheduler allocates a step's tokens first)."""
+    ps, rows = memory.allocator.page_size, memory.req_to_token_pool
+    if ps == 1:
+        slots = memory.allocator.alloc(n)
+    else:
+        last = rows.last_slots([req.req_pool_idx], [req.kv_len])
+        slots = memory.allocator.alloc_extend([req.kv_len], [req.kv_len + n], last)
+    rows.write(req.req_pool_idx, req.kv_len, slots)
+    req.kv_len = req.slots_len = req.kv_len + n
+
+
+def _step_scene(page_size: int) -> tuple:
+    """Three requests right before a step's slide, each owing the pool SWA slots: one that continues a published
+    prompt (its SWA lock on the prefix must follow its window), one that shares only part of it (rule 7's
+    branching point holds part of its window back) and one with no prefix. Built the same way every call."""
+    memory = build_hybrid_pool(
+        HybridPoolSpec(size=256, size_swa=128, max_requests=4, max_context_len=64, page_size=page_size)
+    )
+    cache = RadixCache(memory.allocator, memory.req_to_token_pool, sliding_window_size=W)
+    ps = page_size
+    published = admit(memory, cache, list(range(1, 4 * ps + 9)))
+    _grow(memory, published, len(published.prompt))
+    cache.slide_windows([published])
+    finish(memory, cache, published)
+    reqs = [
+        admit(memory, cache, published.prompt + [40, 41, 42]),
+        admit(memory, cache, published.prompt[: 2 * ps + 4] + [60, 61, 62, 63]),
+        admit(memory, cache, [90 + i for i in range(2 * ps + 5)]),
+    ]
+    assert reqs[0].prefix_lock.swa_floor is not None and reqs[1].swa_branch > 0, "the scene lost what it is about"
+    for req in reqs:
+        _grow(memory, req, len(req.prompt) - req.kv_len)
+        req.output = [70, 71, 72, 73, 74]
+        _grow(memory, req, len(req.output))  # decode tokens never slid: every request owes SWA slots
+    return memory, cache, reqs
+
+
+def _slide_state(memory, cache, reqs) -> dict:
+    alloc = memory.allocator
+    tree = cache.tree_slots()
+    return {
+        "mapping": alloc.full_to_swa_index_mapping.clone(),
+        "free swa pages": sorted(alloc.swa_attn_allocator.free_pages.tolist()),
+        "free full pages": alloc.full_attn_allocator.free_pages.tolist(),
+        "requests": [
+            (r.swa_evicted, r.cache_protected_len, r.prefix_lock.node.end, r.prefix_lock.swa_floor) for r in reqs
+        ],
+        "tree slots": (sorted(tree.full.tolist()), sorted(tree.swa_live.tolist())),
+        "sizes": (
+            cache.evictable_size(),
+            cache.protected_size(),
+            cache.swa_evictable_size(),
+            cache.swa_protected_size(),
+        ),
+    }
+
+
+@pytest.mark.parametrize("page_size", [1, 4])
+def test_one_slide_for_the_step_frees_exactly_what_a_slide_per_request_freed(page_size):
+    """Rule 8: the same scene slid request by request and in one batch: the same SWA slots go back (the mapping, the
+    free SWA pages as a set, everything else exactly), the same locks follow, in one ``free_swa`` instead of one per
+    request that owes slots. Only the order of the free list differs (one free sorts the whole step's pages)."""
+    states, calls = [], []
+    for batched in (False, True):
+        memory, cache, reqs = _step_scene(page_size)
+        frees, real = [], memory.allocator.free_swa
+        memory.allocator.free_swa = lambda index, _real=real, _frees=frees: (_frees.append(index.clone()), _real(index))
+        if batched:
+            cache.slide_windows(reqs)
+        else:
+            for req in reqs:
+                cache.slide_windows([req])
+        cache.sanity_check()
+        states.append(_slide_state(memory, cache, reqs))
+        calls.append(frees)
+    per_request, batch = calls
+    assert len(per_request) == 3 and len(batch) == 1, f"free_swa calls: {len(per_request)} and {len(batch)}"
+    assert batch[0].tolist() == torch.cat(per_request).tolist(), "the batch freed other full slots"
+    mappings = [state.pop("mapping") for state in states]
+    assert torch.equal(*mappings), "full slots map to other SWA slots after the batched slide"
+    assert states[0] == states[1]
+    before = _slide_state(*_step_scene(page_size))
+    assert states[1]["requests"] != before["requests"] and states[1]["sizes"] != before["sizes"], "nothing slid"
+    freed_pages = len(states[1]["free swa pages"]) - len(before["free swa pages"])
+    assert freed_pages * page_size == batch[0].numel() > 0, "the free SWA pages grew by other than what was freed"

@@ -341,13 +341,15 @@ class Scheduler:
 
     def _slide_windows(self, reqs: list[Req]) -> None:
         """Give back the SWA slots of positions no future query can see (position < kv_len - W + 1); the tree's rule
-        for requests that go through the prefix cache."""
+        for requests that go through the prefix cache, all of them in one call (a step's frees as one batch)."""
         if self.window is None:
             return
+        cached = [r for r in reqs if self._cached(r)]
+        if cached:
+            self.tree_cache.slide_windows(cached)
         leaving = []
         for req in reqs:
             if self._cached(req):
-                self.tree_cache.slide_window(req)
                 continue
             keep_from = max(0, req.kv_len - self.window + 1) // self.page_size * self.page_size  # whole pages
             if keep_from > req.swa_evicted:

@@ -223,7 +223,8 @@ class CacheRequest(Protocol):
 
 @runtime_checkable
 class PrefixCache(Protocol):
-    """A prefix cache over a hybrid pool, driven request by request the way a scheduler drives it.
+    """A prefix cache over a hybrid pool, driven the way a scheduler drives it: request by request, and the window
+    slide a step's batch at a time.
 
     ``harness.mem.radix_cache.RadixCache`` meets it, and so does the adapter over SGLang's ``UnifiedRadixCache``
     (``harness.targets.sglang.prefix_cache``). The suites (``suites/prefix/``) hold both to the same invariants:
@@ -262,9 +263,11 @@ class PrefixCache(Protocol):
         """An aborted or retracted request: insert nothing, free every slot it owns, unlock."""
         ...
 
-    def slide_window(self, req: CacheRequest) -> None:
-        """Free the SWA slots of the request's own tokens that no future query sees, keeping what an insert at
-        its current length needs; drop the prefix's SWA lock once the window has passed it."""
+    def slide_windows(self, reqs: Sequence[CacheRequest]) -> None:
+        """For each request (a scheduler step's batch, one call per step): free the SWA slots of its own tokens
+        that no future query sees, keeping what an insert at its current length needs; drop the prefix's SWA lock
+        once the window has passed it. A batch, so that a cache can free the step's slots in one allocator call
+        (issue 58); what leaves is what one call per request would free."""
         ...
 
     def evict(self, *, full_tokens: int = 0, swa_tokens: int = 0) -> None:

@@ -3,7 +3,8 @@
 
 Steps: a request arrives (its prompt branches off one of a few stems, continues a finished conversation, or
 repeats a prompt exactly) and is admitted with its cached prefix; a prefill chunk (ending anywhere in a page;
-an unfinished request is checkpointed into the tree); a decode token; a request finishes (inserted), is
+an unfinished request is checkpointed into the tree); a decode token, for one request or for every decoding request
+with one window slide for the batch (a scheduler's step); a request finishes (inserted), is
 aborted (nothing inserted) or retracted (released and queued again with its output); the tree evicts full
 KV or SWA KV on its own. Before an allocation the tree gives up what the pools lack, as a scheduler asks
 it to; an allocation that still cannot be served waits (the step does nothing).
@@ -238,7 +239,7 @@ class PrefixCacheMachine(RuleBasedStateMachine):
         if not self._grow(req, n):
             return
         if not (req.prefilling and self.cache.checkpoint_frees_window):  # harness.engine.scheduler's order
-            self.cache.slide_window(req)
+            self.cache.slide_windows([req])
         if req.prefilling:
             self.cache.cache_unfinished_req(req)
             boundary = page_floor(req.kv_len, self.ps)
@@ -263,7 +264,21 @@ class PrefixCacheMachine(RuleBasedStateMachine):
         if not self._grow(req, 1):
             req.output.pop()
             return
-        self.cache.slide_window(req)
+        self.cache.slide_windows([req])
+
+    @precondition(lambda self: sum(not r.prefilling for r in self.running) > 1)
+    @rule()
+    @step
+    def decode_batch(self):
+        """A scheduler's decode step: a token for every decoding request, then one slide for the whole batch."""
+        grown = []
+        for req in [r for r in self.running if not r.prefilling and r.kv_len < self.shape.context - 1]:
+            req.output.append((req.rid * 7 + len(req.output)) % VOCAB)
+            if self._grow(req, 1):
+                grown.append(req)
+            else:
+                req.output.pop()
+        self.cache.slide_windows(grown)
 
     @precondition(lambda self: self.running)
     @rule(data=st.data(), how=st.sampled_from(["finish", "finish", "abort", "retract"]))

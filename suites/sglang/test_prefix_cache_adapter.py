@@ -54,7 +54,7 @@ class Driver:
     def decode(self, req: SimReq, token: int) -> None:
         req.output.append(token)
         self.grow(req, 1)
-        self.cache.slide_window(req)
+        self.cache.slide_windows([req])
 
     def leave(self, req: SimReq, *, finished: bool) -> None:
         (self.cache.cache_finished_req if finished else self.cache.release_req)(req)
@@ -134,7 +134,7 @@ def test_a_conversation_goes_through_the_tree(driver: Driver):
     d.check()
 
     d.grow(req, 13)  # a chunk ending inside a page
-    cache.slide_window(req)
+    cache.slide_windows([req])
     cache.cache_unfinished_req(req)
     assert req.cache_protected_len == page_floor(13, ps), "a chunk's checkpoint inserts its whole pages"
     assert cache.protected_size() == req.cache_protected_len
@@ -143,7 +143,7 @@ def test_a_conversation_goes_through_the_tree(driver: Driver):
     d.check()
 
     d.grow(req, 7)  # the rest of the prompt, then decode with the window sliding
-    cache.slide_window(req)
+    cache.slide_windows([req])
     d.check()
     for token in (6, 6, 0, 1, 2, 3, 4):
         d.decode(req, token)
@@ -173,7 +173,7 @@ def test_a_conversation_goes_through_the_tree(driver: Driver):
     assert cache.protected_size() == cached2
     d.check()
     d.grow(req2, 1)
-    cache.slide_window(req2)
+    cache.slide_windows([req2])
     d.check()
     held = cache.evictable_size() + cache.protected_size()
     d.leave(req2, finished=False)
@@ -249,7 +249,7 @@ def test_a_window_smaller_than_a_page_keeps_the_leaf_matchable(sglang_target, co
     d = build(sglang_target, page_size=4, core=core, window=3)
     req, _ = d.arrive(PROMPT)
     d.grow(req, 15)
-    d.cache.slide_window(req)
+    d.cache.slide_windows([req])
     d.cache.cache_unfinished_req(req)
     assert req.cache_protected_len == 12
     found = d.cache.match_prefix(req.fill_ids[:15])

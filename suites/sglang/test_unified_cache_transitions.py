@@ -377,7 +377,7 @@ def test_a_disabled_cache_matches_nothing_and_keeps_nothing(sglang_target, core)
     req, cached = d.arrive(prompt)
     assert cached == 0
     d.grow(req, 12)
-    cache.slide_window(req)
+    cache.slide_windows([req])
     cache.cache_unfinished_req(req)
     assert req.cache_protected_len == 0 and req.swa_evicted > 0
     d.grow(req, len(prompt) - req.kv_len)

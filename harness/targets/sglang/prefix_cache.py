@@ -10,8 +10,9 @@ sequence SGLang's own scheduler runs for that step:
 * ``cache_finished_req`` / ``release_req``: ``release_kv_cache`` with and without the checkpoint (``checkpoint``,
   ``free_kv_row`` of what the request owns, ``unlock``, the over-allocated tail, ``on_release``), except the row,
   which the contract leaves to the caller;
-* ``slide_window``: the decode step's ``maybe_evict_swa`` (``evict_sliding_windows`` inside a free group, then
-  ``release_swa_prefix_lock`` once the window has passed the prefix, as with ``SGLANG_OPT_RELEASE_PREFILL_SWA=1``);
+* ``slide_windows``: the decode step's ``maybe_evict_swa`` (one free group around the batch; per request
+  ``evict_sliding_windows``, then ``release_swa_prefix_lock`` once the window has passed the prefix, as with
+  ``SGLANG_OPT_RELEASE_PREFILL_SWA=1``);
 * ``evict``: ``evict_for_alloc(EvictParams)``, the allocator's request for a shortfall; the sizes,
   ``sanity_check`` and ``reset`` are the cache's own.
 
@@ -253,22 +254,24 @@ class SGLangPrefixCache:
         sgl.kv.mark_kv_released()
         del self._tracked[id(req)]
 
-    def slide_window(self, req: CacheRequest) -> None:
-        """The decode step's ``maybe_evict_swa`` for one request: free its out-of-window SWA slots below the
-        frontier SGLang keeps for an insert at ``kv_len``; once ``kv_len`` is a window past the prefix, drop the
-        prefix's SWA lock (``release_swa_prefix_lock``)."""
+    def slide_windows(self, reqs: Sequence[CacheRequest]) -> None:
+        """The decode step's ``maybe_evict_swa``, as SGLang runs it over a batch: one free group around the step,
+        and inside it, request by request, ``evict_sliding_windows`` (its out-of-window SWA slots below the
+        frontier SGLang keeps for an insert at ``kv_len``) and, once ``kv_len`` is a window past the prefix,
+        ``release_swa_prefix_lock``."""
         if self.sliding_window_size is None:
             return
-        sgl = self._sync_in(req)
         allocator = self.memory.allocator
         allocator.free_group_begin()
         try:
-            self.sglang.evict_sliding_windows(sgl, req.kv_len)
+            for req in reqs:
+                sgl = self._sync_in(req)
+                self.sglang.evict_sliding_windows(sgl, req.kv_len)
+                if req.kv_len - self.sglang.sliding_window_size >= sgl.kv.cache_protected_len:
+                    self.sglang.release_swa_prefix_lock(sgl)
+                self._sync_out(req, sgl)
         finally:
             allocator.free_group_end()
-        if req.kv_len - self.sglang.sliding_window_size >= sgl.kv.cache_protected_len:
-            self.sglang.release_swa_prefix_lock(sgl)
-        self._sync_out(req, sgl)
 
     def _sync_in(self, req: CacheRequest) -> Any:
         """The harness request's state onto its SGLang ``Req``, before a call."""
