@@ -40,7 +40,9 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Sequence
 
+from harness import kill_record
 from harness.evals.compare import Thresholds
+from harness.kill_record import FaultRow
 from harness.paths import DEFAULT_KILL_MATRIX, REPO
 from harness.evals.results import TaskComparison
 from harness.jobs.runner import judge, load_runs
@@ -276,15 +278,15 @@ def machine() -> dict[str, str]:
     }
 
 
-def kill_matrix_index(path: Path) -> tuple[dict[str, dict[str, Any]], str]:
-    """Fault id -> its kill-matrix record, and a line saying where that came from."""
+def kill_matrix_index(path: Path) -> tuple[dict[str, FaultRow], str]:
+    """Fault id -> its kill-matrix row, and a line saying where that came from."""
     try:
-        data = json.loads(Path(path).read_text())
+        matrix = kill_record.load(path)
     except (OSError, ValueError):
         return {}, f"no kill matrix at `{path}` (run `swa-harness faults`)"
     shown = os.path.relpath(path, REPO) if Path(path).resolve().is_relative_to(REPO) else str(path)
-    where = f"`{shown}` ({data.get('target', 'harness')}, generated {data.get('generated_at', '?')})"
-    return {f["id"]: f for f in data.get("faults", [])}, where
+    where = f"`{shown}` ({matrix.target or 'harness'}, generated {matrix.generated_at or '?'})"
+    return {f.spec.id: f for f in matrix.faults}, where
 
 
 def _cell(c: TaskComparison | None) -> str:
@@ -298,41 +300,32 @@ def _comp(o: EvalOutcome, suite: str) -> TaskComparison | None:
     return next((c for c in o.comparisons if c.task == suite), None)
 
 
-def _kills(record: dict[str, Any] | None) -> str:
+def _kills(record: FaultRow | None) -> str:
     if record is None:
         return "not in the kill matrix"
-    parts = [
-        f"{s}: {v['status']}" + (f" ({v['kill_class']})" if v.get("kill_class") else "")
-        for s, v in record.get("suites", {}).items()
-    ]
+    parts = [f"{s}: {c.status}" + (f" ({c.kill_class})" if c.kill_class else "") for s, c in record.cells.items()]
     return "; ".join(parts) or "—"
 
 
-def _killed_by(record: dict[str, Any] | None) -> list[str]:
-    if record is None:
-        return []
-    return [s for s, v in record.get("suites", {}).items() if v.get("status") == "killed"]
-
-
-def _kill_text(record: dict[str, Any] | None) -> str:
-    killers = _killed_by(record)
+def _kill_text(record: FaultRow | None) -> str:
     if record is None:
         return "It is not in the kill matrix read here."
+    killers = [s for s, c in record.cells.items() if c.status == "killed"]
     if not killers:
         return "No suite of the kill matrix kills it either."
-    first = record["suites"][killers[0]].get("first_failure") or ""
-    classes = sorted({record["suites"][k].get("kill_class") or "?" for k in killers})
+    first = record.cells[killers[0]].failure
+    classes = sorted({record.cells[k].kill_class or "?" for k in killers})
     names = " and ".join(f"{k}" for k in killers)
     return (
         f"The {names} suite{'s' if len(killers) > 1 else ''} kill{'' if len(killers) > 1 else 's'} it "
-        f"({'/'.join(classes)}; first failure `{first.split(' [', 1)[0]}`), whatever the accuracy."
+        f"({'/'.join(classes)}; first failure `{(first.test or first.message) if first else ''}`), whatever the accuracy."
     )
 
 
 def paragraph(
     fault: str,
     outcomes: Sequence[EvalOutcome],
-    record: dict[str, Any] | None,
+    record: FaultRow | None,
     user_sees: str,
     clean_mde: dict[tuple[str, str], float],
     alpha: float = Thresholds().alpha,
@@ -547,7 +540,7 @@ def write_markdown(
     ]
     for fault in faults:
         fo = [by[(n, fault)] for n in names if (n, fault) in by]
-        user_sees = FAULTS[fault].to_dict().get("user_sees", "").rstrip(".") + "." if fault in FAULTS else ""
+        user_sees = FAULTS[fault].user_sees.rstrip(".") + "." if fault in FAULTS else ""
         out += [paragraph(fault, fo, index.get(fault), user_sees, clean_mde), ""]
     path.write_text("\n".join(out).rstrip() + "\n")
 

@@ -11,38 +11,39 @@ Several targets may be given (``--full`` and ``--impact`` repeated, in the same 
 from __future__ import annotations
 
 import argparse
-import json
 from pathlib import Path
 
 from bench.common import markdown_table, write_section
-from harness.faults.matrix import compare, fault_verdict
+from harness.faults.matrix import compare
+from harness.kill_record import KillMatrix, load
 
 
-def _tests_run(fault: dict) -> int:
-    return sum(int(c.get("tests_run") or 0) for c in fault["suites"].values())
+def _blank(value: object) -> object:
+    """A value the matrix may lack (a full matrix has no test-impact counts), blank when it does."""
+    return "" if value is None else value
 
 
-def section(full: dict, impact: dict) -> tuple[str, bool]:
+def section(full: KillMatrix, impact: KillMatrix) -> tuple[str, bool]:
     differences = compare(full, impact)
-    by_id = {f["id"]: f for f in impact["faults"]}
+    by_id = {f.spec.id: f for f in impact.faults}
     rows = []
-    for fault in full["faults"]:
-        other = by_id.get(fault["id"])
+    for fault in full.faults:
+        other = by_id.get(fault.spec.id)
         rows.append(
             [
-                fault["id"],
-                fault_verdict(fault),
-                fault_verdict(other) if other else "(not run)",
-                _tests_run(fault) or "",
-                f"{other.get('tests_run', '')} of {other.get('tests_reaching', '')}" if other else "",
-                fault.get("run_s", ""),
-                other.get("run_s", "") if other else "",
+                fault.spec.id,
+                fault.verdict(),
+                other.verdict() if other else "(not run)",
+                fault.tests_run_in_cells() or "",
+                f"{_blank(other.tests_run)} of {_blank(other.tests_reaching)}" if other else "",
+                _blank(fault.run_s),
+                _blank(other.run_s) if other else "",
             ]
         )
-    ratio = full["wall_s"] / impact["wall_s"] if impact["wall_s"] else float("nan")
+    ratio = full.wall_s / impact.wall_s if full.wall_s is not None and impact.wall_s else float("nan")
     head = (
-        f"**{full['target']}**: {len(full['faults'])} faults; full {full['wall_s']} s, impact {impact['wall_s']} s "
-        f"({ratio:.1f}x faster), {full['jobs']} and {impact['jobs']} parallel runs. "
+        f"**{full.target}**: {len(full.faults)} faults; full {full.wall_s} s, impact {impact.wall_s} s "
+        f"({ratio:.1f}x faster), {full.jobs} and {impact.jobs} parallel runs. "
         + (
             "Every fault has the same verdict both ways."
             if not differences
@@ -72,7 +73,7 @@ def main() -> int:
     args = parser.parse_args()
     parts, same = [], True
     for full_path, impact_path in zip(args.full, args.impact, strict=True):
-        body, ok = section(json.loads(Path(full_path).read_text()), json.loads(Path(impact_path).read_text()))
+        body, ok = section(load(Path(full_path)), load(Path(impact_path)))
         parts.append(body)
         same &= ok
     write_section(

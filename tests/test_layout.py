@@ -33,7 +33,7 @@ FAULT_CATALOGS = (
 # crosses the floors (evals' results, the build fingerprint) sits low so that every floor can hold it.
 FLOORS: tuple[frozenset[str], ...] = (
     frozenset({"paths", "env", "seams", "op_args", "model"}),
-    frozenset({"mem", "opcount", "fingerprint", "evals"}),
+    frozenset({"mem", "opcount", "fingerprint", "evals", "kill_record"}),  # kill_record: the kill matrix's record
     frozenset({"graph", "report", "reuse"}),
     frozenset({"engine"}),
     frozenset({"targets"}),

@@ -23,6 +23,7 @@ import pytest
 from harness.env import STOP_ON_KILL_ENV, VERDICTS_ENV
 from harness.faults import matrix
 from harness.jobs import check
+from harness.kill_record import KillMatrix, VerdictLine
 from harness.paths import REPO
 from harness.servers.lifecycle import ServerTransportError
 from suites.servers.oracles import ask, free_port
@@ -158,7 +159,7 @@ def test_check_names_a_fault_only_for_a_kill(
 ) -> None:
     saved = tmp_path / "kill-matrix.json"
     saved.write_text(json.dumps(CHECK_MATRIX))
-    failure = check.Failure(KILLER, "test_x.py:9", "ModuleNotFoundError: orjson", kind)
+    failure = VerdictLine(KILLER, kind, where="test_x.py:9", message="ModuleNotFoundError: orjson")
     monkeypatch.setattr(check, "_run_stage", lambda name, *a, **kw: check.StageResult(name, 3, 1.0, failure))
     lines: list[str] = []
     who = check.UnderTest("release 0.5.23", sys.executable, None)
@@ -179,30 +180,32 @@ def _fault(fid: str, status: str) -> dict:
 def test_the_kill_matrix_says_no_verdict_for_a_fault_no_suite_could_judge() -> None:
     clean = {"s": {"status": "passed", "tests": 5, "detail": "5 tests passed"}}
     errored = {
-        "target": "t",
+        "target": "t",  # schema 1
         "clean": clean,
         "faults": [_fault("f-errored", "error")],
         "suites": ["s"],
         "wall_s": 1,
         "jobs": 1,
     }
-    ok, problems = matrix.verdict(errored)
+    ok, problems = matrix.verdict(KillMatrix.from_json(errored))
     assert not ok and problems == [
         "NO VERDICT: fault f-errored: no suite killed it and one errored: t.py::test_a [t.py:1]: RuntimeError: died"
     ]
     assert matrix.exit_code(ok, problems) == 2
-    assert "f-errored [#1]: NO VERDICT (a suite errored): t.py::test_a" in matrix.format_matrix(errored)
+    assert "f-errored [#1]: NO VERDICT (a suite errored): t.py::test_a" in matrix.format_matrix(
+        KillMatrix.from_json(errored)
+    )
     both = {**errored, "faults": [_fault("f-errored", "error"), _fault("f-survives", "survived")]}
-    assert matrix.exit_code(*matrix.verdict(both)) == 1  # a survivor is a verdict: FAIL
+    assert matrix.exit_code(*matrix.verdict(KillMatrix.from_json(both))) == 1  # a survivor is a verdict: FAIL
     crashed = {**errored, "faults": [], "clean": {"s": {"status": "error", "tests": 0, "detail": "t.py: died"}}}
-    assert matrix.exit_code(*matrix.verdict(crashed)) == 2
+    assert matrix.exit_code(*matrix.verdict(KillMatrix.from_json(crashed))) == 2
 
 
 def test_a_clean_build_that_only_crashed_is_an_error_not_a_failure() -> None:
-    outcome = matrix.SuiteOutcome(passed=3, errors=[{"nodeid": "t.py::a", "where": None, "message": "died"}])
-    assert outcome.clean_status(1)["status"] == "error"
-    outcome.kills.append({"nodeid": "t.py::b", "where": None, "message": "AssertionError", "kill_class": "behavioural"})
-    assert outcome.clean_status(1)["status"] == "failed"
+    outcome = matrix.SuiteOutcome(passed=3, errors=(VerdictLine("t.py::a", "error", message="died"),))
+    assert outcome.clean_status(1).status == "error"
+    kill = VerdictLine("t.py::b", "kill", "behavioural", message="AssertionError")
+    assert replace(outcome, kills=(kill,)).clean_status(1).status == "failed"
 
 
 # -- the command line, in this venv (no SGLang, no vLLM) --------------------------------------------------------------

@@ -232,7 +232,8 @@ NIGHTLY_MATRIX = {
             "suites": {
                 "gsm_style": {
                     "status": "killed",
-                    "first_failure": f"{LONG_TEST}: assert " + "x" * 400,
+                    "killer": LONG_TEST,
+                    "first_failure": f"{LONG_TEST.split('/')[-1]} [test_graph_vs_eager.py:7]: assert " + "x" * 400,
                     "kill_class": "behavioural",
                 },
                 "aime_style": {"status": "killed", "first_failure": "dtype int64 != int32", "kill_class": "structural"},
@@ -696,9 +697,10 @@ def test_every_targets_kill_matrix_with_kill_classes(nightly) -> None:
     row = next(r for r in targets["harness"].find_all("tr", class_="fault-row") if r.attrs["data-fault"] == long_id)
     cells = row.find_all("td")
     assert cells[3].attrs["data-kill-class"] == "behavioural" and cells[4].attrs["data-kill-class"] == "structural"
-    assert cells[3].attrs["title"].startswith(LONG_TEST)  # the whole first failure on hover
+    short = LONG_TEST.split("/")[-1]  # the matrix names a test by its file's part of the node id
+    assert cells[3].attrs["title"].startswith(short)  # the whole first failure on hover
     assert cells[3].find("span", class_="small").text().endswith("…")  # the cell shows it shortened
-    assert cells[3].find("span", class_="test").text() == LONG_TEST
+    assert cells[3].find("span", class_="test").text() == f"{short} [test_graph_vs_eager.py:7]"
     sglang_rows = targets["sglang"].find_all("tr", class_="fault-row")
     assert [r.attrs["data-fault"] for r in sglang_rows] == ["swa-window-off-by-one"]
     assert all(c.attrs["data-kill-class"] == "" for c in sglang_rows[0].find_all("td")[3:])
@@ -710,7 +712,7 @@ def test_kill_matrix_files_are_found_per_target(tmp_path) -> None:
     (tmp_path / "kill-matrix-sglang.json").write_text(json.dumps({"clean": {}, "faults": []}))
     (tmp_path / "kill-matrix-broken.json").write_text("{")
     found = {m.target: m for m in load_kill_matrices(primary)}
-    assert set(found) == {"sglang", "broken"} and found["sglang"].matrix == KillMatrix("", None, (), {}, ())
+    assert set(found) == {"sglang", "broken"} and found["sglang"].matrix == KillMatrix(schema_version=1)
     assert found["broken"].matrix is None and "JSONDecodeError" in found["broken"].error
     primary.write_text(json.dumps({"target": "harness", "clean": {}, "faults": []}))
     assert [m.target for m in load_kill_matrices(primary)] == ["harness", "broken", "sglang"]

@@ -19,7 +19,9 @@ import pytest
 
 from harness.env import IMPACT_ENV, SELECT_ENV
 from harness.faults import matrix
+from harness import kill_record
 from harness.faults.impact import EVERY_FAULT, Impact, harness_fault_code
+from harness.kill_record import FaultSpec, KillMatrix, VerdictLine
 from harness.paths import REPO
 
 INNER = textwrap.dedent(
@@ -134,7 +136,7 @@ def test_selection_runs_the_listed_tests_in_the_listed_order(tmp_path: Path) -> 
 
 def test_every_catalog_fault_names_code_that_exists() -> None:
     code = harness_fault_code()
-    assert set(code) == {f["id"] for f in matrix.MATRIX_TARGETS["harness"].catalog().values()}
+    assert set(code) == {f.id for f in matrix.MATRIX_TARGETS["harness"].catalog().values()}
     assert all(code.values()), [fid for fid, names in code.items() if not names]
 
 
@@ -147,7 +149,7 @@ def _target(tmp_path: Path) -> matrix.MatrixTarget:
         {"a": "suites/a", "b": "suites/b"},
         {"a": 1, "b": 1},
         "SWA_HARNESS_FAULT",
-        lambda: {fid: {"id": fid, "seed": "#1"} for fid in ("f-killed", "f-unreached", "f-survives")},
+        lambda: {fid: FaultSpec(fid, "#1") for fid in ("f-killed", "f-unreached", "f-survives")},
         out=tmp_path / "km.json",
     )
 
@@ -166,20 +168,17 @@ def _fake_runs(monkeypatch: pytest.MonkeyPatch, kills: dict[str, str]) -> list[t
 
     def run_suite(target, fault_id, suite, workdir, timeout_s, *, select=None, record=None, settings=()):  # noqa: ANN001
         calls.append((fault_id, suite, list(select or [])))
-        outcome = matrix.SuiteOutcome()
         if record is not None:
             payload = {"target": "harness", "tests": [{"nodeid": n, "faults": f} for n, f in tests[suite]], "code": {}}
             record.write_text(json.dumps({**payload, "code": {"f-unreached": ["m.gone"]}}))
-            outcome.passed = len(tests[suite])
-            return outcome, 0.0
+            return matrix.SuiteOutcome(passed=len(tests[suite])), 0.0
+        passed = 0
         for nodeid in select or []:
             if kills.get(fault_id) == nodeid:
-                outcome.kills.append(
-                    {"nodeid": nodeid, "kill_class": "behavioural", "where": "t.py:1", "message": "AssertionError"}
-                )
-                break
-            outcome.passed += 1
-        return outcome, 0.0
+                kill = VerdictLine(nodeid, "kill", "behavioural", "t.py:1", "AssertionError")
+                return matrix.SuiteOutcome(passed=passed, kills=(kill,)), 0.0
+            passed += 1
+        return matrix.SuiteOutcome(passed=passed), 0.0
 
     monkeypatch.setattr(matrix, "run_suite", run_suite)
     return calls
@@ -189,33 +188,35 @@ def test_impact_mode_runs_reaching_tests_killers_first_and_stops_at_a_kill(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     calls = _fake_runs(monkeypatch, {"f-killed": "suites/b/t.py::reach_killed_2"})
-    previous = {
-        "faults": [
-            {
-                "id": "f-killed",
-                "suites": {
-                    "b": {
-                        "status": "killed",
-                        "kill_class": "behavioural",
-                        "first_failure": "t.py::reach_killed_2 [t.py:1]: x",
-                    }
-                },
-            }
-        ]
-    }
+    previous = KillMatrix.from_json(
+        {
+            "faults": [
+                {
+                    "id": "f-killed",
+                    "suites": {
+                        "b": {
+                            "status": "killed",
+                            "kill_class": "behavioural",
+                            "first_failure": "t.py::reach_killed_2 [t.py:1]: x",
+                        }
+                    },
+                }
+            ]
+        }
+    )  # schema 1: the killer in its failure line
     m = matrix.build_matrix(_target(tmp_path), ["f-killed", "f-unreached", "f-survives"], jobs=1, previous=previous)
-    faults = {f["id"]: f for f in m["faults"]}
+    faults = {f.spec.id: f for f in m.faults}
     # The last killer's suite runs first, with the killer first; the other suite is then not run.
     assert [c for c in calls if c[0] == "f-killed"] == [("f-killed", "b", ["suites/b/t.py::reach_killed_2"])]
-    assert faults["f-killed"]["suites"]["a"]["status"] == "not run"
-    assert matrix.fault_verdict(faults["f-killed"]) == "killed: behavioural"
+    assert faults["f-killed"].cells["a"].status == "not run"
+    assert faults["f-killed"].verdict() == "killed: behavioural"
     # No test reaches it: unreached, with its code, and no run at all.
     assert not [c for c in calls if c[0] == "f-unreached"]
-    assert matrix.fault_verdict(faults["f-unreached"]) == "unreached"
-    assert faults["f-unreached"]["code"] == ["m.gone"]
+    assert faults["f-unreached"].verdict() == "unreached"
+    assert faults["f-unreached"].code == ("m.gone",)
     # Reached by one test of suite a only: that test runs, nothing kills it.
     assert [c for c in calls if c[0] == "f-survives"] == [("f-survives", "a", ["suites/a/t.py::reach_both"])]
-    assert matrix.fault_verdict(faults["f-survives"]) == "survived"
+    assert faults["f-survives"].verdict() == "survived"
     ok, problems = matrix.verdict(m)
     assert not ok
     assert problems == [
@@ -226,46 +227,50 @@ def test_impact_mode_runs_reaching_tests_killers_first_and_stops_at_a_kill(
 
 def test_compare_names_each_fault_whose_verdict_differs() -> None:
     killed = {"status": "killed", "kill_class": "behavioural"}
-    a = {"faults": [{"id": "x", "suites": {"s": killed}}, {"id": "y", "suites": {"s": killed}}]}
-    b = {"faults": [{"id": "x", "suites": {"s": killed}}, {"id": "y", "suites": {"s": {"status": "survived"}}}]}
+    a = KillMatrix.from_json({"faults": [{"id": "x", "suites": {"s": killed}}, {"id": "y", "suites": {"s": killed}}]})
+    b = KillMatrix.from_json(
+        {"faults": [{"id": "x", "suites": {"s": killed}}, {"id": "y", "suites": {"s": {"status": "survived"}}}]}
+    )
     assert matrix.compare(a, a) == []
     assert matrix.compare(a, b) == ["y: killed: behavioural vs survived"]
 
 
 # -- swa-harness check: what it runs first and what it says a failure looks like ---------------------------------
 
-MATRIX = {
-    "faults": [
-        {
-            "id": "a",
-            "seed": "#1",
-            "suites": {
-                "s": {
-                    "status": "killed",
-                    "kill_class": "behavioural",
-                    "killer": "suites/s/test_x.py::test_shared",
-                    "first_failure": "test_x.py::test_shared [test_x.py:3]: AssertionError: padded rows wrote slots [4]",
-                }
-            },
-        },
-        {
-            "id": "b",
-            "seed": "#2",
-            "suites": {
-                "s": {
-                    "status": "killed",
-                    "kill_class": "behavioural",
-                    "first_failure": "test_x.py::test_shared [test_x.py:3]: AssertionError: seq_lens [9, 1] differ",
-                },
-                "t": {
-                    "status": "killed",
-                    "kill_class": "behavioural",
-                    "first_failure": "test_y.py::test_own [test_y.py:9]: AssertionError: mapping kept 3 freed slots",
+MATRIX = KillMatrix.from_json(  # schema 1, as the matrices before schema_version were written
+    {
+        "faults": [
+            {
+                "id": "a",
+                "seed": "#1",
+                "suites": {
+                    "s": {
+                        "status": "killed",
+                        "kill_class": "behavioural",
+                        "killer": "suites/s/test_x.py::test_shared",
+                        "first_failure": "test_x.py::test_shared [test_x.py:3]: AssertionError: padded rows wrote slots [4]",
+                    }
                 },
             },
-        },
-    ]
-}
+            {
+                "id": "b",
+                "seed": "#2",
+                "suites": {
+                    "s": {
+                        "status": "killed",
+                        "kill_class": "behavioural",
+                        "first_failure": "test_x.py::test_shared [test_x.py:3]: AssertionError: seq_lens [9, 1] differ",
+                    },
+                    "t": {
+                        "status": "killed",
+                        "kill_class": "behavioural",
+                        "first_failure": "test_y.py::test_own [test_y.py:9]: AssertionError: mapping kept 3 freed slots",
+                    },
+                },
+            },
+        ]
+    }
+)
 
 
 def test_check_runs_the_test_that_killed_the_most_faults_first() -> None:
@@ -282,22 +287,24 @@ def test_check_runs_the_test_that_killed_the_most_faults_first() -> None:
 
 
 def test_a_failure_looks_like_the_fault_its_test_killed_with_the_closest_message() -> None:
-    from harness.jobs.check import Failure, resembles
+    from harness.jobs.check import resembles
 
     like = resembles(
-        Failure("suites/s/test_x.py::test_shared", None, "AssertionError: seq_lens [9, 2] differ", "kill"), MATRIX
+        VerdictLine("suites/s/test_x.py::test_shared", "kill", message="AssertionError: seq_lens [9, 2] differ"), MATRIX
     )
     assert (like.fault, like.how) == ("b", "same test")
     like = resembles(
-        Failure("suites/s/test_x.py::test_shared", None, "AssertionError: padded rows wrote slots [5]", "kill"), MATRIX
+        VerdictLine("suites/s/test_x.py::test_shared", "kill", message="AssertionError: padded rows wrote slots [5]"),
+        MATRIX,
     )
     assert (like.fault, like.how) == ("a", "same test")
     # A test no fault was killed by: the closest message anywhere, said as such.
     like = resembles(
-        Failure("suites/u/test_z.py::test_new", None, "AssertionError: mapping kept 2 freed slots", "kill"), MATRIX
+        VerdictLine("suites/u/test_z.py::test_new", "kill", message="AssertionError: mapping kept 2 freed slots"),
+        MATRIX,
     )
     assert (like.fault, like.how) == ("b", "closest message")
-    assert resembles(Failure("x", None, "m", "kill"), None) is None
+    assert resembles(VerdictLine("x", "kill", message="m"), None) is None
 
 
 def test_check_refuses_what_it_cannot_set_up(tmp_path: Path) -> None:
@@ -318,8 +325,8 @@ def test_the_vllm_catalog_names_the_test_that_killed_each_fault_in_the_committed
     """docs/FAULTS.md's "killed by" column (KILLED_BY) is a claim: the committed vLLM kill matrix must bear it out."""
     from harness.targets.vllm.faults.catalog import KILLED_BY, VLLM_FAULTS
 
-    committed = json.loads((REPO / "reports" / "kill-matrix-vllm.json").read_text())
-    killers = matrix.previous_killers(committed)
+    committed = kill_record.load(REPO / "reports" / "kill-matrix-vllm.json")
+    killers = {fid: [f.nodeid for f in failures] for fid, failures in committed.behavioural_killers().items()}
     assert set(killers) == set(VLLM_FAULTS), "every vLLM fault killed behaviourally in the committed matrix"
     assert {fid: killers[fid] for fid in VLLM_FAULTS} == {fid: [KILLED_BY[fid][0]] for fid in VLLM_FAULTS}
 

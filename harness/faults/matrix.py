@@ -30,18 +30,19 @@ Two modes, with the same verdicts (``--compare`` checks two matrices fault by fa
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 from harness.env import (
     FAULT_ENV,
@@ -54,10 +55,13 @@ from harness.env import (
     VLLM_FAULT_ENV,
 )
 from harness.faults.impact import Impact
+from harness.kill_record import CleanCell, Failure, FaultRow, FaultSpec, KillCell, KillMatrix, VerdictLine
+from harness.kill_record import load, load_if_any, read_verdicts, save, specs
 from harness.paths import REPO
 from harness.targets.preflight import SGLANG_SUITES, VLLM_SUITES, Needs, unimportable
 
 Mode = Literal["impact", "full"]
+Settings = tuple[tuple[str, str], ...]  # environment a run needs beyond the fault's switch
 
 
 @dataclass(frozen=True)
@@ -68,28 +72,28 @@ class MatrixTarget:
     suites: dict[str, str]  # suite name -> path
     min_tests: dict[str, int]
     fault_env: str
-    catalog: Callable[[], dict[str, dict]]  # fault id -> its record (id, seed, breaks, ...)
+    catalog: Callable[[], dict[str, FaultSpec]]  # fault id -> its record (id, seed, breaks, ...)
     pytest_args: tuple[str, ...] = ()
     out: Path = REPO / "reports" / "kill-matrix.json"
     needs: Needs | None = None  # what its suites import from a real engine, checked before any run
 
 
-def _harness_catalog() -> dict[str, dict]:
+def _harness_catalog() -> dict[str, FaultSpec]:
     from harness.faults import FAULTS
 
-    return {fid: f.to_dict() for fid, f in FAULTS.items()}
+    return specs(FAULTS.values())
 
 
-def _vllm_catalog() -> dict[str, dict]:
+def _vllm_catalog() -> dict[str, FaultSpec]:
     from harness.targets.vllm.faults.catalog import VLLM_FAULTS
 
-    return {fid: f.to_dict() for fid, f in VLLM_FAULTS.items()}
+    return specs(VLLM_FAULTS.values())
 
 
-def _sglang_catalog() -> dict[str, dict]:
+def _sglang_catalog() -> dict[str, FaultSpec]:
     from harness.targets.sglang.faults.catalog import SGLANG_FAULTS
 
-    return {fid: f.to_dict() for fid, f in SGLANG_FAULTS.items()}
+    return specs(SGLANG_FAULTS.values())
 
 
 MATRIX_TARGETS: dict[str, MatrixTarget] = {
@@ -152,22 +156,22 @@ MATRIX_TARGETS: dict[str, MatrixTarget] = {
 }
 
 
-@dataclass
+@dataclass(frozen=True)
 class SuiteOutcome:
+    """One pytest run's verdicts: the tests that passed, the kills and the errors, in order."""
+
     passed: int = 0
-    kills: list[dict] = field(default_factory=list)  # verdict records, in order
-    errors: list[dict] = field(default_factory=list)
+    kills: tuple[VerdictLine, ...] = ()
+    errors: tuple[VerdictLine, ...] = ()
 
     @classmethod
     def from_verdicts(cls, path: Path) -> SuiteOutcome:
-        outcome = cls()
-        for line in path.read_text().splitlines() if path.exists() else []:
-            record = json.loads(line)
-            if record["outcome"] == "passed":
-                outcome.passed += 1
-            else:
-                (outcome.kills if record["outcome"] == "kill" else outcome.errors).append(record)
-        return outcome
+        verdicts = read_verdicts(path)
+        return cls(
+            passed=sum(v.outcome == "passed" for v in verdicts),
+            kills=tuple(v for v in verdicts if v.outcome == "kill"),
+            errors=tuple(v for v in verdicts if v.outcome not in ("passed", "kill")),
+        )
 
     @property
     def ran(self) -> int:
@@ -175,39 +179,25 @@ class SuiteOutcome:
 
     @property
     def killed_behaviourally(self) -> bool:
-        return any(k["kill_class"] == "behavioural" for k in self.kills)
+        return any(k.kill_class == "behavioural" for k in self.kills)
 
-    def fault_status(self) -> dict[str, str | int | None]:
+    def fault_status(self) -> KillCell:
         if self.kills:
-            best = next((k for k in self.kills if k["kill_class"] == "behavioural"), self.kills[0])
-            status = {"status": "killed", "kill_class": best["kill_class"], "first_failure": _describe(best)}
-            return {**status, "killer": best["nodeid"], "tests_run": self.ran}
+            best = next((k for k in self.kills if k.kill_class == "behavioural"), self.kills[0])
+            return KillCell("killed", best.kill_class, best.failure, tests_run=self.ran)
         if self.errors:
-            return {
-                "status": "error",
-                "kill_class": None,
-                "first_failure": _describe(self.errors[0]),
-                "tests_run": self.ran,
-            }
-        return {"status": "survived", "kill_class": None, "first_failure": None, "tests_run": self.ran}
+            return KillCell("error", None, self.errors[0].failure, tests_run=self.ran)
+        return KillCell("survived", None, None, tests_run=self.ran)
 
-    def clean_status(self, min_tests: int) -> dict[str, str | int]:
+    def clean_status(self, min_tests: int) -> CleanCell:
         failures = self.kills + self.errors
         if failures:  # "error": only crashes, no assertion failed (no verdict on the clean build)
             status = "failed" if self.kills else "error"
-            return {"status": status, "tests": self.passed, "detail": _describe(failures[0])}
+            return CleanCell(status, self.passed, failures[0].failure.describe())
         if self.passed < min_tests:
-            return {
-                "status": "failed",
-                "tests": self.passed,
-                "detail": f"only {self.passed} tests passed; the suite must run at least {min_tests}",
-            }
-        return {"status": "passed", "tests": self.passed, "detail": f"{self.passed} tests passed"}
-
-
-def _describe(record: dict) -> str:
-    test = record["nodeid"].split("/")[-1]
-    return f"{test} [{record.get('where')}]: {record['message']}"
+            detail = f"only {self.passed} tests passed; the suite must run at least {min_tests}"
+            return CleanCell("failed", self.passed, detail)
+        return CleanCell("passed", self.passed, f"{self.passed} tests passed")
 
 
 def run_suite(
@@ -219,7 +209,7 @@ def run_suite(
     *,
     select: list[str] | None = None,
     record: Path | None = None,
-    settings: tuple[tuple[str, str], ...] = (),
+    settings: Settings = (),
 ) -> tuple[SuiteOutcome, float]:
     """One pytest run of ``suite``: with ``select``, only those tests in that order; with ``record``, the
     impact recording written there; ``settings``: environment the run needs beyond the fault's switch."""
@@ -281,181 +271,173 @@ def build_matrix(
     jobs: int = 2,
     timeout_s: float = 900,
     mode: Mode = "impact",
-    previous: dict | None = None,
-) -> dict:
+    previous: KillMatrix | None = None,
+) -> KillMatrix:
     catalog = target.catalog()
     start = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="swa-kill-matrix-") as tmp, ThreadPoolExecutor(jobs) as pool:
-        workdir = Path(tmp)
+        runs = _Runs(target, Path(tmp), timeout_s, pool)
         if mode == "full":
-            runs = [(fid, suite) for fid in [None, *fault_ids] for suite in target.suites]
-            futures = {run: pool.submit(run_suite, target, *run, workdir, timeout_s) for run in runs}
-            results = {run: f.result() for run, f in futures.items()}
-            clean = {s: results[None, s][0] for s in target.suites}
-            faults = [
-                {
-                    **catalog[fid],
-                    "run_s": round(sum(results[fid, s][1] for s in target.suites), 1),
-                    "suites": {s: results[fid, s][0].fault_status() for s in target.suites},
-                }
-                for fid in fault_ids
-            ]
-            extra: dict = {}
+            clean, faults = _full_runs(runs, [catalog[fid] for fid in fault_ids])
+            under: dict[str, dict[str, CleanCell]] = {}
+            recorded_s = None
         else:
-            clean, faults, extra = _impact_runs(target, catalog, fault_ids, pool, workdir, timeout_s, previous)
-    return {
-        "target": target.name,
-        "mode": mode,
-        "generated_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-        "wall_s": round(time.perf_counter() - start, 1),
-        "jobs": jobs,
-        "suites": list(target.suites),
-        "clean": {s: clean[s].clean_status(target.min_tests[s]) for s in target.suites},
-        **extra,
-        "faults": faults,
-    }
+            recording = _record(runs, [catalog[fid] for fid in fault_ids])
+            killers = previous.behavioural_killers() if previous else {}
+            futures = [
+                pool.submit(_impact_row, runs, recording, catalog[fid], killers.get(fid, [])) for fid in fault_ids
+            ]
+            faults = [f.result() for f in futures]
+            clean = recording.clean_outcomes(())
+            under = {_env(st): _clean_cells(target, recording.clean_outcomes(st)) for st in recording.settings if st}
+            recorded_s = recording.seconds
+    return KillMatrix(
+        target=target.name,
+        mode=mode,
+        generated_at=datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        wall_s=round(time.perf_counter() - start, 1),
+        jobs=jobs,
+        suites=tuple(target.suites),
+        clean=_clean_cells(target, clean),
+        faults=tuple(faults),
+        clean_under_settings=under,
+        clean_and_recording_s=recorded_s,
+    )
 
 
-Settings = tuple[tuple[str, str], ...]
+@dataclass(frozen=True)
+class _Runs:
+    """Where a matrix's pytest runs go: its target, work folder, time limit and pool of parallel runs."""
+
+    target: MatrixTarget
+    workdir: Path
+    timeout_s: float
+    pool: ThreadPoolExecutor
+
+    def run(self, fault_id: str | None, suite: str, **how: Any) -> tuple[SuiteOutcome, float]:
+        return run_suite(self.target, fault_id, suite, self.workdir, self.timeout_s, **how)
 
 
-def _settings(record: dict) -> Settings:
-    """A fault's own settings (an SGLang fault's ``env``, "K=V K2=V2" in its record)."""
-    return tuple(tuple(pair.split("=", 1)) for pair in (record.get("env") or "").split())  # type: ignore[misc]
+def _clean_cells(target: MatrixTarget, outcomes: dict[str, SuiteOutcome]) -> dict[str, CleanCell]:
+    return {s: outcomes[s].clean_status(target.min_tests[s]) for s in target.suites}
 
 
-def _impact_runs(
-    target: MatrixTarget,
-    catalog: dict[str, dict],
-    fault_ids: list[str],
-    pool: ThreadPoolExecutor,
-    workdir: Path,
-    timeout_s: float,
-    previous: dict | None,
-) -> tuple[dict[str, SuiteOutcome], list[dict], dict]:
-    """Record on the clean build (and under each fault's own settings), then run each fault on its tests."""
-    settings = sorted({_settings(catalog[fid]) for fid in fault_ids} | {()})  # () : the clean build as it ships
+def _env(settings: Settings) -> str:
+    return " ".join(f"{k}={v}" for k, v in settings)
+
+
+def _full_runs(runs: _Runs, specs: list[FaultSpec]) -> tuple[dict[str, SuiteOutcome], list[FaultRow]]:
+    """Every fault through every whole suite, after the clean build: one run each."""
+    suites = list(runs.target.suites)
+    keys = [(fid, suite) for fid in [None, *(spec.id for spec in specs)] for suite in suites]
+    futures = {key: runs.pool.submit(runs.run, *key) for key in keys}
+    results = {key: f.result() for key, f in futures.items()}
+    rows = [
+        FaultRow(
+            spec=spec,
+            cells={s: results[spec.id, s][0].fault_status() for s in suites},
+            run_s=round(sum(results[spec.id, s][1] for s in suites), 1),
+        )
+        for spec in specs
+    ]
+    return {s: results[None, s][0] for s in suites}, rows
+
+
+@dataclass(frozen=True)
+class _Recording:
+    """The clean build's runs under each fault's settings (``()``: as it ships), each recording which tests reach
+    which fault's code."""
+
+    settings: tuple[Settings, ...]
+    outcomes: dict[tuple[Settings, str], SuiteOutcome]
+    impacts: dict[tuple[Settings, str], Impact]
+    seconds: float
+
+    def clean_outcomes(self, settings: Settings) -> dict[str, SuiteOutcome]:
+        return {suite: outcome for (st, suite), outcome in self.outcomes.items() if st == settings}
+
+    def code(self, fault_id: str) -> tuple[str, ...]:
+        """The functions a fault changes: the same in every recording."""
+        return tuple(next(iter(self.impacts.values())).code.get(fault_id, ()))
+
+
+def _record(runs: _Runs, specs: list[FaultSpec]) -> _Recording:
+    """Record on the clean build, as it ships and under each fault's own settings."""
+    settings = tuple(sorted({spec.settings for spec in specs} | {()}))
     start = time.perf_counter()
-    recordings = {
-        (st, suite): workdir / f"impact-{i}-{suite}.json" for i, st in enumerate(settings) for suite in target.suites
+    paths = {
+        (st, suite): runs.workdir / f"impact-{i}-{suite}.json"
+        for i, st in enumerate(settings)
+        for suite in runs.target.suites
     }
-    clean_runs = {
-        key: pool.submit(run_suite, target, None, key[1], workdir, timeout_s, record=path, settings=key[0])
-        for key, path in recordings.items()
+    futures = {
+        key: runs.pool.submit(runs.run, None, key[1], record=path, settings=key[0]) for key, path in paths.items()
     }
-    outcomes = {key: f.result()[0] for key, f in clean_runs.items()}
-    impacts = {key: Impact.load(path) for key, path in recordings.items()}
-    recorded_s = round(time.perf_counter() - start, 1)
-    killers = previous_killers(previous)
-    code = next(iter(impacts.values())).code  # fault id -> the functions it changes, the same in every recording
+    outcomes = {key: f.result()[0] for key, f in futures.items()}
+    impacts = {key: Impact.load(path) for key, path in paths.items()}
+    return _Recording(settings, outcomes, impacts, round(time.perf_counter() - start, 1))
 
-    def one_fault(fid: str) -> dict:
-        st = _settings(catalog[fid])
-        reach = {suite: impacts[st, suite].reaching(fid) for suite in target.suites}
-        first = [s for s in target.suites if any(_is(t, k) for k in killers.get(fid, ()) for t in reach[s])]
-        cells: dict[str, dict] = {}
-        wall, killed = 0.0, False
-        for suite in [*first, *(s for s in target.suites if s not in first)]:
-            tests = reach[suite]
-            if not tests:
-                cells[suite] = {"status": "unreached", "kill_class": None, "first_failure": None, "tests_run": 0}
-                continue
-            if killed:
-                cells[suite] = {"status": "not run", "kill_class": None, "first_failure": None, "tests_run": 0}
-                continue
-            known = [t for t in tests if any(_is(t, k) for k in killers.get(fid, ()))]
-            outcome, seconds = run_suite(
-                target,
-                fid,
-                suite,
-                workdir,
-                timeout_s,
-                select=[*known, *(t for t in tests if t not in known)],
-                settings=st,
-            )
+
+def _impact_row(runs: _Runs, recording: _Recording, spec: FaultSpec, killers: list[Failure]) -> FaultRow:
+    """One fault through the tests that reach its code, suite by suite (those of its last killers first), up to its
+    first behavioural kill."""
+    suites = list(runs.target.suites)
+    reach = {suite: recording.impacts[spec.settings, suite].reaching(spec.id) for suite in suites}
+    known = {suite: [t for t in reach[suite] if any(k.is_test(t) for k in killers)] for suite in suites}
+    order = [s for s in suites if known[s]] + [s for s in suites if not known[s]]
+    cells: dict[str, KillCell] = {}
+    wall = 0.0
+    for suite in order:
+        if not reach[suite]:
+            cells[suite] = KillCell("unreached", tests_run=0)
+        elif any(c.killed_behaviourally for c in cells.values()):
+            cells[suite] = KillCell("not run", tests_run=0)
+        else:
+            select = [*known[suite], *(t for t in reach[suite] if t not in known[suite])]
+            outcome, seconds = runs.run(spec.id, suite, select=select, settings=spec.settings)
             wall += seconds
             cells[suite] = outcome.fault_status()
-            killed = outcome.killed_behaviourally
-        for suite in target.suites:
-            cells[suite]["reaching"] = len(reach[suite])
-        record = {**catalog[fid], "run_s": round(wall, 1), "suites": {s: cells[s] for s in target.suites}}
-        record["code"] = list(code.get(fid, ()))
-        record["tests_reaching"] = sum(len(r) for r in reach.values())
-        record["tests_run"] = sum(int(c.get("tests_run") or 0) for c in cells.values())
-        return record
-
-    faults = [f.result() for f in [pool.submit(one_fault, fid) for fid in fault_ids]]
-    clean = {suite: outcomes[(), suite] for suite in target.suites}
-    under = {
-        " ".join(f"{k}={v}" for k, v in st): {
-            s: outcomes[st, s].clean_status(target.min_tests[s]) for s in target.suites
-        }
-        for st in settings
-        if st
-    }
-    return clean, faults, {"clean_under_settings": under, "clean_and_recording_s": recorded_s}
-
-
-def _is(nodeid: str, killer: str) -> bool:
-    """A recorded killer names a test by its node id, or (matrices before test impact) by its file's part of it."""
-    return nodeid == killer or nodeid.endswith("/" + killer)
-
-
-def previous_killers(matrix: dict | None) -> dict[str, list[str]]:
-    """Fault id -> the tests that killed it behaviourally in an earlier matrix."""
-    out: dict[str, list[str]] = {}
-    for fault in (matrix or {}).get("faults", []):
-        for cell in fault.get("suites", {}).values():
-            if cell.get("status") == "killed" and cell.get("kill_class") == "behavioural":
-                killer = cell.get("killer") or str(cell.get("first_failure") or "").split(" [", 1)[0]
-                if killer:
-                    out.setdefault(fault["id"], []).append(killer)
-    return out
-
-
-def fault_verdict(fault: dict) -> str:
-    """One fault's verdict over all suites: ``killed: behavioural`` / ``killed: structural``, ``unreached`` (no test
-    runs its code), ``error`` (a suite could not judge it) or ``survived``."""
-    cells = list(fault["suites"].values())
-    classes = {c["kill_class"] for c in cells if c["status"] == "killed"}
-    if classes:
-        return "killed: behavioural" if "behavioural" in classes else "killed: structural"
-    if cells and all(c["status"] == "unreached" for c in cells):
-        return "unreached"
-    return "error" if any(c["status"] == "error" for c in cells) else "survived"
+    return FaultRow(
+        spec=spec,
+        cells={s: dataclasses.replace(cells[s], reaching=len(reach[s])) for s in suites},
+        run_s=round(wall, 1),
+        code=recording.code(spec.id),
+        tests_reaching=sum(len(r) for r in reach.values()),
+        tests_run=sum(cells[s].tests_run or 0 for s in suites),
+    )
 
 
 NO_VERDICT = "NO VERDICT: "  # a problem that is no verdict (errors only), not a failure
 
 
-def verdict(matrix: dict) -> tuple[bool, list[str]]:
+def verdict(matrix: KillMatrix) -> tuple[bool, list[str]]:
     """Whether the matrix holds, and every problem in one line; a problem that is only errors starts NO_VERDICT."""
 
-    def clean(label: str, suites: dict) -> list[str]:
+    def clean(label: str, suites: Mapping[str, CleanCell]) -> list[str]:
         return [
-            f"{NO_VERDICT if r['status'] == 'error' else ''}{label}: {s} {r['detail']}"
+            f"{NO_VERDICT if r.status == 'error' else ''}{label}: {s} {r.detail}"
             for s, r in suites.items()
-            if r["status"] != "passed"
+            if r.status != "passed"
         ]
 
-    problems = clean("clean build", matrix["clean"])
-    for settings, suites in matrix.get("clean_under_settings", {}).items():
+    problems = clean("clean build", matrix.clean)
+    for settings, suites in matrix.clean_under_settings.items():
         problems += clean(f"clean build under {settings}", suites)
-    for fault in matrix["faults"]:
-        outcome = fault_verdict(fault)
+    for fault in matrix.faults:
+        outcome, fid = fault.verdict(), fault.spec.id
         if outcome == "unreached":
-            problems.append(f"fault {fault['id']}: no test reaches its code ({', '.join(fault.get('code', []))})")
+            problems.append(f"fault {fid}: no test reaches its code ({', '.join(fault.code or ())})")
         elif outcome == "error":
-            problems.append(f"{NO_VERDICT}fault {fault['id']}: no suite killed it and one errored: {_errored(fault)}")
+            problems.append(f"{NO_VERDICT}fault {fid}: no suite killed it and one errored: {_errored(fault)}")
         elif not outcome.startswith("killed"):
-            problems.append(f"fault {fault['id']} survived every suite")
-        elif fault.get("expected_kill", "behavioural") == "behavioural" and outcome != "killed: behavioural":
-            problems.append(f"fault {fault['id']} changes computed outputs but was only killed structurally")
+            problems.append(f"fault {fid} survived every suite")
+        elif fault.spec.expected_kill == "behavioural" and outcome != "killed: behavioural":
+            problems.append(f"fault {fid} changes computed outputs but was only killed structurally")
     return not problems, problems
 
 
-def _errored(fault: dict) -> str:
-    return next(c["first_failure"] for c in fault["suites"].values() if c["status"] == "error")
+def _errored(fault: FaultRow) -> str:
+    return fault.first_error().first_failure
 
 
 def exit_code(ok: bool, problems: list[str]) -> int:
@@ -463,10 +445,10 @@ def exit_code(ok: bool, problems: list[str]) -> int:
     return 0 if ok else 2 if all(p.startswith(NO_VERDICT) for p in problems) else 1
 
 
-def compare(a: dict, b: dict) -> list[str]:
+def compare(a: KillMatrix, b: KillMatrix) -> list[str]:
     """The faults whose verdict differs between two matrices of one target (and faults only one of them ran)."""
-    va = {f["id"]: fault_verdict(f) for f in a["faults"]}
-    vb = {f["id"]: fault_verdict(f) for f in b["faults"]}
+    va = {f.spec.id: f.verdict() for f in a.faults}
+    vb = {f.spec.id: f.verdict() for f in b.faults}
     return [
         f"{fid}: {va.get(fid, 'not in the first')} vs {vb.get(fid, 'not in the second')}"
         for fid in {**va, **vb}
@@ -474,42 +456,40 @@ def compare(a: dict, b: dict) -> list[str]:
     ]
 
 
-def _cell(result: dict) -> str:
-    return f"killed: {result['kill_class']}" if result["status"] == "killed" else result["status"]
+def _cell(cell: KillCell) -> str:
+    return f"killed: {cell.kill_class}" if cell.status == "killed" else cell.status
 
 
-def format_matrix(matrix: dict) -> str:
-    suites = matrix["suites"]
-    width = max([len(f["id"]) for f in matrix["faults"]] + [14])
+def _fault_line(fault: FaultRow) -> str:
+    best, outcome = fault.best_kill(), fault.verdict()
+    ran = f" ({fault.tests_run} of {fault.tests_reaching} reaching tests run)" if fault.tests_run is not None else ""
+    if best:
+        said = f"{best.kill_class}: {best.first_failure}{ran}"
+    elif outcome == "unreached":
+        said = f"UNREACHED: no test runs {', '.join(fault.code or ())}"
+    elif outcome == "error":
+        said = f"NO VERDICT (a suite errored): {_errored(fault)}{ran}"
+    else:
+        said = f"NOT KILLED{ran}"
+    return f"{fault.spec.id} [{fault.spec.seed}]: {said}"
+
+
+def format_matrix(matrix: KillMatrix) -> str:
+    suites = matrix.suites
+    width = max([len(f.spec.id) for f in matrix.faults] + [14])
     lines = [
-        f"target: {matrix['target']} ({matrix.get('mode', 'full')})",
+        f"target: {matrix.target} ({matrix.mode})",
         f"{'':{width}}  " + "  ".join(f"{s:>20}" for s in suites),
     ]
-    lines.append(f"{'(clean build)':{width}}  " + "  ".join(f"{matrix['clean'][s]['status']:>20}" for s in suites))
-    for fault in matrix["faults"]:
-        lines.append(f"{fault['id']:{width}}  " + "  ".join(f"{_cell(fault['suites'][s]):>20}" for s in suites))
+    lines.append(f"{'(clean build)':{width}}  " + "  ".join(f"{matrix.clean[s].status:>20}" for s in suites))
+    for fault in matrix.faults:
+        lines.append(f"{fault.spec.id:{width}}  " + "  ".join(f"{_cell(fault.cells[s]):>20}" for s in suites))
     lines.append("")
-    for fault in matrix["faults"]:
-        kills = [s for s in fault["suites"].values() if s["status"] == "killed"]
-        best = next((k for k in kills if k["kill_class"] == "behavioural"), kills[0] if kills else None)
-        outcome = fault_verdict(fault)
-        ran = f" ({fault['tests_run']} of {fault['tests_reaching']} reaching tests run)" if "tests_run" in fault else ""
-        lines.append(
-            f"{fault['id']} [{fault['seed']}]: "
-            + (
-                f"{best['kill_class']}: {best['first_failure']}{ran}"
-                if best
-                else f"UNREACHED: no test runs {', '.join(fault.get('code', []))}"
-                if outcome == "unreached"
-                else f"NO VERDICT (a suite errored): {_errored(fault)}{ran}"
-                if outcome == "error"
-                else f"NOT KILLED{ran}"
-            )
-        )
-    lines.append("\nclean build: " + ", ".join(f"{s} {r['tests']} tests" for s, r in matrix["clean"].items()))
-    for settings, suites_ in matrix.get("clean_under_settings", {}).items():
-        lines.append(f"clean build under {settings}: " + ", ".join(f"{s} {r['status']}" for s, r in suites_.items()))
-    lines.append(f"wall time {matrix['wall_s']} s with {matrix['jobs']} parallel runs")
+    lines += [_fault_line(fault) for fault in matrix.faults]
+    lines.append("\nclean build: " + ", ".join(f"{s} {r.tests} tests" for s, r in matrix.clean.items()))
+    for settings, suites_ in matrix.clean_under_settings.items():
+        lines.append(f"clean build under {settings}: " + ", ".join(f"{s} {r.status}" for s, r in suites_.items()))
+    lines.append(f"wall time {matrix.wall_s} s with {matrix.jobs} parallel runs")
     return "\n".join(lines)
 
 
@@ -535,11 +515,11 @@ def main(argv: list[str] | None = None) -> int:
     )
     args = parser.parse_args(argv)
     if args.compare:
-        a, b = (json.loads(Path(p).read_text()) for p in args.compare)
+        a, b = (load(Path(p)) for p in args.compare)
         differences = compare(a, b)
-        for fault in a["faults"]:
-            print(f"{fault['id']:44} {fault_verdict(fault)}")
-        print(f"{len(a['faults']) - len(differences)} of {len(a['faults'])} faults: the same verdict in both")
+        for fault in a.faults:
+            print(f"{fault.spec.id:44} {fault.verdict()}")
+        print(f"{len(a.faults) - len(differences)} of {len(a.faults)} faults: the same verdict in both")
         for line in differences:
             print(f"DIFFERS: {line}")
         return 1 if differences else 0
@@ -547,7 +527,7 @@ def main(argv: list[str] | None = None) -> int:
     catalog = target.catalog()
     if args.list:
         for fault in catalog.values():
-            print(f"{fault['id']:42} {fault['seed']:30} {fault['breaks']}")
+            print(f"{fault.id:42} {fault.seed:30} {fault.breaks}")
         return 0
     if target.needs and (reason := unimportable(target.needs)):
         print(f"{NO_VERDICT}faults --target {target.name}: {reason}", file=sys.stderr)
@@ -557,11 +537,9 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"unknown fault ids {unknown}; known for target {target.name}: {', '.join(catalog)}")
     out = Path(args.out) if args.out else target.out
     previous_path = Path(args.previous) if args.previous else out
-    previous = json.loads(previous_path.read_text()) if previous_path.exists() else None
     fault_ids = args.only if args.only is not None else list(catalog)
-    matrix = build_matrix(target, fault_ids, jobs=args.jobs, mode=args.mode, previous=previous)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(matrix, indent=2))
+    matrix = build_matrix(target, fault_ids, jobs=args.jobs, mode=args.mode, previous=load_if_any(previous_path))
+    save(matrix, out)
     print(format_matrix(matrix))
     ok, problems = verdict(matrix)
     print(f"\nkill matrix written to {out}")

@@ -22,6 +22,7 @@ import pytest
 
 from harness.env import STOP_ON_KILL_ENV as STOP_ENV
 from harness.env import VERDICTS_ENV
+from harness.kill_record import KillClass, VerdictOutcome, VerdictLine
 
 SUITE_DIR = "suites"
 _ASSERTION = ("AssertionError", "Failed:", "assert ")
@@ -31,10 +32,10 @@ _STRUCTURAL = "StructuralFailure"  # suites/checks.py: a structural assertion in
 NO_VERDICT = ("Failed: NO VERDICT", "Failed: Timeout")
 
 _session: list[pytest.Session] = []
-_classes: dict[str, str] = {}
+_classes: dict[str, KillClass] = {}
 
 
-def classify(report: pytest.TestReport) -> str:
+def classify(report: pytest.TestReport) -> VerdictOutcome:
     """``kill`` or ``error`` for a failed report."""
     crash = getattr(report.longrepr, "reprcrash", None)
     if report.when != "call" or crash is None:
@@ -57,25 +58,25 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 
 def pytest_runtest_logreport(report: pytest.TestReport) -> None:
     if report.when == "call" and report.passed:
-        record = {"nodeid": report.nodeid, "outcome": "passed"}
+        verdict = VerdictLine(report.nodeid, "passed")
     elif report.failed:
         kind = classify(report)
         crash = getattr(report.longrepr, "reprcrash", None)
         message = (crash.message if crash else str(report.longrepr)).strip().replace("\n", " ")[:300]
         structural = crash is not None and _STRUCTURAL in crash.message.split(":", 1)[0]
         kill_class = "structural" if structural else _classes.get(report.nodeid, "behavioural")
-        record = {
-            "nodeid": report.nodeid,
-            "outcome": kind,
-            "kill_class": kill_class if kind == "kill" else None,
-            "where": f"{Path(crash.path).name}:{crash.lineno}" if crash else None,
-            "message": message,
-        }
-        if kind == "kill" and record["kill_class"] == "behavioural" and os.environ.get(STOP_ENV) == "1" and _session:
+        verdict = VerdictLine(
+            nodeid=report.nodeid,
+            outcome=kind,
+            kill_class=kill_class if kind == "kill" else None,
+            where=f"{Path(crash.path).name}:{crash.lineno}" if crash else None,
+            message=message,
+        )
+        if kind == "kill" and verdict.kill_class == "behavioural" and os.environ.get(STOP_ENV) == "1" and _session:
             _session[0].shouldstop = f"fault killed by {report.nodeid}"
     else:
         return
     path = os.environ.get(VERDICTS_ENV)
     if path:
         with open(path, "a") as out:
-            out.write(json.dumps(record) + "\n")
+            out.write(json.dumps(verdict.to_json()) + "\n")

@@ -51,7 +51,8 @@ from harness.env import (
     VLLM_SERVER_ENV,
 )
 from harness.faults.impact import FAULT_CODE
-from harness.faults.matrix import MATRIX_TARGETS, previous_killers
+from harness.faults.matrix import MATRIX_TARGETS
+from harness.kill_record import KillMatrix, VerdictLine, load_if_any, read_verdicts
 from harness.paths import REPO
 from harness.targets.preflight import SGLANG_BASE, SGLANG_SERVER, SGLANG_SUITES, VLLM_SERVER, VLLM_SUITES, Needs
 from harness.targets.preflight import base_lacks, unimportable
@@ -150,19 +151,11 @@ def under_test(engine: Engine, spec: str) -> UnderTest:
 
 
 @dataclass(frozen=True)
-class Failure:
-    nodeid: str
-    where: str | None
-    message: str
-    kind: str  # kill (a suite assertion) or error (anything else that failed)
-
-
-@dataclass(frozen=True)
 class StageResult:
     name: str
     ran: int
     seconds: float
-    failure: Failure | None
+    failure: VerdictLine | None  # the first test that failed (a kill or an error)
 
 
 def stage_env(who: UnderTest) -> dict[str, str]:
@@ -203,18 +196,15 @@ def _run_stage(
     start = time.perf_counter()
     proc = subprocess.run(cmd, cwd=REPO, env=run_env, capture_output=True, text=True, timeout=timeout_s)
     seconds = time.perf_counter() - start
-    records = {}
-    for line in verdicts.read_text().splitlines() if verdicts.exists() else []:
-        record = json.loads(line)
-        records.setdefault(record["nodeid"], record)  # under xdist the worker and the controller both write
-    failed = [r for r in records.values() if r["outcome"] != "passed"]
+    records: dict[str, VerdictLine] = {}
+    for record in read_verdicts(verdicts):
+        records.setdefault(record.nodeid, record)  # under xdist the worker and the controller both write
+    failed = [r for r in records.values() if r.outcome != "passed"]
     if proc.returncode not in (0, 1) or (proc.returncode == 1 and not failed):
         said = ((proc.stdout + proc.stderr).strip().splitlines() or ["(no output)"])[-1]
-        failure = Failure(f"(stage {name})", None, f"pytest exited {proc.returncode}: {said}", "error")
+        failure = VerdictLine(f"(stage {name})", "error", message=f"pytest exited {proc.returncode}: {said}")
         return StageResult(name, len(records), seconds, failure)
-    first = failed[0] if failed else None
-    failure = Failure(first["nodeid"], first.get("where"), first["message"], first["outcome"]) if first else None
-    return StageResult(name, len(records), seconds, failure)
+    return StageResult(name, len(records), seconds, failed[0] if failed else None)
 
 
 @dataclass(frozen=True)
@@ -225,30 +215,31 @@ class Resemblance:
     similarity: float
 
 
-def resembles(failure: Failure, matrix: dict | None, touched: Iterable[str] = ()) -> Resemblance | None:
+def resembles(failure: VerdictLine, matrix: KillMatrix | None, touched: Iterable[str] = ()) -> Resemblance | None:
     """The catalog fault this failure most looks like (see the module docstring); among the faults the same test
     killed, one whose function the checkout changed (``touched``) comes first."""
     touched = set(touched)
     candidates: list[tuple[bool, bool, float, str, str]] = []
-    for fault in (matrix or {}).get("faults", []):
-        for cell in fault.get("suites", {}).values():
-            if cell.get("status") != "killed":
+    for fault in matrix.faults if matrix else ():
+        for cell in fault.cells.values():
+            if cell.status != "killed":
                 continue
-            killer = cell.get("killer") or str(cell.get("first_failure") or "").split(" [", 1)[0]
-            same = bool(killer) and (failure.nodeid == killer or failure.nodeid.endswith("/" + killer))
-            message = str(cell.get("first_failure") or "").split("]: ", 1)[-1]
+            same = cell.failure is not None and cell.failure.is_test(failure.nodeid)
+            message = cell.failure.message if cell.failure else ""
             ratio = difflib.SequenceMatcher(None, failure.message[:300], message[:300]).ratio()
-            candidates.append((same, same and fault["id"] in touched, ratio, fault["id"], fault.get("seed", "")))
+            candidates.append((same, same and fault.spec.id in touched, ratio, fault.spec.id, fault.spec.seed))
     if not candidates:
         return None
     same, _, ratio, fault_id, seed = max(candidates)
     return Resemblance(fault_id, seed, "same test" if same else "closest message", round(ratio, 2))
 
 
-def killers_by_count(matrix: dict | None, first: Iterable[str] = ()) -> list[str]:
+def killers_by_count(matrix: KillMatrix | None, first: Iterable[str] = ()) -> list[str]:
     """The tests that killed catalog faults behaviourally: those of the faults in ``first`` (the ones whose code the
     checkout changed), then the rest; within each, the test that killed the most faults first."""
-    killers = previous_killers(matrix)
+    killers = {
+        fid: [f.nodeid for f in failures] for fid, failures in (matrix.behavioural_killers() if matrix else {}).items()
+    }
     counts = Counter(k for tests in killers.values() for k in dict.fromkeys(tests))
     ranked = [test for test, _ in counts.most_common()]
     touched = {k for fid in first for k in killers.get(fid, ())}
@@ -298,7 +289,7 @@ def _function_source(path: Path, qualname: str) -> str | None:
 
 
 def check(target: CheckTarget, who: UnderTest, *, server: bool = True, out=print) -> int:  # noqa: ANN001
-    matrix = json.loads(target.matrix.read_text()) if target.matrix and target.matrix.exists() else None
+    matrix = load_if_any(target.matrix)
     touched = touched_faults(target.engine, who)
     killers = killers_by_count(matrix, touched)
     suites = [*target.suites, *target.pytest_args]
@@ -323,7 +314,7 @@ def check(target: CheckTarget, who: UnderTest, *, server: bool = True, out=print
                 continue
             f = result.failure
             where = f" [{f.where}]" if f.where else ""
-            if f.kind != "kill":  # a crash, a dead server, a test that could not judge: no verdict, never a fault's
+            if f.outcome != "kill":  # a crash, a dead server, a test that could not judge: no verdict, never a fault's
                 out(f"  {name}: errored after {result.ran} tests, {since:.1f} s after the suites started")
                 out(f"\nNO VERDICT: {f.nodeid}{where} errored, not a suite assertion: {' '.join(f.message.split())}")
                 return 2

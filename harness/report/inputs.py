@@ -20,91 +20,11 @@ from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 from harness.evals.history import engine_label
+from harness.kill_record import MALFORMED, KillMatrix, named_target
 from harness.paths import DEFAULT_FAULT_EFFECTS, DEFAULT_RELEASE_MATRIX
 
-_MALFORMED = (AttributeError, KeyError, TypeError, ValueError)  # a producer's JSON of an unexpected shape
 
-
-# -- kill matrices ---------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class KillCell:
-    """One fault through one suite: ``missing`` when the matrix has no cell for it."""
-
-    status: str
-    kill_class: str | None
-    first_failure: str
-
-    @classmethod
-    def parse(cls, cell: Mapping[str, Any] | None) -> KillCell:
-        if not cell:
-            return cls("missing", None, "")
-        return cls(str(cell.get("status")), cell.get("kill_class"), str(cell.get("first_failure") or ""))
-
-
-@dataclass(frozen=True)
-class CleanCell:
-    """One suite on the clean build (no fault): it must pass."""
-
-    status: str
-    detail: str
-
-    @classmethod
-    def parse(cls, cell: Mapping[str, Any] | None) -> CleanCell:
-        cell = cell or {}
-        return cls(str(cell.get("status", "missing")), str(cell.get("detail") or ""))
-
-
-@dataclass(frozen=True)
-class FaultRow:
-    """One catalog fault and what each suite did to it."""
-
-    id: str
-    seed: str
-    breaks: str
-    user_sees: str
-    cells: Mapping[str, KillCell]  # suite -> its cell, for every suite the matrix has a cell for
-
-    def cell(self, suite: str) -> KillCell:
-        return self.cells.get(suite) or KillCell.parse(None)
-
-
-@dataclass(frozen=True)
-class KillMatrix:
-    """Fault x suite. ``suites`` is every suite in page order: the producer's list (else the clean run's), then
-    any a fault names beyond it."""
-
-    generated_at: str
-    wall_s: float | None
-    suites: tuple[str, ...]
-    clean: Mapping[str, CleanCell]
-    faults: tuple[FaultRow, ...]
-
-    @classmethod
-    def parse(cls, data: Mapping[str, Any]) -> KillMatrix:
-        clean = data.get("clean") or {}
-        faults = data.get("faults") or []
-        suites = list(data.get("suites") or clean)
-        for fault in faults:
-            suites.extend(s for s in fault.get("suites") or {} if s not in suites)
-        rows = tuple(
-            FaultRow(
-                str(f.get("id", "?")),
-                str(f.get("seed", "")),
-                str(f.get("breaks", "")),
-                str(f.get("user_sees", "")),
-                {s: KillCell.parse(c) for s, c in (f.get("suites") or {}).items()},
-            )
-            for f in faults
-        )
-        return cls(
-            str(data.get("generated_at", "")),
-            data.get("wall_s"),
-            tuple(suites),
-            {s: CleanCell.parse(clean.get(s)) for s in suites},
-            rows,
-        )
+# -- kill matrices (their record: ``harness.kill_record``) -----------------------------------------------
 
 
 @dataclass(frozen=True)
@@ -130,8 +50,8 @@ def _kill_matrix_file(source: str, target: str, data: Any, error: str | None) ->
     if error is not None:
         return KillMatrixFile(source, target, None, error)
     try:
-        return KillMatrixFile(source, target, KillMatrix.parse(data))
-    except _MALFORMED as exc:
+        return KillMatrixFile(source, target, KillMatrix.from_json(data))
+    except MALFORMED as exc:
         return KillMatrixFile(source, target, None, f"malformed: {type(exc).__name__}: {exc}")
 
 
@@ -151,14 +71,13 @@ def load_kill_matrices(primary: Path | None) -> list[KillMatrixFile]:
     for path in found:
         data, error = _read_json(path)
         suffix = path.stem[len(primary.stem) + 1 :] if path != primary else ""
-        named = data.get("target") if isinstance(data, Mapping) else None
-        out.append(_kill_matrix_file(str(path), str(named or suffix or "harness"), data, error))
+        out.append(_kill_matrix_file(str(path), named_target(data) or suffix or "harness", data, error))
     return out
 
 
 def matrices_from(data: Sequence[Mapping[str, Any]]) -> list[KillMatrixFile]:
     """Kill matrices already in memory (tests, other renderers), one per target."""
-    return [_kill_matrix_file("(in memory)", str(m.get("target") or "harness"), m, None) for m in data]
+    return [_kill_matrix_file("(in memory)", named_target(m) or "harness", m, None) for m in data]
 
 
 # -- the fault-effect table ------------------------------------------------------------------------------
@@ -291,7 +210,7 @@ def load_release_matrix(path: Path | None = DEFAULT_RELEASE_MATRIX) -> ReleaseMa
         return ReleaseMatrix(str(path), error)
     try:
         return ReleaseMatrix.parse(str(path), data)
-    except _MALFORMED as exc:
+    except MALFORMED as exc:
         return ReleaseMatrix(str(path), f"malformed: {type(exc).__name__}: {exc}")
 
 

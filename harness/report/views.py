@@ -23,11 +23,11 @@ from harness.evals.compare import Tokenize
 from harness.evals.formats import pct, pp
 from harness.evals.history import TaskSnapshot, Trend, TrendPoint
 from harness.evals.results import ItemDiff, RunRecord, RunResult, Summary, TaskComparison, Verdict
+from harness.kill_record import FaultRow
 from harness.paths import REPO, shown
 from harness.report.inputs import (
     ArmProvenance,
     FaultEffects,
-    FaultRow,
     KillMatrixFile,
     Provenance,
     ReleaseMatrix,
@@ -367,14 +367,14 @@ def _fault_row_view(fault: FaultRow, suites: Sequence[str]) -> dict[str, Any]:
     cells = []
     for suite in suites:
         cell = fault.cell(suite)
-        test, _, message = cell.first_failure.partition(": ")
+        failure = cell.failure
         cells.append(
             {
                 "status": cell.status,
                 "kill_class": cell.kill_class,
                 "first_failure": cell.first_failure,
-                "test": test if message else "",  # "Class::test_name" (wraps) and the message (shortened)
-                "message": fold(message or cell.first_failure, 110)["short"],
+                "test": failure.label() if failure else "",  # "file.py::test [file.py:9]" (wraps)
+                "message": fold(failure.message if failure else "", 110)["short"],  # shortened
             }
         )
     statuses = [c["status"] for c in cells]
@@ -388,10 +388,10 @@ def _fault_row_view(fault: FaultRow, suites: Sequence[str]) -> dict[str, Any]:
         else "survived"
     )
     return {
-        "id": fault.id,
-        "seed": fault.seed,
-        "breaks": fault.breaks,
-        "user_sees": fault.user_sees,
+        "id": fault.spec.id,
+        "seed": fault.spec.seed,
+        "breaks": fault.spec.breaks,
+        "user_sees": fault.spec.user_sees,
         "cells": cells,
         "outcome": outcome,
     }
@@ -418,15 +418,16 @@ def kill_matrix_view(source: KillMatrixFile) -> dict[str, Any]:
     matrix = source.matrix
     if matrix is None:
         return {**base, "rows": [], "summary": f"unreadable: {source.error}", "clean_ok": False, "all_killed": False}
-    rows = [_fault_row_view(fault, matrix.suites) for fault in matrix.faults]
-    clean = [{"status": matrix.clean[s].status, "detail": matrix.clean[s].detail} for s in matrix.suites]
-    clean_failed = [s for s, c in zip(matrix.suites, clean) if c["status"] != "passed"]
+    suites = matrix.all_suites()
+    rows = [_fault_row_view(fault, suites) for fault in matrix.faults]
+    clean = [{"status": matrix.clean_cell(s).status, "detail": matrix.clean_cell(s).detail} for s in suites]
+    clean_failed = [s for s, c in zip(suites, clean) if c["status"] != "passed"]
     outcomes = [row["outcome"] for row in rows]
     return {
         **base,
         "generated_at": matrix.generated_at,
         "wall_s": matrix.wall_s,
-        "suites": list(matrix.suites),
+        "suites": list(suites),
         "clean": clean,
         "rows": rows,
         "summary": _kill_summary(outcomes, clean_failed),
