@@ -1,8 +1,10 @@
 """Where one engine decode step spends its time (CPU): the step's phases, and the captured tape by op class.
 
 Builds the engine of ``bench.bench_engine`` (same checkpoint and limits), prefills ``--batch``
-prompts, then runs decode steps by hand, timing each phase of ``Engine.step`` (schedule + batch
-build, graph-runner host work, tape replay, commit + sampling). The tape of the bucket the batch
+prompts, then runs decode steps by hand, timing each phase of ``Engine.step`` (schedule, slot allocation
+with the tree's evictions + batch build, graph-runner host work, tape replay, commit with the window slide,
+sampling). The engine runs as shipped, prefix cache on, and beside it the same tape engine with the cache off
+(issue 58: what the cache costs a decode step, phase by phase). The tape of the bucket the batch
 replays is then replayed op by op, each op timed on its own (medians over ``--repeats`` replays),
 and summed by op class. Eager (graphs off) forward time is measured alongside for comparison.
 All measurements interleave and report medians; the machine is shared, so only ratios within one
@@ -79,15 +81,20 @@ def op_class(name: str) -> str:
     )
 
 
-def build(graphs: str, threads: int, prompt_len: int, new_tokens: int) -> Engine:
+def build(graphs: str, threads: int, prompt_len: int, new_tokens: int, *, prefix_cache: bool = True) -> Engine:
     limits = dict(max_running_requests=32, max_context_len=prompt_len + new_tokens + 64, num_threads=threads)
-    return Engine(EngineConfig(default_checkpoint(), graphs=graphs, **limits))
+    return Engine(EngineConfig(default_checkpoint(), graphs=graphs, prefix_cache=prefix_cache, **limits))
 
 
 def start_decoding(engine: Engine, batch: int, prompt_len: int, new_tokens: int) -> None:
+    """The batch's prompts once to the end, then again up to their first decode step: as in the engine bench's
+    repeats, a prefix cache then serves the prompts and holds the first round's KV (its evictions included)."""
     vocab = engine.model_config.vocab_size
-    for p in prompts_for(batch, prompt_len, vocab):
-        engine.add_request(p, SamplingParams(max_new_tokens=new_tokens, ignore_eos=True))
+    prompts = prompts_for(batch, prompt_len, vocab)
+    params = SamplingParams(max_new_tokens=new_tokens, ignore_eos=True)
+    engine.generate(prompts, params)
+    for p in prompts:
+        engine.add_request(p, params)
     while any(not r.prefill_done for r in engine.scheduler.running) or engine.scheduler.waiting:
         engine.step()
 
@@ -99,9 +106,10 @@ def timed_step(engine: Engine) -> dict[str, float]:
     runner, sched = engine.runner, engine.scheduler
     t0 = clock()
     s = sched.schedule()
+    ta = clock()
     batch = sched.build_forward_batch(s)
     t1 = clock()
-    phases = {"schedule + build batch (host)": t1 - t0}
+    phases = {"schedule (host)": ta - t0, "allocate (tree evictions included) + build batch (host)": t1 - ta}
     if runner.graph_runner is not None:
         gr = runner.graph_runner
         runner._begin_forward()
@@ -124,12 +132,14 @@ def timed_step(engine: Engine) -> dict[str, float]:
         t4 = clock()
         phases["eager forward"] = t4 - t1
     sampling = sched.commit(s)
+    t5 = clock()
     tokens = sample(logits, sampling)
     for req, token in zip(sampling, tokens):
         engine._append_token(req, token)
         if req.finished:
             sched.release(req)
-    phases["commit, sample, append (host)"] = clock() - t4
+    phases["commit: KV lengths, window slide (host)"] = t5 - t4
+    phases["sample, append (host)"] = clock() - t5
     return phases
 
 
@@ -207,6 +217,7 @@ def main() -> None:
     new_tokens = max(args.new_tokens, rounds * per_round + 2)
     engines = {
         "tape": build("tape", args.threads, args.prompt_len, new_tokens),
+        "tape, cache off": build("tape", args.threads, args.prompt_len, new_tokens, prefix_cache=False),
         "off": build("off", args.threads, args.prompt_len, new_tokens),
     }
     for e in engines.values():
@@ -226,14 +237,30 @@ def main() -> None:
         return f"{x * 1e6:.0f}"
 
     phase_rows = []
-    totals = {}
+    totals, medians = {}, {}
+    labels = {
+        "tape": "graphs tape, cache on",
+        "tape, cache off": "graphs tape, cache off",
+        "off": "graphs off, cache on",
+    }
     for name in engines:
-        med = {p: statistics.median(s) for p, s in phase_samples[name].items()}
+        med = medians[name] = {p: statistics.median(s) for p, s in phase_samples[name].items()}
         totals[name] = sum(med.values())
         for phase, sec in med.items():
-            phase_rows.append([f"graphs {name}", phase, us(sec), f"{sec / totals[name]:.0%}"])
-        phase_rows.append([f"graphs {name}", "**step (sum of medians)**", f"**{us(totals[name])}**", "100%"])
+            phase_rows.append([labels[name], phase, us(sec), f"{sec / totals[name]:.0%}"])
+        phase_rows.append([labels[name], "**step (sum of medians)**", f"**{us(totals[name])}**", "100%"])
     phase_table = markdown_table(["engine", "phase", "µs (median)", "share"], phase_rows)
+    on, off = medians["tape"], medians["tape, cache off"]
+    cache_rows = [[phase, us(on[phase]), us(off[phase]), f"{(on[phase] - off[phase]) * 1e6:+.0f}"] for phase in on]
+    cache_rows.append(
+        [
+            "**step (sum of medians)**",
+            f"**{us(totals['tape'])}**",
+            f"**{us(totals['tape, cache off'])}**",
+            f"**{(totals['tape'] - totals['tape, cache off']) * 1e6:+.0f}**",
+        ]
+    )
+    cache_table = markdown_table(["phase (tape)", "cache on µs", "cache off µs", "on - off µs"], cache_rows)
     op_total = sum(by_class.values())
     op_rows = [
         [cls, counts[cls], us(sec), f"{sec / op_total:.0%}"]
@@ -267,6 +294,9 @@ def main() -> None:
         f"{args.threads} torch thread(s), "
         f"{'wall clock' if args.clock == 'wall' else 'thread CPU clock (the machine is shared)'}).\n\n"
         f"{phase_table}\n\n"
+        f"What the prefix cache costs the tape engine's step, phase by phase (the same medians; with the cache on "
+        f"a step runs at {totals['tape, cache off'] / totals['tape']:.2f}x the speed of one with it off):"
+        f"\n\n{cache_table}\n\n"
         f"Tape of that step: the graph of bucket (bs {bucket}, KV length {kv_len}), whose full-attention layers read "
         f"{kv_len} keys per row where the longest row holds {longest} (eager reads exactly the longest); "
         f"{n_ops} replayed ops, whole replay {us(replay_s)} µs when replayed back to back "
