@@ -4,7 +4,7 @@ For every checkpoint, one clean ``swa-harness eval`` (no fault: the baseline) an
 ``swa-harness eval --fault ID`` per behavioural catalog fault (``expected_kill == "behavioural"``),
 run one at a time (each eval already runs its graphs-on and graphs-off servers side by side). Each
 eval's saved runs (``<out>/<model>/<on|off>/runs/<suite>.json``, found through its ``plan.json``) are compared paired again here with the
-eval's own code and thresholds (``harness.jobs.runner.judge`` over the plan it saved), so the numbers are the ones its
+eval's own code and thresholds (``harness.jobs.judging.judge`` over the plan it saved), so the numbers are the ones its
 summary printed; the eval's exit code is checked against them (1 exactly when a suite is RED).
 
 Writes ``docs/fault-effects.json`` (rows ``{fault, checkpoint, suite, on_accuracy, off_accuracy,
@@ -42,11 +42,11 @@ from typing import Any, Sequence
 
 from harness import kill_record
 from harness.evals.compare import Thresholds
+from harness.evals.results import TaskComparison
+from harness.jobs.judging import judge, load_runs
+from harness.jobs.saved import plan_from_inputs
 from harness.kill_record import FaultRow
 from harness.paths import DEFAULT_KILL_MATRIX, REPO
-from harness.evals.results import TaskComparison
-from harness.jobs.runner import judge, load_runs
-from harness.jobs.saved import plan_from_inputs
 
 MODELS = ("fixtures/models/gemma2-tiny-swa", "fixtures/models/gemma3-tiny-swa")
 SUITES = ("gsm_style", "aime_style")

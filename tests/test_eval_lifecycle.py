@@ -24,13 +24,14 @@ from typing import Any
 
 import pytest
 
-from harness.servers.harness_server import HarnessServer
-from harness.servers.lifecycle import Command, ServerProcess
-from harness.jobs import runner
+from harness.jobs import runner, session
 from harness.jobs.cpu import EvalConfig, cpu_plan
 from harness.jobs.eval_cli import build_parser, parse_config
+from harness.jobs.options import RunOptions
 from harness.jobs.plan import EvalStep
 from harness.jobs.progress import Progress
+from harness.servers.harness_server import HarnessServer
+from harness.servers.lifecycle import Command, ServerProcess
 from tests.waits import scaled
 
 REPO = Path(__file__).resolve().parents[1]
@@ -253,8 +254,8 @@ def config(tmp_path: Path, **overrides: Any) -> EvalConfig:
     )
 
 
-def options(tmp_path: Path, **overrides: Any) -> runner.RunOptions:
-    return runner.RunOptions(
+def options(tmp_path: Path, **overrides: Any) -> RunOptions:
+    return RunOptions(
         **{"server_timeout": scaled(60), "eval_timeout": scaled(60), "kill_matrix": tmp_path / "none.json", **overrides}
     )
 
@@ -283,9 +284,9 @@ def test_a_server_that_dies_is_named_as_the_failure(
         launched[0].proc.wait(10)
         return 1
 
-    monkeypatch.setattr(runner, "run_lm_eval", lm_eval_whose_server_dies)
+    monkeypatch.setattr(session, "run_lm_eval", lm_eval_whose_server_dies)
     with Progress(interval_s=60) as progress:
-        [result] = runner.run_arm(
+        [result] = session.run_arm(
             cpu_plan(config(tmp_path)).runs[0],
             options(tmp_path, python=fake_python(tmp_path, fake_server.url)),
             progress,
@@ -306,7 +307,7 @@ def test_a_timed_out_lm_eval_is_one_line_and_leaves_nothing(
     )
     with Progress(interval_s=60) as progress:
         start = time.monotonic()
-        [result] = runner.run_arm(
+        [result] = session.run_arm(
             cpu_plan(config(tmp_path)).runs[0],
             options(tmp_path, eval_timeout=1, python=fake_python(tmp_path, fake_server.url)),
             progress,
@@ -368,15 +369,15 @@ def test_resume_reuses_answers_only_from_a_server_with_the_same_identity(
         return Command(("unused",))
 
     monkeypatch.setattr(EvalStep, "command", capture)
-    monkeypatch.setattr(runner, "run_lm_eval", lambda command, log_path, timeout, **kwargs: 1)
+    monkeypatch.setattr(session, "run_lm_eval", lambda command, log_path, timeout, **kwargs: 1)
     run = cpu_plan(config(tmp_path, on_url=fake_server.url, off_url=fake_server.url)).runs[0]
     identities = [{"build": "b1"}, {"build": "b2"}, {"graph_mode": "off"}, {"model": "other"}, {}]
     with Progress(interval_s=60) as progress:
-        untrusted = runner.run_arm(run, options(tmp_path, resume=True), progress)
+        untrusted = session.run_arm(run, options(tmp_path, resume=True), progress)
         assert caches == [] and "--resume-trusting-url" in (untrusted[0].error or "")  # refused: an external URL
         for change in identities:
             fake_server.identity = {"model": "swa-harness", "graph_mode": "tape", "build": "b1", **change}
-            runner.run_arm(run, options(tmp_path, resume=True, resume_trusting_url=True), progress)
+            session.run_arm(run, options(tmp_path, resume=True, resume_trusting_url=True), progress)
     first, build, graphs, model, again = caches
     assert len({first, build, graphs, model}) == 4, caches
     assert again == first  # the same server again: its answers are reused

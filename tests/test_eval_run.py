@@ -15,8 +15,9 @@ from harness.evals.samples import parse_samples
 from harness.evals.tasks import FROZEN_TASKS
 from harness.jobs.cpu import EvalConfig, cpu_plan
 from harness.jobs.eval_cli import main
+from harness.jobs.options import RunOptions
 from harness.jobs.progress import Progress
-from harness.jobs.runner import RunOptions, run_arm
+from harness.jobs.session import run_arm
 from harness.paths import DEFAULT_MODEL
 from tests.waits import SERVER_START_S, scaled
 

@@ -15,15 +15,17 @@ from pathlib import Path
 
 import pytest
 
-from harness.servers.base import ServerSpec
-from harness.servers.registry import get_server_kind
 from harness.evals.results import ItemResult, RunRecord, RunResult, ServedIdentity
 from harness.jobs.cpu import EvalConfig, cpu_plan
 from harness.jobs.eval_cli import parse_config
-from harness.jobs.plan import plan_from_file, plan_from_mapping
-from harness.jobs.runner import RunOptions, finish, run_plan
+from harness.jobs.options import RunOptions
+from harness.jobs.plan_file import plan_from_file, plan_from_mapping
+from harness.jobs.runner import run_plan
 from harness.jobs.saved import plan_from_inputs
+from harness.jobs.summary import finish
 from harness.paths import REPO
+from harness.servers.base import ServerSpec
+from harness.servers.registry import get_server_kind
 
 EXAMPLE = REPO / "suites" / "plans" / "cpu-capture-modes.yaml"
 PLANS = sorted((REPO / "suites" / "plans").glob("*.yaml"))

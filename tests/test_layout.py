@@ -104,3 +104,50 @@ def test_the_engine_under_test_and_the_server_kinds_keep_their_names() -> None:
     assert "Engine" in _classes(HARNESS / "engine" / "engine.py")
     assert "ServerKind" in _classes(HARNESS / "servers" / "base.py")
     assert not (HARNESS / "engines").exists() and not (HARNESS / "identity.py").exists()
+
+
+# The rooms of the jobs: one job each (a plan's model, its file, its text; the checks before a start; an arm's
+# session; judging; recording; the summary), none so large that a reader has to page through several jobs.
+JOBS_MAX_LINES = 500
+# Where a constructor of more than three arguments is called with keywords past its first (a name, an id, a status):
+# a reader sees which value is which.
+KEYWORD_CALLS = ("harness/jobs", "harness/faults", "harness/kill_record.py")
+
+
+def test_no_module_of_jobs_is_over_500_lines() -> None:
+    long = {
+        str(p.relative_to(REPO)): n
+        for p in (HARNESS / "jobs").glob("*.py")
+        if (n := len(p.read_text().splitlines())) > JOBS_MAX_LINES
+    }
+    assert not long, f"harness/jobs modules over {JOBS_MAX_LINES} lines: {long}"
+
+
+def _constructor_arguments() -> dict[str, list[str]]:
+    """Each harness class's constructor arguments: its ``__init__``'s, else its fields in order."""
+    out = {}
+    for path in _modules():
+        for node in ast.parse(path.read_text(), filename=str(path)).body:
+            if isinstance(node, ast.ClassDef):
+                init = next((b for b in node.body if isinstance(b, ast.FunctionDef) and b.name == "__init__"), None)
+                fields = [
+                    b.target.id for b in node.body if isinstance(b, ast.AnnAssign) and isinstance(b.target, ast.Name)
+                ]
+                out[node.name] = [a.arg for a in init.args.args[1:]] if init else fields
+    return out
+
+
+def test_constructors_of_more_than_three_arguments_are_called_with_keywords() -> None:
+    arguments = _constructor_arguments()
+    positional = []
+    for place in KEYWORD_CALLS:
+        paths = [REPO / place] if place.endswith(".py") else sorted((REPO / place).rglob("*.py"))
+        for path in paths:
+            for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+                if not isinstance(node, ast.Call) or len(node.args) <= 1:
+                    continue
+                func = node.func
+                name = func.id if isinstance(func, ast.Name) else func.attr if isinstance(func, ast.Attribute) else ""
+                if name[:1].isupper() and len(arguments.get(name, ())) > 3:
+                    positional.append(f"{path.relative_to(REPO)}:{node.lineno} {name}({len(node.args)} positional)")
+    assert not positional, "call these with keywords: " + "; ".join(positional)

@@ -20,20 +20,24 @@ from pathlib import Path
 import pytest
 import yaml
 
-from harness.servers import lifecycle
-from harness.servers.lifecycle import Command, ServerLaunchError
-from harness.servers.registry import get_server_kind
-from harness.servers.sglang_server import GRAPHS_OFF_FLAGS, PATCHED_LAUNCH, SGLANG_LAUNCH, SGLangServer, sglang_args
 from harness.env import SGLANG_FAULT_ENV as FAULT_ENV
 from harness.evals.compare import Thresholds
 from harness.evals.results import ItemResult, RunRecord, RunResult, ServedIdentity
 from harness.jobs import runner
+from harness.jobs.judging import judge, load_runs
 from harness.jobs.nightly import ARM_NAMES, DEFAULT_FAULT, TASKS
 from harness.jobs.nightly import build_nightly_plan as build_plan
 from harness.jobs.nightly_cli import main as nightly_main
-from harness.jobs.plan import render
+from harness.jobs.options import RunOptions
+from harness.jobs.plan_text import render
 from harness.jobs.progress import Progress
+from harness.jobs.session import run_arm
+from harness.jobs.summary import finish
 from harness.paths import REPO
+from harness.servers import lifecycle
+from harness.servers.lifecycle import Command, ServerLaunchError
+from harness.servers.registry import get_server_kind
+from harness.servers.sglang_server import GRAPHS_OFF_FLAGS, PATCHED_LAUNCH, SGLANG_LAUNCH, SGLangServer, sglang_args
 from tests.waits import SERVER_START_S, scaled
 
 WORKFLOW = REPO / ".github" / "workflows" / "nightly-gpu.yml"
@@ -55,7 +59,7 @@ def _arm_flags(arm):
 
 def _options(**kw):
     """The nightly's run options (no fault-effects table, as ``nightly_cli`` sets)."""
-    return runner.RunOptions(fault_effects=None, command="swa-harness nightly", device="cuda", name="nightly", **kw)
+    return RunOptions(fault_effects=None, command="swa-harness nightly", device="cuda", name="nightly", **kw)
 
 
 # ------------------------------------------------------------------ the plan
@@ -371,7 +375,7 @@ def small_plan(tmp_path):
 
 def test_fault_demo_must_be_red(small_plan, capsys):
     # the fault demo loses 15 of 60 right answers: RED, as expected; everything else matches `on`: exit 0
-    assert runner.finish(small_plan, _runs(small_plan, {"fault-demo": 15}), _options(), {}) == 0
+    assert finish(small_plan, _runs(small_plan, {"fault-demo": 15}), _options(), {}) == 0
     out = capsys.readouterr().out
     assert "ok  some/base-model fault-demo-vs-on: RED (expected RED" in out
     summary = json.loads((small_plan.out / "summary.json").read_text())
@@ -386,7 +390,7 @@ def test_fault_demo_must_be_red(small_plan, capsys):
 
 
 def test_fault_demo_not_red_fails_the_job(small_plan, capsys):
-    assert runner.finish(small_plan, _runs(small_plan, {}), _options(), {}) == 1
+    assert finish(small_plan, _runs(small_plan, {}), _options(), {}) == 1
     assert "UNEXPECTED some/base-model fault-demo-vs-on" in capsys.readouterr().out
     assert "not as expected: some/base-model fault-demo vs on" in (small_plan.out / "index.html").read_text()
 
@@ -394,17 +398,17 @@ def test_fault_demo_not_red_fails_the_job(small_plan, capsys):
 def test_aime25_tolerates_a_few_unproven_flips(tmp_path):
     plan = build_plan(models=["some/base-model"], arms=["on", "off"], tasks=["aime25", "gsm_style"], out=tmp_path)
     runs = _runs(plan, {"on": 2}, n=30)  # on loses 2 of 30 (-6.7 pp), not significant
-    [judged] = runner.judge(plan, runs, Thresholds())
+    [judged] = judge(plan, runs, Thresholds())
     assert judged.comparison.name == "on-vs-off"
     verdicts = {t.task: t.verdict.value for t in judged.tasks}
     assert verdicts == {"aime25": "AMBER", "gsm_style": "RED"}  # gsm_style keeps the default 2 pp
 
 
 def test_a_red_stress_arm_or_an_incomplete_arm_fails_the_job(small_plan, capsys):
-    assert runner.finish(small_plan, _runs(small_plan, {"fault-demo": 15, "swa-ratio-0.1": 15}), _options(), {}) == 1
+    assert finish(small_plan, _runs(small_plan, {"fault-demo": 15, "swa-ratio-0.1": 15}), _options(), {}) == 1
     assert "UNEXPECTED some/base-model swa-ratio-0.1-vs-on: RED" in capsys.readouterr().out
     runs = _runs(small_plan, {"fault-demo": 15}, incomplete=("invariant-check",))
-    assert runner.finish(small_plan, runs, _options(), {}) == 2  # an incomplete arm: no verdict (exit 2), not 1
+    assert finish(small_plan, runs, _options(), {}) == 2  # an incomplete arm: no verdict (exit 2), not 1
     captured = capsys.readouterr()
     assert (
         "UNEXPECTED some/base-model invariant-check-vs-on: NO VERDICT" in captured.out and "incomplete" in captured.out
@@ -415,7 +419,7 @@ def test_a_red_stress_arm_or_an_incomplete_arm_fails_the_job(small_plan, capsys)
 def test_report_only_reads_the_saved_runs(small_plan, capsys):
     for run in _runs(small_plan, {"fault-demo": 15}):
         run.save(small_plan.run_for(small_plan.models[0], run.record.arm).dir / "runs" / f"{run.task}.json")
-    loaded = runner.load_runs(small_plan)
+    loaded = load_runs(small_plan)
     assert all(r.complete for r in loaded) and len(loaded) == len(small_plan.arms)
     argv = ["--model", "some/base-model", "--tasks", "gsm_style", "--out", str(small_plan.out), "--report-only"]
     assert nightly_main(argv) == 0
@@ -479,8 +483,8 @@ def test_a_server_that_dies_makes_every_task_incomplete(tmp_path, monkeypatch):
     run = _stub_run(tmp_path, monkeypatch, ("python", "-c", "import sys; print('no GPU here'); sys.exit(3)"))
     with pytest.raises(ServerLaunchError, match="(?s)code 3.*no GPU here"):
         _launch(run)
-    results = runner.run_arm(
-        run, runner.RunOptions(server_timeout=scaled(SERVER_START_S), eval_timeout=scaled(300)), Progress(live=False)
+    results = run_arm(
+        run, RunOptions(server_timeout=scaled(SERVER_START_S), eval_timeout=scaled(300)), Progress(live=False)
     )
     # the run's error is one line naming the failed part and its log; the log holds the server's output
     assert [r.complete for r in results] == [False] and "code 3" in results[0].error

@@ -12,13 +12,12 @@ from pathlib import Path
 
 import pytest
 
-from harness.servers.registry import get_server_kind
-
 from harness.evals.results import RunRecord, RunResult
 from harness.jobs.cpu import EvalConfig, cpu_plan
+from harness.jobs.options import RunOptions
 from harness.jobs.provenance import comparison_provenance, job_provenance, relevant_env
-from harness.jobs.runner import RunOptions
 from harness.paths import DEFAULT_MODEL, REPO
+from harness.servers.registry import get_server_kind
 
 
 def _logs(out: Path, label: str, server: str, lm_eval: str) -> None:

@@ -15,11 +15,13 @@ from harness.evals.compare import Thresholds, compare_runs, summarize
 from harness.evals.history import load as load_history
 from harness.evals.results import ItemResult, RunRecord, RunResult
 from harness.jobs.cpu import EvalConfig, cpu_plan
+from harness.jobs.options import RunOptions
 from harness.jobs.plan import Plan
 from harness.jobs.report_cli import main as report_main
-from harness.jobs.runner import RunOptions, finish
+from harness.jobs.summary import finish
 from harness.report import render_html, render_report
-from harness.report.inputs import KillMatrix, load_fault_effects, load_kill_matrices, load_release_matrix, matrices_from
+from harness.kill_record import KillMatrix
+from harness.report.inputs import load_fault_effects, load_kill_matrices, load_release_matrix, matrices_from
 from harness.report.render import TEMPLATES, breakable
 
 SCRIPT = "<script>alert(1)</script>"

@@ -98,20 +98,20 @@ def _sglang_catalog() -> dict[str, FaultSpec]:
 
 MATRIX_TARGETS: dict[str, MatrixTarget] = {
     "harness": MatrixTarget(
-        "harness",
-        {
+        name="harness",
+        suites={
             "scenarios": "suites/scenarios",
             "differential": "suites/differential",
             "prefix": "suites/prefix",
             "reuse": "suites/reuse",
         },
-        {"scenarios": 110, "differential": 15, "prefix": 4, "reuse": 40},
-        FAULT_ENV,
-        _harness_catalog,
+        min_tests={"scenarios": 110, "differential": 15, "prefix": 4, "reuse": 40},
+        fault_env=FAULT_ENV,
+        catalog=_harness_catalog,
     ),
     "sglang": MatrixTarget(
-        "sglang",
-        {
+        name="sglang",
+        suites={
             "pool": "suites/pool",
             "scenarios": "suites/scenarios",
             "differential": "suites/differential",
@@ -123,7 +123,7 @@ MATRIX_TARGETS: dict[str, MatrixTarget] = {
             "prefix": "suites/prefix",
             "prefix-adapter": "suites/sglang/test_prefix_cache_adapter.py",
         },
-        {
+        min_tests={
             "pool": 7,
             "scenarios": 110,
             "differential": 33,
@@ -135,23 +135,23 @@ MATRIX_TARGETS: dict[str, MatrixTarget] = {
             "prefix": 4,
             "prefix-adapter": 12,
         },
-        SGLANG_FAULT_ENV,
-        _sglang_catalog,
-        ("--target", "sglang"),
-        REPO / "reports" / "kill-matrix-sglang.json",
-        SGLANG_SUITES,
+        fault_env=SGLANG_FAULT_ENV,
+        catalog=_sglang_catalog,
+        pytest_args=("--target", "sglang"),
+        out=REPO / "reports" / "kill-matrix-sglang.json",
+        needs=SGLANG_SUITES,
     ),
     # vLLM's own code, driven without a model (in the `nox -s vllm` venv): its KV-cache manager and its worker's
     # block tables, slot mappings and padded KV writes.
     "vllm": MatrixTarget(
-        "vllm",
-        {"manager": "suites/vllm/test_kv_cache_manager.py", "worker": "suites/vllm/test_block_table.py"},
-        {"manager": 3, "worker": 1},
-        VLLM_FAULT_ENV,
-        _vllm_catalog,
-        (),
-        REPO / "reports" / "kill-matrix-vllm.json",
-        VLLM_SUITES,
+        name="vllm",
+        suites={"manager": "suites/vllm/test_kv_cache_manager.py", "worker": "suites/vllm/test_block_table.py"},
+        min_tests={"manager": 3, "worker": 1},
+        fault_env=VLLM_FAULT_ENV,
+        catalog=_vllm_catalog,
+        pytest_args=(),
+        out=REPO / "reports" / "kill-matrix-vllm.json",
+        needs=VLLM_SUITES,
     ),
 }
 
@@ -184,10 +184,10 @@ class SuiteOutcome:
     def fault_status(self) -> KillCell:
         if self.kills:
             best = next((k for k in self.kills if k.kill_class == "behavioural"), self.kills[0])
-            return KillCell("killed", best.kill_class, best.failure, tests_run=self.ran)
+            return KillCell("killed", kill_class=best.kill_class, failure=best.failure, tests_run=self.ran)
         if self.errors:
-            return KillCell("error", None, self.errors[0].failure, tests_run=self.ran)
-        return KillCell("survived", None, None, tests_run=self.ran)
+            return KillCell("error", kill_class=None, failure=self.errors[0].failure, tests_run=self.ran)
+        return KillCell("survived", kill_class=None, failure=None, tests_run=self.ran)
 
     def clean_status(self, min_tests: int) -> CleanCell:
         failures = self.kills + self.errors
@@ -276,7 +276,7 @@ def build_matrix(
     catalog = target.catalog()
     start = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="swa-kill-matrix-") as tmp, ThreadPoolExecutor(jobs) as pool:
-        runs = _Runs(target, Path(tmp), timeout_s, pool)
+        runs = _Runs(target=target, workdir=Path(tmp), timeout_s=timeout_s, pool=pool)
         if mode == "full":
             clean, faults = _full_runs(runs, [catalog[fid] for fid in fault_ids])
             under: dict[str, dict[str, CleanCell]] = {}
@@ -375,7 +375,9 @@ def _record(runs: _Runs, specs: list[FaultSpec]) -> _Recording:
     }
     outcomes = {key: f.result()[0] for key, f in futures.items()}
     impacts = {key: Impact.load(path) for key, path in paths.items()}
-    return _Recording(settings, outcomes, impacts, round(time.perf_counter() - start, 1))
+    return _Recording(
+        settings=settings, outcomes=outcomes, impacts=impacts, seconds=round(time.perf_counter() - start, 1)
+    )
 
 
 def _impact_row(runs: _Runs, recording: _Recording, spec: FaultSpec, killers: list[Failure]) -> FaultRow:

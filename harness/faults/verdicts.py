@@ -58,7 +58,7 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 
 def pytest_runtest_logreport(report: pytest.TestReport) -> None:
     if report.when == "call" and report.passed:
-        verdict = VerdictLine(report.nodeid, "passed")
+        verdict = VerdictLine(report.nodeid, outcome="passed")
     elif report.failed:
         kind = classify(report)
         crash = getattr(report.longrepr, "reprcrash", None)

@@ -77,33 +77,33 @@ class CheckTarget:
 def _sglang() -> CheckTarget:
     target = MATRIX_TARGETS["sglang"]
     return CheckTarget(
-        "sglang",
-        tuple(dict.fromkeys(target.suites.values())),
-        target.pytest_args,
-        (
+        engine="sglang",
+        suites=tuple(dict.fromkeys(target.suites.values())),
+        pytest_args=target.pytest_args,
+        smoke=(
             "suites/servers/test_sglang_server.py",
             "-k",
             "warm_radix_cache_answers_as_a_fresh_one_and_transformers and tight-rust-core"
             " or graphs_on_a_warm_radix_cache",
         ),
-        ((SGLANG_SERVER_ENV, "require"),),
-        target.out,
-        SGLANG_SUITES,
-        SGLANG_SERVER,
+        smoke_env=((SGLANG_SERVER_ENV, "require"),),
+        matrix=target.out,
+        needs=SGLANG_SUITES,
+        smoke_needs=SGLANG_SERVER,
     )
 
 
 def _vllm() -> CheckTarget:
     matrix = REPO / "reports" / "kill-matrix-vllm.json"
     return CheckTarget(
-        "vllm",
-        ("suites/vllm",),
-        (),
-        ("suites/servers/test_vllm_server.py", "-k", "warm_prefix_cache and tight and gemma2"),
-        ((VLLM_SERVER_ENV, "require"),),
-        matrix,
-        VLLM_SUITES,
-        VLLM_SERVER,
+        engine="vllm",
+        suites=("suites/vllm",),
+        pytest_args=(),
+        smoke=("suites/servers/test_vllm_server.py", "-k", "warm_prefix_cache and tight and gemma2"),
+        smoke_env=((VLLM_SERVER_ENV, "require"),),
+        matrix=matrix,
+        needs=VLLM_SUITES,
+        smoke_needs=VLLM_SERVER,
     )
 
 
@@ -202,9 +202,9 @@ def _run_stage(
     failed = [r for r in records.values() if r.outcome != "passed"]
     if proc.returncode not in (0, 1) or (proc.returncode == 1 and not failed):
         said = ((proc.stdout + proc.stderr).strip().splitlines() or ["(no output)"])[-1]
-        failure = VerdictLine(f"(stage {name})", "error", message=f"pytest exited {proc.returncode}: {said}")
-        return StageResult(name, len(records), seconds, failure)
-    return StageResult(name, len(records), seconds, failed[0] if failed else None)
+        failure = VerdictLine(f"(stage {name})", outcome="error", message=f"pytest exited {proc.returncode}: {said}")
+        return StageResult(name=name, ran=len(records), seconds=seconds, failure=failure)
+    return StageResult(name=name, ran=len(records), seconds=seconds, failure=failed[0] if failed else None)
 
 
 @dataclass(frozen=True)
@@ -231,7 +231,9 @@ def resembles(failure: VerdictLine, matrix: KillMatrix | None, touched: Iterable
     if not candidates:
         return None
     same, _, ratio, fault_id, seed = max(candidates)
-    return Resemblance(fault_id, seed, "same test" if same else "closest message", round(ratio, 2))
+    return Resemblance(
+        fault=fault_id, seed=seed, how="same test" if same else "closest message", similarity=round(ratio, 2)
+    )
 
 
 def killers_by_count(matrix: KillMatrix | None, first: Iterable[str] = ()) -> list[str]:

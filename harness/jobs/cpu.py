@@ -112,7 +112,7 @@ def cpu_plan(config: EvalConfig) -> Plan:
     arms = [
         Arm(
             "on",
-            f"graphs on ({graphs_on}), prefix cache on (the default)",
+            purpose=f"graphs on ({graphs_on}), prefix cache on (the default)",
             engine=engine(config.on_url),
             graphs=graphs_on,
             flags=flags,
@@ -122,7 +122,7 @@ def cpu_plan(config: EvalConfig) -> Plan:
         ),
         Arm(
             "off",
-            "graphs off",
+            purpose="graphs off",
             engine=engine(config.off_url),
             graphs="off",
             flags=flags,
@@ -134,7 +134,7 @@ def cpu_plan(config: EvalConfig) -> Plan:
         arms.append(
             Arm(
                 "cache-off",
-                f"prefix cache off ({' '.join(CACHE_OFF_FLAGS[config.engine])}), graphs on ({graphs_on}) as the baseline",
+                purpose=f"prefix cache off ({' '.join(CACHE_OFF_FLAGS[config.engine])}), graphs on ({graphs_on}) as the baseline",
                 engine=config.engine,
                 graphs=graphs_on,
                 flags=(*flags, *CACHE_OFF_FLAGS[config.engine]),

@@ -17,12 +17,13 @@ import sys
 from dataclasses import replace
 from pathlib import Path
 
-from harness.servers.registry import SERVER_KINDS, get_server_kind
 from harness.evals.tasks import FROZEN_TASKS, set_size
 from harness.jobs.cpu import EvalConfig, cpu_plan
-from harness.jobs.options import add_threshold_options, int_in, positive_seconds, thresholds_from_options
-from harness.jobs.plan import plan_from_file, render
-from harness.jobs.runner import RunOptions, run_plan
+from harness.jobs.options import RunOptions, add_threshold_options, int_in, positive_seconds, thresholds_from_options
+from harness.jobs.plan_file import plan_from_file
+from harness.jobs.plan_text import render
+from harness.jobs.runner import run_plan
+from harness.servers.registry import SERVER_KINDS, get_server_kind
 
 _DEFAULTS = EvalConfig()  # the option defaults, so the CLI and the dataclass cannot drift apart
 LAUNCHED_ENGINES = tuple(name for name in SERVER_KINDS if name != "external")

@@ -52,10 +52,10 @@ DEFAULT_MODELS = ("openai/gpt-oss-20b", "google/gemma-4-E2B-it")
 
 def _arms(fault: str) -> dict[str, Arm]:
     arms = (
-        Arm("on", "graphs on: SGLang's defaults (CUDA graphs for decode)", engine="sglang", role="baseline"),
+        Arm("on", purpose="graphs on: SGLang's defaults (CUDA graphs for decode)", engine="sglang", role="baseline"),
         Arm(
             "off",
-            "graphs off for decode and prefill (0.5.23's spelling of the deprecated --disable-cuda-graph)",
+            purpose="graphs off for decode and prefill (0.5.23's spelling of the deprecated --disable-cuda-graph)",
             engine="sglang",
             graphs="off",
             role="reference",
@@ -63,27 +63,27 @@ def _arms(fault: str) -> dict[str, Arm]:
         ),
         Arm(
             "no-graph-padding",
-            "stress: no padding to a captured batch size (other batch shapes replay or fall back to eager)",
+            purpose="stress: no padding to a captured batch size (other batch shapes replay or fall back to eager)",
             engine="sglang",
             flags=("--disable-cuda-graph-padding",),
             expect={"disable_cuda_graph_padding": True},
         ),
         Arm(
             "swa-ratio-0.1",
-            "stress: SWA pool a tenth of the full pool, so SWA slots are evicted and reused often",
+            purpose="stress: SWA pool a tenth of the full pool, so SWA slots are evicted and reused often",
             engine="sglang",
             flags=("--swa-full-tokens-ratio", "0.1"),
             expect={"swa_full_tokens_ratio": 0.1},
         ),
         Arm(
             "invariant-check",
-            "stress: SGLang's invariant checks at STRICT (crash on a violated index or value invariant)",
+            purpose="stress: SGLang's invariant checks at STRICT (crash on a violated index or value invariant)",
             engine="sglang",
             env={"SGLANG_INVARIANT_CHECK": "2"},
         ),
         Arm(
             "fault-demo",
-            f"seed fix reverted: catalog fault {fault} patched into every server process; must be RED",
+            purpose=f"seed fix reverted: catalog fault {fault} patched into every server process; must be RED",
             engine="sglang",
             fault=fault,
             env={SGLANG_FAULT_ENV: fault},
@@ -99,24 +99,24 @@ TASKS: dict[str, Task] = {
     t.name: t
     for t in (
         Task(
-            "gsm8k",
-            "gsm8k",
-            1319,
-            "strict-match",
-            "flexible-extract",
-            False,
-            "lm-eval built-in, hub dataset openai/gsm8k (test, 5-shot)",
+            name="gsm8k",
+            lm_eval_task="gsm8k",
+            items=1319,
+            filter="strict-match",
+            chat_filter="flexible-extract",
+            frozen=False,
+            source="lm-eval built-in, hub dataset openai/gsm8k (test, 5-shot)",
         ),
         # 30 items: one item is 3.3 pp, so the default 2 pp tolerance would make a single flip from GPU numerics RED;
         # up to 3 net items are tolerated unless McNemar finds the drop significant (RED then, as everywhere).
         Task(
-            "aime25",
-            "aime25",
-            30,
-            "none",
-            "none",
-            False,
-            "lm-eval built-in, hub dataset math-ai/aime25 (0-shot)",
+            name="aime25",
+            lm_eval_task="aime25",
+            items=30,
+            filter="none",
+            chat_filter="none",
+            frozen=False,
+            source="lm-eval built-in, hub dataset math-ai/aime25 (0-shot)",
             max_drop=0.1,
         ),
         *(frozen_task(name) for name in FROZEN_TASKS),

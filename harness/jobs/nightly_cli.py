@@ -6,6 +6,7 @@ import argparse
 import sys
 from pathlib import Path
 
+from harness.jobs.judging import load_runs
 from harness.jobs.nightly import (
     ARM_NAMES,
     DEFAULT_CONCURRENCY,
@@ -17,8 +18,11 @@ from harness.jobs.nightly import (
     MODELS,
     build_nightly_plan,
 )
-from harness.jobs.plan import Model, render
-from harness.jobs.runner import RunOptions, finish, load_runs, run_plan
+from harness.jobs.options import RunOptions
+from harness.jobs.plan import Model
+from harness.jobs.plan_text import render
+from harness.jobs.runner import run_plan
+from harness.jobs.summary import finish
 
 
 def _names(text: str) -> list[str]:

@@ -14,7 +14,8 @@ engine needs one, paths relative to the checkout, ``python`` rather than this in
 * every non-baseline arm gives one **comparison** per model, paired item by item.
 
 ``build_plan`` is the one builder: the CPU main job (``harness.jobs.cpu``), the GPU nightly
-(``harness.jobs.nightly``) and a YAML plan file (``plan_from_file``) all go through it.
+(``harness.jobs.nightly``) and a YAML plan file (``harness.jobs.plan_file``) all go through it; ``harness.jobs.plan_text``
+prints a plan (``--dry-run``).
 """
 
 from __future__ import annotations
@@ -24,13 +25,11 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
-import yaml
-
+from harness.evals.tasks import FROZEN_TASKS, set_size
+from harness.paths import REPO
 from harness.servers.base import ServerSpec
 from harness.servers.lifecycle import Command
 from harness.servers.registry import get_server_kind
-from harness.evals.tasks import FROZEN_TASKS, set_size
-from harness.paths import REPO
 
 TASKS_INCLUDE = Path("suites/accuracy")  # the frozen GSM/AIME-style task YAMLs, relative to the checkout
 ROLES = ("baseline", "reference", "treatment")
@@ -431,17 +430,17 @@ def build_plan(
             groups = [tuple(tasks)] if one_step_per_arm else [(t,) for t in tasks]
             evals = tuple(
                 EvalStep(
-                    group,
-                    {t.name: items[t.name] for t in group},
-                    {t.name: t.primary_filter(model) for t in group},
-                    run_dir / "lm_eval" / ("all" if one_step_per_arm else group[0].name),
-                    model,
-                    client,
+                    tasks=group,
+                    items={t.name: items[t.name] for t in group},
+                    filters={t.name: t.primary_filter(model) for t in group},
+                    out=run_dir / "lm_eval" / ("all" if one_step_per_arm else group[0].name),
+                    model=model,
+                    client=client,
                     limited=limit is not None,
                 )
                 for group in groups
             )
-            runs.append(ArmRun(model, arm, arm_port, url, evals, run_dir))
+            runs.append(ArmRun(model=model, arm=arm, port=arm_port, url=url, evals=evals, dir=run_dir))
     baseline = baselines[0].name
     comparisons = []
     for model in models:
@@ -450,244 +449,39 @@ def build_plan(
                 continue
             treatment, reference = (baseline, arm.name) if arm.role == "reference" else (arm.name, baseline)
             where = out / model.slug / "compare" / f"{treatment}-vs-{reference}" if overview else out
-            comparisons.append(Comparison(model, treatment, reference, arm.expect_red, where))
+            comparisons.append(
+                Comparison(model=model, treatment=treatment, reference=reference, expect_red=arm.expect_red, dir=where)
+            )
     if not overview and len(comparisons) != 1:
         raise ValueError(f"a plan without an overview page has one comparison, this one has {len(comparisons)}")
     return Plan(
-        title,
-        tuple(models),
-        tuple(arms),
-        tuple(tasks),
-        limit,
-        client,
-        out,
-        tuple(runs),
-        tuple(comparisons),
+        title=title,
+        models=tuple(models),
+        arms=tuple(arms),
+        tasks=tuple(tasks),
+        limit=limit,
+        client=client,
+        out=out,
+        runs=tuple(runs),
+        comparisons=tuple(comparisons),
         parallel=parallel,
         overview=overview,
         inputs=dict(inputs or {}),
     )
 
 
-# -- plan files ------------------------------------------------------------------------------------------
-
-_PLAN_KEYS = {
-    "title",
-    "models",
-    "arm_defaults",
-    "arms",
-    "tasks",
-    "limit",
-    "client",
-    "out",
-    "port",
-    "parallel",
-    "overview",
-    "one_step_per_arm",
-}
-
-
-def _record(cls: type, data: Any, where: str) -> Any:
-    """``cls(**data)`` with lists as tuples; an unknown key is an error that names it."""
-    if isinstance(data, str) and cls is Model:
-        data = {"name": data}
-    if not isinstance(data, Mapping):
-        raise ValueError(f"{where}: expected a mapping, got {type(data).__name__}")
-    known = {f.name for f in fields(cls)}
-    if unknown := sorted(set(data) - known):
-        raise ValueError(f"{where}: unknown key(s) {', '.join(unknown)}; known: {', '.join(sorted(known))}")
-    return cls(**{k: tuple(v) if isinstance(v, list) else v for k, v in data.items()})
+# -- the frozen tasks ------------------------------------------------------------------------------------
 
 
 def frozen_task(name: str) -> Task:
     """A frozen task of ``suites/accuracy`` (its whole set; a plan's limit cuts it)."""
     spec = FROZEN_TASKS[name]
     return Task(
-        spec.name,
-        spec.lm_eval_task,
-        set_size(spec),
-        spec.primary_filter,
-        "flexible-extract",
-        True,
-        f"frozen {spec.name} set, suites/accuracy/{spec.name}.yaml over fixtures/data",
+        name=spec.name,
+        lm_eval_task=spec.lm_eval_task,
+        items=set_size(spec),
+        filter=spec.primary_filter,
+        chat_filter="flexible-extract",
+        frozen=True,
+        source=f"frozen {spec.name} set, suites/accuracy/{spec.name}.yaml over fixtures/data",
     )
-
-
-def plan_from_mapping(data: Mapping[str, Any], where: str = "plan") -> Plan:
-    """A plan from its YAML/JSON form: the keyword arguments of ``build_plan``; a task may be a frozen task's
-    name, a model a checkpoint path or hub id; ``arm_defaults`` go into every arm (its flags before the arm's own)."""
-    if unknown := sorted(set(data) - _PLAN_KEYS):
-        raise ValueError(f"{where}: unknown key(s) {', '.join(unknown)}; known: {', '.join(sorted(_PLAN_KEYS))}")
-    tasks = []
-    for i, task in enumerate(data.get("tasks") or ()):
-        if isinstance(task, str):
-            if task not in FROZEN_TASKS:
-                raise ValueError(
-                    f"{where}: task {task!r} is no frozen task ({', '.join(FROZEN_TASKS)}); give it as a mapping"
-                )
-            tasks.append(frozen_task(task))
-        else:
-            tasks.append(_record(Task, task, f"{where}: tasks[{i}]"))
-    kwargs = {
-        k: v for k, v in data.items() if k in ("title", "limit", "port", "parallel", "overview", "one_step_per_arm")
-    }
-    return build_plan(
-        title=str(data.get("title") or Path(where).stem),
-        models=[_record(Model, m, f"{where}: models[{i}]") for i, m in enumerate(data.get("models") or ())],
-        arms=[
-            _record(Arm, _with_defaults(a, data.get("arm_defaults") or {}), f"{where}: arms[{i}]")
-            for i, a in enumerate(data.get("arms") or ())
-        ],
-        tasks=tasks,
-        out=REPO / (data.get("out") or Path("reports") / Path(where).stem),  # relative: to the checkout
-        client=_record(Client, data.get("client") or {}, f"{where}: client"),
-        **{k: v for k, v in kwargs.items() if k != "title"},
-        inputs=dict(data),
-    )
-
-
-def _with_defaults(arm: Any, defaults: Mapping[str, Any]) -> Any:
-    if not isinstance(arm, Mapping):
-        return arm  # _record names the problem
-    merged = {**defaults, **arm}
-    if "flags" in defaults and "flags" in arm:
-        merged["flags"] = [*defaults["flags"], *arm["flags"]]
-    if "env" in defaults and "env" in arm:
-        merged["env"] = {**defaults["env"], **arm["env"]}
-    return merged
-
-
-def plan_from_file(path: Path) -> Plan:
-    """``--plan FILE``: a YAML (or JSON) plan; every error names the file and the key."""
-    try:
-        data = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
-    except (OSError, yaml.YAMLError) as exc:
-        raise ValueError(f"{path}: cannot read the plan: {type(exc).__name__}: {exc}".splitlines()[0]) from None
-    if not isinstance(data, Mapping):
-        raise ValueError(f"{path}: a plan is a mapping of {', '.join(sorted(_PLAN_KEYS))}")
-    return plan_from_mapping(data, str(path))
-
-
-# -- the plan as text (what --dry-run prints) ------------------------------------------------------------
-
-
-def _table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> list[str]:
-    widths = [max(len(str(c)) for c in col) for col in zip(header, *rows)]
-    line = lambda cells: "  " + " | ".join(str(c).ljust(w) for c, w in zip(cells, widths)).rstrip()  # noqa: E731
-    return [line(header), "  " + "-+-".join("-" * w for w in widths), *(line(r) for r in rows)]
-
-
-def _engines(plan: Plan) -> str:
-    names = {"harness": "harness", "sglang": "SGLang", "vllm": "vLLM", "external": "external"}
-    return "/".join(dict.fromkeys(names.get(a.engine, a.engine) for a in plan.arms))
-
-
-def render(plan: Plan) -> str:
-    """The plan as text: arms, tasks, models, every command with its env, comparisons."""
-    n_evals = sum(len(r.evals) for r in plan.runs)
-    n_servers = sum(r.launched for r in plan.runs)
-    at_once = "one at a time" if plan.parallel == 1 else f"{plan.parallel} at a time"
-    limit = plan.limit
-    items = (
-        "whole test sets"
-        if limit is None
-        else f"first {limit} per task"
-        if not isinstance(limit, Mapping)
-        else ", ".join(f"{k}={v}" for k, v in limit.items())
-    )
-    requests = (
-        f"{plan.concurrency} concurrent requests per server"
-        if plan.client.batch_size == 1
-        else f"{plan.client.batch_size} prompts per request, {plan.concurrency} concurrent per server"
-    )
-    lines = [
-        f"{plan.title}: {len(plan.models)} model(s) x {len(plan.arms)} arm(s) x {len(plan.tasks)} task(s): "
-        f"{n_servers} {_engines(plan)} server(s) launched {at_once}, {n_evals} lm-eval run(s), "
-        f"{len(plan.comparisons)} comparison(s)",
-        f"items: {items}; {requests}; greedy decoding; out: {plan.out}",
-        "",
-        "arms:",
-    ]
-    baseline = next(a.name for a in plan.arms if a.role == "baseline")
-    lines += _table(
-        ("arm", "flags", "env", "compared", "expected", "purpose"),
-        [
-            (
-                a.name,
-                " ".join((*a.flags, *get_server_kind(a.engine).graph_flags(a.graphs, a.flags))) or "(defaults)",
-                " ".join(f"{k}={v}" for k, v in sorted(a.env.items())) or "-",
-                "baseline"
-                if a.role == "baseline"
-                else (f"{baseline} vs {a.name}" if a.role == "reference" else f"{a.name} vs {baseline}"),
-                "-" if a.role == "baseline" else ("RED" if a.expect_red else "not RED"),
-                a.purpose,
-            )
-            for a in plan.arms
-        ],
-    )
-    lines += ["", "tasks:"]
-    lines += _table(
-        ("task", "lm-eval task", "items", "filter (completions / chat)", "max drop", "source"),
-        [
-            (
-                t.name,
-                t.lm_eval_task,
-                str(t.items),
-                f"{t.filter} / {t.chat_filter}",
-                "default" if t.max_drop is None else f"{100 * t.max_drop:g} pp",
-                t.source,
-            )
-            for t in plan.tasks
-        ],
-    )
-    lines += ["", "models:"]
-    lines += _table(
-        ("model", "API", "server flags", "max_gen_toks", "note"),
-        [
-            (
-                m.name,
-                "chat (local-chat-completions, chat template)" if m.chat else "completions (local-completions)",
-                " ".join(m.server_args) or "-",
-                " ".join(f"{k}={v}" for k, v in m.max_gen_toks.items()) or "task defaults",
-                m.note,
-            )
-            for m in plan.models
-        ],
-    )
-    for i, run in enumerate(plan.runs, 1):
-        lines += ["", f"[{i}/{len(plan.runs)}] {run.label}  ({run.dir})"]
-        url = run.url or "http://127.0.0.1:<port it reports>"
-        if run.server is None:
-            lines.append(f"  server: external, {run.url}")
-        else:
-            lines += [
-                f"  server: {run.server.shell()}",
-                f"  ready:  GET {url}/health (200), log {run.dir / 'server.log'}",
-            ]
-        for step in run.evals:
-            count = sum(step.items.values())
-            lines.append(
-                f"  {step.name} ({count} items, filter {'/'.join(dict.fromkeys(step.filters.values()))}): "
-                f"{step.command(url).shell()}"
-            )
-        if run.server is not None:
-            grace = get_server_kind(run.arm.engine).stop_grace_s
-            lines.append(f"  stop:   SIGTERM to the server's process group (SIGKILL after {grace:g} s)")
-    lines += [
-        "",
-        "comparisons (paired by item; McNemar exact, paired bootstrap, MDE; verdict per task, worst overall):",
-    ]
-    lines += _table(
-        ("model", "comparison", "ON (treatment)", "OFF (reference)", "expected", "report"),
-        [
-            (c.model.name, c.name, c.treatment, c.reference, c.expectation, str(c.dir / "index.html"))
-            for c in plan.comparisons
-        ],
-    )
-    if plan.overview:
-        lines += ["", f"overview: {plan.out / 'index.html'} (one column per arm), {plan.out / 'summary.json'}"]
-    lines.append(
-        "exit code: 0 when every comparison meets its expectation, 1 otherwise, 2 when an arm could not run "
-        "(no verdict)"
-    )
-    return "\n".join(lines) + "\n"

@@ -131,18 +131,28 @@ class ArmProgress:
         def eta(until: int) -> float | None:
             return 0.0 if done >= until else (until - done) / rate if rate else None
 
-        rows = [Row(self.label, None, done, total, tps, eta(total), self.startup_s)]
+        rows = [
+            Row(
+                arm=self.label,
+                task=None,
+                done=done,
+                total=total,
+                tokens_per_s=tps,
+                eta_s=eta(total),
+                startup_s=self.startup_s,
+            )
+        ]
         if list(self.totals) != [""]:
             before = 0
             for task, n in self.totals.items():
                 rows.append(
                     Row(
-                        self.label,
-                        task,
-                        min(max(done - before, 0), n),
-                        n,
-                        tps if before <= done < before + n else None,
-                        eta(before + n),
+                        arm=self.label,
+                        task=task,
+                        done=min(max(done - before, 0), n),
+                        total=n,
+                        tokens_per_s=tps if before <= done < before + n else None,
+                        eta_s=eta(before + n),
                     )
                 )
                 before += n
@@ -220,13 +230,13 @@ class Progress:
         gets the server's counters (its engine's reader)."""
         totals = dict(total) if isinstance(total, Mapping) else {"": int(total)}
         arm = ArmProgress(
-            label,
-            base_url,
-            totals,
-            time.perf_counter(),
-            read(base_url) or Counters(0, 0),
-            read,
-            self.startup_s.get(label),
+            label=label,
+            base_url=base_url,
+            totals=totals,
+            started=time.perf_counter(),
+            base=read(base_url) or Counters(0, 0),
+            read=read,
+            startup_s=self.startup_s.get(label),
         )
         with self._lock:
             self.arms[label] = arm

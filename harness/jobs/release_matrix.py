@@ -110,7 +110,14 @@ def cells_from_junit(xml: Path, suites: Suites) -> dict[str, Cell]:
         if not (t["passed"] or t["failed"] or t["skipped"] or t["xfailed"]):
             t["failed"].append(f"{', '.join(suites[name])}: no test collected")  # exit code 5 is never a pass
         status = "failed" if t["failed"] else "passed" if t["passed"] or t["xfailed"] else "not applicable"
-        cells[name] = Cell(status, t["passed"], t["failed"], dict(t["skipped"]), t["xfailed"], dict(t["narrowed"]))
+        cells[name] = Cell(
+            status=status,
+            passed=t["passed"],
+            failed=t["failed"],
+            skipped=dict(t["skipped"]),
+            xfailed=t["xfailed"],
+            narrowed=dict(t["narrowed"]),
+        )
     return cells
 
 
@@ -184,17 +191,23 @@ def run_release(spec: MatrixSpec, release: Release, suites: Suites) -> ReleaseRu
     try:
         python = spec.overlay(release)
     except Exception as error:  # noqa: BLE001 - an install that fails is a row of its own, never the end of the run
-        return ReleaseRun(release.label, round(time.monotonic() - started, 1), 0.0, {}, f"install failed: {error}")
+        return ReleaseRun(
+            release=release.label,
+            install_s=round(time.monotonic() - started, 1),
+            run_s=0.0,
+            cells={},
+            error=f"install failed: {error}",
+        )
     installed = time.monotonic()
     cells, found, error = run_suites(
         python, spec.engine, suites, pytest_args=spec.pytest_args, env=spec.env, workers=spec.workers
     )
     return ReleaseRun(
-        release.label,
-        round(installed - started, 1),
-        round(time.monotonic() - installed, 1),
-        cells,
-        error,
+        release=release.label,
+        install_s=round(installed - started, 1),
+        run_s=round(time.monotonic() - installed, 1),
+        cells=cells,
+        error=error,
         findings=found,
     )
 

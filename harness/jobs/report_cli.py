@@ -9,9 +9,10 @@ import sys
 from pathlib import Path
 
 from harness.evals.history import DEFAULT_HISTORY
-from harness.jobs.options import add_threshold_options, thresholds_from_options
-from harness.jobs.runner import RunOptions, finish, load_runs
+from harness.jobs.judging import load_runs
+from harness.jobs.options import RunOptions, add_threshold_options, thresholds_from_options
 from harness.jobs.saved import plan_from_inputs
+from harness.jobs.summary import finish
 from harness.paths import DEFAULT_KILL_MATRIX, DEFAULT_OUT, REPO
 
 

@@ -7,7 +7,8 @@ from typing import Any, Mapping
 
 from harness.jobs.cpu import PLAN_FIELDS, EvalConfig, cpu_plan
 from harness.jobs.nightly import build_nightly_plan
-from harness.jobs.plan import Plan, plan_from_mapping
+from harness.jobs.plan import Plan
+from harness.jobs.plan_file import plan_from_mapping
 
 
 def plan_from_inputs(inputs: Mapping[str, Any]) -> Plan:

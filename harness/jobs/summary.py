@@ -1,0 +1,152 @@
+"""After the runs: every comparison judged, recorded and reported, the job's front page and ``summary.json``, what
+is printed, and the exit code (``finish``, which ``swa-harness report`` also calls on saved runs).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+from harness.evals.results import RunResult
+from harness.jobs.judging import Judged, Outcome, comparison_verdict, judge
+from harness.jobs.options import RunOptions
+from harness.jobs.plan import Plan
+from harness.jobs.provenance import comparison_provenance
+from harness.jobs.recording import SideInputs, record_comparison
+from harness.jobs.plan_checks import different_models
+from harness.paths import shown
+from harness.report.overview import OverviewComparison, OverviewModel, write_overview
+from harness.servers.registry import get_server_kind
+
+
+def exit_code(
+    runs: Sequence[RunResult], outcomes: Sequence[Outcome], differ: Mapping[tuple[str, str], str], options: RunOptions
+) -> int:
+    """0 when every comparison met its expectation, 1 when one did not; 2, said on stderr with each reason, when a
+    run failed or two arms served different models (unless allowed): then nothing was measured."""
+    failures = list(dict.fromkeys(r.error.splitlines()[0] for r in runs if not r.complete and r.error))
+    if not options.allow_different_models:
+        failures += [f"{model} {name}: {diff}" for (model, name), diff in differ.items()]
+    if failures:
+        print(f"{options.name}: no verdict (exit 2): {' | '.join(failures)}", file=sys.stderr, flush=True)
+        return 2
+    return 0 if all(o.ok for o in outcomes) else 1
+
+
+def finish(plan: Plan, runs: Sequence[RunResult], options: RunOptions, base: Mapping[str, Any]) -> int:
+    """Judge, record in the history, report (each comparison, and the overview), print; the exit code."""
+    judged = judge(plan, runs, options.thresholds)
+    differ = different_models(plan, runs)
+    side = SideInputs.read(options)
+    outcomes = [
+        _conclude(plan, j, differ.get((j.comparison.model.name, j.comparison.name)), options, base, side)
+        for j in judged
+    ]
+    _front_page(plan, runs, outcomes, options)
+    return exit_code(runs, outcomes, differ, options)
+
+
+def _conclude(
+    plan: Plan, judged: Judged, differ: str | None, options: RunOptions, base: Mapping[str, Any], side: SideInputs
+) -> Outcome:
+    """One comparison: its verdict, its history line, its report, printed."""
+    summary = comparison_verdict(judged.tasks, differ, options.allow_different_models)
+    provenance = comparison_provenance(plan, judged.comparison, judged.runs, base)
+    several = len(plan.comparisons) > 1
+    recorded = record_comparison(judged, summary, provenance, history=options.history, side=side, several=several)
+    outcome = Outcome(comparison=judged.comparison, tasks=judged.tasks, summary=summary, report=recorded.report)
+    _print_outcome(outcome, several)
+    if (trend := recorded.trend) is not None:
+        since = f"; verdict since run #{trend.since.index}" if trend.since else ""
+        print(f"history: {shown(Path(options.history))} ({trend.runs} run(s) of {trend.series}{since})")
+    return outcome
+
+
+def _front_page(plan: Plan, runs: Sequence[RunResult], outcomes: Sequence[Outcome], options: RunOptions) -> None:
+    """The overview and ``summary.json`` of a plan with one; else the one comparison's report is the page."""
+    if not plan.overview:
+        print(f"report: {outcomes[0].report}")
+        return
+    summary = {
+        "as expected": all(o.ok for o in outcomes),
+        "comparisons": [o.to_dict() for o in outcomes],
+        "runs": [
+            {
+                "model": r.model,
+                "arm": r.record.arm,
+                "task": r.task,
+                "complete": r.complete,
+                "error": r.error,
+                "correct": sum(i.correct for i in r.items),
+                "n": len(r.items),
+            }
+            for r in runs
+        ],
+    }
+    (plan.out / "summary.json").write_text(json.dumps(summary, indent=1) + "\n")
+    models = _overview(plan, runs, outcomes)
+    page = write_overview(plan.out / "index.html", models, options.thresholds, plan.title)
+    print(f"overview: {page}")
+
+
+def _overview(plan: Plan, runs: Sequence[RunResult], outcomes: Sequence[Outcome]) -> list[OverviewModel]:
+    """The plan and its outcomes as the overview page's plain data (the report floor knows no plans)."""
+    by_key = {(r.model, r.record.arm, r.task): r for r in runs}
+    models = []
+    for model in plan.models:
+        arms = [
+            (
+                a.name,
+                " ".join((*a.flags, *get_server_kind(a.engine).graph_flags(a.graphs, a.flags))) or "(defaults)",
+                " ".join(f"{k}={v}" for k, v in a.env.items()),
+            )
+            for a in plan.arms
+        ]
+        cells = {(a.name, t.name): by_key.get((model.slug, a.name, t.name)) for a in plan.arms for t in plan.tasks}
+        comparisons = [
+            OverviewComparison(
+                label=f"{o.comparison.treatment} vs {o.comparison.reference}",
+                tasks=o.tasks,
+                verdict=o.summary.verdict.value,
+                expectation=o.comparison.expectation,
+                ok=o.ok,
+                report=str(Path(o.report).relative_to(plan.out)) if o.report else None,
+            )
+            for o in outcomes
+            if o.comparison.model == model
+        ]
+        models.append(
+            OverviewModel(
+                name=model.name, arms=arms, tasks=[t.name for t in plan.tasks], cells=cells, comparisons=comparisons
+            )
+        )
+    return models
+
+
+def _print_outcome(outcome: Outcome, several: bool) -> None:
+    if several:  # which comparison the task lines below belong to
+        pair = outcome.comparison
+        print(f"{pair.model.name} {pair.name} ({pair.treatment} as ON, {pair.reference} as OFF):")
+    for c in outcome.tasks:
+        if not c.complete:
+            print(f"{c.task}: NO VERDICT — {'; '.join(c.errors)}")
+            continue
+        on, off, diff = c.on_accuracy, c.off_accuracy, c.difference
+        print(
+            f"{c.task}: N={c.n} on {on.value:.1%} [{on.low:.1%}, {on.high:.1%}] "
+            f"off {off.value:.1%} [{off.low:.1%}, {off.high:.1%}] "
+            f"diff {diff.value:+.1%} [{diff.low:+.1%}, {diff.high:+.1%}] McNemar p={c.mcnemar_p:.3g} "
+            f"MDE {c.mde:.1%} flips {len(c.flips)} -> {c.verdict.name}"
+            + (f" | {c.logprobs.line}" if c.logprobs else "")
+        )
+    s = outcome.summary
+    lp = outcome.logprob_verdict
+    beside = f"; logprobs {lp.text}" if lp else ""
+    if several:
+        c = outcome.comparison
+        mark = "ok " if outcome.ok else "UNEXPECTED"
+        print(f"{mark} {c.model.name} {c.name}: {s.verdict.text}{beside} (expected {c.expectation}) — {s.reason}")
+    else:
+        print(f"verdict: {s.verdict.text}{beside} — {s.reason}")
