@@ -12,7 +12,7 @@ import torch
 from torch.utils._python_dispatch import _disable_current_modes
 
 from harness.env import HYPOTHESIS_ENV
-from harness.targets import Target, load_target
+from harness.targets.target import Target, load_target
 from harness.mem import STALE_KEY_WARNING, SWAKVPool
 from suites.checks import expect_structure
 from suites.known_failures import pytest_runtest_makereport  # noqa: F401 - every strict xfail names its failure

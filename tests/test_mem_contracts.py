@@ -12,7 +12,7 @@ from harness.engine.request import Req, SamplingParams
 from harness.mem import HybridPool, HybridPoolSpec, KVAllocator, KVBuffers, KVPool, SlotOwnership, build_hybrid_pool
 from harness.mem.contracts import CacheRequest, PrefixCache
 from harness.mem.radix_cache import RadixCache
-from harness.targets import HarnessTarget
+from harness.targets.target import HarnessTarget
 from harness.targets.sglang.adapters import SGLangAllocatorAdapter, SGLangPoolAdapter
 
 PROTOCOLS = (KVPool, KVAllocator, PrefixCache)

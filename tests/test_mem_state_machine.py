@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, precondition, rule
 
 from harness.mem import DoubleFreeError, PoolError
-from harness.targets import HarnessTarget
+from harness.targets.target import HarnessTarget
 from suites.pool.machines import SIZE, allocator_machine
 
 

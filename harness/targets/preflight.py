@@ -41,7 +41,7 @@ SGLANG_SUITES = Needs(
         "sglang.srt.managers.schedule_batch",  # the prefix cache's requests
     ),
     "nox -s sglang",
-    setup="from harness.targets import load_target; load_target('sglang')",  # the suites' ``target`` fixture
+    setup="from harness.targets.target import load_target; load_target('sglang')",  # the suites' ``target`` fixture
 )
 SGLANG_SERVER = Needs(
     "an SGLang server",

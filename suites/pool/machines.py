@@ -37,7 +37,7 @@ import torch
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
-from harness.targets import PoolSpec, Target
+from harness.targets.target import PoolSpec, Target
 
 SIZE, SIZE_SWA = 24, 16  # the allocator machine's pools, in slots
 FULL_PAGES, SWA_PAGES = 8, 5  # the paged-requests machine's pools, in pages

@@ -10,7 +10,7 @@ import torch
 from hypothesis import settings
 from hypothesis.stateful import run_state_machine_as_test
 
-from harness.targets import PoolSpec
+from harness.targets.target import PoolSpec
 from suites.conftest import examples
 from suites.known_failures import known_failure
 from suites.pool.machines import paged_requests_machine

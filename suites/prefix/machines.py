@@ -34,7 +34,7 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
 from harness.mem.contracts import PrefixCache
-from harness.targets import PoolSpec, Target
+from harness.targets.target import PoolSpec, Target
 
 VOCAB = 5  # few token ids: prompts collide and branch often
 

@@ -8,7 +8,7 @@ from hypothesis import given, settings
 
 from fixtures.checkpoints import untied_checkpoint
 from fixtures.scenarios.dtype import KV_DTYPES, PoolWorld, boundaries, boundary_cases, index_dtypes
-from harness.targets import PoolSpec
+from harness.targets.target import PoolSpec
 from harness.graph.buffers import DecodeInputBuffers
 from harness.mem import IndexContractError, LOC_DTYPE
 from suites.conftest import ENGINE_LIMITS

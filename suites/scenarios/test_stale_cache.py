@@ -20,7 +20,7 @@ from fixtures.scenarios.stale_cache import (
 )
 from harness.engine import ForwardMode, SamplingParams
 from harness.engine.scheduler import ScheduledBatch
-from harness.targets import PoolSpec
+from harness.targets.target import PoolSpec
 from suites.checks import expect_structure
 from suites.conftest import ENGINE_LIMITS
 from suites.hooks import recovering

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from fixtures.checkpoints import untied_checkpoint
-from harness.targets import PoolSpec
+from harness.targets.target import PoolSpec
 from suites.conftest import ENGINE_LIMITS
 
 

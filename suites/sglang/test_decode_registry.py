@@ -19,7 +19,7 @@ from hypothesis import given, settings
 
 from fixtures.scenarios.padding import PaddingCase, bucket_boundary_cases, padding_cases
 from harness.graph.runner import DEFAULT_CAPTURE_BS
-from harness.targets import PoolSpec
+from harness.targets.target import PoolSpec
 from harness.targets.sglang.capabilities import NotOnThisSGLang, module
 from suites.checks import expect_structure
 

@@ -19,7 +19,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from harness.targets import PoolSpec
+from harness.targets.target import PoolSpec
 from harness.targets.sglang.capabilities import module, parallel_override
 from suites.checks import expect_structure
 

@@ -29,7 +29,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from harness.graph.runner import DEFAULT_CAPTURE_BS
-from harness.targets import PoolSpec
+from harness.targets.target import PoolSpec
 from suites.checks import expect_structure
 
 MAX_BS, MAX_WIDTH = 6, 8

@@ -18,7 +18,7 @@ import types
 import pytest
 import torch
 
-from harness.targets import PoolSpec
+from harness.targets.target import PoolSpec
 from harness.targets.sglang.capabilities import first, lacks
 
 MAX_BS = 8

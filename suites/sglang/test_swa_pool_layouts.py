@@ -29,7 +29,7 @@ from hypothesis.stateful import (
     run_state_machine_as_test,
 )
 
-from harness.targets import PoolSpec
+from harness.targets.target import PoolSpec
 
 SWA_LAYERS, FULL_LAYERS = [0, 2], [1, 3]
 

@@ -18,7 +18,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from harness.targets import PoolSpec
+from harness.targets.target import PoolSpec
 
 SWA_LAYERS, FULL_LAYERS = (0, 2), (1, 3)
 HEADS, DIM = 2, 8
