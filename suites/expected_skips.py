@@ -20,14 +20,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from harness.findings import Engine
+from harness.targets.releases import TargetEngine
 
 
 @dataclass(frozen=True)
 class ExpectedSkip:
     """A capability skip the pinned release of ``engine`` is expected to make, and why."""
 
-    engine: Engine
+    engine: TargetEngine
     test: str  # a node id, or the start of some ("suites/sglang/test_swa_pool_layouts.py::test_mla")
     reason: str  # a part of the skip reason without the version ("lacks UnifiedRadixCache.evict_swa")
     why: str  # why the pinned release cannot run the test, in one line
@@ -36,7 +36,7 @@ class ExpectedSkip:
     def file(self) -> str:
         return self.test.split("::", 1)[0]
 
-    def matches(self, engine: Engine, nodeid: str, reason: str) -> bool:
+    def matches(self, engine: TargetEngine, nodeid: str, reason: str) -> bool:
         """Whether this row expects ``engine``'s skip of test ``nodeid`` for ``reason``."""
         return engine == self.engine and self.covers(nodeid) and self.reason in reason
 

@@ -20,19 +20,20 @@ from pathlib import Path
 
 import pytest
 
-from harness.findings import PINNED, Engine, finding
+from harness.findings import PINNED, finding
+from harness.targets.releases import TargetEngine
 from harness.targets.sglang.capabilities import NotOnThisSGLang
 from harness.targets.vllm.capabilities import NotOnThisVLLM
 from suites.expected_skips import EXPECTED_SKIPS, ExpectedSkip
 from suites.findings.conftest import installed
 
 TABLE = "suites/expected_skips.py"
-CAPABILITY_SKIPS: dict[Engine, type[BaseException]] = {"sglang": NotOnThisSGLang, "vllm": NotOnThisVLLM}
+CAPABILITY_SKIPS: dict[TargetEngine, type[BaseException]] = {"sglang": NotOnThisSGLang, "vllm": NotOnThisVLLM}
 # The report properties the plugin leaves, read back on the xdist controller (and in the junit XML).
 EXPECTED, UNEXPECTED = "expected_skip", "unexpected_skip"
 
 
-def pinned_here() -> dict[Engine, str]:
+def pinned_here() -> dict[TargetEngine, str]:
     """The engines installed here at their pinned release, and that release."""
     return {engine: release for engine, release in PINNED.items() if installed(engine) == release}
 
@@ -51,7 +52,7 @@ def row_problems(rows: Sequence[ExpectedSkip], root: Path) -> list[str]:
     return problems
 
 
-def paste_row(engine: Engine, nodeid: str, reason: str, release: str) -> str:
+def paste_row(engine: TargetEngine, nodeid: str, reason: str, release: str) -> str:
     """The table row that would expect this skip, its reason without the release in front, its why left to write."""
     _, found, rest = reason.partition(release)
     part = rest.removeprefix("'s").removeprefix(":").strip() if found else reason
@@ -62,7 +63,7 @@ class PinnedSkips:
     """The plugin: judges each skip where it happens (an xdist worker), and the table once the session is over (on
     the controller, which sees every worker's reports)."""
 
-    def __init__(self, rows: Sequence[ExpectedSkip], pinned: Mapping[Engine, str]) -> None:
+    def __init__(self, rows: Sequence[ExpectedSkip], pinned: Mapping[TargetEngine, str]) -> None:
         self.rows, self.pinned = tuple(rows), dict(pinned)
         self.ran: set[str] = set()
         self.expected: set[int] = set()  # rows that matched a skip
@@ -73,7 +74,7 @@ class PinnedSkips:
     def here(cls) -> PinnedSkips:
         return cls(EXPECTED_SKIPS, pinned_here())
 
-    def capability(self, item: pytest.Item, call: pytest.CallInfo[None]) -> Engine | None:
+    def capability(self, item: pytest.Item, call: pytest.CallInfo[None]) -> TargetEngine | None:
         """The pinned engine whose capability this skip is about, or None where it is no such skip."""
         if call.excinfo is None:
             return None

@@ -151,3 +151,48 @@ def test_constructors_of_more_than_three_arguments_are_called_with_keywords() ->
                 if name[:1].isupper() and len(arguments.get(name, ())) > 3:
                     positional.append(f"{path.relative_to(REPO)}:{node.lineno} {name}({len(node.args)} positional)")
     assert not positional, "call these with keywords: " + "; ".join(positional)
+
+
+# Module-level names (constants, type aliases) that several modules define on purpose: the same part of each
+# engine's, target's or server kind's module, one meaning each time.
+PARALLEL_NAMES = {
+    "API_MOVES": "each engine's release matrix (harness/jobs/<engine>_matrix.py)",
+    "DEFAULT_RANGE": "each engine's release matrix",
+    "MATRIX_JSON": "each engine's release matrix",
+    "SPEC": "each engine's release matrix",
+    "SUITES": "each engine's release matrix",
+    "PACKAGE": "each target's releases.py",
+    "ROOT": "each target's releases.py",
+    "CPU_FLAGS": "each server kind",
+    "GRAPHS_OFF_FLAGS": "each server kind",
+    "STATS": "each server kind",
+    "FAULT": "each fault catalog module's one fault",
+    "SEEDS_NOT_PORTED": "each target's fault catalog",
+    "GRAPH_MODES": "harness/graph's, and the harness server's own without importing torch",
+}
+
+
+def _module_names(path: Path) -> set[str]:
+    """The public module-level names ``path`` assigns that name a thing: constants and type aliases."""
+    names = set()
+    for node in ast.parse(path.read_text(), filename=str(path)).body:
+        if isinstance(node, ast.Assign):
+            names |= {t.id for t in node.targets if isinstance(t, ast.Name)}
+        elif isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name) and node.value is not None:
+            names.add(node.target.id)
+        elif isinstance(node, getattr(ast, "TypeAlias", ())):  # `type X = ...` (Python 3.12)
+            names.add(node.name.id)
+    return {name for name in names if name[:1].isupper()}
+
+
+def test_type_aliases_and_module_level_names_have_one_meaning_each() -> None:
+    """``Engine`` as a Literal of two engines beside the ``Engine`` class, ``NO_VERDICT`` as a prefix in one module
+    and a tuple of pytest messages in another: one name, two things. A module-level name is defined once (its users
+    import it), or is one of PARALLEL_NAMES."""
+    where: dict[str, list[str]] = defaultdict(list)
+    for path in _modules():
+        for name in _module_names(path):
+            where[name].append(str(path.relative_to(REPO)))
+    classes = {name for path in _modules() for name in _classes(path)}
+    twice = {n: p for n, p in where.items() if (len(p) > 1 or n in classes) and n not in PARALLEL_NAMES}
+    assert not twice, f"module-level names defined in more than one module of harness (or beside a class): {twice}"

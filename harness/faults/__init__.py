@@ -53,7 +53,8 @@ FAULTS: dict[str, Fault] = {
         series_ignores_checkpoint,
         tokenizer_memo_keyed_by_folder,
     )
-    for fault in getattr(m, "FAULTS", None) or (m.FAULT,)  # a module holds one fault, or one per mutation point
+    for fault in getattr(m, "FAULTS_BY_POINT", None)
+    or (m.FAULT,)  # a module holds one fault, or one per mutation point
 }
 
 

@@ -29,7 +29,7 @@ _ASSERTION = ("AssertionError", "Failed:", "assert ")
 _STRUCTURAL = "StructuralFailure"  # suites/checks.py: a structural assertion inside a behavioural test
 # No verdict, wherever it was raised: a test that says so (suites/servers/cache_hits.py:hold), a run that hung
 # (pytest-timeout). A server that gave no answer to judge raises ServerTransportError, no assertion: an error too.
-NO_VERDICT = ("Failed: NO VERDICT", "Failed: Timeout")
+NO_VERDICT_HEADS = ("Failed: NO VERDICT", "Failed: Timeout")
 
 _session: list[pytest.Session] = []
 _classes: dict[str, KillClass] = {}
@@ -41,7 +41,7 @@ def classify(report: pytest.TestReport) -> VerdictOutcome:
     if report.when != "call" or crash is None:
         return "error"
     head = crash.message.strip()
-    if head.startswith(NO_VERDICT):  # a pytest.fail, yet no assertion judged an output
+    if head.startswith(NO_VERDICT_HEADS):  # a pytest.fail, yet no assertion judged an output
         return "error"
     in_suite = Path(crash.path).resolve().is_relative_to(Path.cwd().resolve() / SUITE_DIR)
     return "kill" if in_suite and (head.startswith(_ASSERTION) or _STRUCTURAL in head.split(":", 1)[0]) else "error"

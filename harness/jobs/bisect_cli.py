@@ -8,12 +8,12 @@ import argparse
 import sys
 from collections.abc import Callable
 from types import ModuleType
-from typing import Literal, get_args
+from typing import get_args
 
-Engine = Literal["sglang", "vllm"]
+from harness.targets.releases import TargetEngine
 
 
-def _matrix(target: Engine) -> ModuleType:
+def _matrix(target: TargetEngine) -> ModuleType:
     if target == "vllm":
         from harness.jobs import vllm_matrix
 
@@ -23,14 +23,16 @@ def _matrix(target: Engine) -> ModuleType:
     return sglang_matrix
 
 
-def main(argv: list[str] | None = None, *, matrix: Callable[[Engine], ModuleType] = _matrix) -> int:
+def main(argv: list[str] | None = None, *, matrix: Callable[[TargetEngine], ModuleType] = _matrix) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     first = argparse.ArgumentParser(add_help=False)
-    first.add_argument("--target", choices=get_args(Engine), default="sglang")
+    first.add_argument("--target", choices=get_args(TargetEngine), default="sglang")
     target = first.parse_known_args(argv)[0].target
     module = matrix(target)
     parser = argparse.ArgumentParser(prog="swa-harness bisect", description=__doc__)
-    parser.add_argument("--target", choices=get_args(Engine), default="sglang", help="whose releases (default sglang)")
+    parser.add_argument(
+        "--target", choices=get_args(TargetEngine), default="sglang", help="whose releases (default sglang)"
+    )
     parser.add_argument("--good", required=True, help="a release where the suites pass")
     parser.add_argument("--bad", required=True, help="a release where they fail")
     parser.add_argument(

@@ -54,17 +54,16 @@ from harness.faults.impact import FAULT_CODE
 from harness.faults.matrix import MATRIX_TARGETS
 from harness.kill_record import KillMatrix, VerdictLine, load_if_any, read_verdicts
 from harness.paths import REPO
+from harness.targets.releases import TargetEngine
 from harness.targets.preflight import SGLANG_BASE, SGLANG_SERVER, SGLANG_SUITES, VLLM_SERVER, VLLM_SUITES, Needs
 from harness.targets.preflight import base_lacks, unimportable
-
-Engine = Literal["sglang", "vllm"]
 
 
 @dataclass(frozen=True)
 class CheckTarget:
     """What ``check`` runs for one engine: its memory suites, its server smoke, and the kill matrix it orders by."""
 
-    engine: Engine
+    engine: TargetEngine
     suites: tuple[str, ...]
     pytest_args: tuple[str, ...]
     smoke: tuple[str, ...]  # pytest arguments: the server test file and its -k selection
@@ -120,7 +119,7 @@ class UnderTest:
     path: str | None  # a checkout's import root, put first on PYTHONPATH
 
 
-def under_test(engine: Engine, spec: str) -> UnderTest:
+def under_test(engine: TargetEngine, spec: str) -> UnderTest:
     """A checkout folder (its import root goes first on the path) or, for SGLang, a release (an overlay venv)."""
     folder = Path(spec).expanduser()
     if folder.is_dir():
@@ -248,7 +247,7 @@ def killers_by_count(matrix: KillMatrix | None, first: Iterable[str] = ()) -> li
     return [t for t in ranked if t in touched] + [t for t in ranked if t not in touched]
 
 
-def touched_faults(engine: Engine, who: UnderTest) -> list[str]:
+def touched_faults(engine: TargetEngine, who: UnderTest) -> list[str]:
     """The catalog faults whose edited functions the checkout changed: the function's source in the checkout differs
     from the installed release's (both read with ``ast``, nothing imported). The tests that killed those run first,
     and a failure is matched to them first. A release under test has no such diff."""
@@ -342,7 +341,7 @@ def main(argv: list[str] | None = None) -> int:
     which.add_argument("--vllm", metavar="CHECKOUT")
     parser.add_argument("--no-server", action="store_true", help="memory suites only (no server smoke)")
     args = parser.parse_args(argv)
-    engine: Engine = "sglang" if args.sglang else "vllm"
+    engine: TargetEngine = "sglang" if args.sglang else "vllm"
     target = _sglang() if engine == "sglang" else _vllm()
     try:
         who = under_test(engine, args.sglang or args.vllm)

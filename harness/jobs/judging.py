@@ -1,7 +1,7 @@
 """Judging a plan's runs: every comparison paired task by task, its verdict, and the saved runs read back.
 
 ``judge`` pairs the treatment (ON) with the reference (OFF) per task; ``comparison_verdict`` is the comparison's
-worst verdict (none where its arms served different models, unless allowed); ``Outcome`` is one comparison judged,
+worst verdict (none where its arms served different models, unless allowed); ``ComparisonOutcome`` is one comparison judged,
 as ``summary.json`` and the overview show it. ``load_runs`` reads the runs a plan saved (``swa-harness report``).
 """
 
@@ -15,11 +15,11 @@ from harness.evals.compare import ItemMismatchError, Thresholds, Tokenize, compa
 from harness.evals.results import RunRecord, RunResult, Summary, TaskComparison, Verdict
 from harness.jobs.plan import Comparison, Plan
 from harness.paths import REPO, shown
-from harness.reuse.tokenizer_memo import load_tokenizer
+from harness.reuse.tokenizer_memo import memoized_tokenize
 
 
 @dataclass(frozen=True)
-class Outcome:
+class ComparisonOutcome:
     """One comparison judged: its tasks, the worst verdict, the report, and whether that was expected.
 
     ``to_dict`` is its entry in ``summary.json``, whose keys (``"suites"`` for the tasks) stay as they were."""
@@ -147,4 +147,4 @@ def comparison_tokenizer(comparison: Comparison) -> Tokenize | None:
     path = REPO / comparison.model.name
     if not (path / "tokenizer.json").is_file():
         return None
-    return load_tokenizer(str(path))
+    return memoized_tokenize(str(path))

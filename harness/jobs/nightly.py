@@ -20,7 +20,7 @@ from harness.env import SGLANG_FAULT_ENV
 from harness.evals.tasks import FROZEN_TASKS
 from harness.jobs.plan import Arm, Client, Model, Plan, Task, build_plan, frozen_task
 
-DEFAULT_OUT = Path("reports/nightly")
+NIGHTLY_OUT = Path("reports/nightly")
 DEFAULT_PORT = 30000
 DEFAULT_CONCURRENCY = 32  # concurrent requests per server: graph batches of many sizes, so padded rows happen
 # The seed regression the fault-demo arm reverts by default: #24743, padded decode-graph rows keep the previous
@@ -153,7 +153,7 @@ def build_nightly_plan(
     arms: Sequence[str] = ARM_NAMES,
     tasks: Sequence[str] = DEFAULT_TASKS,
     limit: int | None = None,
-    out: Path = DEFAULT_OUT,
+    out: Path = NIGHTLY_OUT,
     fault: str = DEFAULT_FAULT,
     port: int = DEFAULT_PORT,
     concurrency: int = DEFAULT_CONCURRENCY,

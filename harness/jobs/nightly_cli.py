@@ -12,7 +12,7 @@ from harness.jobs.nightly import (
     DEFAULT_CONCURRENCY,
     DEFAULT_FAULT,
     DEFAULT_MODELS,
-    DEFAULT_OUT,
+    NIGHTLY_OUT,
     DEFAULT_PORT,
     DEFAULT_TASKS,
     MODELS,
@@ -59,7 +59,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--fault", default=DEFAULT_FAULT, help=f"SGLang catalog fault of the fault-demo arm ({DEFAULT_FAULT})"
     )
-    p.add_argument("--out", type=Path, default=DEFAULT_OUT, help=f"output folder (default: {DEFAULT_OUT})")
+    p.add_argument("--out", type=Path, default=NIGHTLY_OUT, help=f"output folder (default: {NIGHTLY_OUT})")
     p.add_argument("--port", type=int, default=DEFAULT_PORT, help="first server port; arm i listens on port + i")
     p.add_argument("--concurrency", type=int, default=DEFAULT_CONCURRENCY, help="concurrent lm-eval requests")
     p.add_argument(

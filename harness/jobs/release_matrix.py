@@ -32,7 +32,7 @@ from packaging.version import Version
 
 from harness import findings
 from harness.paths import REPO, shown
-from harness.targets.releases import Release, release_order
+from harness.targets.releases import Release, TargetEngine, release_order
 from harness.targets.probe import NARROWED, UNREACHABLE
 
 Status = Literal["passed", "failed", "not applicable"]
@@ -60,7 +60,9 @@ class ReleaseRun:
     run_s: float
     cells: dict[str, Cell]
     error: str = ""
-    findings: dict[str, findings.Outcome] = field(default_factory=dict)  # finding number -> outcome (findings suite)
+    findings: dict[str, findings.FindingOutcome] = field(
+        default_factory=dict
+    )  # finding number -> outcome (findings suite)
 
 
 Runner = Callable[[Release, Suites], ReleaseRun]
@@ -123,13 +125,13 @@ def cells_from_junit(xml: Path, suites: Suites) -> dict[str, Cell]:
 
 def run_suites(
     python: Path,
-    engine: findings.Engine,
+    engine: TargetEngine,
     suites: Suites,
     *,
     pytest_args: tuple[str, ...],
     env: Mapping[str, str],
     workers: str,
-) -> tuple[dict[str, Cell], dict[str, findings.Outcome], str]:
+) -> tuple[dict[str, Cell], dict[str, findings.FindingOutcome], str]:
     """The suites under ``python`` (an overlay venv's): one cell per suite and, where the ``findings`` suite ran, each
     finding's outcome (``harness/findings.py``); or the error that left no report."""
     with tempfile.TemporaryDirectory() as tmp:

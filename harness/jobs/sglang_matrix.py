@@ -24,7 +24,7 @@ from harness import findings
 from harness.env import SGLANG_ANY_VERSION_ENV, SGLANG_SOURCE_ENV
 from harness.jobs import release_matrix as shared
 from harness.jobs.release_matrix import Cell, MatrixSpec, ReleaseRun, Suites, cells_from_junit, merge_rows, suite_of
-from harness.paths import REPO
+from harness.paths import COMPATIBILITY_MD, REPO
 from harness.targets.probe import UNREACHABLE
 from harness.targets.sglang.releases import Release, overlay, published
 
@@ -59,7 +59,6 @@ EXPECTED_RED = {
 }
 SEEDS_HEADING = "## The seeds against released SGLang"
 MATRIX_JSON = REPO / "reports" / "sglang-matrix.json"
-COMPATIBILITY_MD = REPO / "docs" / "COMPATIBILITY.md"
 
 
 # How the adapters follow SGLang's memory API through the releases (harness/targets/sglang/adapters.py, asked of the

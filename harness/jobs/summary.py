@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 from harness.evals.results import RunResult
-from harness.jobs.judging import Judged, Outcome, comparison_verdict, judge
+from harness.jobs.judging import Judged, ComparisonOutcome, comparison_verdict, judge
 from harness.jobs.options import RunOptions
 from harness.jobs.plan import Plan
 from harness.jobs.provenance import comparison_provenance
@@ -22,7 +22,10 @@ from harness.servers.registry import get_server_kind
 
 
 def exit_code(
-    runs: Sequence[RunResult], outcomes: Sequence[Outcome], differ: Mapping[tuple[str, str], str], options: RunOptions
+    runs: Sequence[RunResult],
+    outcomes: Sequence[ComparisonOutcome],
+    differ: Mapping[tuple[str, str], str],
+    options: RunOptions,
 ) -> int:
     """0 when every comparison met its expectation, 1 when one did not; 2, said on stderr with each reason, when a
     run failed or two arms served different models (unless allowed): then nothing was measured."""
@@ -50,13 +53,15 @@ def finish(plan: Plan, runs: Sequence[RunResult], options: RunOptions, base: Map
 
 def _conclude(
     plan: Plan, judged: Judged, differ: str | None, options: RunOptions, base: Mapping[str, Any], side: SideInputs
-) -> Outcome:
+) -> ComparisonOutcome:
     """One comparison: its verdict, its history line, its report, printed."""
     summary = comparison_verdict(judged.tasks, differ, options.allow_different_models)
     provenance = comparison_provenance(plan, judged.comparison, judged.runs, base)
     several = len(plan.comparisons) > 1
     recorded = record_comparison(judged, summary, provenance, history=options.history, side=side, several=several)
-    outcome = Outcome(comparison=judged.comparison, tasks=judged.tasks, summary=summary, report=recorded.report)
+    outcome = ComparisonOutcome(
+        comparison=judged.comparison, tasks=judged.tasks, summary=summary, report=recorded.report
+    )
     _print_outcome(outcome, several)
     if (trend := recorded.trend) is not None:
         since = f"; verdict since run #{trend.since.index}" if trend.since else ""
@@ -64,7 +69,9 @@ def _conclude(
     return outcome
 
 
-def _front_page(plan: Plan, runs: Sequence[RunResult], outcomes: Sequence[Outcome], options: RunOptions) -> None:
+def _front_page(
+    plan: Plan, runs: Sequence[RunResult], outcomes: Sequence[ComparisonOutcome], options: RunOptions
+) -> None:
     """The overview and ``summary.json`` of a plan with one; else the one comparison's report is the page."""
     if not plan.overview:
         print(f"report: {outcomes[0].report}")
@@ -91,7 +98,7 @@ def _front_page(plan: Plan, runs: Sequence[RunResult], outcomes: Sequence[Outcom
     print(f"overview: {page}")
 
 
-def _overview(plan: Plan, runs: Sequence[RunResult], outcomes: Sequence[Outcome]) -> list[OverviewModel]:
+def _overview(plan: Plan, runs: Sequence[RunResult], outcomes: Sequence[ComparisonOutcome]) -> list[OverviewModel]:
     """The plan and its outcomes as the overview page's plain data (the report floor knows no plans)."""
     by_key = {(r.model, r.record.arm, r.task): r for r in runs}
     models = []
@@ -125,7 +132,7 @@ def _overview(plan: Plan, runs: Sequence[RunResult], outcomes: Sequence[Outcome]
     return models
 
 
-def _print_outcome(outcome: Outcome, several: bool) -> None:
+def _print_outcome(outcome: ComparisonOutcome, several: bool) -> None:
     if several:  # which comparison the task lines below belong to
         pair = outcome.comparison
         print(f"{pair.model.name} {pair.name} ({pair.treatment} as ON, {pair.reference} as OFF):")

@@ -19,7 +19,7 @@ from harness import findings
 from harness.env import HYPOTHESIS_ENV
 from harness.jobs import release_matrix as shared
 from harness.jobs.release_matrix import MatrixSpec, ReleaseRun, Suites
-from harness.paths import REPO
+from harness.paths import COMPATIBILITY_MD, REPO
 from harness.targets.vllm.releases import Release, overlay, published
 
 # One line per suite. suites/vllm/test_fault_catalog.py stays out: its faults patch source lines of 0.32.0, which
@@ -35,7 +35,6 @@ SUITES: dict[str, tuple[str, ...]] = {
 # over the 0.32.0 venv.
 DEFAULT_RANGE = ("0.10.2", "0.32.0")
 MATRIX_JSON = REPO / "reports" / "vllm-matrix.json"
-COMPATIBILITY_MD = REPO / "docs" / "COMPATIBILITY.md"
 
 FIRST_HYBRID_NOTE = (
     "The hybrid KV-cache manager (one block table per KV-cache group, a `HybridKVCacheCoordinator` over full-attention "

@@ -22,7 +22,7 @@ class TokenizerMemo:
         return path, tokenizer_fingerprint(path)
 
 
-def load_tokenizer(path: str) -> Tokenize:
+def memoized_tokenize(path: str) -> Tokenize:
     """The checkpoint's tokenizer as a text -> token strings function, loaded once per (folder, tokenizer.json)."""
     key = TokenizerMemo.key(path)
     if key not in TokenizerMemo.loaded:

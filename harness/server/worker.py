@@ -38,10 +38,9 @@ from typing import Any
 from harness.engine import Engine, ForwardMode, GenerateOutput, RequestError, SamplingParams
 from harness.engine.engine import CacheStats
 from harness.engine.request import Req
+from harness.server.protocol import Prompt
 
 logger = logging.getLogger(__name__)
-
-Prompt = str | list[int]
 
 
 class WorkerError(RuntimeError):

@@ -22,8 +22,14 @@ import sysconfig
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Literal
 
 from packaging.version import InvalidVersion, Version
+
+# An engine under test with releases of its own, beside the harness's engine: SGLang or vLLM (a kill matrix's,
+# ``check``'s and ``bisect``'s target; a finding's engine). A server kind (``Arm.engine``) is a wider word: it also
+# names the harness's server and an external one.
+TargetEngine = Literal["sglang", "vllm"]
 
 
 @dataclass(frozen=True)

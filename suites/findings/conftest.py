@@ -25,7 +25,8 @@ from types import ModuleType
 
 import pytest
 
-from harness.findings import DISTRIBUTIONS, PINNED, Engine, Finding, describe, finding
+from harness.findings import DISTRIBUTIONS, PINNED, Finding, describe, finding
+from harness.targets.releases import TargetEngine
 from harness.paths import REPO
 from suites.known_failures import known_failure
 
@@ -41,7 +42,7 @@ class Verdict:
     message: str
 
 
-def installed(engine: Engine) -> str | None:
+def installed(engine: TargetEngine) -> str | None:
     """The installed release of ``engine`` (its distribution's version), or None."""
     for name in DISTRIBUTIONS[engine]:
         try:

@@ -383,7 +383,7 @@ def test_the_tokenizer_memo_reloads_a_tokenizer_rewritten_in_place(tmp_path: Pat
     from tokenizers.models import WordLevel
     from tokenizers.pre_tokenizers import WhitespaceSplit
 
-    from harness.reuse.tokenizer_memo import load_tokenizer as _load_tokenizer
+    from harness.reuse.tokenizer_memo import memoized_tokenize
 
     folder = tmp_path / "ckpt"
     folder.mkdir()
@@ -391,9 +391,9 @@ def test_the_tokenizer_memo_reloads_a_tokenizer_rewritten_in_place(tmp_path: Pat
     shutil.copy(models / "gemma2-tiny-swa" / "tokenizer.json", folder / "tokenizer.json")
     shutil.copy(models / "gemma2-tiny-swa" / "tokenizer_config.json", folder / "tokenizer_config.json")
     text = "Question: Tom has 12 apples and eats 5. How many are left?"
-    before = _load_tokenizer(str(folder))(text)
+    before = memoized_tokenize(str(folder))(text)
     whole_words = Tokenizer(WordLevel({"[UNK]": 0, "Question:": 1, "Tom": 2}, unk_token="[UNK]"))
     whole_words.pre_tokenizer = WhitespaceSplit()
     whole_words.save(str(folder / "tokenizer.json"))  # another tokenizer, in place
-    after = _load_tokenizer(str(folder))(text)
+    after = memoized_tokenize(str(folder))(text)
     assert before != after and after[:2] == ["Question:", "Tom"]

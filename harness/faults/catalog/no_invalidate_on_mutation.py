@@ -36,7 +36,7 @@ def _fault(fault_id: str, mutation: str) -> Fault:
 
 
 # The first keeps the catalog's original id (free_swa: the mutation the window slide runs every step).
-FAULTS = (
+FAULTS_BY_POINT = (
     _fault("no-invalidate-on-mutation", "free_swa"),
     _fault("no-invalidate-on-alloc", "alloc"),
     _fault("no-invalidate-on-free", "free"),

@@ -34,7 +34,7 @@ from typing import Any
 from harness.env import SGLANG_FAULT_ENV as FAULT_ENV
 from harness.env import SGLANG_PATCH_ENV as PATCH_ENV
 
-CPU_ENV = "SGLANG_USE_CPU_ENGINE"  # SGLang's own switch for its CPU code paths
+CPU_ENGINE_VAR = "SGLANG_USE_CPU_ENGINE"  # SGLang's own switch for its CPU code paths
 STAND_INS = Path(__file__).resolve().parent / "shims"  # sgl_kernel: see shims/README.md
 
 
@@ -59,7 +59,7 @@ def prepare_process(*, spawned: bool) -> None:
     from harness.servers.sglang_server import trace
 
     trace.start_if_asked()  # SWA_HARNESS_SGLANG_TRACE=<folder>: which SGLang code this process runs
-    if os.environ.get(CPU_ENV) == "1":
+    if os.environ.get(CPU_ENGINE_VAR) == "1":
         install_cpu_stand_ins()
     if os.environ.get(PATCH_ENV):
         _import_sglang()

@@ -27,10 +27,10 @@ from harness.targets.releases import Release
 ROOT = REPO / ".nox" / "sglang-releases"
 # The import pins each release declares that are installed into its overlay; torch stays the base's CPU build (a
 # constraint), the CUDA-only packages are never installed.
-PINNED = ("xgrammar",)
-PACKAGE = shared.Package("sglang", ROOT, PINNED)
+PINNED_REQUIREMENTS = ("xgrammar",)  # pinned as the release's wheel pins them (Package.pinned)
+PACKAGE = shared.Package("sglang", ROOT, PINNED_REQUIREMENTS)
 
-__all__ = ["PACKAGE", "PINNED", "ROOT", "Release", "overlay", "published"]
+__all__ = ["PACKAGE", "PINNED_REQUIREMENTS", "ROOT", "Release", "overlay", "published"]
 
 
 def published(low: str, high: str, *, python: str = sys.executable) -> list[str]:
