@@ -11,7 +11,7 @@ from typing import Any
 from harness.servers.base import ServerKind, ServerSpec, environment_cache
 from harness.servers.counters import SGLANG_METRICS, Counters, metrics_reader, metrics_stats
 from harness.servers.lifecycle import Command
-from harness.servers.sglang_server import eviction_ledger
+from harness.servers.sglang_server import eviction_ledger  # a submodule: imports nothing of this package
 from harness.env import SGLANG_FAULT_ENV, SGLANG_PATCH_ENV
 
 # Its Prometheus counters kept with each run (``--enable-metrics``), under the names every server kind uses.

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from types import CodeType, FunctionType
 
 from harness.env import VLLM_FAULT_ENV as FAULT_ENV
-from harness.targets.sglang.faults import SourceEdit  # a plain record: its module imports no SGLang
+from harness.targets.sglang.faults.base import SourceEdit  # a plain record: its module imports no SGLang
 
 __all__ = ["FAULT_ENV", "SourceEdit", "SourcePatchError", "VLLMFault", "activate_from_env", "apply", "inject"]
 
