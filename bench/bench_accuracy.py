@@ -11,12 +11,12 @@ capture of every bucket), lm-eval's wall time, and the engine's busy time inside
 from __future__ import annotations
 
 import argparse
-import json
 import tempfile
 import time
 from pathlib import Path
 
 from bench.common import markdown_table, write_section
+from harness.evals.results import RunResult
 from harness.jobs.eval_cli import main as eval_main
 
 
@@ -28,28 +28,30 @@ def main() -> None:
         start = time.perf_counter()
         code = eval_main(["--out", tmp, "--kill-matrix", str(Path(tmp) / "none.json"), *args.eval_args])
         wall = time.perf_counter() - start
-        runs = [json.loads(p.read_text()) for p in sorted((Path(tmp) / "runs").glob("*.json"))]
+        runs = [RunResult.load(p) for p in sorted(Path(tmp).rglob("runs/*.json"))]  # <model>/<arm>/runs/<task>.json
     if code != 0:
         raise SystemExit(f"the main job exited with {code}; no timing recorded")
-    modes: dict[str, dict] = {}
+    arms: dict[str, RunResult] = {}
     items: dict[str, int] = {}
-    for run in runs:  # one lm-eval call per mode serves both suites: the mode's timings repeat per suite
-        modes[run["meta"]["mode"]] = run
-        items[run["suite"]] = len(run["items"])
+    for run in runs:  # an arm's last saved task: its wall time covers every lm-eval step of the arm
+        if run.record.arm not in arms or run.wall_s >= arms[run.record.arm].wall_s:
+            arms[run.record.arm] = run
+        items[run.task] = len(run.items)
     rows = []
     for label in ("on", "off"):
-        run, meta = modes[label], modes[label]["meta"]
-        engine = meta["engine"]
+        run = arms[label]
+        start = run.record.start_s or 0.0
+        engine = run.record.counters or {}
         rows.append(
             [
-                f"{label} ({run['graphs']})",
-                meta["server_start_s"],
-                meta["lm_eval_s"],
+                f"{label} ({run.graphs})",
+                start,
+                f"{run.wall_s - start:.1f}",  # the run's lm-eval steps: nothing records them apart
                 f"{engine['engine_busy_s']:.1f}",
                 engine["steps"],
                 engine["generated_tokens"],
                 f"{engine['generated_tokens'] / engine['engine_busy_s']:.0f}",
-                run["wall_s"],
+                run.wall_s,
             ]
         )
     table = markdown_table(
@@ -74,7 +76,8 @@ def main() -> None:
         f"each, 1 torch thread each), lm-eval `local-completions` with 32 prompts per request.\n\n"
         f"**Whole job: {wall:.0f} s** (goal: under 5 minutes).\n\n{table}\n\n"
         "Server start = model load + (graphs on) tape capture of every (batch, KV-length) bucket. "
-        "lm-eval s includes its own start-up and dataset building; the engine is busy for the rest.",
+        "lm-eval s is the arm's wall time less its server's start (lm-eval's own start-up and dataset building "
+        "included); the engine is busy for the rest.",
     )
 
 

@@ -8,6 +8,7 @@ kinds of server live in ``harness/servers/`` as ``ServerKind``, the engine under
 from __future__ import annotations
 
 import ast
+import re
 from collections import defaultdict
 from pathlib import Path
 
@@ -196,3 +197,21 @@ def test_type_aliases_and_module_level_names_have_one_meaning_each() -> None:
     classes = {name for path in _modules() for name in _classes(path)}
     twice = {n: p for n, p in where.items() if (len(p) > 1 or n in classes) and n not in PARALLEL_NAMES}
     assert not twice, f"module-level names defined in more than one module of harness (or beside a class): {twice}"
+
+
+# Where the README names what a job writes, not what the tree holds.
+README_OUTPUTS = ("reports/latest/",)
+
+
+def test_every_path_the_readme_names_exists() -> None:
+    """A path in backticks (``harness/jobs/runner.py``, ``suites/prefix/``; ``file.py:function`` names the file) must
+    be in the tree: a module moved or renamed takes its README line along."""
+    named = set()
+    for token in re.findall(r"`([^`\s]+)`", (REPO / "README.md").read_text()):
+        path = token.split(":")[0]
+        if re.match(r"(harness|suites|bench|docs|tests|reports|fixtures|\.ci|\.github)/", path) and not any(
+            c in path for c in "*<{"
+        ):
+            named.add(path)
+    missing = sorted(p for p in named if not (REPO / p).exists() and not p.startswith(README_OUTPUTS))
+    assert named and not missing, f"the README names paths that do not exist: {missing}"
