@@ -73,7 +73,7 @@ def behavioural_faults() -> list[str]:
     """Catalog faults whose expected kill is behavioural, in catalog order."""
     from harness.faults import FAULTS
 
-    return [fid for fid, f in FAULTS.items() if f.to_dict()["expected_kill"] == "behavioural"]
+    return [fid for fid, f in FAULTS.items() if kill_record.spec_of(f).expected_kill == "behavioural"]
 
 
 @dataclass

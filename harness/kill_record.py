@@ -380,6 +380,22 @@ def save(matrix: KillMatrix, path: Path) -> None:
     path.write_text(json.dumps(matrix.to_json(), indent=2))
 
 
+def spec_of(fault: Any) -> FaultSpec:
+    """A catalog fault's record, whichever target's (``harness.faults.Fault``, ``SGLangFault``, ``VLLMFault``: each has
+    these fields; an SGLang or vLLM fault also the settings its code runs under, ``env``)."""
+    env = getattr(fault, "env", None)
+    return FaultSpec(
+        id=fault.id,
+        seed=fault.seed,
+        breaks=fault.breaks,
+        user_sees=fault.user_sees,
+        invariant=fault.invariant,
+        expected_kill="structural" if fault.structural_only else "behavioural",
+        structural_reason=fault.structural_only,
+        env=None if env is None else " ".join(f"{k}={v}" for k, v in env),
+    )
+
+
 def specs(faults: Iterable[Any]) -> dict[str, FaultSpec]:
-    """A catalog's faults (each with ``to_dict``) as their records, by id."""
-    return {spec.id: spec for spec in (FaultSpec.from_json(f.to_dict()) for f in faults)}
+    """A catalog's faults as their records, by id."""
+    return {spec.id: spec for spec in map(spec_of, faults)}

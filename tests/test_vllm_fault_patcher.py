@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from harness.env import VLLM_FAULT_ENV
+from harness.kill_record import spec_of
 from harness.targets.sglang.faults import SGLangFault
 from harness.targets.vllm.faults import SourceEdit, SourcePatchError, VLLMFault, activate_from_env, inject, resolve
 from harness.targets.vllm.faults.catalog import KILLED_BY, VLLM_FAULTS, vllm_fault_code
@@ -196,5 +197,5 @@ def test_the_catalog_names_each_fault_once_with_its_code_and_its_killer():
         ), f"{fid}: {code[fid]}"
         assert fault.seed.startswith("#") and fault.breaks and fault.user_sees and fault.invariant, fid
         assert textwrap.dedent(fault.edits[0].match).strip(), f"{fid}: an edit with an empty match"
-    sglang_shape = SGLangFault("x", "#0", "", "", "", ()).to_dict().keys()
-    assert all(f.to_dict().keys() == sglang_shape for f in VLLM_FAULTS.values())
+    sglang_shape = spec_of(SGLangFault("x", "#0", "", "", "", ())).to_json().keys()  # the kill matrix's record
+    assert all(spec_of(f).to_json().keys() == sglang_shape for f in VLLM_FAULTS.values())

@@ -52,17 +52,6 @@ class Fault:
                     f"declared for this fault (add its id to the marker)"
                 )
 
-    def to_dict(self) -> dict[str, str]:
-        return {
-            "id": self.id,
-            "seed": self.seed,
-            "breaks": self.breaks,
-            "user_sees": self.user_sees,
-            "invariant": self.invariant,
-            "expected_kill": "structural" if self.structural_only else "behavioural",
-            "structural_reason": self.structural_only,
-        }
-
 
 def with_entry(table: Mapping[str, Any], name: str, **changes: Any) -> Mapping[str, Any]:
     """A copy of a field table (e.g. ``DECODE_FIELDS``) whose entry ``name`` has ``changes``: a table twin."""

@@ -44,18 +44,6 @@ class VLLMFault:
     structural_only: str = ""  # why no behavioural kill is expected (the real regression had no wrong output)
     env: tuple[tuple[str, str], ...] = ()  # vLLM settings the edited code runs under
 
-    def to_dict(self) -> dict[str, str]:
-        return {
-            "id": self.id,
-            "seed": self.seed,
-            "breaks": self.breaks,
-            "user_sees": self.user_sees,
-            "invariant": self.invariant,
-            "expected_kill": "structural" if self.structural_only else "behavioural",
-            "structural_reason": self.structural_only,
-            "env": " ".join(f"{k}={v}" for k, v in self.env),
-        }
-
 
 def resolve(target: str) -> FunctionType:
     """The plain function behind a dotted ``package.module[.Class].function``: a classmethod's or staticmethod's
