@@ -8,6 +8,7 @@ import dataclasses
 
 import pytest
 
+from harness.evals.logprobs import TokenLogprobs
 from harness.servers.counters import CacheCounters
 from suites.servers.cache_hits import CacheHitRun, Expected, Kind, NoVerdict, judge
 from suites.servers.oracles import Reference, Served
@@ -18,13 +19,24 @@ TOPS = [[-0.1, -2.0, -3.0, -4.0, -5.0]]  # one generated token, its top-5 logpro
 PRESSED = CacheCounters(query_tokens=500, hit_tokens=300, evicted=64, swa_evicted=32, tombstoned=8)
 
 
-def served(cached: int, text: str = " 7") -> Served:
-    return Served(text, TOPS, 50, cached)
+def token_logprobs(text: str, shift: float = 0.0) -> TokenLogprobs:
+    """One generated token with its top-5 (``shift`` added to the chosen token's logprob, as a wrong KV would)."""
+    top = ((text, TOPS[0][0] + shift), *((f" {k}", v) for k, v in zip("abcd", TOPS[0][1:])))
+    return TokenLogprobs((text,), (TOPS[0][0] + shift,), (top,))
 
 
-def run(cached: list[int], pressure: CacheCounters | None = PRESSED, texts: list[str] | None = None) -> CacheHitRun:
+def served(cached: int, text: str = " 7", shift: float = 0.0) -> Served:
+    return Served(text, TOPS, 50, cached, token_logprobs(text, shift))
+
+
+def run(
+    cached: list[int],
+    pressure: CacheCounters | None = PRESSED,
+    texts: list[str] | None = None,
+    shifts: list[float] | None = None,
+) -> CacheHitRun:
     texts = texts or [" 7"] * len(cached)
-    warm = [served(c, t) for c, t in zip(cached, texts)]
+    warm = [served(c, t, d) for c, t, d in zip(cached, texts, shifts or [0.0] * len(cached))]
     fresh = [served(0) for _ in cached]
     return CacheHitRun(list(KINDS), [f"p{i}" for i in range(len(KINDS))], warm, fresh, pressure)
 
@@ -83,3 +95,33 @@ def test_a_warm_answer_that_differs_from_the_fresh_replay_fails_naming_the_reque
     texts = [" 7"] * 5 + [" 8", " 7"]
     with pytest.raises(AssertionError, match=r"#5 \(shared-prefix, 32 of 50 prompt tokens cached\): ' 8' vs ' 7'"):
         judge(run(ALL_HIT, texts=texts), EXPECTED, 1e-4, "sglang", "roomy")
+
+
+def test_the_continuation_is_held_to_the_fresh_replay_by_kl_bit_exact_where_the_server_is_deterministic() -> None:
+    report = judge(run(ALL_HIT), EXPECTED, 1e-4, "vllm", "tight")
+    assert report.bit_exact == (7, 7) and max(report.kl_vs_fresh.values()) == 0.0
+    one_bit = [0.0] * 5 + [2**-30, 0.0]  # far inside the |dlogprob| tolerance: only the bits differ
+    with pytest.raises(AssertionError, match=r"vllm server's logprobs .* differ .* #5 \(shared-prefix.*same bits"):
+        judge(run(ALL_HIT, shifts=one_bit), EXPECTED, 1e-4, "vllm", "tight")
+    assert judge(run(ALL_HIT, shifts=one_bit), EXPECTED, 1e-4, "sglang", "tight").bit_exact == (6, 7)
+
+
+def test_a_continuation_off_its_fresh_replay_by_more_than_the_servers_kl_bound_fails_naming_the_request() -> None:
+    off = [0.0, 0.0, 0.0, -0.05, 0.0, 0.0, 0.0]  # the chosen token's probability 5 % lower on the long reuse
+    with pytest.raises(AssertionError, match=r"nats of KL from the fresh replay's .* #3 \(long, 60 of 50"):
+        judge(run(ALL_HIT, shifts=off), EXPECTED, 1.0, "harness", "tight")  # |dlogprob| alone would pass at 1.0
+
+
+def test_no_per_token_logprobs_is_no_verdict() -> None:
+    silent = run(ALL_HIT)
+    silent.warm[0] = dataclasses.replace(silent.warm[0], logprobs=None)
+    with pytest.raises(NoVerdict, match="no per-token logprobs on 1 requests"):
+        judge(silent, EXPECTED, 1e-4, "sglang", "tight")
+
+
+def test_a_request_sharing_less_than_a_page_is_not_counted() -> None:
+    short = dataclasses.replace(EXPECTED, shared_tokens=[40, 40, 30, 12, 35, 35, 35])  # the long reuse: 12 tokens
+    cached = [c if k != "long" else 0 for k, c in zip(KINDS, ALL_HIT)]
+    assert judge(run(cached), short, 1e-4, "sglang", "roomy", page=16).hits["long"] == (0, 0)
+    with pytest.raises(AssertionError, match="0 of 1 long requests hit"):
+        judge(run(cached), short, 1e-4, "sglang", "roomy", page=1)

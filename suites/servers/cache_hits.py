@@ -5,11 +5,14 @@ A prefix-cache bug shows only when a later request reuses what an earlier one le
 later requests do that, the ways real traffic does:
 
 1. **warm-up** (concurrent, on an emptied cache): one prompt of each shared-prefix group (lm-eval's few-shot
-   contexts share their exemplars), the first turn of each conversation, and prompts several windows long;
+   contexts share their exemplars), the first turn of each conversation, prompts several windows long, and prompts
+   one token under one window, of one window and one token over (SGLang's KL protocol: prefixes below, at and past
+   the window);
 2. **reuse** (concurrent, one client per request), in two waves. The first: every warm-up prompt again
    (``repeat``), each conversation's next turn after the model's own first answer, once per follow-up
    (``second-turn``: the prefix runs through generated tokens), each long prompt with a tail (``long``), and the
-   second prompt of each group (``branch``: the first request that shares only part of a finished prompt). The
+   second prompt of each group (``branch``: the first request that shares only part of a finished prompt), each
+   window-edge prompt with the tail (``edge``). The
    second wave: the rest of each group at once (``shared-prefix``: concurrent requests sharing a cached prefix);
 3. **fresh**: each reuse request again, alone, right after ``flush_cache`` (SGLang's way: its KL tests replay after
    ``/flush_cache``), so it is served with nothing cached.
@@ -18,8 +21,12 @@ Verdict, per kind of reuse, read from the server's own ``usage.prompt_tokens_det
 every request in a roomy pool and on at least half of them (at least one) in a tight one, where LRU may evict a
 prefix before a late arrival reuses it; a kind the server does not hit by design is in one table with its reason
 (``MISSES_BY_DESIGN``): one it never hits must miss (a hit fails, naming the row to drop), one it may miss is not
-counted either way. No fresh replay may hit. Every reuse answer and
-top-5 logprob must equal the fresh replay's and transformers' within the suite's tolerance. A tight pool must prove
+counted either way; a request that shares less than one page cannot hit (a cache holds whole pages) and is not
+counted. No fresh replay may hit. Every reuse answer and
+top-5 logprob must equal the fresh replay's and transformers' within the suite's tolerance, and the continuation's
+logprobs the fresh replay's by KL (SGLang's ``kl_test_utils`` protocol, position by position over the top-5 and the
+rest of the vocabulary as one bucket, the worst position): to the last bit where the server is deterministic on CPU,
+within a measured bound where it is not (``CACHE_KL``). A tight pool must prove
 its pressure with the server's own counters, read from ``/metrics`` before the warm-up and after the reuse waves
 (``harness.servers.counters.CacheCounters``): full KV evicted, SWA KV evicted, SWA KV tombstoned; a pool that did not
 evict, a server that reports no cached tokens, or a flush that leaves hits behind gives no verdict (``NoVerdict``),
@@ -42,7 +49,7 @@ from harness.servers.counters import CacheCounters
 from harness.servers.lifecycle import ServerProcess
 from suites.servers.oracles import Agreement, Reference, Served, agreement, ask, transformers_reference
 
-Kind = Literal["repeat", "second-turn", "long", "branch", "shared-prefix"]
+Kind = Literal["repeat", "second-turn", "long", "edge", "branch", "shared-prefix"]
 Pool = Literal["roomy", "tight"]
 
 
@@ -79,6 +86,28 @@ MISSES_BY_DESIGN: dict[tuple[str, Kind], Miss] = {
 }
 
 
+@dataclass(frozen=True)
+class KlBound:
+    """How close a warm continuation's logprobs must be to the fresh replay's: ``limit`` on the worst position's KL
+    (0: the same bits, every logprob); ``why`` the measurement or design that sets it."""
+
+    limit: float
+    why: str
+
+
+# server kind -> its bound. vLLM serves a hit from the very blocks its prefill wrote and its CPU kernels do not
+# depend on how much of the prompt was cached: bit-exact, measured (worst |dlogprob| vs fresh 0.0 on every run in
+# reports/cache-hits.jsonl). The harness and SGLang prefill only the uncached part, a matmul of another shape: the
+# harness's worst KL vs fresh was 1.5e-10 over its four pools (|dlogprob| <= 4.3e-5), SGLang's 1.9e-12 on its tight pool;
+# each bound is about 60x the worst measured KL, and far below SGLang's GPU threshold (0.02, where kernels are not
+# deterministic): a fault that moves one logprob by 1e-3 is over it.
+CACHE_KL: dict[str, KlBound] = {
+    "vllm": KlBound(0.0, "bit-exact: vLLM's warm answers equal the fresh replays' to the last bit on CPU (measured)"),
+    "harness": KlBound(1e-8, "the uncached suffix's prefill is another matmul shape (KL <= 1.5e-10 measured)"),
+    "sglang": KlBound(1e-10, "the uncached suffix's prefill is another matmul shape (KL <= 1.9e-12 measured)"),
+}
+
+
 class NoVerdict(Exception):
     """The protocol could not judge the cache (the server says nothing about it, or cannot empty it); one line."""
 
@@ -92,9 +121,29 @@ class Workload:
     follow_ups: tuple[str, ...]  # next turns; every conversation branches into each of them
     long: tuple[str, ...]  # prompts several windows long
     tail: str  # what a long prompt's reuse appends
+    edges: tuple[str, ...] = ()  # prompts of one window's length, one token under and one over (``with_edges``)
 
     def warm_up(self) -> list[str]:
-        return [group[0] for group in self.groups] + list(self.openers) + list(self.long)
+        return [group[0] for group in self.groups] + list(self.openers) + list(self.long) + list(self.edges)
+
+    def with_edges(self, ckpt: Path) -> Workload:
+        """This workload with three window-edge prompts for ``ckpt``: word prefixes of the long prompts (the last
+        one, from a quarter, half and three quarters in, so no edge prompt is a prefix of another request) whose tokenizations, BOS included,
+        are one token under the checkpoint's sliding window, the window, and one token over (the nearest below where
+        no word ends exactly there)."""
+        import json
+
+        from tokenizers import Tokenizer
+
+        window = int(json.loads((ckpt / "config.json").read_text())["sliding_window"])
+        tok = Tokenizer.from_file(str(ckpt / "tokenizer.json"))
+        source = self.long[-1].split(" ")
+        edges = []
+        for i, target in enumerate((window - 1, window, window + 1)):
+            words = source[len(source) * (i + 1) // 4 :]
+            n = max(k for k in range(1, len(words)) if len(tok.encode(" ".join(words[:k])).ids) <= target)
+            edges.append(" ".join(words[:n]))
+        return dataclasses.replace(self, edges=tuple(edges))
 
     def reuse_waves(self, warm_answers: Sequence[str]) -> list[list[Reuse]]:
         """The reuse requests in their two waves, given the warm-up's answers (in ``warm_up`` order)."""
@@ -105,6 +154,7 @@ class Workload:
             turn = f"{o.rstrip()} {answer[o].strip()}"  # the first turn as the server holds it: prompt and answer
             first += [Reuse("second-turn", turn + f, turn) for f in self.follow_ups]
         first += [Reuse("long", p + self.tail, p) for p in self.long]
+        first += [Reuse("edge", p + self.tail, p) for p in self.edges]
         first += [Reuse("branch", group[1], group[0]) for group in self.groups]
         return [first, [Reuse("shared-prefix", p, group[0]) for group in self.groups for p in group[2:]]]
 
@@ -155,6 +205,8 @@ class CacheHitReport:
     vs_transformers: Agreement
     pool: Pool
     pressure: CacheCounters | None
+    kl_vs_fresh: dict[str, float]  # kind -> the worst position's KL of a warm continuation against its fresh replay
+    bit_exact: tuple[int, int]  # (requests whose warm logprobs equal the fresh replay's to the last bit, requests)
 
     def record(self, name: str) -> str:
         """The report's line, printed and appended to ``reports/cache-hits.jsonl`` (what each configuration's
@@ -180,6 +232,8 @@ class CacheHitReport:
             "pressure": dataclasses.asdict(self.pressure) if self.pressure else None,
             "worst_vs_fresh": self.vs_fresh.worst,
             "worst_vs_transformers": self.vs_transformers.worst,
+            "kl_vs_fresh": self.kl_vs_fresh,
+            "bit_exact": self.bit_exact,
         }
         with out.open("a") as f:
             f.write(json.dumps(entry) + "\n")
@@ -197,7 +251,8 @@ class CacheHitReport:
         return (
             f"{name} ({self.pool}): {self.requests} reuse requests, hits {kinds}; {self.cached_tokens}/"
             f"{self.prompt_tokens} prompt tokens from the cache{evicted}; worst |dlogprob| vs fresh "
-            f"{self.vs_fresh.worst:.3g}, vs transformers {self.vs_transformers.worst:.3g}"
+            f"{self.vs_fresh.worst:.3g}, vs transformers {self.vs_transformers.worst:.3g}; worst KL vs fresh "
+            f"{max(self.kl_vs_fresh.values(), default=0.0):.3g}, {self.bit_exact[0]}/{self.bit_exact[1]} bit-exact"
         )
 
 
@@ -242,10 +297,11 @@ def expected_hits(requests: int, pool: Pool) -> int:
     return requests if pool == "roomy" else max(1, (requests + 1) // 2)
 
 
-def judge(run: CacheHitRun, expected: Expected, tol: float, server: str, pool: Pool) -> CacheHitReport:
+def judge(run: CacheHitRun, expected: Expected, tol: float, server: str, pool: Pool, page: int = 1) -> CacheHitReport:
     """The verdict (module docstring): NoVerdict when the server cannot be judged, AssertionError when it is wrong.
-    ``server``: the server kind's name (the key of ``MISSES_BY_DESIGN``). A request *hit* when the cache served at
-    least half of the tokens it shares with what it reuses (a match of its first few tokens reuses nothing)."""
+    ``server``: the server kind's name (the key of ``MISSES_BY_DESIGN`` and ``CACHE_KL``). A request *hit* when the
+    cache served at least half of the tokens it shares with what it reuses (a match of its first few tokens reuses
+    nothing); one that shares less than ``page`` tokens (the server's page or block size) is not counted."""
     engine = f"the {server} server"
     if (silent := sum(s.cached_tokens is None for s in run.warm + run.fresh)) > 0:
         raise NoVerdict(
@@ -265,9 +321,14 @@ def judge(run: CacheHitRun, expected: Expected, tol: float, server: str, pool: P
                 f"{engine}'s tight pool did not come under pressure while requests ran (its own counters: "
                 f"{', '.join(missing)}): a pass would prove nothing about eviction"
             )
+    if silent := sum(s.logprobs is None for s in run.warm + run.fresh):
+        raise NoVerdict(f"{engine} returned no per-token logprobs on {silent} requests: the KL check has no verdict")
     hits: dict[str, tuple[int, int]] = {}
     for kind in dict.fromkeys(run.kinds):
-        mine = [i for i, k in enumerate(run.kinds) if k == kind]
+        mine = [i for i, k in enumerate(run.kinds) if k == kind and expected.shared_tokens[i] >= page]
+        if not mine:  # every request of this kind shares less than a page: it cannot hit, nothing to count
+            hits[kind] = (0, 0)
+            continue
         cached = [f"{run.warm[i].cached_tokens}/{expected.shared_tokens[i]}" for i in mine]
         hit = sum(2 * (run.warm[i].cached_tokens or 0) >= expected.shared_tokens[i] > 0 for i in mine)
         hits[kind] = (hit, len(mine))
@@ -297,6 +358,7 @@ def judge(run: CacheHitRun, expected: Expected, tol: float, server: str, pool: P
             f"{found.worst:.3g} nats (> {tol}) at request #{found.where[0]} ({run.kinds[found.where[0]]}), "
             f"token {found.where[1]}"
         )
+    kl_vs_fresh, bit_exact = hold_kl(run, server)
     return CacheHitReport(
         len(run.warm),
         hits,
@@ -306,7 +368,39 @@ def judge(run: CacheHitRun, expected: Expected, tol: float, server: str, pool: P
         vs_transformers,
         pool,
         run.pressure,
+        kl_vs_fresh,
+        (bit_exact, len(run.warm)),
     )
+
+
+def hold_kl(run: CacheHitRun, server: str) -> tuple[dict[str, float], int]:
+    """Each warm continuation's logprobs against its fresh replay's (``compare_item``: chosen-token |dlogprob| and
+    KL over the top-5 and the rest, on the positions both saw the same context), held to the server's ``CACHE_KL``
+    bound; returns the worst KL per kind and how many requests were bit-exact. A server with no row must be
+    bit-exact."""
+    from harness.evals.logprobs import compare_item
+
+    bound = CACHE_KL.get(server, KlBound(0.0, "no measured bound: bit-exact asked"))
+    worst: dict[str, float] = {}
+    exact = 0
+    for i, (kind, warm, fresh) in enumerate(zip(run.kinds, run.warm, run.fresh)):
+        assert warm.logprobs is not None and fresh.logprobs is not None  # judge's NoVerdict ruled that out
+        diff = compare_item(str(i), warm.logprobs, fresh.logprobs)
+        same = warm.logprobs == fresh.logprobs
+        exact += same
+        worst[kind] = max(worst.get(kind, 0.0), diff.max_kl)
+        where = f"request #{i} ({kind}, {warm.cached_tokens} of {warm.prompt_tokens} prompt tokens cached)"
+        if bound.limit == 0.0:
+            assert same, (
+                f"the {server} server's logprobs from a warm cache differ from the fresh replay's at {where}: KL "
+                f"{diff.max_kl:.3g}, |dlogprob| {diff.max_abs_delta:.3g}, first parting token {diff.parted_at}; "
+                f"CACHE_KL asks the same bits ({bound.why})"
+            )
+        assert diff.max_kl <= bound.limit, (
+            f"the {server} server's continuation from a warm cache is {diff.max_kl:.3g} nats of KL from the fresh "
+            f"replay's (> {bound.limit:g}: {bound.why}) at {where}"
+        )
+    return worst, exact
 
 
 def transformers_expectation(ckpt: Path, workload: Workload, new_tokens: int) -> Expected:
@@ -337,19 +431,26 @@ def hold(
     name: str,
     pool: Pool,
     extra: Mapping[str, Any] | None = None,
+    page: int = 1,
 ) -> CacheHitReport:
     """A server's test: the protocol run and judged against ``transformers_expectation``; no verdict fails the test
-    in one line; the report recorded under ``name``."""
+    in one line; the report recorded under ``name``. ``page``: the server's page (block) size."""
     run = run_protocol(kind, server, served, workload, new_tokens, extra)
     assert run.prompts == expected.prompts, (
         f"the {kind.name} server's warm-up answers differ from transformers', so do its reuse prompts"
     )
     try:
-        report = judge(run, expected, tol, kind.name, pool)
+        report = judge(run, expected, tol, kind.name, pool, page)
     except NoVerdict as exc:
         pytest.fail(f"NO VERDICT: {exc}", pytrace=False)
     report.record(name)
     return report
+
+
+def page_of(flags: Sequence[str], flag: str = "--page-size") -> int:
+    """The page (block) size a server's flags ask for; 1 where they do not say."""
+    flags = list(flags)
+    return int(flags[flags.index(flag) + 1]) if flag in flags else 1
 
 
 def hold_pressure(kind: ServerKind, server: ServerProcess) -> CacheCounters:

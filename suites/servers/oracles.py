@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from harness.evals.logprobs import TokenLogprobs
 from harness.servers.base import ServerKind, ServerSpec
 from harness.servers.lifecycle import ServerProcess, ServerTransportError, last_error
 
@@ -131,6 +132,7 @@ class Served:
     tops: Top
     prompt_tokens: int
     cached_tokens: int | None
+    logprobs: TokenLogprobs | None = None  # per generated token: its text, logprob and top list (for KL)
 
 
 def ask(
@@ -170,11 +172,16 @@ def ask(
         raise ServerTransportError("dropped", f"the server dropped a request ({said}){_log(server)}") from None
     choice, usage = answer["choices"][0], answer.get("usage") or {}
     cached = (usage.get("prompt_tokens_details") or {}).get("cached_tokens")
+    try:
+        tokens = TokenLogprobs.from_openai(choice["logprobs"])
+    except (KeyError, TypeError, ValueError):  # a server without per-token lists: the KL check says NO VERDICT
+        tokens = None
     return Served(
         choice["text"],
         [sorted(t.values(), reverse=True) for t in choice["logprobs"]["top_logprobs"]],
         int(usage.get("prompt_tokens", 0)),
         cached if isinstance(cached, int) else None,
+        tokens,
     )
 
 

@@ -13,7 +13,7 @@ import pytest
 from harness.servers.base import ServerSpec
 from harness.servers.harness_server import HarnessServer
 from suites.conftest import TRAINED_CHECKPOINTS
-from suites.servers.cache_hits import Expected, Workload, hold, lm_eval_workload, transformers_expectation
+from suites.servers.cache_hits import Expected, Workload, hold, lm_eval_workload, page_of, transformers_expectation
 from suites.servers.oracles import running
 
 KIND = HarnessServer()
@@ -38,7 +38,7 @@ ROOMY = ("--max-running", "8", "--full-pool-size", "16384", "--swa-pool-size", "
 
 @pytest.fixture(scope="module")
 def workload() -> Workload:
-    return lm_eval_workload()
+    return lm_eval_workload().with_edges(CKPT)
 
 
 @pytest.fixture(scope="module")
@@ -66,4 +66,4 @@ def test_a_warm_prefix_cache_answers_as_a_fresh_one_and_transformers(
     pool = "tight" if flags else "roomy"  # tight: the protocol asks the server's counters for evictions
     with harness_server(flags, graphs, tmp_path / "server.log") as server:
         name = f"harness {graphs} {' '.join(flags) or 'roomy'}"
-        hold(KIND, server, SERVED, workload, NEW_TOKENS, reference, LOGPROB_TOL, name, pool)
+        hold(KIND, server, SERVED, workload, NEW_TOKENS, reference, LOGPROB_TOL, name, pool, page=page_of(flags))

@@ -31,7 +31,15 @@ from harness.servers.lifecycle import ServerProcess, ServerTransportError
 from harness.servers.sglang_server import CPU_FLAGS, SGLangServer
 from harness.env import SGLANG_PATCH_ENV, SGLANG_SERVER_ENV
 from suites.known_failures import known_failure
-from suites.servers.cache_hits import Expected, Pool, hold, hold_pressure, transformers_expectation, word_workload
+from suites.servers.cache_hits import (
+    Expected,
+    Pool,
+    hold,
+    hold_pressure,
+    page_of,
+    transformers_expectation,
+    word_workload,
+)
 from suites.servers.shared import SharedServers
 from suites.servers.oracles import (
     Reference,
@@ -245,11 +253,14 @@ def cache_workload():
 
 @pytest.fixture(scope="module")
 def cache_reference(ckpt: Path) -> Expected:
-    return transformers_expectation(ckpt, cache_workload(), CACHE_NEW_TOKENS)
+    return transformers_expectation(ckpt, cache_workload().with_edges(ckpt), CACHE_NEW_TOKENS)
 
 
-def hold_cache_hits(server: ServerProcess, cache_reference: Expected, name: str, pool: Pool) -> None:
-    hold(ENGINE, server, SERVED, cache_workload(), CACHE_NEW_TOKENS, cache_reference, LOGPROB_TOL, name, pool)
+def hold_cache_hits(
+    server: ServerProcess, ckpt: Path, cache_reference: Expected, name: str, pool: Pool, page: int = 1
+) -> None:
+    workload = cache_workload().with_edges(ckpt)
+    hold(ENGINE, server, SERVED, workload, CACHE_NEW_TOKENS, cache_reference, LOGPROB_TOL, name, pool, page=page)
 
 
 @pytest.mark.parametrize(
@@ -286,7 +297,8 @@ def test_a_warm_radix_cache_answers_as_a_fresh_one_and_transformers(
 ) -> None:
     tightness: Pool = "roomy" if pool == ROOMY else "tight"  # tight: the protocol asks its counters for evictions
     with sglang_server(ckpt, pool, tmp_path / "server.log", env=env) as server:
-        hold_cache_hits(server, cache_reference, f"sglang {' '.join(pool)} {' '.join(env)}", tightness)
+        name = f"sglang {' '.join(pool)} {' '.join(env)}"
+        hold_cache_hits(server, ckpt, cache_reference, name, tightness, page_of(pool))
 
 
 FINDING_FINISHED_PROMPT_SWA = (
@@ -334,7 +346,7 @@ def test_graphs_on_a_warm_radix_cache_answers_as_a_fresh_one(
     staircase answer is the first tokens of transformers' (word-level: the text is a prefix)."""
     flags = (*CACHE_GRAPHS, "--decode-log-interval", "1")
     with sglang_server(ckpt, flags, tmp_path / "server.log", graphs="on") as server:
-        hold_cache_hits(server, cache_reference, "sglang graphs on", "roomy")
+        hold_cache_hits(server, ckpt, cache_reference, "sglang graphs on", "roomy")
         stairs = prompts()[:8]
         with ThreadPoolExecutor(len(stairs)) as pool:
             answers = list(pool.map(lambda i: ask(server, SERVED, stairs[i], 2 * (i + 1)).text, range(len(stairs))))

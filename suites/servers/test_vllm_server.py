@@ -34,7 +34,14 @@ from harness.servers.vllm import VLLMServer
 from harness.env import VLLM_SERVER_ENV
 from harness.paths import REPO
 from suites.servers.shared import SharedServers
-from suites.servers.cache_hits import Expected, hold, hold_pressure, lm_eval_workload, transformers_expectation
+from suites.servers.cache_hits import (
+    Expected,
+    hold,
+    hold_pressure,
+    lm_eval_workload,
+    page_of,
+    transformers_expectation,
+)
 from suites.servers.oracles import (
     VLLM_BY_ID,
     Reference,
@@ -177,7 +184,7 @@ CACHE_TIGHT_BLOCKS = {"gemma2-tiny-swa": 72, "gemma3-tiny-swa": 300}
 
 @pytest.fixture(scope="module")
 def cache_reference(ckpt: Path) -> Expected:
-    return transformers_expectation(ckpt, lm_eval_workload(), CACHE_NEW_TOKENS)
+    return transformers_expectation(ckpt, lm_eval_workload().with_edges(ckpt), CACHE_NEW_TOKENS)
 
 
 @pytest.mark.parametrize(
@@ -197,8 +204,21 @@ def test_a_warm_prefix_cache_answers_as_a_fresh_one_and_transformers(
     )
     with vllm_server(ckpt, flags, tmp_path / "server.log", graphs) as server:
         name = f"vllm {ckpt.name} {graphs} {pool}"
-        workload = lm_eval_workload()
-        hold(ENGINE, server, SERVED, workload, CACHE_NEW_TOKENS, cache_reference, LOGPROB_TOL, name, pool, VLLM_BY_ID)
+        workload = lm_eval_workload().with_edges(ckpt)
+        page = page_of(flags, "--block-size")  # 32: no window-edge prompt (15-17 tokens) fills a block, none counted
+        hold(
+            ENGINE,
+            server,
+            SERVED,
+            workload,
+            CACHE_NEW_TOKENS,
+            cache_reference,
+            LOGPROB_TOL,
+            name,
+            pool,
+            VLLM_BY_ID,
+            page,
+        )
 
 
 @pytest.mark.extended
