@@ -16,7 +16,7 @@ import json
 from bench.common import markdown_table, write_section
 from harness.paths import REPO
 
-KINDS = ("repeat", "second-turn", "long", "branch", "shared-prefix")
+KINDS = ("repeat", "second-turn", "long", "edge", "branch", "shared-prefix")
 JSONL = REPO / "reports" / "cache-hits.jsonl"
 
 
@@ -43,6 +43,8 @@ def rows(since: str) -> list[list[str]]:
                 evicted if p else "(no counters)",
                 f"{e['worst_vs_fresh']:.2g}",
                 f"{e['worst_vs_transformers']:.2g}",
+                f"{max(e['kl_vs_fresh'].values(), default=0.0):.2g}" if "kl_vs_fresh" in e else "-",
+                "{}/{}".format(*e["bit_exact"]) if "bit_exact" in e else "-",
             ]
         )
     return out
@@ -65,13 +67,18 @@ def main(argv: list[str] | None = None) -> int:
         "evicted while requests ran: full, SWA, tombstoned (server's counters)",
         "Δ vs fresh",
         "Δ vs transformers",
+        "KL vs fresh",
+        "bit-exact vs fresh",
     )
     body = (
         "A request *hits* when the cache served at least half of the tokens it shares with what it reuses. A roomy pool "
         "must hit every request of a kind, a tight one half (at least one), and must show all three eviction counts above 0; "
         "the branch (the first request sharing part of a finished prompt) misses by design on every server "
         "(`MISSES_BY_DESIGN` in `suites/servers/cache_hits.py`). Δ: the worst |Δlogprob| over every generated token's "
-        "top 5.\n\n" + markdown_table(header, table)
+        "top 5. KL: the worst position's KL of a warm continuation against its fresh replay (top 5 and the rest; "
+        "`CACHE_KL`: vLLM must be bit-exact, the harness <= 1e-8, SGLang <= 1e-10). Edge: prompts one token under "
+        "one window, of one window and one over, then extended; a request sharing less than a page is not counted "
+        "(vLLM's 32-token blocks: none).\n\n" + markdown_table(header, table)
     )
     command = "the server suites (nox -s tests, sglang_server, vllm), then python -m bench.cache_hits" + (
         f" --since {args.since}" if args.since else ""
