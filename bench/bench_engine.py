@@ -253,7 +253,7 @@ def main() -> None:
         f"Checkpoint: `{checkpoint.relative_to(Path.cwd()) if checkpoint.is_relative_to(Path.cwd()) else checkpoint.name}`; "
         f"greedy, {args.prompt_len}-token prompts, {args.new_tokens} new tokens, EOS ignored, "
         f"decode time = t(new) - t(1), medians of {args.repeats} interleaved repeats, {args.threads} torch thread(s); "
-        f"tok/s and the first three ratios on the wall clock, the last two on the thread's CPU clock read around the "
+        f"tok/s and the ratios on the wall clock, those marked CPU time on the thread's CPU clock read around the "
         f"same calls (the machine is shared: the wall clock also counts other processes' time slices). The engine "
         f"runs as shipped (`cpu_kernels=auto`; here the kernels used: {kernels}, "
         f'`harness/engine/cpu_kernels.py`); "tape, torch ops" is the same engine with `cpu_kernels=torch`. Every '
