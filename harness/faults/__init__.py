@@ -7,62 +7,15 @@ SWA_HARNESS_FAULT=pad-swa-loc-not-zeroed nox -s tests   # one process
 from __future__ import annotations
 
 from harness.faults.base import FAULT_ENV, Fault, Patch, activate_from_env, inject
-from harness.faults.catalog import (
-    capture_after_warm_cache,
-    chunked_insert_drops_swa_evicted,
-    extend_capture_after_warm_cache,
-    extend_pad_swa_loc_not_zeroed,
-    invalidate_after_graph_check,
-    no_invalidate_on_mutation,
-    pad_swa_loc_not_zeroed,
-    prefill_ignores_precomputed_loc,
-    resume_key_drops_env,
-    resume_key_drops_generation_budget,
-    series_ignores_checkpoint,
-    stale_pool_attribute_loc,
-    storage_ptr_cache_key,
-    swa_frontier_reaches_insert_boundary,
-    swa_frontier_tombstones_last_leaf,
-    swa_loc_int64,
-    swa_loc_not_preset,
-    tokenizer_memo_keyed_by_folder,
-    window_indices_pollute_memo,
-)
-
-FAULTS: dict[str, Fault] = {
-    fault.id: fault
-    for m in (
-        swa_loc_not_preset,
-        pad_swa_loc_not_zeroed,
-        swa_loc_int64,
-        prefill_ignores_precomputed_loc,
-        stale_pool_attribute_loc,
-        storage_ptr_cache_key,
-        no_invalidate_on_mutation,
-        capture_after_warm_cache,
-        invalidate_after_graph_check,
-        window_indices_pollute_memo,
-        extend_pad_swa_loc_not_zeroed,
-        extend_capture_after_warm_cache,
-        chunked_insert_drops_swa_evicted,
-        swa_frontier_tombstones_last_leaf,
-        swa_frontier_reaches_insert_boundary,
-        # The layers between a run and its verdict (issue 41): what reuses a result, keyed by what produced it.
-        resume_key_drops_env,
-        resume_key_drops_generation_budget,
-        series_ignores_checkpoint,
-        tokenizer_memo_keyed_by_folder,
-    )
-    for fault in getattr(m, "FAULTS_BY_POINT", None)
-    or (m.FAULT,)  # a module holds one fault, or one per mutation point
-}
 
 
-def get_fault(fault_id: str) -> Fault:
-    try:
-        return FAULTS[fault_id]
-    except KeyError:
-        raise ValueError(f"unknown fault {fault_id!r}; known faults: {', '.join(FAULTS)}") from None
+def __getattr__(name: str) -> object:
+    """``FAULTS`` and ``get_fault`` load the catalog (and so torch) on first use, not on ``import harness.faults``."""
+    if name in ("FAULTS", "get_fault"):
+        from harness.faults import by_id
+
+        return getattr(by_id, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 __all__ = ["FAULTS", "FAULT_ENV", "Fault", "Patch", "activate_from_env", "get_fault", "inject"]

@@ -526,14 +526,14 @@ def main(argv: list[str] | None = None) -> int:
             print(f"DIFFERS: {line}")
         return 1 if differences else 0
     target = MATRIX_TARGETS[args.target]
+    if not args.list and target.needs and (reason := unimportable(target.needs)):  # before the catalog: no torch
+        print(f"{NO_VERDICT}faults --target {target.name}: {reason}", file=sys.stderr)
+        return 2
     catalog = target.catalog()
     if args.list:
         for fault in catalog.values():
             print(f"{fault.id:42} {fault.seed:30} {fault.breaks}")
         return 0
-    if target.needs and (reason := unimportable(target.needs)):
-        print(f"{NO_VERDICT}faults --target {target.name}: {reason}", file=sys.stderr)
-        return 2
     unknown = [f for f in args.only or [] if f not in catalog]
     if unknown:
         parser.error(f"unknown fault ids {unknown}; known for target {target.name}: {', '.join(catalog)}")
