@@ -80,6 +80,7 @@ for index, (package, setup, modules) in enumerate(json.loads(sys.argv[1])):
     try:
         if importlib.util.find_spec(package) is None:
             raise ModuleNotFoundError(f"No module named {package!r}", name=package)
+        importlib.import_module(package)  # before the setup, which imports torch: a broken package fails first
         exec(setup)
         for name in modules:
             step = f"import {name}"
