@@ -125,3 +125,18 @@ def test_a_request_sharing_less_than_a_page_is_not_counted() -> None:
     assert judge(run(cached), short, 1e-4, "sglang", "roomy", page=16).hits["long"] == (0, 0)
     with pytest.raises(AssertionError, match="0 of 1 long requests hit"):
         judge(run(cached), short, 1e-4, "sglang", "roomy", page=1)
+
+
+def test_window_edge_prompts_are_one_window_and_a_token_either_side_and_none_where_a_page_is_longer() -> None:
+    from tokenizers import Tokenizer
+
+    from suites.conftest import TRAINED_CHECKPOINTS
+    from suites.servers.cache_hits import lm_eval_workload
+
+    ckpt = TRAINED_CHECKPOINTS["gemma2-tiny-swa"]  # window 16
+    tok = Tokenizer.from_file(str(ckpt / "tokenizer.json"))
+    plain = lm_eval_workload()
+    edged = plain.with_edges(ckpt)
+    assert [len(tok.encode(p).ids) for p in edged.edges] == [15, 16, 17]  # BOS included
+    assert edged.warm_up()[-3:] == list(edged.edges) and plain.with_edges(ckpt, page=32) == plain
+    assert [r.kind for r in edged.reuse(["x"] * len(edged.warm_up()))].count("edge") == 3

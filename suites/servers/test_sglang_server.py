@@ -17,6 +17,7 @@ Needs the SGLang server recipe (``nox -s sglang_server``); elsewhere it skips, n
 
 from __future__ import annotations
 
+import functools
 import os
 import re
 from concurrent.futures import ThreadPoolExecutor
@@ -34,6 +35,7 @@ from suites.known_failures import known_failure
 from suites.servers.cache_hits import (
     Expected,
     Pool,
+    Workload,
     hold,
     hold_pressure,
     page_of,
@@ -251,16 +253,17 @@ def cache_workload():
     return word_workload(WORDS[4:], window=6)
 
 
-@pytest.fixture(scope="module")
-def cache_reference(ckpt: Path) -> Expected:
-    return transformers_expectation(ckpt, cache_workload().with_edges(ckpt), CACHE_NEW_TOKENS)
+@functools.cache
+def cache_expectation(ckpt: Path, page: int = 1) -> tuple[Workload, Expected]:
+    """The protocol's workload for a pool of ``page`` (window-edge prompts where they can fill a page) and what
+    transformers answers to it; once per checkpoint and page."""
+    workload = cache_workload().with_edges(ckpt, page)
+    return workload, transformers_expectation(ckpt, workload, CACHE_NEW_TOKENS)
 
 
-def hold_cache_hits(
-    server: ServerProcess, ckpt: Path, cache_reference: Expected, name: str, pool: Pool, page: int = 1
-) -> None:
-    workload = cache_workload().with_edges(ckpt)
-    hold(ENGINE, server, SERVED, workload, CACHE_NEW_TOKENS, cache_reference, LOGPROB_TOL, name, pool, page=page)
+def hold_cache_hits(server: ServerProcess, ckpt: Path, name: str, pool: Pool, page: int = 1) -> None:
+    workload, expected = cache_expectation(ckpt, page)
+    hold(ENGINE, server, SERVED, workload, CACHE_NEW_TOKENS, expected, LOGPROB_TOL, name, pool, page=page)
 
 
 @pytest.mark.parametrize(
@@ -293,12 +296,12 @@ def hold_cache_hits(
     ],
 )
 def test_a_warm_radix_cache_answers_as_a_fresh_one_and_transformers(
-    pool: tuple[str, ...], env: dict[str, str], ckpt: Path, tmp_path: Path, cache_reference
+    pool: tuple[str, ...], env: dict[str, str], ckpt: Path, tmp_path: Path
 ) -> None:
     tightness: Pool = "roomy" if pool == ROOMY else "tight"  # tight: the protocol asks its counters for evictions
     with sglang_server(ckpt, pool, tmp_path / "server.log", env=env) as server:
         name = f"sglang {' '.join(pool)} {' '.join(env)}"
-        hold_cache_hits(server, ckpt, cache_reference, name, tightness, page_of(pool))
+        hold_cache_hits(server, ckpt, name, tightness, page_of(pool))
 
 
 FINDING_FINISHED_PROMPT_SWA = (
@@ -338,7 +341,7 @@ def test_keeping_the_prompts_swa_kv_lets_the_first_sharer_hit(ckpt: Path, tmp_pa
 
 @pytest.mark.extended
 def test_graphs_on_a_warm_radix_cache_answers_as_a_fresh_one(
-    ckpt: Path, tmp_path: Path, cache_reference, transformers_run: Reference
+    ckpt: Path, tmp_path: Path, transformers_run: Reference
 ) -> None:
     """SGLang's CPU graph runner under the protocol, then a staircase: 8 requests at once asking 2, 4, ..., 16 tokens,
     so the decode batch shrinks through every raw size from 8 to 1 whatever the arrival order (the protocol alone
@@ -346,7 +349,7 @@ def test_graphs_on_a_warm_radix_cache_answers_as_a_fresh_one(
     staircase answer is the first tokens of transformers' (word-level: the text is a prefix)."""
     flags = (*CACHE_GRAPHS, "--decode-log-interval", "1")
     with sglang_server(ckpt, flags, tmp_path / "server.log", graphs="on") as server:
-        hold_cache_hits(server, ckpt, cache_reference, "sglang graphs on", "roomy")
+        hold_cache_hits(server, ckpt, "sglang graphs on", "roomy")
         stairs = prompts()[:8]
         with ThreadPoolExecutor(len(stairs)) as pool:
             answers = list(pool.map(lambda i: ask(server, SERVED, stairs[i], 2 * (i + 1)).text, range(len(stairs))))

@@ -182,9 +182,12 @@ CACHE_NEW_TOKENS = 24
 CACHE_TIGHT_BLOCKS = {"gemma2-tiny-swa": 72, "gemma3-tiny-swa": 300}
 
 
+BLOCK = 32  # every pool's --block-size: two windows, so no window-edge prompt (15-17 tokens) fills a block
+
+
 @pytest.fixture(scope="module")
 def cache_reference(ckpt: Path) -> Expected:
-    return transformers_expectation(ckpt, lm_eval_workload().with_edges(ckpt), CACHE_NEW_TOKENS)
+    return transformers_expectation(ckpt, lm_eval_workload().with_edges(ckpt, BLOCK), CACHE_NEW_TOKENS)
 
 
 @pytest.mark.parametrize(
@@ -204,8 +207,9 @@ def test_a_warm_prefix_cache_answers_as_a_fresh_one_and_transformers(
     )
     with vllm_server(ckpt, flags, tmp_path / "server.log", graphs) as server:
         name = f"vllm {ckpt.name} {graphs} {pool}"
-        workload = lm_eval_workload().with_edges(ckpt)
-        page = page_of(flags, "--block-size")  # 32: no window-edge prompt (15-17 tokens) fills a block, none counted
+        page = page_of(flags, "--block-size")
+        assert page == BLOCK, flags
+        workload = lm_eval_workload().with_edges(ckpt, page)  # no edge prompt is sent (they cannot fill a block)
         hold(
             ENGINE,
             server,
