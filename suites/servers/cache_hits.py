@@ -100,7 +100,7 @@ class KlBound:
 # reports/cache-hits.jsonl). The harness and SGLang prefill only the uncached part, a matmul of another shape: the
 # harness's worst KL vs fresh was 1.5e-10 over its four pools (|dlogprob| <= 4.3e-5), SGLang's 1.9e-12 on its tight pool;
 # each bound is about 60x the worst measured KL, and far below SGLang's GPU threshold (0.02, where kernels are not
-# deterministic): a fault that moves one logprob by 1e-3 is over it.
+# deterministic). KL is about p * d**2 / 2 for a token of probability p whose logprob moves by d.
 CACHE_KL: dict[str, KlBound] = {
     "vllm": KlBound(0.0, "bit-exact: vLLM's warm answers equal the fresh replays' to the last bit on CPU (measured)"),
     "harness": KlBound(1e-8, "the uncached suffix's prefill is another matmul shape (KL <= 1.5e-10 measured)"),
@@ -131,8 +131,7 @@ class Workload:
         quarter, half and three quarters in, so no edge prompt is a prefix of another request) whose tokenizations,
         BOS included, are one token under the checkpoint's sliding window, the window, and one token over. Where even
         the longest is under ``page`` (the server's page or block size), no edge prompt is sent: none could hit, and
-        three more warm-up prompts would only add to a tight pool's pressure (measured: SGLang's page-16 pools on a
-        window of 6 fell from 5 of 6 repeats hit to 2)."""
+        three more warm-up prompts would only add to a tight pool's pressure."""
         import json
 
         from tokenizers import Tokenizer
