@@ -11,9 +11,10 @@ from pathlib import Path
 
 import torch
 
-from harness.engine.forward_batch import ForwardMode
+from harness.engine.forward_batch import ForwardBatch, ForwardMode
 from harness.engine.cpu_kernels import KERNEL_MODES, resolve_kernels
 from harness.engine.model_runner import ModelRunner, PoolSizes
+from harness.engine.overlap import Schedule, resolve_futures
 from harness.engine.request import FinishReason, GenerateOutput, PositionLogprobs, Req, RequestError, SamplingParams
 from harness.engine.sampling import SamplingFailure, sample
 from harness.engine.scheduler import PromptRows, ScheduledBatch, Scheduler
@@ -74,8 +75,20 @@ class EngineConfig:
     # A radix cache of finished and chunked requests' KV (harness/mem/radix_cache.py), as every real server
     # keeps: a request skips the prefill of its cached prefix. Off: every request prefills its whole prompt.
     prefix_cache: bool = True
+    # sync | overlap: step n+1 scheduled while step n's forward is in flight, as SGLang's overlap scheduler and
+    # vLLM's async scheduling do (harness/engine/overlap.py: its rules); not with speculative decoding
+    schedule: Schedule | str = Schedule.SYNC
 
     def __post_init__(self) -> None:
+        try:
+            object.__setattr__(self, "schedule", Schedule(self.schedule))
+        except ValueError:
+            raise ValueError(f"schedule must be one of {[s.value for s in Schedule]}, got {self.schedule!r}") from None
+        if self.schedule is Schedule.OVERLAP and self.speculative_tokens:
+            raise ValueError(
+                "schedule='overlap' needs speculative_tokens 0: a verify's accepted count decides where "
+                "the next step starts"
+            )
         for name in ("dtype", "kv_dtype"):
             value = getattr(self, name)
             if value is not None and value not in DTYPES:
@@ -167,7 +180,10 @@ class Engine:
             window=window,
             speculative_tokens=config.speculative_tokens,
             tree_cache=self.tree_cache,
+            overlap=config.schedule is Schedule.OVERLAP,
         )
+        self._in_flight: tuple[ScheduledBatch, ForwardBatch] | None = None  # overlap: the step launched, not run
+        self._drained: list[GenerateOutput] = []  # overlap: outputs of a step run early by ``cancel``
         self.spec_stats = {"verifies": 0, "drafts": 0, "accepted": 0}  # counts over the engine's life
         self._hits = {"prompt_tokens": 0, "cached_tokens": 0}  # the prefix cache's, over finished requests
         self.eos_token_ids = set(self.model_config.eos_token_ids) | set(
@@ -206,6 +222,7 @@ class Engine:
             speculative_tokens=limits.speculative_tokens,
             prefix_cache=limits.prefix_cache,
             swa_windows_held=self.cache_builder.swa_windows_held if limits.prefix_cache else 1,
+            steps_in_flight=limits.schedule.steps_in_flight,
         )
         kv_dtype = DTYPES[limits.kv_dtype] if limits.kv_dtype else self.model.dtype
         full_size = limits.full_pool_size or self._fit_full_pool(default.full_size, kv_dtype)
@@ -338,25 +355,60 @@ class Engine:
     # -- the loop --------------------------------------------------------------------------------
 
     def has_work(self) -> bool:
-        return self.scheduler.has_work()
+        return self.scheduler.has_work() or self._in_flight is not None
 
     def cancel(self, req: Req) -> bool:
-        """Drop one request, queued or running, giving back whatever it holds; False if it is gone already."""
+        """Drop one request, queued or running, giving back whatever it holds; False if it is gone already. With
+        overlap scheduling the step in flight runs first when the request is in it (overlap.py, rule 3)."""
+        if self._in_flight is not None and req in self._in_flight[0].reqs:
+            launched, self._in_flight = self._in_flight, None
+            self._drained += self._run_launched(*launched).finished
         return self.scheduler.cancel(req)
 
     def step(self) -> StepOutput:
-        """One forward of the scheduler's next batch, then sampling for the requests that need a token."""
+        """One forward of the scheduler's next batch, then sampling for the requests that need a token. With overlap
+        scheduling: launch the next step (schedule it, allocate its KV), then run, sample and commit the one in
+        flight (``harness/engine/overlap.py``)."""
+        if self.config.schedule is Schedule.OVERLAP:
+            return self._step_overlapped()
+        launched = self._launch()
+        return StepOutput(None) if launched is None else self._run(*launched)
+
+    def _launch(self) -> tuple[ScheduledBatch, ForwardBatch] | None:
         sched = self.scheduler.schedule()
-        if sched is None:
-            return StepOutput(None)
-        batch = self.scheduler.build_forward_batch(sched)
+        return None if sched is None else (sched, self.scheduler.build_forward_batch(sched))
+
+    def _step_overlapped(self) -> StepOutput:
+        if self._in_flight is None:
+            self._in_flight = self._launch()
+        running, self._in_flight = self._in_flight, None
+        if running is None:
+            return self._with_drained(StepOutput(None))
+        self._in_flight = self._launch()  # step n+1, while step n is in flight
+        return self._with_drained(self._run_launched(*running))
+
+    def _run_launched(self, sched: ScheduledBatch, batch: ForwardBatch) -> StepOutput:
+        resolve_futures(sched.futures, batch)  # its inputs the step before it sampled
+        return self._run(sched, batch)
+
+    def _with_drained(self, out: StepOutput) -> StepOutput:
+        """``out`` with the outputs of a step ``cancel`` ran early, so that no finished request goes unreported."""
+        if not self._drained:
+            return out
+        drained, self._drained = tuple(self._drained), []
+        return StepOutput(out.mode, out.advanced, drained + out.finished)
+
+    def _run(self, sched: ScheduledBatch, batch: ForwardBatch) -> StepOutput:
         logits = self.runner.forward(batch)
         if sched.mode is ForwardMode.TARGET_VERIFY:
             return self._verified(sched, logits)
         for rows in sched.prompt_rows:  # read now: a graph's logits are a view its next replay overwrites
             self._score_prompt(rows, logits)
+        void = [req for req in sched.reqs if req.finished]  # overlap: finished while this step was in flight
         ready = self.scheduler.commit(sched)
-        advanced = tuple(req.rid for req in sched.reqs)
+        for req in void:  # its token is dropped; its slots were read by this step only, and now go
+            self.scheduler.release(req)
+        advanced = tuple(req.rid for req in sched.reqs if req not in void)
         if not ready:
             return StepOutput(sched.mode, advanced)
         finished = []
@@ -373,20 +425,28 @@ class Engine:
         # decode: one row per request; extend: the rows of requests that finished prefill (picked out of every row
         # of a prompt being scored)
         rows = logits if sched.sample_rows is None else logits[sched.sample_rows]
+        if void and sched.sample_rows is None:
+            rows = logits[[i for i, req in enumerate(sched.reqs) if req not in void]]
         tokens = sample(rows, sampling)
         for row, (req, token) in enumerate(zip(sampling, tokens)):
             if isinstance(token, SamplingFailure):  # this request fails alone; the batch goes on
                 req.finish_reason, req.error = FinishReason.ERROR, token.message
-                self.scheduler.release(req)
+                self._release_unless_launched(req)
                 finished.append(self._output(req))
                 continue
             if req.return_logits:
                 req.step_logits.append(rows[row].clone())
             self._append_token(req, token)
             if req.finished:
-                self.scheduler.release(req)
+                self._release_unless_launched(req)
                 finished.append(self._output(req))
         return StepOutput(sched.mode, advanced, tuple(finished))
+
+    def _release_unless_launched(self, req: Req) -> None:
+        """A finished request gives back its KV, unless the step in flight reads it: then that step releases it
+        (overlap.py, rule 3)."""
+        if self._in_flight is None or req not in self._in_flight[0].reqs:
+            self.scheduler.release(req)
 
     @staticmethod
     def _score_prompt(rows: PromptRows, logits: torch.Tensor) -> None:
@@ -512,6 +572,7 @@ class Engine:
     def abort_all(self) -> list[Req]:
         """Drop every request in flight, e.g. after ``step`` raised; the engine then serves new ones."""
         self.runner.pool.invalidate_loc_cache()
+        self._in_flight, self._drained = None, []
         return self.scheduler.abort_all()
 
     # -- accounting ------------------------------------------------------------------------------

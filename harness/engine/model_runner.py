@@ -47,6 +47,7 @@ class PoolSizes:
         speculative_tokens: int = 0,
         prefix_cache: bool = False,
         swa_windows_held: int = 1,
+        steps_in_flight: int = 1,
     ) -> "PoolSizes":
         # The SWA pool is sized for the window, not for whole sequences (see scheduler.py); both in whole pages.
         swa = swa_slots_needed(
@@ -57,6 +58,7 @@ class PoolSizes:
             speculative_tokens=speculative_tokens,
             prefix_cache=prefix_cache,
             swa_windows_held=swa_windows_held,
+            steps_in_flight=steps_in_flight,
         )
         full = max_running * pages(max_context_len, page_size) * page_size
         return cls(max_running, max_context_len, full_size=full, swa_size=swa)

@@ -44,6 +44,10 @@ extend of each request's last token and its drafts (``drafts.propose_drafts``) w
 logits. The engine accepts the drafts the target agrees with; ``commit_verify`` keeps their KV and
 gives back the slots of the rest. A request never drafts past its reservation: its last possible
 token needs no KV, so drafts stop one short of ``max_new_tokens``.
+
+Overlap scheduling (``overlap=True``, ``harness.engine.overlap``: its rules): the next step is scheduled while one
+is in flight, so batches are chosen and placed on ``slots_len`` (scheduled tokens) and everything that frees or
+publishes KV counts ``kv_len`` (computed tokens); in sync scheduling the two are equal whenever this class looks.
 """
 
 from __future__ import annotations
@@ -55,12 +59,14 @@ import torch
 
 from harness.engine.drafts import propose_drafts
 from harness.engine.forward_batch import ForwardBatch, ForwardMode
+from harness.engine.overlap import FUTURE_TOKEN, Future
 from harness.engine.request import FinishReason, Req
 from harness.engine.sampling import GREEDY_BELOW
 from harness.mem import ReqToTokenPool, SWATokenToKVPoolAllocator
 from harness.mem.contracts import PrefixCache
 from harness.mem.eviction import Evicted, evict_measured
 from harness.mem.index import LOC_DTYPE
+from harness.seams import seam
 
 
 def pages(tokens: int, page_size: int) -> int:
@@ -76,6 +82,7 @@ def swa_slots_needed(
     speculative_tokens: int = 0,
     prefix_cache: bool = False,
     swa_windows_held: int = 1,
+    steps_in_flight: int = 1,
 ) -> int:
     """The SWA pool that serves every step (see the module docstring). Between steps a request holds the
     pages from the one with its oldest visible token on: at most ``pages(window - 1 + page_size - 1)``,
@@ -83,10 +90,12 @@ def swa_slots_needed(
     a prefix's window until the request's own has passed it (SGLang's: 2); a step adds a page per request
     (a decode token, or the partial pages around a chunk), a verify its drafts, and the step's prefill
     tokens. At page size 1 without drafts that is ``max_running * window + max_prefill_tokens``, with the
-    harness's cache or without."""
+    harness's cache or without. With overlap scheduling ``steps_in_flight`` steps hold new slots at once, each a
+    page per request and its prefill tokens (``harness.engine.overlap``, rule 6)."""
     slack = 3 * (page_size - 1) if prefix_cache else page_size - 1
-    held = pages(swa_windows_held * (window or 1) - 1 + slack, page_size) + 1
-    return (max_running * (held + speculative_tokens) + pages(max_prefill_tokens, page_size)) * page_size
+    held = pages(swa_windows_held * (window or 1) - 1 + slack, page_size) + steps_in_flight
+    prefill = steps_in_flight * pages(max_prefill_tokens, page_size)
+    return (max_running * (held + speculative_tokens) + prefill) * page_size
 
 
 @dataclass(frozen=True)
@@ -110,6 +119,7 @@ class ScheduledBatch:
     # logits are the sampling rows, in the order of ``commit``'s requests (None: every row is one, in that order).
     prompt_rows: list[PromptRows] = field(default_factory=list)
     sample_rows: list[int] | None = None
+    futures: list[Future] = field(default_factory=list)  # overlap: inputs the step in flight has not sampled yet
 
 
 class Scheduler:
@@ -124,13 +134,20 @@ class Scheduler:
         window: int | None,
         speculative_tokens: int = 0,
         tree_cache: PrefixCache | None = None,
+        overlap: bool = False,
     ) -> None:
+        if speculative_tokens and overlap:
+            raise ValueError(
+                "overlap scheduling needs speculative_tokens 0: a verify's accepted count decides where "
+                "the next step starts"
+            )
         if speculative_tokens and allocator.page_size > 1:
             raise ValueError(
                 "speculative decoding needs page_size 1: rejected drafts give back their slots one "
                 "by one, and a page may hold accepted tokens too"
             )
         self.speculative_tokens = speculative_tokens
+        self.overlap = overlap
         self.req_to_token_pool = req_to_token_pool
         self.allocator = allocator
         self.max_running = max_running
@@ -206,11 +223,11 @@ class Scheduler:
         if not self.running:
             assert not self.waiting, "a request that fits an empty engine was not admitted"
             return None
-        prefilling = [r for r in self.running if not r.prefill_done]
+        prefilling = [r for r in self.running if r.slots_len < len(r.prompt_ids)]  # scheduled, not computed
         if prefilling:
             reqs, lens, budget = [], [], self.max_prefill_tokens
             for req in prefilling:
-                n = min(len(req.prompt_ids) - req.kv_len, self.chunk_size, budget)
+                n = min(len(req.prompt_ids) - req.slots_len, self.chunk_size, budget)
                 if n <= 0:
                     break
                 reqs.append(req)
@@ -219,7 +236,14 @@ class Scheduler:
             return ScheduledBatch(ForwardMode.EXTEND, reqs, lens)
         if self.speculative_tokens:
             return self._verify(list(self.running))
-        return ScheduledBatch(ForwardMode.DECODE, list(self.running))
+        decoding = [r for r in self.running if self._needs_token(r)]
+        return ScheduledBatch(ForwardMode.DECODE, decoding) if decoding else None
+
+    @staticmethod
+    def _needs_token(req: Req) -> bool:
+        """Whether ``req`` still needs a token once every step scheduled for it has run (overlap: rule 5; in sync
+        scheduling every running request past its prompt does)."""
+        return not req.finished and req.slots_len - len(req.prompt_ids) + 1 < req.sampling.max_new_tokens
 
     def _verify(self, reqs: list[Req]) -> ScheduledBatch:
         """Each request's last token and its drafts; sampled requests draft nothing (greedy acceptance only)."""
@@ -240,11 +264,14 @@ class Scheduler:
         loc = loc.clone()  # the allocator hands out a view of its free list
         input_ids, positions, seq_lens, start = [], [], [], 0
         for i, (req, n) in enumerate(zip(sched.reqs, lens)):
-            begin = req.kv_len
+            begin = req.slots_len
             if not is_decode:  # a few long chunks: one write each
                 self.req_to_token_pool.write(req.req_pool_idx, begin, loc[start : start + n])
             req.slots_len = begin + n
-            if sched.drafts is None:
+            if is_decode and begin >= len(req.prompt_ids) + len(req.output_ids):  # sampled by the step in flight
+                sched.futures.append(Future(len(input_ids), req, begin))
+                input_ids.append(FUTURE_TOKEN)
+            elif sched.drafts is None:
                 input_ids += req.fill_slice(begin, begin + n)
             else:  # its last token, then its drafts
                 input_ids += req.fill_slice(begin, begin + 1) + sched.drafts[i]
@@ -275,7 +302,7 @@ class Scheduler:
         if self.page_size == 1:  # slots are interchangeable: one allocation for the batch
             self._make_room(sum(lens), sum(lens))
             return self.allocator.alloc(sum(lens))
-        prefix = [r.kv_len for r in reqs]
+        prefix = [r.slots_len for r in reqs]
         seq = [p + n for p, n in zip(prefix, lens)]
         new = sum(pages(n, self.page_size) - pages(p, self.page_size) for p, n in zip(prefix, seq)) * self.page_size
         self._make_room(new, new)
@@ -308,20 +335,24 @@ class Scheduler:
 
     def commit(self, sched: ScheduledBatch) -> list[Req]:
         """Advance KV lengths after a forward; return the requests whose prompt is now prefilled: they sample a token
-        (or, asked for none, finish)."""
+        (or, asked for none, finish). A request that finished while the step was in flight (overlap) is a void row:
+        its KV length stays (``harness.engine.overlap``, rule 3)."""
         lens = sched.extend_lens or [1] * len(sched.reqs)
-        ready = []
+        ready, grown = [], []
         for req, n in zip(sched.reqs, lens):
+            if req.finished:
+                continue
             req.kv_len += n
+            grown.append(req)
             if req.prefill_done:
                 ready.append(req)
         checkpoint = self.tree_cache is not None and not sched.mode.is_decode()
         if checkpoint and self.tree_cache.checkpoint_frees_window:  # the module docstring: who frees the window
-            self._slide_windows([r for r in sched.reqs if not r.uses_prefix_cache])  # the tree frees the others'
+            self._slide_windows([r for r in grown if not r.uses_prefix_cache])  # the tree frees the others'
         else:
-            self._slide_windows(sched.reqs)
+            self._slide_windows(grown)
         if checkpoint:
-            for req in sched.reqs:  # every prefill chunk, the prompt's last one too (SGLang checkpoints each extend)
+            for req in grown:  # every prefill chunk, the prompt's last one too (SGLang checkpoints each extend)
                 if req.uses_prefix_cache:
                     self.tree_cache.cache_unfinished_req(req)
         return ready
@@ -351,12 +382,18 @@ class Scheduler:
         for req in reqs:
             if self._cached(req):
                 continue
-            keep_from = max(0, req.kv_len - self.window + 1) // self.page_size * self.page_size  # whole pages
+            keep_from = max(0, self._swept_len(req) - self.window + 1) // self.page_size * self.page_size  # pages
             if keep_from > req.swa_evicted:
                 leaving.append((req.req_pool_idx, req.swa_evicted, keep_from))
                 req.swa_evicted = keep_from
         if leaving:
             self.allocator.free_swa(self.req_to_token_pool.read_tokens(leaving))
+
+    @seam("async-sweep-counts-in-flight")
+    def _swept_len(self, req: Req) -> int:
+        """The tokens the window sweep counts: those whose KV is written (``kv_len``), never a step still in flight,
+        whose forward reads the window from ``slots_len - W`` (``harness.engine.overlap``, rule 2)."""
+        return req.kv_len
 
     def release(self, req: Req) -> None:
         """A finished (or aborted) request gives back every full slot, the SWA slots it still holds, and its row;
