@@ -2,14 +2,16 @@
 replayed on an empty one, and transformers', and every kind of reuse really was served from the cache.
 
 A prefix-cache bug shows only when a later request reuses what an earlier one left behind, so the protocol makes
-later requests do that, the ways real traffic does:
+later requests do that, the ways real traffic does, in rounds, one per family of prompts, each warmed up and reused before the next begins (``Workload.rounds``: in a
+tight pool a round's warm-up evicts the rounds before it, and no reuse request waits in a queue while LRU evicts the
+prefix it came for):
 
-1. **warm-up** (concurrent, on an emptied cache): one prompt of each shared-prefix group (lm-eval's few-shot
-   contexts share their exemplars), the first turn of each conversation, prompts several windows long, and prompts
-   one token under one window, of one window and one token over (SGLang's KL protocol: prefixes below, at and past
-   the window);
-2. **reuse** (concurrent, one client per request), in two waves. The first: every warm-up prompt again
-   (``repeat``), each conversation's next turn after the model's own first answer, once per follow-up
+1. **warm-up** (concurrent; the cache emptied once, before the first round): one prompt of each shared-prefix group
+   (lm-eval's few-shot contexts share their exemplars), the first turn of each conversation, prompts several windows
+   long, or prompts one token under one window, of one window and one token over (SGLang's KL protocol: prefixes
+   below, at and past the window);
+2. **reuse** (concurrent, one client per request), in up to two waves. The first: every warm-up prompt of the round
+   again (``repeat``), each conversation's next turn after the model's own first answer, once per follow-up
    (``second-turn``: the prefix runs through generated tokens), each long prompt with a tail (``long``), and the
    second prompt of each group (``branch``: the first request that shares only part of a finished prompt), each
    window-edge prompt with the tail (``edge``). The
@@ -18,8 +20,8 @@ later requests do that, the ways real traffic does:
    ``/flush_cache``), so it is served with nothing cached.
 
 Verdict, per kind of reuse, read from the server's own ``usage.prompt_tokens_details.cached_tokens``: a kind hits on
-every request in a roomy pool and on at least half of them (at least one) in a tight one, where LRU may evict a
-prefix before a late arrival reuses it; a kind the server does not hit by design is in one table with its reason
+every request in a roomy pool and on at least half of them (at least one) in a tight one, where a round's own
+requests may still evict each other's prefixes; a kind the server does not hit by design is in one table with its reason
 (``MISSES_BY_DESIGN``): one it never hits must miss (a hit fails, naming the row to drop), one it may miss is not
 counted either way; a request that shares less than one page cannot hit (a cache holds whole pages) and is not
 counted. No fresh replay may hit. Every reuse answer and
@@ -27,7 +29,7 @@ top-5 logprob must equal the fresh replay's and transformers' within the suite's
 logprobs the fresh replay's by KL (SGLang's ``kl_test_utils`` protocol, position by position over the top-5 and the
 rest of the vocabulary as one bucket, the worst position): to the last bit where the server is deterministic on CPU,
 within a measured bound where it is not (``CACHE_KL``). A tight pool must prove
-its pressure with the server's own counters, read from ``/metrics`` before the warm-up and after the reuse waves
+its pressure with the server's own counters, read from ``/metrics`` before the first round and after the last
 (``harness.servers.counters.CacheCounters``): full KV evicted, SWA KV evicted, SWA KV tombstoned; a pool that did not
 evict, a server that reports no cached tokens, or a flush that leaves hits behind gives no verdict (``NoVerdict``),
 never a pass.
@@ -146,8 +148,24 @@ class Workload:
             edges.append(_exact_prefix(source, len(source) * (i + 1) // 4, target, lambda t: len(tok.encode(t).ids)))
         return dataclasses.replace(self, edges=tuple(edges))
 
+    def rounds(self) -> list[Workload]:
+        """The workload in rounds, one per family of prompts (the shared-prefix groups, the conversations, the long
+        prompts, the window-edge prompts), each warmed up and reused before the next begins. In a tight pool a
+        round's warm-up evicts the rounds before it, so the pressure is the same, but no reuse request waits behind
+        the others while LRU evicts the prefix it came for: with every kind in one wave (max-running 4), which kinds
+        lost their warm-up depended on arrival order (the harness server, cores shared: 1 of 3 edge requests hit,
+        then 3 of 9 repeats with the kinds interleaved)."""
+        none = dict(groups=(), openers=(), long=(), edges=())
+        parts = (
+            dataclasses.replace(self, **{**none, "groups": self.groups}),
+            dataclasses.replace(self, **{**none, "openers": self.openers}),
+            dataclasses.replace(self, **{**none, "long": self.long}),
+            dataclasses.replace(self, **{**none, "edges": self.edges}),
+        )
+        return [part for part in parts if part.warm_up()]
+
     def reuse_waves(self, warm_answers: Sequence[str]) -> list[list[Reuse]]:
-        """The reuse requests in their two waves, given the warm-up's answers (in ``warm_up`` order)."""
+        """One round's reuse requests in their two waves, given its warm-up's answers (in ``warm_up`` order)."""
         warm = self.warm_up()
         answer = dict(zip(warm, warm_answers))
         first = [Reuse("repeat", p, p) for p in warm]
@@ -157,11 +175,19 @@ class Workload:
         first += [Reuse("long", p + self.tail, p) for p in self.long]
         first += [Reuse("edge", p + self.tail, p) for p in self.edges]
         first += [Reuse("branch", group[1], group[0]) for group in self.groups]
-        return [first, [Reuse("shared-prefix", p, group[0]) for group in self.groups for p in group[2:]]]
+        second = [Reuse("shared-prefix", p, group[0]) for group in self.groups for p in group[2:]]
+        return [wave for wave in (first, second) if wave]
 
     def reuse(self, warm_answers: Sequence[str]) -> list[Reuse]:
-        """Every reuse request, wave by wave."""
-        return [item for wave in self.reuse_waves(warm_answers) for item in wave]
+        """Every reuse request in the order the protocol sends them, round by round and wave by wave, given the
+        warm-up's answers (in ``warm_up`` order)."""
+        answer = dict(zip(self.warm_up(), warm_answers))
+        return [
+            item
+            for part in self.rounds()
+            for wave in part.reuse_waves([answer[p] for p in part.warm_up()])
+            for item in wave
+        ]
 
 
 @dataclass(frozen=True)
@@ -275,13 +301,14 @@ def run_protocol(
     """Warm-up, reuse, fresh replays (module docstring). CacheFlushRefused propagates: one line, no verdict."""
     kind.flush_cache(server.base_url)
     before = kind.cache_counters(server.base_url)
-    warm_up = serve_concurrently(server, served, workload.warm_up(), new_tokens, extra)
-    waves = workload.reuse_waves([s.text for s in warm_up])
-    asks = [item for wave in waves for item in wave]
+    asks: list[Reuse] = []
+    warm: list[Served] = []
+    for part in workload.rounds():
+        warm_up = serve_concurrently(server, served, part.warm_up(), new_tokens, extra)
+        for wave in part.reuse_waves([s.text for s in warm_up]):
+            asks += wave
+            warm += serve_concurrently(server, served, [r.prompt for r in wave], new_tokens, extra)
     prompts = [r.prompt for r in asks]
-    warm = [
-        s for wave in waves for s in serve_concurrently(server, served, [r.prompt for r in wave], new_tokens, extra)
-    ]
     after = kind.cache_counters(server.base_url)
     fresh = []
     for prompt in prompts:
