@@ -5,13 +5,16 @@ from __future__ import annotations
 
 from harness.faults.base import Fault
 from harness.faults.catalog import (
+    async_sweep_counts_in_flight,
     capture_after_warm_cache,
     chunked_insert_drops_swa_evicted,
+    evict_frees_sink_swa,
     extend_capture_after_warm_cache,
     extend_pad_swa_loc_not_zeroed,
     invalidate_after_graph_check,
     no_invalidate_on_mutation,
     pad_swa_loc_not_zeroed,
+    paged_free_swa_keeps_page_mapping,
     prefill_ignores_precomputed_loc,
     resume_key_drops_env,
     resume_key_drops_generation_budget,
@@ -20,6 +23,7 @@ from harness.faults.catalog import (
     storage_ptr_cache_key,
     swa_frontier_reaches_insert_boundary,
     swa_frontier_tombstones_last_leaf,
+    swa_lock_release_skipped,
     swa_loc_int64,
     swa_loc_not_preset,
     tokenizer_memo_keyed_by_folder,
@@ -44,6 +48,11 @@ FAULTS: dict[str, Fault] = {
         chunked_insert_drops_swa_evicted,
         swa_frontier_tombstones_last_leaf,
         swa_frontier_reaches_insert_boundary,
+        # The field's SWA bug classes of mid to late 2026 (issue 56): overlap scheduling, paged frees, the sink, locks.
+        async_sweep_counts_in_flight,
+        paged_free_swa_keeps_page_mapping,
+        evict_frees_sink_swa,
+        swa_lock_release_skipped,
         # The layers between a run and its verdict (issue 41): what reuses a result, keyed by what produced it.
         resume_key_drops_env,
         resume_key_drops_generation_budget,

@@ -462,6 +462,7 @@ class RadixCache:
             )
         return max(req.swa_evicted, req.cache_protected_len), keep_from
 
+    @seam("swa-lock-release-skipped")
     def _follow_window(self, req: CacheRequest) -> None:
         """Move the request's SWA lock up to its window's floor; drop it once the window has passed the prefix."""
         lock, needed = req.prefix_lock, max(0, req.kv_len - (self.sliding_window_size - 1))
@@ -527,12 +528,18 @@ class RadixCache:
 
     def _delete_leaf(self, leaf: TreeNode) -> None:
         """Free an unlocked leaf (its live SWA slots go with it), then the tombstones it leaves as leaves."""
-        self.allocator.free(leaf.value)
+        self._free_node(leaf)
         del leaf.parent.children[self._child_key(leaf.key, 0)]
         self._evictable -= len(leaf.key)
         if leaf.swa_live:
             self._swa_evictable -= len(leaf.key)
         self._prune(leaf.parent)
+
+    @seam("evict-frees-sink-swa")
+    def _free_node(self, node: TreeNode) -> None:
+        """A deleted node's full slots, and the SWA slots they map to where live: the allocator's ``free`` skips the
+        entries that read 0 (a tombstone's, mapped to the sink), so slot 0 never goes on a free list (#38519)."""
+        self.allocator.free(node.value)
 
     def _prune(self, node: TreeNode) -> None:
         """A tombstone leaf no lock holds can never end a match: delete it (and the next one up)."""

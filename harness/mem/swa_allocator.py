@@ -10,6 +10,7 @@ from harness.mem.allocator import TokenToKVPoolAllocator
 from harness.mem.errors import AlignmentError, DoubleFreeError, IndexContractError, PoolError
 from harness.mem.index import LOC_DTYPE, check_index, check_slot_range
 from harness.mem.swa_kv_pool import SWAKVPool
+from harness.seams import seam
 
 
 class SWATokenToKVPoolAllocator:
@@ -147,8 +148,11 @@ class SWATokenToKVPoolAllocator:
         self.full_to_swa_index_mapping[free_index] = 0
         self._kvcache.on_mapping_changed("free")
 
+    @seam("paged-free-swa-keeps-page-mapping")
     def free_swa(self, free_index: torch.Tensor) -> None:
-        """Give back only the SWA slots of tokens that left the window; they keep their full slots."""
+        """Give back only the SWA slots of tokens that left the window; they keep their full slots. Whole pages only:
+        a page's SWA slots go back together, so a free of part of a page is refused (SGLang #27779 expands it to the
+        page instead); either way no token is left mapped to a page that went back."""
         check_index("free_index", free_index, device=self.device)
         if self._held(self.free_swa, free_index):
             return

@@ -18,6 +18,9 @@ suite assertion before the code under test notices it):
   their holders); nothing is protected once no request runs;
 * windows: no running request's window holds a position whose SWA slot is gone, and no request keeps SWA
   KV more than two pages below its window (what leaves the window is given back);
+* locks: the SWA KV the tree protects lies in the prefixes of requests whose window has not passed them (a lock
+  that never follows its window strands SWA KV: SGLang #28161); the sink is never handed back to the SWA pool's
+  page allocator, checked as the call is made (SGLang #38269 / #38519);
 * matches: every match ends where its last ``W - 1`` tokens hold live SWA KV; right after a chunk's
   checkpoint, the request's protected prefix is all its whole pages, and a match finds all of it.
 """
@@ -35,6 +38,7 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, pr
 
 from harness.mem.contracts import PrefixCache
 from harness.targets.target import PoolSpec, Target
+from suites.pool.machines import refuse_padding_give_backs
 
 VOCAB = 5  # few token ids: prompts collide and branch often
 
@@ -129,11 +133,13 @@ class PrefixCacheMachine(RuleBasedStateMachine):
             )
         )
         self.allocator, self.rows = self.memory.allocator, self.memory.req_to_token_pool
+        refuse_padding_give_backs(self.allocator.swa_attn_allocator, s.page_size)
         self.cache: PrefixCache = self.target.build_prefix_cache(self.memory, sliding_window_size=s.window)
         rng = random.Random(s.page_size * 100 + s.window)
         self.stems = [[rng.randrange(VOCAB) for _ in range(4 * max(s.page_size, s.window))] for _ in range(3)]
         self.finished: list[list[int]] = []  # token ids of finished requests: later turns continue them
         self.running: list[SimReq] = []
+        self.slid: set[int] = set()  # requests whose window slid since their lock was last taken
         self.next_rid = 0
         self.healthy = True
 
@@ -178,6 +184,10 @@ class PrefixCacheMachine(RuleBasedStateMachine):
         self.rows.write(req.req_pool_idx, begin, out)
         req.kv_len = req.slots_len = begin + n
         return True
+
+    def _slide(self, reqs: list[SimReq]) -> None:
+        self.cache.slide_windows(reqs)
+        self.slid.update(r.rid for r in reqs)
 
     def _retire(self, req: SimReq, how: str) -> None:
         if how == "finish":
@@ -229,6 +239,7 @@ class PrefixCacheMachine(RuleBasedStateMachine):
         )
         self._expect_window_live(self._row(req, 0, cached), cached, f"request {req.rid}: a match of {cached} tokens")
         self.running.append(req)
+        self.slid.discard(req.rid)
 
     @precondition(lambda self: any(r.prefilling for r in self.running))
     @rule(data=st.data())
@@ -239,9 +250,10 @@ class PrefixCacheMachine(RuleBasedStateMachine):
         if not self._grow(req, n):
             return
         if not (req.prefilling and self.cache.checkpoint_frees_window):  # harness.engine.scheduler's order
-            self.cache.slide_windows([req])
+            self._slide([req])
         if req.prefilling:
             self.cache.cache_unfinished_req(req)
+            self.slid.discard(req.rid)
             boundary = page_floor(req.kv_len, self.ps)
             assert req.cache_protected_len == boundary, (
                 f"request {req.rid}: after a chunk checkpoint at kv_len {req.kv_len} its protected prefix is "
@@ -264,7 +276,7 @@ class PrefixCacheMachine(RuleBasedStateMachine):
         if not self._grow(req, 1):
             req.output.pop()
             return
-        self.cache.slide_windows([req])
+        self._slide([req])
 
     @precondition(lambda self: sum(not r.prefilling for r in self.running) > 1)
     @rule()
@@ -278,7 +290,7 @@ class PrefixCacheMachine(RuleBasedStateMachine):
                 grown.append(req)
             else:
                 req.output.pop()
-        self.cache.slide_windows(grown)
+        self._slide(grown)
 
     @precondition(lambda self: self.running)
     @rule(data=st.data(), how=st.sampled_from(["finish", "finish", "abort", "retract"]))
@@ -330,7 +342,21 @@ class PrefixCacheMachine(RuleBasedStateMachine):
                 f"{(leaked + req.cache_protected_len).tolist()}, far behind its window"
             )
         self._accounting(tree)
+        self._locks_follow_windows()
         self.cache.sanity_check()
+
+    def _locks_follow_windows(self) -> None:
+        """A request's SWA lock on its prefix ends at the first slide after its window has passed the prefix
+        (``kv_len - W`` at or past it), on every target: what the tree protects lies in the other requests'
+        prefixes (a checkpoint locks its new prefix anew; the next slide moves that lock)."""
+        passed = [r for r in self.running if r.rid in self.slid and r.kv_len - self.window >= r.cache_protected_len]
+        pending = sum(r.cache_protected_len for r in self.running if r not in passed)
+        assert self.cache.swa_protected_size() <= pending, (
+            f"the tree protects {self.cache.swa_protected_size()} tokens' SWA KV, but the requests whose window has not "
+            f"passed their prefix hold only {pending} prefix tokens: requests {[r.rid for r in passed]} still lock SWA KV "
+            "their window "
+            "left behind"
+        )
 
     def _ownership(self, side: str, tree: torch.Tensor, own: list[torch.Tensor], free: int, size: int) -> None:
         ps = self.ps
