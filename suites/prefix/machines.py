@@ -23,6 +23,11 @@ suite assertion before the code under test notices it):
   page allocator, checked as the call is made (SGLang #38269 / #38519);
 * matches: every match ends where its last ``W - 1`` tokens hold live SWA KV; right after a chunk's
   checkpoint, the request's protected prefix is all its whole pages, and a match finds all of it.
+
+With ``overlap`` (``harness/engine/overlap.py``) a decode batch is launched before the one in flight is committed:
+its tokens get slots first (``slots_len`` runs one ahead of ``kv_len``), then the batch in flight is committed and
+slid on its computed tokens, so every check above also runs with a step in flight. A decode of one request or a
+request's leaving commits the batch in flight first (a step's requests are released only after it ran).
 """
 
 from __future__ import annotations
@@ -117,6 +122,7 @@ class PrefixCacheMachine(RuleBasedStateMachine):
 
     target: Target
     shape: CacheShape
+    overlap: bool = False
 
     @initialize()
     def setup(self):
@@ -140,6 +146,7 @@ class PrefixCacheMachine(RuleBasedStateMachine):
         self.finished: list[list[int]] = []  # token ids of finished requests: later turns continue them
         self.running: list[SimReq] = []
         self.slid: set[int] = set()  # requests whose window slid since their lock was last taken
+        self.in_flight: list[SimReq] = []  # overlap: the decode batch launched, its KV not yet written
         self.next_rid = 0
         self.healthy = True
 
@@ -168,9 +175,10 @@ class PrefixCacheMachine(RuleBasedStateMachine):
             self.cache.evict(full_tokens=lack_full, swa_tokens=lack_swa)
         return self.allocator.full_available_size() >= full and self.allocator.swa_available_size() >= swa
 
-    def _grow(self, req: SimReq, n: int) -> bool:
-        """Slots for positions ``kv_len .. kv_len + n - 1``; False (nothing taken) when the pools cannot serve it."""
-        ps, begin = self.ps, req.kv_len
+    def _grow(self, req: SimReq, n: int, *, launch: bool = False) -> bool:
+        """Slots for positions ``slots_len .. slots_len + n - 1``, their KV written unless ``launch`` (in flight);
+        False (nothing taken) when the pools cannot serve it."""
+        ps, begin = self.ps, req.slots_len
         need = (-(-(begin + n) // ps) - -(-begin // ps)) * ps
         if not self._make_room(need, need):
             return False
@@ -182,8 +190,18 @@ class PrefixCacheMachine(RuleBasedStateMachine):
         if out is None:
             return False
         self.rows.write(req.req_pool_idx, begin, out)
-        req.kv_len = req.slots_len = begin + n
+        req.slots_len = begin + n
+        if not launch:
+            req.kv_len = req.slots_len
         return True
+
+    def _commit_in_flight(self) -> None:
+        """Overlap: the decode batch in flight has run: its KV is written, and its windows slide on that."""
+        done, self.in_flight = self.in_flight, []
+        for req in done:
+            req.kv_len += 1
+        if done:
+            self._slide(done)
 
     def _slide(self, reqs: list[SimReq]) -> None:
         self.cache.slide_windows(reqs)
@@ -269,6 +287,7 @@ class PrefixCacheMachine(RuleBasedStateMachine):
     @rule(data=st.data())
     @step
     def decode(self, data):
+        self._commit_in_flight()
         req = data.draw(st.sampled_from([r for r in self.running if not r.prefilling]))
         if req.kv_len >= self.shape.context - 1:
             return
@@ -284,18 +303,23 @@ class PrefixCacheMachine(RuleBasedStateMachine):
     def decode_batch(self):
         """A scheduler's decode step: a token for every decoding request, then one slide for the whole batch."""
         grown = []
-        for req in [r for r in self.running if not r.prefilling and r.kv_len < self.shape.context - 1]:
+        for req in [r for r in self.running if not r.prefilling and r.slots_len < self.shape.context - 1]:
             req.output.append((req.rid * 7 + len(req.output)) % VOCAB)
-            if self._grow(req, 1):
+            if self._grow(req, 1, launch=self.overlap):
                 grown.append(req)
             else:
                 req.output.pop()
-        self._slide(grown)
+        if self.overlap:  # this batch launched, the one before it runs and commits
+            self._commit_in_flight()
+            self.in_flight = grown
+        else:
+            self._slide(grown)
 
     @precondition(lambda self: self.running)
     @rule(data=st.data(), how=st.sampled_from(["finish", "finish", "abort", "retract"]))
     @step
     def leave(self, data, how):
+        self._commit_in_flight()
         req = data.draw(st.sampled_from(self.running))
         tokens = req.fill_ids[: req.kv_len]
         finish = how == "finish" and not req.prefilling  # an unfinished prompt can only be aborted
@@ -391,6 +415,7 @@ class PrefixCacheMachine(RuleBasedStateMachine):
         """Every request leaves, the tree is flushed: both pools are whole again."""
         if not getattr(self, "healthy", False):
             return  # never set up, or a step failed: its assertion is the report
+        self._commit_in_flight()
         for req in list(self.running):
             self._retire(req, "finish")
         self.cache.reset()
@@ -400,10 +425,11 @@ class PrefixCacheMachine(RuleBasedStateMachine):
         )
 
 
-def machine_for(target: Target, shape: CacheShape) -> type[PrefixCacheMachine]:
-    """The machine bound to one target and shape (Hypothesis runs a class, not an instance)."""
+def machine_for(target: Target, shape: CacheShape, *, overlap: bool = False) -> type[PrefixCacheMachine]:
+    """The machine bound to one target and shape, its decode batches overlapped or not (Hypothesis runs a class,
+    not an instance)."""
     return type(
-        f"PrefixCacheMachine_{target.name}_{shape.label()}".replace("-", "_"),
+        f"PrefixCacheMachine_{target.name}_{shape.label()}{'_overlap' if overlap else ''}".replace("-", "_"),
         (PrefixCacheMachine,),
-        {"target": target, "shape": shape},
+        {"target": target, "shape": shape, "overlap": overlap},
     )
