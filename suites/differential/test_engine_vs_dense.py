@@ -13,12 +13,13 @@ from fixtures.checkpoints import untied_checkpoint
 from harness.model import reference_logits
 from suites.conftest import ENGINE_LIMITS, TRAINED_CHECKPOINTS
 from suites.differential.test_graph_vs_eager import TOLERANCE, phases
+from suites.differential.test_overlap import SCHEDULES
 
 pytestmark = pytest.mark.usefixtures("swa_write_spy", "free_swa_watch")
 
 
-def engine_vs_dense(target, checkpoint, graphs: str = "tape", sequences=None) -> None:
-    engine = target.make_engine(checkpoint, graphs=graphs, **ENGINE_LIMITS)
+def engine_vs_dense(target, checkpoint, graphs: str = "tape", sequences=None, schedule: str = "sync") -> None:
+    engine = target.make_engine(checkpoint, graphs=graphs, schedule=schedule, **ENGINE_LIMITS)
     sequences = sequences or phases(engine.model_config.vocab_size)[0]
     got = engine.teacher_forced_logits(sequences)
     dense = reference_logits(engine.model, [p + c for p, c in sequences])
@@ -28,10 +29,11 @@ def engine_vs_dense(target, checkpoint, graphs: str = "tape", sequences=None) ->
         assert diff <= TOLERANCE, f"request {i}: engine vs dense reference logits differ by {diff:.3g}"
 
 
+@pytest.mark.parametrize("schedule", SCHEDULES)
 @pytest.mark.parametrize("graphs", ["tape", "off"])
 @pytest.mark.parametrize("arch", ["gemma2", "gemma3_text", "qwen3"])
-def test_engine_matches_dense_reference_on_random_checkpoints(target, arch, graphs):
-    engine_vs_dense(target, untied_checkpoint(arch), graphs)
+def test_engine_matches_dense_reference_on_random_checkpoints(target, arch, graphs, schedule):
+    engine_vs_dense(target, untied_checkpoint(arch), graphs, schedule=schedule)
 
 
 @pytest.mark.parametrize("graphs", ["tape", "off"])

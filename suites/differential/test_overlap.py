@@ -14,10 +14,13 @@ import pytest
 import torch
 
 from fixtures.checkpoints import untied_checkpoint
+from harness.engine.overlap import Schedule
 from harness.engine.request import SamplingParams
 from suites.differential.test_graph_vs_eager import TOLERANCE
 
 pytestmark = pytest.mark.usefixtures("swa_write_spy", "free_swa_watch")
+
+SCHEDULES = [s.value for s in Schedule]  # the suites that drive the engine run both ways
 
 POOLS = {  # roomy: every request runs at once; tight: four at a time in a full pool that makes them wait
     "roomy": dict(max_running_requests=8, chunk_size=10, max_prefill_tokens=24, max_context_len=128),

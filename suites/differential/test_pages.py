@@ -19,6 +19,7 @@ from harness.engine import Engine
 from harness.model import reference_logits
 from suites.conftest import ENGINE_LIMITS
 from suites.differential.test_graph_vs_eager import TOLERANCE, phases
+from suites.differential.test_overlap import SCHEDULES
 from suites.hooks import on_every_forward
 
 PAGED_LIMITS = {**ENGINE_LIMITS, "chunk_size": 10, "max_prefill_tokens": 36}
@@ -43,11 +44,14 @@ def pages_owned_by_their_requests(engine: Engine):
     return check
 
 
+@pytest.mark.parametrize("schedule", SCHEDULES)
 @pytest.mark.parametrize("graphs", ["tape", "off"])
 @pytest.mark.parametrize("page_size", [4, 16])
 @pytest.mark.parametrize("arch", ["gemma2", "gemma3_text"])
-def test_paged_engine_matches_dense_reference(target, arch, page_size, graphs, swa_write_spy):
-    engine = target.make_engine(untied_checkpoint(arch), graphs=graphs, page_size=page_size, **PAGED_LIMITS)
+def test_paged_engine_matches_dense_reference(target, arch, page_size, graphs, schedule, swa_write_spy):
+    engine = target.make_engine(
+        untied_checkpoint(arch), graphs=graphs, page_size=page_size, schedule=schedule, **PAGED_LIMITS
+    )
     on_every_forward(engine, after=pages_owned_by_their_requests(engine))
     sequences = phases(engine.model_config.vocab_size)[0]
     got = engine.teacher_forced_logits(sequences)

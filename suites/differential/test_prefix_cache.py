@@ -21,6 +21,7 @@ from harness.engine.request import SamplingParams
 from harness.model import reference_logits
 from suites.conftest import TRAINED_CHECKPOINTS
 from suites.differential.test_graph_vs_eager import TOLERANCE
+from suites.differential.test_overlap import SCHEDULES
 
 pytestmark = pytest.mark.usefixtures("swa_write_spy", "free_swa_watch")
 
@@ -95,10 +96,11 @@ def assert_evicted(engine) -> None:
     )
 
 
+@pytest.mark.parametrize("schedule", SCHEDULES)
 @pytest.mark.parametrize("graphs", ["tape", "off"])
 @pytest.mark.parametrize("arch", ["gemma2", "gemma3_text"])
-def test_prefix_cache_on_equals_off_and_dense_on_random_checkpoints(target, arch, graphs):
-    cache_on_vs_off(target, untied_checkpoint(arch), graphs)
+def test_prefix_cache_on_equals_off_and_dense_on_random_checkpoints(target, arch, graphs, schedule):
+    cache_on_vs_off(target, untied_checkpoint(arch), graphs, schedule=schedule)
 
 
 @pytest.mark.parametrize("graphs", ["tape", "off"])
@@ -120,13 +122,16 @@ def test_prefix_cache_on_equals_off_with_cuda_graphs(target, arch):
 PAGE_HITS = {"harness": 4, "sglang": 3}
 
 
+@pytest.mark.parametrize("schedule", SCHEDULES)
 @pytest.mark.parametrize("page_size", [4, 16])
-def test_prefix_cache_on_equals_off_with_pages(target, page_size):
+def test_prefix_cache_on_equals_off_with_pages(target, page_size, schedule):
     """Whole pages: matches and checkpoints end on page boundaries, the window keeps whole pages (at 16 a page is
     longer than the random checkpoint's window). The hits each target must give: ``PAGE_HITS``."""
     checkpoint = untied_checkpoint("gemma2")
-    on = target.make_engine(checkpoint, graphs="off", page_size=page_size, **LIMITS)
-    off = target.make_engine(checkpoint, graphs="off", page_size=page_size, prefix_cache=False, **LIMITS)
+    on = target.make_engine(checkpoint, graphs="off", page_size=page_size, schedule=schedule, **LIMITS)
+    off = target.make_engine(
+        checkpoint, graphs="off", page_size=page_size, prefix_cache=False, schedule=schedule, **LIMITS
+    )
     phases = workload(on.model_config.vocab_size, seed=page_size)
     got, cached, _ = run_phases(on, phases)
     expected, _, _ = run_phases(off, phases)
@@ -164,15 +169,16 @@ def test_cached_tokens_are_reported_and_skip_prefill(target):
     assert stats.cached_tokens == second.cached_tokens and stats.prompt_tokens == len(first.prompt_ids) + len(prompt)
 
 
-def test_requests_wait_while_the_tree_is_locked_and_none_is_corrupted(target):
+@pytest.mark.parametrize("schedule", SCHEDULES)
+def test_requests_wait_while_the_tree_is_locked_and_none_is_corrupted(target, schedule):
     """Twelve requests that share a 48-token prefix through a full pool that holds three of them at once: the tree
     keeps the shared prefix locked while requests run, new requests wait for what running ones may still need
     (free slots plus what the tree can evict, never less), every request finishes, and each answer equals the
     cache-off engine's."""
     checkpoint = untied_checkpoint("gemma2")
     limits = dict(LIMITS, full_pool_size=224, max_running_requests=8)
-    on = target.make_engine(checkpoint, graphs="off", **limits)
-    off = target.make_engine(checkpoint, graphs="off", prefix_cache=False, **limits)
+    on = target.make_engine(checkpoint, graphs="off", schedule=schedule, **limits)
+    off = target.make_engine(checkpoint, graphs="off", prefix_cache=False, schedule=schedule, **limits)
     rng = random.Random(3)
     shared = [rng.randrange(1, on.model_config.vocab_size) for _ in range(48)]
     sequences = [
