@@ -355,7 +355,7 @@ class Engine:
     # -- the loop --------------------------------------------------------------------------------
 
     def has_work(self) -> bool:
-        return self.scheduler.has_work() or self._in_flight is not None
+        return self.scheduler.has_work() or self._in_flight is not None or bool(self._drained)
 
     def cancel(self, req: Req) -> bool:
         """Drop one request, queued or running, giving back whatever it holds; False if it is gone already. With
@@ -545,7 +545,7 @@ class Engine:
 
     def run_until_done(self) -> list[GenerateOutput]:
         outputs = []
-        while self.scheduler.has_work():
+        while self.has_work():
             outputs += self.step().finished
         return outputs
 
