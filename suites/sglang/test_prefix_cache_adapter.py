@@ -11,6 +11,7 @@ import pytest
 import torch
 
 from harness.mem import HybridPool, HybridPoolSpec, PoolError
+from suites.pool.machines import refuse_padding_give_backs
 from suites.prefix.machines import SimReq
 
 WINDOW = 5  # the model's window: a match needs its last 4 tokens live
@@ -106,6 +107,9 @@ def build(target, *, page_size: int, core: str, window: int = WINDOW, **options)
     memory = target.build_pool(
         HybridPoolSpec(size=128, size_swa=64, page_size=page_size, max_requests=4, max_context_len=64)
     )
+    # Invariant 5 at the innermost boundary, as suites/pool checks it: whatever the tree frees (a window slide, an
+    # eviction, a tombstone's cascade), the SWA padding page never goes back to the page allocator (#38269, #38519).
+    refuse_padding_give_backs(memory.allocator.swa_attn_allocator, page_size)
     return Driver(memory, SGLangPrefixCache(memory, sliding_window_size=window, tree_core=core, **options))
 
 

@@ -341,3 +341,37 @@ def test_admission_queries_match_what_the_pools_hold(target, srt, page, used, ev
         "a resized SWA pool handed out more than its 16 slots"
     )
     assert handle.allocator.alloc_extend([0], [16], [-1]) is not None, "a resized SWA pool refused its 16 slots"
+
+
+@settings(max_examples=30, deadline=None)
+@given(page=st.sampled_from([1, 2, 4]), tokens=st.integers(1, 20), data=st.data())
+def test_a_set_shaped_swa_free_gives_back_whole_pages_and_all_their_mappings(target, srt, page, tokens, data):
+    """``free_swa`` takes any set of slots (SGLang's set-shaped free: an allocation's rollback, part of a page). The
+    paged SWA allocator gives back each touched page whole, so every full slot of such a page must stop mapping into
+    it, not only the slots passed (#27779): afterwards the SWA pool's free slots plus the pages still mapped add up
+    to its size (no full slot points into a free page), and freeing the rest of the request frees nothing twice."""
+    size, size_swa = 64, 32
+    handle = target.build_pool(PoolSpec(size=size, size_swa=size_swa, page_size=page))
+    allocator, mapping = handle.allocator.sglang, handle.allocator.full_to_swa_index_mapping
+    held = handle.allocator.alloc_extend([0], [tokens], [-1])
+    assert held is not None, f"{tokens} tokens did not fit pools of {size}/{size_swa}"
+    held = held.long()
+    chosen = data.draw(st.lists(st.integers(0, tokens - 1), min_size=1, unique=True), label="freed positions")
+    allocator.free_swa(held[chosen])
+
+    touched = set((held[chosen] // page).tolist())
+    pages_of = held // page
+    still = [int(f) for f, p in zip(held, pages_of) if int(p) in touched and int(mapping[f]) != 0]
+    assert not still, (
+        f"free_swa of positions {sorted(chosen)} (page {page}) gave their full pages {sorted(touched)} back, yet "
+        f"full slots {still} still map into them"
+    )
+    live = held[mapping[held] != 0]
+    mapped_pages = set((mapping[live] // page).tolist())
+    assert allocator.swa_available_size() + page * len(mapped_pages) == size_swa, (
+        f"SWA pool: {allocator.swa_available_size()} free + {page * len(mapped_pages)} still mapped != {size_swa}"
+    )
+    handle.allocator.free(held.to(torch.int32))
+    assert (allocator.full_available_size(), allocator.swa_available_size()) == (size, size_swa), (
+        "after the request freed everything the pools are not whole again"
+    )

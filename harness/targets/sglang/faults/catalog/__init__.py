@@ -9,6 +9,7 @@ from harness.targets.sglang.faults.catalog import (
     free_swa_keeps_mapping,
     mla_swa_write_at_full_id,
     move_kv_swa_in_full_ids,
+    paged_free_swa_clears_passed_tokens,
     prefill_registry_out_cache_loc_not_zeroed,
     ragged_verify_sink_lanes_not_sunk,
     registry_out_cache_loc_not_zeroed,
@@ -16,8 +17,11 @@ from harness.targets.sglang.faults.catalog import (
     retraction_skips_swa,
     seq_lens_padded_with_zero,
     set_kv_buffer_stale_swa_loc,
+    swa_evict_frees_tombstone_into_sink,
     swa_frontier_tombstones_last_leaf,
     swa_insert_all_evicted_made_live,
+    swa_prefix_lock_release_behind_hasattr,
+    swa_segment_free_clears_representatives,
     swa_tail_mapped_to_head,
     swa_write_ids_not_sink_padded,
     unfinished_insert_drops_swa_evicted,
@@ -43,6 +47,10 @@ SGLANG_FAULTS: dict[str, SGLangFault] = {
         swa_frontier_tombstones_last_leaf,
         swa_insert_all_evicted_made_live,
         bigram_frontier_measures_tokens,
+        paged_free_swa_clears_passed_tokens,
+        swa_segment_free_clears_representatives,
+        swa_evict_frees_tombstone_into_sink,
+        swa_prefix_lock_release_behind_hasattr,
     )
 }
 
