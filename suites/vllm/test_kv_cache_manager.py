@@ -93,7 +93,7 @@ from vllm.v1.request import Request, RequestStatus  # noqa: E402
 
 from harness.targets.vllm import adapters  # noqa: E402
 from harness.targets.probe import NARROWED  # noqa: E402
-from harness.targets.vllm.capabilities import lacks  # noqa: E402
+from harness.targets.vllm.capabilities import lacks, takes  # noqa: E402
 
 FULL, SLIDING, DRAFT = 0, 1, 2  # DRAFT: an EAGLE drafter's own full-attention layers, drawn in "draft" mode
 GROUP_NAMES = {FULL: "full", SLIDING: "sliding", DRAFT: "draft"}
@@ -518,3 +518,122 @@ def test_off_by_one_window_is_caught(monkeypatch, extra, verdict):
         f"the mutation tripped {origin.path}:{origin.name}, not invariant 5: {caught.value}"
     )
     assert verdict in str(caught.value), str(caught.value)
+
+
+# --- asynchronous scheduling and prefix-cache hits across block sizes (issue 56) -----------------------------------
+
+
+def _hybrid_manager(full_block: int, sliding_block: int, window: int, *, eagle: bool, retention: int | None):
+    """A ``KVCacheManager`` over one full-attention group of ``full_block`` and one sliding group of
+    ``sliding_block``, as the engine core builds it for such a model: scheduled in the LCM of the block sizes
+    (its cache-hit alignment), hashed in the smaller one, the given prefix-cache retention (None: a tail at every
+    aligned boundary; 0: only the replay boundary, the engine's default)."""
+    from vllm.v1.core.kv_cache_manager import KVCacheManager
+
+    init = KVCacheManager.__init__
+    if not (takes(init, "scheduler_block_size") and takes(init, "hash_block_size")):
+        raise lacks("KVCacheManager(scheduler_block_size=, hash_block_size=) (groups of different block sizes)")
+    layer = dict(num_kv_heads=1, head_size=8, dtype=torch.float32)
+    groups = [
+        adapters.group_spec(
+            ["model.layers.0.self_attn"], adapters.attention_spec(FullAttentionSpec, block_size=full_block, **layer)
+        ),
+        adapters.group_spec(
+            ["model.layers.1.self_attn"],
+            adapters.attention_spec(SlidingWindowSpec, block_size=sliding_block, sliding_window=window, **layer),
+        ),
+    ]
+    config = KVCacheConfig(num_blocks=256, kv_cache_tensors=[], kv_cache_groups=groups)
+    if not hasattr(config, "prefix_cache_retention_interval"):
+        raise lacks("KVCacheConfig.prefix_cache_retention_interval")
+    hash_block = min(full_block, sliding_block)
+    config.hash_block_size, config.prefix_cache_retention_interval = hash_block, retention
+    manager = KVCacheManager(
+        config,
+        max_model_len=MAX_MODEL_LEN,
+        scheduler_block_size=max(full_block, sliding_block),
+        hash_block_size=hash_block,
+        enable_caching=True,
+        use_eagle=eagle,
+    )
+    return manager, get_request_block_hasher(hash_block, sha256)
+
+
+def _repeat_hit(full_block: int, sliding_block: int, window: int, *, eagle: bool, retention: int | None) -> int:
+    """The prefix-cache hit of a prompt that extends a finished request's whole prompt (the next turn of a chat)."""
+    manager, hasher = _hybrid_manager(full_block, sliding_block, window, eagle=eagle, retention=retention)
+    prompt = [(7 * i) % VOCAB for i in range(PROMPT_TOKENS)]
+    first = adapters.make_request("first", prompt, SamplingParams(max_tokens=1), hasher)
+    assert adapters.allocate_slots(manager, first, PROMPT_TOKENS) is not None, "the first request did not fit"
+    first.num_computed_tokens = PROMPT_TOKENS
+    manager.free(first)
+    later = adapters.make_request("later", prompt + [1, 2, 3], SamplingParams(max_tokens=1), hasher)
+    return adapters.computed_blocks(manager, later)[1]
+
+
+PROMPT_TOKENS = 130
+
+
+@pytest.mark.parametrize("retention", [None, 0], ids=["dense", "replay-only"])
+@pytest.mark.parametrize("eagle", [False, True], ids=["no-eagle", "eagle"])
+@pytest.mark.parametrize(
+    "full_block, sliding_block, window",
+    [(32, 16, 16), (32, 16, 8), (64, 16, 16), (16, 16, 16)],
+    ids=lambda v: str(v),
+)
+def test_a_repeated_prompt_hits_at_every_alignment(full_block, sliding_block, window, eagle, retention):
+    """Hit counts, not answers: a prompt that extends a finished request's prompt must hit the prefix cache, with
+    EAGLE on or off, when the cache-hit alignment (the LCM of the groups' block sizes) is larger than the window.
+    A sliding group caches only the blocks a hit can use (``reachable_block_mask``); the blocks it keeps must be the
+    run the lookup (``find_longest_cache_hit``) asks for, EAGLE's one block past the aligned boundary included
+    (#44082: the mask skipped it and EAGLE found no hit at all, silently). The hit is at most the prompt's aligned
+    whole blocks, and at least that less one alignment unit and EAGLE's dropped unit."""
+    align = max(full_block, sliding_block)
+    hit = _repeat_hit(full_block, sliding_block, window, eagle=eagle, retention=retention)
+    most = PROMPT_TOKENS // align * align
+    least = most - align * (1 + eagle)
+    assert least <= hit <= most and hit % align == 0, (
+        f"a repeat of a {PROMPT_TOKENS}-token prompt hit {hit} tokens (blocks {full_block}/{sliding_block}, window "
+        f"{window}, EAGLE {'on' if eagle else 'off'}): expected an aligned hit in [{least}, {most}]"
+    )
+
+
+@pytest.mark.parametrize("depth", [1, 2], ids=["one-step-ahead", "two-steps-ahead"])
+@pytest.mark.parametrize("block_size, window", [(16, 16), (16, 32), (32, 16)], ids=lambda v: str(v))
+def test_async_sweep_keeps_what_in_flight_steps_read(block_size, window, depth):
+    """Asynchronous scheduling (``--async-scheduling``): the scheduler schedules step n + 1 while ``depth`` earlier
+    decode steps are still running; their tokens are counted computed (``num_computed_tokens`` advanced when they
+    were scheduled) and in flight (``num_in_flight_tokens``). The window sweep ``allocate_slots`` runs before it
+    schedules a step may free only what left the window of every token a running step still reads: freeing on the
+    scheduled count hands another request a block an in-flight attention reads (#47728). And it still frees what
+    left the window of the settled tokens (invariant 5 on the processed count)."""
+    manager, hasher = _hybrid_manager(block_size, block_size, window, eagle=False, retention=None)
+    prompt = [(5 * i) % VOCAB for i in range(block_size + 4)]
+    r = adapters.make_request("decoding", prompt, SamplingParams(max_tokens=200), hasher)
+    if not hasattr(r, "num_in_flight_tokens"):
+        raise lacks("Request.num_in_flight_tokens (asynchronous scheduling's in-flight count)")
+    assert adapters.allocate_slots(manager, r, len(prompt)) is not None, "the prompt did not fit"
+    r.num_computed_tokens = len(prompt)
+    r.append_output_token_ids(1)
+    in_flight: list[int] = []  # positions scheduled whose step has not returned
+    for _ in range(4 * max(window, block_size)):
+        r.num_in_flight_tokens = len(in_flight)
+        assert adapters.allocate_slots(manager, r, 1) is not None, "a decode slot did not fit"
+        scheduled = r.num_computed_tokens
+        table = manager.get_blocks(r.request_id).blocks[1]
+        for pos in [*in_flight, scheduled]:
+            reads = range(max(0, pos - window + 1) // block_size, pos // block_size + 1)
+            freed = [b for b in reads if table[b].is_null]
+            assert not freed, (
+                f"scheduling position {scheduled} with {in_flight} in flight (window {window}, block {block_size}): "
+                f"sliding blocks {freed} were freed, yet position {pos}'s window reads them"
+            )
+        settled = scheduled - len(in_flight)
+        left = window_rule(window, settled) // block_size
+        kept = [i for i in range(left) if not table[i].is_null]
+        assert not kept, f"sliding blocks {kept} left the window of the {settled} settled tokens but are still held"
+        r.num_computed_tokens += 1
+        in_flight.append(scheduled)
+        if len(in_flight) > depth:  # the oldest step returns: its token is settled and appended
+            in_flight.pop(0)
+            r.append_output_token_ids(2)

