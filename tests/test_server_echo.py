@@ -10,23 +10,21 @@ graph path where a chunk's rows fit the extend graphs and eagerly where they do 
 
 from __future__ import annotations
 
-import functools
 import json
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
-from pathlib import Path
 from typing import Any
 
 import openai
 import pytest
-import torch
 
 from fixtures.data.jsonl import read_jsonl
 from harness.engine import Engine, EngineConfig, SamplingParams
 from harness.paths import REPO
 from harness.server.worker import EngineWorker
+from suites.servers.loglikelihood import Oracle, hold_loglikelihood
 from tests.test_openai_surface import Served, refused, served_engine, serving
 from tests.test_server import MODEL
 from tests.waits import SERVER_START_S, scaled
@@ -67,35 +65,6 @@ def served() -> Iterator[Served]:
 def client(served: Served) -> Iterator[Any]:
     with openai.OpenAI(base_url=f"{served.url}/v1", api_key="x", max_retries=0, timeout=scaled(120)) as c:
         yield c
-
-
-class Oracle:
-    """transformers on the checkpoint (eager attention, fp32, one sequence at a time): its tokenizer and, per token
-    of a sequence, the log-softmax (float64) of the logits before it."""
-
-    def __init__(self, ckpt: Path) -> None:
-        from transformers import AutoModelForCausalLM, AutoTokenizer
-
-        self.tokenizer = AutoTokenizer.from_pretrained(ckpt)
-        self.model = AutoModelForCausalLM.from_pretrained(ckpt, dtype=torch.float32, attn_implementation="eager")
-        self.model.eval()
-        self._logp = functools.lru_cache(maxsize=256)(self._forward)
-
-    def ids(self, text: str) -> list[int]:
-        return self.tokenizer(text).input_ids  # with its BOS, as the server encodes a text prompt
-
-    @torch.inference_mode()
-    def _forward(self, ids: tuple[int, ...]) -> torch.Tensor:
-        return torch.log_softmax(self.model(torch.tensor([ids])).logits[0].double(), -1)
-
-    def token_logprobs(self, ids: list[int]) -> list[float]:
-        """``logprob(ids[k] | ids[:k])`` for k = 1.. (the first token has none)."""
-        logp = self._logp(tuple(ids))
-        return logp[torch.arange(len(ids) - 1), torch.tensor(ids[1:])].tolist()
-
-    def greedy(self, ids: list[int], start: int) -> bool:
-        """Whether every token from ``start`` on is the argmax after the tokens before it."""
-        return self._logp(tuple(ids))[start - 1 : -1].argmax(-1).tolist() == ids[start:]
 
 
 @pytest.fixture(scope="module")
@@ -263,55 +232,15 @@ def test_echo_requests_beside_plain_ones_change_no_answer(oracle: Oracle) -> Non
 
 
 def test_lm_eval_multiple_choice_scores_are_transformers(served: Served, oracle: Oracle, monkeypatch: Any) -> None:
-    """lm-eval 0.4.13's ``local-completions`` (token-id prompts, four per request) on ``swa_choice_style``: every
-    loglikelihood it records is transformers' sum over the choice's tokens, its is_greedy (from the top logprobs)
-    transformers' argmax, and its accuracy the one transformers' loglikelihoods give."""
+    """lm-eval 0.4.13's ``local-completions`` on ``swa_choice_style`` (suites/servers/loglikelihood.py): every
+    loglikelihood it records is transformers' sum over the choice's tokens, its is_greedy transformers' argmax, and its
+    accuracy the one transformers' loglikelihoods give."""
     pytest.importorskip("tenacity", reason="lm-eval's local-completions needs tenacity (pip install 'lm-eval[api]')")
     monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
-    from lm_eval import simple_evaluate
-    from lm_eval.models.openai_completions import LocalCompletionsAPI
-    from lm_eval.tasks import TaskManager
-
-    lm = LocalCompletionsAPI(
-        base_url=f"{served.url}/v1/completions",
-        model=MODEL,
-        tokenizer=str(CKPT),
-        tokenizer_backend="huggingface",
-        add_bos_token=True,
-        max_length=CONTEXT,
-        batch_size=4,
-        max_retries=1,
-    )
-    tasks = TaskManager(include_path=str(REPO / "suites" / "accuracy"), include_defaults=False)
-    out = simple_evaluate(model=lm, tasks=["swa_choice_style"], task_manager=tasks, bootstrap_iters=0)
-    samples = out["samples"]["swa_choice_style"]
-    assert len(samples) == 12
-
-    worst, correct = 0.0, []
-    for sample in samples:
-        recorded = [resp[0] for resp in sample["resps"]]  # (loglikelihood, is_greedy) per choice
-        want = []
-        for args in sample["arguments"]:
-            context, continuation = _pair(args)
-            ctx_ids, cont_ids = lm._encode_pair(context, continuation)  # the ids lm-eval sent, as it split them
-            ids = ctx_ids + cont_ids
-            want.append((sum(oracle.token_logprobs(ids)[len(ctx_ids) - 1 :]), oracle.greedy(ids, len(ctx_ids))))
-        assert [g for _, g in recorded] == [g for _, g in want], (sample["doc"], recorded, want)
-        worst = max(worst, max(abs(r - w) for (r, _), (w, _) in zip(recorded, want)))
-        correct.append(max(range(len(want)), key=lambda i: want[i][0]) == sample["target"])
-    assert worst <= TOL, f"lm-eval's loglikelihoods differ from transformers' by up to {worst:.3g}"
-    accuracy = out["results"]["swa_choice_style"]["acc,none"]
-    assert accuracy == pytest.approx(sum(correct) / len(correct))
-    assert 0 < accuracy < 1, accuracy  # the task is neither trivial nor hopeless for the checkpoint
-
-
-def _pair(args: Any) -> tuple[str, str]:
-    """A logged request's (context, continuation), however lm-eval's version lays out its arguments."""
-    if isinstance(args, dict):
-        args = [args[k] for k in sorted(args)]
-    context, continuation = args[:2]
-    return context, continuation
+    report = hold_loglikelihood(served.url, MODEL, CKPT, oracle, TOL, CONTEXT)
+    print(report.line("the harness server"))
+    assert 0 < report.accuracy < 1, report  # the task is neither trivial nor hopeless for the checkpoint
 
 
 # -- bad input -----------------------------------------------------------------------------------

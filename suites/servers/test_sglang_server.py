@@ -42,6 +42,7 @@ from suites.servers.cache_hits import (
     transformers_expectation,
     word_workload,
 )
+from suites.servers.loglikelihood import Oracle, hold_loglikelihood
 from suites.servers.shared import SharedServers
 from suites.servers.oracles import (
     Reference,
@@ -76,6 +77,7 @@ CANDIDATE_FIX = {SGLANG_PATCH_ENV: "suites/plans/patches/finding-4-swa-reads.yam
 # transformers' eager attention one prompt at a time): measured worst 6.1e-6 nats (roomy pool) and 5.8e-6 (the tight
 # pool with the candidate fix); a wrong KV read moves logprobs by whole nats.
 LOGPROB_TOL = 1e-4
+LOGLIKELIHOOD_TOL = 1e-3  # a choice's sum over its tokens, each within LOGPROB_TOL
 FINDING_TORCH_NATIVE_SWA_READS = (
     "docs/FINDINGS.md #4: SGLang 0.5.23's torch_native attention reads the KV of sliding-window layers at full-pool "
     "slot ids (req_to_token) instead of their SWA slots; right only while the two allocators hand out the same ids"
@@ -225,6 +227,17 @@ def test_the_candidate_fix_for_finding_4_makes_the_reusing_pool_agree(
     assert "finding-4-swa-reads.yaml applied (2 functions)" in log  # the launcher; each spawned process applies it too
 
 
+def test_lm_eval_loglikelihoods_are_transformers(
+    server: ServerProcess, ckpt: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """lm-eval's multiple-choice path (echoed prompt logprobs) on the roomy server: suites/servers/loglikelihood.py."""
+    pytest.importorskip("tenacity", reason="lm-eval's local-completions needs tenacity (pip install 'lm-eval[api]')")
+    monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    report = hold_loglikelihood(server.base_url, SERVED, ckpt, Oracle(ckpt), LOGLIKELIHOOD_TOL)
+    print(report.line("sglang"))
+
+
 def test_the_server_reports_sglang_and_its_hybrid_pool(server: ServerProcess, ckpt: Path) -> None:
     identity = ENGINE.identity(server.base_url, ServerSpec(model=str(ckpt), served_name=SERVED))
     assert identity.engine == "sglang" and identity.version.startswith("sglang 0.5.")
@@ -261,9 +274,23 @@ def cache_expectation(ckpt: Path, page: int = 1) -> tuple[Workload, Expected]:
     return workload, transformers_expectation(ckpt, workload, CACHE_NEW_TOKENS)
 
 
-def hold_cache_hits(server: ServerProcess, ckpt: Path, name: str, pool: Pool, page: int = 1) -> None:
+def hold_cache_hits(server: ServerProcess, ckpt: Path, name: str, pool: Pool, flags: tuple[str, ...] = ()) -> None:
+    page = page_of(flags)
     workload, expected = cache_expectation(ckpt, page)
-    hold(ENGINE, server, SERVED, workload, CACHE_NEW_TOKENS, expected, LOGPROB_TOL, name, pool, page=page)
+    chunked = "--chunked-prefill-size" in flags
+    hold(
+        ENGINE,
+        server,
+        SERVED,
+        workload,
+        CACHE_NEW_TOKENS,
+        expected,
+        LOGPROB_TOL,
+        name,
+        pool,
+        page=page,
+        chunked=chunked,
+    )
 
 
 @pytest.mark.parametrize(
@@ -283,10 +310,11 @@ def hold_cache_hits(server: ServerProcess, ckpt: Path, name: str, pool: Pool, pa
             id="tight-page16",
             marks=pytest.mark.extended,
         ),
-        # Page 16 with prefill chunks of 32: every chunk's checkpoint lands in the tree under pressure. Two radix-cache
-        # regressions written into SGLang 0.5.23 outside the catalog (the frontier tombstoning the last leaf; an insert
-        # below the SWA frontier made live) pass every other pool here and fail this one on its hits ("1 of 6 repeat
-        # requests hit", "0 of 2 long requests hit"); clean, it hit repeat 5/6, second-turn 3/4, long 1/2, shared 2/4.
+        # Page 16 with prefill chunks of 32: every chunk's checkpoint lands in the tree under pressure, each with its
+        # window live, so a branch past a chunk's end hits there (MISSES_BY_DESIGN's chunks_hit). Before the protocol
+        # ran in rounds, two radix-cache regressions written into SGLang 0.5.23 outside the catalog (the frontier
+        # tombstoning the last leaf; an insert below the SWA frontier made live) passed every other pool and failed
+        # this one on its hits; in rounds, clean: repeat 6/6, branch 2/2, shared-prefix 2/4, second-turn 4/4, long 2/2.
         pytest.param(
             (*CACHE_TIGHT, "--page-size", "16", "--chunked-prefill-size", "32"),
             {**CANDIDATE_FIX, **STRICT},
@@ -301,7 +329,7 @@ def test_a_warm_radix_cache_answers_as_a_fresh_one_and_transformers(
     tightness: Pool = "roomy" if pool == ROOMY else "tight"  # tight: the protocol asks its counters for evictions
     with sglang_server(ckpt, pool, tmp_path / "server.log", env=env) as server:
         name = f"sglang {' '.join(pool)} {' '.join(env)}"
-        hold_cache_hits(server, ckpt, name, tightness, page_of(pool))
+        hold_cache_hits(server, ckpt, name, tightness, pool)
 
 
 FINDING_FINISHED_PROMPT_SWA = (

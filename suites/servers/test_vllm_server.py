@@ -33,6 +33,7 @@ from harness.servers.lifecycle import ServerProcess
 from harness.servers.vllm import VLLMServer
 from harness.env import VLLM_SERVER_ENV
 from harness.paths import REPO
+from suites.servers.loglikelihood import Oracle, hold_loglikelihood
 from suites.servers.shared import SharedServers
 from suites.servers.cache_hits import (
     Expected,
@@ -89,6 +90,7 @@ def tight(ckpt: Path) -> tuple[str, ...]:
 # prompt at a time: measured worst |Δlogprob| is in the note of docs/BENCHMARKS.md; a wrong KV block moves logprobs by
 # whole nats.
 LOGPROB_TOL = 1e-4
+LOGLIKELIHOOD_TOL = 1e-3  # a choice's sum over its tokens, each within LOGPROB_TOL
 PREEMPTIONS, PREFIX_HITS = "vllm:num_preemptions_total", "vllm:prefix_cache_hits_total"
 
 
@@ -152,6 +154,19 @@ def test_concurrent_greedy_answers_equal_transformers_and_the_harness_engine(
         assert "CompilationMode.DYNAMO_TRACE_ONCE" in log and "Enforce eager set" not in log
     else:
         assert "Enforce eager set" in log
+
+
+def test_lm_eval_loglikelihoods_are_transformers(
+    ckpt: Path, shared_servers: SharedServers, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """lm-eval's multiple-choice path (echoed prompt logprobs) on the eager roomy server:
+    suites/servers/loglikelihood.py."""
+    pytest.importorskip("tenacity", reason="lm-eval's local-completions needs tenacity (pip install 'lm-eval[api]')")
+    monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    server = shared_servers.get(ENGINE, vllm_spec(ckpt, ROOMY, "off"), timeout=900)[0]
+    report = hold_loglikelihood(server.base_url, SERVED, ckpt, Oracle(ckpt), LOGLIKELIHOOD_TOL, context=1024)
+    print(report.line("vllm"))
 
 
 def test_a_pool_that_preempts_and_reuses_blocks_changes_no_answer(
