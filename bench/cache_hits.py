@@ -71,10 +71,12 @@ def main(argv: list[str] | None = None) -> int:
         "bit-exact vs fresh",
     )
     body = (
-        "A request *hits* when the cache served at least half of the tokens it shares with what it reuses. A roomy pool "
-        "must hit every request of a kind, a tight one half (at least one), and must show all three eviction counts above 0; "
-        "the branch (the first request sharing part of a finished prompt) misses by design on every server "
-        "(`MISSES_BY_DESIGN` in `suites/servers/cache_hits.py`). Δ: the worst |Δlogprob| over every generated token's "
+        "The protocol runs in rounds, one per family of prompts, each warmed up and reused before the next (a tight "
+        "pool's later rounds evict the earlier ones). A request *hits* when the cache served at least half of the "
+        "tokens it shares with what it reuses. A roomy pool must hit every request of a kind, a tight one half (at "
+        "least one), and must show all three eviction counts above 0; the branch (the first request sharing part of a "
+        "finished prompt) misses by design on every server, but for SGLang prefilling in chunks, which keeps a live "
+        "window at each chunk's end (`MISSES_BY_DESIGN` in `suites/servers/cache_hits.py`). Δ: the worst |Δlogprob| over every generated token's "
         "top 5. KL: the worst position's KL of a warm continuation against its fresh replay (top 5 and the rest; "
         "`CACHE_KL`: vLLM must be bit-exact, the harness <= 1e-8, SGLang <= 1e-10). Edge: prompts one token under "
         "one window, of one window and one over, then extended; a request sharing less than a page is not counted "
