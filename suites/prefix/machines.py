@@ -374,19 +374,20 @@ class PrefixCacheMachine(RuleBasedStateMachine):
         (``kv_len - W`` at or past it), on every target: what the tree protects lies in the other requests'
         prefixes (a checkpoint locks its new prefix anew; the next slide moves that lock).
 
-        Not held on SGLang's cache with overlapped decode batches: there its UnifiedRadixCache was seen still
-        protecting SWA KV of two requests whose windows had passed their prefixes, after a third request's prefill
-        (page 4, window 6); not yet root-caused (an adapter artefact or an SGLang lock stranded by a split: issue 56's
-        hunt), so the sync runs hold SGLang to it and the overlapped ones do not yet."""
-        if self.overlap and self.target.name != "harness":
-            return
-        passed = [r for r in self.running if r.rid in self.slid and r.kv_len - self.window >= r.cache_protected_len]
+        SGLang 0.5.23 breaks it for a prefix shorter than its window (docs/FINDINGS.md #13): such a lock's SWA segment
+        reaches the root, its receipt's SWA uuid is None, and ``UnifiedRadixCache.release_swa_prefix_lock`` releases
+        only a receipt whose uuid is not None, so the prefix's SWA KV stays protected until the request finishes
+        (held to it as a strict xfail: suites/prefix/test_prefix_cache_machine.py). Here SGLang is held to what it
+        does guarantee: every other lock follows its window."""
+        short = self.window - 1 if self.target.name == "sglang" else 0  # SGLang's window: finding #13's prefixes
+        passed = [
+            r for r in self.running if r.rid in self.slid and r.kv_len - self.window >= r.cache_protected_len >= short
+        ]
         pending = sum(r.cache_protected_len for r in self.running if r not in passed)
         assert self.cache.swa_protected_size() <= pending, (
             f"the tree protects {self.cache.swa_protected_size()} tokens' SWA KV, but the requests whose window has not "
-            f"passed their prefix hold only {pending} prefix tokens: requests {[r.rid for r in passed]} still lock SWA KV "
-            "their window "
-            "left behind"
+            f"passed their prefix hold only {pending} prefix tokens: requests {[r.rid for r in passed]} (prefixes "
+            f"{[r.cache_protected_len for r in passed]}) still lock SWA KV their window left behind"
         )
 
     def _ownership(self, side: str, tree: torch.Tensor, own: list[torch.Tensor], free: int, size: int) -> None:
