@@ -114,7 +114,7 @@ def _install(session: nox.Session, extras: str = "test") -> None:
 @nox.session(python=PYTHON)
 def tests(session: nox.Session) -> None:
     """Unit tests and scenario suites, in parallel; exit code 5 (nothing collected) fails the session."""
-    _install(session, "test,eval")
+    _install(session, "test,eval,mutants")
     session.run(*PYTEST, "-n", "auto", "--durations=15", *session.posargs)  # the slowest, in every CI log
 
 
@@ -287,6 +287,15 @@ def sglang_faults(session: nox.Session) -> None:
 
 
 @nox.session(python=PYTHON)
+def mutants(session: nox.Session) -> None:
+    """The mutation score of SGLang's SWA memory code: cosmic-ray's mutants of its installed source, each through
+    the tests that reach it (`swa-harness mutants`; `nox -s mutants -- --sample 50` is the short run); writes
+    reports/mutants-sglang.json."""
+    _install_sglang(session, "test,mutants")
+    session.run("swa-harness", "mutants", "--target", "sglang", *session.posargs)
+
+
+@nox.session(python=PYTHON)
 def check(session: nox.Session) -> None:
     """One verdict on an SGLang checkout or release: `nox -s check -- --sglang ~/src/sglang` runs the tests that killed
     catalog faults first, then the memory suites, then a server smoke (cache hits, graphs off and on), each stopping
@@ -349,6 +358,15 @@ def vllm_faults(session: nox.Session) -> None:
     reports/kill-matrix-vllm.json."""
     _install_vllm(session)
     session.run("swa-harness", "faults", "--target", "vllm", *session.posargs)
+
+
+@nox.session(python=PYTHON)
+def vllm_mutants(session: nox.Session) -> None:
+    """The mutation score of vLLM's sliding-window KV-cache manager, coordinator and block pool; writes
+    reports/mutants-vllm.json."""
+    _install_vllm(session)
+    session.install("cosmic-ray==8.7.0")
+    session.run("swa-harness", "mutants", "--target", "vllm", *session.posargs)
 
 
 @nox.session(python=PYTHON)

@@ -1,4 +1,4 @@
-"""``swa-harness``: serve | eval | nightly | report | faults | check | kernels | sglang-matrix | vllm-matrix |
+"""``swa-harness``: serve | eval | nightly | report | faults | mutants | check | kernels | sglang-matrix | vllm-matrix |
 bisect."""
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ def main(argv: list[str] | None = None) -> int:
         ),
         "report": ("harness.jobs.report_cli", "re-render the HTML report from saved runs"),
         "faults": ("harness.faults.matrix", "kill matrix: every catalog fault through the suites"),
+        "mutants": ("harness.mutants.run", "mutation score of SGLang's or vLLM's SWA memory code (cosmic-ray mutants)"),
         "check": (
             "harness.jobs.check",
             "one verdict on an SGLang or vLLM checkout: fault killers first, the suites, a server smoke",

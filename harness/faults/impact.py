@@ -33,7 +33,7 @@ from typing import Any
 
 import pytest
 
-from harness.env import IMPACT_ENV, SELECT_ENV
+from harness.env import IMPACT_CODE_ENV, IMPACT_ENV, SELECT_ENV
 
 EVERY_FAULT = "*"  # recorded for a test that spawned a process: it may reach any fault there
 
@@ -195,7 +195,8 @@ def _under(nodeid: str, prefix: str) -> bool:
 class RecordingPlugin:
     def __init__(self, target: str, out: Path) -> None:
         self.target, self.out = target, out
-        self.recorder = Recorder(FAULT_CODE[target]())
+        code = os.environ.get(IMPACT_CODE_ENV)  # a mutation run's functions, else the target catalog's faults
+        self.recorder = Recorder(json.loads(Path(code).read_text()) if code else FAULT_CODE[target]())
         self.items: list[pytest.Item] = []
         original_init = subprocess.Popen.__init__
         recorder = self.recorder

@@ -1,0 +1,11 @@
+"""Mutation runs over real engines' SWA memory code: every small change a mutation tool makes to SGLang's or vLLM's
+installed source, each through only the tests that reach the function it changes.
+
+* ``scope``: which files (and functions) of each engine are mutated, and why those.
+* ``generate``: the mutants, made by cosmic-ray's operators (a chosen subset) over the installed source text.
+* ``activate``: the pytest plugin that imports one mutated module in place of the installed one.
+* ``run``: test impact on the clean build, then each mutant through its reaching tests; ``swa-harness mutants``.
+* ``record``: the report (``reports/mutants-<target>.json``): per mutant its diff, status, killer or reason.
+
+This package's ``__init__`` imports nothing: ``-p harness.mutants.activate`` must load before any engine module.
+"""

@@ -1,0 +1,144 @@
+"""A mutation run's record: each mutant's status, killer or reason, and the score, as JSON
+(``reports/mutants-<target>.json``).
+
+Statuses, with the kill matrix's meaning: ``killed`` (a test's own assertion failed; its class behavioural or
+structural), ``error`` (only crashes: an exception in engine code, an engine assert, a module that no longer
+imports; detected, but no assertion judged an output, so never a kill), ``timeout`` (a test hung past its limit),
+``survived`` (every reaching test passed), ``unreached`` (no test of the suites enters the mutated function).
+
+The score counts kills only: killed / (mutants - equivalent ones). A survivor or an unreached mutant is classified
+in ``harness.mutants.survivors`` (equivalent with its reason, reachable only on a GPU, or a suite gap and the test
+that closed it); one not classified there is shown as such.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from dataclasses import asdict, dataclass, replace
+from pathlib import Path
+from typing import Any, Literal
+
+from harness.kill_record import Failure, KillClass
+from harness.mutants.generate import Mutant
+
+SCHEMA_VERSION = 1
+Status = Literal["killed", "survived", "timeout", "error", "unreached"]
+
+
+@dataclass(frozen=True)
+class MutantResult:
+    mutant: Mutant
+    status: Status
+    kill_class: KillClass | None = None
+    failure: Failure | None = None  # the killer (killed), the first crash (error, timeout)
+    tests_reaching: int = 0
+    tests_run: int = 0
+    seconds: float = 0.0
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            **asdict(self.mutant),
+            "status": self.status,
+            "kill_class": self.kill_class,
+            "failure": self.failure.to_json() if self.failure else None,
+            "tests_reaching": self.tests_reaching,
+            "tests_run": self.tests_run,
+            "seconds": self.seconds,
+        }
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> MutantResult:
+        fields = {k: data[k] for k in Mutant.__dataclass_fields__}
+        failure = data.get("failure")
+        return cls(
+            mutant=Mutant(**fields),
+            status=data["status"],
+            kill_class=data.get("kill_class"),
+            failure=Failure.from_json(failure) if failure else None,
+            tests_reaching=int(data.get("tests_reaching", 0)),
+            tests_run=int(data.get("tests_run", 0)),
+            seconds=float(data.get("seconds", 0.0)),
+        )
+
+
+@dataclass(frozen=True)
+class MutationRun:
+    """One run (or one shard of it): what was mutated, how the sample was drawn, and every mutant's result."""
+
+    target: str
+    engine_version: str
+    source_digest: str  # the mutated files' text: mutant ids hold against it only
+    mutator: str  # the mutation tool and release that made the mutants
+    operators: tuple[str, ...]
+    population: int  # every mutant of the scope
+    sample: int  # how many were drawn (0: all)
+    seed: int
+    shard: str  # "K/N"; "1/1": the whole sample
+    generated_at: str
+    wall_s: float
+    recording_s: float  # the clean build's runs that record which tests reach which function
+    jobs: int
+    results: tuple[MutantResult, ...]
+
+    def counts(self) -> Counter[str]:
+        return Counter(r.status for r in self.results)
+
+    def to_json(self) -> dict[str, Any]:
+        head = {k: v for k, v in asdict(self).items() if k != "results"}
+        return {"schema_version": SCHEMA_VERSION, **head, "results": [r.to_json() for r in self.results]}
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> MutationRun:
+        fields = {k: data[k] for k in cls.__dataclass_fields__ if k != "results"}
+        fields["operators"] = tuple(fields["operators"])
+        return cls(**fields, results=tuple(MutantResult.from_json(r) for r in data["results"]))
+
+
+def save(run: MutationRun, path: Path) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(run.to_json(), indent=1) + "\n")
+
+
+def load(path: Path) -> MutationRun:
+    return MutationRun.from_json(json.loads(path.read_text()))
+
+
+# The fields every shard of one run must share: the same mutants, drawn the same way, from the same source.
+SHARED = ("target", "engine_version", "source_digest", "mutator", "operators", "population", "sample", "seed")
+
+
+def merge(shards: list[MutationRun]) -> MutationRun:
+    """The shards of one run as the run one machine makes: every mutant once, in id order; wall time the longest
+    shard's (they ran side by side), recording the longest too."""
+    if not shards:
+        raise ValueError("merge: no shard given")
+    first = shards[0]
+    for other in shards[1:]:
+        for name in SHARED:
+            if getattr(other, name) != getattr(first, name):
+                raise ValueError(f"merge: shard {other.shard} differs from {first.shard} in {name}")
+    counts = Counter(s.shard.split("/")[1] for s in shards)
+    if len(counts) != 1:
+        raise ValueError(f"merge: shards of different splits: {sorted(s.shard for s in shards)}")
+    n = int(next(iter(counts)))
+    held = sorted(s.shard for s in shards)
+    if held != sorted(f"{k}/{n}" for k in range(1, n + 1)):
+        raise ValueError(f"merge: shards {held} are not each of 1..{n} once")
+    ids = [r.mutant.id for s in shards for r in s.results]
+    if len(ids) != len(set(ids)):
+        raise ValueError("merge: a mutant is in two shards")
+    results = tuple(sorted((r for s in shards for r in s.results), key=lambda r: _order(r.mutant)))
+    return replace(
+        first,
+        shard="1/1",
+        generated_at=max(s.generated_at for s in shards),
+        wall_s=max(s.wall_s for s in shards),
+        recording_s=max(s.recording_s for s in shards),
+        jobs=first.jobs,
+        results=results,
+    )
+
+
+def _order(m: Mutant) -> tuple[str, int, str, int]:
+    return (m.module, m.line, m.operator, m.occurrence)

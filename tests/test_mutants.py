@@ -1,0 +1,156 @@
+"""The mutation run's parts on a toy module: which function a mutant is in, the import of mutated text, the sample,
+shards merged back into one run, and the score."""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from harness.kill_record import Failure
+from harness.mutants import activate
+from harness.mutants.generate import Mutant, mutants_of, mutated_source, with_after
+from harness.mutants.record import MutantResult, MutationRun, load, merge, save
+from harness.mutants.run import draw
+from harness.mutants.scope import ScopeFile
+from harness.mutants.survivors import Classified, score
+from harness.shards import Shard
+
+TOY = textwrap.dedent(
+    """\
+    LIMIT = 4
+
+
+    class Pool:
+        size = 8
+
+        def free(self, n):
+            def clamp(k):
+                return k if k < LIMIT else LIMIT
+            return clamp(n) + 1
+
+
+    def window(start, length):
+        return start - length
+    """
+)
+
+
+def test_each_mutant_is_placed_in_the_frame_test_impact_records() -> None:
+    mutants = mutants_of(ScopeFile("toy"), source=TOY)
+    where = {(m.line, m.operator): m.function for m in mutants}
+    assert where[1, "NumberReplacer"] == "toy.<module>"
+    assert where[5, "NumberReplacer"] == "toy.Pool"  # a class body runs as its own frame, at import
+    assert where[9, "ReplaceComparisonOperator_Lt_LtE"] == "toy.Pool.free.<locals>.clamp"
+    assert where[10, "ReplaceBinaryOperator_Add_Sub"] == "toy.Pool.free"
+    assert where[14, "ReplaceBinaryOperator_Sub_Add"] == "toy.window"
+    only = mutants_of(ScopeFile("toy", only=("Pool.free",)), source=TOY)
+    assert only and {m.function for m in only} == {"toy.Pool.free", "toy.Pool.free.<locals>.clamp"}
+
+
+def test_a_mutant_changes_one_line_and_says_how() -> None:
+    m = next(m for m in mutants_of(ScopeFile("toy"), source=TOY) if m.operator == "ReplaceBinaryOperator_Sub_Add")
+    shown = with_after(m, TOY)
+    assert shown.before.strip() == "return start - length" and shown.after.strip() == "return start + length"
+    changed = [
+        a for a, b in zip(TOY.splitlines(), mutated_source(TOY, m.operator, m.occurrence).splitlines()) if a != b
+    ]
+    assert changed == ["    return start - length"]
+
+
+def test_the_mutated_text_is_what_the_process_imports(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    (tmp_path / "toy_mut.py").write_text(TOY)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    m = next(m for m in mutants_of(ScopeFile("toy_mut"), source=TOY) if m.operator == "ReplaceBinaryOperator_Sub_Add")
+    finder = activate.install("toy_mut", mutated_source(TOY, m.operator, m.occurrence))
+    try:
+        toy = importlib.import_module("toy_mut")
+        assert toy.window(10, 3) == 13 and finder.loaded  # the installed file says 7
+        assert toy.__file__ == str(tmp_path / "toy_mut.py")  # tracebacks and test impact see the real file
+        with pytest.raises(RuntimeError, match="imported before"):
+            activate.install("toy_mut", TOY)
+    finally:
+        sys.meta_path.remove(finder)
+        sys.modules.pop("toy_mut", None)
+
+
+def _mutants(n: int) -> list[Mutant]:
+    return [Mutant(f"toy:{i}:AddNot:{i}", "toy", i, "AddNot", i, "toy.f", "x", "not x") for i in range(n)]
+
+
+def test_the_sample_is_seeded_and_independent_of_listing_order() -> None:
+    pool = _mutants(40)
+    assert draw(pool, 10, seed=3) == draw(list(reversed(pool)), 10, seed=3)
+    assert draw(pool, 10, seed=3) != draw(pool, 10, seed=4)
+    assert len(draw(pool, 0, seed=3)) == 40
+
+
+def _run(results: list[MutantResult], shard: str = "1/1") -> MutationRun:
+    return MutationRun(
+        target="sglang",
+        engine_version="0.5.23",
+        source_digest="d",
+        mutator="cosmic-ray 8.7.0",
+        operators=("AddNot",),
+        population=40,
+        sample=12,
+        seed=0,
+        shard=shard,
+        generated_at="2026-12-05T00:00:00+00:00",
+        wall_s=10.0,
+        recording_s=2.0,
+        jobs=2,
+        results=tuple(results),
+    )
+
+
+def _results() -> list[MutantResult]:
+    statuses = ["killed", "survived", "error", "unreached", "timeout", "killed"]
+    return [
+        MutantResult(
+            m,
+            statuses[i % len(statuses)],  # type: ignore[arg-type]
+            kill_class="behavioural" if statuses[i % len(statuses)] == "killed" else None,
+            failure=Failure("suites/x.py::t", "x.py:1", "assert 1 == 2") if i % 3 == 0 else None,
+        )
+        for i, m in enumerate(draw(_mutants(40), 12, seed=0))
+    ]
+
+
+def test_shards_merge_into_the_run_one_machine_makes(tmp_path: Path) -> None:
+    whole = _run(_results())
+    shards = []
+    for k in (1, 2, 3):
+        part = Shard(k, 3)
+        shard_run = _run([r for r in whole.results if part.holds(r.mutant.id)], shard=str(part))
+        save(shard_run, tmp_path / f"s{k}.json")
+        shards.append(load(tmp_path / f"s{k}.json"))
+    merged = merge(shards)
+    assert [r.mutant.id for r in merged.results] == [r.mutant.id for r in whole.results]
+    for a, b in zip(merged.results, whole.results):
+        assert a == b, a.mutant.id  # cell by cell
+    assert dataclasses.replace(merged, results=()) == dataclasses.replace(whole, results=())
+
+
+def test_merge_refuses_shards_of_different_runs() -> None:
+    a = _run(_results()[:3], shard="1/2")
+    b = dataclasses.replace(_run(_results()[3:], shard="2/2"), source_digest="other")
+    with pytest.raises(ValueError, match="source_digest"):
+        merge([a, b])
+    with pytest.raises(ValueError, match="not each of 1..2 once"):
+        merge([a, dataclasses.replace(a, results=())])
+
+
+def test_the_score_drops_only_equivalent_mutants_from_the_count() -> None:
+    run = _run(_results())
+    survivor = next(r.mutant.id for r in run.results if r.status == "survived")
+    unreached = next(r.mutant.id for r in run.results if r.status == "unreached")
+    table = {survivor: Classified("equivalent", "x is never read"), unreached: Classified("gpu-only", "CUDA path")}
+    s = score(run, table)
+    killed = sum(r.status == "killed" for r in run.results)
+    assert (s.killed, s.counted, s.equivalent) == (killed, len(run.results) - 1, 1)
+    assert s.unclassified == sum(r.status in ("survived", "unreached") for r in run.results) - 2
