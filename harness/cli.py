@@ -1,5 +1,5 @@
 """``swa-harness``: serve | eval | nightly | report | faults | mutants | check | kernels | sglang-matrix | vllm-matrix |
-bisect."""
+bisect | merge."""
 
 from __future__ import annotations
 
@@ -32,6 +32,10 @@ def main(argv: list[str] | None = None) -> int:
         "bisect": (
             "harness.jobs.bisect_cli",
             "the first SGLang (or, with --target vllm, vLLM) release between a good and a bad one where suites fail",
+        ),
+        "merge": (
+            "harness.jobs.merge",
+            "a kill or release matrix's shards (--shard K/N) into the one a machine writes",
         ),
     }
     if not argv or argv[0] in ("-h", "--help") or argv[0] not in commands:
