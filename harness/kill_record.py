@@ -280,9 +280,32 @@ class FaultRow:
 
 
 @dataclass(frozen=True)
+class RecordingUse:
+    """How a test-impact matrix got its clean recording under one settings group (``""``: as it ships): reused from
+    the stored one (``harness.faults.recording_cache``) or recorded now, and why; ``seconds``: what recording took
+    when it was made."""
+
+    settings: str
+    reused: bool
+    why: str = ""
+    seconds: float | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return {"settings": self.settings, "reused": self.reused, "why": self.why, "seconds": self.seconds}
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> RecordingUse:
+        return cls(
+            str(data.get("settings", "")), bool(data.get("reused")), str(data.get("why", "")), data.get("seconds")
+        )
+
+
+@dataclass(frozen=True)
 class KillMatrix:
     """Fault x suite for one target (``mode``: ``impact`` or ``full``, see ``harness.faults.matrix``). A test-impact
-    matrix also has the clean build under each fault's own settings and the time its recording took."""
+    matrix also has the clean build under each fault's own settings and the time its recording took. A shard's
+    matrix (``--shard K/N``, ``harness/shards.py``) names its shard and the whole matrix's fault ids (``selection``);
+    ``swa-harness merge`` puts the shards back together, checking ``target``, ``commit`` and ``engine`` agree."""
 
     target: str = ""
     mode: str = "full"
@@ -295,6 +318,11 @@ class KillMatrix:
     clean_under_settings: Mapping[str, Mapping[str, CleanCell]] = field(default_factory=dict)  # "K=V" -> suites
     clean_and_recording_s: float | None = None
     schema_version: int = SCHEMA_VERSION
+    shard: str | None = None  # "K/N"; None for a whole matrix
+    selection: tuple[str, ...] | None = None  # a shard's: every fault id of the matrix it is part of, in order
+    commit: str = ""  # the harness checkout (``code_fingerprint``)
+    engine: str = ""  # the engine under test: its version and source digest ("" for the harness target)
+    recordings: tuple[RecordingUse, ...] = ()
 
     def all_suites(self) -> tuple[str, ...]:
         """Every suite in page order: the producer's list (else the clean run's), then any a fault names beyond it."""
@@ -332,6 +360,12 @@ class KillMatrix:
         if self.clean_and_recording_s is not None:
             out["clean_under_settings"] = {k: _cells_json(v) for k, v in self.clean_under_settings.items()}
             out["clean_and_recording_s"] = self.clean_and_recording_s
+        if self.recordings:
+            out["recordings"] = [r.to_json() for r in self.recordings]
+        if self.commit or self.engine:
+            out["commit"], out["engine"] = self.commit, self.engine
+        if self.shard is not None:
+            out["shard"], out["selection"] = self.shard, list(self.selection or ())
         return {**out, "faults": [f.to_json() for f in self.faults]}
 
     @classmethod
@@ -349,6 +383,11 @@ class KillMatrix:
             clean_under_settings={str(k): _cells(v) for k, v in under.items()},
             clean_and_recording_s=data.get("clean_and_recording_s"),
             schema_version=int(data.get("schema_version") or 1),
+            shard=None if data.get("shard") is None else str(data["shard"]),
+            selection=None if data.get("selection") is None else tuple(map(str, data["selection"])),
+            commit=str(data.get("commit") or ""),
+            engine=str(data.get("engine") or ""),
+            recordings=tuple(RecordingUse.from_json(r) for r in data.get("recordings") or ()),
         )
 
 

@@ -33,7 +33,9 @@ FAULT_CATALOGS = (
 # inside functions count). What serves a job (servers, server, jobs) sits above the engine it serves; data that
 # crosses the floors (evals' results, the build fingerprint) sits low so that every floor can hold it.
 FLOORS: tuple[frozenset[str], ...] = (
-    frozenset({"paths", "env", "seams", "op_args", "model"}),
+    frozenset(
+        {"paths", "env", "seams", "op_args", "model", "shards", "cell_progress"}
+    ),  # shards, cell_progress: any matrix
     frozenset({"mem", "opcount", "fingerprint", "evals", "kill_record"}),  # kill_record: the kill matrix's record
     frozenset({"graph", "report", "reuse"}),
     frozenset({"engine"}),

@@ -22,10 +22,17 @@ Two modes, with the same verdicts (``--compare`` checks two matrices fault by fa
   ``env``) has its tests recorded on a clean build under the same settings, which must pass too.
 * ``full``: every fault through every whole suite, one (fault, suite) run each.
 
+The clean recording is kept beside the matrix and reused while nothing that produced it changed
+(``harness/faults/recording_cache.py``: the key, field by field; ``--fresh`` records anyway). Every finished cell
+prints a line as it lands, with what is left (``harness/cell_progress.py``). ``--shard K/N`` runs the faults of one
+shard (``harness/shards.py``), with the clean build and its recording; ``swa-harness merge`` joins the shards' JSONs
+into the matrix one machine writes.
+
     swa-harness faults                     # the harness's own twins (harness/faults/catalog)
     swa-harness faults --target sglang     # source patches into real SGLang (in the `nox -s sglang` venv)
     swa-harness faults --target vllm       # source patches into real vLLM (in the `nox -s vllm` venv)
     swa-harness faults --mode full         # every fault through every suite
+    swa-harness faults --target sglang --shard 2/4 --out shard-2.json   # one machine's part of four
 """
 
 from __future__ import annotations
@@ -38,7 +45,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable, Mapping
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
@@ -54,14 +61,17 @@ from harness.env import (
     VERDICTS_ENV,
     VLLM_FAULT_ENV,
 )
+from harness.cell_progress import CellProgress
 from harness.faults.impact import Impact
-from harness.kill_record import CleanCell, Failure, FaultRow, FaultSpec, KillCell, KillMatrix, VerdictLine
+from harness.faults.recording_cache import Lookup, RecordingCache, Settings
+from harness.fingerprint import code_fingerprint
+from harness.kill_record import CleanCell, Failure, FaultRow, FaultSpec, KillCell, KillMatrix, RecordingUse, VerdictLine
 from harness.kill_record import load, load_if_any, read_verdicts, save, specs
 from harness.paths import REPO
+from harness.shards import WHOLE, Shard
 from harness.targets.preflight import SGLANG_SUITES, VLLM_SUITES, Needs, unimportable
 
 Mode = Literal["impact", "full"]
-Settings = tuple[tuple[str, str], ...]  # environment a run needs beyond the fault's switch
 
 
 @dataclass(frozen=True)
@@ -173,6 +183,21 @@ class SuiteOutcome:
             errors=tuple(v for v in verdicts if v.outcome not in ("passed", "kill")),
         )
 
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "passed": self.passed,
+            "kills": [v.to_json() for v in self.kills],
+            "errors": [v.to_json() for v in self.errors],
+        }
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> SuiteOutcome:
+        return cls(
+            passed=int(data.get("passed", 0)),
+            kills=tuple(VerdictLine.from_json(v) for v in data.get("kills") or ()),
+            errors=tuple(VerdictLine.from_json(v) for v in data.get("errors") or ()),
+        )
+
     @property
     def ran(self) -> int:
         return self.passed + len(self.kills) + len(self.errors)
@@ -272,25 +297,45 @@ def build_matrix(
     timeout_s: float = 900,
     mode: Mode = "impact",
     previous: KillMatrix | None = None,
+    shard: Shard = WHOLE,
+    cache: RecordingCache | None = None,
+    fresh: bool = False,
+    stream: Any = None,
 ) -> KillMatrix:
+    """The matrix of ``fault_ids`` (the shard's part of them); ``cache``: where the clean recording is kept and
+    reused (None: recorded every time, kept nowhere); ``stream``: where progress goes (stderr)."""
     catalog = target.catalog()
+    held = shard.select(fault_ids)
     start = time.perf_counter()
+    recordings: tuple[RecordingUse, ...] = ()
     with tempfile.TemporaryDirectory(prefix="swa-kill-matrix-") as tmp, ThreadPoolExecutor(jobs) as pool:
         runs = _Runs(target=target, workdir=Path(tmp), timeout_s=timeout_s, pool=pool)
+        if shard != WHOLE:
+            said = ", ".join(held) or "none"
+            print(
+                f"shard {shard}: {len(held)} of {len(fault_ids)} faults: {said}", file=stream or sys.stderr, flush=True
+            )
         if mode == "full":
-            clean, faults = _full_runs(runs, [catalog[fid] for fid in fault_ids])
+            clean, faults = _full_runs(runs, [catalog[fid] for fid in held], stream=stream)
             under: dict[str, dict[str, CleanCell]] = {}
             recorded_s = None
         else:
-            recording = _record(runs, [catalog[fid] for fid in fault_ids])
+            recording = _record(runs, [catalog[fid] for fid in held], cache=cache, fresh=fresh, stream=stream)
             killers = previous.behavioural_killers() if previous else {}
-            futures = [
-                pool.submit(_impact_row, runs, recording, catalog[fid], killers.get(fid, [])) for fid in fault_ids
-            ]
-            faults = [f.result() for f in futures]
+            with CellProgress("faults", total=len(held), stream=stream) as progress:
+
+                def row(fid: str) -> FaultRow:
+                    progress.start(fid)
+                    out = _impact_row(runs, recording, catalog[fid], killers.get(fid, []))
+                    progress.done(fid, out.verdict(), out.run_s or 0.0)
+                    return out
+
+                futures = [pool.submit(row, fid) for fid in held]
+                faults = [f.result() for f in futures]
             clean = recording.clean_outcomes(())
             under = {_env(st): _clean_cells(target, recording.clean_outcomes(st)) for st in recording.settings if st}
             recorded_s = recording.seconds
+            recordings = recording.uses
     return KillMatrix(
         target=target.name,
         mode=mode,
@@ -302,6 +347,11 @@ def build_matrix(
         faults=tuple(faults),
         clean_under_settings=under,
         clean_and_recording_s=recorded_s,
+        shard=None if shard == WHOLE else str(shard),
+        selection=None if shard == WHOLE else tuple(fault_ids),
+        commit=code_fingerprint(),
+        engine=cache.fingerprint.engine if cache else "",
+        recordings=recordings,
     )
 
 
@@ -326,12 +376,24 @@ def _env(settings: Settings) -> str:
     return " ".join(f"{k}={v}" for k, v in settings)
 
 
-def _full_runs(runs: _Runs, specs: list[FaultSpec]) -> tuple[dict[str, SuiteOutcome], list[FaultRow]]:
-    """Every fault through every whole suite, after the clean build: one run each."""
+def _full_runs(
+    runs: _Runs, specs: list[FaultSpec], stream: Any = None
+) -> tuple[dict[str, SuiteOutcome], list[FaultRow]]:
+    """Every fault through every whole suite, after the clean build: one run each (a cell of the progress each)."""
     suites = list(runs.target.suites)
     keys = [(fid, suite) for fid in [None, *(spec.id for spec in specs)] for suite in suites]
-    futures = {key: runs.pool.submit(runs.run, *key) for key in keys}
-    results = {key: f.result() for key, f in futures.items()}
+    with CellProgress("runs", total=len(keys), stream=stream) as progress:
+
+        def run(fid: str | None, suite: str) -> tuple[SuiteOutcome, float]:
+            what = f"{fid or 'clean'}/{suite}"
+            progress.start(what)
+            outcome, seconds = runs.run(fid, suite)
+            status = outcome.fault_status().status if fid else outcome.clean_status(runs.target.min_tests[suite]).status
+            progress.done(what, status, seconds)
+            return outcome, seconds
+
+        futures = {key: runs.pool.submit(run, *key) for key in keys}
+        results = {key: f.result() for key, f in futures.items()}
     rows = [
         FaultRow(
             spec=spec,
@@ -352,6 +414,7 @@ class _Recording:
     outcomes: dict[tuple[Settings, str], SuiteOutcome]
     impacts: dict[tuple[Settings, str], Impact]
     seconds: float
+    uses: tuple[RecordingUse, ...] = ()  # per settings: reused or recorded, and why
 
     def clean_outcomes(self, settings: Settings) -> dict[str, SuiteOutcome]:
         return {suite: outcome for (st, suite), outcome in self.outcomes.items() if st == settings}
@@ -361,22 +424,77 @@ class _Recording:
         return tuple(next(iter(self.impacts.values())).code.get(fault_id, ()))
 
 
-def _record(runs: _Runs, specs: list[FaultSpec]) -> _Recording:
-    """Record on the clean build, as it ships and under each fault's own settings."""
+def _record(
+    runs: _Runs,
+    specs: list[FaultSpec],
+    *,
+    cache: RecordingCache | None = None,
+    fresh: bool = False,
+    stream: Any = None,
+) -> _Recording:
+    """Record on the clean build, as it ships and under each fault's own settings: each settings group reused from
+    ``cache`` where its key is unchanged, else recorded now (and kept there when its clean build passed)."""
+    target = runs.target
+    suites = list(target.suites)
     settings = tuple(sorted({spec.settings for spec in specs} | {()}))
     start = time.perf_counter()
-    paths = {
-        (st, suite): runs.workdir / f"impact-{i}-{suite}.json"
-        for i, st in enumerate(settings)
-        for suite in runs.target.suites
+    found = {
+        st: cache.lookup(st, suites, fresh=fresh) if cache else Lookup(None, "no recording kept") for st in settings
     }
-    futures = {
-        key: runs.pool.submit(runs.run, None, key[1], record=path, settings=key[0]) for key, path in paths.items()
-    }
-    outcomes = {key: f.result()[0] for key, f in futures.items()}
-    impacts = {key: Impact.load(path) for key, path in paths.items()}
+    outcomes: dict[tuple[Settings, str], SuiteOutcome] = {}
+    impacts: dict[tuple[Settings, str], Impact] = {}
+    uses = []
+    for st, lookup in found.items():
+        label = _env(st) or "the clean build as it ships"
+        if lookup.stored is not None:
+            stored = lookup.stored
+            print(
+                f"recording under {label}: reused (recorded {stored.recorded_at} in {stored.seconds} s; "
+                f"key: {stored.key.short()})",
+                file=stream or sys.stderr,
+                flush=True,
+            )
+            for suite in suites:
+                outcomes[st, suite] = SuiteOutcome.from_json(stored.outcomes[suite])
+                impacts[st, suite] = Impact.load(stored.impacts[suite])
+            uses.append(RecordingUse(_env(st), reused=True, seconds=stored.seconds))
+    todo = [st for st, lookup in found.items() if lookup.stored is None]
+    paths = {(st, suite): runs.workdir / f"impact-{i}-{suite}.json" for i, st in enumerate(todo) for suite in suites}
+    if paths:
+        with CellProgress("recording", total=len(paths), stream=stream) as progress:
+            for st in todo:
+                progress.say(
+                    f"recording under {_env(st) or 'the clean build as it ships'}: started "
+                    f"({len(suites)} suite runs), because {found[st].why}"
+                )
+
+            def record(st: Settings, suite: str, path: Path) -> tuple[SuiteOutcome, float]:
+                what = f"clean/{suite}" + (f" under {_env(st)}" if st else "")
+                progress.start(what)
+                outcome, seconds = runs.run(None, suite, record=path, settings=st)
+                cell = outcome.clean_status(target.min_tests[suite])
+                progress.done(what, f"{cell.status}, {cell.detail}", seconds)
+                return outcome, seconds
+
+            futures: dict[tuple[Settings, str], Future[tuple[SuiteOutcome, float]]] = {
+                key: runs.pool.submit(record, *key, path) for key, path in paths.items()
+            }
+            results = {key: f.result() for key, f in futures.items()}
+        for key, path in paths.items():
+            outcomes[key] = results[key][0]
+            impacts[key] = Impact.load(path)
+        for st in todo:
+            wall = round(sum(results[st, s][1] for s in suites), 1)  # its suite runs' seconds, summed
+            passed = all(outcomes[st, s].clean_status(target.min_tests[s]).status == "passed" for s in suites)
+            if cache is not None and passed:
+                cache.store(st, {s: outcomes[st, s].to_json() for s in suites}, {s: paths[st, s] for s in suites}, wall)
+            uses.append(RecordingUse(_env(st), reused=False, why=found[st].why, seconds=wall))
     return _Recording(
-        settings=settings, outcomes=outcomes, impacts=impacts, seconds=round(time.perf_counter() - start, 1)
+        settings=settings,
+        outcomes=outcomes,
+        impacts=impacts,
+        seconds=round(time.perf_counter() - start, 1),
+        uses=tuple(uses),
     )
 
 
@@ -491,6 +609,11 @@ def format_matrix(matrix: KillMatrix) -> str:
     lines.append("\nclean build: " + ", ".join(f"{s} {r.tests} tests" for s, r in matrix.clean.items()))
     for settings, suites_ in matrix.clean_under_settings.items():
         lines.append(f"clean build under {settings}: " + ", ".join(f"{s} {r.status}" for s, r in suites_.items()))
+    for use in matrix.recordings:
+        how = "reused" if use.reused else f"recorded ({use.why})"
+        lines.append(f"recording under {use.settings or 'the clean build as it ships'}: {how}, {use.seconds} s of runs")
+    if matrix.shard is not None:
+        lines.append(f"shard {matrix.shard}: {len(matrix.faults)} of {len(matrix.selection or ())} faults")
     lines.append(f"wall time {matrix.wall_s} s with {matrix.jobs} parallel runs")
     return "\n".join(lines)
 
@@ -508,6 +631,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--previous", default=None, help="an earlier matrix whose killers run first (default: the one at --out)"
     )
+    parser.add_argument("--shard", default=None, help="K/N: only the faults of shard K of N (harness/shards.py)")
+    parser.add_argument("--fresh", action="store_true", help="record the clean build even where a stored one fits")
+    parser.add_argument(
+        "--recording-dir",
+        default=None,
+        help="where clean recordings are kept (default: .kill-recording-<target>/ beside --out)",
+    )
     parser.add_argument(
         "--compare",
         nargs=2,
@@ -516,6 +646,10 @@ def main(argv: list[str] | None = None) -> int:
         help="compare two matrices' verdicts fault by fault and exit",
     )
     args = parser.parse_args(argv)
+    try:
+        shard = Shard.parse(args.shard) if args.shard else WHOLE
+    except ValueError as error:
+        parser.error(str(error))
     if args.compare:
         a, b = (load(Path(p)) for p in args.compare)
         differences = compare(a, b)
@@ -540,7 +674,19 @@ def main(argv: list[str] | None = None) -> int:
     out = Path(args.out) if args.out else target.out
     previous_path = Path(args.previous) if args.previous else out
     fault_ids = args.only if args.only is not None else list(catalog)
-    matrix = build_matrix(target, fault_ids, jobs=args.jobs, mode=args.mode, previous=load_if_any(previous_path))
+    cache = None
+    if args.mode == "impact":
+        cache = RecordingCache.beside(out, target.name, Path(args.recording_dir) if args.recording_dir else None)
+    matrix = build_matrix(
+        target,
+        fault_ids,
+        jobs=args.jobs,
+        mode=args.mode,
+        previous=load_if_any(previous_path),
+        shard=shard,
+        cache=cache,
+        fresh=args.fresh,
+    )
     save(matrix, out)
     print(format_matrix(matrix))
     ok, problems = verdict(matrix)

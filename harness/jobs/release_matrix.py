@@ -9,6 +9,10 @@ drawn space the release could not take (a feature it lacks): the table marks the
 
 Each engine is a :class:`MatrixSpec` (its suites, releases, overlays and pytest command) in its own module
 (``harness/jobs/sglang_matrix.py``, ``harness/jobs/vllm_matrix.py``); adding a suite is one line of its ``SUITES``.
+
+Each release is a cell of the progress (``harness/cell_progress.py``: a line as it lands, the ETA of the rest).
+``--shard K/N`` runs only the releases of that shard (``harness/shards.py``) and writes its JSON alone, no markdown;
+``swa-harness merge`` joins the shards' JSONs into the one a whole run writes (then ``--render`` writes the section).
 """
 
 from __future__ import annotations
@@ -31,7 +35,10 @@ from typing import Literal
 from packaging.version import Version
 
 from harness import findings
+from harness.cell_progress import CellProgress
+from harness.fingerprint import code_fingerprint
 from harness.paths import REPO, shown
+from harness.shards import WHOLE, Shard
 from harness.targets.releases import Release, TargetEngine, release_order
 from harness.targets.probe import NARROWED, UNREACHABLE
 
@@ -315,6 +322,13 @@ def _base() -> dict[str, str]:
     return {name: metadata.version(name) for name in ("torch", "transformers")}
 
 
+def _shard(text: str) -> Shard:
+    try:
+        return Shard.parse(text)
+    except ValueError as error:
+        raise argparse.ArgumentTypeError(str(error)) from None
+
+
 def parser(spec: MatrixSpec, description: str | None) -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog=spec.prog, description=description, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -331,6 +345,7 @@ def parser(spec: MatrixSpec, description: str | None) -> argparse.ArgumentParser
     p.add_argument("--out", type=Path, default=spec.out)
     p.add_argument("--markdown", type=Path, default=spec.markdown)
     p.add_argument("--render", action="store_true", help="only re-render --markdown from --out; run nothing")
+    p.add_argument("--shard", type=_shard, default=WHOLE, help="K/N: only the releases of shard K of N (no markdown)")
     return p
 
 
@@ -356,6 +371,10 @@ def main(
     if not chosen:  # an empty range must not write a matrix over the one there (with --update, its rows kept)
         print(f"{spec.engine}-matrix: no release between {args.low} and {args.high}: nothing run, nothing written")
         return 2
+    shard: Shard = getattr(args, "shard", WHOLE)
+    if shard != WHOLE and args.update:
+        raise SystemExit(f"{spec.prog}: --shard writes a shard's rows alone; merge the shards, not --update")
+    held = [r for r in chosen if shard.holds(r.label)]
     suites = {name: spec.suites[name] for name in (args.suite or spec.suites)}
     previous = json.loads(args.out.read_text()) if args.update and args.out.is_file() else {}
     kept = previous.get("rows", [])
@@ -367,19 +386,27 @@ def main(
         "suites": {k: list(v) for k, v in spec.suites.items() if k in suites or k in previous.get("suites", {})},
         "rows": [],
     }
+    if shard != WHOLE:  # what `swa-harness merge` checks: one engine, one checkout, every shard of one selection
+        matrix.update(
+            engine=spec.engine, commit=code_fingerprint(), shard=str(shard), selection=[r.label for r in chosen]
+        )
     rows: list[ReleaseRun] = []
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    for release in chosen:
-        print(f"{spec.engine}-matrix: {release.label} ...", flush=True)
-        row = run(release, suites)
-        rows.append(row)
-        summary = row.error or ", ".join(f"{s}: {c.status}" for s, c in row.cells.items())
-        print(
-            f"{spec.engine}-matrix: {release.label}: install {row.install_s} s, run {row.run_s} s; {summary}",
-            flush=True,
-        )
-        matrix["rows"] = merge_rows(kept, [asdict(r) for r in rows])
-        args.out.write_text(json.dumps(matrix, indent=1) + "\n")  # after every release: a crash keeps the rows run
+    with CellProgress(f"{spec.engine}-matrix", total=len(held)) as progress:
+        if shard != WHOLE:
+            progress.say(f"shard {shard}: {len(held)} of {len(chosen)} releases: {[r.label for r in held]}")
+        for release in held:
+            progress.start(release.label)
+            row = run(release, suites)
+            rows.append(row)
+            summary = row.error or ", ".join(f"{s}: {c.status}" for s, c in row.cells.items())
+            progress.done(release.label, f"{summary} (install {row.install_s} s)", row.install_s + row.run_s)
+            matrix["rows"] = merge_rows(kept, [asdict(r) for r in rows])
+            args.out.write_text(json.dumps(matrix, indent=1) + "\n")  # after every release: a crash keeps the rows
+    if shard != WHOLE:
+        args.out.write_text(json.dumps(matrix, indent=1) + "\n")  # a shard that held no release writes its JSON too
+        print(f"{spec.engine}-matrix: wrote {shown(args.out)} (shard {shard}; merge the shards, then --render)")
+        return 1 if any(unexpected(spec, r) for r in rows) else 0
     if write_markdown is not None:
         write_markdown(args, matrix)
     else:
