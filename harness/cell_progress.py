@@ -115,7 +115,11 @@ class CellProgress:
     def say(self, text: str) -> None:
         """A line of its own (a phase starting, a note), above the bar on a terminal."""
         with self._lock:
-            self._last = time.perf_counter()
+            self._emit(text)
+
+    def _emit(self, text: str) -> None:
+        """Print under the lock held: lines land in the order their counts say."""
+        self._last = time.perf_counter()
         if self._rich is not None:
             self._rich.console.print(text, highlight=False, markup=False)
         else:
@@ -140,10 +144,10 @@ class CellProgress:
                 seconds=seconds,
                 elapsed_s=time.perf_counter() - self._start,
             )
-        if self._rich is not None and self._task is not None:
-            left = eta_s(line.elapsed_s, line.done, line.total)
-            self._rich.update(self._task, completed=line.done, eta=f"ETA {duration(left)}")
-        self.say(line.text())
+            if self._rich is not None and self._task is not None:
+                left = eta_s(line.elapsed_s, line.done, line.total)
+                self._rich.update(self._task, completed=line.done, eta=f"ETA {duration(left)}")
+            self._emit(line.text())
         return line
 
     def heartbeat_line(self, now: float) -> str:

@@ -676,7 +676,8 @@ def main(argv: list[str] | None = None) -> int:
     fault_ids = args.only if args.only is not None else list(catalog)
     cache = None
     if args.mode == "impact":
-        cache = RecordingCache.beside(out, target.name, Path(args.recording_dir) if args.recording_dir else None)
+        where = Path(args.recording_dir) if args.recording_dir else None
+        cache = RecordingCache.beside(out, target.name, tuple(target.suites.values()), where)
     matrix = build_matrix(
         target,
         fault_ids,

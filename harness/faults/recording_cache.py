@@ -15,7 +15,7 @@ entry recorded again (``--fresh``: always). The key, everything that produced a 
 |---|---|---|
 | ``target`` | the matrix target (``harness``, ``sglang``, ``vllm``) | another target's suites and code |
 | ``engine`` | the engine package's version and a sha256 of every ``.py`` file in it (``sglang``, ``vllm``: the installed package the suites import, the files the catalog edits among them); ``harness``: none, the suites digest holds it | the code the tests run and the faults edit |
-| ``suites`` | a sha256 of the repo's ``harness/``, ``suites/``, ``fixtures/`` trees, ``conftest.py`` and ``pyproject.toml`` (git's tracked and unignored files, so build outputs never count) | the tests, their fixtures and the harness code they import (the catalogs' code map too) |
+| ``suites`` | a sha256 of what the target's suites run: their files, every ``conftest.py`` above them, the matrix's own modules and plugins, and every module of ``harness``, ``suites`` and ``fixtures`` these import, followed import by import (``from``, ``import``, inside functions too, and a dotted ``"harness.x.y"`` string, how targets and plugins are named), with the data files beside each (``csrc/``, JSON), the ``fixtures/`` tree whole and ``pyproject.toml``; git's tracked and unignored files only, so build outputs never count | the tests, their fixtures and the harness code they import (the catalogs' code map too); an edit elsewhere (another target's suites, the server suites, a tool no suite imports) keeps the recording |
 | ``settings`` | the fault settings the entry was recorded under (``K=V``, none for the clean build as it ships) | the code paths SGLang takes |
 | ``tree_core`` | ``SGLANG_UNIFIED_RADIX_TREE_CORE_BACKEND`` as the runs see it (the settings' value over the environment's) | which tree core (Rust or Python) the prefix suites drive |
 | ``env`` | every other ``SGLANG_*``, ``VLLM_*``, ``SWA_HARNESS_*`` variable and ``PYTHONPATH`` in the environment, but those each run sets itself (``ENV_SET_PER_RUN``) | e.g. ``SGLANG_INVARIANT_CHECK`` runs SGLang's own checks; a patch file changes its code |
@@ -32,6 +32,7 @@ import importlib.util
 import json
 import os
 import platform
+import re
 import shutil
 import subprocess
 from collections.abc import Mapping
@@ -56,7 +57,10 @@ from harness.paths import REPO
 
 TREE_CORE_ENV = "SGLANG_UNIFIED_RADIX_TREE_CORE_BACKEND"
 ENGINE_PACKAGES: dict[str, tuple[str, ...]] = {"harness": (), "sglang": ("sglang",), "vllm": ("vllm",)}
-SUITE_TREES = ("harness", "suites", "fixtures", "conftest.py", "pyproject.toml")
+PACKAGES = ("harness", "suites", "fixtures")
+ALWAYS = ("conftest.py", "pyproject.toml", "fixtures")  # pytest's config and root conftest; fixtures' data, whole
+# The matrix's own code and the plugins its runs load (``-p``): what a recording's runs are, beside the suites.
+MATRIX_MODULES = ("harness/faults/matrix.py", "harness/faults/verdicts.py", "harness/faults/impact.py")
 ENV_PREFIXES = ("SGLANG_", "VLLM_", "SWA_HARNESS_")
 ENV_NAMES = ("PYTHONPATH",)
 # Set (or dropped) by every run of the matrix itself, or a place only: never part of what a recording saw.
@@ -138,23 +142,82 @@ def engine_digest(packages: tuple[str, ...]) -> str:
     return "; ".join(parts)
 
 
-def suites_digest(repo: Path = REPO) -> str:
-    """A digest of the suites and the harness code they import: git's tracked and unignored files of
-    ``SUITE_TREES`` (a walk of them without git)."""
+def _listed(repo: Path) -> set[Path]:
+    """The repo's files git would commit (tracked, or untracked and not ignored); every file without git."""
     try:
-        listed = subprocess.run(
-            ["git", "ls-files", "-co", "--exclude-standard", "-z", "--", *SUITE_TREES],
+        out = subprocess.run(
+            ["git", "ls-files", "-co", "--exclude-standard", "-z", "--", *PACKAGES, *ALWAYS],
             cwd=repo,
             capture_output=True,
             text=True,
             timeout=30,
             check=True,
         ).stdout
-        paths = [repo / name for name in listed.split("\0") if name]
+        found = {repo / name for name in out.split("\0") if name}
     except (OSError, subprocess.SubprocessError):
-        paths = [p for t in SUITE_TREES for p in ([repo / t] if (repo / t).is_file() else (repo / t).rglob("*"))]
-    files = [p for p in paths if p.is_file() and "__pycache__" not in p.parts and p.suffix != ".pyc"]
-    return _digest_files(repo, files)
+        found = {p for name in (*PACKAGES, *ALWAYS) for p in [repo / name, *(repo / name).rglob("*")]}
+    return {p for p in found if p.is_file() and "__pycache__" not in p.parts and p.suffix != ".pyc"}
+
+
+_FROM = re.compile(r"^[ \t]*from[ \t]+(\.*)([\w.]*)[ \t]+import[ \t]+(\([^)]*\)|[^\n#]*)", re.M)
+_IMPORT = re.compile(r"^[ \t]*import[ \t]+([^\n#]+)", re.M)
+_DOTTED = re.compile(rf"[\"']((?:{'|'.join(PACKAGES)})(?:\.\w+)+)(?::\w+)?[\"']")
+
+
+def _imported(path: Path, repo: Path) -> set[str]:
+    """The dotted modules ``path`` may import: its import statements anywhere in it (``from x import y``: ``x`` and
+    ``x.y``, relative ones resolved) and every string shaped like a module of ``PACKAGES`` (how targets and plugins
+    are named). Read as text, not parsed: a few times faster, and a name too many only widens the digest."""
+    try:
+        text = path.read_text()
+    except (OSError, UnicodeDecodeError):
+        return set()
+    package = path.relative_to(repo).with_suffix("").parts[:-1]
+    names: set[str] = set(_DOTTED.findall(text))
+    for match in _IMPORT.finditer(text):
+        names |= {part.split(" as ")[0].strip() for part in match.group(1).split(",")}
+    for dots, module, what in _FROM.findall(text):
+        base = module
+        if dots:
+            parent = package[: len(package) - len(dots) + 1]
+            base = ".".join([*parent, *([module] if module else [])])
+        items = what.strip("()").replace("\n", " ").split(",")
+        names |= {base} | {f"{base}.{item.split(' as ')[0].strip()}" for item in items if item.strip()}
+    return {n for n in names if n.split(".")[0] in PACKAGES}
+
+
+def _module_files(name: str, repo: Path) -> list[Path]:
+    """The files importing ``name`` runs: each package's ``__init__.py`` on the way, and the module itself."""
+    parts = name.split(".")
+    files = [repo.joinpath(*parts[:i], "__init__.py") for i in range(1, len(parts) + 1)]
+    return [*files, repo.joinpath(*parts[:-1], parts[-1] + ".py")]
+
+
+def suites_digest(suite_paths: tuple[str, ...] = ("suites",), repo: Path = REPO) -> str:
+    """A digest of what the suites at ``suite_paths`` run (the ``suites`` row of the key table): their files and the
+    closure of their imports within the repo, each module's folder's data files, and ``ALWAYS``."""
+    listed = _listed(repo)
+    todo: list[Path] = []
+    for rel in (*suite_paths, *MATRIX_MODULES):
+        root = repo / rel
+        todo += [p for p in listed if p == root or root in p.parents]
+        todo += [d / "conftest.py" for d in [root, *root.parents] if repo in d.parents or d == repo]
+    kept: set[Path] = {p for p in listed if any(p == repo / a or repo / a in p.parents for a in ALWAYS)}
+    data: dict[Path, set[Path]] = {}  # a package folder -> its data files, down to the next package below it
+    for p in listed:
+        if p.suffix != ".py":
+            owner = next((d for d in p.parents if repo / d / "__init__.py" in listed or d == repo), repo)
+            data.setdefault(owner, set()).add(p)
+    while todo:
+        path = todo.pop()
+        if path in kept or path not in listed:
+            continue
+        kept.add(path)
+        kept |= data.pop(path.parent, set())
+        if path.suffix == ".py":
+            for name in _imported(path, repo):
+                todo += _module_files(name, repo)
+    return _digest_files(repo, list(kept))
 
 
 def _torch_version() -> str:
@@ -177,7 +240,9 @@ class Fingerprint:
     torch: str
 
     @classmethod
-    def now(cls, target: str, environ: Mapping[str, str] | None = None) -> Fingerprint:
+    def now(
+        cls, target: str, suite_paths: tuple[str, ...] = ("suites",), environ: Mapping[str, str] | None = None
+    ) -> Fingerprint:
         environ = os.environ if environ is None else environ
         kept = tuple(
             sorted(
@@ -189,7 +254,7 @@ class Fingerprint:
         return cls(
             target=target,
             engine=engine_digest(ENGINE_PACKAGES.get(target, ())),
-            suites=suites_digest(),
+            suites=suites_digest(suite_paths),
             environ=kept,
             python=platform.python_version(),
             torch=_torch_version(),
@@ -243,8 +308,11 @@ class RecordingCache:
     fingerprint: Fingerprint
 
     @classmethod
-    def beside(cls, matrix_path: Path, target: str, root: Path | None = None) -> RecordingCache:
-        return cls(root or Path(matrix_path).parent / f".kill-recording-{target}", Fingerprint.now(target))
+    def beside(
+        cls, matrix_path: Path, target: str, suite_paths: tuple[str, ...], root: Path | None = None
+    ) -> RecordingCache:
+        folder = root or Path(matrix_path).parent / f".kill-recording-{target}"
+        return cls(folder, Fingerprint.now(target, suite_paths))
 
     def lookup(self, settings: Settings, suites: list[str], *, fresh: bool = False) -> Lookup:
         """The stored entry when its key equals this run's, else None and the reason."""
