@@ -24,7 +24,7 @@ from fixtures.data.jsonl import read_jsonl
 from harness.engine import Engine, EngineConfig, SamplingParams
 from harness.paths import REPO
 from harness.server.worker import EngineWorker
-from suites.servers.loglikelihood import Oracle, hold_loglikelihood
+from suites.servers.loglikelihood import Oracle, check_lm_eval_loglikelihoods
 from tests.test_openai_surface import Served, refused, served_engine, serving
 from tests.test_server import MODEL
 from tests.waits import SERVER_START_S, scaled
@@ -235,11 +235,9 @@ def test_lm_eval_multiple_choice_scores_are_transformers(served: Served, oracle:
     """lm-eval 0.4.13's ``local-completions`` on ``swa_choice_style`` (suites/servers/loglikelihood.py): every
     loglikelihood it records is transformers' sum over the choice's tokens, its is_greedy transformers' argmax, and its
     accuracy the one transformers' loglikelihoods give."""
-    pytest.importorskip("tenacity", reason="lm-eval's local-completions needs tenacity (pip install 'lm-eval[api]')")
-    monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")
-    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
-    report = hold_loglikelihood(served.url, MODEL, CKPT, oracle, TOL, CONTEXT)
-    print(report.line("the harness server"))
+    report = check_lm_eval_loglikelihoods(
+        served.url, MODEL, CKPT, TOL, monkeypatch, server="the harness server", oracle=oracle, context=CONTEXT
+    )
     assert 0 < report.accuracy < 1, report  # the task is neither trivial nor hopeless for the checkpoint
 
 

@@ -42,7 +42,7 @@ from suites.servers.cache_hits import (
     transformers_expectation,
     word_workload,
 )
-from suites.servers.loglikelihood import Oracle, hold_loglikelihood
+from suites.servers.loglikelihood import check_lm_eval_loglikelihoods
 from suites.servers.shared import SharedServers
 from suites.servers.oracles import (
     Reference,
@@ -231,11 +231,7 @@ def test_lm_eval_loglikelihoods_are_transformers(
     server: ServerProcess, ckpt: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """lm-eval's multiple-choice path (echoed prompt logprobs) on the roomy server: suites/servers/loglikelihood.py."""
-    pytest.importorskip("tenacity", reason="lm-eval's local-completions needs tenacity (pip install 'lm-eval[api]')")
-    monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")
-    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
-    report = hold_loglikelihood(server.base_url, SERVED, ckpt, Oracle(ckpt), LOGLIKELIHOOD_TOL)
-    print(report.line("sglang"))
+    check_lm_eval_loglikelihoods(server.base_url, SERVED, ckpt, LOGLIKELIHOOD_TOL, monkeypatch, server="sglang")
 
 
 def test_the_server_reports_sglang_and_its_hybrid_pool(server: ServerProcess, ckpt: Path) -> None:

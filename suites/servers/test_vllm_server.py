@@ -33,7 +33,7 @@ from harness.servers.lifecycle import ServerProcess
 from harness.servers.vllm import VLLMServer
 from harness.env import VLLM_SERVER_ENV
 from harness.paths import REPO
-from suites.servers.loglikelihood import Oracle, hold_loglikelihood
+from suites.servers.loglikelihood import check_lm_eval_loglikelihoods
 from suites.servers.shared import SharedServers
 from suites.servers.cache_hits import (
     Expected,
@@ -161,12 +161,10 @@ def test_lm_eval_loglikelihoods_are_transformers(
 ) -> None:
     """lm-eval's multiple-choice path (echoed prompt logprobs) on the eager roomy server:
     suites/servers/loglikelihood.py."""
-    pytest.importorskip("tenacity", reason="lm-eval's local-completions needs tenacity (pip install 'lm-eval[api]')")
-    monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")
-    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     server = shared_servers.get(ENGINE, vllm_spec(ckpt, ROOMY, "off"), timeout=900)[0]
-    report = hold_loglikelihood(server.base_url, SERVED, ckpt, Oracle(ckpt), LOGLIKELIHOOD_TOL, context=1024)
-    print(report.line("vllm"))
+    check_lm_eval_loglikelihoods(
+        server.base_url, SERVED, ckpt, LOGLIKELIHOOD_TOL, monkeypatch, server="vllm", context=1024
+    )
 
 
 def test_a_pool_that_preempts_and_reuses_blocks_changes_no_answer(
