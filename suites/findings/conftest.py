@@ -52,13 +52,19 @@ def installed(engine: TargetEngine) -> str | None:
     return None
 
 
-def load_script(found: Finding) -> ModuleType:
+def _script(found: Finding | str) -> str:
+    """A finding's script, or a script named by its path (a docs/repro script of a finding that is no engine bug)."""
+    return found if isinstance(found, str) else found.script
+
+
+def load_script(found: Finding | str) -> ModuleType:
     """The finding's standalone script (docs/repro), imported as a module: the test and the script share one scene."""
-    name = f"repro_{Path(found.script).stem}"
+    script = _script(found)
+    name = f"repro_{Path(script).stem}"
     if name in sys.modules:
         return sys.modules[name]
-    spec = importlib.util.spec_from_file_location(name, REPO / found.script)
-    assert spec is not None and spec.loader is not None, found.script
+    spec = importlib.util.spec_from_file_location(name, REPO / script)
+    assert spec is not None and spec.loader is not None, script
     module = importlib.util.module_from_spec(spec)
     sys.modules[name] = module  # before exec: its dataclasses look their module up
     spec.loader.exec_module(module)
@@ -94,11 +100,11 @@ _WITH_SHIMS = (
 )
 
 
-def run_script(found: Finding, *, timeout: float = 300.0, shims: bool = False) -> ScriptRun:
+def run_script(found: Finding | str, *, timeout: float = 300.0, shims: bool = False) -> ScriptRun:
     """``python docs/repro/<script>`` with the engine's interpreter, as a maintainer would run it; ``shims``: after the
     harness's SGLang import shims (see ``_WITH_SHIMS``)."""
     started = time.monotonic()
-    script = str(REPO / found.script)
+    script = str(REPO / _script(found))
     done = subprocess.run(
         [sys.executable, "-c", _WITH_SHIMS, script] if shims else [sys.executable, script],
         cwd=REPO,

@@ -77,10 +77,10 @@ MISSES_BY_DESIGN: dict[tuple[str, Kind], Miss] = {
         "matches up to it (page 16, chunks of 32: 16 of 31 shared tokens)",
     ),
     ("vllm", "branch"): Miss(
-        "vLLM 0.32 keeps a sliding-window group's blocks cached only where a later request can resume (its replay "
-        "boundaries: a prompt's end) and at a shared-prefix junction a prefill detects, so the first request sharing "
-        "part of a finished prompt finds no window at its branching point, and caches one there for the next (measured "
-        "one request at a time: 0, then 160 and 160 of 180 shared tokens)",
+        "docs/FINDINGS.md #10 (upstream #57610): vLLM 0.32 keeps a sliding-window group's blocks cached only where a "
+        "later request can resume (its replay boundaries: a prompt's end) and at a shared-prefix junction a prefill "
+        "detects, so the first request sharing part of a finished prompt finds no window at its branching point, and "
+        "caches one there for the next (measured one request at a time: 0, then 160 and 160 of 180 shared tokens)",
         always=True,
     ),
     ("harness", "branch"): Miss(
