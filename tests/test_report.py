@@ -21,6 +21,7 @@ from harness.jobs.report_cli import main as report_main
 from harness.jobs.summary import finish
 from harness.report import render_html, render_report
 from harness.kill_record import KillMatrix
+from harness.mutants.record import save as save_mutation_run
 from harness.report.inputs import load_fault_effects, load_kill_matrices, load_release_matrix, matrices_from
 from harness.report.render import TEMPLATES, breakable
 
@@ -366,6 +367,9 @@ def run_nightly(root: Path) -> tuple[list[int], Path, Path]:
     (root / "kill-matrix-sglang.json").write_text(json.dumps(SGLANG_MATRIX))
     (root / "fault-effects.json").write_text(json.dumps(FAULT_EFFECTS))
     (root / "sglang-matrix.json").write_text(json.dumps(RELEASE_MATRIX))
+    from tests.test_report_mutants import mutation_run  # a synthetic run of every status
+
+    save_mutation_run(mutation_run(), root / "mutants-sglang.json")  # read beside the kill matrices
     plan = _eval_plan(root, out, {"gsm_style": 500, "aime_style": 200})
     on = plan.run_for(plan.models[0], "on")
     on.dir.mkdir(parents=True)  # the provenance reads the server command from the first line of its log
@@ -776,6 +780,14 @@ def test_release_matrix_section(nightly, tmp_path) -> None:
     assert load_release_matrix(tmp_path / "absent.json") is None
     (tmp_path / "bad.json").write_text(json.dumps([1]))
     assert load_release_matrix(tmp_path / "bad.json").error.startswith("expected an object with rows")
+
+
+def test_the_job_shows_the_mutation_run_beside_the_kill_matrices(nightly) -> None:
+    _, _, html, page, _ = nightly  # the rest of the section: tests/test_report_mutants.py
+    assert [
+        d.attrs["data-target"] for d in page.root.find("section", id="mutants").find_all("div", class_="mut-target")
+    ] == ["sglang"]
+    assert 'href="#mutants"' in html and page.root.find("section", id="verdict").find("div", class_="mutants-count")
 
 
 def test_long_errors_are_folded_not_spilled(nightly) -> None:

@@ -1,10 +1,10 @@
 """What a judged comparison leaves behind: its line in the history (and the trend it is part of) and its HTML
-report, with the other jobs' files (kill matrices, fault effects, release matrix) read once beside it.
+report, with the other jobs' files (kill matrices, mutation runs, fault effects, release matrix) read once beside it.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Mapping
 
@@ -18,9 +18,11 @@ from harness.report import render_report
 from harness.report.inputs import (
     FaultEffects,
     KillMatrixFile,
+    MutationRunFile,
     ReleaseMatrix,
     load_fault_effects,
     load_kill_matrices,
+    load_mutation_runs,
     load_release_matrix,
 )
 
@@ -32,6 +34,7 @@ class SideInputs:
     kill_matrices: list[KillMatrixFile]
     fault_effects: FaultEffects | None
     release_matrix: ReleaseMatrix | None
+    mutation_runs: list[MutationRunFile] = field(default_factory=list)  # reports/mutants-*.json beside the matrices
 
     @classmethod
     def read(cls, options: RunOptions) -> SideInputs:
@@ -39,6 +42,7 @@ class SideInputs:
             load_kill_matrices(options.kill_matrix),
             load_fault_effects(options.fault_effects),
             load_release_matrix(options.release_matrix),
+            load_mutation_runs(options.kill_matrix),
         )
 
 
@@ -79,6 +83,7 @@ def record_comparison(
         out_dir=judged.comparison.dir,
         trend=trend,
         kill_matrices=side.kill_matrices,
+        mutation_runs=side.mutation_runs,
         fault_effects=side.fault_effects,
         release_matrix=side.release_matrix,
         tokenize=comparison_tokenizer(judged.comparison),

@@ -48,7 +48,7 @@ def main(argv: list[str] | None = None) -> int:
         "--kill-matrix",
         type=Path,
         default=DEFAULT_KILL_MATRIX,
-        help="the harness target's matrix; <stem>-<target>.json beside it are shown too",
+        help="the harness target's matrix; <stem>-<target>.json and mutants-<target>.json beside it are shown too",
     )
     history = parser.add_mutually_exclusive_group()
     history.add_argument(

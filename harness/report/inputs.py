@@ -1,8 +1,8 @@
-"""What the report reads from disk or is handed, parsed once into records: the kill matrices, the fault-effect
-table, the SGLang release matrix, and a comparison's provenance.
+"""What the report reads from disk or is handed, parsed once into records: the kill matrices, the mutation runs, the
+fault-effect table, the SGLang release matrix, and a comparison's provenance.
 
-The side inputs come from other jobs (``swa-harness faults`` per target, a fault-effect study,
-``swa-harness sglang-matrix``), so each may be missing, or from an older or newer producer: a missing file
+The side inputs come from other jobs (``swa-harness faults`` per target, ``swa-harness mutants`` per target, a
+fault-effect study, ``swa-harness sglang-matrix``), so each may be missing, or from an older or newer producer: a missing file
 is simply not shown, an unreadable or malformed one is shown as unreadable rather than failing the
 accuracy report. Parsing is lenient the way the page always was: a missing key reads as its default and a
 value is shown as text, so a file that rendered before renders the same. Views (``views``) read these
@@ -21,6 +21,7 @@ from typing import Any, Mapping, Sequence
 
 from harness.evals.history import engine_label
 from harness.kill_record import MALFORMED, KillMatrix, named_target
+from harness.mutants import record as mutation_record
 from harness.paths import DEFAULT_FAULT_EFFECTS, DEFAULT_RELEASE_MATRIX
 
 
@@ -78,6 +79,39 @@ def load_kill_matrices(primary: Path | None) -> list[KillMatrixFile]:
 def matrices_from(data: Sequence[Mapping[str, Any]]) -> list[KillMatrixFile]:
     """Kill matrices already in memory (tests, other renderers), one per target."""
     return [_kill_matrix_file("(in memory)", named_target(m) or "harness", m, None) for m in data]
+
+
+# -- mutation runs (their record: ``harness.mutants.record``) --------------------------------------------
+
+
+@dataclass(frozen=True)
+class MutationRunFile:
+    """One ``reports/mutants-<target>.json`` as found (``run`` is None when ``error`` says why)."""
+
+    source: str
+    target: str
+    run: mutation_record.MutationRun | None
+    error: str | None = None
+
+
+def load_mutation_runs(kill_matrix: Path | None) -> list[MutationRunFile]:
+    """Every ``mutants-*.json`` in the kill matrix's folder (``swa-harness mutants`` writes them to ``reports/``
+    beside the kill matrices), in name order; none when there is no kill matrix path. The target is the run's own
+    ``target`` key, else read from the file name."""
+    if kill_matrix is None or not Path(kill_matrix).parent.is_dir():
+        return []
+    out = []
+    for path in sorted(Path(kill_matrix).parent.glob("mutants-*.json")):
+        suffix = path.stem[len("mutants-") :]
+        try:
+            run = mutation_record.load(path)
+        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:  # unreadable, or not JSON
+            out.append(MutationRunFile(str(path), suffix, None, f"{type(exc).__name__}: {exc}"))
+        except MALFORMED as exc:  # JSON of another shape
+            out.append(MutationRunFile(str(path), suffix, None, f"malformed: {type(exc).__name__}: {exc}"))
+        else:
+            out.append(MutationRunFile(str(path), str(run.target or suffix), run))
+    return out
 
 
 # -- the fault-effect table ------------------------------------------------------------------------------

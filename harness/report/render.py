@@ -22,7 +22,7 @@ from harness.evals.history import Trend
 from harness.evals.logprobs import load_thresholds
 from harness.evals.results import RunResult, Summary, TaskComparison
 from harness.report import views
-from harness.report.inputs import FaultEffects, KillMatrixFile, Provenance, ReleaseMatrix
+from harness.report.inputs import FaultEffects, KillMatrixFile, MutationRunFile, Provenance, ReleaseMatrix
 from harness.report.palette import INK, LINE, MUTED, SOFT, VERDICT_COLOURS
 from harness.report.svg import forest_plot, logprob_plot
 
@@ -59,6 +59,7 @@ def build_context(
     summary: Summary,
     provenance: Mapping[str, Any],
     kill_matrices: Sequence[KillMatrixFile] = (),
+    mutation_runs: Sequence[MutationRunFile] = (),
     fault_effects: FaultEffects | None = None,
     release_matrix: ReleaseMatrix | None = None,
     trend: Trend | None = None,
@@ -91,6 +92,7 @@ def build_context(
         "flip_sections": [views.flip_section(comp, tokenize) for comp in comparisons],
         "runs": [views.run_row(run, 1 - alpha) for run in runs],
         "kill_matrices": [views.kill_matrix_view(m) for m in kill_matrices],
+        "mutation_runs": [views.mutation_run_view(m) for m in mutation_runs],
         "fault_effects": views.fault_effects_view(fault_effects),
         "release_matrix": views.release_matrix_view(release_matrix),
         "trend": views.trend_view(trend),

@@ -23,12 +23,15 @@ from harness.evals.compare import Tokenize
 from harness.evals.formats import pct, pp
 from harness.evals.history import TaskSnapshot, Trend, TrendPoint
 from harness.evals.results import ItemDiff, RunRecord, RunResult, Summary, TaskComparison, Verdict
-from harness.kill_record import FaultRow
+from harness.kill_record import MALFORMED, FaultRow
+from harness.mutants.record import MutantResult, MutationRun
+from harness.mutants.survivors import SURVIVORS, score
 from harness.paths import REPO, shown
 from harness.report.inputs import (
     ArmProvenance,
     FaultEffects,
     KillMatrixFile,
+    MutationRunFile,
     Provenance,
     ReleaseMatrix,
     ReleaseRow,
@@ -434,6 +437,112 @@ def kill_matrix_view(source: KillMatrixFile) -> dict[str, Any]:
         "clean_ok": not clean_failed,
         "all_killed": outcomes.count("killed") == len(outcomes),
         "has_kill_class": any(c["kill_class"] for row in rows for c in row["cells"]),
+    }
+
+
+# -- mutation runs ---------------------------------------------------------------------------------------
+
+MUTANT_STATUSES = ("killed", "error", "timeout", "survived", "unreached")
+
+
+def _status_counts(statuses: Sequence[str]) -> list[tuple[str, int]]:
+    """Each known status's count in the record's order (zeros kept), then any other status a producer wrote."""
+    known = [(s, statuses.count(s)) for s in MUTANT_STATUSES]
+    return known + [(s, statuses.count(s)) for s in sorted(set(statuses) - set(MUTANT_STATUSES))]
+
+
+def _mutant_cells(result: MutantResult) -> dict[str, Any]:
+    m = result.mutant
+    return {
+        "id": m.id,
+        "status": result.status,
+        "module": m.module,
+        "line": m.line,
+        "function": m.function.removeprefix(m.module + "."),  # the qualname: the module is beside it
+        "operator": m.operator,
+        "before": m.before.strip(),
+        "after": m.after.strip(),
+        "tests": f"{result.tests_run} of {result.tests_reaching} reaching tests run"
+        if result.tests_reaching
+        else "no test reaches it",
+        "seconds": f"{result.seconds:.1f} s",
+    }
+
+
+def mutation_run_view(source: MutationRunFile) -> dict[str, Any]:
+    """One target's mutation run: the score, counts per status and per module, every mutant not killed with its
+    classification (``harness.mutants.survivors``), the killed ones with their killer; labelled as another job's
+    numbers."""
+    base = {"target": source.target, "source": _where(source.source), "error": source.error}
+    if source.run is None:
+        return {**base, "summary": f"unreadable: {source.error}"}
+    try:
+        return {**base, **_mutation_run_parts(source.run)}
+    except MALFORMED as exc:  # a field of another type than the record's (the loader does not check types)
+        error = f"malformed: {type(exc).__name__}: {exc}"
+        return {**base, "error": error, "summary": f"unreadable: {error}"}
+
+
+def _mutation_run_parts(run: MutationRun) -> dict[str, Any]:
+    statuses = [r.status for r in run.results]
+    counts = _status_counts(statuses)
+    scored = score(run)
+    described = scored.describe()
+    drawn = (
+        f"all {run.population} mutants of the scope"
+        if not run.sample
+        else f"a sample of {run.sample} of {run.population} mutants (seed {run.seed})"
+    )
+    held = "" if run.shard == "1/1" else f"; shard {run.shard}: {len(run.results)} of them"
+    label = (
+        f"Measured by swa-harness mutants --target {run.target}, not by this run, on "
+        f"{run.generated_at.replace('T', ' ')}: {run.target} {run.engine_version}, mutants by {run.mutator}, "
+        f"{drawn}{held}; {run.wall_s:.0f} s of wall with {run.jobs} jobs (the clean recording {run.recording_s:.0f} s)."
+    )
+    modules = []
+    for module in dict.fromkeys(r.mutant.module for r in run.results):
+        of = [r.status for r in run.results if r.mutant.module == module]
+        modules.append({"module": module, "mutants": len(of), "counts": [n for _, n in _status_counts(of)]})
+    order = {s: i for i, s in enumerate(MUTANT_STATUSES)}
+    not_killed = []
+    for r in sorted(
+        (r for r in run.results if r.status != "killed"),
+        key=lambda r: (order.get(r.status, len(order)), r.mutant.module, r.mutant.line, r.mutant.id),
+    ):
+        row = SURVIVORS.get(r.mutant.id)
+        not_killed.append(
+            {
+                **_mutant_cells(r),
+                "kind": row.kind if row else None,
+                "detected": r.status in ("error", "timeout"),  # a crash or a hang: the score asks no class of it
+                "reason": row.reason if row else "",
+                "failure": fold(portable(r.failure.describe()), 200) if r.failure else None,
+            }
+        )
+    killed = [
+        {
+            **_mutant_cells(r),
+            "kill_class": r.kill_class or "",
+            "killer": r.failure.label() if r.failure else "",
+            "message": fold(portable(r.failure.message), 200) if r.failure else None,
+        }
+        for r in run.results
+        if r.status == "killed"
+    ]
+    return {
+        "engine": f"{run.target} {run.engine_version}",
+        "generated_at": run.generated_at,
+        "label": label,
+        "score": described,
+        "counts": counts,
+        "statuses": [s for s, _ in counts],
+        "summary": f"score {described}; {len(run.results)} mutants: "
+        + ", ".join(f"{n} {s}" for s, n in counts)
+        + f" ({run.target} {run.engine_version}, {run.generated_at[:10]})",
+        "modules": modules,
+        "not_killed": not_killed,
+        "killed": killed,
+        "unclassified": scored.unclassified,
     }
 
 
