@@ -37,6 +37,7 @@ FLOORS: tuple[frozenset[str], ...] = (
         {"paths", "env", "seams", "op_args", "model", "shards", "cell_progress"}
     ),  # shards, cell_progress: any matrix
     frozenset({"mem", "opcount", "fingerprint", "evals", "kill_record"}),  # kill_record: the kill matrix's record
+    frozenset({"mutants"}),  # a mutation run's mutants and record (its runner is a job), read by the report
     frozenset({"graph", "report", "reuse"}),
     frozenset({"engine"}),
     frozenset({"targets"}),

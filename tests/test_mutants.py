@@ -13,9 +13,8 @@ import pytest
 
 from harness.kill_record import Failure
 from harness.mutants import activate
-from harness.mutants.generate import Mutant, mutants_of, mutated_source, with_after
+from harness.mutants.generate import Mutant, draw, mutants_of, mutated_source, with_after
 from harness.mutants.record import MutantResult, MutationRun, load, merge, save
-from harness.mutants.run import draw
 from harness.mutants.scope import ScopeFile
 from harness.mutants.survivors import Classified, score
 from harness.shards import Shard

@@ -17,10 +17,11 @@ from __future__ import annotations
 import ast
 import difflib
 import hashlib
+import random
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from harness.mutants.scope import ScopeFile
+from harness.mutants.scope import SCOPES, MutantTarget, ScopeFile
 
 # Sibling replacements (cosmic-ray's operator names, less the ``core/`` prefix), each a bug class of index code.
 OPERATORS: tuple[str, ...] = (
@@ -101,6 +102,42 @@ def _scopes(tree: ast.Module) -> list[tuple[int, int, str]]:
     return out
 
 
+Span = tuple[tuple[int, int], tuple[int, int]]  # (line, col) from, to
+
+
+def _unmutated(tree: ast.Module) -> list[Span]:
+    """Where no mutant goes: type annotations (text, or at most a check a type checker makes: no behaviour) and the
+    arguments of log calls (``logger.debug(...)``, ``logging.warning(...)``: only a message changes)."""
+    spans: list[Span] = []
+
+    def add(node: ast.AST | None) -> None:
+        if node is not None and hasattr(node, "end_lineno"):
+            spans.append(((node.lineno, node.col_offset), (node.end_lineno, node.end_col_offset)))
+
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            add(node.returns)
+            for arg in [
+                *node.args.posonlyargs,
+                *node.args.args,
+                *node.args.kwonlyargs,
+                node.args.vararg,
+                node.args.kwarg,
+            ]:
+                add(getattr(arg, "annotation", None))
+        elif isinstance(node, ast.AnnAssign):
+            add(node.annotation)
+        elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
+            owner = node.func.value
+            if isinstance(owner, ast.Name) and owner.id in ("logger", "logging", "log"):
+                add(node)
+    return spans
+
+
+def _inside(spans: list[Span], pos: tuple[int, int]) -> bool:
+    return any(start <= pos < end for start, end in spans)
+
+
 def enclosing(scopes: list[tuple[int, int, str]], line: int) -> str:
     """The innermost def or class whose body holds ``line`` (decorators run in the scope around it); else
     ``<module>``."""
@@ -127,16 +164,17 @@ def mutants_of(scope: ScopeFile, source: str | None = None) -> list[Mutant]:
     from cosmic_ray.ast import ast_nodes, get_ast
 
     text = scope.path().read_text() if source is None else source
-    scopes = _scopes(ast.parse(text))
+    tree = ast.parse(text)
+    scopes, skipped = _scopes(tree), _unmutated(tree)
     lines = text.splitlines()
     nodes = list(ast_nodes(get_ast(text)))
     out: list[Mutant] = []
     for name in OPERATORS:
         op = _operator(name)
         positions = [pos for node in nodes for pos in op.mutation_positions(node)]
-        for occurrence, ((line, _col), _end) in enumerate(positions):
+        for occurrence, ((line, col), _end) in enumerate(positions):
             qualname = enclosing(scopes, line)
-            if scope.holds(qualname):
+            if scope.holds(qualname) and not _inside(skipped, (line, col)):
                 out.append(
                     Mutant(
                         id=f"{scope.module}:{line}:{name}:{occurrence}",
@@ -174,3 +212,15 @@ def source_digest(scopes: tuple[ScopeFile, ...]) -> str:
 def source_of(mutant: Mutant, scope: ScopeFile) -> str:
     """The whole mutated file, as the test process imports it."""
     return mutated_source(Path(scope.path()).read_text(), mutant.operator, mutant.occurrence)
+
+
+def population(target: MutantTarget) -> list[Mutant]:
+    return [m for scope in SCOPES[target] for m in mutants_of(scope)]
+
+
+def draw(mutants: list[Mutant], sample: int, seed: int) -> list[Mutant]:
+    """A seeded sample, the same on every machine for one source text (0 or more than there are: all)."""
+    ordered = sorted(mutants, key=lambda m: m.id)
+    if sample <= 0 or sample >= len(ordered):
+        return ordered
+    return sorted(random.Random(seed).sample(ordered, sample), key=lambda m: (m.module, m.line, m.id))

