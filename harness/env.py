@@ -20,6 +20,7 @@ IMPACT_ENV = "SWA_HARNESS_IMPACT"  # <target>:<out.json>: record which tests rea
 SELECT_ENV = "SWA_HARNESS_SELECT"  # a JSON list of node ids: a kill-matrix run runs only these, in this order
 IMPACT_CODE_ENV = "SWA_HARNESS_IMPACT_CODE"  # a JSON map key -> functions: record these, not a catalog's
 MUTANT_ENV = "SWA_HARNESS_MUTANT"  # a JSON file: the module a mutation run imports from mutated text
+DURATIONS_ENV = "SWA_HARNESS_DURATIONS"  # a mutation run's clean build writes each test's seconds here
 KERNEL_STORE_ENV = "SWA_HARNESS_KERNEL_STORE"  # finished CPU-kernel builds shared by environments of one torch build
 CACHE_ENV = "SWA_HARNESS_CACHE"  # converted real weights (never committed); default ~/.cache/swa-harness
 REAL_WEIGHTS_ENV = "SWA_HARNESS_REAL_WEIGHTS"  # "require": the real-weights suite fails instead of skipping

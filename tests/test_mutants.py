@@ -153,3 +153,20 @@ def test_the_score_drops_only_equivalent_mutants_from_the_count() -> None:
     killed = sum(r.status == "killed" for r in run.results)
     assert (s.killed, s.counted, s.equivalent) == (killed, len(run.results) - 1, 1)
     assert s.unclassified == sum(r.status in ("survived", "unreached") for r in run.results) - 2
+
+
+def test_swa_harness_merge_takes_mutation_shards_and_refuses_a_stray_mutant(tmp_path: Path) -> None:
+    from harness.jobs.merge import MergeError, merge_files
+
+    whole = _run(_results())
+    paths = []
+    for k in (1, 2):
+        part = Shard(k, 2)
+        save(_run([r for r in whole.results if part.holds(r.mutant.id)], shard=str(part)), tmp_path / f"{k}.json")
+        paths.append(tmp_path / f"{k}.json")
+    said = merge_files(paths, tmp_path / "merged.json")
+    assert "mutation run: 12 mutants" in said and load(tmp_path / "merged.json").results == whole.results
+    stray = _run(list(whole.results), shard="1/2")  # holds the other shard's mutants too
+    save(stray, tmp_path / "1.json")
+    with pytest.raises(MergeError, match="which the hash gives another shard"):
+        merge_files(paths, tmp_path / "merged.json")

@@ -2,8 +2,8 @@
 
     swa-harness merge shard-1.json shard-2.json shard-3.json shard-4.json --out reports/kill-matrix-sglang.json
 
-A kill matrix (``swa-harness faults``) or a release matrix (``sglang-matrix``, ``vllm-matrix``), told apart by its
-JSON. Refused, naming the field and the two files: shards of another target or engine, checkout (``commit``), mode,
+A kill matrix (``swa-harness faults``), a release matrix (``sglang-matrix``, ``vllm-matrix``) or a mutation run
+(``swa-harness mutants``: ``harness.mutants.record.merge``), told apart by its JSON. Refused, naming the field and the two files: shards of another target or engine, checkout (``commit``), mode,
 suites, selection or shard count; a shard missing or given twice; a cell held by a shard the hash does not give it
 (``harness/shards.py``). Every shard ran the clean build: its cells must be equal in every shard, or the merge is
 refused naming the suite (a clean build that differs between machines is no one matrix).
@@ -27,6 +27,9 @@ from pathlib import Path
 from typing import Any
 
 from harness.kill_record import CleanCell, FaultRow, KillMatrix, save
+from harness.mutants.record import MutationRun
+from harness.mutants.record import merge as merge_mutation_runs
+from harness.mutants.record import save as save_mutation_run
 from harness.shards import WHOLE, Shard
 from harness.targets.releases import release_order
 
@@ -171,8 +174,18 @@ def merge_release_matrices(parts: Mapping[str, Mapping[str, Any]]) -> dict[str, 
 def merge_files(paths: Sequence[Path], out: Path) -> str:
     """Merge the shards at ``paths`` into ``out``; returns what was merged, in a line."""
     data = {str(p): json.loads(Path(p).read_text()) for p in paths}
-    kinds = {name: "kill" if "faults" in d else "release" if "rows" in d else "?" for name, d in data.items()}
-    kind = _same("kind (a kill matrix has faults, a release matrix rows)", kinds)
+    kinds = {
+        name: "kill" if "faults" in d else "release" if "rows" in d else "mutants" if "mutator" in d else "?"
+        for name, d in data.items()
+    }
+    kind = _same("kind (a kill matrix has faults, a release matrix rows, a mutation run a mutator)", kinds)
+    if kind == "mutants":
+        try:
+            run = merge_mutation_runs([MutationRun.from_json(d) for d in data.values()])
+        except (KeyError, TypeError, ValueError) as error:
+            raise MergeError(str(error)) from None
+        save_mutation_run(run, out)
+        return f"{len(paths)} shards of the {run.target} mutation run: {len(run.results)} mutants"
     if kind == "kill":
         merged = merge_kill_matrices({name: KillMatrix.from_json(d) for name, d in data.items()})
         save(merged, out)

