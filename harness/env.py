@@ -19,6 +19,7 @@ STOP_ON_KILL_ENV = "SWA_HARNESS_STOP_ON_KILL"  # a kill-matrix run stops at its 
 IMPACT_ENV = "SWA_HARNESS_IMPACT"  # <target>:<out.json>: record which tests reach each fault's code (faults/impact)
 SELECT_ENV = "SWA_HARNESS_SELECT"  # a JSON list of node ids: a kill-matrix run runs only these, in this order
 IMPACT_CODE_ENV = "SWA_HARNESS_IMPACT_CODE"  # a JSON map key -> functions: record these, not a catalog's
+IMPACT_LINES_ENV = "SWA_HARNESS_IMPACT_LINES"  # a JSON list of files whose every executed line is recorded too
 MUTANT_ENV = "SWA_HARNESS_MUTANT"  # a JSON file: the module a mutation run imports from mutated text
 DURATIONS_ENV = "SWA_HARNESS_DURATIONS"  # a mutation run's clean build writes each test's seconds here
 KERNEL_STORE_ENV = "SWA_HARNESS_KERNEL_STORE"  # finished CPU-kernel builds shared by environments of one torch build

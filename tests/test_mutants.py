@@ -170,3 +170,29 @@ def test_swa_harness_merge_takes_mutation_shards_and_refuses_a_stray_mutant(tmp_
     save(stray, tmp_path / "1.json")
     with pytest.raises(MergeError, match="which the hash gives another shard"):
         merge_files(paths, tmp_path / "merged.json")
+
+
+def test_the_recorder_credits_each_line_a_test_ran_and_no_other(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from harness.faults.impact import Recorder
+
+    (tmp_path / "toy_lines.py").write_text(TOY)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    toy = importlib.import_module("toy_lines")
+    recorder, tests = Recorder({}, [toy.__file__]), {}
+    before = sys.gettrace()
+    try:
+        with recorder.scope(tests, "window only"):
+            sys.settrace(recorder.trace)
+            toy.window(5, 2)
+            sys.settrace(before)
+        with recorder.scope(tests, "free"):
+            sys.settrace(recorder.trace)
+            toy.Pool().free(9)
+            sys.settrace(before)
+    finally:
+        sys.settrace(before)
+        sys.modules.pop("toy_lines", None)
+    assert tests["window only"] == {"0:14"}
+    assert {"0:8", "0:9", "0:10"} <= tests["free"] and "0:14" not in tests["free"]

@@ -33,7 +33,7 @@ from typing import Any
 
 import pytest
 
-from harness.env import IMPACT_CODE_ENV, IMPACT_ENV, SELECT_ENV
+from harness.env import IMPACT_CODE_ENV, IMPACT_ENV, IMPACT_LINES_ENV, SELECT_ENV
 
 EVERY_FAULT = "*"  # recorded for a test that spawned a process: it may reach any fault there
 
@@ -121,8 +121,11 @@ FAULT_CODE: dict[str, Callable[[], dict[str, tuple[str, ...]]]] = {
 class Recorder:
     """The trace function and the scopes it credits: a stack of open scopes, each a set of fault ids."""
 
-    def __init__(self, code: dict[str, tuple[str, ...]]) -> None:
+    def __init__(self, code: dict[str, tuple[str, ...]], line_files: Iterable[str] = ()) -> None:
         self.code = code
+        # Files whose every executed line is credited too, as ``<index in line_files>:<line>`` (a mutation run: a
+        # mutant runs only the tests that ran its line); a local trace function on their frames only.
+        self.line_files = {path: i for i, path in enumerate(line_files)}
         self.by_name: dict[str, list[str]] = {}
         for fid, names in code.items():
             for name in names:
@@ -135,12 +138,18 @@ class Recorder:
         self.tests: dict[str, set[str]] = {}
         self.lock = threading.Lock()  # traced threads credit scopes the main thread opens and closes
 
-    def trace(self, frame: Any, event: str, arg: Any) -> None:
-        qualname = frame.f_code.co_qualname
+    def trace(self, frame: Any, event: str, arg: Any) -> Callable[..., Any] | None:
+        code = frame.f_code
+        qualname = code.co_qualname
         if qualname in self.suffixes:
             for fid in self.by_name.get(f"{frame.f_globals.get('__name__')}.{qualname}", ()):
                 self.credit_all(fid)
-        return None
+        return self.line if code.co_filename in self.line_files else None
+
+    def line(self, frame: Any, event: str, arg: Any) -> Callable[..., Any]:
+        if event == "line":
+            self.credit_all(f"{self.line_files[frame.f_code.co_filename]}:{frame.f_lineno}")
+        return self.line
 
     def credit_all(self, fault_id: str) -> None:
         """Credit every open scope; outside all of them (``stack[0]``), every test."""
@@ -196,7 +205,11 @@ class RecordingPlugin:
     def __init__(self, target: str, out: Path) -> None:
         self.target, self.out = target, out
         code = os.environ.get(IMPACT_CODE_ENV)  # a mutation run's functions, else the target catalog's faults
-        self.recorder = Recorder(json.loads(Path(code).read_text()) if code else FAULT_CODE[target]())
+        lines = os.environ.get(IMPACT_LINES_ENV)  # a mutation run's files, every line
+        self.recorder = Recorder(
+            json.loads(Path(code).read_text()) if code else FAULT_CODE[target](),
+            json.loads(Path(lines).read_text()) if lines else (),
+        )
         self.items: list[pytest.Item] = []
         original_init = subprocess.Popen.__init__
         recorder = self.recorder

@@ -20,6 +20,7 @@ clean build fails an assertion; 2 (NO VERDICT) when the suites cannot run here o
 from __future__ import annotations
 
 import argparse
+import ast
 import hashlib
 import json
 import os
@@ -30,7 +31,7 @@ import threading
 import time
 from collections import Counter
 from collections.abc import Iterable
-from concurrent.futures import ThreadPoolExecutor, as_completed
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from importlib import metadata
@@ -41,16 +42,27 @@ from harness.env import (
     HYPOTHESIS_ENV,
     IMPACT_CODE_ENV,
     IMPACT_ENV,
+    IMPACT_LINES_ENV,
     MUTANT_ENV,
     SELECT_ENV,
     STOP_ON_KILL_ENV,
     VERDICTS_ENV,
 )
+from harness.cell_progress import CellProgress
 from harness.faults.impact import Impact
 from harness.faults.matrix import MATRIX_TARGETS, NO_VERDICT, MatrixTarget, SuiteOutcome
 from harness.faults.recording_cache import Fingerprint, RecordingCache
 from harness.kill_record import Failure
-from harness.mutants.generate import OPERATORS, Mutant, draw, mutated_source, population, source_digest, with_after
+from harness.mutants.generate import (
+    OPERATORS,
+    Mutant,
+    draw,
+    mutated_source,
+    population,
+    source_digest,
+    statement_lines,
+    with_after,
+)
 from harness.mutants.record import MutantResult, MutationRun, save
 from harness.mutants.scope import SCOPES, MutantTarget, ScopeFile
 from harness.paths import REPO
@@ -79,6 +91,7 @@ class _Pytest:
         mutant: Path | None = None,
         test_timeout_s: float = TEST_TIMEOUT_S,
         durations: Path | None = None,
+        lines: Path | None = None,
         timeout_s: float = RUN_TIMEOUT_S,
     ) -> tuple[SuiteOutcome, float, int | None, str]:
         """One pytest process; its verdicts, seconds, exit code (None: killed at ``timeout_s``) and output tail."""
@@ -90,8 +103,18 @@ class _Pytest:
             VERDICTS_ENV: str(verdicts),
             STOP_ON_KILL_ENV: "1" if mutant else "0",
         }
-        for var in (IMPACT_ENV, IMPACT_CODE_ENV, SELECT_ENV, MUTANT_ENV, DURATIONS_ENV, self.target.fault_env):
+        for var in (
+            IMPACT_ENV,
+            IMPACT_CODE_ENV,
+            IMPACT_LINES_ENV,
+            SELECT_ENV,
+            MUTANT_ENV,
+            DURATIONS_ENV,
+            self.target.fault_env,
+        ):
             env.pop(var, None)
+        if lines is not None:
+            env[IMPACT_LINES_ENV] = str(lines)
         if durations is not None:
             env[DURATIONS_ENV] = str(durations)
         if record is not None and code is not None:
@@ -136,9 +159,16 @@ class Recording:
     outcomes: dict[str, SuiteOutcome]
     seconds: float
     durations: dict[str, float]  # test -> its seconds on the clean build (set-up and teardown in)
+    line_files: tuple[str, ...]  # the scope's files; a line key is ``<index>:<line>``
 
     def reaching(self, function: str) -> list[str]:
         return [t for impact in self.impacts.values() for t in impact.reaching(function)]
+
+    def running(self, path: Path, lines: range) -> list[str]:
+        """The tests that ran any of ``lines`` of the file at ``path`` (in suite order, each once)."""
+        index = self.line_files.index(str(path))
+        found = (t for impact in self.impacts.values() for line in lines for t in impact.reaching(f"{index}:{line}"))
+        return list(dict.fromkeys(found))
 
 
 # Beside the suites, what a mutation run's recording runs: its runner, its plugin, and what decides the functions.
@@ -158,7 +188,9 @@ def recording_cache(target: MatrixTarget, root: Path | None = None) -> Recording
     return RecordingCache(folder, Fingerprint.now(target.name, (*target.suites.values(), *RUN_MODULES)))
 
 
-def record(runner: _Pytest, functions: set[str], jobs: int, cache: RecordingCache, fresh: bool) -> Recording:
+def record(
+    runner: _Pytest, functions: set[str], line_files: tuple[str, ...], jobs: int, cache: RecordingCache, fresh: bool
+) -> Recording:
     """The clean build of every suite with the recorder on, suites in parallel; reused from ``cache`` when its key
     is this run's (then it took no time here: ``seconds`` is 0)."""
     suites = runner.target.suites
@@ -171,32 +203,30 @@ def record(runner: _Pytest, functions: set[str], jobs: int, cache: RecordingCach
             outcomes={s: SuiteOutcome.from_json(stored.outcomes[s]) for s in suites},
             seconds=0.0,
             durations={t: float(d) for s in suites for t, d in stored.outcomes[s].get("durations", {}).items()},
+            line_files=line_files,
         )
     print(f"clean build: recording which tests reach the {len(functions)} functions ({looked.why})", flush=True)
     code = runner.workdir / "functions.json"
     code.write_text(json.dumps({f: [f] for f in sorted(functions)}))
+    (lines := runner.workdir / "lines.json").write_text(json.dumps(list(line_files)))
     start = time.perf_counter()
-    with ThreadPoolExecutor(jobs) as pool:
-        futures = {
-            s: pool.submit(
-                runner.run,
-                f"clean-{s}",
-                [p],
-                record=runner.workdir / f"impact-{s}.json",
-                code=code,
-                durations=runner.workdir / f"durations-{s}.jsonl",
-            )
-            for s, p in suites.items()
-        }
-        results = {}
-        for suite, future in futures.items():
-            results[suite] = future.result()
-            outcome, seconds, _, _ = results[suite]
-            print(
-                f"clean {suite:16} {outcome.passed} passed, {len(outcome.kills) + len(outcome.errors)} failed, "
-                f"{seconds:.0f} s",
-                flush=True,
-            )
+
+    def clean(suite: str) -> tuple[SuiteOutcome, float, int | None, str]:
+        progress.start(suite)
+        out = runner.run(
+            f"clean-{suite}",
+            [suites[suite]],
+            record=runner.workdir / f"impact-{suite}.json",
+            code=code,
+            durations=runner.workdir / f"durations-{suite}.jsonl",
+            lines=lines,
+        )
+        failed = len(out[0].kills) + len(out[0].errors)
+        progress.done(suite, f"{out[0].passed} passed, {failed} failed", out[1])
+        return out
+
+    with ThreadPoolExecutor(jobs) as pool, CellProgress("recording", total=len(suites)) as progress:
+        results = dict(zip(suites, pool.map(clean, suites)))
     impacts = {}
     for suite in suites:
         path = runner.workdir / f"impact-{suite}.json"
@@ -214,6 +244,7 @@ def record(runner: _Pytest, functions: set[str], jobs: int, cache: RecordingCach
         outcomes={s: r[0] for s, r in results.items()},
         seconds=round(time.perf_counter() - start, 1),
         durations={t: d for per in durations.values() for t, d in per.items()},
+        line_files=line_files,
     )
     if not clean_problems(runner.target, recording):  # a red or crashed clean build is never kept
         outcomes = {s: {**recording.outcomes[s].to_json(), "durations": durations[s]} for s in suites}
@@ -262,9 +293,13 @@ class _Killers:
 def run_mutant(
     runner: _Pytest, recording: Recording, killers: _Killers, mutant: Mutant, scope: ScopeFile, text: str
 ) -> MutantResult:
-    reaching = recording.reaching(mutant.function)
+    """One mutant through the tests that ran its statement on the clean build (none: unreached, saying whether its
+    function ran at all)."""
+    reaching = recording.running(scope.path(), statement_lines(ast.parse(text), mutant.line))
     if not reaching:
-        return MutantResult(mutant, status="unreached")
+        calls = len(recording.reaching(mutant.function))
+        why = f"no test runs line {mutant.line}" + (f"; {calls} tests run its function" if calls else "")
+        return MutantResult(mutant, status="unreached", failure=Failure("", None, why))
     select = killers.order(mutant, reaching)
     files = sorted({t.split("::", 1)[0] for t in select})  # collect only the files of the tests it runs
     name = "m-" + hashlib.sha1(mutant.id.encode()).hexdigest()[:12]
@@ -293,15 +328,13 @@ def run_mutant(
     return MutantResult(mutant, status="survived", **base)
 
 
-def _line(done: int, total: int, result: MutantResult, started: float) -> str:
-    m = result.mutant
+def _label(m: Mutant) -> str:
+    return f"{m.short_module}:{m.line} {m.operator}#{m.occurrence}"
+
+
+def _verdict(result: MutantResult) -> str:
     status = f"killed: {result.kill_class}" if result.status == "killed" else result.status
-    elapsed = time.perf_counter() - started
-    left = elapsed / done * (total - done)
-    return (
-        f"[{done}/{total}] {status:20} {m.short_module}:{m.line} {m.operator}#{m.occurrence} "
-        f"{result.seconds:.0f} s ({result.tests_run}/{result.tests_reaching} tests); about {left / 60:.0f} min left"
-    )
+    return f"{status} ({result.tests_run} of {result.tests_reaching} reaching tests)"
 
 
 def build(
@@ -322,20 +355,22 @@ def build(
     with tempfile.TemporaryDirectory(prefix="swa-mutants-") as tmp:
         runner = _Pytest(matrix_target, Path(tmp))
         # Every function of the scope, not only the sample's: one recording serves every sample and shard.
-        recording = record(runner, {m.function for m in everything}, jobs, recording_cache(matrix_target), fresh)
+        line_files = tuple(str(scope.path()) for scope in scopes.values())
+        cache = recording_cache(matrix_target)
+        recording = record(runner, {m.function for m in everything}, line_files, jobs, cache, fresh)
         problems = clean_problems(matrix_target, recording)
         results: list[MutantResult] = []
         if not problems:
             killers = _Killers(recording.durations)
-            loop_start = time.perf_counter()
-            with ThreadPoolExecutor(jobs) as pool:
-                futures = [
-                    pool.submit(run_mutant, runner, recording, killers, m, scopes[m.module], texts[m.module])
-                    for m in chosen
-                ]
-                for done, future in enumerate(as_completed(futures), 1):
-                    results.append(future.result())
-                    print(_line(done, len(futures), results[-1], loop_start), flush=True)
+            with ThreadPoolExecutor(jobs) as pool, CellProgress("mutants", total=len(chosen)) as progress:
+
+                def one(m: Mutant) -> MutantResult:
+                    progress.start(_label(m))
+                    result = run_mutant(runner, recording, killers, m, scopes[m.module], texts[m.module])
+                    progress.done(_label(m), _verdict(result), result.seconds)
+                    return result
+
+                results = list(pool.map(one, chosen))
     run = MutationRun(
         target=target,
         engine_version=metadata.version(ENGINE_PACKAGE[target]),

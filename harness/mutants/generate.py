@@ -148,6 +148,24 @@ def enclosing(scopes: list[tuple[int, int, str]], line: int) -> str:
     return best[1] if best else "<module>"
 
 
+def statement_lines(tree: ast.Module, line: int) -> range:
+    """The lines whose execution runs the statement a mutant on ``line`` is in: a simple statement's every line, a
+    compound one's header only (``if``/``for``/``while``/``with`` up to its body); ``line`` alone outside any (a
+    decorator). Test impact credits executed lines; a test that ran none of these never ran the mutant."""
+    best: ast.stmt | None = None
+    for node in ast.walk(tree):
+        if isinstance(node, ast.stmt) and node.lineno <= line <= (node.end_lineno or node.lineno):
+            if best is None or (node.lineno, -(node.end_lineno or 0)) >= (best.lineno, -(best.end_lineno or 0)):
+                best = node
+    if best is None:
+        return range(line, line + 1)
+    body = getattr(best, "body", None)
+    last = (body[0].lineno - 1) if body and isinstance(body, list) else (best.end_lineno or best.lineno)
+    if not best.lineno <= line <= last:  # e.g. a decorator above a def: not in the header
+        return range(line, line + 1)
+    return range(best.lineno, last + 1)
+
+
 def mutated_source(source: str, operator: str, occurrence: int) -> str:
     from cosmic_ray.mutating import mutate_code
 
