@@ -196,3 +196,17 @@ def test_the_recorder_credits_each_line_a_test_ran_and_no_other(
         sys.modules.pop("toy_lines", None)
     assert tests["window only"] == {"0:14"}
     assert {"0:8", "0:9", "0:10"} <= tests["free"] and "0:14" not in tests["free"]
+
+
+def test_a_stopped_run_keeps_each_finished_mutant_for_the_next(tmp_path: Path) -> None:
+    from harness.jobs.mutants import _Partial
+
+    path, head = tmp_path / "m.partial.jsonl", {"target": "sglang", "source_digest": "d", "sample": 12, "seed": 0}
+    first = _Partial(path, head)
+    for result in _results()[:3]:
+        first.keep(result)
+    with path.open("a") as out:
+        out.write('{"id": "cut short')  # the line the stopped run was writing
+    again = _Partial(path, head)
+    assert list(again.done.values()) == _results()[:3]
+    assert not _Partial(path, {**head, "seed": 1}).done  # another sample: nothing taken from it

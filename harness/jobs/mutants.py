@@ -337,8 +337,39 @@ def _verdict(result: MutantResult) -> str:
     return f"{status} ({result.tests_run} of {result.tests_reaching} reaching tests)"
 
 
+class _Partial:
+    """Each finished mutant, kept as it lands (``<out>.partial.jsonl``, its first line what run it belongs to), so a
+    run stopped halfway loses nothing: the next run of the same sample takes those results and runs the rest."""
+
+    def __init__(self, path: Path, head: dict[str, object]) -> None:
+        self.path, self.head, self.lock = path, head, threading.Lock()
+        self.done: dict[str, MutantResult] = {}
+        if path.exists():
+            lines = path.read_text().splitlines()
+            if lines and json.loads(lines[0]) == head:
+                for line in lines[1:]:
+                    try:
+                        result = MutantResult.from_json(json.loads(line))
+                    except (KeyError, TypeError, ValueError):
+                        continue  # a line cut short when the run stopped
+                    self.done[result.mutant.id] = result
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text("".join(json.dumps(x) + "\n" for x in [head, *(r.to_json() for r in self.done.values())]))
+
+    def keep(self, result: MutantResult) -> None:
+        with self.lock, self.path.open("a") as out:
+            out.write(json.dumps(result.to_json()) + "\n")
+
+
 def build(
-    target: MutantTarget, sample: int, seed: int, shard: Shard, jobs: int, *, fresh: bool = False
+    target: MutantTarget,
+    sample: int,
+    seed: int,
+    shard: Shard,
+    jobs: int,
+    *,
+    fresh: bool = False,
+    partial: Path | None = None,
 ) -> tuple[MutationRun, list[str]]:
     started = time.perf_counter()
     matrix_target = MATRIX_TARGETS[target]
@@ -347,9 +378,15 @@ def build(
     chosen = [m for m in draw(everything, sample, seed) if shard.holds(m.id)]
     texts = {module: scope.path().read_text() for module, scope in scopes.items()}
     chosen = [with_after(m, texts[m.module]) for m in chosen]
+    digest = source_digest(tuple(scopes.values()))
+    head = {"target": target, "source_digest": digest, "sample": sample, "seed": seed, "shard": str(shard)}
+    kept = _Partial(partial, head) if partial else None
+    resumed = [kept.done[m.id] for m in chosen if kept and m.id in kept.done]
+    todo = [m for m in chosen if not (kept and m.id in kept.done)]
     print(
         f"mutants: {len(everything)} in {target}'s scope, {len(chosen)} in this run "
-        f"(sample {sample or 'all'}, seed {seed}, shard {shard})",
+        f"(sample {sample or 'all'}, seed {seed}, shard {shard})"
+        + (f"; {len(resumed)} kept from a stopped run ({partial})" if resumed else ""),
         flush=True,
     )
     with tempfile.TemporaryDirectory(prefix="swa-mutants-") as tmp:
@@ -359,22 +396,24 @@ def build(
         cache = recording_cache(matrix_target)
         recording = record(runner, {m.function for m in everything}, line_files, jobs, cache, fresh)
         problems = clean_problems(matrix_target, recording)
-        results: list[MutantResult] = []
+        results: list[MutantResult] = list(resumed)
         if not problems:
             killers = _Killers(recording.durations)
-            with ThreadPoolExecutor(jobs) as pool, CellProgress("mutants", total=len(chosen)) as progress:
+            with ThreadPoolExecutor(jobs) as pool, CellProgress("mutants", total=len(todo)) as progress:
 
                 def one(m: Mutant) -> MutantResult:
                     progress.start(_label(m))
                     result = run_mutant(runner, recording, killers, m, scopes[m.module], texts[m.module])
+                    if kept:
+                        kept.keep(result)
                     progress.done(_label(m), _verdict(result), result.seconds)
                     return result
 
-                results = list(pool.map(one, chosen))
+                results += pool.map(one, todo)
     run = MutationRun(
         target=target,
         engine_version=metadata.version(ENGINE_PACKAGE[target]),
-        source_digest=source_digest(tuple(scopes.values())),
+        source_digest=digest,
         mutator=f"cosmic-ray {metadata.version('cosmic-ray')}",
         operators=OPERATORS,
         population=len(everything),
@@ -423,13 +462,15 @@ def main(argv: list[str] | None = None) -> int:
         if reason := unimportable(needs):
             print(f"{NO_VERDICT}mutants --target {args.target}: {reason}", file=sys.stderr)
             return 2
-    run, problems = build(args.target, args.sample, args.seed, shard, args.jobs, fresh=args.fresh)
     out = args.out or REPO / "reports" / f"mutants-{args.target}.json"
+    partial = out.with_name(out.stem + ".partial.jsonl")
+    run, problems = build(args.target, args.sample, args.seed, shard, args.jobs, fresh=args.fresh, partial=partial)
     for problem in problems:
         print(problem if problem.startswith(NO_VERDICT) else f"FAIL: {problem}")
     if problems:
         return 2 if all(p.startswith(NO_VERDICT) for p in problems) else 1
     save(run, out)
+    partial.unlink(missing_ok=True)
     print(summary(run))
     print(f"\nmutation run written to {out}")
     return 0
