@@ -1,0 +1,106 @@
+"""``swa-harness check`` names a catalog fault only when the failure's message matches one's kill message (at least
+``MATCH_THRESHOLD``, calibrated by ``bench/check_threshold.py``); below it, "no catalog fault matches" and the
+nearest with its score."""
+
+from __future__ import annotations
+
+import json
+import sys
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from harness.jobs import check
+from harness.jobs.check import MATCH_THRESHOLD, describe_resemblance, message_similarity, resembles
+from harness.kill_record import KillMatrix, VerdictLine
+
+RADIX = "suites/prefix/test_prefix_cache_machine.py::test_prefix_cache_machine[page4-window6]"
+POOL = "suites/pool/test_allocator_state_machine.py::test_allocator_state_machine[1]"
+TOMBSTONES = (
+    "AssertionError: request 0: right after its checkpoint, a match of the 12 inserted tokens finds 0: the leaf it "
+    "inserted cannot end a match (its last window is not live) assert 0 == 12"
+)
+MAPPING = "AssertionError: slot 48 freed but its SWA mapping still holds 17 assert 17 == 0"
+
+
+def _killed(nodeid: str, message: str) -> dict:
+    return {"status": "killed", "kill_class": "behavioural", "failure": {"nodeid": nodeid, "message": message}}
+
+
+MATRIX = KillMatrix.from_json(
+    {
+        "schema_version": 2,
+        "faults": [
+            {"id": "tombstones", "seed": "#29860", "suites": {"prefix": _killed(RADIX, TOMBSTONES)}},
+            {"id": "keeps-mapping", "seed": "#1", "suites": {"pool": _killed(POOL, MAPPING)}},
+            {"id": "keeps-mapping-too", "seed": "#2", "suites": {"pool": _killed(POOL, MAPPING.replace("48", "9"))}},
+        ],
+    }
+)
+
+
+def test_a_same_test_failure_with_another_message_matches_no_catalog_fault() -> None:
+    # What the issue saw: a radix-cache regression outside the catalog failed at the test that killed the tombstones
+    # fault, with a message of its own, and check said it looked like that fault.
+    message = "AssertionError: request 1: a match of the 8 inserted tokens holds 3 SWA slots that were evicted"
+    failure = VerdictLine(RADIX, "kill", message=message + " assert 3 == 0")
+    like = resembles(failure, MATRIX)
+    assert like is not None and not like.named
+    assert (like.fault, like.how) == ("tombstones", "same test") and like.similarity < MATCH_THRESHOLD
+    [line] = describe_resemblance(like)
+    assert line.startswith(f"  no catalog fault matches (message similarity below {MATCH_THRESHOLD}): nearest ")
+    assert f"tombstones (#29860) at {like.similarity}, the same test killed it" in line
+
+
+def test_the_nearest_by_message_is_shown_beside_the_fault_the_same_test_killed() -> None:
+    failure = VerdictLine(RADIX, "kill", message="AssertionError: slot 3 freed but the SWA pool still holds it")
+    like = resembles(failure, MATRIX)
+    assert like is not None and not like.named and like.how == "closest message"
+    assert like.fault in ("keeps-mapping", "keeps-mapping-too") and like.same_test is not None
+    assert like.same_test[0] == "tombstones"
+    [line] = describe_resemblance(like)
+    assert ", another test killed it; the same test killed tombstones (#29860) at " in line
+
+
+def test_a_close_message_names_the_fault_and_its_siblings() -> None:
+    # A rerun of the tombstones fault: the same assertion, other numbers drawn.
+    rerun = VerdictLine(RADIX, "kill", message=TOMBSTONES.replace("12", "16").replace("request 0", "request 3"))
+    like = resembles(rerun, MATRIX)
+    assert like is not None and like.named and (like.fault, like.how, like.similarity) == ("tombstones", "same test", 1)
+    assert describe_resemblance(like) == [
+        "  looks like catalog fault tombstones (#29860): the same test killed it, message similarity 1.0"
+        f" (a match is {MATCH_THRESHOLD} or more)"
+    ]
+    # Two faults fail one assertion: the one named, the other beside it.
+    like = resembles(VerdictLine(POOL, "kill", message=MAPPING.replace("48", "50")), MATRIX)
+    assert like is not None and like.named and like.also == (("keeps-mapping-too", 1.0),)
+    assert describe_resemblance(like)[1] == "  as close: keeps-mapping-too 1.0"
+
+
+def test_similarity_masks_what_changes_between_runs_of_one_fault() -> None:
+    assert message_similarity("slot 48 at 0x7f26220597c0, key 'cae0f42b04937064'", "slot 6 at 0x7f00, key 'e55a'") < 1
+    assert (
+        message_similarity("slot 48 at 0x7f26220597c0, key 'cae0f42b04937064'", "slot 6 at 0x7f00, key '0badf00d'") == 1
+    )
+    assert message_similarity("padded rows wrote slots [4]", "the SWA mapping kept slot 4") < MATCH_THRESHOLD
+
+
+@pytest.mark.parametrize(
+    "message,said",
+    [
+        (TOMBSTONES.replace("12", "7"), "looks like catalog fault tombstones (#29860): the same test killed it"),
+        ("AssertionError: the SWA evictable size went negative", "no catalog fault matches"),
+    ],
+)
+def test_check_prints_the_match_or_that_none_matches(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, message: str, said: str
+) -> None:
+    saved = tmp_path / "kill-matrix.json"
+    saved.write_text(json.dumps(MATRIX.to_json()))
+    failure = VerdictLine(RADIX, "kill", where="test_prefix_cache_machine.py:88", message=message)
+    monkeypatch.setattr(check, "_run_stage", lambda name, *a, **kw: check.StageResult(name, 3, 1.0, failure))
+    lines: list[str] = []
+    who = check.UnderTest("release 0.5.23", sys.executable, None)
+    assert check.check(replace(check._sglang(), matrix=saved), who, server=False, out=lines.append) == 1
+    assert said in lines[-1], lines
