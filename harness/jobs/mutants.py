@@ -456,6 +456,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{NO_VERDICT}mutants --target {args.target}: {e}", file=sys.stderr)
         return 2
     if args.unclassified:
+        from harness.mutants.survivors import show_unclassified
+
         return show_unclassified(args.out or REPO / "reports" / f"mutants-{args.target}.json")
     if args.list:
         for module, n in Counter(m.module for m in every).items():
@@ -481,27 +483,6 @@ def main(argv: list[str] | None = None) -> int:
     partial.unlink(missing_ok=True)
     print(summary(run))
     print(f"\nmutation run written to {out}")
-    return 0
-
-
-def show_unclassified(path: Path, context: int = 3) -> int:
-    """Each mutant no test killed and ``SURVIVORS`` does not classify, with the lines around it: what a person reads
-    to classify it."""
-    from harness.mutants.record import load
-    from harness.mutants.survivors import SURVIVORS
-
-    run = load(path)
-    scopes = {s.module: s for s in SCOPES[run.target]}  # type: ignore[index]
-    texts = {m: s.path().read_text().splitlines() for m, s in scopes.items()}
-    left = [r for r in run.results if r.status in ("survived", "unreached") and r.mutant.id not in SURVIVORS]
-    for r in left:
-        m, lines = r.mutant, texts[r.mutant.module]
-        why = f" ({r.failure.message})" if r.failure else ""
-        print(f"\n{r.status}{why}: {m.id}  [{m.function}]")
-        for n in range(max(1, m.line - context), min(len(lines), m.line + context) + 1):
-            print(f"{'>' if n == m.line else ' '} {n:5} {lines[n - 1]}")
-        print(f"  after: {m.after.strip()}")
-    print(f"\n{len(left)} of {len(run.results)} mutants not killed and not classified")
     return 0
 
 

@@ -12,7 +12,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-from harness.mutants.record import MutationRun
+from pathlib import Path
+
+from harness.mutants.record import MutationRun, load
+from harness.mutants.scope import SCOPES
 
 Kind = Literal["equivalent", "gpu-only", "gap-closed", "gap-open"]
 
@@ -56,3 +59,21 @@ def score(run: MutationRun, table: dict[str, Classified] | None = None) -> Score
 def _kind(table: dict[str, Classified], mutant_id: str) -> Kind | None:
     row = table.get(mutant_id)
     return row.kind if row else None
+
+
+def show_unclassified(path: Path, context: int = 3) -> int:
+    """Each mutant no test killed and ``SURVIVORS`` does not classify, with the lines around it: what a person reads
+    to classify it."""
+    run = load(path)
+    scopes = {s.module: s for s in SCOPES[run.target]}  # type: ignore[index]
+    texts = {m: s.path().read_text().splitlines() for m, s in scopes.items()}
+    left = [r for r in run.results if r.status in ("survived", "unreached") and r.mutant.id not in SURVIVORS]
+    for r in left:
+        m, lines = r.mutant, texts[r.mutant.module]
+        why = f" ({r.failure.message})" if r.failure else ""
+        print(f"\n{r.status}{why}: {m.id}  [{m.function}]")
+        for n in range(max(1, m.line - context), min(len(lines), m.line + context) + 1):
+            print(f"{'>' if n == m.line else ' '} {n:5} {lines[n - 1]}")
+        print(f"  after: {m.after.strip()}")
+    print(f"\n{len(left)} of {len(run.results)} mutants not killed and not classified")
+    return 0
