@@ -45,7 +45,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable, Mapping
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor, as_completed
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
@@ -476,19 +476,25 @@ def _record(
                 progress.done(what, f"{cell.status}, {cell.detail}", seconds)
                 return outcome, seconds
 
-            futures: dict[tuple[Settings, str], Future[tuple[SuiteOutcome, float]]] = {
-                key: runs.pool.submit(record, *key, path) for key, path in paths.items()
+            futures: dict[Future[tuple[SuiteOutcome, float]], tuple[Settings, str]] = {
+                runs.pool.submit(record, *key, path): key for key, path in paths.items()
             }
-            results = {key: f.result() for key, f in futures.items()}
+            results: dict[tuple[Settings, str], tuple[SuiteOutcome, float]] = {}
+            failed: BaseException | None = None
+            for future in as_completed(futures):  # each settings group kept as soon as its runs are in
+                st, suite = futures[future]
+                try:
+                    results[st, suite] = future.result()
+                except Exception as error:  # noqa: BLE001 - the other groups' recordings are still kept
+                    failed = failed or error
+                    continue
+                if all((st, s) in results for s in suites):
+                    uses.append(_keep(target, cache, st, found[st].why, {s: results[st, s] for s in suites}, paths))
+            if failed is not None:
+                raise failed
         for key, path in paths.items():
             outcomes[key] = results[key][0]
             impacts[key] = Impact.load(path)
-        for st in todo:
-            wall = round(sum(results[st, s][1] for s in suites), 1)  # its suite runs' seconds, summed
-            passed = all(outcomes[st, s].clean_status(target.min_tests[s]).status == "passed" for s in suites)
-            if cache is not None and passed:
-                cache.store(st, {s: outcomes[st, s].to_json() for s in suites}, {s: paths[st, s] for s in suites}, wall)
-            uses.append(RecordingUse(_env(st), reused=False, why=found[st].why, seconds=wall))
     return _Recording(
         settings=settings,
         outcomes=outcomes,
@@ -496,6 +502,24 @@ def _record(
         seconds=round(time.perf_counter() - start, 1),
         uses=tuple(uses),
     )
+
+
+def _keep(
+    target: MatrixTarget,
+    cache: RecordingCache | None,
+    settings: Settings,
+    why: str,
+    results: Mapping[str, tuple[SuiteOutcome, float]],
+    paths: Mapping[tuple[Settings, str], Path],
+) -> RecordingUse:
+    """A settings group's recording, all its suites in: kept in ``cache`` when its clean build passed."""
+    seconds = round(sum(s for _, s in results.values()), 1)  # its suite runs' seconds, summed
+    if cache is not None and all(
+        o.clean_status(target.min_tests[s]).status == "passed" for s, (o, _) in results.items()
+    ):
+        outcomes = {s: o.to_json() for s, (o, _) in results.items()}
+        cache.store(settings, outcomes, {s: paths[settings, s] for s in results}, seconds)
+    return RecordingUse(_env(settings), reused=False, why=why, seconds=seconds)
 
 
 def _impact_row(runs: _Runs, recording: _Recording, spec: FaultSpec, killers: list[Failure]) -> FaultRow:
