@@ -18,7 +18,10 @@ def main(argv: list[str] | None = None) -> int:
         ),
         "report": ("harness.jobs.report_cli", "re-render the HTML report from saved runs"),
         "faults": ("harness.faults.matrix", "kill matrix: every catalog fault through the suites"),
-        "mutants": ("harness.jobs.mutants", "mutation score of SGLang's or vLLM's SWA memory code (cosmic-ray mutants)"),
+        "mutants": (
+            "harness.jobs.mutants",
+            "mutation score of SGLang's or vLLM's SWA memory code (cosmic-ray mutants)",
+        ),
         "check": (
             "harness.jobs.check",
             "one verdict on an SGLang or vLLM checkout: fault killers first, the suites, a server smoke",
