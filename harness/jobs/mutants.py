@@ -167,7 +167,9 @@ class Recording:
     def running(self, path: Path, lines: range) -> list[str]:
         """The tests that ran any of ``lines`` of the file at ``path`` (in suite order, each once)."""
         index = self.line_files.index(str(path))
-        found = (t for impact in self.impacts.values() for line in lines for t in impact.reaching(f"{index}:{line}"))
+        keys = {f"{index}:{line}" for line in lines}
+        # Only a test that ran a line here: one credited with every line for starting a process cannot see the mutant.
+        found = (t for impact in self.impacts.values() for t, credited in impact.tests if credited & keys)
         return list(dict.fromkeys(found))
 
 
