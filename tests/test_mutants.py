@@ -210,3 +210,17 @@ def test_a_stopped_run_keeps_each_finished_mutant_for_the_next(tmp_path: Path) -
     again = _Partial(path, head)
     assert list(again.done.values()) == _results()[:3]
     assert not _Partial(path, {**head, "seed": 1}).done  # another sample: nothing taken from it
+
+
+def test_a_test_that_only_started_a_process_does_not_reach_a_mutant(tmp_path: Path) -> None:
+    """The mutant is imported in the pytest process only: a test credited with every line because it started a
+    process (EVERY_FAULT) ran the engine where the mutant is not, so it never counts as reaching one."""
+    from harness.faults.impact import EVERY_FAULT, Impact
+    from harness.jobs.mutants import Recording
+
+    impact = Impact("sglang", (("t::spawns", frozenset({EVERY_FAULT})), ("t::runs", frozenset({"0:5"}))), {})
+    recording = Recording(
+        impacts={"pool": impact}, outcomes={}, seconds=0.0, durations={}, line_files=(str(tmp_path / "m.py"),)
+    )
+    assert recording.running(tmp_path / "m.py", range(5, 6)) == ["t::runs"]
+    assert recording.running(tmp_path / "m.py", range(6, 8)) == []
