@@ -14,7 +14,8 @@ import pytest
 from harness.kill_record import Failure
 from harness.mutants import activate
 from harness.mutants.generate import Mutant, draw, mutants_of, mutated_source, with_after
-from harness.mutants.record import MutantResult, MutationRun, load, merge, save
+from harness.jobs.merge import MergeError, merge_mutation_runs
+from harness.mutants.record import MutantResult, MutationRun, load, save
 from harness.mutants.scope import ScopeFile
 from harness.mutants.survivors import Classified, score
 from harness.shards import Shard
@@ -128,7 +129,7 @@ def test_shards_merge_into_the_run_one_machine_makes(tmp_path: Path) -> None:
         shard_run = _run([r for r in whole.results if part.holds(r.mutant.id)], shard=str(part))
         save(shard_run, tmp_path / f"s{k}.json")
         shards.append(load(tmp_path / f"s{k}.json"))
-    merged = merge(shards)
+    merged = merge_mutation_runs({f"s{k}.json": run for k, run in enumerate(shards, 1)})
     assert [r.mutant.id for r in merged.results] == [r.mutant.id for r in whole.results]
     for a, b in zip(merged.results, whole.results):
         assert a == b, a.mutant.id  # cell by cell
@@ -138,10 +139,10 @@ def test_shards_merge_into_the_run_one_machine_makes(tmp_path: Path) -> None:
 def test_merge_refuses_shards_of_different_runs() -> None:
     a = _run(_results()[:3], shard="1/2")
     b = dataclasses.replace(_run(_results()[3:], shard="2/2"), source_digest="other")
-    with pytest.raises(ValueError, match="source_digest"):
-        merge([a, b])
-    with pytest.raises(ValueError, match="not each of 1..2 once"):
-        merge([a, dataclasses.replace(a, results=())])
+    with pytest.raises(MergeError, match="field source_digest differs"):
+        merge_mutation_runs({"a": a, "b": b})
+    with pytest.raises(MergeError, match="are both shard 1/2"):
+        merge_mutation_runs({"a": dataclasses.replace(a, results=()), "b": dataclasses.replace(a, results=())})
 
 
 def test_the_score_drops_only_equivalent_mutants_from_the_count() -> None:
@@ -156,7 +157,7 @@ def test_the_score_drops_only_equivalent_mutants_from_the_count() -> None:
 
 
 def test_swa_harness_merge_takes_mutation_shards_and_refuses_a_stray_mutant(tmp_path: Path) -> None:
-    from harness.jobs.merge import MergeError, merge_files
+    from harness.jobs.merge import merge_files
 
     whole = _run(_results())
     paths = []
@@ -168,7 +169,7 @@ def test_swa_harness_merge_takes_mutation_shards_and_refuses_a_stray_mutant(tmp_
     assert "mutation run: 12 mutants" in said and load(tmp_path / "merged.json").results == whole.results
     stray = _run(list(whole.results), shard="1/2")  # holds the other shard's mutants too
     save(stray, tmp_path / "1.json")
-    with pytest.raises(MergeError, match="which the hash gives another shard"):
+    with pytest.raises(MergeError, match="which the hash gives to other shards"):
         merge_files(paths, tmp_path / "merged.json")
 
 

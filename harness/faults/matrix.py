@@ -44,7 +44,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor, as_completed
 from dataclasses import dataclass
 from datetime import datetime, timezone
@@ -52,9 +52,13 @@ from pathlib import Path
 from typing import Any, Literal
 
 from harness.env import (
+    DURATIONS_ENV,
     FAULT_ENV,
     HYPOTHESIS_ENV,
+    IMPACT_CODE_ENV,
     IMPACT_ENV,
+    IMPACT_LINES_ENV,
+    MUTANT_ENV,
     SELECT_ENV,
     SGLANG_FAULT_ENV,
     STOP_ON_KILL_ENV,
@@ -225,6 +229,46 @@ class SuiteOutcome:
         return CleanCell("passed", self.passed, f"{self.passed} tests passed")
 
 
+def run_env(verdicts: Path, *, stop_on_kill: bool, extra: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The environment of one matrix pytest run (a kill matrix's or a mutation run's): derandomised examples, its
+    verdicts file, whether it stops at a kill; no recording, selection or mutant inherited; ``extra`` last."""
+    env = {
+        **os.environ,
+        HYPOTHESIS_ENV: "matrix",
+        "PYTHONHASHSEED": "0",
+        VERDICTS_ENV: str(verdicts),
+        STOP_ON_KILL_ENV: "1" if stop_on_kill else "0",
+    }
+    for inherited in (IMPACT_ENV, IMPACT_CODE_ENV, IMPACT_LINES_ENV, SELECT_ENV, MUTANT_ENV, DURATIONS_ENV):
+        env.pop(inherited, None)
+    return {**env, **(extra or {})}
+
+
+def pytest_command(
+    target: MatrixTarget, paths: Iterable[str], *, plugins: tuple[str, ...] = (), test_timeout_s: float = 300
+) -> list[str]:
+    """One matrix pytest process over ``paths``: no cache, no xdist, the verdicts and impact plugins (``plugins``
+    before them), each test's time limit."""
+    loaded = [
+        arg for plugin in (*plugins, "harness.faults.verdicts", "harness.faults.impact") for arg in ("-p", plugin)
+    ]
+    return [
+        sys.executable,
+        "-m",
+        "pytest",
+        *paths,
+        *target.pytest_args,
+        "-q",
+        "-p",
+        "no:cacheprovider",
+        "-p",
+        "no:xdist",
+        *loaded,
+        "--timeout",
+        str(round(test_timeout_s)),
+    ]
+
+
 def run_suite(
     target: MatrixTarget,
     fault_id: str | None,
@@ -240,41 +284,16 @@ def run_suite(
     impact recording written there; ``settings``: environment the run needs beyond the fault's switch."""
     run_id = f"{fault_id or 'clean'}{'-'.join(['', *(v for _, v in settings)])}-{suite}"
     verdicts = workdir / f"{run_id}.jsonl"
-    env = {
-        **os.environ,
-        **dict(settings),
-        target.fault_env: fault_id or "",
-        HYPOTHESIS_ENV: "matrix",
-        "PYTHONHASHSEED": "0",
-        VERDICTS_ENV: str(verdicts),
-        STOP_ON_KILL_ENV: "1" if fault_id else "0",
-    }
-    env.pop(IMPACT_ENV, None)
-    env.pop(SELECT_ENV, None)
+    env = run_env(
+        verdicts, stop_on_kill=fault_id is not None, extra={**dict(settings), target.fault_env: fault_id or ""}
+    )
     if record is not None:
         env[IMPACT_ENV] = f"{target.name}:{record}"
     if select is not None:
         selection = workdir / f"{run_id}.select.json"
         selection.write_text(json.dumps(select))
         env[SELECT_ENV] = str(selection)
-    cmd = [
-        sys.executable,
-        "-m",
-        "pytest",
-        target.suites[suite],
-        *target.pytest_args,
-        "-q",
-        "-p",
-        "no:cacheprovider",
-        "-p",
-        "no:xdist",
-        "-p",
-        "harness.faults.verdicts",
-        "-p",
-        "harness.faults.impact",
-        "--timeout",
-        "300",
-    ]
+    cmd = pytest_command(target, [target.suites[suite]])
     start = time.perf_counter()
     proc = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=timeout_s)
     wall = time.perf_counter() - start

@@ -43,6 +43,10 @@ from typing import Any
 
 from harness.env import (
     CACHE_ENV,
+    DURATIONS_ENV,
+    IMPACT_CODE_ENV,
+    IMPACT_LINES_ENV,
+    MUTANT_ENV,
     FAULT_ENV,
     HYPOTHESIS_ENV,
     IMPACT_ENV,
@@ -73,6 +77,10 @@ ENV_SET_PER_RUN = frozenset(
         VERDICTS_ENV,
         STOP_ON_KILL_ENV,
         IMPACT_ENV,
+        IMPACT_CODE_ENV,
+        IMPACT_LINES_ENV,
+        MUTANT_ENV,
+        DURATIONS_ENV,
         SELECT_ENV,
         KERNEL_STORE_ENV,
         CACHE_ENV,

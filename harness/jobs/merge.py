@@ -28,7 +28,6 @@ from typing import Any
 
 from harness.kill_record import CleanCell, FaultRow, KillMatrix, save
 from harness.mutants.record import MutationRun
-from harness.mutants.record import merge as merge_mutation_runs
 from harness.mutants.record import save as save_mutation_run
 from harness.shards import WHOLE, Shard
 from harness.targets.releases import release_order
@@ -137,6 +136,38 @@ def merge_kill_matrices(parts: Mapping[str, KillMatrix]) -> KillMatrix:
     )
 
 
+# The fields every shard of one mutation run shares: the same mutants, drawn the same way, from the same source.
+MUTATION_RUN_FIELDS = (
+    "target",
+    "engine_version",
+    "source_digest",
+    "mutator",
+    "operators",
+    "population",
+    "sample",
+    "seed",
+)
+
+
+def merge_mutation_runs(parts: Mapping[str, MutationRun]) -> MutationRun:
+    """Mutation-run shards (file name -> run) as the run one machine makes: every mutant once, in report order;
+    ``wall_s`` and ``recording_s`` the largest shard's (they run at once)."""
+    for field in MUTATION_RUN_FIELDS:
+        _same(field, {name: getattr(run, field) for name, run in parts.items()})
+    shards = {name: _shard_of(run.shard, name) for name, run in parts.items()}
+    _check_shards(shards, {name: [r.mutant.id for r in run.results] for name, run in parts.items()})
+    first = next(iter(parts.values()))
+    return replace(
+        first,
+        shard=str(WHOLE),
+        generated_at=max(run.generated_at for run in parts.values()),
+        wall_s=max(run.wall_s for run in parts.values()),
+        recording_s=max(run.recording_s for run in parts.values()),
+        jobs=max(run.jobs for run in parts.values()),
+        results=tuple(sorted((r for run in parts.values() for r in run.results), key=lambda r: r.mutant.order)),
+    )
+
+
 def _without(command: str, *flags: str) -> str:
     """``command`` without these flags and their values."""
     for flag in flags:
@@ -181,9 +212,10 @@ def merge_files(paths: Sequence[Path], out: Path) -> str:
     kind = _same("kind (a kill matrix has faults, a release matrix rows, a mutation run a mutator)", kinds)
     if kind == "mutants":
         try:
-            run = merge_mutation_runs([MutationRun.from_json(d) for d in data.values()])
-        except (KeyError, TypeError, ValueError) as error:
-            raise MergeError(str(error)) from None
+            runs = {name: MutationRun.from_json(d) for name, d in data.items()}
+        except (KeyError, TypeError) as error:
+            raise MergeError(f"a mutation run of an unexpected shape: {error!r}") from None
+        run = merge_mutation_runs(runs)
         save_mutation_run(run, out)
         return f"{len(paths)} shards of the {run.target} mutation run: {len(run.results)} mutants"
     if kind == "kill":

@@ -23,7 +23,6 @@ import argparse
 import ast
 import hashlib
 import json
-import os
 import subprocess
 import sys
 import tempfile
@@ -39,18 +38,15 @@ from pathlib import Path
 
 from harness.env import (
     DURATIONS_ENV,
-    HYPOTHESIS_ENV,
     IMPACT_CODE_ENV,
     IMPACT_ENV,
     IMPACT_LINES_ENV,
     MUTANT_ENV,
     SELECT_ENV,
-    STOP_ON_KILL_ENV,
-    VERDICTS_ENV,
 )
 from harness.cell_progress import CellProgress
 from harness.faults.impact import Impact
-from harness.faults.matrix import MATRIX_TARGETS, NO_VERDICT, MatrixTarget, SuiteOutcome
+from harness.faults.matrix import MATRIX_TARGETS, NO_VERDICT, MatrixTarget, SuiteOutcome, pytest_command, run_env
 from harness.faults.recording_cache import Fingerprint, RecordingCache
 from harness.kill_record import Failure
 from harness.mutants.generate import (
@@ -96,54 +92,21 @@ class _Pytest:
     ) -> tuple[SuiteOutcome, float, int | None, str]:
         """One pytest process; its verdicts, seconds, exit code (None: killed at ``timeout_s``) and output tail."""
         verdicts = self.workdir / f"{name}.jsonl"
-        env = {
-            **os.environ,
-            HYPOTHESIS_ENV: "matrix",
-            "PYTHONHASHSEED": "0",
-            VERDICTS_ENV: str(verdicts),
-            STOP_ON_KILL_ENV: "1" if mutant else "0",
-        }
-        for var in (
-            IMPACT_ENV,
-            IMPACT_CODE_ENV,
-            IMPACT_LINES_ENV,
-            SELECT_ENV,
-            MUTANT_ENV,
-            DURATIONS_ENV,
-            self.target.fault_env,
-        ):
-            env.pop(var, None)
+        extra = {self.target.fault_env: ""}
         if lines is not None:
-            env[IMPACT_LINES_ENV] = str(lines)
+            extra[IMPACT_LINES_ENV] = str(lines)
         if durations is not None:
-            env[DURATIONS_ENV] = str(durations)
+            extra[DURATIONS_ENV] = str(durations)
         if record is not None and code is not None:
-            env[IMPACT_ENV], env[IMPACT_CODE_ENV] = f"{self.target.name}:{record}", str(code)
+            extra[IMPACT_ENV], extra[IMPACT_CODE_ENV] = f"{self.target.name}:{record}", str(code)
         if select is not None:
             (selection := self.workdir / f"{name}.select.json").write_text(json.dumps(select))
-            env[SELECT_ENV] = str(selection)
+            extra[SELECT_ENV] = str(selection)
         if mutant is not None:
-            env[MUTANT_ENV] = str(mutant)
-        cmd = [
-            sys.executable,
-            "-m",
-            "pytest",
-            *paths,
-            *self.target.pytest_args,
-            "-q",
-            "-p",
-            "no:cacheprovider",
-            "-p",
-            "no:xdist",
-            "-p",
-            "harness.mutants.activate",
-            "-p",
-            "harness.faults.verdicts",
-            "-p",
-            "harness.faults.impact",
-            "--timeout",
-            str(round(test_timeout_s) if mutant else 300),
-        ]
+            extra[MUTANT_ENV] = str(mutant)
+        env = run_env(verdicts, stop_on_kill=mutant is not None, extra=extra)
+        limit = test_timeout_s if mutant else 300
+        cmd = pytest_command(self.target, paths, plugins=("harness.mutants.activate",), test_timeout_s=limit)
         start = time.perf_counter()
         try:
             proc = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=timeout_s)
@@ -293,11 +256,17 @@ class _Killers:
 
 
 def run_mutant(
-    runner: _Pytest, recording: Recording, killers: _Killers, mutant: Mutant, scope: ScopeFile, text: str
+    runner: _Pytest,
+    recording: Recording,
+    killers: _Killers,
+    mutant: Mutant,
+    scope: ScopeFile,
+    text: str,
+    tree: ast.Module,
 ) -> MutantResult:
     """One mutant through the tests that ran its statement on the clean build (none: unreached, saying whether its
     function ran at all)."""
-    reaching = recording.running(scope.path(), statement_lines(ast.parse(text), mutant.line))
+    reaching = recording.running(scope.path(), statement_lines(tree, mutant.line))
     if not reaching:
         calls = len(recording.reaching(mutant.function))
         why = f"no test runs line {mutant.line}" + (f"; {calls} tests run its function" if calls else "")
@@ -379,6 +348,7 @@ def build(
     everything = population(target)
     chosen = [m for m in draw(everything, sample, seed) if shard.holds(m.id)]
     texts = {module: scope.path().read_text() for module, scope in scopes.items()}
+    trees = {module: ast.parse(text) for module, text in texts.items()}  # once: a mutant reads its statement's lines
     chosen = [with_after(m, texts[m.module]) for m in chosen]
     digest = source_digest(tuple(scopes.values()))
     head = {"target": target, "source_digest": digest, "sample": sample, "seed": seed, "shard": str(shard)}
@@ -405,7 +375,9 @@ def build(
 
                 def one(m: Mutant) -> MutantResult:
                     progress.start(_label(m))
-                    result = run_mutant(runner, recording, killers, m, scopes[m.module], texts[m.module])
+                    result = run_mutant(
+                        runner, recording, killers, m, scopes[m.module], texts[m.module], trees[m.module]
+                    )
                     if kept:
                         kept.keep(result)
                     progress.done(_label(m), _verdict(result), result.seconds)
@@ -426,7 +398,7 @@ def build(
         wall_s=round(time.perf_counter() - started, 1),
         recording_s=recording.seconds,
         jobs=jobs,
-        results=tuple(sorted(results, key=lambda r: (r.mutant.module, r.mutant.line, r.mutant.id))),
+        results=tuple(sorted(results, key=lambda r: r.mutant.order)),
     )
     return run, problems
 

@@ -19,7 +19,6 @@ import difflib
 import hashlib
 import random
 from dataclasses import dataclass, replace
-from pathlib import Path
 
 from harness.mutants.scope import SCOPES, MutantTarget, ScopeFile
 
@@ -69,6 +68,11 @@ class Mutant:
     function: str  # module.qualname of the innermost def or class around the line; module.<module> outside all
     before: str
     after: str
+
+    @property
+    def order(self) -> tuple[str, int, str, int]:
+        """Where a report lists it: by file, line, operator and occurrence (every run and merge alike)."""
+        return (self.module, self.line, self.operator, self.occurrence)
 
     @property
     def short_module(self) -> str:
@@ -227,11 +231,6 @@ def source_digest(scopes: tuple[ScopeFile, ...]) -> str:
     return h.hexdigest()[:16]
 
 
-def source_of(mutant: Mutant, scope: ScopeFile) -> str:
-    """The whole mutated file, as the test process imports it."""
-    return mutated_source(Path(scope.path()).read_text(), mutant.operator, mutant.occurrence)
-
-
 def population(target: MutantTarget) -> list[Mutant]:
     return [m for scope in SCOPES[target] for m in mutants_of(scope)]
 
@@ -241,4 +240,4 @@ def draw(mutants: list[Mutant], sample: int, seed: int) -> list[Mutant]:
     ordered = sorted(mutants, key=lambda m: m.id)
     if sample <= 0 or sample >= len(ordered):
         return ordered
-    return sorted(random.Random(seed).sample(ordered, sample), key=lambda m: (m.module, m.line, m.id))
+    return sorted(random.Random(seed).sample(ordered, sample), key=lambda m: m.order)

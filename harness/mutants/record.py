@@ -15,13 +15,12 @@ from __future__ import annotations
 
 import json
 from collections import Counter
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Literal
 
 from harness.kill_record import Failure, KillClass
 from harness.mutants.generate import Mutant
-from harness.shards import Shard
 
 MUTANTS_SCHEMA_VERSION = 1
 MutantStatus = Literal["killed", "survived", "timeout", "error", "unreached"]
@@ -103,47 +102,3 @@ def save(run: MutationRun, path: Path) -> None:
 
 def load(path: Path) -> MutationRun:
     return MutationRun.from_json(json.loads(path.read_text()))
-
-
-# The fields every shard of one run must share: the same mutants, drawn the same way, from the same source.
-SHARED = ("target", "engine_version", "source_digest", "mutator", "operators", "population", "sample", "seed")
-
-
-def merge(shards: list[MutationRun]) -> MutationRun:
-    """The shards of one run as the run one machine makes: every mutant once, in id order; wall time the longest
-    shard's (they ran side by side), recording the longest too."""
-    if not shards:
-        raise ValueError("merge: no shard given")
-    first = shards[0]
-    for other in shards[1:]:
-        for name in SHARED:
-            if getattr(other, name) != getattr(first, name):
-                raise ValueError(f"merge: shard {other.shard} differs from {first.shard} in {name}")
-    counts = Counter(s.shard.split("/")[1] for s in shards)
-    if len(counts) != 1:
-        raise ValueError(f"merge: shards of different splits: {sorted(s.shard for s in shards)}")
-    n = int(next(iter(counts)))
-    held = sorted(s.shard for s in shards)
-    if held != sorted(f"{k}/{n}" for k in range(1, n + 1)):
-        raise ValueError(f"merge: shards {held} are not each of 1..{n} once")
-    for s in shards:
-        part = Shard.parse(s.shard)
-        if stray := [r.mutant.id for r in s.results if not part.holds(r.mutant.id)]:
-            raise ValueError(f"merge: shard {s.shard} holds {stray[0]}, which the hash gives another shard")
-    ids = [r.mutant.id for s in shards for r in s.results]
-    if len(ids) != len(set(ids)):
-        raise ValueError("merge: a mutant is in two shards")
-    results = tuple(sorted((r for s in shards for r in s.results), key=lambda r: _order(r.mutant)))
-    return replace(
-        first,
-        shard="1/1",
-        generated_at=max(s.generated_at for s in shards),
-        wall_s=max(s.wall_s for s in shards),
-        recording_s=max(s.recording_s for s in shards),
-        jobs=first.jobs,
-        results=results,
-    )
-
-
-def _order(m: Mutant) -> tuple[str, int, str, int]:
-    return (m.module, m.line, m.operator, m.occurrence)
