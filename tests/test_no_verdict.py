@@ -51,6 +51,14 @@ def test_dropped():
 
 def test_crash():
     raise IndexError("index 161 is out of bounds")
+
+def test_script_without_a_verdict():
+    from suites.findings.conftest import ScriptRun
+    ScriptRun(2, "SetupProblem: vllm.v1.core has no SlidingWindowManager", "", 1.0).judged("docs/repro/x.py")
+
+def test_script_with_the_wrong_verdict():
+    from suites.findings.conftest import EXIT_BUG, ScriptRun
+    assert ScriptRun(0, "fixed", "", 1.0).judged("docs/repro/x.py") == EXIT_BUG, "the pinned release has the bug"
 """
 
 
@@ -69,6 +77,8 @@ def test_only_a_suite_assertion_is_a_kill(pytester: pytest.Pytester, monkeypatch
         "test_no_verdict_traced": "error",
         "test_dropped": "error",
         "test_crash": "error",
+        "test_script_without_a_verdict": "error",  # a findings script that exited 2 (docs/repro): NO VERDICT
+        "test_script_with_the_wrong_verdict": "kill",
     }
 
 

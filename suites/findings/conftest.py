@@ -90,6 +90,13 @@ class ScriptRun:
     def output(self) -> str:
         return self.stdout + self.stderr
 
+    def judged(self, script: str) -> int:
+        """Its exit status when the script reached a verdict (0 fixed, 1 present); any other (2: it could not set up,
+        a crash) ends the test as NO VERDICT, an error and never a kill, as a script's own "no verdict" means."""
+        if self.status not in (EXIT_BUG, EXIT_FIXED):
+            pytest.fail(f"NO VERDICT: {script} exited {self.status}: {self.said}\n{self.output[-4000:]}", pytrace=False)
+        return self.status
+
 
 # Runs a script as __main__ after the harness's SGLang import shims (CPU torchvision; the config names that SGLang
 # 0.5.11-0.5.19 register and transformers 5.19 already ships), which the release matrix's shared base needs: the
