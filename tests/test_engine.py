@@ -331,3 +331,66 @@ def _cache_state(engine) -> dict:
             cache.swa_protected_size(),
         ),
     }
+
+
+def _evict_by_scan(cache):
+    """Rule 4 as the tree ran it before issue 58: a fresh LRU scan of the whole tree for every node it takes (the
+    reference the one-walk heap must match node for node, ties to the first node walked)."""
+
+    def lru(eligible):
+        return min((n for n in cache._nodes() if eligible(n)), key=lambda n: n.last_access, default=None)
+
+    def evict(*, full_tokens: int = 0, swa_tokens: int = 0) -> None:
+        alloc = cache.allocator
+        want = alloc.full_available_size() + full_tokens
+        while alloc.full_available_size() < want and (leaf := lru(lambda n: not n.children and not n.full_lock_ref)):
+            cache._delete_leaf(leaf)
+        want = alloc.swa_available_size() + swa_tokens
+        while alloc.swa_available_size() < want and (node := lru(lambda n: n.swa_live and not n.swa_lock_ref)):
+            if not node.children and not node.full_lock_ref:
+                cache._delete_leaf(node)
+            else:
+                cache._tombstone(node)
+
+    return evict
+
+
+@pytest.mark.parametrize(("page_size", "prefill_tokens", "full_pool"), [(1, 64, 112), (4, 32, 160)])
+def test_eviction_takes_the_nodes_a_fresh_lru_scan_per_node_would_take(page_size, prefill_tokens, full_pool):
+    """Rule 4 walks the tree once per eviction into a heap (issue 58); two engines on a tight pool run the same
+    requests in lockstep, one evicting through it, the other by a fresh scan per node taken. After every step the
+    pools, requests and tree agree and the ledgers read the same. The pools are sized so that an eviction takes full KV,
+    SWA KV and tombstones, and some take a leaf and then the parent it leaves as a leaf."""
+    engines = [
+        make_engine(
+            "gemma2",
+            "off",
+            chunk_size=8,
+            page_size=page_size,
+            max_running_requests=4,
+            max_prefill_tokens=prefill_tokens,
+            full_pool_size=full_pool,
+        )
+        for _ in range(2)
+    ]
+    engines[1].tree_cache.evict = _evict_by_scan(engines[1].tree_cache)
+    stem = random_sequences([24], seed=3)[0]
+    waves = [
+        [stem + tail for tail in random_sequences([4, 9, 13], seed=4)],
+        [stem[:12] + [7] * 6, *random_sequences([18, 10], seed=5), stem + [1, 2]],
+        [stem[:20] + [3] * 9, stem[:12] + [7] * 6 + [8], *random_sequences([14], seed=6)],
+    ]
+    params = SamplingParams(max_new_tokens=16, ignore_eos=True)
+    outputs = [[], []]
+    for prompts in waves:
+        for engine in engines:
+            for p in prompts:
+                engine.add_request(p, params)
+        while engines[0].scheduler.has_work():
+            for i, engine in enumerate(engines):
+                outputs[i] += [(o.rid, o.output_ids, o.cached_tokens) for o in engine.step().finished]
+            assert _cache_state(engines[0]) == _cache_state(engines[1])
+            assert engines[0].scheduler.evicted == engines[1].scheduler.evicted
+    assert outputs[0] == outputs[1] and not engines[1].scheduler.has_work()
+    assert engines[0].scheduler.evicted.all_moved, f"the pool never came under pressure: {engines[0].scheduler.evicted}"
+    assert sum(o[2] for o in outputs[0]) > 0, "no request was served from the cache"
