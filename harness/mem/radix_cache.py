@@ -15,7 +15,9 @@ harness's own, with SGLang's concepts and names. The rules, and the fixes they c
    across the floor is split so that no more is pinned). A lock is a receipt: unlock walks the same
    nodes, and a split gives the upper half exactly the SWA holders whose floor lies inside it. As the
    request's window slides, its SWA floor follows (so a request pins no more SWA KV than a window, as
-   without a cache), and the SWA part ends once the window has passed the prefix.
+   without a cache), and the SWA part ends once the window has passed the prefix. A node the floor has left
+   behind is merged back into its parent where nothing tells the two apart (issue 58: one page split off per
+   decode step left chains of one-page nodes, and every walk of the tree paid for them).
 4. **Eviction**, least recently used first, each pool apart: full evicts unlocked leaves (their SWA
    slots go with them); SWA tombstones live nodes no SWA lock holds (a full lock does not stop it: that is
    the early part of a running request's prefix) and evicts unlocked live leaves whole. A tombstone leaf no
@@ -472,12 +474,13 @@ class RadixCache:
                 req.prefix_lock = self._raise_swa_floor(lock, needed)
             else:
                 req.prefix_lock = self.release_swa(lock)
+                self._merge_into(lock.node)
 
     def _raise_swa_floor(self, lock: TreeLock, floor: int) -> TreeLock:
         """``release_swa`` then ``_hold_swa(lock.node, floor)`` in one walk (the same holders and counts after): split
         at the new floor's page, drop the holder from the nodes now below the floor, re-key it on the rest."""
-        old = lock.swa_floor
-        self._split_at(lock.node, page_floor(floor, self.page_size))
+        old, boundary, dropped = lock.swa_floor, page_floor(floor, self.page_size), None
+        self._split_at(lock.node, boundary)
         walk = lock.node
         while walk is not self.root and walk.end > old:
             if walk.end > floor:  # still pinned: only the receipt's floor changes, no count moves
@@ -492,8 +495,31 @@ class RadixCache:
                 held[floor] += 1
             else:
                 self._drop_swa_holder(walk, old)
+                if walk.end == boundary:
+                    dropped = walk
             walk = walk.parent
+        if dropped is not None:
+            self._merge_into(dropped)
         return TreeLock(lock.node, floor)
+
+    def _merge_into(self, node: TreeNode) -> None:
+        """Undo rule 3's split where it no longer pins anything: ``node`` takes in its parent when nothing tells the
+        two apart (the parent's only child, the same full locks, so no lock ends at the parent, the same SWA state and
+        holders). A floor that follows its window splits off one page per step; without this each request left a
+        chain of one-page nodes behind, and every walk of the tree (evictions, their ledger) ran 4x longer (issue
+        58)."""
+        parent = node.parent
+        if (
+            parent is self.root
+            or len(parent.children) != 1
+            or parent.full_lock_ref != node.full_lock_ref
+            or parent.swa_tombstone != node.swa_tombstone
+            or parent.swa_locks != node.swa_locks
+        ):
+            return
+        node.key, node.value = parent.key + node.key, torch.cat((parent.value, node.value))
+        node.parent, node.last_access = parent.parent, max(parent.last_access, node.last_access)
+        node.parent.children[self._child_key(node.key, 0)] = node
 
     @seam("swa-frontier-reaches-insert-boundary", "swa-frontier-tombstones-last-leaf")
     def swa_keep_from(self, kv_len: int) -> int:
