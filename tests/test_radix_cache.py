@@ -94,6 +94,42 @@ def test_a_lock_pins_only_its_window_and_swa_eviction_tombstones_the_rest(scene)
     cache.sanity_check()
 
 
+def _path(cache, node) -> list[tuple[int, int]]:
+    spans = []
+    while node is not cache.root:
+        spans.append((node.start, node.end))
+        node = node.parent
+    return spans[::-1]
+
+
+def test_a_floor_that_follows_its_window_leaves_no_chain_of_split_nodes_behind(scene):
+    """Rule 3's floor splits off one page per decode step; each piece it leaves behind is merged back into its parent
+    when nothing tells them apart (issue 58), so the published prompt's live window is one node again once the window
+    has passed it (not one node per step), with the same counts, and a repeat still matches all of it."""
+    memory, cache = scene
+    first = admit(memory, cache, list(range(1, 17)))
+    prefill(memory, cache, first, 16, checkpoint=False)
+    finish(memory, cache, first)
+    assert [(n.start, n.end, n.swa_tombstone) for n in cache._nodes()] == [(0, 12, True), (12, 16, False)]
+    second = admit(memory, cache, list(range(1, 17)) + [50])
+    assert second.prefix_lock.swa_floor == 13 and _path(cache, second.prefix_lock.node) == [(0, 12), (12, 13), (13, 16)]
+    floors, paths = [], []
+    for _ in range(3):  # decode: the floor moves 13 -> 14 -> 15, then the window leaves the prefix
+        prefill(memory, cache, second, 1, checkpoint=False)
+        floors.append(getattr(second.prefix_lock, "swa_floor", None))
+        paths.append(_path(cache, second.prefix_lock.node))
+        cache.sanity_check()
+    assert floors == [14, 15, None]
+    # 12..13 and the piece 13..14 merge (same state, no holder); the tombstone 0..12 above them stays apart
+    assert paths == [[(0, 12), (12, 14), (14, 16)], [(0, 12), (12, 15), (15, 16)], [(0, 12), (12, 16)]], paths
+    assert cache.swa_protected_size() == 0 and cache.protected_size() == 16 and cache.swa_evictable_size() == 4
+    cache.release_req(second)
+    memory.req_to_token_pool.free(second.req_pool_idx)
+    third = admit(memory, cache, list(range(1, 17)) + [60])
+    assert third.cache_protected_len == 16
+    cache.sanity_check()
+
+
 def test_a_tombstone_the_request_still_holds_live_is_revived_with_its_swa_slots(scene):
     memory, cache = scene
     a = admit(memory, cache, list(range(1, 11)))
