@@ -394,3 +394,64 @@ def test_eviction_takes_the_nodes_a_fresh_lru_scan_per_node_would_take(page_size
     assert outputs[0] == outputs[1] and not engines[1].scheduler.has_work()
     assert engines[0].scheduler.evicted.all_moved, f"the pool never came under pressure: {engines[0].scheduler.evicted}"
     assert sum(o[2] for o in outputs[0]) > 0, "no request was served from the cache"
+
+
+def _tree_shape(cache) -> tuple:
+    nodes = sorted(
+        (
+            n.start,
+            n.end,
+            n.swa_tombstone,
+            n.full_lock_ref,
+            sorted((+n.swa_locks).items()),
+            n.value.tolist(),
+            n.last_access,
+        )
+        for n in cache._nodes()
+    )
+    sizes = (cache.evictable_size(), cache.protected_size(), cache.swa_evictable_size(), cache.swa_protected_size())
+    return nodes, sizes
+
+
+@pytest.mark.parametrize("page_size", [1, 4])
+def test_the_floor_moves_a_piece_to_its_parent_exactly_as_split_and_merge_would(page_size):
+    """Rule 3's fast path (issue 58): where the piece the floor leaves behind would be split off and merged into its
+    parent, it moves there directly. Two engines run the same requests in lockstep (published prompts, then repeats
+    and partial sharers that decode past their windows, on a pool tight enough to evict), one with the fast path and
+    one that always splits and merges; after every step every node (span, state, locks, slots, recency), the counts and
+    the requests agree. The scene takes both paths."""
+    engines, taken = [], []
+    for fast in (True, False):
+        engine = make_engine(
+            "gemma2", "off", chunk_size=8, page_size=page_size, max_running_requests=4, max_prefill_tokens=32
+        )
+        cache, calls = engine.tree_cache, []
+
+        def candidate(node, old, boundary, _real=cache._shift_candidate, _fast=fast, _calls=calls):
+            found = _real(node, old, boundary)
+            _calls.append(found is not None)
+            return found if _fast else None
+
+        cache._shift_candidate = candidate
+        engines.append(engine)
+        taken.append(calls)
+    stem = random_sequences([40], seed=11)[0]
+    waves = [
+        [stem + tail for tail in random_sequences([3, 8], seed=12)],
+        [stem + [1], stem[:28] + [5] * 4, stem[:36], *random_sequences([20], seed=13)],
+        [stem[:28] + [5] * 4 + [6], stem + [2, 3], stem[:16] + [9] * 3],
+    ]
+    params = SamplingParams(max_new_tokens=40, ignore_eos=True)
+    outputs = [[], []]
+    for prompts in waves:
+        for engine in engines:
+            for p in prompts:
+                engine.add_request(p, params)
+        while engines[0].scheduler.has_work():
+            for i, engine in enumerate(engines):
+                outputs[i] += [(o.rid, o.output_ids, o.cached_tokens) for o in engine.step().finished]
+            assert _tree_shape(engines[0].tree_cache) == _tree_shape(engines[1].tree_cache)
+            assert _cache_state(engines[0]) == _cache_state(engines[1])
+    assert outputs[0] == outputs[1] and not engines[1].scheduler.has_work()
+    assert taken[0] == taken[1] and sum(taken[0]) > 0 and not all(taken[0]), f"fast path taken {sum(taken[0])} times"
+    engines[0].tree_cache.sanity_check()

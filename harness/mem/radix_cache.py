@@ -478,21 +478,21 @@ class RadixCache:
 
     def _raise_swa_floor(self, lock: TreeLock, floor: int) -> TreeLock:
         """``release_swa`` then ``_hold_swa(lock.node, floor)`` in one walk (the same holders and counts after): split
-        at the new floor's page, drop the holder from the nodes now below the floor, re-key it on the rest."""
+        at the new floor's page, drop the holder from the nodes now below the floor, re-key it on the rest, and merge
+        the piece left behind into its parent (``_merge_into``). Where that merge is sure to happen, the piece moves
+        from the node across the floor to its parent directly (``_shift_below``): the same tree, without a node made
+        and merged away at every decode step of every request (issue 58)."""
         old, boundary, dropped = lock.swa_floor, page_floor(floor, self.page_size), None
+        across = self._shift_candidate(lock.node, old, boundary)
+        if across is not None:
+            self._rekey_swa_holder(lock.node, across, old, floor)
+            self._shift_below(across, boundary)
+            return TreeLock(lock.node, floor)
         self._split_at(lock.node, boundary)
         walk = lock.node
         while walk is not self.root and walk.end > old:
             if walk.end > floor:  # still pinned: only the receipt's floor changes, no count moves
-                held = walk.swa_locks
-                if held[old] <= 0:
-                    raise PoolError(
-                        f"SWA unlock (floor {old}) of a node it does not hold (tokens {walk.start}..{walk.end - 1})"
-                    )
-                held[old] -= 1
-                if not held[old]:
-                    del held[old]
-                held[floor] += 1
+                self._rekey_swa_holder(walk, walk, old, floor)
             else:
                 self._drop_swa_holder(walk, old)
                 if walk.end == boundary:
@@ -501,6 +501,54 @@ class RadixCache:
         if dropped is not None:
             self._merge_into(dropped)
         return TreeLock(lock.node, floor)
+
+    def _rekey_swa_holder(self, node: TreeNode, last: TreeNode, old: int, floor: int) -> None:
+        """Re-key a holder from floor ``old`` to ``floor`` on the nodes from ``node`` up to ``last``: they stay pinned,
+        only the receipt's floor changes, no count moves."""
+        while True:
+            held = node.swa_locks
+            if held[old] <= 0:
+                raise PoolError(
+                    f"SWA unlock (floor {old}) of a node it does not hold (tokens {node.start}..{node.end - 1})"
+                )
+            held[old] -= 1
+            if not held[old]:
+                del held[old]
+            held[floor] += 1
+            if node is last:
+                return
+            node = node.parent
+
+    def _shift_candidate(self, node: TreeNode, old: int, boundary: int) -> TreeNode | None:
+        """The node across ``boundary`` on the path to ``node`` when the slow path would split it there, drop the
+        holder from the piece below and merge that piece into the parent (the parent below the old floor, its only
+        child, the same full locks and SWA state, the same SWA holders as the piece once it lets go); else None."""
+        across = node
+        while across is not self.root and across.start >= boundary:
+            across = across.parent
+        parent = across.parent
+        if across is self.root or parent is self.root or not across.start < boundary < across.end:
+            return None
+        if across.start > old or len(parent.children) != 1 or across.swa_locks[old] <= 0:
+            return None
+        if parent.full_lock_ref != across.full_lock_ref or parent.swa_tombstone != across.swa_tombstone:
+            return None
+        below = Counter({f: c for f, c in across.swa_locks.items() if f < boundary})
+        below[old] -= 1
+        return across if +below == parent.swa_locks else None
+
+    def _shift_below(self, across: TreeNode, boundary: int) -> None:
+        """Move ``across``'s tokens below ``boundary`` to its parent (``_shift_candidate`` said they merge there); the
+        tokens leave the holder's pin, so live SWA KV that no holder keeps becomes evictable."""
+        parent, n = across.parent, boundary - across.start
+        if across.swa_live and not parent.swa_lock_ref:
+            self._swa_protected -= n
+            self._swa_evictable += n
+        del parent.children[self._child_key(across.key, 0)]
+        parent.key, parent.value = parent.key + across.key[:n], torch.cat((parent.value, across.value[:n]))
+        parent.end, parent.last_access = boundary, max(parent.last_access, across.last_access)
+        across.key, across.value = across.key[n:], across.value[n:]
+        parent.children[self._child_key(across.key, 0)] = across
 
     def _merge_into(self, node: TreeNode) -> None:
         """Undo rule 3's split where it no longer pins anything: ``node`` takes in its parent when nothing tells the
