@@ -123,7 +123,11 @@ class TokenToKVPoolAllocator:
 
     def free(self, free_index: torch.Tensor) -> None:
         """Free the pages these slots are on: a request's last page is freed with its used slots alone."""
-        pages = self.pages_of(free_index)
+        self.give_back(self.pages_of(free_index))
+
+    def give_back(self, pages: torch.Tensor) -> None:
+        """Free pages ``pages_of`` returned (validated, distinct): a caller that validates two pools before changing
+        either frees here without a second validation."""
         if pages.numel() == 0:
             return
         self._page_is_free.index_put_((pages,), self._free)

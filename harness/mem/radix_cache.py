@@ -533,7 +533,10 @@ class RadixCache:
             return None
         if parent.full_lock_ref != across.full_lock_ref or parent.swa_tombstone != across.swa_tombstone:
             return None
-        below = Counter({f: c for f, c in across.swa_locks.items() if f < boundary})
+        held = across.swa_locks
+        if len(held) == 1 and held[old] == 1:  # the common case: this lock alone holds the node
+            return None if parent.swa_locks else across
+        below = Counter({f: c for f, c in held.items() if f < boundary})
         below[old] -= 1
         return across if +below == parent.swa_locks else None
 

@@ -138,13 +138,11 @@ class SWATokenToKVPoolAllocator:
             return
         if free_index.numel() == 0:
             return
-        self.full_attn_allocator.pages_of(free_index)  # validates every slot before either pool changes
+        full_pages = self.full_attn_allocator.pages_of(free_index)  # validates every slot before either pool changes
         swa = self.full_to_swa_index_mapping.index_select(0, free_index)  # in range: checked above
-        live_swa = swa[swa > 0]
-        swa_pages = self.swa_attn_allocator.pages_of(live_swa)
-        self.full_attn_allocator.free(free_index)
-        if swa_pages.numel():
-            self.swa_attn_allocator.free(live_swa)
+        swa_pages = self.swa_attn_allocator.pages_of(swa[swa > 0])
+        self.full_attn_allocator.give_back(full_pages)
+        self.swa_attn_allocator.give_back(swa_pages)
         self.full_to_swa_index_mapping[free_index] = 0
         self._kvcache.on_mapping_changed("free")
 
