@@ -43,17 +43,22 @@ class Evicted:
         mask over the slot numbers, not ``torch.isin``: the engine measures every eviction, and on a tree of some
         thousand nodes three sorts cost more than the eviction itself (issue 58)."""
         slots = (before.full, before.swa_live, after.full, after.swa_live)
-        size = 1 + max((int(t.max()) for t in slots if t.numel()), default=0)
+        size = 1 + int(torch.cat(slots).max()) if any(t.numel() for t in slots) else 1
         in_full, in_live = _members(after.full, size), _members(after.swa_live, size)
-        swa_gone = before.swa_live[~in_live[before.swa_live]]
-        return cls(int((~in_full[before.full]).sum()), int(swa_gone.numel()), int(in_full[swa_gone].sum()))
+        live_gone = in_live.index_select(0, before.swa_live).logical_not_()
+        full_kept = in_full.index_select(0, before.swa_live)
+        counts = (
+            in_full.index_select(0, before.full).logical_not_().sum(),
+            live_gone.sum(),
+            (live_gone & full_kept).sum(),
+        )
+        full, swa, tombstoned = torch.stack(counts).tolist()  # one host sync for the three
+        return cls(full, swa, tombstoned)
 
 
 def _members(slots: torch.Tensor, size: int) -> torch.Tensor:
     """A boolean mask over slot numbers ``0 .. size - 1``: True where ``slots`` holds the number."""
-    mask = torch.zeros(size, dtype=torch.bool, device=slots.device)
-    mask[slots] = True
-    return mask
+    return torch.zeros(size, dtype=torch.bool, device=slots.device).index_fill_(0, slots, True)
 
 
 def evict_measured(cache: PrefixCache, *, full_tokens: int, swa_tokens: int) -> Evicted:
