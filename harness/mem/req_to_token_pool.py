@@ -96,14 +96,18 @@ class ReqToTokenPool:
     def read_tokens(self, ranges: list[tuple[int, int, int]]) -> torch.Tensor:
         """The slots of positions ``[start, end)`` of each ``(request slot, start, end)``, concatenated,
         in one gather."""
-        width = self.max_context_len
-        for slot, start, end in ranges:
+        width, flat = self.max_context_len, []
+        for slot, start, end in ranges:  # checked and flattened in one pass: a decode step reads one per request
             if not (0 <= slot <= self.size and 0 <= start <= end <= width):
                 raise IndexContractError(
                     f"read_tokens: request slot {slot}, positions [{start}, {end}) are outside "
                     f"{self.size} slots x max_context_len={width}"
                 )
-        flat = [i for slot, start, end in ranges for i in range(slot * width + start, slot * width + end)]
+            base = slot * width
+            if end - start == 1:
+                flat.append(base + start)
+            else:
+                flat.extend(range(base + start, base + end))
         return self.req_to_token.view(-1).index_select(0, torch.tensor(flat, dtype=torch.int64, device=self.device))
 
     def last_slots(self, req_pool_indices: list[int], lengths: list[int]) -> list[int]:
