@@ -333,6 +333,21 @@ def _cache_state(engine) -> dict:
     }
 
 
+def _lockstep(engines, waves, params: SamplingParams, agree) -> list[list[tuple]]:
+    """The same waves of requests through every engine, one step each in turn, ``agree()`` after every step; each
+    engine's finished requests (id, tokens, cached tokens)."""
+    outputs = [[] for _ in engines]
+    for prompts in waves:
+        for engine in engines:
+            for p in prompts:
+                engine.add_request(p, params)
+        while engines[0].scheduler.has_work():
+            for out, engine in zip(outputs, engines):
+                out += [(o.rid, o.output_ids, o.cached_tokens) for o in engine.step().finished]
+            agree()
+    return outputs
+
+
 def _evict_by_scan(cache):
     """Rule 4 as the tree ran it before issue 58: a fresh LRU scan of the whole tree for every node it takes (the
     reference the one-walk heap must match node for node, ties to the first node walked)."""
@@ -380,17 +395,12 @@ def test_eviction_takes_the_nodes_a_fresh_lru_scan_per_node_would_take(page_size
         [stem[:12] + [7] * 6, *random_sequences([18, 10], seed=5), stem + [1, 2]],
         [stem[:20] + [3] * 9, stem[:12] + [7] * 6 + [8], *random_sequences([14], seed=6)],
     ]
-    params = SamplingParams(max_new_tokens=16, ignore_eos=True)
-    outputs = [[], []]
-    for prompts in waves:
-        for engine in engines:
-            for p in prompts:
-                engine.add_request(p, params)
-        while engines[0].scheduler.has_work():
-            for i, engine in enumerate(engines):
-                outputs[i] += [(o.rid, o.output_ids, o.cached_tokens) for o in engine.step().finished]
-            assert _cache_state(engines[0]) == _cache_state(engines[1])
-            assert engines[0].scheduler.evicted == engines[1].scheduler.evicted
+
+    def agree() -> None:
+        assert _cache_state(engines[0]) == _cache_state(engines[1])
+        assert engines[0].scheduler.evicted == engines[1].scheduler.evicted
+
+    outputs = _lockstep(engines, waves, SamplingParams(max_new_tokens=16, ignore_eos=True), agree)
     assert outputs[0] == outputs[1] and not engines[1].scheduler.has_work()
     assert engines[0].scheduler.evicted.all_moved, f"the pool never came under pressure: {engines[0].scheduler.evicted}"
     assert sum(o[2] for o in outputs[0]) > 0, "no request was served from the cache"
@@ -441,17 +451,12 @@ def test_the_floor_moves_a_piece_to_its_parent_exactly_as_split_and_merge_would(
         [stem + [1], stem[:28] + [5] * 4, stem[:36], *random_sequences([20], seed=13)],
         [stem[:28] + [5] * 4 + [6], stem + [2, 3], stem[:16] + [9] * 3],
     ]
-    params = SamplingParams(max_new_tokens=40, ignore_eos=True)
-    outputs = [[], []]
-    for prompts in waves:
-        for engine in engines:
-            for p in prompts:
-                engine.add_request(p, params)
-        while engines[0].scheduler.has_work():
-            for i, engine in enumerate(engines):
-                outputs[i] += [(o.rid, o.output_ids, o.cached_tokens) for o in engine.step().finished]
-            assert _tree_shape(engines[0].tree_cache) == _tree_shape(engines[1].tree_cache)
-            assert _cache_state(engines[0]) == _cache_state(engines[1])
+
+    def agree() -> None:
+        assert _tree_shape(engines[0].tree_cache) == _tree_shape(engines[1].tree_cache)
+        assert _cache_state(engines[0]) == _cache_state(engines[1])
+
+    outputs = _lockstep(engines, waves, SamplingParams(max_new_tokens=40, ignore_eos=True), agree)
     assert outputs[0] == outputs[1] and not engines[1].scheduler.has_work()
     assert taken[0] == taken[1] and sum(taken[0]) > 0 and not all(taken[0]), f"fast path taken {sum(taken[0])} times"
     engines[0].tree_cache.sanity_check()
