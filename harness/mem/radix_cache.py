@@ -529,16 +529,15 @@ class RadixCache:
         parent = across.parent
         if across is self.root or parent is self.root or not across.start < boundary < across.end:
             return None
-        if across.start > old or len(parent.children) != 1 or across.swa_locks[old] <= 0:
-            return None
-        if parent.full_lock_ref != across.full_lock_ref or parent.swa_tombstone != across.swa_tombstone:
-            return None
         held = across.swa_locks
+        if across.start > old or held[old] <= 0:
+            return None
         if len(held) == 1 and held[old] == 1:  # the common case: this lock alone holds the node
-            return None if parent.swa_locks else across
-        below = Counter({f: c for f, c in held.items() if f < boundary})
-        below[old] -= 1
-        return across if +below == parent.swa_locks else None
+            below = Counter()
+        else:
+            below = Counter({f: c for f, c in held.items() if f < boundary})
+            below[old] -= 1
+        return across if self._joins(parent, across, +below) else None
 
     def _shift_below(self, across: TreeNode, boundary: int) -> None:
         """Move ``across``'s tokens below ``boundary`` to its parent (``_shift_candidate`` said they merge there); the
@@ -553,6 +552,17 @@ class RadixCache:
         across.key, across.value = across.key[n:], across.value[n:]
         parent.children[self._child_key(across.key, 0)] = across
 
+    def _joins(self, parent: TreeNode, node: TreeNode, swa_locks: Counter[int]) -> bool:
+        """Whether ``parent`` and its child ``node``, holding ``swa_locks``, read as one node to every rule: the
+        parent's only child, the same full locks (so no lock ends at the parent), the same SWA state and holders."""
+        return (
+            parent is not self.root
+            and len(parent.children) == 1
+            and parent.full_lock_ref == node.full_lock_ref
+            and parent.swa_tombstone == node.swa_tombstone
+            and parent.swa_locks == swa_locks
+        )
+
     def _merge_into(self, node: TreeNode) -> None:
         """Undo rule 3's split where it no longer pins anything: ``node`` takes in its parent when nothing tells the
         two apart (the parent's only child, the same full locks, so no lock ends at the parent, the same SWA state and
@@ -560,13 +570,7 @@ class RadixCache:
         chain of one-page nodes behind, and every walk of the tree (evictions, their ledger) ran 4x longer (issue
         58)."""
         parent = node.parent
-        if (
-            parent is self.root
-            or len(parent.children) != 1
-            or parent.full_lock_ref != node.full_lock_ref
-            or parent.swa_tombstone != node.swa_tombstone
-            or parent.swa_locks != node.swa_locks
-        ):
+        if not self._joins(parent, node, node.swa_locks):
             return
         node.key, node.value = parent.key + node.key, torch.cat((parent.value, node.value))
         node.parent, node.last_access = parent.parent, max(parent.last_access, node.last_access)
