@@ -159,8 +159,12 @@ MATRIX_TARGETS: dict[str, MatrixTarget] = {
     # block tables, slot mappings and padded KV writes.
     "vllm": MatrixTarget(
         name="vllm",
-        suites={"manager": "suites/vllm/test_kv_cache_manager.py", "worker": "suites/vllm/test_block_table.py"},
-        min_tests={"manager": 3, "worker": 1},
+        suites={
+            "manager": "suites/vllm/test_kv_cache_manager.py",
+            "hits": "suites/vllm/test_cache_hits.py",
+            "worker": "suites/vllm/test_block_table.py",
+        },
+        min_tests={"manager": 3, "hits": 100, "worker": 1},
         fault_env=VLLM_FAULT_ENV,
         catalog=_vllm_catalog,
         pytest_args=(),

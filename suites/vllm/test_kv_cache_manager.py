@@ -93,7 +93,8 @@ from vllm.v1.request import Request, RequestStatus  # noqa: E402
 
 from harness.targets.vllm import adapters  # noqa: E402
 from harness.targets.probe import NARROWED  # noqa: E402
-from harness.targets.vllm.capabilities import lacks, takes  # noqa: E402
+from harness.targets.vllm.capabilities import lacks  # noqa: E402
+from suites.vllm.hybrid import hybrid_manager  # noqa: E402
 
 FULL, SLIDING, DRAFT = 0, 1, 2  # DRAFT: an EAGLE drafter's own full-attention layers, drawn in "draft" mode
 GROUP_NAMES = {FULL: "full", SLIDING: "sliding", DRAFT: "draft"}
@@ -523,45 +524,9 @@ def test_off_by_one_window_is_caught(monkeypatch, extra, verdict):
 # --- asynchronous scheduling and prefix-cache hits across block sizes (issue 56) -----------------------------------
 
 
-def _hybrid_manager(full_block: int, sliding_block: int, window: int, *, eagle: bool, retention: int | None):
-    """A ``KVCacheManager`` over one full-attention group of ``full_block`` and one sliding group of
-    ``sliding_block``, as the engine core builds it for such a model: scheduled in the LCM of the block sizes
-    (its cache-hit alignment), hashed in the smaller one, the given prefix-cache retention (None: a tail at every
-    aligned boundary; 0: only the replay boundary, the engine's default)."""
-    from vllm.v1.core.kv_cache_manager import KVCacheManager
-
-    init = KVCacheManager.__init__
-    if not (takes(init, "scheduler_block_size") and takes(init, "hash_block_size")):
-        raise lacks("KVCacheManager(scheduler_block_size=, hash_block_size=) (groups of different block sizes)")
-    layer = dict(num_kv_heads=1, head_size=8, dtype=torch.float32)
-    groups = [
-        adapters.group_spec(
-            ["model.layers.0.self_attn"], adapters.attention_spec(FullAttentionSpec, block_size=full_block, **layer)
-        ),
-        adapters.group_spec(
-            ["model.layers.1.self_attn"],
-            adapters.attention_spec(SlidingWindowSpec, block_size=sliding_block, sliding_window=window, **layer),
-        ),
-    ]
-    config = KVCacheConfig(num_blocks=256, kv_cache_tensors=[], kv_cache_groups=groups)
-    if not hasattr(config, "prefix_cache_retention_interval"):
-        raise lacks("KVCacheConfig.prefix_cache_retention_interval")
-    hash_block = min(full_block, sliding_block)
-    config.hash_block_size, config.prefix_cache_retention_interval = hash_block, retention
-    manager = KVCacheManager(
-        config,
-        max_model_len=MAX_MODEL_LEN,
-        scheduler_block_size=max(full_block, sliding_block),
-        hash_block_size=hash_block,
-        enable_caching=True,
-        use_eagle=eagle,
-    )
-    return manager, get_request_block_hasher(hash_block, sha256)
-
-
 def _repeat_hit(full_block: int, sliding_block: int, window: int, *, eagle: bool, retention: int | None) -> int:
     """The prefix-cache hit of a prompt that extends a finished request's whole prompt (the next turn of a chat)."""
-    manager, hasher = _hybrid_manager(full_block, sliding_block, window, eagle=eagle, retention=retention)
+    manager, hasher = hybrid_manager(full_block, sliding_block, window, eagle=eagle, retention=retention)
     prompt = [(7 * i) % VOCAB for i in range(PROMPT_TOKENS)]
     first = adapters.make_request("first", prompt, SamplingParams(max_tokens=1), hasher)
     assert adapters.allocate_slots(manager, first, PROMPT_TOKENS) is not None, "the first request did not fit"
@@ -607,7 +572,7 @@ def test_async_sweep_keeps_what_in_flight_steps_read(block_size, window, depth):
     schedules a step may free only what left the window of every token a running step still reads: freeing on the
     scheduled count hands another request a block an in-flight attention reads (#47728). And it still frees what
     left the window of the settled tokens (invariant 5 on the processed count)."""
-    manager, hasher = _hybrid_manager(block_size, block_size, window, eagle=False, retention=None)
+    manager, hasher = hybrid_manager(block_size, block_size, window, eagle=False, retention=None)
     prompt = [(5 * i) % VOCAB for i in range(block_size + 4)]
     r = adapters.make_request("decoding", prompt, SamplingParams(max_tokens=200), hasher)
     if not hasattr(r, "num_in_flight_tokens"):

