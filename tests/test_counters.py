@@ -170,6 +170,21 @@ def test_vllm_kv_events_count_full_sliding_and_tombstoned_evictions() -> None:
     assert tally(records, ["sliding", "full"], 32) == Evictions(evicted=32, swa_evicted=64, tombstoned=32)
 
 
+def test_vllm_kv_events_count_a_hash_held_by_two_blocks_until_both_go() -> None:
+    """vLLM caches a block per request that computed it (no de-duplication): one of two full blocks with hash "a"
+    evicted leaves "a"'s full KV cached, so its sliding block's eviction after that is still a tombstone (a set of
+    hashes forgot "a" at the first removal and counted none)."""
+    records = [
+        ("stored", 1, ["a"]),
+        ("stored", 1, ["a"]),  # a second request computed the same block
+        ("stored", 0, ["a"]),
+        ("removed", 1, ["a"]),  # one full copy gone, one left
+        ("removed", 0, ["a"]),  # tombstone
+        ("removed", 1, ["a"]),
+    ]
+    assert tally(records, ["sliding", "full"], 32) == Evictions(evicted=64, swa_evicted=32, tombstoned=32)
+
+
 def test_vllm_kv_cache_groups_follow_the_checkpoints_layer_types(tmp_path) -> None:
     import json
 

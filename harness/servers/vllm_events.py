@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import json
 import math
-from collections import defaultdict
+from collections import Counter, defaultdict
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -64,7 +64,9 @@ def evictions(replay_endpoint: str, kinds: list[GroupKind], block_size: int, *, 
 
 def tally(records: Iterable[Record], kinds: list[GroupKind], block_size: int) -> Evictions:
     """Count the evictions in a stream of store / remove / clear records, in order (module docstring)."""
-    stored: dict[int, set[object]] = defaultdict(set)  # group -> block hashes cached there now
+    # group -> block hash -> how many blocks hold it now: vLLM does not de-duplicate, so two requests that computed
+    # the same block each cache one, and a hash is gone only when its last block is.
+    stored: dict[int, Counter[object]] = defaultdict(Counter)
     fulls = [g for g, kind in enumerate(kinds) if kind == "full"]
     evicted = swa_evicted = tombstoned = 0
     for what, group, hashes in records:
@@ -74,12 +76,14 @@ def tally(records: Iterable[Record], kinds: list[GroupKind], block_size: int) ->
             stored[group].update(hashes)
         else:
             for h in hashes:
-                stored[group].discard(h)
+                stored[group][h] -= 1
+                if stored[group][h] <= 0:
+                    del stored[group][h]
                 if kinds[group] == "full":
                     evicted += block_size
                 else:
                     swa_evicted += block_size
-                    tombstoned += block_size if any(h in stored[g] for g in fulls) else 0
+                    tombstoned += block_size if any(stored[g][h] > 0 for g in fulls) else 0
     return Evictions(evicted, swa_evicted, tombstoned)
 
 

@@ -29,11 +29,13 @@ def hybrid_manager(
     eagle: bool,
     retention: int | None,
     num_blocks: int = 256,
+    events: bool = False,
 ) -> tuple[Any, Any]:
     """A ``KVCacheManager`` over one full-attention group of ``full_block`` and one sliding group of
     ``sliding_block``, as the engine core builds it for such a model: scheduled in the LCM of the block sizes
     (its cache-hit alignment), hashed in the smaller one, the given prefix-cache retention (None: a tail at every
-    aligned boundary; 0: only the replay boundary, the engine's default); and its request block hasher."""
+    aligned boundary; 0: only the replay boundary, the engine's default), publishing its KV-cache events if asked;
+    and its request block hasher."""
     from vllm.v1.core.kv_cache_manager import KVCacheManager
 
     init = KVCacheManager.__init__
@@ -61,5 +63,6 @@ def hybrid_manager(
         hash_block_size=hash_block,
         enable_caching=True,
         use_eagle=eagle,
+        enable_kv_cache_events=events,
     )
     return manager, get_request_block_hasher(hash_block, sha256)

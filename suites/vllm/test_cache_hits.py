@@ -23,9 +23,15 @@ changes: the regressions of vLLM #44082 and #57610 were of this kind. So here ev
    frees; equal and unequal block sizes, dense and replay-only retention): each lookup's hit equals the longest
    aligned ``h`` whose blocks are cached *now*, read block by block from the pool's blocks (each block's own hash,
    not the pool's lookup), and the blocks returned are those.
+4. **The KV-cache events are a faithful log** (what the server suites count a vLLM server's evictions from,
+   ``harness.servers.vllm_events``): replayed in order after every request of rule 3's draws, they give exactly the
+   pool's cached (group, hash) entries, counted per block (vLLM does not de-duplicate: two requests that computed
+   the same block each cache one; the harness's own tally kept a set and lost a tombstone when one copy went, fixed
+   with this suite), and a reset clears them all.
 
 And the suite can fail: ``test_a_sliding_lookup_one_block_short_of_its_window_is_caught`` has the sliding group count
-one block fewer than its window reads and requires rule 3's count to catch it.
+one block fewer than its window reads and requires rule 3's count to catch it;
+``test_kv_events_that_miss_an_eviction_are_caught`` drops the removal events and requires rule 4 to catch it.
 
 Needs vLLM's CPU build (the ``nox -s vllm`` venv); elsewhere the module skips, naming that.
 """
@@ -34,6 +40,7 @@ from __future__ import annotations
 
 import random
 import traceback
+from collections import Counter
 from collections.abc import Iterable
 from pathlib import Path
 from dataclasses import dataclass
@@ -43,7 +50,13 @@ import pytest
 pytest.importorskip("vllm", reason="drives real vLLM's KV-cache manager: run in the `nox -s vllm` venv")
 
 from vllm.sampling_params import SamplingParams  # noqa: E402
-from vllm.v1.core.kv_cache_utils import get_group_id, make_block_hash_with_group_id  # noqa: E402
+from vllm.distributed.kv_events import AllBlocksCleared, BlockRemoved, BlockStored  # noqa: E402
+from vllm.v1.core.kv_cache_utils import (  # noqa: E402
+    get_block_hash,
+    get_group_id,
+    make_block_hash_with_group_id,
+    maybe_convert_block_hash,
+)
 from vllm.v1.core.single_type_kv_cache_manager import SlidingWindowManager  # noqa: E402
 
 from harness.targets.vllm import adapters  # noqa: E402
@@ -282,11 +295,17 @@ class Lookup:
     evicted: int  # cached keys gone since the previous lookup
 
 
-def _drive(pool: Pool, seed: int, requests: int = 80) -> Iterable[Lookup]:
+def _drive(pool: Pool, seed: int, requests: int = 80, *, after=None) -> Iterable[Lookup]:
     """Requests one after another on a tight pool: a lookup (held to the oracle), admission with the hit, up to 55
-    decode steps, free."""
+    decode steps, free; ``after(manager, request)`` once a request has finished (or been refused)."""
     manager, hasher = hybrid_manager(
-        pool.full_block, pool.sliding_block, pool.window, eagle=False, retention=pool.retention, num_blocks=30
+        pool.full_block,
+        pool.sliding_block,
+        pool.window,
+        eagle=False,
+        retention=pool.retention,
+        num_blocks=30,
+        events=after is not None,
     )
     need = _cdiv(pool.window - 1, pool.sliding_block)
     rng = random.Random(seed)
@@ -315,6 +334,8 @@ def _drive(pool: Pool, seed: int, requests: int = 80) -> Iterable[Lookup]:
             manager, r, r.num_tokens - hit, num_new_computed_tokens=hit, new_computed_blocks=blocks
         )
         if admitted is None:
+            if after:
+                after(manager, r)
             continue
         r.num_computed_tokens = r.num_tokens
         for _ in range(rng.randrange(0, 56)):
@@ -323,6 +344,8 @@ def _drive(pool: Pool, seed: int, requests: int = 80) -> Iterable[Lookup]:
                 break
             r.num_computed_tokens += 1
         manager.free(r)
+        if after:
+            after(manager, r)
 
 
 POOLS = [
@@ -356,6 +379,81 @@ def test_hits_under_eviction_are_the_longest_the_cached_blocks_allow(pool, seed,
     assert len(depths) >= 3 and 0 in depths and cut and evicted, (
         f"the draw proved too little: depths {depths}, {cut} cut by the window, {evicted} evicted"
     )
+
+
+class EventLog:
+    """vLLM's KV-cache events replayed in order, as the server suites read them (``harness.servers.vllm_events``):
+    a store adds a block per hash to its group, a remove takes one away, a clear empties every group. A multiset:
+    vLLM does not de-duplicate, so two requests that computed the same block each cache one."""
+
+    def __init__(self) -> None:
+        self.cached: Counter[tuple[int, object]] = Counter()
+        self.counts = {"stored": 0, "removed": 0, "cleared": 0}
+
+    def take(self, manager) -> None:
+        for event in manager.take_events():
+            if isinstance(event, AllBlocksCleared):
+                self.cached.clear()
+                self.counts["cleared"] += 1
+                continue
+            keys = Counter((event.group_idx, h) for h in event.block_hashes)
+            if isinstance(event, BlockStored):
+                self.cached += keys
+                self.counts["stored"] += keys.total()
+            else:
+                assert isinstance(event, BlockRemoved), f"an event of another kind: {event!r}"
+                assert keys <= self.cached, f"removed {sorted(keys - self.cached)} that no event had stored"
+                self.cached -= keys
+                self.counts["removed"] += keys.total()
+
+
+def _pool_keys(manager) -> Counter[tuple[int, object]]:
+    """Every (group, block hash) the pool's hash map holds, with how many blocks hold it (its entries, not its
+    lookup), the hash as events carry it."""
+    entries = manager.block_pool.cached_block_hash_to_block._cache
+    return Counter(
+        {
+            (get_group_id(k), maybe_convert_block_hash(get_block_hash(k))): len(v) if isinstance(v, dict) else 1
+            for k, v in entries.items()
+        }
+    )
+
+
+@pytest.mark.parametrize("pool", POOLS, ids=lambda p: f"{p.full_block}-{p.sliding_block}-w{p.window}-r{p.retention}")
+def test_kv_events_replay_to_exactly_what_the_pool_caches(pool, record_property):
+    """The server suites count a vLLM server's evictions from its KV-cache events (``harness.servers.vllm_events``:
+    vLLM counts none itself), so the events must be a faithful log: replayed in order after every request of rule
+    3's draw they give exactly the pool's cached keys per group, nothing removed that was not stored; and a reset of
+    the prefix cache, once nothing runs, clears them all."""
+    log, dupes = EventLog(), [0]
+
+    def check(manager, request) -> None:
+        log.take(manager)
+        held = _pool_keys(manager)
+        dupes[0] += any(n > 1 for n in held.values())
+        assert log.cached == held, (
+            f"{pool}, after {request.request_id}: the events say {log.cached.total()} blocks are cached, the pool "
+            f"holds {held.total()}; only in the events {sorted(log.cached - held)[:3]}, only in the pool "
+            f"{sorted(held - log.cached)[:3]}"
+        )
+        if request.request_id == "r79":
+            assert manager.reset_prefix_cache(), "the prefix cache did not reset with nothing running"
+            log.take(manager)
+            assert not log.cached and not _pool_keys(manager), "a reset left cached keys"
+
+    seen = list(_drive(pool, seed=0, after=check))
+    record_property("proved", f"{len(seen)} requests; events {log.counts}; {dupes[0]} checks saw a block cached twice")
+    assert log.counts["removed"] and log.counts["cleared"] == 1, f"the draw proved too little: {log.counts}"
+
+
+def test_kv_events_that_miss_an_eviction_are_caught(monkeypatch):
+    """The log check fails when the pool evicts a cached block without saying so (its removal event dropped): the
+    events then claim KV the pool no longer holds, and a server suite would count too few evictions."""
+    from vllm.v1.core.block_pool import BlockPool
+
+    monkeypatch.setattr(BlockPool, "_emit_block_removed_events", lambda self, hashes: None)
+    with pytest.raises(AssertionError, match="the events say"):
+        test_kv_events_replay_to_exactly_what_the_pool_caches(POOLS[0], lambda *_: None)
 
 
 def test_a_sliding_lookup_one_block_short_of_its_window_is_caught(monkeypatch, record_property):
