@@ -30,12 +30,14 @@ def hybrid_manager(
     retention: int | None,
     num_blocks: int = 256,
     events: bool = False,
+    sliding_groups: int = 1,
 ) -> tuple[Any, Any]:
     """A ``KVCacheManager`` over one full-attention group of ``full_block`` and one sliding group of
     ``sliding_block``, as the engine core builds it for such a model: scheduled in the LCM of the block sizes
     (its cache-hit alignment), hashed in the smaller one, the given prefix-cache retention (None: a tail at every
     aligned boundary; 0: only the replay boundary, the engine's default), publishing its KV-cache events if asked;
-    and its request block hasher."""
+    and its request block hasher. ``sliding_groups`` > 1 is Gemma3's layout: vLLM splits the sliding layers into
+    groups of the full layers' size, ids ``SLIDING ..`` in order, which share one lookup (a hit needs a block in each)."""
     from vllm.v1.core.kv_cache_manager import KVCacheManager
 
     init = KVCacheManager.__init__
@@ -46,9 +48,12 @@ def hybrid_manager(
         adapters.group_spec(
             ["model.layers.0.self_attn"], adapters.attention_spec(FullAttentionSpec, block_size=full_block, **layer)
         ),
-        adapters.group_spec(
-            ["model.layers.1.self_attn"],
-            adapters.attention_spec(SlidingWindowSpec, block_size=sliding_block, sliding_window=window, **layer),
+        *(
+            adapters.group_spec(
+                [f"model.layers.{1 + g}.self_attn"],
+                adapters.attention_spec(SlidingWindowSpec, block_size=sliding_block, sliding_window=window, **layer),
+            )
+            for g in range(sliding_groups)
         ),
     ]
     config = KVCacheConfig(num_blocks=num_blocks, kv_cache_tensors=[], kv_cache_groups=groups)

@@ -249,13 +249,9 @@ def _hit_blocks_are(
 # --- rule 3: hits under eviction ---------------------------------------------------------------------------------
 
 
-def _cached_now(manager, group: int) -> set:
-    """Every key the pool holds for ``group``, read from its blocks: each block's own hash, not the lookup."""
-    return {
-        b.block_hash
-        for b in manager.block_pool.blocks
-        if b.block_hash is not None and get_group_id(b.block_hash) == group
-    }
+def _cached_now(manager) -> set:
+    """Every key (hash and group) the pool holds, read from its blocks: each block's own hash, not the lookup."""
+    return {b.block_hash for b in manager.block_pool.blocks if b.block_hash is not None}
 
 
 @dataclass(frozen=True)
@@ -266,6 +262,11 @@ class Pool:
     sliding_block: int
     window: int
     retention: int | None
+    sliding_groups: int = 1  # > 1: Gemma3's layout, several sliding groups behind one lookup
+
+    @property
+    def groups(self) -> range:
+        return range(SLIDING, SLIDING + self.sliding_groups)
 
     @property
     def unit(self) -> int:
@@ -276,13 +277,14 @@ class Pool:
         one at its last hash boundary."""
         return make_block_hash_with_group_id(hashes[(i + 1) * block // self.unit - 1], group)
 
-    def oracle(self, hashes: list, n: int, need: int, full: set, sliding: set) -> int:
+    def oracle(self, hashes: list, n: int, need: int, cached: set) -> int:
         """The longest aligned ``h <= n - 1`` whose full blocks are all cached and whose window's ``need`` sliding
-        blocks are (``need`` 0: full attention alone)."""
+        blocks are, in every sliding group (``need`` 0: full attention alone)."""
         align, bf, bs = max(self.full_block, self.sliding_block), self.full_block, self.sliding_block
         for h in range((n - 1) // align * align, 0, -align):
-            if all(self.key(hashes, bf, i, FULL) in full for i in range(h // bf)) and all(
-                self.key(hashes, bs, i, SLIDING) in sliding for i in range(max(0, h // bs - need), h // bs)
+            window = range(max(0, h // bs - need), h // bs)
+            if all(self.key(hashes, bf, i, FULL) in cached for i in range(h // bf)) and all(
+                self.key(hashes, bs, i, g) in cached for i in window for g in self.groups
             ):
                 return h
         return 0
@@ -306,6 +308,7 @@ def _drive(pool: Pool, seed: int, requests: int = 80, *, after=None) -> Iterable
         retention=pool.retention,
         num_blocks=30,
         events=after is not None,
+        sliding_groups=pool.sliding_groups,
     )
     need = _cdiv(pool.window - 1, pool.sliding_block)
     rng = random.Random(seed)
@@ -315,21 +318,21 @@ def _drive(pool: Pool, seed: int, requests: int = 80, *, after=None) -> Iterable
         stem = rng.choice(stems)
         prompt = stem[: rng.randrange(8, len(stem))] + _prompt(rng.randrange(1, 40), seed * 1000 + i)
         r = adapters.make_request(f"r{i}", prompt, SamplingParams(max_tokens=80), hasher)
-        full, sliding = _cached_now(manager, FULL), _cached_now(manager, SLIDING)
+        cached = _cached_now(manager)
         blocks, hit, _ = adapters.computed_blocks(manager, r)
-        want = pool.oracle(r.block_hashes, r.num_tokens, need, full, sliding)
+        want = pool.oracle(r.block_hashes, r.num_tokens, need, cached)
         assert hit == want, (
             f"{pool}, seed {seed}, request {i} ({r.num_tokens} tokens): the lookup hit {hit} tokens; the pool's "
             f"cached blocks allow {want}"
         )
-        for g, block in ((FULL, pool.full_block), (SLIDING, pool.sliding_block)):
+        for g, block in ((FULL, pool.full_block), *((g, pool.sliding_block) for g in pool.groups)):
             for j, b in enumerate(blocks.blocks[g]):
                 if not b.is_null:
                     assert b.block_hash == pool.key(r.block_hashes, block, j, g), (
                         f"{pool}, seed {seed}, request {i}: hit block {j} of group {g} holds another prefix"
                     )
-        yield Lookup(hit, pool.oracle(r.block_hashes, r.num_tokens, 0, full, sliding), len(before - (full | sliding)))
-        before = full | sliding
+        yield Lookup(hit, pool.oracle(r.block_hashes, r.num_tokens, 0, cached), len(before - cached))
+        before = cached
         admitted = adapters.allocate_slots(
             manager, r, r.num_tokens - hit, num_new_computed_tokens=hit, new_computed_blocks=blocks
         )
@@ -359,10 +362,12 @@ POOLS = [
         (64, 16, 40, 0),
         (16, 32, 64, None),
     ]
-]
+] + [Pool(16, 16, 40, None, sliding_groups=2), Pool(32, 16, 40, 0, sliding_groups=3)]
 
 
-@pytest.mark.parametrize("pool", POOLS, ids=lambda p: f"{p.full_block}-{p.sliding_block}-w{p.window}-r{p.retention}")
+@pytest.mark.parametrize(
+    "pool", POOLS, ids=lambda p: f"{p.full_block}-{p.sliding_block}-w{p.window}-r{p.retention}-g{p.sliding_groups}"
+)
 @pytest.mark.parametrize("seed", range(3))
 def test_hits_under_eviction_are_the_longest_the_cached_blocks_allow(pool, seed, record_property):
     """Rule 3, and what the draw proved: hits of several depths, misses, evictions, and hits the window cut short
@@ -419,7 +424,9 @@ def _pool_keys(manager) -> Counter[tuple[int, object]]:
     )
 
 
-@pytest.mark.parametrize("pool", POOLS, ids=lambda p: f"{p.full_block}-{p.sliding_block}-w{p.window}-r{p.retention}")
+@pytest.mark.parametrize(
+    "pool", POOLS, ids=lambda p: f"{p.full_block}-{p.sliding_block}-w{p.window}-r{p.retention}-g{p.sliding_groups}"
+)
 def test_kv_events_replay_to_exactly_what_the_pool_caches(pool, record_property):
     """The server suites count a vLLM server's evictions from its KV-cache events (``harness.servers.vllm_events``:
     vLLM counts none itself), so the events must be a faithful log: replayed in order after every request of rule
