@@ -15,10 +15,10 @@ from harness.targets.vllm import adapters
 from harness.targets.vllm.capabilities import lacks, takes
 
 FULL, SLIDING = 0, 1  # the groups' ids, in the order the engine core lists them (full attention first)
-MAX_MODEL_LEN = 512
+MAX_MODEL_LEN = 512  # never reached: the suites' prompts and decodes stay under 260 tokens
 
 sha256 = adapters.sha256_hash()
-init_none_hash(sha256)
+init_none_hash(sha256)  # once for every vLLM suite: the hash of a request's first block depends on it
 
 
 def hybrid_manager(

@@ -44,7 +44,7 @@ import traceback
 from collections import Counter
 from collections.abc import Iterable
 from pathlib import Path
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import pytest
 
@@ -248,7 +248,7 @@ def _hit_blocks_are(
     blocks its window reads (the null block before them)."""
     want_full = [full[i].block_id for i in range(_cdiv(hit, shape.full_block))]
     assert [b.block_id for b in found[FULL]] == want_full, f"{where}: full-attention hit blocks"
-    window = set(Shape(shape.full_block, shape.sliding_block, shape.window, False, None).reads(hit))
+    window = set(replace(shape, eagle=False).reads(hit))  # the window proper, not EAGLE's block past it
     got = [(i, b.block_id) for i, b in enumerate(found[SLIDING]) if not b.is_null]
     assert len(found[SLIDING]) == hit // shape.sliding_block, f"{where}: {len(found[SLIDING])} sliding entries"
     assert {i for i, _ in got} >= window and all(b == sliding[i].block_id for i, b in got), (
@@ -273,6 +273,11 @@ class Pool:
     window: int
     retention: int | None
     sliding_groups: int = 1  # > 1: Gemma3's layout, several sliding groups behind one lookup
+
+    @property
+    def need(self) -> int:
+        """Sliding blocks a hit reads: the window before the boundary."""
+        return _cdiv(self.window - 1, self.sliding_block)
 
     @property
     def groups(self) -> range:
@@ -320,7 +325,6 @@ def _drive(pool: Pool, seed: int, requests: int = 80, *, after=None) -> Iterable
         events=after is not None,
         sliding_groups=pool.sliding_groups,
     )
-    need = _cdiv(pool.window - 1, pool.sliding_block)
     rng = random.Random(seed)
     stems = [_prompt(176, seed * 10 + k) for k in range(3)]
     before: set = set()
@@ -330,7 +334,7 @@ def _drive(pool: Pool, seed: int, requests: int = 80, *, after=None) -> Iterable
         r = adapters.make_request(f"r{i}", prompt, SamplingParams(max_tokens=80), hasher)
         cached = _cached_now(manager)
         blocks, hit, _ = adapters.computed_blocks(manager, r)
-        want = pool.oracle(r.block_hashes, r.num_tokens, need, cached)
+        want = pool.oracle(r.block_hashes, r.num_tokens, pool.need, cached)
         assert hit == want, (
             f"{pool}, seed {seed}, request {i} ({r.num_tokens} tokens): the lookup hit {hit} tokens; the pool's "
             f"cached blocks allow {want}"

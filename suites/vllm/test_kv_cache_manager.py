@@ -84,7 +84,6 @@ import torch  # noqa: E402
 from vllm.sampling_params import SamplingParams  # noqa: E402
 from vllm.v1.core.kv_cache_utils import (  # noqa: E402
     get_request_block_hasher,
-    init_none_hash,
     make_block_hash_with_group_id,
 )
 from vllm.v1.core.single_type_kv_cache_manager import SlidingWindowManager  # noqa: E402
@@ -94,9 +93,9 @@ from vllm.v1.request import Request, RequestStatus  # noqa: E402
 from harness.targets.vllm import adapters  # noqa: E402
 from harness.targets.probe import NARROWED  # noqa: E402
 from harness.targets.vllm.capabilities import lacks  # noqa: E402
-from suites.vllm.hybrid import hybrid_manager  # noqa: E402
+from suites.vllm.hybrid import FULL, MAX_MODEL_LEN, SLIDING, hybrid_manager, sha256  # noqa: E402
 
-FULL, SLIDING, DRAFT = 0, 1, 2  # DRAFT: an EAGLE drafter's own full-attention layers, drawn in "draft" mode
+DRAFT = 2  # an EAGLE drafter's own full-attention layers, drawn in "draft" mode (after FULL and SLIDING)
 GROUP_NAMES = {FULL: "full", SLIDING: "sliding", DRAFT: "draft"}
 EAGLE_MODES = ("off", "all", "draft")  # no EAGLE; EAGLE with no group flagged (every group drops); a drafter group
 # What of the drawn space the installed release takes (harness/targets/vllm/adapters.py): an older vLLM without a KV
@@ -104,12 +103,8 @@ EAGLE_MODES = ("off", "all", "draft")  # no EAGLE; EAGLE with no group flagged (
 # records each as "narrowed" (the release matrix shows it); 0.32.0 takes all, so its draws are the same as ever.
 FEATURES = adapters.manager_features()
 TOKEN_BUDGET = 64  # tokens one step may schedule for one request (max_num_batched_tokens; also max_in_flight_tokens)
-MAX_MODEL_LEN = 512  # never reached: prompts <= 136 tokens, <= 40 new ones
 MAX_LIVE = 8  # waiting + running requests
 PREFIX_LEN, VOCAB = 96, 8
-
-sha256 = adapters.sha256_hash()
-init_none_hash(sha256)
 
 
 def window_rule(window: int, swept: int) -> int:
