@@ -42,6 +42,7 @@ from typing import Any, Sequence
 
 from harness import kill_record
 from harness.evals.compare import Thresholds
+from harness.evals.tasks import FROZEN_TASKS
 from harness.evals.results import TaskComparison
 from harness.jobs.judging import judge, load_runs
 from harness.jobs.saved import plan_from_inputs
@@ -66,7 +67,28 @@ ROW_KEYS = (
     "verdict",
     "n",
     "measured_at",
-)  # n: items paired; measured_at: the run's start date (the report labels the table)
+    "logprob_verdict",
+    "logprob_max_delta",
+    "logprob_max_kl",
+    "logprob_parted",
+    "logits_changed",
+)  # n: items paired; measured_at: the run's start date (the report labels the table); logprob_*: the logprob axis
+# (ON vs OFF, harness.evals.logprobs); logits_changed: items whose graphs-on generation's logprobs (every top-5 of every
+# token) differ from the clean eval's graphs-on arm, bit for bit (None for the clean rows): 0 means the fault changed no
+# logit the job read, whatever the axis says
+
+
+# Faults that live in the job's own layers (the response cache's key, the tokenizer memo, the history series), not in
+# the server: an eval injects a fault into its graphs-on server, which never runs these modules, so no eval can show
+# their effect; the reuse and history suites kill them (tests/test_reuse_keys.py and the kill matrix).
+JOB_LAYERS = ("harness.reuse.", "harness.evals.", "harness.jobs.")
+
+
+def job_layer(fault_id: str) -> bool:
+    """Whether every module this fault patches is one of the job's own layers (``JOB_LAYERS``)."""
+    from harness.faults import FAULTS
+
+    return all(p.owner.__module__.startswith(JOB_LAYERS) for p in FAULTS[fault_id].patches)
 
 
 def behavioural_faults() -> list[str]:
@@ -74,6 +96,44 @@ def behavioural_faults() -> list[str]:
     from harness.faults import FAULTS
 
     return [fid for fid, f in FAULTS.items() if kill_record.spec_of(f).expected_kill == "behavioural"]
+
+
+@dataclass(frozen=True)
+class LogitReach:
+    """One task of a fault eval against the clean eval's graphs-on arm: how many generations carry other logprobs."""
+
+    changed: int  # items whose response or recorded top-k logprobs differ in any bit
+    compared: int  # items with logprobs on both sides
+    missing: int  # items without logprobs on one side (not compared)
+
+
+def baseline_items(out: Path) -> dict[str, dict[str, Any]]:
+    """The graphs-on (baseline) arm's items of a saved eval, task -> item id -> ItemResult (with logprobs)."""
+    from harness.evals.results import RunResult
+
+    plan = plan_from_inputs(json.loads((out / "plan.json").read_text())["inputs"])
+    [run] = [r for r in plan.runs if r.arm.role == "baseline"]
+    found: dict[str, dict[str, Any]] = {}
+    for task in SUITES:
+        path = run.dir / "runs" / f"{task}.json"
+        if path.is_file():
+            found[task] = {i.item_id: i for i in RunResult.load(path).items}
+    return found
+
+
+def logit_reach(fault: dict[str, dict[str, Any]], clean: dict[str, dict[str, Any]], task: str) -> LogitReach | None:
+    """``fault``'s graphs-on generations of ``task`` against the clean eval's, item by item (None: a side lacks it)."""
+    if task not in fault or task not in clean:
+        return None
+    changed = compared = missing = 0
+    for item_id, item in fault[task].items():
+        other = clean[task].get(item_id)
+        if other is None or item.logprobs is None or other.logprobs is None:
+            missing += 1
+            continue
+        compared += 1
+        changed += item.response != other.response or item.logprobs != other.logprobs
+    return LogitReach(changed, compared, missing)
 
 
 @dataclass
@@ -88,6 +148,7 @@ class EvalOutcome:
     comparisons: list[TaskComparison] = field(default_factory=list)
     error: str | None = None
     retried_after: str | None = None  # the side-by-side attempt's failure, when this is the --sequential retry
+    reach: dict[str, LogitReach] = field(default_factory=dict)  # task -> against the clean eval's graphs-on arm
 
     @property
     def overall(self) -> str:
@@ -233,6 +294,7 @@ def rows_of(outcomes: Sequence[EvalOutcome], measured_at: str = "") -> list[dict
                     "verdict": "ERROR",
                     "n": None,
                     "measured_at": measured_at,
+                    **dict.fromkeys(ROW_KEYS[ROW_KEYS.index("logprob_verdict") :]),
                 }
                 for s in SUITES
             ]
@@ -252,9 +314,31 @@ def rows_of(outcomes: Sequence[EvalOutcome], measured_at: str = "") -> list[dict
                     "verdict": c.verdict.name,
                     "n": c.n if c.complete else None,
                     "measured_at": measured_at,
+                    **_logprob_columns(c, o.reach.get(c.task)),
                 }
             )
     return rows
+
+
+def _logprob_columns(c: TaskComparison, reach: LogitReach | None) -> dict[str, Any]:
+    axis = c.logprobs
+    return {
+        "logprob_verdict": axis.verdict.name if axis else None,
+        "logprob_max_delta": float(f"{axis.delta.max:.3g}") if axis and axis.n else None,
+        "logprob_max_kl": float(f"{axis.kl.max:.3g}") if axis and axis.n else None,
+        "logprob_parted": axis.parted if axis else None,
+        "logits_changed": reach.changed if reach else None,
+    }
+
+
+def attach_reach(outcomes: Sequence[EvalOutcome]) -> None:
+    """Each fault eval's graphs-on generations against its checkpoint's clean eval, bit for bit (``LogitReach``)."""
+    clean = {o.checkpoint: baseline_items(o.out) for o in outcomes if o.fault == CLEAN and not o.error}
+    for o in outcomes:
+        if o.fault == CLEAN or o.error or o.checkpoint not in clean:
+            continue
+        mine = baseline_items(o.out)
+        o.reach = {t: r for t in SUITES if (r := logit_reach(mine, clean[o.checkpoint], t)) is not None}
 
 
 def machine() -> dict[str, str]:
@@ -370,9 +454,15 @@ def paragraph(
     kill = _kill_text(record)
     if red == 0 and identical == evals:
         judgement = (
-            "**Accuracy alone would miss it.** Not one generated token differs from graphs off on either "
-            "checkpoint, so more items of the same kind would not help: the eval's requests evidently "
-            f"never put the engine in the state the fault needs. {kill}"
+            "**Accuracy alone would miss it.** Not one generated token differs from graphs off on "
+            f"{'either checkpoint' if evals > 1 else 'this checkpoint'}"
+            + (
+                ", and not one logprob differs from the clean eval's graphs-on arm: the fault changes no logit the "
+                "job reads, so more items of the same kind would not help (the logprob axis below). "
+                if all(o.reach and not any(r.changed for r in o.reach.values()) for o in outcomes)
+                else ". "
+            )
+            + kill
         )
     elif red == 0:
         judgement = f"**Accuracy alone would miss it** at these sizes: no RED on any checkpoint. {kill}"
@@ -418,6 +508,83 @@ def _commit(o: EvalOutcome) -> str:
         return "?"
 
 
+def _axis_cell(c: TaskComparison | None) -> str:
+    axis = c.logprobs if c else None
+    if axis is None:
+        return "no logprobs"
+    if not axis.n:
+        return f"**{axis.verdict.name}** ({axis.reason})"
+    return f"**{axis.verdict.name}** (KL {axis.kl.max:.2g}, max\\|Δ\\| {axis.delta.max:.2g}, {axis.parted} parted)"
+
+
+def _reach_cell(o: EvalOutcome) -> str:
+    if o.fault == CLEAN:
+        return "— (the reference for this column)"
+    if not o.reach:
+        return "not compared"
+    changed = sum(r.changed for r in o.reach.values())
+    compared = sum(r.compared for r in o.reach.values())
+    missing = sum(r.missing for r in o.reach.values())
+    return f"{changed} of {compared}" + (f" ({missing} without logprobs)" if missing else "")
+
+
+def reading(o: EvalOutcome) -> str:
+    """What the logprob axis and the logit comparison say together about one fault eval."""
+    if o.error:
+        return "eval failed"
+    red = any(c.logprobs and c.logprobs.verdict.name == "RED" for c in o.comparisons)
+    changed = sum(r.changed for r in o.reach.values())
+    if not o.reach:
+        return "not compared with a clean eval"
+    if changed and red:
+        return "changes logits; RED on the axis"
+    if changed:
+        return "**missed: changes logits, not RED on the axis**"
+    if red:
+        return "**RED although no logit differs from the clean graphs-on arm**"
+    return "changes no logit the job reads: not reached by this workload"
+
+
+def logprob_section(outcomes: Sequence[EvalOutcome], faults: Sequence[str], names: Sequence[str]) -> list[str]:
+    """The logprob axis per fault eval, beside a bit-for-bit comparison with the clean eval's graphs-on arm."""
+    by = {(o.checkpoint, o.fault): o for o in outcomes}
+    evals = [by[(n, f)] for f in faults for n in names if (n, f) in by]
+    reached = [o for o in evals if not o.error and any(r.changed for r in o.reach.values())]
+    red = [o for o in reached if any(c.logprobs and c.logprobs.verdict.name == "RED" for c in o.comparisons)]
+    out = [
+        "",
+        "## The logprob axis",
+        "",
+        "Beside accuracy, each eval's graphs-on and graphs-off arms record the top-5 logprobs of every generated "
+        "token and are compared on the common prefix of their generations (KL over the top 5 with the rest as one "
+        "bucket, the chosen token's max |Δlogprob|, the items whose generations part; thresholds from 20 clean seeds, "
+        "`harness/evals/logprob_thresholds.json`). The last columns compare each fault eval's graphs-on arm with the "
+        "clean eval's graphs-on arm of the same checkpoint, bit for bit (the response and every recorded logprob): "
+        "the clean job is deterministic on CPU, so an item that differs there is one whose logits the fault changed.",
+        "",
+        f"**{len(red)} of {len(reached)}** fault evals that change a logit on the job's prompts are RED on the "
+        f"logprob axis; {len(evals) - len(reached)} of {len(evals)} change no logit at all.",
+        "",
+        "| fault | checkpoint | logprobs GSM-style | logprobs AIME-style | generations whose logits differ from the "
+        "clean graphs-on arm | reading |",
+        "|---|---|---|---|---|---|",
+    ]
+    for fault in [CLEAN, *faults]:
+        for name in names:
+            o = by.get((name, fault))
+            if o is None:
+                continue
+            label = f"`{fault}`" if fault != CLEAN else "clean (baseline)"
+            if o.error:
+                out.append(f"| {label} | `{name}` | ERROR | ERROR | — | eval failed |")
+                continue
+            out.append(
+                f"| {label} | `{name}` | {_axis_cell(_comp(o, 'gsm_style'))} | {_axis_cell(_comp(o, 'aime_style'))} "
+                f"| {_reach_cell(o)} | {reading(o) if fault != CLEAN else '—'} |"
+            )
+    return out
+
+
 def write_markdown(
     path: Path,
     outcomes: Sequence[EvalOutcome],
@@ -460,6 +627,10 @@ def write_markdown(
         ],
         f"Engine under test: {_commit_range(outcomes)}.  ",
         f"Kill matrix read for the last column: {km_where}.  ",
+        "Not run: "
+        + ", ".join(f"`{f}`" for f in behavioural_faults() if job_layer(f))
+        + " (they patch the job's own layers, the response cache's key, the tokenizer memo and the history series, "
+        "which an eval's server never runs; the reuse suite kills them).  ",
         *([f"Docs re-rendered from the saved evals (nothing re-run) by `{rendered}`.  "] if rendered else []),
         "",
         "Cells: ON − OFF accuracy (McNemar p, items scored differently) and the suite's verdict; the eval's "
@@ -530,6 +701,7 @@ def write_markdown(
     clean_mde = {
         (o.checkpoint, c.task): c.mde for o in outcomes if o.fault == CLEAN for c in o.comparisons if c.mde is not None
     }
+    out += logprob_section(outcomes, faults, names)
     out += [
         "",
         "## What accuracy alone would miss",
@@ -551,8 +723,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--models", default=",".join(MODELS), help="comma-separated checkpoints (default: both shipped)"
     )
     parser.add_argument("--faults", default=None, help="comma-separated fault ids (default: every behavioural fault)")
-    parser.add_argument("--limit-gsm-style", type=int, default=200)
-    parser.add_argument("--limit-aime-style", type=int, default=100)
+    parser.add_argument("--limit-gsm-style", type=int, default=FROZEN_TASKS["gsm_style"].default_limit)
+    parser.add_argument("--limit-aime-style", type=int, default=FROZEN_TASKS["aime_style"].default_limit)
     parser.add_argument("--seed", type=int, default=0, help="bootstrap seed passed to every eval (default 0)")
     parser.add_argument(
         "--sequential",
@@ -574,11 +746,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         return render(args)
 
     models = [m.strip() for m in args.models.split(",") if m.strip()]
-    known = behavioural_faults()
+    known = [f for f in behavioural_faults() if not job_layer(f)]
     faults = known if args.faults is None else [f.strip() for f in args.faults.split(",") if f.strip()]
+    from harness.faults import FAULTS
+
+    if in_job := [f for f in faults if f in FAULTS and job_layer(f)]:
+        parser.error(f"{', '.join(in_job)}: patch the job's own layers, not the server: an eval cannot reach them")
     unknown = [f for f in faults if f not in known]
     if unknown:
-        parser.error(f"not behavioural catalog faults: {unknown}; known: {', '.join(known)}")
+        parser.error(f"not behavioural server faults of the catalog: {unknown}; known: {', '.join(known)}")
     limits = {"gsm_style": args.limit_gsm_style, "aime_style": args.limit_aime_style}
     info = machine()
     started = datetime.now(timezone.utc).isoformat(timespec="seconds")
@@ -615,6 +791,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def write_docs(args: argparse.Namespace, outcomes: Sequence[EvalOutcome], manifest: dict[str, Any]) -> None:
+    attach_reach(outcomes)
     rows = rows_of(outcomes, str(manifest["started"])[:10])
     assert all(tuple(r) == ROW_KEYS for r in rows), "fault-effects rows must keep the documented keys"
     args.json.write_text(json.dumps(rows, indent=1) + "\n")

@@ -32,3 +32,29 @@ def test_a_checkpoint_the_engine_cannot_build_gives_its_reason_without_a_traceba
 def test_help_names_the_command_people_type_and_has_no_markup() -> None:
     text = build_parser().format_help()
     assert text.startswith("usage: swa-harness serve ") and "``" not in text
+
+
+def test_schedule_reaches_the_engine_and_an_unknown_one_is_refused(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``--schedule overlap`` builds the engine with overlap scheduling (the fault-reach plans' async arm needs it
+    through the server); anything else is refused by name before an engine is built."""
+    import harness.server.cli as cli
+    from harness.engine.overlap import Schedule
+
+    (tmp_path / "config.json").write_text("{}")
+    built = []
+
+    def refuse(config: object) -> None:
+        built.append(config)
+        raise RuntimeError("stop here")
+
+    monkeypatch.setattr(cli, "Engine", refuse)
+    for given, expected in ((["--schedule", "overlap"], Schedule.OVERLAP), ([], Schedule.SYNC)):
+        assert main(["--model", str(tmp_path), "--log-level", "error", *given]) == 2
+        assert built.pop().schedule is expected
+        assert "stop here" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as exit_:
+        main(["--model", str(tmp_path), "--schedule", "eventually"])
+    assert exit_.value.code == 2 and "--schedule: invalid choice: 'eventually'" in capsys.readouterr().err
+    assert built == []

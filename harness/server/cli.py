@@ -72,6 +72,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--page-size", type=int, default=1, help="KV slots per page (default 1)")
     p.add_argument("--chunk-size", type=int, default=256, help="prefill tokens per request per step (default 256)")
     p.add_argument("--max-prefill-tokens", type=int, default=1024, help="prefill tokens per step (default 1024)")
+    p.add_argument(
+        "--schedule",
+        default="sync",
+        choices=("sync", "overlap"),
+        help="overlap: schedule step n+1 while step n runs, as SGLang's overlap scheduler and vLLM's async "
+        "scheduling (default sync; harness/engine/overlap.py)",
+    )
     p.add_argument("--dtype", default="float32", choices=("float32", "bfloat16", "float16"))
     p.add_argument("--device", default="cpu")
     p.add_argument("--served-model-name", default=None, help="the 'model' clients send (default: --model as given)")
@@ -106,6 +113,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             page_size=args.page_size,
             chunk_size=args.chunk_size,
             max_prefill_tokens=args.max_prefill_tokens,
+            schedule=args.schedule,
         )
     except ValueError as exc:
         print(f"swa-harness serve: {exc}", file=sys.stderr)
@@ -122,6 +130,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             device=args.device,
             max_running=args.max_running,
             prefix_cache=args.prefix_cache,
+            schedule=args.schedule,
             cpu_kernels=worker.engine.kernels.in_use,
             fault=fault.id if fault is not None else None,
         )
