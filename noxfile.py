@@ -157,6 +157,14 @@ def prefix_accuracy(session: nox.Session) -> None:
 
 
 @nox.session(python=PYTHON)
+def overlap_accuracy(session: nox.Session) -> None:
+    """Overlap scheduling vs sync on the harness server, and a fault only overlap scheduling reaches, which must come
+    out RED through the server (suites/plans/cpu-overlap.yaml)."""
+    _install(session, "test,eval")
+    session.run("swa-harness", "eval", "--plan", "suites/plans/cpu-overlap.yaml", *session.posargs)
+
+
+@nox.session(python=PYTHON)
 def report(session: nox.Session) -> None:
     """Re-render reports/latest/index.html from the saved runs (and the latest kill matrix)."""
     _install(session, "test,eval")

@@ -528,10 +528,22 @@ def _reach_cell(o: EvalOutcome) -> str:
     return f"{changed} of {compared}" + (f" ({missing} without logprobs)" if missing else "")
 
 
+def engine_refusal(o: EvalOutcome) -> str | None:
+    """The exception the graphs-on server's engine raised (its own invariant check), from the server's log."""
+    import re
+
+    for log in sorted(o.out.glob("*/on/server.log")):
+        for line in log.read_text(errors="replace").splitlines():
+            if m := re.match(r"^(?:[a-z_]+\.)*([A-Z]\w*Error): (.*)$", line):
+                return f"{m.group(1)}: {_short(m.group(2), 90)}"
+    return None
+
+
 def reading(o: EvalOutcome) -> str:
     """What the logprob axis and the logit comparison say together about one fault eval."""
     if o.error:
-        return "eval failed"
+        refused = engine_refusal(o)
+        return f"no verdict: the engine's own check stopped the requests ({refused})" if refused else "eval failed"
     red = any(c.logprobs and c.logprobs.verdict.name == "RED" for c in o.comparisons)
     changed = sum(r.changed for r in o.reach.values())
     if not o.reach:
@@ -563,7 +575,12 @@ def logprob_section(outcomes: Sequence[EvalOutcome], faults: Sequence[str], name
         "the clean job is deterministic on CPU, so an item that differs there is one whose logits the fault changed.",
         "",
         f"**{len(red)} of {len(reached)}** fault evals that change a logit on the job's prompts are RED on the "
-        f"logprob axis; {len(evals) - len(reached)} of {len(evals)} change no logit at all.",
+        f"logprob axis; {sum(not o.error for o in evals) - len(reached)} of {len(evals)} change no logit at all"
+        + (
+            f"; {sum(bool(o.error) for o in evals)} ended without a verdict (the reading says why)."
+            if any(o.error for o in evals)
+            else "."
+        ),
         "",
         "| fault | checkpoint | logprobs GSM-style | logprobs AIME-style | generations whose logits differ from the "
         "clean graphs-on arm | reading |",
@@ -576,11 +593,69 @@ def logprob_section(outcomes: Sequence[EvalOutcome], faults: Sequence[str], name
                 continue
             label = f"`{fault}`" if fault != CLEAN else "clean (baseline)"
             if o.error:
-                out.append(f"| {label} | `{name}` | ERROR | ERROR | — | eval failed |")
+                out.append(f"| {label} | `{name}` | ERROR | ERROR | — | {reading(o)} |")
                 continue
             out.append(
                 f"| {label} | `{name}` | {_axis_cell(_comp(o, 'gsm_style'))} | {_axis_cell(_comp(o, 'aime_style'))} "
                 f"| {_reach_cell(o)} | {reading(o) if fault != CLEAN else '—'} |"
+            )
+    return out
+
+
+REACH_JSON = REPO / "docs" / "fault-reach.json"
+
+
+def reach_section(path: Path = REACH_JSON) -> list[str]:
+    """``bench.fault_reach``'s configurations for the faults the job does not reach, and its plans through the server."""
+    if not path.is_file():
+        return ["", "## Arms that reach what the job does not", "", "Not measured: run `python -m bench.fault_reach`."]
+    data = json.loads(path.read_text())
+    names = [c["name"] for c in data["configs"]]
+    out = [
+        "",
+        "## Arms that reach what the job does not",
+        "",
+        f"Every fault above that changes no logit the job reads, tried in-process (clean engine against faulty engine, "
+        f"`{Path(data['model']).name}`, the job's first {data['items']} GSM-style contexts as lm-eval builds them, "
+        "greedy) under the configurations real deployments use. Cell: the generations whose tokens or logits (every "
+        "generated position, the whole vocabulary) differ from the clean engine's, bit for bit; *stopped*: the "
+        "engine's own invariant check raised (a server answers with an error and the eval has no verdict). "
+        f"Command: `{data['command']}`; started {data['started']}, {data['wall_s'] / 60:.1f} min.",
+        "",
+        "| fault | " + " | ".join(names) + " |",
+        "|---|" + "---|" * len(names),
+    ]
+    for fault, cells in data["cells"].items():
+        row = []
+        for name in names:
+            cell = cells.get(name)
+            if cell is None:
+                row.append("—")
+            elif cell["stopped_by"]:
+                row.append(f"stopped: {cell['stopped_by'].split(':', 1)[0]}")
+            else:
+                row.append(f"**{cell['changed']}** of {cell['items']}" if cell["changed"] else f"0 of {cell['items']}")
+        out.append(f"| `{fault}` | " + " | ".join(row) + " |")
+    for plan in data.get("plans", []):
+        out += [
+            "",
+            f"**`{plan['fault']}` through the server**: `swa-harness eval --plan {plan['plan']}` "
+            f"(exit {plan['exit_code']}, {plan['wall_s']:.0f} s), the fault arm against the plan's clean baseline:",
+        ]
+        if plan.get("error"):
+            out.append(f"not judged: {plan['error']}")
+            continue
+        out += [
+            "",
+            "| task | N | Δ accuracy | accuracy verdict | logprob verdict | worst KL | generations whose logits "
+            "differ from the clean arm |",
+            "|---|---|---|---|---|---|---|",
+        ]
+        for task, t in plan["tasks"].items():
+            delta = "—" if t["delta_pp"] is None else f"{t['delta_pp']:+.1f} pp"
+            out.append(
+                f"| {SUITE_LABEL.get(task, task)} | {t['n']} | {delta} | **{t['verdict']}** | "
+                f"**{t['logprob_verdict']}** | {t['logprob_max_kl']} | {t['logits_changed']} of {t['n']} |"
             )
     return out
 
@@ -702,6 +777,7 @@ def write_markdown(
         (o.checkpoint, c.task): c.mde for o in outcomes if o.fault == CLEAN for c in o.comparisons if c.mde is not None
     }
     out += logprob_section(outcomes, faults, names)
+    out += reach_section()
     out += [
         "",
         "## What accuracy alone would miss",

@@ -18,7 +18,7 @@ judged against thresholds derived from the other seeds alone.
 
     python -m bench.logprob_thresholds                # 20 seeds, 8 GSM-style + 4 AIME-style items each
     python -m bench.logprob_thresholds --rederive     # thresholds again from the committed data, nothing run
-    python -m bench.logprob_thresholds --cost         # the main job with and without the axis, side by side
+    python -m bench.logprob_thresholds --cost         # the main job (500 + 200 items) with and without the axis
 """
 
 from __future__ import annotations
@@ -181,58 +181,99 @@ def write(key: str, rows: list[dict[str, Any]], items: dict[str, int], path: Pat
     return data["thresholds"][key]
 
 
-def cost(gsm: int, aime: int, repeats: int) -> None:
-    """The main job at small limits with and without the logprob axis, alternated, wall time of each."""
-    from bench.common import markdown_table, write_section
-    from harness.jobs.eval_cli import main as eval_main
+def _timed_eval(gsm: int, aime: int, logprobs: bool) -> tuple[float, int, str]:
+    """One main job in its own process: wall seconds, exit code and its verdict line."""
+    import os
+    import subprocess
 
-    walls: dict[str, list[float]] = {"without": [], "with": []}
-    for _ in range(repeats):
-        for name in ("without", "with"):
-            out = Path(tempfile.mkdtemp(prefix=f"logprob-cost-{name}-"))
-            argv = ["--limit-gsm-style", str(gsm), "--limit-aime-style", str(aime), "--out", str(out), "--no-history"]
-            argv += ["--kill-matrix", str(out / "none.json")] + ([] if name == "with" else ["--no-logprobs"])
-            t0 = time.perf_counter()
-            code = eval_main(argv)
-            walls[name].append(time.perf_counter() - t0)
-            print(f"{name}: exit {code}, {walls[name][-1]:.1f} s", file=sys.stderr, flush=True)
-    mean = {k: sum(v) / len(v) for k, v in walls.items()}
-    rows = [(k, ", ".join(f"{x:.0f}" for x in v), f"{mean[k]:.0f}") for k, v in walls.items()]
-    ratio = mean["with"] / mean["without"]
+    out = Path(tempfile.mkdtemp(prefix=f"logprob-cost-{'with' if logprobs else 'without'}-"))
+    exe = Path(sys.executable).with_name("swa-harness")
+    cmd = [str(exe)] if exe.is_file() else [sys.executable, "-m", "harness.cli"]
+    cmd += ["eval", "--limit-gsm-style", str(gsm), "--limit-aime-style", str(aime), "--out", str(out)]
+    cmd += ["--no-history", "--kill-matrix", str(out / "none.json")] + ([] if logprobs else ["--no-logprobs"])
+    t0 = time.perf_counter()
+    done = subprocess.run(cmd, capture_output=True, text=True, env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    wall = time.perf_counter() - t0
+    verdict = next((line for line in done.stdout.splitlines() if line.startswith("verdict:")), "no verdict line")
+    return wall, done.returncode, verdict
+
+
+def cost(gsm: int, aime: int, repeats: int) -> int:
+    """The main job with and without the logprob axis, side by side: each pair of runs back to back, the order
+    flipped every other pair (drift between runs falls on both sides), medians and the median of the pair ratios."""
+    import os
+    import statistics
+
+    from bench.common import markdown_table, write_section
+
+    load_before = os.getloadavg()[0]
+    runs: list[dict[str, Any]] = []
+    for i in range(repeats):
+        for logprobs in (False, True) if i % 2 == 0 else (True, False):
+            wall, code, verdict = _timed_eval(gsm, aime, logprobs)
+            runs.append({"pair": i, "with": logprobs, "wall": wall, "exit": code, "verdict": verdict})
+            print(f"pair {i} {'with' if logprobs else 'without'}: exit {code}, {wall:.1f} s; {verdict}", flush=True)
+    failed = [r for r in runs if r["exit"] != 0]
+    walls = {side: [r["wall"] for r in runs if r["with"] is side] for side in (False, True)}
+    pair_ratio = [
+        next(r["wall"] for r in runs if r["pair"] == i and r["with"])
+        / next(r["wall"] for r in runs if r["pair"] == i and not r["with"])
+        for i in range(repeats)
+    ]
+    median = {side: statistics.median(v) for side, v in walls.items()}
+    rows = [
+        (
+            "with the axis" if side else "`--no-logprobs`",
+            ", ".join(f"{x:.1f}" for x in walls[side]),
+            f"{median[side]:.1f}",
+        )
+        for side in (False, True)
+    ]
+    verdicts = sorted({r["verdict"] for r in runs})
     body = (
-        f"The main job (`swa-harness eval --limit-gsm-style {gsm} --limit-aime-style {aime}`, three arms, two "
-        f"servers side by side) with the logprob axis (a recording proxy before each server asking top-{TOP_K} "
-        f"logprobs of every generated token) and with `--no-logprobs`, alternated, {repeats} run(s) each, on a "
-        "shared 2-core machine under `nice -n 19`.\n\n"
-        + markdown_table(("job", "wall s per run", "mean s"), rows)
-        + f"\n\nWith / without: **{ratio:.2f}** (the budget: 1.15). A ratio below 1 is the shared machine's noise "
-        "between runs, not a speed-up: the proxy adds one loopback hop per batch of prompts and the server a top-k "
-        "over each generated token's logits; at this size that is under the run-to-run spread.\n"
+        f"The main job as a newcomer runs it (`swa-harness eval --limit-gsm-style {gsm} --limit-aime-style {aime}`: "
+        f"the shipped model, three arms, two servers side by side) with the logprob axis (a recording proxy before "
+        f"each server asking the top-{TOP_K} logprobs of every generated token, the comparison beside accuracy) and "
+        f"with `--no-logprobs`: {repeats} pairs, each pair back to back, the order flipped every other pair. "
+        f"1-minute load average {load_before:.2f} at the start, {os.getloadavg()[0]:.2f} at the end.\n\n"
+        + markdown_table(("job", "wall s per run", "median s"), rows)
+        + f"\n\nWith / without, medians: **{median[True] / median[False]:.3f}**; per pair: "
+        + ", ".join(f"{r:.3f}" for r in pair_ratio)
+        + f" (median {statistics.median(pair_ratio):.3f}). The budget: 1.15.\n\n"
+        + "Every run's verdict line: "
+        + "; ".join(f"`{v}`" for v in verdicts)
+        + (f"\n\n**{len(failed)} run(s) did not exit 0.**" if failed else " (every run exited 0).")
+        + "\n"
     )
     command = f"python -m bench.logprob_thresholds --cost --gsm {gsm} --aime {aime} --repeats {repeats}"
     write_section("logprob-cost", "Logprob axis: cost in the main job", command, body)
     print(body)
+    return 1 if failed else 0
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.logprob_thresholds", description=__doc__.split("\n\n")[0])
     parser.add_argument("--seeds", type=int, default=20)
-    parser.add_argument("--gsm", type=int, default=8, help="GSM-style items per seed")
-    parser.add_argument("--aime", type=int, default=4, help="AIME-style items per seed")
+    parser.add_argument("--gsm", type=int, default=None, help="GSM-style items per seed (8; --cost: the job's 500)")
+    parser.add_argument("--aime", type=int, default=None, help="AIME-style items per seed (4; --cost: the job's 200)")
     parser.add_argument("--batch-size", type=int, default=32)
     parser.add_argument("--rederive", action="store_true", help="thresholds from the committed data; nothing runs")
     parser.add_argument("--cost", action="store_true", help="time the main job with and without the axis")
-    parser.add_argument("--repeats", type=int, default=1, help="--cost: runs of each")
+    parser.add_argument("--repeats", type=int, default=4, help="--cost: pairs of runs (default 4)")
     args = parser.parse_args(argv)
     if args.cost:
-        cost(args.gsm, args.aime, args.repeats)
-        return 0
+        from harness.evals.tasks import FROZEN_TASKS
+
+        gsm = args.gsm if args.gsm is not None else FROZEN_TASKS["gsm_style"].default_limit
+        aime = args.aime if args.aime is not None else FROZEN_TASKS["aime_style"].default_limit
+        return cost(gsm, aime, args.repeats)
     if args.rederive:
         data = json.loads(THRESHOLDS_FILE.read_text())
         for key, rows in data["data"].items():
             print(key, write(key, rows, data["thresholds"][key]["items_per_seed"]))
         return 0
-    found = calibrate(args.seeds, {"gsm_style": args.gsm, "aime_style": args.aime}, args.batch_size)
+    items = {"gsm_style": 8 if args.gsm is None else args.gsm, "aime_style": 4 if args.aime is None else args.aime}
+    found = calibrate(args.seeds, items, args.batch_size)
     print(found["key"], json.dumps(write(found["key"], found["rows"], found["items"]), indent=1))
     return 0
 

@@ -130,6 +130,20 @@ def test_the_prefix_plans_change_one_thing_per_arm(
     assert judged == {off.arm.name: (on.arm.name, False), demo.arm.name: (on.arm.name, True)}
 
 
+def test_the_overlap_plan_changes_one_thing_per_arm() -> None:
+    """sync is overlap with its schedule switched back, the fault demo is overlap with the async-sweep fault; the
+    prefix cache is off on all three (the fault's path); only the demo is expected RED."""
+    plan = plan_from_file(REPO / "suites" / "plans" / "cpu-overlap.yaml")
+    (model,) = plan.models
+    overlap, demo, sync = (plan.run_for(model, name) for name in ("overlap", "fault-demo", "sync"))
+    assert overlap.arm.role == "baseline" and overlap.arm.fault is None
+    assert overlap.spec.flags == (*sync.spec.flags, "--schedule", "overlap") and "--schedule" not in sync.spec.flags
+    assert demo.spec.flags == overlap.spec.flags and demo.arm.fault == "async-sweep-counts-in-flight"
+    assert all(r.spec.flags[r.spec.flags.index("--prefix-cache") + 1] == "off" for r in (overlap, demo, sync))
+    judged = {(c.treatment, c.reference): c.expect_red for c in plan.comparisons}
+    assert judged == {("fault-demo", "overlap"): True, ("overlap", "sync"): False}
+
+
 def test_a_yaml_plan_builds_through_the_same_builder() -> None:
     plan = plan_from_file(EXAMPLE)
     assert [a.name for a in plan.arms] == ["on", "off", "lazy-capture"]

@@ -1,0 +1,264 @@
+"""Which engine configuration makes a catalog fault change a logit on the main job's prompts.
+
+``bench.fault_effects`` finds the faults the main job never reaches: their graphs-on generations are bit-identical to
+the clean job's. Each such fault is tried here in-process, clean engine against faulty engine, under the
+configurations real deployments use and the job's arms do not: pages of 4 and 16 slots, prefill in chunks of 32, pools
+sized to the running requests' windows (eviction and tombstones), overlap scheduling with and without the prefix cache,
+and requests arriving while others decode (32 in flight) as well as lm-eval's batches of 32. The workload is the job's:
+the first ``--items`` GSM-style contexts exactly as lm-eval builds them (the task's exemplars, stop strings and token
+budget), greedy.
+
+Per (fault, configuration): the generations whose tokens or logits (every generated position, all of the vocabulary)
+differ from the clean engine's, bit for bit; or the engine's own invariant check that stopped the run (a server
+answers such a request with an error, and the eval ends without a verdict: ERROR, not a logit). A configuration that
+changes logits is one the job could add as an arm; ``suites/plans/cpu-overlap.yaml`` is that arm for the one found
+(``REACH_PLANS``), run through the server and lm-eval by ``bench.fault_effects --reach``.
+
+Writes ``docs/fault-reach.json``, which ``bench.fault_effects`` renders into docs/FAULT_EFFECTS.md.
+
+    python -m bench.fault_reach                                  # every fault the last fault-effects run found unreached
+    python -m bench.fault_reach --faults async-sweep-counts-in-flight --items 32
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from dataclasses import asdict, dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any, Literal, Sequence
+
+from harness.paths import REPO
+
+REACH_JSON = REPO / "docs" / "fault-reach.json"
+TASKS = ("gsm_style", "aime_style")
+FAULT_EFFECTS_JSON = REPO / "docs" / "fault-effects.json"
+MODEL = "fixtures/models/gemma2-tiny-swa"
+Arrival = Literal["batches", "stream"]
+
+
+@dataclass(frozen=True)
+class Config:
+    """One engine configuration and how requests arrive: ``batches`` of 32 as lm-eval sends them (one batch admitted
+    after the last finished), or ``stream``: 32 in flight, a new one admitted as each finishes."""
+
+    name: str
+    engine: dict[str, Any]
+    arrival: Arrival = "stream"
+
+
+WINDOWED = {"full_pool_size": 8192, "swa_pool_size": 4096}  # 32 x (16-token window) + the prefill budget, and room
+CONFIGS = (
+    Config("job (graphs on, batches of 32)", {"graphs": "tape"}, "batches"),
+    Config("graphs off, batches of 32", {"graphs": "off"}, "batches"),
+    Config("graphs on, 32 in flight", {"graphs": "tape"}),
+    Config("page 4, chunks of 32, tight pools", {"graphs": "tape", "page_size": 4, "chunk_size": 32, **WINDOWED}),
+    Config("same, graphs off", {"graphs": "off", "page_size": 4, "chunk_size": 32, **WINDOWED}),
+    Config("page 16", {"graphs": "tape", "page_size": 16}),
+    Config("tight pools (one window per request)", {"graphs": "tape", "full_pool_size": 4096, "swa_pool_size": 1536}),
+    Config("overlap scheduling", {"graphs": "tape", "schedule": "overlap"}),
+    Config("overlap scheduling, prefix cache off", {"graphs": "tape", "schedule": "overlap", "prefix_cache": False}),
+    Config(
+        "overlap, page 4, chunks of 32, tight pools",
+        {"graphs": "tape", "schedule": "overlap", "page_size": 4, "chunk_size": 32, **WINDOWED},
+    ),
+)
+# The plan that carries a reaching configuration through the server and lm-eval, per fault found reachable.
+REACH_PLANS = {"async-sweep-counts-in-flight": "suites/plans/cpu-overlap.yaml"}
+
+
+@dataclass(frozen=True)
+class Cell:
+    """One fault under one configuration: generations changed, or the engine check that stopped the run."""
+
+    changed: int | None
+    items: int
+    stopped_by: str | None = None  # "<ExceptionType>: <first line>" when the engine's own check raised
+
+    @property
+    def reached(self) -> bool:
+        return bool(self.changed) or self.stopped_by is not None
+
+    def text(self) -> str:
+        if self.stopped_by:
+            return f"stopped: {self.stopped_by.split(':', 1)[0]}"
+        return f"{self.changed} of {self.items}"
+
+
+@dataclass
+class Run:
+    items: int
+    started: str
+    faults: list[str]
+    configs: list[str] = field(default_factory=lambda: [c.name for c in CONFIGS])
+    cells: dict[str, dict[str, Cell]] = field(default_factory=dict)  # fault -> config -> cell
+    plans: list[PlanResult] = field(default_factory=list)
+    wall_s: float = 0.0
+
+
+def prompts(items: int) -> tuple[list[str], Any]:
+    """The job's first ``items`` GSM-style contexts, as lm-eval builds them, and their sampling parameters."""
+    from fixtures.data.prompts import build_fewshot_prompt, select_fewshot, spec
+    from harness.engine.request import SamplingParams
+
+    s = spec("gsm_style")
+    read = lambda p: [json.loads(line) for line in p.read_text().splitlines() if line.strip()]  # noqa: E731
+    test, pool = read(s.test_path), read(s.fewshot_path)
+    shots = select_fewshot(pool, s.num_fewshot)
+    params = SamplingParams(max_new_tokens=s.max_gen_toks, stop=tuple(s.until))
+    return [build_fewshot_prompt("gsm_style", doc, shots) for doc in test[:items]], params
+
+
+def generate(config: Config, texts: Sequence[str], params: Any) -> list[Any]:
+    """Every prompt through a fresh engine as ``config`` says, with the logits of every generated position."""
+    from harness.engine.engine import Engine, EngineConfig
+
+    engine = Engine(EngineConfig(model_path=REPO / MODEL, num_threads=1, **config.engine))
+    queue, live, out = list(enumerate(texts)), {}, {}
+    in_flight = 32
+    while queue or engine.has_work():
+        if config.arrival == "stream" or not engine.has_work():
+            while queue and len(live) < in_flight:
+                i, text = queue.pop(0)
+                live[engine.add_request(text, params, return_logits=True).rid] = i
+        for o in engine.step().finished:
+            out[live.pop(o.rid)] = o
+    return [out[i] for i in range(len(texts))]
+
+
+def differs(a: Any, b: Any) -> bool:
+    import torch
+
+    return a.output_ids != b.output_ids or a.error != b.error or not torch.equal(a.logits, b.logits)
+
+
+def run_matrix(faults: Sequence[str], items: int) -> Run:
+    from harness.faults.base import inject
+
+    texts, params = prompts(items)
+    run = Run(items, datetime.now(timezone.utc).isoformat(timespec="seconds"), list(faults))
+    start = time.perf_counter()
+    for config in CONFIGS:
+        clean = generate(config, texts, params)
+        for fault in faults:
+            try:
+                with inject(fault):
+                    got = generate(config, texts, params)
+                cell = Cell(sum(differs(a, b) for a, b in zip(clean, got)), len(texts))
+            except Exception as exc:  # the engine's own invariant check stopped the run: recorded, not a logit
+                cell = Cell(None, len(texts), f"{type(exc).__name__}: {str(exc).splitlines()[0][:160]}")
+            run.cells.setdefault(fault, {})[config.name] = cell
+            print(f"[{time.perf_counter() - start:6.0f}s] {config.name} / {fault}: {cell.text()}", flush=True)
+    run.wall_s = round(time.perf_counter() - start, 1)
+    return run
+
+
+@dataclass(frozen=True)
+class PlanResult:
+    """A reach plan through the server and lm-eval: the fault arm against the plan's clean baseline, per task."""
+
+    plan: str
+    fault: str
+    exit_code: int
+    wall_s: float
+    tasks: dict[str, dict[str, Any]]  # task -> {delta_pp, verdict, logprob_verdict, logprob_max_kl, logits_changed, n}
+    error: str | None = None
+
+
+def run_plan(fault: str, plan_path: str, work: Path) -> PlanResult:
+    """``swa-harness eval --plan`` into ``work``; the fault arm's comparison judged again from the saved runs, and its
+    generations compared bit for bit with the baseline arm's (the same flags, no fault)."""
+    import subprocess
+
+    from bench.fault_effects import baseline_items, logit_reach
+    from harness.evals.compare import Thresholds
+    from harness.evals.results import RunResult
+    from harness.jobs.judging import judge, load_runs
+    from harness.jobs.saved import plan_from_inputs
+
+    out = work / Path(plan_path).stem
+    exe = Path(sys.executable).with_name("swa-harness")
+    cmd = [str(exe)] if exe.is_file() else [sys.executable, "-m", "harness.cli"]
+    cmd += ["eval", "--plan", plan_path, "--out", str(out), "--no-history"]
+    start = time.perf_counter()
+    out.mkdir(parents=True, exist_ok=True)
+    with open(out.parent / f"{out.name}.log", "w") as log:
+        code = subprocess.run(cmd, cwd=REPO, stdout=log, stderr=subprocess.STDOUT).returncode
+    wall = round(time.perf_counter() - start, 1)
+    if code not in (0, 1):
+        return PlanResult(plan_path, fault, code, wall, {}, error=f"exit {code}: see {out.name}.log")
+    plan = plan_from_inputs(json.loads((out / "plan.json").read_text())["inputs"])
+    [arm] = [a for a in plan.arms if a.fault == fault]
+    [judged] = [j for j in judge(plan, load_runs(plan), Thresholds()) if j.comparison.treatment == arm.name]
+    [run] = [r for r in plan.runs if r.arm.name == arm.name]
+    mine = {t: {i.item_id: i for i in RunResult.load(run.dir / "runs" / f"{t}.json").items} for t in TASKS}
+    clean = baseline_items(out)
+    tasks = {}
+    for c in judged.tasks:
+        reach = logit_reach(mine, clean, c.task)
+        tasks[c.task] = {
+            "n": c.n,
+            "delta_pp": round(100 * c.difference.value, 2) if c.difference else None,
+            "verdict": c.verdict.name,
+            "logprob_verdict": c.logprobs.verdict.name if c.logprobs else None,
+            "logprob_max_kl": float(f"{c.logprobs.kl.max:.3g}") if c.logprobs and c.logprobs.n else None,
+            "logits_changed": reach.changed if reach else None,
+        }
+    return PlanResult(plan_path, fault, code, wall, tasks)
+
+
+def unreached_faults(path: Path = FAULT_EFFECTS_JSON) -> list[str]:
+    """The faults the last fault-effects run found changing no logit the job reads (every row logits_changed == 0)."""
+    rows = json.loads(path.read_text())
+    by_fault: dict[str, list[int | None]] = {}
+    for r in rows:
+        if r["fault"] != "clean":
+            by_fault.setdefault(r["fault"], []).append(r.get("logits_changed"))
+    return [f for f, changed in by_fault.items() if changed and all(c == 0 for c in changed)]
+
+
+def save(run: Run, path: Path, command: str) -> None:
+    data = {
+        "command": command,
+        "started": run.started,
+        "wall_s": run.wall_s,
+        "items": run.items,
+        "model": MODEL,
+        "configs": [asdict(c) for c in CONFIGS],
+        "reach_plans": REACH_PLANS,
+        "cells": {f: {c: asdict(cell) for c, cell in cells.items()} for f, cells in run.cells.items()},
+        "plans": [asdict(p) for p in run.plans],
+    }
+    path.write_text(json.dumps(data, indent=1) + "\n")
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench.fault_reach", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--faults", default=None, help="comma list (default: the unreached of docs/fault-effects.json)")
+    parser.add_argument("--items", type=int, default=96, help="GSM-style contexts (default 96)")
+    parser.add_argument("--json", type=Path, default=REACH_JSON)
+    parser.add_argument("--work", type=Path, default=Path("/tmp/swa-fault-reach"), help="where the reach plans write")
+    args = parser.parse_args(argv)
+    faults = [f for f in args.faults.split(",") if f] if args.faults else unreached_faults()
+    if not faults:
+        print("fault_reach: no fault to try (none unreached in docs/fault-effects.json)", file=sys.stderr)
+        return 2
+    command = " ".join(["python -m bench.fault_reach", *(argv if argv is not None else sys.argv[1:])])
+    run = run_matrix(faults, args.items)
+    for fault, plan in REACH_PLANS.items():
+        if fault in faults and any(c.reached for c in run.cells[fault].values()):
+            print(f"{fault}: {plan} through the server", flush=True)
+            run.plans.append(result := run_plan(fault, plan, args.work))
+            print(f"    exit {result.exit_code}, {result.wall_s:.0f} s: {result.tasks or result.error}", flush=True)
+    save(run, args.json, command)
+    reached = sorted(f for f, cells in run.cells.items() if any(c.reached for c in cells.values()))
+    print(f"{len(reached)} of {len(faults)} reached by some configuration: {', '.join(reached) or 'none'}")
+    print(f"wrote {args.json} ({run.wall_s / 60:.1f} min)")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
