@@ -105,6 +105,8 @@ class LogitReach:
     changed: int  # items whose response or recorded top-k logprobs differ in any bit
     compared: int  # items with logprobs on both sides
     missing: int  # items without logprobs on one side (not compared)
+    max_delta: float = 0.0  # over the changed items: the largest |delta logprob| of a chosen token (common prefix)
+    max_kl: float = 0.0  # and the largest top-k KL there, as the logprob axis measures it
 
 
 def baseline_items(out: Path) -> dict[str, dict[str, Any]]:
@@ -125,15 +127,21 @@ def logit_reach(fault: dict[str, dict[str, Any]], clean: dict[str, dict[str, Any
     """``fault``'s graphs-on generations of ``task`` against the clean eval's, item by item (None: a side lacks it)."""
     if task not in fault or task not in clean:
         return None
+    from harness.evals.logprobs import compare_item
+
     changed = compared = missing = 0
+    max_delta = max_kl = 0.0
     for item_id, item in fault[task].items():
         other = clean[task].get(item_id)
         if other is None or item.logprobs is None or other.logprobs is None:
             missing += 1
             continue
         compared += 1
-        changed += item.response != other.response or item.logprobs != other.logprobs
-    return LogitReach(changed, compared, missing)
+        if item.response != other.response or item.logprobs != other.logprobs:
+            changed += 1
+            diff = compare_item(item_id, item.logprobs, other.logprobs)
+            max_delta, max_kl = max(max_delta, diff.max_abs_delta), max(max_kl, diff.max_kl)
+    return LogitReach(changed, compared, missing, max_delta, max_kl)
 
 
 @dataclass
@@ -452,7 +460,14 @@ def paragraph(
             )
         )
     kill = _kill_text(record)
-    if red == 0 and identical == evals:
+    refused = [r for o in outcomes if o.error and (r := engine_refusal(o))]
+    if outcomes and all(o.error for o in outcomes) and len(refused) == len(outcomes):
+        judgement = (
+            "**The job gives no verdict**: on every checkpoint the graphs-on server's engine refused the requests with "
+            f"its own check ({refused[0].split(':', 1)[0]}), so lm-eval failed and the eval exited 2. A user sees the "
+            f"engine's error, not a number; an engine without that check would serve the corrupted KV. {kill}"
+        )
+    elif red == 0 and identical == evals:
         judgement = (
             "**Accuracy alone would miss it.** Not one generated token differs from graphs off on "
             f"{'either checkpoint' if evals > 1 else 'this checkpoint'}"
@@ -525,7 +540,30 @@ def _reach_cell(o: EvalOutcome) -> str:
     changed = sum(r.changed for r in o.reach.values())
     compared = sum(r.compared for r in o.reach.values())
     missing = sum(r.missing for r in o.reach.values())
-    return f"{changed} of {compared}" + (f" ({missing} without logprobs)" if missing else "")
+    size = (
+        f" (max\\|Δ\\| {max(r.max_delta for r in o.reach.values()):.2g}, KL {max(r.max_kl for r in o.reach.values()):.2g})"
+        if changed
+        else ""
+    )
+    return f"{changed} of {compared}{size}" + (f" ({missing} without logprobs)" if missing else "")
+
+
+def hit_tokens(out: Path) -> int | None:
+    """Prompt tokens the graphs-on server's prefix cache served over the whole eval (its own counter)."""
+    found = [
+        (json.loads(path.read_text()).get("meta", {}).get("engine") or {}).get("prefix_cache_hit_tokens")
+        for path in out.glob("*/on/runs/*.json")
+    ]
+    counts = [c for c in found if isinstance(c, int)]
+    return max(counts) if counts else None  # one server for both tasks: its counter only grows
+
+
+def within_noise(o: EvalOutcome) -> bool:
+    """Every changed generation moved by less than the axis's AMBER limits (float noise, no wrong KV read)."""
+    from harness.evals.logprobs import load_thresholds, threshold_key
+
+    amber = load_thresholds()[threshold_key("harness", "float32")].amber  # the job's engine and dtype
+    return all(r.max_delta <= amber.max_abs_delta and r.max_kl <= amber.max_kl for r in o.reach.values())
 
 
 def engine_refusal(o: EvalOutcome) -> str | None:
@@ -550,6 +588,15 @@ def reading(o: EvalOutcome) -> str:
         return "not compared with a clean eval"
     if changed and red:
         return "changes logits; RED on the axis"
+    if changed and within_noise(o):
+        mine, clean = hit_tokens(o.out), hit_tokens(o.out.parent / CLEAN)
+        if mine is not None and clean is not None and mine != clean:
+            return (
+                f"reached: the cache served {mine:,} prompt tokens where the clean job's served {clean:,}; the "
+                "changed generations moved by float noise only (below the axis's AMBER limits, where a wrong KV read "
+                "moves logprobs by whole nats), so what the changed hits read was right on this workload"
+            )
+        return "moves logits by float noise only, below the axis's AMBER limits"
     if changed:
         return "**missed: changes logits, not RED on the axis**"
     if red:
@@ -615,7 +662,7 @@ def reach_section(path: Path = REACH_JSON) -> list[str]:
         "",
         "## Arms that reach what the job does not",
         "",
-        f"Every fault above that changes no logit the job reads, tried in-process (clean engine against faulty engine, "
+        f"Every fault above that the job never harms (bit-identical generations, or float noise only), tried in-process (clean engine against faulty engine, "
         f"`{Path(data['model']).name}`, the job's first {data['items']} GSM-style contexts as lm-eval builds them, "
         "greedy) under the configurations real deployments use. Cell: the generations whose tokens or logits (every "
         "generated position, the whole vocabulary) differ from the clean engine's, bit for bit; *stopped*: the "
