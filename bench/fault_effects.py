@@ -432,7 +432,10 @@ def paragraph(
     for o in outcomes:
         evals += 1
         if o.error:
-            per_ckpt.append(f"`{o.checkpoint}` eval failed ({o.error})")
+            refused = engine_refusal(o)
+            per_ckpt.append(
+                f"`{o.checkpoint}` no verdict (" + (f"the engine refused: {refused}" if refused else o.error) + ")"
+            )
             continue
         parts = []
         for c in o.comparisons:
@@ -450,6 +453,8 @@ def paragraph(
         divergent = sum(c.n_divergent for c in o.comparisons)
         identical += divergent == 0
         red += o.overall == "RED"
+        if any(r.changed for r in o.reach.values()) and within_noise(o):
+            parts.append(reading(o))
         per_ckpt.append(
             f"`{o.checkpoint}` "
             + ", ".join(parts)
@@ -473,7 +478,7 @@ def paragraph(
             f"{'either checkpoint' if evals > 1 else 'this checkpoint'}"
             + (
                 ", and not one logprob differs from the clean eval's graphs-on arm: the fault changes no logit the "
-                "job reads, so more items of the same kind would not help (the logprob axis below). "
+                "job reads, so more items of the same kind would not help (the logprob axis above). "
                 if all(o.reach and not any(r.changed for r in o.reach.values()) for o in outcomes)
                 else ". "
             )
@@ -594,7 +599,7 @@ def reading(o: EvalOutcome) -> str:
             return (
                 f"reached: the cache served {mine:,} prompt tokens where the clean job's served {clean:,}; the "
                 "changed generations moved by float noise only (below the axis's AMBER limits, where a wrong KV read "
-                "moves logprobs by whole nats), so what the changed hits read was right on this workload"
+                "moves logprobs by whole nats), so what the changed hits read held the right values on this workload"
             )
         return "moves logits by float noise only, below the axis's AMBER limits"
     if changed:
@@ -608,7 +613,9 @@ def logprob_section(outcomes: Sequence[EvalOutcome], faults: Sequence[str], name
     """The logprob axis per fault eval, beside a bit-for-bit comparison with the clean eval's graphs-on arm."""
     by = {(o.checkpoint, o.fault): o for o in outcomes}
     evals = [by[(n, f)] for f in faults for n in names if (n, f) in by]
-    reached = [o for o in evals if not o.error and any(r.changed for r in o.reach.values())]
+    changed = [o for o in evals if not o.error and any(r.changed for r in o.reach.values())]
+    reached = [o for o in changed if not within_noise(o)]
+    noise = [o for o in changed if within_noise(o)]
     red = [o for o in reached if any(c.logprobs and c.logprobs.verdict.name == "RED" for c in o.comparisons)]
     out = [
         "",
@@ -621,8 +628,9 @@ def logprob_section(outcomes: Sequence[EvalOutcome], faults: Sequence[str], name
         "clean eval's graphs-on arm of the same checkpoint, bit for bit (the response and every recorded logprob): "
         "the clean job is deterministic on CPU, so an item that differs there is one whose logits the fault changed.",
         "",
-        f"**{len(red)} of {len(reached)}** fault evals that change a logit on the job's prompts are RED on the "
-        f"logprob axis; {sum(not o.error for o in evals) - len(reached)} of {len(evals)} change no logit at all"
+        f"Of {len(evals)} fault evals: **{len(red)} of the {len(reached)}** that move the job's logits beyond float "
+        f"noise are RED on the logprob axis; {len(noise)} move them by float noise only (below the axis's AMBER "
+        f"limits); {sum(not o.error for o in evals) - len(changed)} change no logit at all"
         + (
             f"; {sum(bool(o.error) for o in evals)} ended without a verdict (the reading says why)."
             if any(o.error for o in evals)
@@ -665,7 +673,9 @@ def reach_section(path: Path = REACH_JSON) -> list[str]:
         f"Every fault above that the job never harms (bit-identical generations, or float noise only), tried in-process (clean engine against faulty engine, "
         f"`{Path(data['model']).name}`, the job's first {data['items']} GSM-style contexts as lm-eval builds them, "
         "greedy) under the configurations real deployments use. Cell: the generations whose tokens or logits (every "
-        "generated position, the whole vocabulary) differ from the clean engine's, bit for bit; *stopped*: the "
+        "generated position, the whole vocabulary) differ from the clean engine's, bit for bit, and the largest "
+        "|Δlogprob| over the vocabulary where their contexts agree; in bold where that is beyond float noise "
+        f"(the logprob axis's AMBER limit, {data.get('noise', 0.0):.2g}); *stopped*: the "
         "engine's own invariant check raised (a server answers with an error and the eval has no verdict). "
         f"Command: `{data['command']}`; started {data['started']}, {data['wall_s'] / 60:.1f} min.",
         "",
@@ -680,8 +690,12 @@ def reach_section(path: Path = REACH_JSON) -> list[str]:
                 row.append("—")
             elif cell["stopped_by"]:
                 row.append(f"stopped: {cell['stopped_by'].split(':', 1)[0]}")
+            elif not cell["changed"]:
+                row.append(f"0 of {cell['items']}")
             else:
-                row.append(f"**{cell['changed']}** of {cell['items']}" if cell["changed"] else f"0 of {cell['items']}")
+                size = cell.get("max_delta", 0.0)
+                text = f"{cell['changed']} of {cell['items']} (max\\|Δ\\| {size:.2g})"
+                row.append(f"**{text}**" if size > data.get("noise", 0.0) else text)
         out.append(f"| `{fault}` | " + " | ".join(row) + " |")
     for plan in data.get("plans", []):
         out += [

@@ -52,7 +52,7 @@ class Config:
 
 WINDOWED = {"full_pool_size": 8192, "swa_pool_size": 4096}  # 32 x (16-token window) + the prefill budget, and room
 CONFIGS = (
-    Config("job (graphs on, batches of 32)", {"graphs": "tape"}, "batches"),
+    Config("graphs on, batches of 32 (the job's, in task order)", {"graphs": "tape"}, "batches"),
     Config("graphs off, batches of 32", {"graphs": "off"}, "batches"),
     Config("graphs on, 32 in flight", {"graphs": "tape"}),
     Config("page 4, chunks of 32, tight pools", {"graphs": "tape", "page_size": 4, "chunk_size": 32, **WINDOWED}),
@@ -70,6 +70,14 @@ CONFIGS = (
 REACH_PLANS = {"async-sweep-counts-in-flight": "suites/plans/cpu-overlap.yaml"}
 
 
+def noise() -> float:
+    """|delta logprob| below which a change is float noise: the logprob axis's AMBER limit for the job's engine and
+    dtype (10x the worst of 20 clean seeds, ``harness/evals/logprob_thresholds.json``)."""
+    from harness.evals.logprobs import load_thresholds, threshold_key
+
+    return load_thresholds()[threshold_key("harness", "float32")].amber.max_abs_delta
+
+
 @dataclass(frozen=True)
 class Cell:
     """One fault under one configuration: generations changed, or the engine check that stopped the run."""
@@ -77,15 +85,17 @@ class Cell:
     changed: int | None
     items: int
     stopped_by: str | None = None  # "<ExceptionType>: <first line>" when the engine's own check raised
+    max_delta: float = 0.0  # the largest |delta logprob| over the vocabulary, on the positions both runs share
 
     @property
     def reached(self) -> bool:
-        return bool(self.changed) or self.stopped_by is not None
+        """Reached in effect: the engine stopped, or a logprob moved beyond float noise (``NOISE``)."""
+        return self.stopped_by is not None or self.max_delta > noise()
 
     def text(self) -> str:
         if self.stopped_by:
             return f"stopped: {self.stopped_by.split(':', 1)[0]}"
-        return f"{self.changed} of {self.items}"
+        return f"{self.changed} of {self.items}" + (f" (max |dlp| {self.max_delta:.2g})" if self.changed else "")
 
 
 @dataclass
@@ -135,6 +145,22 @@ def differs(a: Any, b: Any) -> bool:
     return a.output_ids != b.output_ids or a.error != b.error or not torch.equal(a.logits, b.logits)
 
 
+def max_delta(a: Any, b: Any) -> float:
+    """The largest |delta logprob| over the vocabulary at the positions whose contexts are equal in both runs (up to
+    and including the first position where the generated tokens part)."""
+    import torch
+
+    same = 0
+    while same < min(len(a.output_ids), len(b.output_ids)) and a.output_ids[same] == b.output_ids[same]:
+        same += 1
+    n = min(same + 1, len(a.logits), len(b.logits))
+    if n == 0:
+        return 0.0
+    return float(
+        (torch.log_softmax(a.logits[:n].double(), -1) - torch.log_softmax(b.logits[:n].double(), -1)).abs().max()
+    )
+
+
 def run_matrix(faults: Sequence[str], items: int) -> Run:
     from harness.faults.base import inject
 
@@ -147,7 +173,8 @@ def run_matrix(faults: Sequence[str], items: int) -> Run:
             try:
                 with inject(fault):
                     got = generate(config, texts, params)
-                cell = Cell(sum(differs(a, b) for a, b in zip(clean, got)), len(texts))
+                moved = [max_delta(a, b) for a, b in zip(clean, got) if differs(a, b)]
+                cell = Cell(len(moved), len(texts), max_delta=max(moved, default=0.0))
             except Exception as exc:  # the engine's own invariant check stopped the run: recorded, not a logit
                 cell = Cell(None, len(texts), f"{type(exc).__name__}: {str(exc).splitlines()[0][:160]}")
             run.cells.setdefault(fault, {})[config.name] = cell
@@ -232,6 +259,7 @@ def save(run: Run, path: Path, command: str) -> None:
         "wall_s": run.wall_s,
         "items": run.items,
         "model": MODEL,
+        "noise": noise(),
         "configs": [asdict(c) for c in CONFIGS],
         "reach_plans": REACH_PLANS,
         "cells": {f: {c: asdict(cell) for c, cell in cells.items()} for f, cells in run.cells.items()},

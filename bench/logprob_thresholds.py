@@ -194,7 +194,11 @@ def _timed_eval(gsm: int, aime: int, logprobs: bool) -> tuple[float, int, str]:
     t0 = time.perf_counter()
     done = subprocess.run(cmd, capture_output=True, text=True, env={**os.environ, "PYTHONUNBUFFERED": "1"})
     wall = time.perf_counter() - t0
-    verdict = next((line for line in done.stdout.splitlines() if line.startswith("verdict:")), "no verdict line")
+    try:
+        comparisons = json.loads((out / "summary.json").read_text())["comparisons"]
+        verdict = ", ".join(f"{c['comparison']} {c['verdict']} (logprobs {c['logprobs'] or '—'})" for c in comparisons)
+    except (OSError, ValueError, KeyError) as exc:
+        verdict = f"no summary.json verdicts ({exc})"
     return wall, done.returncode, verdict
 
 

@@ -352,6 +352,25 @@ def test_dry_run_prints_the_plan_and_starts_nothing(tmp_path: Path) -> None:
     assert not any(tmp_path.iterdir())  # nothing ran, nothing was written
 
 
+def test_out_on_the_command_line_replaces_a_plans_own_out(tmp_path: Path) -> None:
+    """``--plan FILE --out DIR`` writes under DIR (it was silently ignored: the plan's own ``out`` won); without
+    ``--out`` the plan's own folder stays, and the saved plan's inputs record the folder used."""
+    plan_path = REPO / "suites" / "plans" / "cpu-overlap.yaml"
+    moved = plan_from_file(plan_path, out=tmp_path / "elsewhere")
+    assert moved.out == tmp_path / "elsewhere" and all(r.dir.is_relative_to(moved.out) for r in moved.runs)
+    assert moved.inputs["out"] == str(tmp_path / "elsewhere")
+    assert plan_from_file(plan_path).out == REPO / "reports" / "overlap"
+    proc = subprocess.run(
+        [sys.executable, "-m", "harness.cli", "eval", "--plan", str(plan_path), "--out", str(tmp_path), "--dry-run"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert f"overview: {tmp_path / 'index.html'}" in proc.stdout and str(REPO / "reports" / "overlap") not in proc.stdout
+
+
 def test_the_sglang_cpu_plan_has_the_nightlys_arms_on_cpu() -> None:
     plan = plan_from_file(REPO / "suites" / "plans" / "sglang-cpu.yaml")
     assert [a.name for a in plan.arms] == [

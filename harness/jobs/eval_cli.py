@@ -220,7 +220,8 @@ def main(argv: list[str] | None = None) -> int:
         plan = cpu_plan(config)
     else:
         try:
-            plan = plan_from_file(plan_file)
+            out_given = any(a == "--out" or a.startswith("--out=") for a in argv)
+            plan = plan_from_file(plan_file, out=args.out if out_given else None)
         except ValueError as exc:
             parser.exit(2, f"swa-harness eval: {exc}\n")
     print(

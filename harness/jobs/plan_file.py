@@ -86,12 +86,13 @@ def _with_defaults(arm: Any, defaults: Mapping[str, Any]) -> Any:
     return merged
 
 
-def plan_from_file(path: Path) -> Plan:
-    """``--plan FILE``: a YAML (or JSON) plan; every error names the file and the key."""
+def plan_from_file(path: Path, out: Path | None = None) -> Plan:
+    """``--plan FILE``: a YAML (or JSON) plan; every error names the file and the key. ``out`` (``--out`` given on
+    the command line) replaces the plan's own ``out``, and the saved plan records it."""
     try:
         data = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
     except (OSError, yaml.YAMLError) as exc:
         raise ValueError(f"{path}: cannot read the plan: {type(exc).__name__}: {exc}".splitlines()[0]) from None
     if not isinstance(data, Mapping):
         raise ValueError(f"{path}: a plan is a mapping of {', '.join(sorted(_PLAN_KEYS))}")
-    return plan_from_mapping(data, str(path))
+    return plan_from_mapping({**data, "out": str(out)} if out is not None else data, str(path))
