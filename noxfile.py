@@ -165,6 +165,14 @@ def overlap_accuracy(session: nox.Session) -> None:
 
 
 @nox.session(python=PYTHON)
+def concurrent_accuracy(session: nox.Session) -> None:
+    """32 concurrent clients on the harness server, eager vs graphs on, and a fault only arrivals during decodes
+    reach, which must come out RED through the server (suites/plans/cpu-concurrent.yaml)."""
+    _install(session, "test,eval")
+    session.run("swa-harness", "eval", "--plan", "suites/plans/cpu-concurrent.yaml", *session.posargs)
+
+
+@nox.session(python=PYTHON)
 def report(session: nox.Session) -> None:
     """Re-render reports/latest/index.html from the saved runs (and the latest kill matrix)."""
     _install(session, "test,eval")

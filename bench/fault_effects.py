@@ -697,6 +697,16 @@ def reach_section(path: Path = REACH_JSON) -> list[str]:
                 text = f"{cell['changed']} of {cell['items']} (max\\|Δ\\| {size:.2g})"
                 row.append(f"**{text}**" if size > data.get("noise", 0.0) else text)
         out.append(f"| `{fault}` | " + " | ".join(row) + " |")
+    noise = data.get("noise", 0.0)
+    for fault, cells in data["cells"].items():
+        if any(c["stopped_by"] or c.get("max_delta", 0.0) > noise for c in cells.values()):
+            continue
+        why = data.get("no_arm_why", {}).get(fault)
+        out += [
+            "",
+            f"**No configuration reaches `{fault}`**: "
+            + (f"{why}." if why else "none of those tried moves a logit beyond float noise; why is not yet read."),
+        ]
     for plan in data.get("plans", []):
         out += [
             "",
@@ -716,7 +726,8 @@ def reach_section(path: Path = REACH_JSON) -> list[str]:
             delta = "—" if t["delta_pp"] is None else f"{t['delta_pp']:+.1f} pp"
             out.append(
                 f"| {SUITE_LABEL.get(task, task)} | {t['n']} | {delta} | **{t['verdict']}** | "
-                f"**{t['logprob_verdict']}** | {t['logprob_max_kl']} | {t['logits_changed']} of {t['n']} |"
+                f"**{t['logprob_verdict']}** | {t['logprob_max_kl']} | {t['logits_changed']} of {t['n']} "
+                f"(max\\|Δ\\| {t.get('logits_max_delta')}) |"
             )
     return out
 

@@ -11,8 +11,9 @@ budget), greedy.
 Per (fault, configuration): the generations whose tokens or logits (every generated position, all of the vocabulary)
 differ from the clean engine's, bit for bit; or the engine's own invariant check that stopped the run (a server
 answers such a request with an error, and the eval ends without a verdict: ERROR, not a logit). A configuration that
-changes logits is one the job could add as an arm; ``suites/plans/cpu-overlap.yaml`` is that arm for the one found
-(``REACH_PLANS``), run through the server and lm-eval by ``bench.fault_effects --reach``.
+changes logits is one the job could add as an arm; ``REACH_PLANS`` names the plan that carries it through the server
+and lm-eval for each fault found so (``suites/plans/cpu-overlap.yaml``, ``cpu-concurrent.yaml``), run here after the
+in-process matrix.
 
 Writes ``docs/fault-reach.json``, which ``bench.fault_effects`` renders into docs/FAULT_EFFECTS.md.
 
@@ -55,6 +56,7 @@ CONFIGS = (
     Config("graphs on, batches of 32 (the job's, in task order)", {"graphs": "tape"}, "batches"),
     Config("graphs off, batches of 32", {"graphs": "off"}, "batches"),
     Config("graphs on, 32 in flight", {"graphs": "tape"}),
+    Config("graphs off, 32 in flight", {"graphs": "off"}),
     Config("page 4, chunks of 32, tight pools", {"graphs": "tape", "page_size": 4, "chunk_size": 32, **WINDOWED}),
     Config("same, graphs off", {"graphs": "off", "page_size": 4, "chunk_size": 32, **WINDOWED}),
     Config("page 16", {"graphs": "tape", "page_size": 16}),
@@ -66,8 +68,32 @@ CONFIGS = (
         {"graphs": "tape", "schedule": "overlap", "page_size": 4, "chunk_size": 32, **WINDOWED},
     ),
 )
+_MEMO = (
+    "every forward starts from an empty memo (`ModelRunner._begin_forward`) and translates its new slots once; the "
+    "mapping changes only between forwards, and every step's allocation flushes the memo again (`alloc_extend` ends in "
+    "`on_mapping_changed('alloc')`)"
+)
+# Why no configuration of the engine reaches a fault, where bench.fault_reach found none that did: the engine's own
+# structure, read in the code; the scenarios suites reach these faults by calling the pool directly.
+NO_ARM_WHY = {
+    "storage-ptr-cache-key": f"{_MEMO}: one memo lifetime sees one loc tensor, so no two views of a storage ever meet "
+    "under one key; `test_stale_cache` translates two views directly",
+    **{
+        f"no-invalidate-on-{m}": f"{_MEMO}: a flush this fault drops is always followed by another before the next "
+        "translation; `test_stale_cache` translates between a mutation and the next forward directly"
+        for m in ("mutation", "alloc", "free", "clear", "set-mapping", "register-mapping")
+    },
+    "invalidate-after-graph-check": f"{_MEMO}: the forward-start flush this fault moves onto the eager path is "
+    "covered by the allocation's; `test_stale_cache` refills a loc buffer between forwards without allocating",
+    "paged-free-swa-keeps-page-mapping": "the engine's window slide frees whole pages only (`Scheduler._slide_windows` "
+    "rounds the kept range down to a page boundary), so no page keeps a token that was not passed; "
+    "`test_paged_frees` frees part of a page directly",
+}
 # The plan that carries a reaching configuration through the server and lm-eval, per fault found reachable.
-REACH_PLANS = {"async-sweep-counts-in-flight": "suites/plans/cpu-overlap.yaml"}
+REACH_PLANS = {
+    "stale-pool-attribute-loc": "suites/plans/cpu-concurrent.yaml",
+    "async-sweep-counts-in-flight": "suites/plans/cpu-overlap.yaml",
+}
 
 
 def noise() -> float:
@@ -233,6 +259,7 @@ def run_plan(fault: str, plan_path: str, work: Path) -> PlanResult:
             "logprob_verdict": c.logprobs.verdict.name if c.logprobs else None,
             "logprob_max_kl": float(f"{c.logprobs.kl.max:.3g}") if c.logprobs and c.logprobs.n else None,
             "logits_changed": reach.changed if reach else None,
+            "logits_max_delta": float(f"{reach.max_delta:.3g}") if reach else None,
         }
     return PlanResult(plan_path, fault, code, wall, tasks)
 
@@ -262,6 +289,7 @@ def save(run: Run, path: Path, command: str) -> None:
         "noise": noise(),
         "configs": [asdict(c) for c in CONFIGS],
         "reach_plans": REACH_PLANS,
+        "no_arm_why": {f: NO_ARM_WHY[f] for f in run.faults if f in NO_ARM_WHY},
         "cells": {f: {c: asdict(cell) for c, cell in cells.items()} for f, cells in run.cells.items()},
         "plans": [asdict(p) for p in run.plans],
     }

@@ -18,6 +18,7 @@ judged against thresholds derived from the other seeds alone.
 
     python -m bench.logprob_thresholds                # 20 seeds, 8 GSM-style + 4 AIME-style items each
     python -m bench.logprob_thresholds --rederive     # thresholds again from the committed data, nothing run
+    python -m bench.logprob_thresholds --table        # the 20-seed false-alarm table (docs/BENCHMARKS.md)
     python -m bench.logprob_thresholds --cost         # the main job (500 + 200 items) with and without the axis
 """
 
@@ -181,6 +182,45 @@ def write(key: str, rows: list[dict[str, Any]], items: dict[str, int], path: Pat
     return data["thresholds"][key]
 
 
+def false_alarm_table(key: str, path: Path = THRESHOLDS_FILE) -> str:
+    """Per seed of the committed calibration: its worst clean values, and its verdict under thresholds derived from
+    the other seeds alone (a false alarm is any seed not GREEN there); then the thresholds the job uses."""
+    from bench.common import markdown_table
+
+    data = json.loads(path.read_text())
+    rows, t = data["data"][key], data["thresholds"][key]
+    table = []
+    for seed in sorted({r["seed"] for r in rows}):
+        mine = [r for r in rows if r["seed"] == seed]
+        others = derive([r for r in rows if r["seed"] != seed])
+        worst = {k: max(r[k] for r in mine) for k in ("max_abs_delta", "max_kl")}
+        level = next((lv for lv in ("red", "amber") if any(worst[k] > others[lv][k] for k in worst)), "green")
+        table.append(
+            (
+                str(seed),
+                str(sum(r["n"] for r in mine)),
+                f"{worst['max_abs_delta']:.2g}",
+                f"{worst['max_kl']:.2g}",
+                f"{others['amber']['max_abs_delta']:.2g} / {others['amber']['max_kl']:.2g}",
+                level.upper(),
+            )
+        )
+    alarms = t["false_alarms_leave_one_out"]
+    return (
+        f"Engine/dtype `{key}`: {t['seeds']} clean seeds of the main job's arms (graphs on, graphs off, prefix cache "
+        f"off; items per seed {t['items_per_seed']}), both comparisons and both tasks per seed. Each seed is judged by "
+        "thresholds derived from the other 19 alone (the rule in this module's docstring).\n\n"
+        + markdown_table(
+            ("seed", "item pairs", "worst max\\|Δlogprob\\|", "worst KL", "AMBER without it (\\|Δ\\| / KL)", "verdict"),
+            table,
+        )
+        + f"\n\nFalse alarms, leave one out: **{alarms['amber']} AMBER and {alarms['red']} RED of {alarms['seeds']}** "
+        f"(the budget: 1 in 20). The thresholds the job uses, from all {t['seeds']}: AMBER above "
+        f"{t['amber']['max_abs_delta']:.2g} in \\|Δlogprob\\| or {t['amber']['max_kl']:.2g} in KL, RED above "
+        f"{t['red']['max_abs_delta']:.2g} or {t['red']['max_kl']:.2g}.\n"
+    )
+
+
 def _timed_eval(gsm: int, aime: int, logprobs: bool) -> tuple[float, int, str]:
     """One main job in its own process: wall seconds, exit code and its verdict line."""
     import os
@@ -263,6 +303,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--batch-size", type=int, default=32)
     parser.add_argument("--rederive", action="store_true", help="thresholds from the committed data; nothing runs")
     parser.add_argument("--cost", action="store_true", help="time the main job with and without the axis")
+    parser.add_argument("--table", action="store_true", help="the false-alarm table from the committed data")
     parser.add_argument("--repeats", type=int, default=4, help="--cost: pairs of runs (default 4)")
     args = parser.parse_args(argv)
     if args.cost:
@@ -271,6 +312,14 @@ def main(argv: list[str] | None = None) -> int:
         gsm = args.gsm if args.gsm is not None else FROZEN_TASKS["gsm_style"].default_limit
         aime = args.aime if args.aime is not None else FROZEN_TASKS["aime_style"].default_limit
         return cost(gsm, aime, args.repeats)
+    if args.table:
+        from bench.common import write_section
+
+        body = false_alarm_table(threshold_key("harness", "float32"))
+        command = "python -m bench.logprob_thresholds --table"
+        write_section("logprob-false-alarms", "Logprob axis: 20 clean seeds, false alarms", command, body)
+        print(body)
+        return 0
     if args.rederive:
         data = json.loads(THRESHOLDS_FILE.read_text())
         for key, rows in data["data"].items():

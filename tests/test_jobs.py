@@ -144,6 +144,20 @@ def test_the_overlap_plan_changes_one_thing_per_arm() -> None:
     assert judged == {("fault-demo", "overlap"): True, ("overlap", "sync"): False}
 
 
+def test_the_concurrent_plan_sends_one_prompt_per_client_and_changes_one_thing_per_arm() -> None:
+    """32 clients of one prompt each (arrivals while others decode: the fault's trigger); the demo is the eager
+    baseline with stale-pool-attribute-loc, the reference the same server with graphs on; only the demo RED."""
+    plan = plan_from_file(REPO / "suites" / "plans" / "cpu-concurrent.yaml")
+    (model,) = plan.models
+    eager, demo, graphs = (plan.run_for(model, name) for name in ("eager", "fault-demo", "graphs-on"))
+    assert (plan.client.concurrency, plan.client.batch_size) == (32, 1)
+    assert eager.spec.graphs == demo.spec.graphs == "off" and graphs.spec.graphs == "tape"
+    assert eager.spec.flags == demo.spec.flags == graphs.spec.flags and eager.arm.fault is None
+    assert demo.arm.fault == "stale-pool-attribute-loc"
+    judged = {(c.treatment, c.reference): c.expect_red for c in plan.comparisons}
+    assert judged == {("fault-demo", "eager"): True, ("eager", "graphs-on"): False}
+
+
 def test_a_yaml_plan_builds_through_the_same_builder() -> None:
     plan = plan_from_file(EXAMPLE)
     assert [a.name for a in plan.arms] == ["on", "off", "lazy-capture"]

@@ -28,7 +28,19 @@ changes: the regressions of vLLM #44082 and #57610 were of this kind. So here ev
    ``harness.servers.vllm_events``): replayed in order after every request of rule 3's draws, they give exactly the
    pool's cached (group, hash) entries, counted per block (vLLM does not de-duplicate: two requests that computed
    the same block each cache one; the harness's own tally kept a set and lost a tombstone when one copy went, fixed
-   with this suite), and a reset clears them all.
+   with this suite), and a reset clears them all. Each ``BlockStored`` says what its request cached, every field
+   checked against what the test knows of the request (its tokens, its chained hashes, the group's block size, kind
+   and window), for rule 3's requests and rule 1's finished prompts (EAGLE, chunks): a group's stores continue one
+   another from the request's hit to the end of what the manager caches of its computed tokens, each with the hash
+   before it as parent (None at block 0), exactly its tokens, the group's block size and one extra-keys entry per
+   hash it lists (full attention lists every block, a sliding group an in-order subset: it leaves out the blocks it
+   swept or does not retain); a partial entry (full blocks larger than the hash unit: the prompt's last hash
+   boundary inside a block) is one hash unit with the unit before it as parent. A consumer that rebuilds the prefix
+   tree from these fields (a KV-aware router) would otherwise chain blocks wrongly.
+5. **The pool's usage and a reset**: while a request runs, the usage vLLM reports is the share of real blocks it
+   holds, ``held / (num_blocks - 1)`` (the null block is nobody's); a pool of the null block alone is unused (0); a
+   reset of the prefix cache while a request holds blocks refuses (False) and changes nothing, not its entries, free
+   blocks, usage or events, so the prefix still hits.
 
 And the suite can fail: ``test_a_sliding_lookup_one_block_short_of_its_window_is_caught`` has the sliding group count
 one block fewer than its window reads and requires rule 3's count to catch it;
@@ -45,13 +57,14 @@ from collections import Counter
 from collections.abc import Iterable
 from pathlib import Path
 from dataclasses import dataclass, replace
+from typing import Any
 
 import pytest
 
 pytest.importorskip("vllm", reason="drives real vLLM's KV-cache manager: run in the `nox -s vllm` venv")
 
 from vllm.sampling_params import SamplingParams  # noqa: E402
-from vllm.distributed.kv_events import AllBlocksCleared, BlockRemoved, BlockStored  # noqa: E402
+from vllm.distributed.kv_events import MEDIUM_GPU, AllBlocksCleared, BlockRemoved, BlockStored  # noqa: E402
 from vllm.v1.core.kv_cache_utils import (  # noqa: E402
     get_block_hash,
     get_group_id,
@@ -83,6 +96,10 @@ class Shape:
     @property
     def align(self) -> int:  # the cache-hit alignment: the larger block size (both are powers of two here)
         return max(self.full_block, self.sliding_block)
+
+    @property
+    def unit(self) -> int:  # the hash block: the smaller block size
+        return min(self.full_block, self.sliding_block)
 
     @property
     def need(self) -> int:
@@ -129,7 +146,7 @@ class Shape:
         and where a block spans several hash units, the one holding the prompt's last hash boundary a later request
         can match (``n - 1``; EAGLE reads the whole prompt: ``n``) is cached as a partial entry of that many tokens,
         if it lies in the cacheable prefix and its block is not full."""
-        b, unit = self.full_block, min(self.full_block, self.sliding_block)
+        b, unit = self.full_block, self.unit
         cacheable = self.cacheable(n, b)
         cached = {i: (i + 1) * b for i in range(cacheable // b)}
         boundary = (n - 1 + self.eagle) // unit * unit
@@ -144,7 +161,7 @@ class Shape:
         cached too."""
         kept, a, b = self.retained(n), self.align, self.full_block
         cached = self.cacheable(n, b) // b * b
-        unit = min(self.full_block, self.sliding_block)
+        unit = self.unit
         if self.eagle:
             top = min(shared, length // unit * unit, cached) - a
         else:
@@ -176,10 +193,10 @@ class Held:
     cached_tokens: int | None
 
 
-def _finish(manager, hasher, prompt: list[int], rid: str, chunk: int) -> tuple[dict[int, Held], ...]:
-    """A request computes ``prompt`` in chunks of ``chunk`` tokens and finishes. Per group, index -> the block it
-    held there, as it was after the last chunk that held it (a sliding block that leaves the window during the
-    prefill is swept, and a block never cached may be handed out again at once)."""
+def _finish(manager, hasher, prompt: list[int], rid: str, chunk: int) -> tuple[Any, tuple[dict[int, Held], ...]]:
+    """A request computes ``prompt`` in chunks of ``chunk`` tokens and finishes: the request, and per group, index ->
+    the block it held there, as it was after the last chunk that held it (a sliding block that leaves the window
+    during the prefill is swept, and a block never cached may be handed out again at once)."""
     r = adapters.make_request(rid, prompt, SamplingParams(max_tokens=1), hasher)
     held: tuple[dict[int, Held], ...] = ({}, {})
     while r.num_computed_tokens < len(prompt):
@@ -189,7 +206,7 @@ def _finish(manager, hasher, prompt: list[int], rid: str, chunk: int) -> tuple[d
         for seen, table in zip(held, manager.get_blocks(rid).blocks):
             seen.update({i: Held(b.block_id, b.block_hash_num_tokens) for i, b in enumerate(table) if not b.is_null})
     manager.free(r)
-    return held
+    return r, held
 
 
 def _label(shape: Shape) -> str:
@@ -198,7 +215,7 @@ def _label(shape: Shape) -> str:
 
 
 @pytest.mark.parametrize("chunk", [1024, 48], ids=["one-step", "chunks-of-48"])
-@pytest.mark.parametrize("n", [129, 130, 128, 97, 40])
+@pytest.mark.parametrize("n", [129, 130, 128, 97, 48, 40])
 @pytest.mark.parametrize(
     "shape",
     SHAPES,
@@ -209,12 +226,15 @@ def _label(shape: Shape) -> str:
 )
 def test_a_finished_prompt_keeps_exactly_the_blocks_its_hits_read(shape: Shape, n: int, chunk: int):
     """Rules 1 and 2: the sliding blocks a finished prompt leaves cached, and the hit of a probe at every length;
-    the same whether the prompt was computed in one step or in chunks (cached chunk by chunk, swept as it goes)."""
+    the same whether the prompt was computed in one step or in chunks (cached chunk by chunk, swept as it goes).
+    And rule 4's fields of the prompt's stores, EAGLE's included, chunked ones too (a sliding block swept before it
+    was cached lies inside a later store's range)."""
     manager, hasher = hybrid_manager(
-        shape.full_block, shape.sliding_block, shape.window, eagle=shape.eagle, retention=shape.retention
+        shape.full_block, shape.sliding_block, shape.window, eagle=shape.eagle, retention=shape.retention, events=True
     )
     prompt = _prompt(n, n)
-    full, sliding = _finish(manager, hasher, prompt, "first", chunk)
+    first, (full, sliding) = _finish(manager, hasher, prompt, "first", chunk)
+    _stores_are_the_requests(manager.take_events(), first, 0, shape, [SLIDING])
     kept = {i: b.cached_tokens for i, b in sliding.items() if b.cached_tokens is not None}
     want = {i: (i + 1) * shape.sliding_block for i in sorted(shape.retained(n))}
     idle = {i: (i + 1) * shape.sliding_block for i in shape.idle(n)}
@@ -285,7 +305,16 @@ class Pool:
 
     @property
     def unit(self) -> int:
-        return min(self.full_block, self.sliding_block)
+        return self.shape.unit
+
+    @property
+    def align(self) -> int:
+        return self.shape.align
+
+    @property
+    def shape(self) -> Shape:
+        """Its geometry as rule 1's: no EAGLE."""
+        return Shape(self.full_block, self.sliding_block, self.window, False, self.retention)
 
     def key(self, hashes: list, block: int, i: int, group: int):
         """Block ``i``'s key in a group of ``block``: a hash covers its whole prefix, so a larger block's hash is the
@@ -295,7 +324,7 @@ class Pool:
     def oracle(self, hashes: list, n: int, need: int, cached: set) -> int:
         """The longest aligned ``h <= n - 1`` whose full blocks are all cached and whose window's ``need`` sliding
         blocks are, in every sliding group (``need`` 0: full attention alone)."""
-        align, bf, bs = max(self.full_block, self.sliding_block), self.full_block, self.sliding_block
+        align, bf, bs = self.align, self.full_block, self.sliding_block
         for h in range((n - 1) // align * align, 0, -align):
             window = range(max(0, h // bs - need), h // bs)
             if all(self.key(hashes, bf, i, FULL) in cached for i in range(h // bf)) and all(
@@ -312,16 +341,36 @@ class Lookup:
     evicted: int  # cached keys gone since the previous lookup
 
 
+POOL_BLOCKS = 30  # rule 3's tight pool, the null block included
+
+
+def _held(manager, *requests) -> int:
+    """The real blocks the running ``requests`` hold, counted from their own tables (each block once)."""
+    tables = (manager.get_blocks(r.request_id).blocks for r in requests)
+    return len({b.block_id for groups in tables for table in groups for b in table if not b.is_null})
+
+
+def _usage_is_what_it_holds(manager, running, num_blocks: int) -> None:
+    """Rule 5: the usage vLLM reports (``KVCacheManager.usage``, the scheduler's ``kv_cache_usage`` metric) is the
+    share of real blocks the running requests hold; the null block is no block of theirs, and cached blocks nobody
+    holds are free to evict."""
+    held = _held(manager, *running)
+    assert manager.usage == pytest.approx(held / (num_blocks - 1)), (
+        f"usage {manager.usage} with {held} of {num_blocks - 1} real blocks held by {[r.request_id for r in running]}"
+    )
+
+
 def _drive(pool: Pool, seed: int, requests: int = 80, *, after=None) -> Iterable[Lookup]:
     """Requests one after another on a tight pool: a lookup (held to the oracle), admission with the hit, up to 55
-    decode steps, free; ``after(manager, request)`` once a request has finished (or been refused)."""
+    decode steps (rule 5's usage checked after each allocation), free; ``after(manager, request, hit)`` once a request
+    has finished (or been refused)."""
     manager, hasher = hybrid_manager(
         pool.full_block,
         pool.sliding_block,
         pool.window,
         eagle=False,
         retention=pool.retention,
-        num_blocks=30,
+        num_blocks=POOL_BLOCKS,
         events=after is not None,
         sliding_groups=pool.sliding_groups,
     )
@@ -352,17 +401,19 @@ def _drive(pool: Pool, seed: int, requests: int = 80, *, after=None) -> Iterable
         )
         if admitted is None:
             if after:
-                after(manager, r)
+                after(manager, r, hit)
             continue
         r.num_computed_tokens = r.num_tokens
+        _usage_is_what_it_holds(manager, [r], POOL_BLOCKS)
         for _ in range(rng.randrange(0, 56)):
             r.append_output_token_ids(rng.randrange(8))
             if adapters.allocate_slots(manager, r, 1) is None:
                 break
             r.num_computed_tokens += 1
+            _usage_is_what_it_holds(manager, [r], POOL_BLOCKS)
         manager.free(r)
         if after:
-            after(manager, r)
+            after(manager, r, hit)
 
 
 POOLS = [
@@ -409,8 +460,10 @@ class EventLog:
         self.cached: Counter[tuple[int, object]] = Counter()
         self.counts = {"stored": 0, "removed": 0, "cleared": 0}
 
-    def take(self, manager) -> None:
-        for event in manager.take_events():
+    def take(self, manager) -> list:
+        """Replay the events queued since the last take; return them."""
+        events = manager.take_events()
+        for event in events:
             if isinstance(event, AllBlocksCleared):
                 self.cached.clear()
                 self.counts["cleared"] += 1
@@ -424,6 +477,124 @@ class EventLog:
                 assert keys <= self.cached, f"removed {sorted(keys - self.cached)} that no event had stored"
                 self.cached -= keys
                 self.counts["removed"] += keys.total()
+        return events
+
+
+@dataclass(frozen=True)
+class Stores:
+    """What one request's ``BlockStored`` events must say, field by field, from what the test knows without the pool:
+    its tokens, its chained hashes (``hashes[i]`` covers its first ``(i + 1) * unit`` tokens: the request's hasher, not
+    the pool), each group's block size, kind and window, EAGLE, and the hit it was admitted with. A consumer that
+    rebuilds the prefix tree from ``parent_block_hash`` and ``token_ids`` (a KV-aware router) needs them to be the
+    request's own."""
+
+    shape: Shape
+    groups: tuple[int, ...]  # FULL, then the sliding groups
+    tokens: tuple[int, ...]
+    hashes: tuple  # as events carry them (``maybe_convert_block_hash``)
+    prompt: int  # the request's prompt tokens
+
+    @classmethod
+    def of(cls, shape: Shape, groups: Iterable[int], request) -> Stores:
+        hashes = tuple(maybe_convert_block_hash(h) for h in request.block_hashes)
+        return cls(shape, (FULL, *groups), tuple(request.all_token_ids), hashes, request.num_prompt_tokens)
+
+    def at(self, end: int):
+        """The chained hash of the first ``end`` tokens: a store's parent (None before the first block)."""
+        return self.hashes[end // self.shape.unit - 1] if end else None
+
+    def block(self, group: int) -> int:
+        return self.shape.full_block if group == FULL else self.shape.sliding_block
+
+    def last_store_end(self, group: int, computed: int) -> int:
+        """Where ``group``'s stores end once ``computed`` tokens are: its last full block of what the hybrid manager
+        caches of them (only what a hit can match: ``Shape.cacheable``)."""
+        block = self.block(group)
+        return self.shape.cacheable(computed, block) // block * block
+
+    def common(self, group: int) -> dict:
+        """The fields every store of ``group`` carries: no LoRA, the GPU medium, the group's spec, no session."""
+        sliding = group != FULL
+        return dict(
+            group_idx=group,
+            lora_id=None,
+            lora_name=None,
+            medium=MEDIUM_GPU,
+            session_id=None,
+            kv_cache_spec_kind="sliding_window" if sliding else "full_attention",
+            kv_cache_spec_sliding_window=self.shape.window if sliding else None,
+        )
+
+    def partial_boundary(self, group: int) -> int | None:
+        """Where a partial entry of ``group`` lies, if it keeps one: full attention over blocks larger than the hash
+        unit registers the prompt's last hash boundary a later request can match (``prompt - 1``; EAGLE reads the
+        whole prompt) when it ends inside a block (``FullAttentionManager._cache_partial_tail_block``)."""
+        unit, block = self.shape.unit, self.block(group)
+        boundary = (self.prompt - 1 + self.shape.eagle) // unit * unit
+        return boundary if group == FULL and block > unit and boundary % block else None
+
+    def partial(self, group: int, boundary: int) -> dict:
+        """A partial entry's store: one hash unit ending at ``boundary``, its parent the unit before."""
+        unit = self.shape.unit
+        return dict(
+            block_hashes=[self.at(boundary)],
+            parent_block_hash=self.at(boundary - unit),
+            token_ids=list(self.tokens[boundary - unit : boundary]),
+            block_size=unit,
+            extra_keys=[None],
+            **self.common(group),
+        )
+
+    def full(self, group: int, start: int, stop: int, stored: list) -> dict:
+        """A store of the blocks covering tokens ``[start, stop)``: its parent the hash at ``start``, those tokens,
+        the group's block size, one extra-keys entry per hash it lists (these requests have no LoRA, multimodal
+        items, salt or embeddings: each is None). Full attention lists every block's hash; a sliding group leaves out
+        the blocks it swept or does not retain, so it lists an in-order subset of them."""
+        block = self.block(group)
+        every = [self.at(end) for end in range(start + block, stop + 1, block)]
+        subset = set(stored) <= set(every) and [h for h in every if h in set(stored)] == stored
+        hashes = stored if group != FULL and subset else every
+        return dict(
+            block_hashes=hashes,
+            parent_block_hash=self.at(start),
+            token_ids=list(self.tokens[start:stop]),
+            block_size=block,
+            extra_keys=[None] * len(hashes) or None,
+            **self.common(group),
+        )
+
+
+def _stores_are_the_requests(
+    events: list, request, hit: int, shape: Shape, groups: Iterable[int], seen: Counter | None = None
+) -> None:
+    """Rule 4's fields: each ``BlockStored`` a request caused is what ``Stores`` says. A group's stores continue one
+    another: the first starts at the request's hit (the blocks it was admitted with are cached already), each next one
+    where the last ended, and the last ends where ``Stores.last_store_end`` says; a partial entry is a store of its
+    own."""
+    want, seen = Stores.of(shape, groups, request), Counter() if seen is None else seen
+    where = f"{_label(shape)}, {request.request_id} (prompt {want.prompt} tokens, hit {hit})"
+    cursor = {g: hit // want.block(g) * want.block(g) for g in want.groups}
+    for event in events:
+        if not isinstance(event, BlockStored):
+            continue
+        g, boundary = event.group_idx, want.partial_boundary(event.group_idx)
+        if boundary is not None and event.block_hashes == [want.at(boundary)]:
+            expected = want.partial(g, boundary)
+            seen["partial"] += 1
+            seen["partial at the first hash unit"] += boundary == shape.unit
+        else:
+            assert g in cursor, f"{where}: a store for group {g}"
+            start, block = cursor[g], want.block(g)
+            stop = start + max(block, len(event.token_ids) // block * block)
+            expected = want.full(g, start, stop, list(event.block_hashes))
+            cursor[g] = stop
+            seen["stored"] += 1
+            seen["leaving blocks out"] += len(event.block_hashes) < (stop - start) // block
+        wrong = {k: f"{getattr(event, k)!r}, not {v!r}" for k, v in expected.items() if getattr(event, k) != v}
+        assert not wrong, f"{where}: a store of group {g} ({len(event.token_ids)} tokens) says {wrong}"
+    computed = max(hit, request.num_computed_tokens)
+    end = {g: want.last_store_end(g, computed) for g in cursor}
+    assert cursor == end, f"{where}, {computed} tokens computed: its stores reach token {cursor} per group, not {end}"
 
 
 def _pool_keys(manager) -> Counter[tuple[int, object]]:
@@ -444,12 +615,14 @@ def _pool_keys(manager) -> Counter[tuple[int, object]]:
 def test_kv_events_replay_to_exactly_what_the_pool_caches(pool, record_property):
     """The server suites count a vLLM server's evictions from its KV-cache events (``harness.servers.vllm_events``:
     vLLM counts none itself), so the events must be a faithful log: replayed in order after every request of rule
-    3's draw they give exactly the pool's cached keys per group, nothing removed that was not stored; and a reset of
-    the prefix cache, once nothing runs, clears them all."""
-    log, dupes = EventLog(), [0]
+    3's draw they give exactly the pool's cached keys per group, nothing removed that was not stored; each store says
+    what its request cached, field by field (``Stores``); and a reset of the prefix cache, once nothing runs, clears
+    them all. The draw must show partial entries (at the first hash unit too) and sliding stores that leave blocks
+    out, where the pool has them."""
+    log, dupes, seen = EventLog(), [0], Counter()
 
-    def check(manager, request) -> None:
-        log.take(manager)
+    def check(manager, request, hit: int) -> None:
+        _stores_are_the_requests(log.take(manager), request, hit, pool.shape, pool.groups, seen)
         held = _pool_keys(manager)
         dupes[0] += any(n > 1 for n in held.values())
         assert log.cached == held, (
@@ -462,9 +635,59 @@ def test_kv_events_replay_to_exactly_what_the_pool_caches(pool, record_property)
             log.take(manager)
             assert not log.cached and not _pool_keys(manager), "a reset left cached keys"
 
-    seen = list(_drive(pool, seed=0, after=check))
-    record_property("proved", f"{len(seen)} requests; events {log.counts}; {dupes[0]} checks saw a block cached twice")
+    requests = len(list(_drive(pool, seed=0, after=check)))
+    record_property(
+        "proved",
+        f"{requests} requests; events {log.counts}; {dupes[0]} checks saw a block cached twice; stores {dict(seen)}",
+    )
     assert log.counts["removed"] and log.counts["cleared"] == 1, f"the draw proved too little: {log.counts}"
+    assert seen["stored"] and (pool.full_block == pool.unit or seen["partial at the first hash unit"]), (
+        f"the draw proved too little: stores {dict(seen)}"
+    )
+    assert pool.retention is None or seen["leaving blocks out"], f"the draw proved too little: stores {dict(seen)}"
+
+
+# --- rule 5: the pool's usage and a reset ------------------------------------------------------------------------
+
+
+def test_a_reset_with_blocks_held_refuses_and_changes_nothing():
+    """Rule 5: ``reset_prefix_cache`` (RLHF weight updates, benchmarks) may only drop the prefix cache once no request
+    holds a block: while one runs it must say so (False) and leave every entry, the free blocks, the usage and the
+    events as they were, so a later request still hits; once it finished, the reset clears every entry and says so.
+    The events test resets only with nothing running."""
+    manager, hasher = hybrid_manager(32, 16, 40, eagle=False, retention=None, num_blocks=POOL_BLOCKS, events=True)
+    prompt = _prompt(100, 1)
+    _finish(manager, hasher, prompt, "first", 1024)
+    running = adapters.make_request("running", prompt + [NOVEL], SamplingParams(max_tokens=8), hasher)
+    blocks, hit, _ = adapters.computed_blocks(manager, running)
+    assert hit == 96, f"a 101-token request sharing a finished 100-token prompt hit {hit} tokens, not 96"
+    assert adapters.allocate_slots(manager, running, 5, num_new_computed_tokens=hit, new_computed_blocks=blocks)
+    running.num_computed_tokens = running.num_tokens
+    manager.take_events()
+    _usage_is_what_it_holds(manager, [running], POOL_BLOCKS)
+    usage = _held(manager, running) / (POOL_BLOCKS - 1)
+    keys, free = _pool_keys(manager), manager.block_pool.get_num_free_blocks()
+
+    assert manager.reset_prefix_cache() is False, "the prefix cache reset while a request held blocks"
+    assert (_pool_keys(manager), manager.block_pool.get_num_free_blocks()) == (keys, free), "a refused reset changed it"
+    assert manager.usage == pytest.approx(usage) and not manager.take_events(), "a refused reset changed the usage"
+    probe = adapters.make_request("probe", prompt + [NOVEL, NOVEL], SamplingParams(max_tokens=1), hasher)
+    assert adapters.computed_blocks(manager, probe)[1] == 96, "a refused reset lost the cached prefix"
+
+    manager.free(running)
+    assert manager.reset_prefix_cache() is True, "the prefix cache did not reset with nothing running"
+    assert not _pool_keys(manager) and manager.take_events() == [AllBlocksCleared()], "the reset left cached keys"
+    assert adapters.computed_blocks(manager, probe)[1] == 0 and manager.usage == 0, "the reset left a hit or usage"
+
+
+def test_a_pool_of_the_null_block_alone_is_unused():
+    """Rule 5's edge: vLLM builds a manager over one block (``BlockPool`` asserts only ``num_gpu_blocks > 0``), which
+    is the null block alone: it has no real block to hold, so its usage is 0 (not a division by zero, not full), and
+    with nothing held a reset succeeds."""
+    manager, _ = hybrid_manager(16, 16, 16, eagle=False, retention=None, num_blocks=1)
+    assert manager.block_pool.get_num_free_blocks() == 0, "the null block alone left a free block"
+    assert manager.usage == 0, f"a pool of the null block alone reports usage {manager.usage}"
+    assert manager.reset_prefix_cache() is True, "a pool with nothing held refused a reset"
 
 
 def test_kv_events_that_miss_an_eviction_are_caught(monkeypatch):
