@@ -157,6 +157,7 @@ class EvalOutcome:
     error: str | None = None
     retried_after: str | None = None  # the side-by-side attempt's failure, when this is the --sequential retry
     reach: dict[str, LogitReach] = field(default_factory=dict)  # task -> against the clean eval's graphs-on arm
+    checkout: dict[str, Any] | None = None  # the checkout's commit and dirty flag when the eval started
 
     @property
     def overall(self) -> str:
@@ -175,6 +176,7 @@ class EvalOutcome:
                     "wall_s": round(self.wall_s, 1),
                     "command": self.command,
                     "sequential": self.sequential,
+                    "checkout": self.checkout,
                     "error": self.error,
                     "retried_after": self.retried_after,
                 },
@@ -248,6 +250,9 @@ def run_one(
     attempts = [sequential] if sequential else [False, True]  # side by side first; sequential only if that fails
     outcome: EvalOutcome | None = None
     previous: str | None = None
+    from harness.fingerprint import checkout_state
+
+    checkout = checkout_state()
     for seq in attempts:
         cmd = eval_command(model, fault, out, limits, seed, seq)
         print(f"[{time.strftime('%H:%M:%S')}] {name} / {fault}: {shlex.join(cmd)}", file=log, flush=True)
@@ -255,7 +260,7 @@ def run_one(
         with open(out / "eval.log", "w") as f:
             code = subprocess.run(cmd, cwd=REPO, stdout=f, stderr=subprocess.STDOUT).returncode
         wall = time.perf_counter() - start
-        outcome = EvalOutcome(name, fault, code, wall, cmd, out, seq, retried_after=previous)
+        outcome = EvalOutcome(name, fault, code, wall, cmd, out, seq, retried_after=previous, checkout=checkout)
         if code in (0, 1):
             break
         lines = (out / "eval.log").read_text(errors="replace").strip().splitlines()
@@ -521,10 +526,22 @@ def _commit_range(outcomes: Sequence[EvalOutcome]) -> str:
 
 
 def _commit(o: EvalOutcome) -> str:
+    """The checkout an eval ran: recorded in its outcome.json when it started; for an eval recorded before that field
+    existed, the commit HEAD was on when its run was recorded (git log), marked as such (its dirty state unknown)."""
     try:
-        e = json.loads((o.out / "provenance.json").read_text())["engine under test"]
-        return f"{e['commit'][:7]}{'+dirty' if e.get('dirty') else ''}"
-    except (OSError, ValueError, KeyError, TypeError):
+        state = json.loads((o.out / "outcome.json").read_text()).get("checkout")
+        if state:
+            return f"{state['commit'][:7]}{'+dirty' if state.get('dirty') else ''}"
+        when = json.loads((o.out / "provenance.json").read_text())["run"]["recorded at"]
+        sha = subprocess.run(
+            ["git", "log", "-1", "--format=%h", f"--before={when}", "HEAD"],
+            cwd=REPO,
+            capture_output=True,
+            text=True,
+            timeout=10,
+        ).stdout.strip()
+        return f"{sha[:7]} (HEAD then)" if sha else "?"
+    except (OSError, ValueError, KeyError, TypeError, subprocess.SubprocessError):
         return "?"
 
 
@@ -661,7 +678,10 @@ REACH_JSON = REPO / "docs" / "fault-reach.json"
 
 
 def reach_section(path: Path = REACH_JSON) -> list[str]:
-    """``bench.fault_reach``'s configurations for the faults the job does not reach, and its plans through the server."""
+    """``bench.fault_reach``'s configurations for the faults the job does not reach, and its plans through the server;
+    for a fault no configuration reaches, why (``NO_ARM_WHY``: read in the engine's code)."""
+    from bench.fault_reach import NO_ARM_WHY
+
     if not path.is_file():
         return ["", "## Arms that reach what the job does not", "", "Not measured: run `python -m bench.fault_reach`."]
     data = json.loads(path.read_text())
@@ -701,10 +721,10 @@ def reach_section(path: Path = REACH_JSON) -> list[str]:
     for fault, cells in data["cells"].items():
         if any(c["stopped_by"] or c.get("max_delta", 0.0) > noise for c in cells.values()):
             continue
-        why = data.get("no_arm_why", {}).get(fault)
+        why = NO_ARM_WHY.get(fault)
         out += [
             "",
-            f"**No configuration reaches `{fault}`**: "
+            f"**No configuration makes `{fault}` move a logit beyond float noise**: "
             + (f"{why}." if why else "none of those tried moves a logit beyond float noise; why is not yet read."),
         ]
     for plan in data.get("plans", []):

@@ -85,6 +85,15 @@ NO_ARM_WHY = {
     },
     "invalidate-after-graph-check": f"{_MEMO}: the forward-start flush this fault moves onto the eager path is "
     "covered by the allocation's; `test_stale_cache` refills a loc buffer between forwards without allocating",
+    "swa-frontier-tombstones-last-leaf": "it changes where hits end, not what they read: a checkpointed leaf whose last "
+    "window is not live cannot end a match, so sharers prefill those tokens again (or, with the tree evicting "
+    "differently after that, hit elsewhere), and a token prefilled instead of served holds the same K/V; the changed "
+    "generations above moved by float noise (the prefill split differently), and the prefix state machine kills it "
+    "on the match length itself",
+    "swa-lock-release-skipped": "it changes capacity, not values: a lock that stays on SWA KV no window sees keeps "
+    "the tree from evicting it, so other nodes go first and later prompts hit a little less; no request reads a "
+    "wrong slot (float noise above), and the prefix state machine kills it on the lock accounting (the tree "
+    "protects SWA KV no live window needs)",
     "paged-free-swa-keeps-page-mapping": "the engine's window slide frees whole pages only (`Scheduler._slide_windows` "
     "rounds the kept range down to a page boundary), so no page keeps a token that was not passed; "
     "`test_paged_frees` frees part of a page directly",
@@ -289,7 +298,6 @@ def save(run: Run, path: Path, command: str) -> None:
         "noise": noise(),
         "configs": [asdict(c) for c in CONFIGS],
         "reach_plans": REACH_PLANS,
-        "no_arm_why": {f: NO_ARM_WHY[f] for f in run.faults if f in NO_ARM_WHY},
         "cells": {f: {c: asdict(cell) for c, cell in cells.items()} for f, cells in run.cells.items()},
         "plans": [asdict(p) for p in run.plans],
     }
