@@ -661,7 +661,8 @@ def test_a_reset_with_blocks_held_refuses_and_changes_nothing():
     running = adapters.make_request("running", prompt + [NOVEL], SamplingParams(max_tokens=8), hasher)
     blocks, hit, _ = adapters.computed_blocks(manager, running)
     assert hit == 96, f"a 101-token request sharing a finished 100-token prompt hit {hit} tokens, not 96"
-    assert adapters.allocate_slots(manager, running, 5, num_new_computed_tokens=hit, new_computed_blocks=blocks)
+    admitted = adapters.allocate_slots(manager, running, 5, num_new_computed_tokens=hit, new_computed_blocks=blocks)
+    assert admitted is not None, "a 101-token request with a 96-token hit did not fit 29 blocks"
     running.num_computed_tokens = running.num_tokens
     manager.take_events()
     _usage_is_what_it_holds(manager, [running], POOL_BLOCKS)
