@@ -219,6 +219,54 @@ def run_matrix(faults: Sequence[str], items: int) -> Run:
 
 
 @dataclass(frozen=True)
+class LogitReach:
+    """One task of a fault eval against the clean eval's graphs-on arm: how many generations carry other logprobs."""
+
+    changed: int  # items whose response or recorded top-k logprobs differ in any bit
+    compared: int  # items with logprobs on both sides
+    missing: int  # items without logprobs on one side (not compared)
+    max_delta: float = 0.0  # over the changed items: the largest |delta logprob| of a chosen token (common prefix)
+    max_kl: float = 0.0  # and the largest top-k KL there, as the logprob axis measures it
+
+
+def baseline_items(out: Path) -> dict[str, dict[str, Any]]:
+    """The graphs-on (baseline) arm's items of a saved eval, task -> item id -> ItemResult (with logprobs)."""
+    from harness.evals.results import RunResult
+
+    from harness.jobs.saved import plan_from_inputs
+
+    plan = plan_from_inputs(json.loads((out / "plan.json").read_text())["inputs"])
+    [run] = [r for r in plan.runs if r.arm.role == "baseline"]
+    found: dict[str, dict[str, Any]] = {}
+    for task in TASKS:
+        path = run.dir / "runs" / f"{task}.json"
+        if path.is_file():
+            found[task] = {i.item_id: i for i in RunResult.load(path).items}
+    return found
+
+
+def logit_reach(fault: dict[str, dict[str, Any]], clean: dict[str, dict[str, Any]], task: str) -> LogitReach | None:
+    """``fault``'s graphs-on generations of ``task`` against the clean eval's, item by item (None: a side lacks it)."""
+    if task not in fault or task not in clean:
+        return None
+    from harness.evals.logprobs import compare_item
+
+    changed = compared = missing = 0
+    max_delta = max_kl = 0.0
+    for item_id, item in fault[task].items():
+        other = clean[task].get(item_id)
+        if other is None or item.logprobs is None or other.logprobs is None:
+            missing += 1
+            continue
+        compared += 1
+        if item.response != other.response or item.logprobs != other.logprobs:
+            changed += 1
+            diff = compare_item(item_id, item.logprobs, other.logprobs)
+            max_delta, max_kl = max(max_delta, diff.max_abs_delta), max(max_kl, diff.max_kl)
+    return LogitReach(changed, compared, missing, max_delta, max_kl)
+
+
+@dataclass(frozen=True)
 class PlanResult:
     """A reach plan through the server and lm-eval: the fault arm against the plan's clean baseline, per task."""
 
@@ -235,7 +283,6 @@ def run_plan(fault: str, plan_path: str, work: Path) -> PlanResult:
     generations compared bit for bit with the baseline arm's (the same flags, no fault)."""
     import subprocess
 
-    from bench.fault_effects import baseline_items, logit_reach
     from harness.evals.compare import Thresholds
     from harness.evals.results import RunResult
     from harness.jobs.judging import judge, load_runs
