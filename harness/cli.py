@@ -10,7 +10,7 @@ import sys
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     commands = {
-        "serve": ("harness.server.cli", "OpenAI-compatible server over the engine"),
+        "serve": ("harness.http_server.cli", "OpenAI-compatible server over the engine"),
         "eval": ("harness.jobs.eval_cli", "accuracy tasks with graphs on and off, paired comparison, HTML report"),
         "nightly": (
             "harness.jobs.nightly_cli",

@@ -131,7 +131,7 @@ def test_a_killed_eval_leaves_no_process_behind(tmp_path: Path, sig: signal.Sign
             assert time.monotonic() < deadline, f"no lm-eval after 120 s:\n{log.read_text()[-2000:]}"
             time.sleep(0.2)
         seen.update(descendants(proc.pid))
-        assert sum("harness.server" in c for c in seen.values()) >= 2, seen
+        assert sum("harness.http_server" in c for c in seen.values()) >= 2, seen
         os.kill(proc.pid, sig)
         code = proc.wait(timeout=scaled(120))
         deadline = time.monotonic() + 30

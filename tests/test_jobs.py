@@ -361,7 +361,7 @@ def test_dry_run_prints_the_plan_and_starts_nothing(tmp_path: Path) -> None:
         "main job: graphs on vs off, prefix cache off vs on: 1 model(s) x 3 arm(s) x 2 task(s): 3 harness server(s) "
         "launched 2 at a time, 3 lm-eval run(s), 2 comparison(s)"
     ) in proc.stdout
-    assert "python -m harness.server" in proc.stdout and "--graphs off" in proc.stdout
+    assert "python -m harness.http_server" in proc.stdout and "--graphs off" in proc.stdout
     assert "--prefix-cache off" in proc.stdout and "cache-off-vs-on" in proc.stdout
     assert not any(tmp_path.iterdir())  # nothing ran, nothing was written
 
@@ -382,7 +382,9 @@ def test_out_on_the_command_line_replaces_a_plans_own_out(tmp_path: Path) -> Non
         timeout=120,
     )
     assert proc.returncode == 0, proc.stderr
-    assert f"overview: {tmp_path / 'index.html'}" in proc.stdout and str(REPO / "reports" / "overlap") not in proc.stdout
+    assert (
+        f"overview: {tmp_path / 'index.html'}" in proc.stdout and str(REPO / "reports" / "overlap") not in proc.stdout
+    )
 
 
 def test_the_sglang_cpu_plan_has_the_nightlys_arms_on_cpu() -> None:

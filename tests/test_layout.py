@@ -2,7 +2,8 @@
 
 Two classes of one name in two floors (an ``Engine`` that runs a model and an ``Engine`` that launches a server)
 or two modules of one name that mean different things (``identity.py``) are what a newcomer trips on first; the
-kinds of server live in ``harness/servers/`` as ``ServerKind``, the engine under test in ``harness/engine/``.
+kinds of server live in ``harness/servers/`` as ``ServerKind``, the engine under test in ``harness/engine/``, the
+harness's own HTTP server (what ``swa-harness serve`` runs) in ``harness/http_server/``.
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ FAULT_CATALOGS = (
 
 
 # The floors of harness/, lowest first: a package imports only from floors below its own (at run time too: imports
-# inside functions count). What serves a job (servers, server, jobs) sits above the engine it serves; data that
+# inside functions count). What serves a job (servers, http_server, jobs) sits above the engine it serves; data that
 # crosses the floors (evals' results, the build fingerprint) sits low so that every floor can hold it.
 FLOORS: tuple[frozenset[str], ...] = (
     frozenset(
@@ -42,7 +43,7 @@ FLOORS: tuple[frozenset[str], ...] = (
     frozenset({"engine"}),
     frozenset({"targets"}),
     frozenset({"faults", "servers", "findings"}),  # findings: the engines' bugs we follow, release by release
-    frozenset({"server", "jobs"}),
+    frozenset({"http_server", "jobs"}),  # http_server: the harness's own OpenAI-compatible server
     frozenset({"cli"}),
 )
 FLOOR = {name: level for level, names in enumerate(FLOORS) for name in names}
@@ -108,6 +109,8 @@ def test_the_engine_under_test_and_the_server_kinds_keep_their_names() -> None:
     assert "Engine" in _classes(HARNESS / "engine" / "engine.py")
     assert "ServerKind" in _classes(HARNESS / "servers" / "base.py")
     assert not (HARNESS / "engines").exists() and not (HARNESS / "identity.py").exists()
+    # harness/server/ beside harness/servers/ read as one thing: the HTTP server is harness/http_server/ (issue 55).
+    assert (HARNESS / "http_server" / "__main__.py").is_file() and not list((HARNESS / "server").glob("*.py"))
 
 
 # The rooms of the jobs: one job each (a plan's model, its file, its text; the checks before a start; an arm's

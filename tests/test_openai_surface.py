@@ -26,9 +26,9 @@ from tokenizers import Tokenizer as HFTokenizer
 from fixtures.scenarios.stops import cases, expected_stop
 from fixtures.tokenized import CHAT_TEMPLATE, prompt_text, tokenized_checkpoint
 from harness.engine import Engine, EngineConfig, GenerateOutput, SamplingParams
-from harness.server.app import build_app
-from harness.server.cli import ready_url
-from harness.server.worker import EngineWorker
+from harness.http_server.app import build_app
+from harness.http_server.cli import ready_url
+from harness.http_server.worker import EngineWorker
 from tests.test_server import ENGINE_ARGS, MODEL
 from tests.waits import SERVER_START_S, scaled
 
@@ -651,7 +651,7 @@ def test_streamed_text_never_takes_back_what_it_sent(decoder: _Bytes, stop: tupl
     """One token at a time, as the engine finishes (its text cut before the first stop string it finds): the sent
     pieces always begin the final text and join to it. Multi-byte characters arrive a byte at a time, and ``->``
     turns into one character when ``>`` follows; stop strings begin inside a token."""
-    from harness.server.stream import TextStream
+    from harness.http_server.stream import TextStream
 
     text = "a é b -> x \U0001f600! é b c"
     ids = list(text.encode())

@@ -40,7 +40,7 @@ def test_provenance_of_a_launched_eval(tmp_path, monkeypatch) -> None:
     monkeypatch.setenv("HF_TOKEN", "hf_secret")
     monkeypatch.setenv("OMP_NUM_THREADS", "1")
     for label in ("on", "off"):
-        _logs(tmp_path, label, f"python -m harness.server --graphs {label}", f"python -m lm_eval run ({label})")
+        _logs(tmp_path, label, f"python -m harness.http_server --graphs {label}", f"python -m lm_eval run ({label})")
     config = EvalConfig(
         limits={"gsm_style": 3}, out=tmp_path, fault="pad-swa-loc-not-zeroed", argv=("--limit-gsm-style", "3")
     )
@@ -54,7 +54,7 @@ def test_provenance_of_a_launched_eval(tmp_path, monkeypatch) -> None:
     weights = hashlib.sha256((DEFAULT_MODEL / "model.safetensors").read_bytes()).hexdigest()
     assert prov["model"]["model.safetensors sha256"] == weights
     on, off = prov["arms"]["on"], prov["arms"]["off"]
-    assert on["server command"] == "python -m harness.server --graphs on"  # read from the log, not rebuilt
+    assert on["server command"] == "python -m harness.http_server --graphs on"  # read from the log, not rebuilt
     assert off["lm-eval command"] == "python -m lm_eval run (off)"
     assert on["fault"] == "pad-swa-loc-not-zeroed" and off["fault"] == "none"
     assert on["env"]["SWA_HARNESS_FAULT"] == "pad-swa-loc-not-zeroed" and off["env"]["SWA_HARNESS_FAULT"] == ""

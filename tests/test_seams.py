@@ -16,14 +16,20 @@ from harness.faults.doc import DOC, render
 from harness.seams import Seam, SeamError, declared_seams, seam
 
 
+# Packages not imported here: the HTTP server needs aiohttp, adapters their own packages, the server kinds launch
+# engines (SGLang's stand-ins among them); none declares seams. (The HTTP server's old package name was a prefix of
+# the server kinds', so it skipped them too: each is named on its own now.)
+UNSEAMED = ("harness.http_server", "harness.servers", "harness.targets.")
+
+
 def _harness_classes() -> list[type]:
     """Every class defined in harness/ (a file walk: some folders are namespace packages)."""
     root = Path(harness.__file__).parent
     classes = []
     for path in sorted(root.rglob("*.py")):
         name = ".".join(path.relative_to(root.parent).with_suffix("").parts).removesuffix(".__init__")
-        if name.startswith(("harness.server", "harness.targets.")) or name.endswith("__main__"):
-            continue  # the server needs aiohttp, adapters their own packages; neither declares seams
+        if name.startswith(UNSEAMED) or name.endswith("__main__"):
+            continue
         module = importlib.import_module(name)
         classes += [c for _, c in inspect.getmembers(module, inspect.isclass) if c.__module__ == module.__name__]
     return classes

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.server.cli import build_parser, main
+from harness.http_server.cli import build_parser, main
 
 
 def test_a_missing_model_is_one_line_and_exit_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -39,7 +39,7 @@ def test_schedule_reaches_the_engine_and_an_unknown_one_is_refused(
 ) -> None:
     """``--schedule overlap`` builds the engine with overlap scheduling (the fault-reach plans' async arm needs it
     through the server); anything else is refused by name before an engine is built."""
-    import harness.server.cli as cli
+    import harness.http_server.cli as cli
     from harness.engine.overlap import Schedule
 
     (tmp_path / "config.json").write_text("{}")

@@ -17,11 +17,11 @@ from aiohttp.test_utils import TestClient, TestServer
 from fixtures.checkpoints import untied_checkpoint
 from fixtures.tokenized import prompt_text, tokenized_checkpoint
 from harness.engine import Engine, EngineConfig, SamplingParams
-from harness.server.app import build_app
-from harness.server.chat import ChatRenderer, fallback_prompt
-from harness.server.cli import ready_url
-from harness.server.protocol import ChatMessage
-from harness.server.worker import EngineWorker
+from harness.http_server.app import build_app
+from harness.http_server.chat import ChatRenderer, fallback_prompt
+from harness.http_server.cli import ready_url
+from harness.http_server.protocol import ChatMessage
+from harness.http_server.worker import EngineWorker
 from harness.servers.counters import prometheus_sums
 from harness.servers.harness_server import HarnessServer
 from tests.waits import SERVER_START_S, scaled
@@ -650,7 +650,7 @@ def test_large_prompts_are_tokenized_off_the_event_loop(fresh_worker: EngineWork
     """Tokenizing a few MB takes about a second; /health must keep answering meanwhile."""
     from dataclasses import replace
 
-    from harness.server.app import STATE_KEY
+    from harness.http_server.app import STATE_KEY
 
     unit = " ".join(prompt_text(i, 50) for i in range(400))  # ~90 kB
     start = time.perf_counter()
@@ -681,7 +681,7 @@ def test_large_prompts_are_tokenized_off_the_event_loop(fresh_worker: EngineWork
 
 def test_server_tokenization_equals_the_engine_tokenizer(ref: Engine) -> None:
     from harness.model import Tokenizer
-    from harness.server.app import releasing_gil
+    from harness.http_server.app import releasing_gil
 
     shipped = Tokenizer.from_dir(Path(__file__).resolve().parents[1] / "fixtures" / "models" / "gemma2-tiny-swa")
     texts = ["", "the cat", prompt_text(3, 40), "Question: 3 + 4?\nAnswer: 7 \u00e9\U0001f600", "  two  spaces \n"]

@@ -23,7 +23,7 @@ import pytest
 from fixtures.data.jsonl import read_jsonl
 from harness.engine import Engine, EngineConfig, SamplingParams
 from harness.paths import REPO
-from harness.server.worker import EngineWorker
+from harness.http_server.worker import EngineWorker
 from suites.servers.loglikelihood import Oracle, check_lm_eval_loglikelihoods
 from tests.test_openai_surface import Served, refused, served_engine, serving
 from tests.test_server import MODEL

@@ -72,7 +72,7 @@ class KernelUnavailable(RuntimeError):
 
 def _put_ninja_on_path() -> None:
     """torch's builder runs ``ninja`` from PATH; a venv's pip-installed one is not there unless the venv is
-    activated (a server started as ``.venv/bin/python -m harness.server``)."""
+    activated (a server started as ``.venv/bin/python -m harness.http_server``)."""
     if shutil.which("ninja") is not None:
         return
     try:

@@ -1,4 +1,4 @@
-"""The harness's own server (``python -m harness.server``) as an engine: the default of every CPU job."""
+"""The harness's own server (``python -m harness.http_server``) as an engine: the default of every CPU job."""
 
 from __future__ import annotations
 
@@ -42,7 +42,7 @@ class HarnessServer(ServerKind):
         argv = (
             "python",
             "-m",
-            "harness.server",
+            "harness.http_server",
             "--model",
             spec.model,
             *self.graph_flags(spec.graphs),

@@ -1,4 +1,4 @@
-"""``python -m harness.server``: serve one checkpoint over the OpenAI API until SIGINT/SIGTERM.
+"""``python -m harness.http_server``: serve one checkpoint over the OpenAI API until SIGINT/SIGTERM.
 
 Once listening it prints exactly one line to stdout, ``SWA_HARNESS_SERVER_READY http://HOST:PORT``,
 and flushes: the eval orchestrator (see launch.py) waits for that line. Everything else (logs,
@@ -24,17 +24,17 @@ from harness.engine.model_runner import CAPTURE_MODES
 from harness.env import SERVER_READY
 from harness.faults import activate_from_env
 from harness.fingerprint import server_build
-from harness.server.app import build_app
-from harness.server.worker import EngineWorker
+from harness.http_server.app import build_app
+from harness.http_server.worker import EngineWorker
 
-logger = logging.getLogger("harness.server")
+logger = logging.getLogger("harness.http_server")
 
 
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="swa-harness serve",
         description="Serve one checkpoint over the OpenAI API until SIGINT/SIGTERM (also: "
-        "python -m harness.server). Once listening it prints one line to stdout, "
+        "python -m harness.http_server). Once listening it prints one line to stdout, "
         f"'{SERVER_READY} http://HOST:PORT'; logs go to stderr.",
     )
     p.add_argument("--model", required=True, help="checkpoint directory (config.json, safetensors, tokenizer.json)")

@@ -25,7 +25,7 @@ import jinja2.ext
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 
 from harness.model import Tokenizer
-from harness.server.protocol import ApiError, ChatMessage, Prompt
+from harness.http_server.protocol import ApiError, ChatMessage, Prompt
 
 
 def fallback_prompt(messages: Sequence[ChatMessage]) -> str:

@@ -38,7 +38,7 @@ from typing import Any
 from harness.engine import Engine, ForwardMode, GenerateOutput, RequestError, SamplingParams
 from harness.engine.engine import CacheStats
 from harness.engine.request import Req
-from harness.server.protocol import Prompt
+from harness.http_server.protocol import Prompt
 
 logger = logging.getLogger(__name__)
 

@@ -12,7 +12,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Literal
 
-from harness.server.worker import PoolOccupancy, WorkerStats
+from harness.http_server.worker import PoolOccupancy, WorkerStats
 
 PREFIX = "swa_harness:"
 

@@ -43,9 +43,9 @@ from yarl import URL
 
 from harness.engine import GenerateOutput, RequestError
 from harness.model import Tokenizer
-from harness.server.chat import ChatRenderer
-from harness.server.metrics import render as render_metrics
-from harness.server.protocol import (
+from harness.http_server.chat import ChatRenderer
+from harness.http_server.metrics import render as render_metrics
+from harness.http_server.protocol import (
     ApiError,
     ChatMessage,
     GenerationFields,
@@ -56,8 +56,8 @@ from harness.server.protocol import (
     parse_completion,
     short_repr,
 )
-from harness.server.stream import DONE, StreamDiverged, TextStream, chat_chunk, completion_chunk, event
-from harness.server.worker import EngineFailure, EngineWorker, Finished, StreamEvent, WorkerStopped
+from harness.http_server.stream import DONE, StreamDiverged, TextStream, chat_chunk, completion_chunk, event
+from harness.http_server.worker import EngineFailure, EngineWorker, Finished, StreamEvent, WorkerStopped
 
 logger = logging.getLogger(__name__)
 
@@ -302,7 +302,7 @@ async def models(request: web.Request) -> web.Response:
 
 
 async def metrics(request: web.Request) -> web.Response:
-    """The counters in Prometheus' text format (``harness.server.metrics``), as SGLang and vLLM serve theirs."""
+    """The counters in Prometheus' text format (``harness.http_server.metrics``), as SGLang and vLLM serve theirs."""
     worker = request.app[WORKER_KEY]
     text = render_metrics(worker.stats(), worker.pools(), request.app[STATE_KEY]["model"])
     return web.Response(text=text, content_type="text/plain", charset="utf-8")
