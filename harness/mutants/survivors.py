@@ -139,6 +139,7 @@ _PLAN = "sglang.srt.mem_cache.kv_loc_plan"
 _SWA = "sglang.srt.mem_cache.unified_cache.components.swa"
 _URC = "sglang.srt.mem_cache.unified_radix_cache"
 _GRAPH = "sglang.srt.model_executor.cuda_graph_buffer_registry"
+_SG_POOL = "sglang.srt.mem_cache.swa_memory_pool"
 _HICACHE = "runs only with HiCache's host tier, which no suite builds"
 _STORAGE = (
     "runs only with HiCache's L3 storage (--hicache-storage-backend: the prefetch and backup queues drain only while "
@@ -174,6 +175,55 @@ _LOAD_BACK_TEST = (
 _WRITE_BACK_TEST = (
     "A test: HiCache with --hicache-write-policy write_back, a device eviction of an unbacked leaf backs it up and "
     "demotes it (host value set, device value gone)"
+)
+
+# SGLang 0.5.23 (reports/mutants-sglang-shard3of4.json), the same conventions.
+_PY_CORE = (
+    "on the Python tree core (the default Rust core builds and commits HiCache transfers in Rust, "
+    "rust_tree_core/adapter.py 1017 and 1127, never through SWAComponent)"
+)
+_PY_HICACHE = "runs only with HiCache " + _PY_CORE + ", which no suite builds"
+_SESSION = (
+    "runs only with --enable-session-radix-cache (a finished turn of a non-streaming session registers its leaf: "
+    "unified_cache/session_ref_tracker.py 59-81, components/base.py 287-304; the Python tree core only, "
+    "unified_cache/tree_core_registry.py 45-46), which no suite builds"
+)
+_SESSION_TEST = (
+    "A test: the Python core with --enable-session-radix-cache, two finished turns of one session: the window of "
+    "its latest leaf holds session_ref > 0, and closing the session brings every session_ref back to 0"
+)
+_RELEASE = (
+    "release_kv_cache runs only under SGLang's own scheduler (managers/scheduler_components/"
+    "batch_result_processor.py 129, managers/scheduler.py 3819) and PD (disaggregation/prefill.py, decode.py); the "
+    "prefix adapter replays its steps itself (harness/targets/sglang/prefix_cache.py 239-256) and never calls it"
+)
+_PAGE_PAIRS = (
+    "_page_pairs runs only over the unified memory pool (--enable-unified-memory: _set_swa's UnifiedSWAAllocatorBase "
+    "branch, lines 320-323), when an insert recovers an SWA window over a node whose full value it keeps "
+    "(RecoverEvictedSWA and RecoverSWAWithLockedFull, 1578-1584); the suites' pools are static. A one-token range "
+    "reads the same. "
+)
+_PAGE_PAIRS_TEST = (
+    "A test: the prefix machine over a unified SWA pool (init_unified_swa_pools), an insert over a locked node whose "
+    "SWA window was evicted"
+)
+_HOST_RETRACTION = (
+    "runs only for a PD decode server's host-pool retraction backup (--disaggregation-decode-retraction-backup "
+    "host_pool: common.py 353-360 and 373-381), which no suite builds (the retraction suite drives the cpu_tensor "
+    "backend's get_cpu_copy / load_cpu_copy)"
+)
+_HOST_RETRACTION_TEST = (
+    "A test: a host-pool retraction and restore brings back every computed position's full and window KV"
+)
+_CONSENSUS = (
+    "the rank consensus checker is a debug aid: with SGLANG_ENABLE_RANK_CONSENSUS_CHECKER off (the default, "
+    "environ.py 361) the decorator returns the method unwrapped (utils/rank_consensus_checker.py 87-88), and with it "
+    "on ranks are compared only over sync groups of more than one rank (configure, 282-296 and 316-317). The mutant "
+    "stops comparing "
+)
+_UNFULFILLED = (
+    "counted by the unfulfilled-token metric only with storage metrics on (the hit accounting starts only then, "
+    "lines 2650-2655)"
 )
 
 SURVIVORS: dict[str, Classified] = {
@@ -1238,6 +1288,426 @@ SURVIVORS: dict[str, Classified] = {
         "its one caller, _req_radix_key (common.py 201-211), turns -1 into the key limit len(token_ids) + 1 (or "
         "min(len + 1, max_prefix_len)), and a RadixKey limit at or past its token count is no limit "
         "(radix_cache.py 84-88, the only read of limit; slices drop it), so every match and touch reads the same key",
+    ),
+    # SGLang 0.5.23, reports/mutants-sglang-shard3of4.json (seed 0, shard 3/4).
+    # --- mem_cache/common.py ---------------------------------------------------------------------------------------
+    f"{_SG_COMMON}:459:AddNot:55": Classified(
+        "gap-open",
+        _RELEASE
+        + ". Without speculative decoding or strip_thinking_cache (line 456) the mutant asserts start_p != end_p, "
+        "which every ordinary release breaks (owned_kv_len == kv_allocated_len): an engine error. A test: the prefix "
+        "adapter's release runs SGLang's release_kv_cache (the row's free left to a shim) for a request finished by "
+        "length",
+    ),
+    f"{_SG_COMMON}:470:NumberReplacer:34": Classified(
+        "gap-open",
+        _RELEASE
+        + ". An over-allocated tail exists only with speculative decoding, strip_thinking_cache or a stop before the "
+        "last committed token (lines 453-465); at page size 2 alone the mutant frees it from an unaligned start_p, "
+        "whose page the release's first free already gave back: free_segment rejects the start (allocator/base.py "
+        "290-292; an engine error). A test: release_kv_cache at page size 2 under speculative decoding, a request "
+        "whose KV ends mid-page with a step in flight: every slot comes back once",
+    ),
+    f"{_SG_COMMON}:473:AddNot:57": Classified(
+        "gap-open",
+        _RELEASE + ". An empty or reversed range frees nothing (the row slice is empty and _page_disjoint skips empty "
+        "segments, allocator/base.py 319-322), so the mutant differs only where an over-allocated tail remains "
+        "(speculative decoding, strip_thinking_cache, an early stop): it leaks that tail. A test: release_kv_cache "
+        "under speculative decoding of a request holding slots past its KV: both pools get every slot back",
+    ),
+    # --- mem_cache/kv_loc_plan.py ----------------------------------------------------------------------------------
+    f"{_PLAN}:256:ReplaceBinaryOperator_Sub_Add:0": Classified(
+        "gap-open",
+        "cols_slice's TokenSpan branch with a non-zero start: test_kv_loc_plan halves a whole window (cols None, base "
+        "0, where the mutant is the same), a column slice and a flat index (lines 96-99). For TokenSpan(a, b), a > 0, "
+        "the mutant clamps the tokens to b + a instead of b - a, so tokens past the span (a slice without a stop, a "
+        "padded half) take window columns past b instead of being left to the sink. In the engine a TokenSpan is "
+        "made only by cols_slice (line 258), so it comes back in only when a two-batch-overlap half is split again "
+        "(batch_overlap/two_batch_overlap.py 710, layers/attention/tbo_backend.py 285). A test: "
+        "plan.cols_slice(TokenSpan(2, 6), slice(2, None)) is TokenSpan(4, 6)",
+    ),
+    # --- mem_cache/swa_memory_pool.py ------------------------------------------------------------------------------
+    f"{_SG_POOL}:18:NumberReplacer:1": Classified(
+        "gap-open",
+        "GB only scales mem_usage (line 131), the KV cache size SGLang reports (managers/scheduler.py 1287 as "
+        "kv_cache_memory_usage_gb, scheduler_components/internal_state.py 81 and load_inquirer.py 155 as "
+        "kv_cache_gb); no suite reads it. The mutant reports 1024/1023 of the size. A test: the suites' SWAKVPool's "
+        "mem_usage is its get_kv_size_bytes() total over 2**30",
+    ),
+    f"{_SG_POOL}:146:ReplaceBinaryOperator_Add_Sub:2": Classified(
+        "gpu-only",
+        "post_capture_backed_bytes is read only by the post-capture KV resize (model_executor/"
+        "model_runner_components/kv_pool_runtime.py 141-146 and 199), which runs only on CUDA (line 48: "
+        "current_platform.is_cuda()); each sub-pool's bytes come from its post-capture owner, a CUDA VMM reservation "
+        "(mem_cache/kv_vmm_backing.py, memory_pool.py 2700-2711), and are 0 without one (memory_pool.py 2724-2726), "
+        "where 0 - 0 == 0 + 0. There the mutant sizes the KV budget by full minus SWA bytes",
+    ),
+    # --- mem_cache/unified_cache/components/swa.py -----------------------------------------------------------------
+    f"{_SWA}:122:ReplaceComparisonOperator_IsNot_Is:0": Classified(
+        "gap-open",
+        "the buffer-mode branch (--hicache-host-memory-mode buffer_only with an SWA host pool) "
+        + _PY_HICACHE
+        + ": a buffer-mode storage backup builds each node's BACKUP_HOST spec (buffer_mode/pipeline.py 998, "
+        "unified_tree_core.py 2516-2523). The mutant stages no window for a node that holds one, and hands a "
+        "tombstone's None value to torch.cat (lines 1154-1166; an engine error). "
+        + _STORAGE_TEST
+        + " in buffer mode on the Python core",
+    ),
+    f"{_SWA}:132:AddNot:6": Classified(
+        "gap-open",
+        "the cache-mode window walk (an SWA host pool, line 123) "
+        + _PY_HICACHE
+        + ". From any tree node the negated loop never runs, so no SWA window is ever backed up to host: a "
+        "write-through backup's BACKUP_HOST build finds nothing (line 1146), needs_incremental_backup is False, and a "
+        "write-back SWA eviction reserves no window (806-814). A test: HiCache write-through on the Python core, a "
+        "cached prompt's backup gives the nodes of its last window SWA host values",
+    ),
+    f"{_SWA}:163:AddNot:11": Classified(
+        "gap-open",
+        "_walk_session_coverage "
+        + _SESSION
+        + ". The mutant's loop runs only from the root, so a leaf covers nothing and _inc_session_coverage's "
+        "assertion covered > 0 (line 180) fails at the first registration (an engine error). " + _SESSION_TEST,
+    ),
+    f"{_SWA}:185:AddNot:17": Classified(
+        "gap-open",
+        "_dec_session_coverage "
+        + _SESSION
+        + ". The mutant asserts covered_by_leaf is None and leaf in covered_by_leaf: it fails (or raises TypeError) "
+        "on every call, i.e. a turn whose leaf advances past the session's earlier one (line 200), a closed session "
+        "(components/base.py 307-312) or a deleted session leaf, 314-330 (an engine error). " + _SESSION_TEST,
+    ),
+    f"{_SWA}:279:NumberReplacer:29": Classified(
+        "gap-open",
+        _PAGE_PAIRS
+        + "The mutant compares kept[1:] with kept[:0]: a RuntimeError for every range of two tokens or more (an "
+        "engine error). " + _PAGE_PAIRS_TEST,
+    ),
+    f"{_SWA}:281:NumberReplacer:32": Classified(
+        "gap-open",
+        _PAGE_PAIRS
+        + "The mutant compares incoming[2:] with incoming[:-1]: a RuntimeError for every length but 1 and 3 (an "
+        "engine error); at 3 tokens a range in pages [a, a, b] fails the page-offset assertion (an engine error) and "
+        "the others read the same. " + _PAGE_PAIRS_TEST,
+    ),
+    f"{_SWA}:281:NumberReplacer:33": Classified(
+        "gap-open",
+        _PAGE_PAIRS
+        + "The mutant compares incoming[0:] with incoming[:-1]: a RuntimeError for every range of two tokens or more "
+        "(an engine error). " + _PAGE_PAIRS_TEST,
+    ),
+    f"{_SWA}:605:NumberReplacer:52": Classified(
+        "equivalent",
+        "cap_leaf is True only from commit_insert_component_data (line 589), for the leaf the insert just made "
+        "(is_new_leaf, 574: _add_new_node, unified_tree_core.py 1532-1562, gives it fresh component data, lock_ref "
+        "0, and the commit hooks run right after, 1383-1421); recover_after_unevict passes cap_leaf=self._independent "
+        "(557), False for SWAComponent (103) and set by no SGLang class. The one fragment is that leaf (its span is "
+        "the leaf's key, 578-581), and _clip_to_window's split keeps it as the child with its lock_ref "
+        "(redistribute_on_node_split, 626-629). So lock_ref is 0 every time and > 0 and > 1 both read False",
+    ),
+    f"{_SWA}:882:ReplaceAndWithOr:24": Classified(
+        "gap-open",
+        "acquire_component_lock "
+        + _PYTHON_CORE
+        + ". The mutant adds two cases: an unlocked tombstone (ref 0, value None), where it moves "
+        "reclaimable_value_len 0 (components/base.py 370-384) or finds the node outside the host LRU, so nothing "
+        "changes; and a node locked again while its SWA value is live (ref > 0), whose window it moves from "
+        "evictable to protected a second time, never moved back (the release returns it once, at ref 1: lines "
+        "929-935). The suites never hold two locks on one live window (a checkpoint unlocks before it locks, "
+        "unified_radix_cache.py 1300-1307). A test: on the Python core, two requests admitted on one cached prompt "
+        "at once, both leave: swa_protected_size() is 0 again (the mutant leaves a window protected)",
+    ),
+    f"{_SWA}:975:ReplaceComparisonOperator_Gt_GtE:10": Classified(
+        "equivalent",
+        _WEAK + " (lock_ref > 0): release_window_lock's one caller is dec_swa_lock_only (unified_tree_core.py 834-855; "
+        "the Rust core releases natively), from release_swa, once per lock (swa_released, unified_radix_cache.py "
+        "1108-1114), on a receipt that took SWA (only Mamba is ever skipped, 1307-1312). It walks the acquire's "
+        "segment, the lock's node up to its uuid-stamped boundary (or the root); the acquire counted every node on "
+        "it, tombstones included (lines 878-899), and a split copies lock_ref and moves the boundary uuid to the new "
+        "parent (626-629, 685-689), so each node still holds this lock's count",
+    ),
+    f"{_SWA}:1182:AddNot:138": Classified(
+        "gap-open",
+        "the LOAD_BACK build "
+        + _PY_HICACHE
+        + ". The mutant counts host-only nodes as device-resident and collects the host value of device-resident "
+        "ones: a window wholly on host loads nothing back, and a device node without a host copy puts None into "
+        "torch.cat (line 1201; an engine error). " + _LOAD_BACK_TEST + ", its SWA window on host only",
+    ),
+    f"{_SWA}:1223:ReplaceComparisonOperator_Eq_NotEq:21": Classified(
+        "gap-open",
+        "the PREFETCH build (called only by prefetch_from_storage, unified_radix_cache.py 2181) "
+        + _STORAGE
+        + ", and only "
+        + _PY_CORE
+        + ". The other three phases return above, so the mutant returns None for every prefetch: no SWA window is "
+        "staged and the prefetch lands without it. " + _STORAGE_TEST + " on the Python core",
+    ),
+    f"{_SWA}:1350:ReplaceComparisonOperator_IsNot_Is:42": Classified(
+        "gap-open",
+        "the LOAD_BACK commit "
+        + _PY_HICACHE
+        + ": a load-back that brings a window back hands SWA its transfer with the device slots just allocated, so "
+        "the mutant's assertion device_indices is None fails on each one (an engine error). "
+        + _LOAD_BACK_TEST
+        + ", its SWA window on host only",
+    ),
+    f"{_SWA}:1376:ReplaceComparisonOperator_Eq_NotEq:32": Classified(
+        "gap-open",
+        "the PREFETCH commit (commit_hicache_transfers' one caller is _handle_prefetch_result, unified_radix_cache.py "
+        "2493-2497) "
+        + _STORAGE
+        + ", and only "
+        + _PY_CORE
+        + ". Only BACKUP_STORAGE and PREFETCH get past line 1374 and nothing commits BACKUP_STORAGE here, so the "
+        "mutant skips _commit_prefetch for every prefetch: its SWA window is never attached. "
+        + _STORAGE_TEST
+        + " on the Python core",
+    ),
+    # --- mem_cache/unified_radix_cache.py --------------------------------------------------------------------------
+    f"{_URC}:395:ReplaceComparisonOperator_Gt_GtE:3": Classified(
+        "gap-open",
+        "_pp_sync runs only with pipeline parallelism (pp_size > 1 and a pp group) through _all_reduce, which "
+        "HiCache's rank consensus calls; the mutant's first PP rank also receives, from group rank -1 (an engine "
+        "error or a hang). Needs a multi-process PP run with HiCache",
+    ),
+    f"{_URC}:597:ReplaceComparisonOperator_IsNot_Is:13": Classified(
+        "gap-open",
+        "register_sidecar_pool runs only with HiCache: init_hicache registers its stack's sidecars without an entry "
+        "(hybrid_cache/hybrid_pool_assembler.py 2502-2503: an MTP draft's DRAFT_SWA on a hybrid SWA model, 518-521 "
+        "and 2165; a DSA indexer; Mamba's extra pools), a SIDECAR-mode HiCache draft with its host entry "
+        "(kv_cache_builder.py 154-159). The mutant hands the controller None for the first (add_entry reads "
+        "None.name, pool_host/group.py 62-63: an engine error at build) and never registers the draft's host pool. "
+        "A test: HiCache on a hybrid SWA model with an MTP draft's SWA pool builds, and the draft's pages back up "
+        "with the KV",
+    ),
+    f"{_URC}:649:AddNot:40": Classified(
+        "gap-open",
+        "touch_prefix is called only by SGLang's scheduler (managers/schedule_policy.py 282-302 through common.py "
+        "215-218: waiting requests under a cache-agnostic policy with LRU eviction, outside PD decode), and only "
+        "while the cache shares prefixes (supports_prefix_sharing, line 654: not disable); the harness drives its "
+        "own scheduler. There the mutant returns without the walk, so waiting prefixes are never refreshed in the "
+        "LRU. A test: two cached prompts, touch_prefix on the older one: the next eviction takes the other",
+    ),
+    f"{_URC}:689:ReplaceTrueWithFalse:2": Classified(
+        "gap-open",
+        _CONSENSUS
+        + "evict's params across TP/PP ranks. A test: a two-rank TP run with the checker on, whose ranks call evict "
+        "with different EvictParams, is stopped (os._exit, rank_consensus_checker.py 430)",
+    ),
+    f"{_URC}:1069:NumberReplacer:120": Classified(
+        "gap-open",
+        "the dropped-token metric (--enable-metrics: the collector exists only then, lines 208-209) "
+        + _HICACHE
+        + ": write-through evictions of unbacked nodes (910-914, 925-929) and write-back's drop fallback (945-948) "
+        "count KV dropped without a host backup. The mutant skips a drop of exactly one token (a one-token node, page "
+        "size 1). A test: HiCache write-through with metrics, evicting a one-token leaf before its backup lands "
+        "counts 1 dropped token",
+    ),
+    f"{_URC}:1329:AddNot:110": Classified(
+        "gap-open",
+        "the session-leaf registration of a finished request "
+        + _SESSION
+        + ". Without it the mutant calls register_session_ref, which returns at once (session_ref_tracker.py 59-60); "
+        "with it, no finished turn registers its leaf. " + _SESSION_TEST,
+    ),
+    f"{_URC}:1491:ReplaceComparisonOperator_Eq_NotEq:21": Classified(
+        "gap-open",
+        "_pad_retraction_indices "
+        + _HOST_RETRACTION
+        + ". At page size 1 every length is aligned and the mutant's empty tail changes nothing; at a larger page it "
+        "leaves an unaligned length (seqlen - 1 off a page boundary) unpadded, and the host pool's alloc rejects "
+        "part of a page (mem_cache/pool_host/base.py 544-546; an engine error). "
+        + _HOST_RETRACTION_TEST
+        + ", at page 16 for a length that is not a page multiple",
+    ),
+    f"{_URC}:1596:AddNot:133": Classified(
+        "gap-open",
+        "restore_kv_cache "
+        + _HOST_RETRACTION
+        + ": the negated assertion fails on every restore (a backup's host slots match the restore's device slots; "
+        "an engine error). " + _HOST_RETRACTION_TEST,
+    ),
+    f"{_URC}:1675:ReplaceComparisonOperator_Is_IsNot:15": Classified(
+        "equivalent",
+        "request_buffer_backup has no caller in SGLang 0.5.23: the installed package (srt and its test kits) names it "
+        "only at its definition (line 1672); buffer-mode backups reach _execute_and_commit_kv_backup through the "
+        "insert trigger instead. Nothing runs the line",
+    ),
+    f"{_URC}:1879:NumberReplacer:181": Classified(
+        "gap-open",
+        "the load-back floor "
+        + _HICACHE
+        + ": load_back_threshold is 10 in the engine (line 576), where max(0, 10) is max(1, 10); only SGLang's own "
+        "test kits set it to 0 (test/kits/unified_radix_cache/mixins.py 237, storage.py 713, kv_events.py 99). At 0 "
+        "the mutant lets a load-back with nothing to load (no host KV, no component transfers: e.g. a foreign-pin "
+        "rejection) go on, which the comment at 1874-1878 forbids. A test: HiCache with load_back_threshold 0, a "
+        "load-back of a node with nothing on host returns False",
+    ),
+    f"{_URC}:2121:AddNot:176": Classified(
+        "gap-open",
+        "prefetch_from_storage "
+        + _STORAGE
+        + ": with no known storage hit end (storage_hit_end None, a prompt's first query) the mutant slices by None - "
+        "storage_start (TypeError, an engine error); with one, it keeps the span untrimmed, so it is no longer "
+        "submitted as assumed stored. " + _STORAGE_TEST,
+    ),
+    f"{_URC}:2151:NumberReplacer:196": Classified(
+        "gap-open",
+        "the prefetch outcome counters "
+        + _STORAGE
+        + ": keys are page-aligned, so a one-token prefetch exists only at page size 1; below prefetch_threshold "
+        "(256 by default, line 316) the mutant counts it as an attempt but not as declined_too_short. A test: at "
+        "page size 1, prefetch_outcome_stats_snapshot() after a one-token storage prefetch counts it "
+        "declined_too_short",
+    ),
+    f"{_URC}:2167:AddNot:182": Classified(
+        "gap-open",
+        "the prefetch anchor lock "
+        + _STORAGE
+        + ": in cache mode the mutant pins no anchor (it can be evicted mid-fetch) and the completed prefetch's "
+        "dec_host_lock_ref(anchor, None) reads None.node_id (line 2514; unified_tree_core.py 877-881, "
+        "rust_tree_core/adapter.py 217-220: an engine error); in buffer mode it pins an anchor buffer mode never "
+        "pins (2163-2164). " + _STORAGE_TEST,
+    ),
+    f"{_URC}:2390:ReplaceTrueWithFalse:30": Classified(
+        "gap-open",
+        _CONSENSUS
+        + "check_prefetch_progress's result across ranks (called only with HiCache storage, managers/scheduler.py "
+        "4240-4242). A test: a two-rank run with storage and the checker on, whose ranks disagree on a prefetch's "
+        "progress, is stopped",
+    ),
+    f"{_URC}:2393:ReplaceComparisonOperator_IsNot_Is:65": Classified(
+        "gap-open",
+        "check_prefetch_progress is called only with HiCache storage (managers/scheduler.py 4240-4242; LMCache "
+        "overrides it), so always with a controller: the mutant never takes the PP ticket path (a TICKETED request: "
+        "storage with pp_size > 1) and treats a relayed prefetch as a local one. Needs a multi-process "
+        "pipeline-parallel run with storage: a prefetch relayed to the last rank counts its loaded tokens",
+    ),
+    f"{_URC}:2519:AddNot:221": Classified(
+        "gap-open",
+        "_handle_prefetch_result "
+        + _STORAGE
+        + ": the mutant records the storage start of a prefetch that loaded nothing and drops that of one that "
+        "loaded tokens, so the scheduler's req.storage_hit_start (managers/scheduler.py 4250-4255, cache-mode L2/L3 "
+        "attribution) is None for every storage hit. A test: after a storage prefetch that loaded tokens, "
+        "pop_prefetch_loaded_span() gives its start",
+    ),
+    f"{_URC}:2593:AddNot:226": Classified(
+        "gap-open",
+        "a storage prefetch whose extra pools fell short (all or nothing, lines 2574-2580) "
+        + _STORAGE
+        + ": the mutant heals the KV beliefs (and those of sidecars on KV indices) only after a deadline expiry, "
+        "which 'is not evidence of absent data' (2584), never after a short read, so later prefetches assume the "
+        "missing pages stored. A test: storage with an SWA host pool, a prefetch whose KV read comes back short: the "
+        "KV beliefs past the served pages are dropped",
+    ),
+    f"{_URC}:2757:NumberReplacer:244": Classified(
+        "equivalent",
+        "the default is returned only for a request with no loaded count, and the return value is never read: "
+        "pop_prefetch_loaded_tokens' one engine caller drops it (disaggregation/decode_hicache_mixin.py 222), as does "
+        "SGLang's test kit (test/kits/unified_radix_cache/storage.py 444, 523), and the scheduler reads "
+        "pop_prefetch_loaded_span (managers/scheduler.py 4250), which UnifiedRadixCache overrides without calling it "
+        "(lines 2759-2766; the base class's does, base_prefix_cache.py 648-652). The pops are the same",
+    ),
+    f"{_URC}:2780:ReplaceAndWithOr:68": Classified(
+        "gap-open",
+        "release_aborted_request runs for every aborted request, HiCache or not: the scheduler's "
+        "_release_aborted_request calls tree_cache.finish(handle, ABORT) (managers/scheduler.py 3545-3548, "
+        "base_prefix_cache.py 436-439); the harness drives its own scheduler and never calls it. With or, the mutant "
+        "calls self.cache_controller.release_pp_prefetch(rid) unless the buffer-mode PP relay is on: without HiCache "
+        "the controller is None (line 310), an AttributeError on every abort (an engine error); with the relay on it "
+        "returns without releasing the request's PP ticket. A test: on the suites' cache, finish(handle, "
+        "CacheRequestOutcome.ABORT) for an aborted request returns and changes nothing",
+    ),
+    f"{_URC}:3041:ReplaceComparisonOperator_Eq_NotEq:55": Classified(
+        "gap-open",
+        "the storage control drain "
+        + _STORAGE
+        + ": the mutant takes cache mode for buffer mode and back: in cache mode every drain reads the parked hits "
+        "of buffer_pipeline, None (line 3156; an AttributeError, an engine error); in buffer mode hits get "
+        "cache-mode host staging. " + _STORAGE_TEST,
+    ),
+    f"{_URC}:3098:NumberReplacer:282": Classified(
+        "gap-open",
+        "buffer mode's device-covered decline "
+        + _BUFFER_ONLY
+        + ", "
+        + _UNFULFILLED
+        + ": the mutant logs the hit's remaining tokens less one as unfulfilled for device_covered. A test: buffer "
+        "mode with storage metrics, a storage hit the live tree already covers counts its whole remaining hit as "
+        "unfulfilled device_covered tokens",
+    ),
+    f"{_URC}:3098:NumberReplacer:283": Classified(
+        "gap-open",
+        "buffer mode's device-covered decline "
+        + _BUFFER_ONLY
+        + ", "
+        + _UNFULFILLED
+        + ": the mutant logs the hit's remaining tokens plus one as unfulfilled for device_covered. A test: buffer "
+        "mode with storage metrics, a storage hit the live tree already covers counts its whole remaining hit as "
+        "unfulfilled device_covered tokens",
+    ),
+    f"{_URC}:3118:NumberReplacer:284": Classified(
+        "gap-open",
+        "the host-capacity decline of a storage hit "
+        + _STORAGE
+        + ", "
+        + _UNFULFILLED
+        + ": the mutant logs the hit's remaining tokens less one as unfulfilled for host_capacity. A test: storage "
+        "metrics on, a storage hit the host pool cannot stage counts its whole hit as unfulfilled for host_capacity",
+    ),
+    f"{_URC}:3321:NumberReplacer:317": Classified(
+        "gap-open",
+        "drain_storage_control_queues is called only by SGLang's own test kit (test/kits/unified_radix_cache/"
+        "storage.py 126, 129); the engine's step poll drains through check_hicache_events (lines 3684-3697). "
+        + _STORAGE
+        + ". With extra host pools (an SWA host pool) the mutant gives the first one the KV release count, so it "
+        "drains too few of that pool's releases or blocks on its empty queue (q.get, line 3038). A test: as the kit "
+        "does, HiCache storage with an SWA host pool, evictions that release SWA host slots, then "
+        "drain_storage_control_queues(): the SWA host pool gets them back",
+    ),
+    f"{_URC}:3418:NumberReplacer:327": Classified(
+        "gap-open",
+        "the rank sync of HiCache's step poll (check_hicache_events, line 3681): the mutant zeroes the ready write "
+        "and load acks (and the storage queue sizes) on every cache-mode rank, PP rank 0 and single-rank runs "
+        "included, so no backup or load-back ever finishes. " + _HICACHE_WRITES,
+    ),
+    f"{_URC}:3462:NumberReplacer:338": Classified(
+        "gap-open",
+        "the duplicate-reclaim check of HiCache's step poll: the mutant compares the digest with count_values[-3], "
+        "the ready load acks without storage (the last storage queue size with it), so the first poll with a "
+        "load-back ack ready (the digest is 0 until write-back reclaims a duplicate) fails the assertion (an engine "
+        "error). " + _LOAD_BACK_TEST,
+    ),
+    f"{_URC}:3524:NumberReplacer:365": Classified(
+        "gap-open",
+        "backup metrics (--enable-metrics) "
+        + _HICACHE
+        + ". For a write ack that moved no bytes on this rank (a KV-sharded host pool whose rank holds none of the "
+        "op's slots, hybrid_cache/hybrid_cache_controller.py 973-987) the mutant calls increment_backup_num_bytes(0): "
+        "no count changes, but the call creates the labelled hicache_backup_bytes_total series "
+        "(observability/metrics_collector.py 2631-2632) before any byte was backed up. A test: HiCache with metrics "
+        "over a KV-sharded host pool, no backup bytes series until a rank backs a byte up",
+    ),
+    f"{_URC}:3624:NumberReplacer:400": Classified(
+        "gap-open",
+        "init_load_back "
+        + _HICACHE
+        + ": when nothing is loaded (no host hit, or a load-back declined below its threshold or for want of device "
+        "room) the mutant reports one token loaded, so admission raises 'must commit all promised FULL tokens or "
+        "none' for a promised hit over one token (managers/schedule_policy.py 1527-1532; an engine error) or takes "
+        "one token as loaded. A test: HiCache, a load-back that finds no device room reports 0 loaded tokens and the "
+        "request is admitted without it",
+    ),
+    f"{_URC}:3703:AddNot:362": Classified(
+        "gap-open",
+        "the storage metrics flow (storage metrics on) "
+        + _STORAGE
+        + ": the mutant keeps None when the backend reports no stats (then sets None.prefetch_stats, an "
+        "AttributeError: an engine error) and replaces a backend's stats with an empty StorageMetrics. A test: "
+        "storage metrics on over a backend whose get_stats() returns None, and one that returns counts: "
+        "log_storage_metrics gets the prefetch stats and the backend's counts",
     ),
 }
 
