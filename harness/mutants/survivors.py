@@ -1709,6 +1709,210 @@ SURVIVORS: dict[str, Classified] = {
         "storage metrics on over a backend whose get_stats() returns None, and one that returns counts: "
         "log_storage_metrics gets the prefetch stats and the backend's counts",
     ),
+    # SGLang 0.5.23, reports/mutants-sglang.json (seed 0, shard 4/4).
+    # --- mem_cache/allocator/swa.py --------------------------------------------------------------------------------
+    f"{_SG_ALLOC}:507:NumberReplacer:56": Classified(
+        "equivalent",
+        "the branch runs only at page_size 1, and _free_swa_pages reads start_pos only in its alignment assertion "
+        "(lines 532-534: start_pos % 1 == 0 for 0 and 1 alike); it passes it nowhere else",
+    ),
+    f"{_SG_ALLOC}:528:NumberReplacer:59": Classified(
+        "equivalent",
+        "numel() is never -1, so the mutant only lets an empty index through to _free_swa_pages, which frees nothing: "
+        "the mapping gather, the expect (skipped for an empty value, utils/invariants.py 241), the mapping clear "
+        "(487-488) and free_page_ids (paged.py 360-361; token.py 64-66) are all empty or return, the CUDA helper "
+        "launches nothing for 0 pages (kernels/ops/memory/allocator.py 86), and a free group's empty piece adds "
+        "nothing to its torch.cat. Its alignment assertion could differ only for an empty index at an unaligned "
+        "start, which no caller passes: common.py 136 frees a non-empty range, free_segment (629) returns on empty "
+        "first, and components/swa.py 1562 passes start_pos 0 (hisparse.py 432 forwards these)",
+    ),
+    # --- mem_cache/common.py ---------------------------------------------------------------------------------------
+    f"{_SG_COMMON}:170:ReplaceComparisonOperator_LtE_Lt:0": Classified(
+        "gap-open",
+        "lo <= hi always (line 168), so the mutant differs only at hi == lo: it adds an empty dead segment (skipped by "
+        "_page_disjoint, allocator/base.py 321-322) and splits the live segment at lo. That split is a real change "
+        "only when lo lies strictly inside a freed range with no SWA eviction past it: swa_dead_lo raised above "
+        "cache_protected_len by swa_evict_floor (prefill-aware SWA, managers/scheduler.py 4361; schedule_batch.py "
+        "994-1000) over an eviction cursor at or below it. The row then goes back in two free calls (the free "
+        "list's order changes) and the page-alignment assertion at 180 runs where the original skips it. A test: "
+        "free_kv_row with swa_evict_floor inside the freed range and no SWA eviction frees it as one segment",
+    ),
+    f"{_SG_COMMON}:403:ReplaceComparisonOperator_Eq_NotEq:10": Classified(
+        "gap-open",
+        _RELEASE + ": the negated assertion fails on every release of a consistent request (an engine error). A "
+        "test: the prefix adapter's release runs SGLang's release_kv_cache",
+    ),
+    # --- mem_cache/swa_memory_pool.py ------------------------------------------------------------------------------
+    f"{_SG_POOL}:131:ReplaceBinaryOperator_Add_Sub:1": Classified(
+        "gap-open",
+        "mem_usage is only reported (managers/scheduler.py 1287, internal_state.py 81, load_inquirer.py 155); no "
+        "suite reads it. The mutant reports K minus V bytes (0 where they match). A test: the suites' SWAKVPool's "
+        "mem_usage is its get_kv_size_bytes() total over 2**30",
+    ),
+    # --- mem_cache/unified_cache/components/swa.py -----------------------------------------------------------------
+    f"{_SWA}:86:NumberReplacer:1": Classified(
+        "gap-open",
+        "the suites build SWAComponent only with a positive window; the mutant accepts sliding_window_size 0. A test: "
+        "building it with sliding_window_size 0 raises ValueError",
+    ),
+    f"{_SWA}:86:ReplaceOrWithAnd:0": Classified(
+        "gap-open",
+        "the suites build SWAComponent only with a positive window; the mutant's condition is never true (None "
+        "short-circuits, an int is not None), so it never raises. A test: building it with sliding_window_size None "
+        "or 0 raises ValueError",
+    ),
+    f"{_SWA}:140:AddNot:9": Classified(
+        "gap-open",
+        "the cache-mode window walk (an SWA host pool, line 123) "
+        + _PY_HICACHE
+        + ". The mutant stops at the first node holding a value and calls len(None) on a node holding none "
+        "(TypeError, an engine error), so no window is backed up. A test: HiCache write-through on the Python core, "
+        "a cached prompt's backup gives the nodes of its last window SWA host values",
+    ),
+    f"{_SWA}:801:ReplaceAndWithOr:19": Classified(
+        "gap-open",
+        "the mutant's second clause (no host value, not backed up, full value live) holds without HiCache too, but "
+        "there _collect_unbacked_swa_nodes returns [] (no SWA host pool, line 118) and needed is 0. It differs only "
+        "with an SWA host pool and no write-back: HiCache write-through "
+        + _PY_CORE
+        + ", where it reserves and backs up a window a write-through eviction drops. A test: HiCache write-through "
+        "on the Python core, a device eviction of a leaf whose backup has not landed asks for no InternalStateBackup",
+    ),
+    f"{_SWA}:1114:AddNot:128": Classified(
+        "gap-open",
+        "buffer_backup_keys " + _BUFFER_ONLY + " (line 1111), and only " + _PY_CORE + ": the mutant stages no "
+        "SWA keys with an SWA host pool and reads a None value's rows without one. " + _STORAGE_TEST + " in buffer "
+        "mode on the Python core",
+    ),
+    f"{_SWA}:1207:AddNot:140": Classified(
+        "gap-open",
+        "the BACKUP_STORAGE / PREFETCH builds "
+        + _STORAGE
+        + ", and only "
+        + _PY_CORE
+        + ": the mutant builds a storage backup's spec for a prefetch and returns None for a storage backup "
+        "(line 1223 fails for it), so no SWA window reaches storage. " + _STORAGE_TEST + " on the Python core",
+    ),
+    f"{_SWA}:1334:AddNot:156": Classified(
+        "gap-open",
+        "the BACKUP_HOST commit "
+        + _PY_HICACHE
+        + ": the mutant stamps no SWA host value after a host backup and runs the stamping for the other phases. A "
+        "test: HiCache write-through on the Python core, a cached prompt's backup gives the nodes of its last window "
+        "SWA host values",
+    ),
+    f"{_SWA}:1437:AddNot:171": Classified(
+        "gap-open",
+        "the PREFETCH commit "
+        + _STORAGE
+        + ", and only "
+        + _PY_CORE
+        + ": with a storage result the mutant counts 0 loaded pages and releases the window it fetched. "
+        + _STORAGE_TEST
+        + " on the Python core",
+    ),
+    # --- mem_cache/unified_radix_cache.py --------------------------------------------------------------------------
+    f"{_URC}:333:NumberReplacer:16": Classified(
+        "gap-open",
+        "the prefetch outcome counters move only with storage, but the snapshot is readable on any cache: the mutant "
+        "starts attempts at 1. A test: prefetch_outcome_stats_snapshot() of a fresh cache counts 0 attempts",
+    ),
+    f"{_URC}:524:ReplaceComparisonOperator_Eq_NotEq:3": Classified(
+        "gap-open",
+        "init_hicache " + _HICACHE + ": the mutant puts a cache-mode host tier in buffer mode and a buffer-mode one "
+        "in cache mode. " + _LOAD_BACK_TEST,
+    ),
+    f"{_URC}:831:ReplaceTrueWithFalse:5": Classified(
+        "gap-open",
+        "the write-back flush before an eviction's metrics " + _HICACHE + ". " + _WRITE_BACK_TEST,
+    ),
+    f"{_URC}:887:NumberReplacer:107": Classified(
+        "gap-open",
+        "a Mamba state's write-back eviction (mamba_backup_node_id) runs only with HiCache write-back on a Mamba "
+        "model, which no suite builds: with a full Mamba host pool the mutant never evicts host first, so the backup "
+        "finds no host room. A test: HiCache write-back on a hybrid Mamba model, a device eviction with the Mamba "
+        "host pool full backs the state up",
+    ),
+    f"{_URC}:895:ReplaceAndWithOr:17": Classified(
+        "equivalent",
+        _WEAK + " (an SWA internal-state backup result carries no frees, tracker or actions); and it runs only "
+        "with HiCache",
+    ),
+    f"{_URC}:966:ReplaceFalseWithTrue:8": Classified(
+        "gap-open",
+        "mamba_donor_prepared is read only for a Mamba target of a Full-leaf eviction (lines 985-998), on a Mamba "
+        "model with a full-cache donor, which no suite builds: the mutant rechecks the donor after every Full token "
+        "instead of after full_tokens_before_mamba_recheck. A test: a hybrid Mamba model, an eviction for Mamba "
+        "room prepares the donor once the recheck count is reached",
+    ),
+    f"{_URC}:1920:ReplaceComparisonOperator_Is_IsNot:22": Classified(
+        "gap-open",
+        "load-back " + _HICACHE + ": the mutant drops the host lock of every load-back that got device slots and "
+        "goes on with None slots for one that got none (an engine error). " + _LOAD_BACK_TEST,
+    ),
+    f"{_URC}:2318:ReplaceTrueWithFalse:26": Classified(
+        "gap-open",
+        "the default is read only by the PP relay of a ticketed prefetch (managers/scheduler.py 3116-3117) with "
+        "storage and pp_size > 1; the mutant records it SKIPPED. Needs a multi-process pipeline-parallel run with "
+        "storage: a relayed prefetch hit is loaded on the last rank",
+    ),
+    f"{_URC}:2340:ReplaceOrWithAnd:37": Classified(
+        "gap-open",
+        "_check_pp_prefetch_progress runs only with storage and pp_size > 1 (a TICKETED request): the mutant goes on "
+        "with an operation without host indices or with nothing completed. Needs a multi-process pipeline-parallel "
+        "run with storage: a relayed prefetch that loaded nothing counts 0 loaded tokens",
+    ),
+    f"{_URC}:2341:NumberReplacer:219": Classified(
+        "gap-open",
+        "_check_pp_prefetch_progress runs only with storage and pp_size > 1: the mutant records -1 loaded tokens for "
+        "a relayed prefetch that loaded nothing. Needs a multi-process pipeline-parallel run with storage",
+    ),
+    f"{_URC}:2576:ReplaceBinaryOperator_Mul_Add:11": Classified(
+        "gap-open",
+        "the hybrid all-or-nothing check of a storage prefetch " + _STORAGE + ": the mutant expects len + page_size "
+        "tokens, so every complete prefetch (but 2 pages at page 2) is discarded. " + _STORAGE_TEST,
+    ),
+    f"{_URC}:2906:AddNot:262": Classified(
+        "gap-open",
+        "_prefetch_occupied_span's buffer branch " + _BUFFER_ONLY + ": the mutant counts 0 for a granted operation "
+        "and reads a missing one's grant. A test: buffer mode, a storage hit's occupied span is its grant",
+    ),
+    f"{_URC}:3190:ReplaceComparisonOperator_Lt_LtE:21": Classified(
+        "gap-open",
+        "the prefetch threshold " + _STORAGE + ": the mutant declines a hit of exactly prefetch_threshold tokens. "
+        "A test: storage with a small prefetch_threshold, a hit of exactly that many tokens is prefetched",
+    ),
+    f"{_URC}:3367:AddNot:315": Classified(
+        "gap-open",
+        "attach_storage_backend is called only by the runtime attach API; the mutant goes on without a storage "
+        "attachment (an AttributeError on None) and refuses to attach with one. A test: on the suites' cache (no "
+        "HiCache) attach_storage_backend returns (False, 'HiCache is not initialized ...')",
+    ),
+    f"{_URC}:3462:NumberReplacer:339": Classified(
+        "gap-open",
+        "the duplicate-reclaim check of HiCache's step poll: the mutant asserts digest == count_values[-1] and "
+        "digest == -count_values[-1], which holds only at digest 0, so the first poll after write-back reclaims a "
+        "duplicate fails it (an engine error). " + _WRITE_BACK_TEST + ", over a node backed up twice",
+    ),
+    f"{_URC}:3607:NumberReplacer:394": Classified(
+        "gap-open",
+        "init_load_back " + _HICACHE + ", and the Mamba clause only on a Mamba model: the mutant skips the "
+        "load-back of a one-token Mamba host hit with no other host hit. A test: HiCache on a hybrid Mamba model, "
+        "a Mamba state evicted to host alone is loaded back",
+    ),
+    f"{_URC}:3772:AddNot:372": Classified(
+        "gap-open",
+        "without Mamba both return None (the mutant then reads mamba_last_track_seqlen, None on a request that "
+        "tracks no Mamba state, lines 3774-3776); with Mamba the mutant returns None instead of the checkpoint's "
+        "floor, so SWA behind a Mamba checkpoint is freed. A test: a hybrid SWA + Mamba model, a request with a "
+        "tracked Mamba checkpoint keeps its window from checkpoint - window on",
+    ),
+    # --- model_executor/cuda_graph_buffer_registry.py --------------------------------------------------------------
+    f"{_GRAPH}:61:AddNot:2": Classified(
+        "gpu-only",
+        "both callers pass non-empty dsts (lines 511-512, 537-538), so the mutant's condition is False: on CPU as "
+        "the original; on CUDA it skips the foreach fast path and try_small_copy for the grouped copy",
+    ),
 }
 
 
