@@ -336,26 +336,14 @@ def test_external_arms_that_serve_different_weights_are_refused_before_any_item(
     assert not (tmp_path / "out").exists()  # nothing ran, nothing was written
 
 
+def _eval_dry_run(*args: str) -> subprocess.CompletedProcess[str]:
+    """``swa-harness eval --dry-run ARGS`` in its own process, as a user types it."""
+    command = [sys.executable, "-m", "harness.cli", "eval", "--dry-run", *args]
+    return subprocess.run(command, cwd=REPO, capture_output=True, text=True, timeout=120)
+
+
 def test_dry_run_prints_the_plan_and_starts_nothing(tmp_path: Path) -> None:
-    proc = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "harness.cli",
-            "eval",
-            "--dry-run",
-            "--out",
-            str(tmp_path),
-            "--limit-gsm-style",
-            "4",
-            "--limit-aime-style",
-            "4",
-        ],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    proc = _eval_dry_run("--out", str(tmp_path), "--limit-gsm-style", "4", "--limit-aime-style", "4")
     assert proc.returncode == 0, proc.stderr
     assert (
         "main job: graphs on vs off, prefix cache off vs on: 1 model(s) x 3 arm(s) x 2 task(s): 3 harness server(s) "
@@ -374,13 +362,7 @@ def test_out_on_the_command_line_replaces_a_plans_own_out(tmp_path: Path) -> Non
     assert moved.out == tmp_path / "elsewhere" and all(r.dir.is_relative_to(moved.out) for r in moved.runs)
     assert moved.inputs["out"] == str(tmp_path / "elsewhere")
     assert plan_from_file(plan_path).out == REPO / "reports" / "overlap"
-    proc = subprocess.run(
-        [sys.executable, "-m", "harness.cli", "eval", "--plan", str(plan_path), "--out", str(tmp_path), "--dry-run"],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    proc = _eval_dry_run("--plan", str(plan_path), "--out", str(tmp_path))
     assert proc.returncode == 0, proc.stderr
     assert (
         f"overview: {tmp_path / 'index.html'}" in proc.stdout and str(REPO / "reports" / "overlap") not in proc.stdout
