@@ -28,6 +28,7 @@ table.
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import platform
@@ -526,6 +527,14 @@ def _reach_cell(o: EvalOutcome) -> str:
     return f"{changed} of {compared}{size}" + (f" ({missing} without logprobs)" if missing else "")
 
 
+@functools.cache
+def _amber() -> Any:
+    """The logprob axis's AMBER limits for the job's engine and dtype, read once."""
+    from harness.evals.logprobs import load_thresholds, threshold_key
+
+    return load_thresholds()[threshold_key("harness", "float32")].amber
+
+
 def hit_tokens(out: Path) -> int | None:
     """Prompt tokens the graphs-on server's prefix cache served over the whole eval (its own counter)."""
     found = [
@@ -538,9 +547,7 @@ def hit_tokens(out: Path) -> int | None:
 
 def within_noise(o: EvalOutcome) -> bool:
     """Every changed generation moved by less than the axis's AMBER limits (float noise, no wrong KV read)."""
-    from harness.evals.logprobs import load_thresholds, threshold_key
-
-    amber = load_thresholds()[threshold_key("harness", "float32")].amber  # the job's engine and dtype
+    amber = _amber()
     return all(r.max_delta <= amber.max_abs_delta and r.max_kl <= amber.max_kl for r in o.reach.values())
 
 

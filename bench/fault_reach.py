@@ -24,6 +24,7 @@ Writes ``docs/fault-reach.json``, which ``bench.fault_effects`` renders into doc
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import sys
 import time
@@ -105,6 +106,7 @@ REACH_PLANS = {
 }
 
 
+@functools.cache
 def noise() -> float:
     """|delta logprob| below which a change is float noise: the logprob axis's AMBER limit for the job's engine and
     dtype (10x the worst of 20 clean seeds, ``harness/evals/logprob_thresholds.json``)."""
@@ -198,6 +200,7 @@ def max_delta(a: Any, b: Any) -> float:
 
 def run_matrix(faults: Sequence[str], items: int) -> Run:
     from harness.faults.base import inject
+    from harness.mem.errors import PoolError
 
     texts, params = prompts(items)
     run = Run(items, datetime.now(timezone.utc).isoformat(timespec="seconds"), list(faults))
@@ -210,7 +213,8 @@ def run_matrix(faults: Sequence[str], items: int) -> Run:
                     got = generate(config, texts, params)
                 moved = [max_delta(a, b) for a, b in zip(clean, got) if differs(a, b)]
                 cell = Cell(len(moved), len(texts), max_delta=max(moved, default=0.0))
-            except Exception as exc:  # the engine's own invariant check stopped the run: recorded, not a logit
+            except PoolError as exc:  # the engine's own invariant check stopped the run: recorded, not a logit;
+                # anything else (a bug, a missing package) propagates: the bench ends without a table
                 cell = Cell(None, len(texts), f"{type(exc).__name__}: {str(exc).splitlines()[0][:160]}")
             run.cells.setdefault(fault, {})[config.name] = cell
             print(f"[{time.perf_counter() - start:6.0f}s] {config.name} / {fault}: {cell.text()}", flush=True)
