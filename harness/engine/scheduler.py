@@ -375,13 +375,15 @@ class Scheduler:
         for requests that go through the prefix cache, all of them in one call (a step's frees as one batch)."""
         if self.window is None:
             return
-        cached = [r for r in reqs if self._cached(r)]
-        if cached:
-            self.tree_cache.slide_windows(cached)
+        if self.tree_cache is None:
+            own = reqs
+        else:
+            cached = [r for r in reqs if r.uses_prefix_cache]
+            if cached:
+                self.tree_cache.slide_windows(cached)
+            own = [r for r in reqs if not r.uses_prefix_cache] if len(cached) < len(reqs) else []
         leaving = []
-        for req in reqs:
-            if self._cached(req):
-                continue
+        for req in own:
             keep_from = max(0, self._swept_len(req) - self.window + 1) // self.page_size * self.page_size  # pages
             if keep_from > req.swa_evicted:
                 leaving.append((req.req_pool_idx, req.swa_evicted, keep_from))

@@ -39,21 +39,18 @@ class Evicted:
 
     @classmethod
     def between(cls, before: TreeSlots, after: TreeSlots) -> Evicted:
-        """What left the tree from ``before`` to ``after`` (nothing is added by an eviction). Membership is read off a
-        mask over the slot numbers, not ``torch.isin``: the engine measures every eviction, and on a tree of some
-        thousand nodes three sorts cost more than the eviction itself (issue 58)."""
-        slots = (before.full, before.swa_live, after.full, after.swa_live)
-        size = 1 + int(torch.cat(slots).max()) if any(t.numel() for t in slots) else 1
-        in_full, in_live = _members(after.full, size), _members(after.swa_live, size)
-        live_gone = in_live.index_select(0, before.swa_live).logical_not_()
-        full_kept = in_full.index_select(0, before.swa_live)
-        counts = (
-            in_full.index_select(0, before.full).logical_not_().sum(),
-            live_gone.sum(),
-            (live_gone & full_kept).sum(),
-        )
-        full, swa, tombstoned = torch.stack(counts).tolist()  # one host sync for the three
-        return cls(full, swa, tombstoned)
+        """What left the tree from ``before`` to ``after``. An eviction only takes (``after``'s sets lie inside
+        ``before``'s, live SWA inside full), so two counts are differences of sizes and one membership is read: of the
+        slots whose SWA was live before, those whose full KV stayed, less those still live, were tombstoned. The
+        membership is a mask over slot numbers, not ``torch.isin``: the engine measures every eviction, and on a tree
+        of some thousand nodes sorts cost more than the eviction itself (issue 58)."""
+        full = before.full.numel() - after.full.numel()
+        swa = before.swa_live.numel() - after.swa_live.numel()
+        if not before.swa_live.numel() or not after.full.numel():
+            return cls(full, swa, 0)
+        size = 1 + int(torch.maximum(before.swa_live.max(), after.full.max()))
+        full_kept = _members(after.full, size).index_select(0, before.swa_live).sum()
+        return cls(full, swa, int(full_kept) - after.swa_live.numel())
 
 
 def _members(slots: torch.Tensor, size: int) -> torch.Tensor:

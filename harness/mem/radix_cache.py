@@ -42,6 +42,10 @@ harness's own, with SGLang's concepts and names. The rules, and the fixes they c
    (issue 58: a ``free_swa`` per request cost 28 % of decode throughput at batch 32). Every bound is computed first
    and only then is anything freed, so a refused free changes nothing; each request's lock then follows its window
    (rule 3). The same slots leave as with one call per request (``tests/test_radix_cache.py``).
+9. **The slots held** (``tree_slots``: the eviction ledger reads them before and after every eviction) are walked
+   again only after a node is added, deleted, tombstoned or revived: a split, a shift or a merge moves slots between
+   nodes and changes neither set, so the ``after`` of one eviction is the ``before`` of the next in a decode run
+   (issue 58). ``sanity_check`` holds the kept answer to a fresh walk.
 
 Accounting, per pool: free + evictable + protected + what running requests own = size; ``sanity_check``
 recounts every total from the nodes.
@@ -106,6 +110,9 @@ class InsertResult:
     length: int  # tokens the tree holds for the key from the root to ``node``
 
 
+_NO_HOLDERS: Counter[int] = Counter()  # read only: the SWA holders of a node no lock holds
+
+
 def page_floor(n: int, page_size: int) -> int:
     return n // page_size * page_size
 
@@ -131,6 +138,7 @@ class RadixCache:
         self.root = TreeNode([], torch.empty(0, dtype=LOC_DTYPE, device=self.allocator.device), 0)
         self.root.full_lock_ref = 1  # never evicted
         self._evictable = self._protected = self._swa_evictable = self._swa_protected = 0
+        self._slots: TreeSlots | None = None  # rule 9: tree_slots' answer until a node comes, goes or changes state
 
     # -- sizes -----------------------------------------------------------------------------------
 
@@ -156,10 +164,20 @@ class RadixCache:
         return nodes
 
     def tree_slots(self) -> TreeSlots:
-        nodes = self._nodes()
-        full = self._cat([n.value for n in nodes])
-        swa_live = self._cat([n.value for n in nodes if not n.swa_tombstone])
-        return TreeSlots(full=full.to(torch.int64), swa_live=swa_live.to(torch.int64))
+        """Rule 9: walked again only after a change of either set; one ``torch.cat``, live slots first, so the live
+        set is a view of the full one."""
+        if self._slots is None:
+            self._slots = self._walk_slots()
+        return self._slots
+
+    def _walk_slots(self) -> TreeSlots:
+        live, dead, stack = [], [], list(self.root.children.values())
+        while stack:
+            node = stack.pop()
+            (dead if node.swa_tombstone else live).append(node.value)
+            stack += node.children.values()
+        full = self._cat(live + dead).long()
+        return TreeSlots(full=full, swa_live=full[: sum(v.shape[0] for v in live)])
 
     def _cat(self, values) -> torch.Tensor:
         """Concatenated node values. The root's empty value joins only an empty list: one empty tensor among the
@@ -405,6 +423,7 @@ class RadixCache:
             self.allocator.set_full_to_swa_mapping(node.value.clone(), mapping[own.long()].to(own.dtype))
             self.allocator.set_full_to_swa_mapping(own, torch.zeros_like(own))
             node.swa_tombstone = False
+            self._slots = None
             if node.swa_lock_ref:
                 self._swa_protected += len(node.key)
             else:
@@ -437,6 +456,7 @@ class RadixCache:
             last_access=next(self._clock),
         )
         parent.children[self._child_key(node.key, 0)] = node
+        self._slots = None
         self._evictable += end - start
         if not tombstone:
             self._swa_evictable += end - start
@@ -445,25 +465,32 @@ class RadixCache:
     # -- the window ----------------------------------------------------------------------------------
 
     def slide_windows(self, reqs: Sequence[CacheRequest]) -> None:
-        """Rule 8: every request's out-of-window SWA slots in one ``free_swa``, then each lock follows its window."""
+        """Rule 8: every request's out-of-window SWA slots in one ``free_swa``, then each lock follows its window. One
+        pass over the batch reads every bound and picks the locks that have a step to take (``_follow_window``'s own
+        test, read here so that a request whose lock has nothing to do costs no call: issue 58)."""
         if self.sliding_window_size is None:
             return
-        bounds = [self._window_bounds(req) for req in reqs]
-        leaving = [(req.req_pool_idx, own, keep) for req, (own, keep) in zip(reqs, bounds) if keep > own]
+        edge, page = self.sliding_window_size - 1, self.page_size
+        keep_from = self.swa_keep_from  # a seam: looked up once, called per request
+        bounds, leaving, following = [], [], []
+        for req in reqs:  # _window_bounds, inline: a decode step runs this for every request
+            keep, protected = keep_from(req.kv_len), req.cache_protected_len
+            if protected < req.swa_branch:  # rule 7: the window below the branching point waits for the tree
+                keep = min(keep, max(0, req.swa_branch - edge) // page * page)
+            own = req.swa_evicted if req.swa_evicted > protected else protected
+            bounds.append(keep)
+            if keep > own:
+                leaving.append((req.req_pool_idx, own, keep))
+            lock = req.prefix_lock
+            if lock is not None and lock.swa_floor is not None and req.kv_len - edge > lock.swa_floor:
+                following.append(req)
         if leaving:
             self.allocator.free_swa(self.req_to_token_pool.read_tokens(leaving))
-        for req, (_, keep) in zip(reqs, bounds):
-            req.swa_evicted = max(req.swa_evicted, keep)
+        for req, keep in zip(reqs, bounds):
+            if keep > req.swa_evicted:
+                req.swa_evicted = keep
+        for req in following:
             self._follow_window(req)
-
-    def _window_bounds(self, req: CacheRequest) -> tuple[int, int]:
-        """The request's own SWA slots still held start at the first position; it keeps them from the second."""
-        keep_from = self.swa_keep_from(req.kv_len)
-        if req.cache_protected_len < req.swa_branch:  # rule 7: the window below the branching point waits for the tree
-            keep_from = min(
-                keep_from, page_floor(max(0, req.swa_branch - (self.sliding_window_size - 1)), self.page_size)
-            )
-        return max(req.swa_evicted, req.cache_protected_len), keep_from
 
     @seam("swa-lock-release-skipped")
     def _follow_window(self, req: CacheRequest) -> None:
@@ -533,10 +560,9 @@ class RadixCache:
         if across.start > old or held[old] <= 0:
             return None
         if len(held) == 1 and held[old] == 1:  # the common case: this lock alone holds the node
-            below = Counter()
-        else:
-            below = Counter({f: c for f, c in held.items() if f < boundary})
-            below[old] -= 1
+            return across if self._joins(parent, across, _NO_HOLDERS) else None
+        below = Counter({f: c for f, c in held.items() if f < boundary})
+        below[old] -= 1
         return across if self._joins(parent, across, +below) else None
 
     def _shift_below(self, across: TreeNode, boundary: int) -> None:
@@ -560,7 +586,7 @@ class RadixCache:
             and len(parent.children) == 1
             and parent.full_lock_ref == node.full_lock_ref
             and parent.swa_tombstone == node.swa_tombstone
-            and parent.swa_locks == swa_locks
+            and (parent.swa_locks == swa_locks if parent.swa_locks or swa_locks else True)  # two empty: no compare
         )
 
     def _merge_into(self, node: TreeNode) -> None:
@@ -625,6 +651,7 @@ class RadixCache:
         """Free an unlocked leaf (its live SWA slots go with it), then the tombstones it leaves as leaves."""
         self._free_node(leaf)
         del leaf.parent.children[self._child_key(leaf.key, 0)]
+        self._slots = None
         self._evictable -= len(leaf.key)
         if leaf.swa_live:
             self._swa_evictable -= len(leaf.key)
@@ -644,6 +671,7 @@ class RadixCache:
     def _tombstone(self, node: TreeNode) -> None:
         self.allocator.free_swa(node.value)
         node.swa_tombstone = True
+        self._slots = None
         self._swa_evictable -= len(node.key)
 
     def reset(self) -> None:
@@ -690,9 +718,15 @@ class RadixCache:
         for name, value in kept.items():
             if counts[name] != value:
                 raise PoolError(f"{name}_size is {value}, the nodes hold {counts[name]}")
-        slots = self.tree_slots().full
-        if slots.unique().numel() != slots.numel():
+        slots = self._walk_slots()
+        if slots.full.unique().numel() != slots.full.numel():
             raise PoolError("a full slot is held by two tree nodes")
+        kept = self._slots
+        if kept is not None and not all(
+            torch.equal(a.sort().values, b.sort().values)
+            for a, b in ((kept.full, slots.full), (kept.swa_live, slots.swa_live))
+        ):
+            raise PoolError("tree_slots kept an answer the tree no longer gives (rule 9: a change did not reset it)")
 
 
 def build_radix_cache(memory: HybridPool, *, sliding_window_size: int | None) -> PrefixCache:
