@@ -181,6 +181,36 @@ def test_what_an_eviction_took_is_measured_on_the_tree_full_swa_and_tombstoned_a
     cache.sanity_check()
 
 
+def test_the_slots_held_are_walked_again_after_a_change_and_a_kept_answer_that_went_stale_is_caught(scene):
+    """Rule 9: ``tree_slots`` keeps its answer while the sets stand (a lock's floor moving splits and shifts nodes,
+    which changes neither), walks again after an insert or an eviction, and ``sanity_check`` fails on a kept answer
+    that no longer matches the tree (a mutation path that forgot to drop it)."""
+    memory, cache = scene
+    a = admit(memory, cache, list(range(1, 11)))
+    prefill(memory, cache, a, 10, checkpoint=False)
+    finish(memory, cache, a)
+    held = cache.tree_slots()
+    assert sorted(held.full.tolist()) == sorted(cache.match_prefix(list(range(1, 11))).indices.tolist())
+    assert held.swa_live.numel() == 4  # 6..9 live, 0..5 tombstoned
+    b = admit(memory, cache, list(range(1, 11)) + [50, 51, 52])
+    prefill(memory, cache, b, 1, checkpoint=False)  # the floor moves up the prefix (7 -> 8): no slot comes or goes
+    assert b.prefix_lock.swa_floor == 8 and cache.tree_slots() is held
+    prefill(memory, cache, b, 2, checkpoint=False)  # the window passes the prefix: the SWA lock is released
+    assert b.prefix_lock.swa_floor is None and cache.tree_slots() is held
+    cache.sanity_check()
+    cache.release_req(b)
+    memory.req_to_token_pool.free(b.req_pool_idx)
+    cache.evict(full_tokens=10)
+    assert cache.tree_slots().full.numel() == 0 and cache.tree_slots().swa_live.numel() == 0
+    c = admit(memory, cache, list(range(1, 9)))
+    prefill(memory, cache, c, 8, checkpoint=False)
+    finish(memory, cache, c)
+    assert cache.tree_slots().full.numel() == 8
+    cache._slots = held  # as if an insert had not dropped the kept answer
+    with pytest.raises(PoolError, match="tree_slots kept an answer the tree no longer gives"):
+        cache.sanity_check()
+
+
 def test_a_flush_while_a_request_holds_the_tree_is_refused_by_name(scene):
     memory, cache = scene
     req = admit(memory, cache, list(range(1, 9)))
