@@ -1769,6 +1769,16 @@ SURVIVORS: dict[str, Classified] = {
         "(TypeError, an engine error), so no window is backed up. A test: HiCache write-through on the Python core, "
         "a cached prompt's backup gives the nodes of its last window SWA host values",
     ),
+    f"{_SWA}:615:AddNot:56": Classified(
+        "equivalent",
+        "the leaf is always a whole number of pages, so the clause both conditions share, split_at or leaf_len off a "
+        "page boundary, is always False and so are both (at page size 1 trivially). The method runs only from "
+        "_populate_range with cap_leaf (line 529), i.e. for commit_insert_component_data's new leaf (583-591; "
+        "recover_after_unevict passes _independent, False, 103): its key is the page-aligned insert key "
+        "(unified_tree_core.py 1137) past page-rounded matches (RadixKey.match, radix_cache.py 178-180; the leaf is "
+        "added at unified_tree_core.py 1395), and _clip_to_window splits it only at a page-aligned window start "
+        "(437-446). tail_size is rounded up to a page (610), so split_at is a page multiple too",
+    ),
     f"{_SWA}:801:ReplaceAndWithOr:19": Classified(
         "gap-open",
         "the mutant's second clause (no host value, not backed up, full value live) holds without HiCache too, but "
@@ -1801,6 +1811,23 @@ SURVIVORS: dict[str, Classified] = {
         "test: HiCache write-through on the Python core, a cached prompt's backup gives the nodes of its last window "
         "SWA host values",
     ),
+    f"{_SWA}:1335:NumberReplacer:131": Classified(
+        "equivalent",
+        "a BACKUP_HOST commit's transfers are the SWA list of commit_backup (unified_tree_core.py 2668-2690; its one "
+        "Python caller is _execute_and_commit_kv_backup, unified_radix_cache.py 1695-1706, and the Rust core commits "
+        "natively), which build_backup_spec took from this component's build_hicache_transfers "
+        "(unified_tree_core.py 2523-2525): one PoolTransfer (lines 1144-1167). Nothing adds to it (_execute_kv_backup "
+        "flattens the lists into a new one, unified_radix_cache.py 1750-1751; the sidecar builder only reads them, "
+        "1959-1962), so transfers[-1] is transfers[0]",
+    ),
+    f"{_SWA}:1433:NumberReplacer:147": Classified(
+        "equivalent",
+        "with no host indices every path does nothing, in both: the original returns at 1450-1452 or 1453-1459 "
+        "releasing None, which _release_swa_host ignores (1391). The mutant's -1 takes the same releases, or, for a "
+        "root-anchored commit with a target and loaded_pages >= -1, goes on with loaded_start = total_len + "
+        "page_size (1462), past pos = total_len, so neither the leaf-to-anchor walk (1466) nor the trailing release "
+        "(1492) runs",
+    ),
     f"{_SWA}:1437:AddNot:171": Classified(
         "gap-open",
         "the PREFETCH commit "
@@ -1816,6 +1843,12 @@ SURVIVORS: dict[str, Classified] = {
         "gap-open",
         "the prefetch outcome counters move only with storage, but the snapshot is readable on any cache: the mutant "
         "starts attempts at 1. A test: prefetch_outcome_stats_snapshot() of a fresh cache counts 0 attempts",
+    ),
+    f"{_URC}:486:ReplaceFalseWithTrue:7": Classified(
+        "equivalent",
+        "the default is never read: the local is read only at line 588, inside if storage_backend is not None (582), "
+        "and under that same condition lines 487-496 have already overwritten it with "
+        "parse_storage_backend_extra_config's value (storage_backend is assigned once, 481)",
     ),
     f"{_URC}:524:ReplaceComparisonOperator_Eq_NotEq:3": Classified(
         "gap-open",
@@ -1850,6 +1883,14 @@ SURVIVORS: dict[str, Classified] = {
         "load-back " + _HICACHE + ": the mutant drops the host lock of every load-back that got device slots and "
         "goes on with None slots for one that got none (an engine error). " + _LOAD_BACK_TEST,
     ),
+    f"{_URC}:2066:NumberReplacer:190": Classified(
+        "equivalent",
+        "the handle's attempt_id is never read: the operation is local to the query and dropped after line 2071; "
+        "PrefetchOperation keeps the handle and reads only its rid (hybrid_cache/hybrid_cache_controller.py 155-156), "
+        "and both _storage_hit_query's read the operation's token_ids, last_hash, prefix_keys, assume_stored and "
+        "pool_transfers (None here), never its handle (hybrid_cache_controller.py 1419-1466, "
+        "managers/cache_controller.py 1308-1331)",
+    ),
     f"{_URC}:2318:ReplaceTrueWithFalse:26": Classified(
         "gap-open",
         "the default is read only by the PP relay of a ticketed prefetch (managers/scheduler.py 3116-3117) with "
@@ -1876,6 +1917,18 @@ SURVIVORS: dict[str, Classified] = {
         "gap-open",
         "_prefetch_occupied_span's buffer branch " + _BUFFER_ONLY + ": the mutant counts 0 for a granted operation "
         "and reads a missing one's grant. A test: buffer mode, a storage hit's occupied span is its grant",
+    ),
+    f"{_URC}:2968:NumberReplacer:269": Classified(
+        "equivalent",
+        "trim_tokens is never negative: min(hit_tokens, max(0, ...)) with hit_tokens the operation's "
+        "storage_hit_count (line 3049), whole hit pages or a clamp of them, never below 0. So the mutant never returns "
+        "early, and at trim_tokens 0 the rest changes nothing: the prefix context (present: try_lock_anchor has just "
+        "read it, buffer_mode/pipeline.py 1355) is stored again as an equal list (prefix + []); the prefetch key is "
+        "rebuilt from all its own tokens, namespace and bigram mode (prefetch keys carry no limit: 2137-2142, "
+        "radix_cache.py 147-151); ongoing_prefetch[request], which info was read from (3048) and nothing since has "
+        "written, gets that equal tuple (same operation, host indices, transfers); trim_prefetch_full_head returns at "
+        "trim_tokens <= 0 (hybrid_cache/hybrid_cache_controller.py 1676-1677); and the same triple comes back. "
+        "RadixKey has no __eq__ and no reader compares prefetch keys",
     ),
     f"{_URC}:3190:ReplaceComparisonOperator_Lt_LtE:21": Classified(
         "gap-open",
@@ -1908,6 +1961,17 @@ SURVIVORS: dict[str, Classified] = {
         "tracked Mamba checkpoint keeps its window from checkpoint - window on",
     ),
     # --- model_executor/cuda_graph_buffer_registry.py --------------------------------------------------------------
+    f"{_GRAPH}:41:AddNot:0": Classified(
+        "gap-open",
+        "ForwardBatch appears only in annotations, which from __future__ import annotations (line 26) leaves as text "
+        "and nothing resolves (216, 221, 419, 545-546), so the registry behaves the same; the mutant only imports "
+        "forward_batch_info whenever the registry is imported (no cycle: forward_batch_info does not import the "
+        "registry, and the runners import both, runner/decode_cuda_graph_runner.py 64 and 70). Only the import "
+        "graph shows it: without the harness's torchvision shim forward_batch_info fails to import on the CPU venv "
+        "(configs/nano_nemotron_vl.py imports multimodal/internvl_utils.py, which imports torchvision), and the "
+        "mutant's registry with it. A test: in a fresh interpreter, importing cuda_graph_buffer_registry leaves "
+        "sglang.srt.model_executor.forward_batch_info out of sys.modules",
+    ),
     f"{_GRAPH}:61:AddNot:2": Classified(
         "gpu-only",
         "both callers pass non-empty dsts (lines 511-512, 537-538), so the mutant's condition is False: on CPU as "
