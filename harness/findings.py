@@ -86,52 +86,55 @@ class Finding:
 FINDINGS: tuple[Finding, ...] = (
     Finding(
         4,
-        "sglang",
-        "the CPU attention backend (torch_native) reads sliding-window layers at full slot ids",
-        "suites/findings/test_finding_4_sglang.py::test_a_sliding_layer_reads_the_keys_it_wrote",
-        "docs/repro/finding_4_sglang_swa_reads_full_slot_ids.py",
-        _SGLANG_0_5_11_ON,  # measured: swa-harness sglang-matrix --suite findings (docs/COMPATIBILITY.md)
+        engine="sglang",
+        title="the CPU attention backend (torch_native) reads sliding-window layers at full slot ids",
+        test="suites/findings/test_finding_4_sglang.py::test_a_sliding_layer_reads_the_keys_it_wrote",
+        script="docs/repro/finding_4_sglang_swa_reads_full_slot_ids.py",
+        has_it=_SGLANG_0_5_11_ON,  # measured: swa-harness sglang-matrix --suite findings (docs/COMPATIBILITY.md)
         says=r"the sliding(-window)? layer (attended to other tokens' K/V|read past the SWA pool's buffer)",
     ),
     Finding(
         6,
-        "sglang",
-        "a Gemma2 checkpoint as transformers 5 writes it does not load (`config.hidden_act`)",
-        "suites/findings/test_finding_6_sglang.py::test_a_gemma2_checkpoint_transformers_wrote_loads",
-        "docs/repro/finding_6_sglang_gemma2_hidden_act.py",
-        _SGLANG_0_5_11_ON,  # measured
+        engine="sglang",
+        title="a Gemma2 checkpoint as transformers 5 writes it does not load (`config.hidden_act`)",
+        test="suites/findings/test_finding_6_sglang.py::test_a_gemma2_checkpoint_transformers_wrote_loads",
+        script="docs/repro/finding_6_sglang_gemma2_hidden_act.py",
+        has_it=_SGLANG_0_5_11_ON,  # measured
         says=r"SGLang cannot load a Gemma2 checkpoint as transformers writes it \(no hidden_act in config\.json\)",
         isolated=True,
     ),
     Finding(
         7,
-        "vllm",
-        "a Mellum checkpoint whose config says it has no MTP layers does not load (`num_nextn_predict_layers: null`)",
-        "suites/findings/test_finding_7_vllm.py::test_a_mellum_checkpoint_without_mtp_layers_loads",
-        "docs/repro/finding_7_vllm_mellum_mtp_none.py",
+        engine="vllm",
+        title="a Mellum checkpoint whose config says it has no MTP layers does not load (`num_nextn_predict_layers: null`)",
+        test="suites/findings/test_finding_7_vllm.py::test_a_mellum_checkpoint_without_mtp_layers_loads",
+        script="docs/repro/finding_7_vllm_mellum_mtp_none.py",
         # measured (swa-harness vllm-matrix --suite findings): vLLM 0.22.1-0.31.0 load Mellum with a native model that
         # does not read the MTP count; 0.32.0 serves it through the transformers backend again
-        ("0.18.1", "0.19.1", "0.20.2", "0.21.0", "0.32.0"),
+        has_it=("0.18.1", "0.19.1", "0.20.2", "0.21.0", "0.32.0"),
         says=r"vLLM cannot load a Mellum checkpoint whose config\.json says num_nextn_predict_layers: .*TypeError",
         isolated=True,
     ),
     Finding(
         8,
-        "sglang",
-        "a paged decode that does not fit loses a page of the full pool",
-        "suites/findings/test_finding_8_sglang.py::test_a_decode_that_does_not_fit_takes_nothing",
-        "docs/repro/finding_8_sglang_decode_loses_a_page.py",
-        ("0.5.22", "0.5.23"),  # measured; before 0.5.22 the paged alloc_decode is a Triton kernel (CPU-unreachable)
+        engine="sglang",
+        title="a paged decode that does not fit loses a page of the full pool",
+        test="suites/findings/test_finding_8_sglang.py::test_a_decode_that_does_not_fit_takes_nothing",
+        script="docs/repro/finding_8_sglang_decode_loses_a_page.py",
+        has_it=(
+            "0.5.22",
+            "0.5.23",
+        ),  # measured; before 0.5.22 the paged alloc_decode is a Triton kernel (CPU-unreachable)
         says=r"a refused decode took slots: available \(full, SWA\)",
     ),
     Finding(
         12,
-        "sglang",
-        "a prefill chunk's checkpoint leaves its pages in the radix tree unlocked: an eviction hands them to another "
+        engine="sglang",
+        title="a prefill chunk's checkpoint leaves its pages in the radix tree unlocked: an eviction hands them to another "
         "request",
-        "suites/findings/test_finding_12_sglang.py::test_a_chunk_checkpoint_keeps_the_running_requests_slots_locked",
-        "docs/repro/finding_12_sglang_chunk_checkpoint_unlocks.py",
-        ("0.5.22",),  # measured; fixed in 0.5.23; before 0.5.22 the scene's API is not there
+        test="suites/findings/test_finding_12_sglang.py::test_a_chunk_checkpoint_keeps_the_running_requests_slots_locked",
+        script="docs/repro/finding_12_sglang_chunk_checkpoint_unlocks.py",
+        has_it=("0.5.22",),  # measured; fixed in 0.5.23; before 0.5.22 the scene's API is not there
         says=r"an eviction freed them and another request was handed slots .* which the running request still reads",
     ),
 )

@@ -116,9 +116,10 @@ def test_the_engine_under_test_and_the_server_kinds_keep_their_names() -> None:
 # The rooms of the jobs: one job each (a plan's model, its file, its text; the checks before a start; an arm's
 # session; judging; recording; the summary), none so large that a reader has to page through several jobs.
 JOBS_MAX_LINES = 500
-# Where a constructor of more than three arguments is called with keywords past its first (a name, an id, a status):
-# a reader sees which value is which.
-KEYWORD_CALLS = ("harness/jobs", "harness/faults", "harness/kill_record.py")
+# Where a harness class whose constructor takes more than three arguments is called with keywords past its first (a
+# name, an id, a status): a reader sees which value is which, and a field added or moved cannot shift the values into
+# the wrong fields unseen.
+KEYWORD_CALLS = ("harness", "bench", "suites")
 
 
 def test_no_module_of_jobs_is_over_500_lines() -> None:
@@ -144,17 +145,48 @@ def _constructor_arguments() -> dict[str, list[str]]:
     return out
 
 
+def _harness_bindings(tree: ast.Module, path: Path) -> tuple[dict[str, str], set[str]]:
+    """The names ``path`` binds to harness classes (bound name -> class name) and those it binds to harness modules.
+
+    A harness module's own classes, and whatever any module imports from ``harness`` (at its top or inside a
+    function): a class of bench's or a suite's own, or one of torch's or the standard library's, that merely shares a
+    harness class's name (bench's ``Row`` and ``Cell``, a suite's stand-in ``Req``, ``torch.nn.RMSNorm``) is not one.
+    """
+    classes = {node.name: node.name for node in tree.body if isinstance(node, ast.ClassDef)}
+    classes = classes if HARNESS in path.parents else {}
+    modules = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and (node.module or "").split(".")[0] == "harness":
+            for alias in node.names:
+                parts = REPO.joinpath(*f"{node.module}.{alias.name}".split("."))
+                if parts.with_suffix(".py").is_file() or (parts / "__init__.py").is_file():
+                    modules.add(alias.asname or alias.name)
+                else:
+                    classes[alias.asname or alias.name] = alias.name
+        elif isinstance(node, ast.Import):
+            modules |= {alias.asname or alias.name for alias in node.names if alias.name.split(".")[0] == "harness"}
+    return classes, modules
+
+
 def test_constructors_of_more_than_three_arguments_are_called_with_keywords() -> None:
+    # By class name: no two modules of harness define a class of one name (held above).
     arguments = _constructor_arguments()
     positional = []
     for place in KEYWORD_CALLS:
         paths = [REPO / place] if place.endswith(".py") else sorted((REPO / place).rglob("*.py"))
         for path in paths:
-            for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+            tree = ast.parse(path.read_text(), filename=str(path))
+            classes, modules = _harness_bindings(tree, path)
+            for node in ast.walk(tree):
                 if not isinstance(node, ast.Call) or len(node.args) <= 1:
                     continue
                 func = node.func
-                name = func.id if isinstance(func, ast.Name) else func.attr if isinstance(func, ast.Attribute) else ""
+                if isinstance(func, ast.Name):
+                    name = classes.get(func.id, "")
+                elif isinstance(func, ast.Attribute) and ast.unparse(func.value) in modules:
+                    name = func.attr
+                else:
+                    continue
                 if name[:1].isupper() and len(arguments.get(name, ())) > 3:
                     positional.append(f"{path.relative_to(REPO)}:{node.lineno} {name}({len(node.args)} positional)")
     assert not positional, "call these with keywords: " + "; ".join(positional)

@@ -222,7 +222,7 @@ class PoolAttentionBackend:
         for w, out in window_out.items():
             full = decode_window_full_indices(rt, req_pool_indices, seq_lens, w)
             out[:bs].copy_(self.pool.translate_fresh_loc(full.reshape(-1)).view(bs, w))
-        return DecodeMetadata(kv_out[:bs, :kv_len], {w: out[:bs] for w, out in window_out.items()})
+        return DecodeMetadata(kv_out[:bs, :kv_len], window_indices={w: out[:bs] for w, out in window_out.items()})
 
     def _extend_metadata(self, batch: ForwardBatch) -> list[ExtendRequestMetadata]:
         rt = self.req_to_token_pool.req_to_token
@@ -231,7 +231,13 @@ class PoolAttentionBackend:
             prefix = seq_len - new
             q_pos = torch.arange(prefix, seq_len, device=rt.device)[:, None]
             k_pos = self.positions[:seq_len][None, :]
-            meta = ExtendRequestMetadata(slice(start, start + new), rt[req, :seq_len], k_pos <= q_pos, {}, {})
+            meta = ExtendRequestMetadata(
+                slice(start, start + new),
+                full_slots=rt[req, :seq_len],
+                full_visible=k_pos <= q_pos,
+                window_slots={},
+                window_visible={},
+            )
             for w in self.windows:
                 first = int(window_start(prefix, w))
                 window_full.append(rt[req, first:seq_len])

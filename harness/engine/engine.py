@@ -320,11 +320,11 @@ class Engine:
             raise RequestError(f"request needs {need} KV slots but the full pool has only {self.runner.allocator.size}")
         req = Req(
             next(self._rids),
-            prompt_ids,
-            sampling,
-            list(forced_output_ids) if forced_output_ids else None,
-            return_logits,
-            prompt_logprobs,
+            prompt_ids=prompt_ids,
+            sampling=sampling,
+            forced_output_ids=list(forced_output_ids) if forced_output_ids else None,
+            return_logits=return_logits,
+            prompt_logprobs=prompt_logprobs,
         )
         if sampling.temperature > 0:
             req.generator = torch.Generator(device=self.runner.device).manual_seed(
@@ -532,15 +532,15 @@ class Engine:
         self._hits["cached_tokens"] += req.cached_tokens
         return GenerateOutput(
             req.rid,
-            req.prompt_ids,
-            req.output_ids,
-            req.text,
-            req.finish_reason,
-            req.matched_stop,
-            logits,
-            req.error,
-            req.cached_tokens,
-            prompt_logprobs,
+            prompt_ids=req.prompt_ids,
+            output_ids=req.output_ids,
+            text=req.text,
+            finish_reason=req.finish_reason,
+            matched_stop=req.matched_stop,
+            logits=logits,
+            error=req.error,
+            cached_tokens=req.cached_tokens,
+            prompt_logprobs=prompt_logprobs,
         )
 
     def run_until_done(self) -> list[GenerateOutput]:
@@ -606,8 +606,8 @@ class Engine:
             return CacheStats(enabled=False)
         return CacheStats(
             True,
-            cache.evictable_size() + cache.protected_size(),
-            cache.swa_evictable_size() + cache.swa_protected_size(),
+            tokens=cache.evictable_size() + cache.protected_size(),
+            swa_tokens=cache.swa_evictable_size() + cache.swa_protected_size(),
             **self._hits,
             evicted_tokens=self.scheduler.evicted.full,
             swa_evicted_tokens=self.scheduler.evicted.swa,

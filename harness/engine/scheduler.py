@@ -233,11 +233,11 @@ class Scheduler:
                 reqs.append(req)
                 lens.append(n)
                 budget -= n
-            return ScheduledBatch(ForwardMode.EXTEND, reqs, lens)
+            return ScheduledBatch(ForwardMode.EXTEND, reqs=reqs, extend_lens=lens)
         if self.speculative_tokens:
             return self._verify(list(self.running))
         decoding = [r for r in self.running if self._needs_token(r)]
-        return ScheduledBatch(ForwardMode.DECODE, decoding) if decoding else None
+        return ScheduledBatch(ForwardMode.DECODE, reqs=decoding) if decoding else None
 
     @staticmethod
     def _needs_token(req: Req) -> bool:
@@ -253,7 +253,9 @@ class Scheduler:
             greedy = req.forced_output_ids is not None or req.sampling.temperature < GREEDY_BELOW
             k = min(self.speculative_tokens, room) if greedy else 0
             drafts.append(propose_drafts(req.fill_ids, k))
-        return ScheduledBatch(ForwardMode.TARGET_VERIFY, reqs, [1 + len(d) for d in drafts], drafts)
+        return ScheduledBatch(
+            ForwardMode.TARGET_VERIFY, reqs=reqs, extend_lens=[1 + len(d) for d in drafts], drafts=drafts
+        )
 
     def build_forward_batch(self, sched: ScheduledBatch) -> ForwardBatch:
         """Allocate the new tokens' slots, record them in req_to_token, and describe the forward."""
@@ -322,7 +324,7 @@ class Scheduler:
         for req, n, seq_len in zip(sched.reqs, lens, seq_lens):
             finishing = seq_len == len(req.prompt_ids)
             if req.prompt_logprobs is not None:
-                sched.prompt_rows.append(PromptRows(req, len(rows), seq_len - n, n))
+                sched.prompt_rows.append(PromptRows(req, first=len(rows), position=seq_len - n, count=n))
                 rows += range(start, start + n)
                 if finishing and req.sampling.max_new_tokens:
                     sample_rows.append(len(rows) - 1)

@@ -332,7 +332,9 @@ def _points(
     previous: str | None = None
     for i, (entry, snap, verdict) in enumerate(zip(series, snapshots, verdicts)):
         changed = previous if verdict is not None and previous is not None and verdict != previous else None
-        points.append(TrendPoint(i + 1, entry, snap, changed, entry.run_id == current.run_id))
+        points.append(
+            TrendPoint(i + 1, entry=entry, snapshot=snap, changed_from=changed, current=entry.run_id == current.run_id)
+        )
         previous = verdict if verdict is not None else previous
     return points
 
@@ -359,12 +361,12 @@ def trend(history: History, current: HistoryEntry, limit: int = 20) -> Trend:
     others = sum(e.series != current.series for e in history.entries)
     return Trend(
         current.series,
-        tuple(tasks),
-        tuple(overall[window]),
-        _last_change(overall),
-        len(same),
-        others,
-        history.unreadable,
+        tasks=tuple(tasks),
+        overall=tuple(overall[window]),
+        since=_last_change(overall),
+        runs=len(same),
+        other_series=others,
+        unreadable=history.unreadable,
     )
 
 

@@ -243,7 +243,13 @@ def compare_item(item_id: str, on: TokenLogprobs, off: TokenLogprobs) -> ItemLog
         else:  # it left the treatment's top-k, so its logprob there is at most the k-th: a lower bound
             deltas.append(max(0.0, logprob - min(alternatives.values())))
     kls = [_bucket_kl(dict(off.top[i]), dict(on.top[i])) for i in range(comparable) if on.top[i] and off.top[i]]
-    return ItemLogprobDiff(item_id, comparable, parted, max(deltas, default=0.0), max(kls, default=0.0))
+    return ItemLogprobDiff(
+        item_id,
+        compared=comparable,
+        parted_at=parted,
+        max_abs_delta=max(deltas, default=0.0),
+        max_kl=max(kls, default=0.0),
+    )
 
 
 def judge_logprobs(
@@ -259,7 +265,16 @@ def judge_logprobs(
     parted = sum(i.parted_at is not None for i in items)
     verdict, reason = _verdict(items, missing, delta, kl, thresholds, key)
     return LogprobComparison(
-        len(items), missing, sum(i.compared for i in items), parted, delta, kl, verdict, reason, key, items
+        len(items),
+        missing=missing,
+        positions=sum(i.compared for i in items),
+        parted=parted,
+        delta=delta,
+        kl=kl,
+        verdict=verdict,
+        reason=reason,
+        key=key,
+        items=items,
     )
 
 

@@ -23,8 +23,10 @@ class TaskSpec:
 # under 5 pp (MDE 7.8 pp with no discordant pairs: AMBER), at N = 200 it can (3.9 pp), but only up to
 # 2 discordant pairs (3 give 5.2 pp: AMBER). GSM-style at N = 500: 1.6 pp, AMBER from 51 pairs.
 FROZEN_TASKS = {
-    "gsm_style": TaskSpec("gsm_style", "swa_gsm_style", "strict-match", 500),
-    "aime_style": TaskSpec("aime_style", "swa_aime_style", "strict-match", 200),
+    "gsm_style": TaskSpec("gsm_style", lm_eval_task="swa_gsm_style", primary_filter="strict-match", default_limit=500),
+    "aime_style": TaskSpec(
+        "aime_style", lm_eval_task="swa_aime_style", primary_filter="strict-match", default_limit=200
+    ),
 }
 
 

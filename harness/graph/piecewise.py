@@ -111,4 +111,6 @@ def capture_pieces(
     finally:
         last = segmenter.end()
     capture.pieces.append(last)
-    return PiecewiseGraph(capture.pieces, capture.breaks, output, input_addresses(static_inputs))
+    return PiecewiseGraph(
+        capture.pieces, breaks=capture.breaks, output=output, input_ptrs=input_addresses(static_inputs)
+    )

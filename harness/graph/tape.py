@@ -427,4 +427,11 @@ class TapeBackend:
         steps, constants = split_constants(recorder.steps, keep)
         once = {k for step in constants for k in step.writes if isinstance(k, int)}
         memory = GraphMemory(owned, self.arena, private=once)
-        return TapeGraph(steps, constants, output, static_inputs, recorder.ops_seen, memory)
+        return TapeGraph(
+            steps,
+            constants=constants,
+            output=output,
+            static_inputs=static_inputs,
+            ops_seen=recorder.ops_seen,
+            memory=memory,
+        )

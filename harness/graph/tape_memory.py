@@ -100,7 +100,7 @@ class OwnedStorages:
         if sid is None:
             return t
         self.last[sid] = max(self.last[sid], self.step)
-        return TensorRef(sid, t.dtype, tuple(t.shape), tuple(t.stride()), t.storage_offset())
+        return TensorRef(sid, dtype=t.dtype, shape=tuple(t.shape), stride=tuple(t.stride()), offset=t.storage_offset())
 
     def key(self, t: torch.Tensor) -> Any:
         """A storage's identity for write tracking: its sid if the graph owns it, else its address."""

@@ -30,47 +30,68 @@ def _cache(read: Callable[[PoolOccupancy], float]) -> Callable[[WorkerStats, Poo
 
 
 METRICS: tuple[Metric, ...] = (
-    Metric("num_requests_total", "counter", "Prompts served with a result.", lambda s, _: s.requests_served),
-    Metric("num_failed_requests_total", "counter", "Prompts refused or lost.", lambda s, _: s.requests_failed),
-    Metric("generation_tokens_total", "counter", "Tokens generated.", lambda s, _: s.generated_tokens),
-    Metric("engine_failures_total", "counter", "Engine steps that raised.", lambda s, _: s.engine_failures),
-    Metric("num_running_reqs", "gauge", "Requests in the engine now.", lambda s, _: s.running),
+    Metric(
+        "num_requests_total", kind="counter", help="Prompts served with a result.", value=lambda s, _: s.requests_served
+    ),
+    Metric(
+        "num_failed_requests_total",
+        kind="counter",
+        help="Prompts refused or lost.",
+        value=lambda s, _: s.requests_failed,
+    ),
+    Metric("generation_tokens_total", kind="counter", help="Tokens generated.", value=lambda s, _: s.generated_tokens),
+    Metric(
+        "engine_failures_total", kind="counter", help="Engine steps that raised.", value=lambda s, _: s.engine_failures
+    ),
+    Metric("num_running_reqs", kind="gauge", help="Requests in the engine now.", value=lambda s, _: s.running),
     Metric(
         "prompt_tokens_total",
-        "counter",
-        "Prompt tokens of every admitted request.",
-        _cache(lambda p: p.prefix_cache.prompt_tokens),
+        kind="counter",
+        help="Prompt tokens of every admitted request.",
+        value=_cache(lambda p: p.prefix_cache.prompt_tokens),
     ),
     Metric(
         "cached_tokens_total",
-        "counter",
-        "Prompt tokens served from the prefix cache.",
-        _cache(lambda p: p.prefix_cache.cached_tokens),
+        kind="counter",
+        help="Prompt tokens served from the prefix cache.",
+        value=_cache(lambda p: p.prefix_cache.cached_tokens),
     ),
     Metric(
         "evicted_tokens_total",
-        "counter",
-        "Tokens whose full KV the prefix cache evicted.",
-        _cache(lambda p: p.prefix_cache.evicted_tokens),
+        kind="counter",
+        help="Tokens whose full KV the prefix cache evicted.",
+        value=_cache(lambda p: p.prefix_cache.evicted_tokens),
     ),
     Metric(
         "swa_evicted_tokens_total",
-        "counter",
-        "Tokens whose live SWA KV the prefix cache evicted (with their node or tombstoned).",
-        _cache(lambda p: p.prefix_cache.swa_evicted_tokens),
+        kind="counter",
+        help="Tokens whose live SWA KV the prefix cache evicted (with their node or tombstoned).",
+        value=_cache(lambda p: p.prefix_cache.swa_evicted_tokens),
     ),
     Metric(
         "swa_tombstoned_tokens_total",
-        "counter",
-        "Tokens an eviction tombstoned: SWA KV freed, full KV kept.",
-        _cache(lambda p: p.prefix_cache.swa_tombstoned_tokens),
+        kind="counter",
+        help="Tokens an eviction tombstoned: SWA KV freed, full KV kept.",
+        value=_cache(lambda p: p.prefix_cache.swa_tombstoned_tokens),
     ),
-    Metric("cache_tokens", "gauge", "Tokens whose full KV the tree holds.", _cache(lambda p: p.prefix_cache.tokens)),
     Metric(
-        "swa_cache_tokens", "gauge", "Tokens whose SWA KV the tree holds.", _cache(lambda p: p.prefix_cache.swa_tokens)
+        "cache_tokens",
+        kind="gauge",
+        help="Tokens whose full KV the tree holds.",
+        value=_cache(lambda p: p.prefix_cache.tokens),
     ),
-    Metric("full_used_tokens", "gauge", "Full slots running requests hold.", _cache(lambda p: p.full.used)),
-    Metric("swa_used_tokens", "gauge", "SWA slots running requests hold.", _cache(lambda p: p.swa.used)),
+    Metric(
+        "swa_cache_tokens",
+        kind="gauge",
+        help="Tokens whose SWA KV the tree holds.",
+        value=_cache(lambda p: p.prefix_cache.swa_tokens),
+    ),
+    Metric(
+        "full_used_tokens", kind="gauge", help="Full slots running requests hold.", value=_cache(lambda p: p.full.used)
+    ),
+    Metric(
+        "swa_used_tokens", kind="gauge", help="SWA slots running requests hold.", value=_cache(lambda p: p.swa.used)
+    ),
 )
 
 

@@ -207,7 +207,9 @@ def parse_completion(body: Any, limits: Limits) -> CompletionRequest:
         raise ApiError("echo=true is not supported with stream=true; send one or the other", param="echo")
     if stream is not None and logprobs is not None:
         raise ApiError("logprobs are not supported with stream=true; send one or the other", param="logprobs")
-    return CompletionRequest(prompts, _model(body), gen, logprobs, by_id, stream, echo)
+    return CompletionRequest(
+        prompts, model=_model(body), gen=gen, logprobs=logprobs, by_token_id=by_id, stream=stream, echo=echo
+    )
 
 
 def parse_chat(body: Any, limits: Limits) -> ChatRequest:
@@ -237,7 +239,7 @@ def parse_chat(body: Any, limits: Limits) -> ChatRequest:
     gen = _generation(
         body, limits, max_tokens=max_completion if max_completion is not None else max_tokens, max_tokens_param=param
     )
-    return ChatRequest(messages, _model(body), gen, _stream(body))
+    return ChatRequest(messages, model=_model(body), gen=gen, stream=_stream(body))
 
 
 # -- shared fields -------------------------------------------------------------------------------

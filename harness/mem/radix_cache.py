@@ -135,7 +135,7 @@ class RadixCache:
         self._new_tree()
 
     def _new_tree(self) -> None:
-        self.root = TreeNode([], torch.empty(0, dtype=LOC_DTYPE, device=self.allocator.device), 0)
+        self.root = TreeNode([], value=torch.empty(0, dtype=LOC_DTYPE, device=self.allocator.device), end=0)
         self.root.full_lock_ref = 1  # never evicted
         self._evictable = self._protected = self._swa_evictable = self._swa_protected = 0
         self._slots: TreeSlots | None = None  # rule 9: tree_slots' answer until a node comes, goes or changes state
@@ -249,9 +249,9 @@ class RadixCache:
         """Cut ``child`` after its first ``n`` tokens; the new upper node is returned, ``child`` keeps the rest."""
         upper = TreeNode(
             child.key[:n],
-            child.value[:n],
-            child.start + n,
-            child.parent,
+            value=child.value[:n],
+            end=child.start + n,
+            parent=child.parent,
             swa_tombstone=child.swa_tombstone,
             full_lock_ref=child.full_lock_ref,
             last_access=child.last_access,
@@ -449,9 +449,9 @@ class RadixCache:
     ) -> TreeNode:
         node = TreeNode(
             list(key[start:end]),
-            values[start:end].clone(),
-            end,
-            parent,
+            value=values[start:end].clone(),
+            end=end,
+            parent=parent,
             swa_tombstone=tombstone,
             last_access=next(self._clock),
         )

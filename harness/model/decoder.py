@@ -31,13 +31,15 @@ class DecoderLayer(nn.Module):
     ):
         super().__init__()
         hidden, eps, gemma = config.hidden_size, config.rms_norm_eps, config.gemma_norm
-        self.input_norm = RMSNorm(hidden, eps, gemma, dtype, device)
-        self.attn = SelfAttention(config, layer_id, dtype, device)
-        self.pre_mlp_norm = RMSNorm(hidden, eps, gemma, dtype, device)
-        self.mlp = GatedMLP(hidden, config.intermediate_size, config.hidden_act, dtype, device)
+        self.input_norm = RMSNorm(hidden, eps=eps, gemma=gemma, dtype=dtype, device=device)
+        self.attn = SelfAttention(config, layer_id=layer_id, dtype=dtype, device=device)
+        self.pre_mlp_norm = RMSNorm(hidden, eps=eps, gemma=gemma, dtype=dtype, device=device)
+        self.mlp = GatedMLP(
+            hidden, intermediate_size=config.intermediate_size, act=config.hidden_act, dtype=dtype, device=device
+        )
         if config.sandwich_norm:
-            self.post_attn_norm = RMSNorm(hidden, eps, gemma, dtype, device)
-            self.post_mlp_norm = RMSNorm(hidden, eps, gemma, dtype, device)
+            self.post_attn_norm = RMSNorm(hidden, eps=eps, gemma=gemma, dtype=dtype, device=device)
+            self.post_mlp_norm = RMSNorm(hidden, eps=eps, gemma=gemma, dtype=dtype, device=device)
         else:
             self.post_attn_norm = self.post_mlp_norm = None
 

@@ -63,12 +63,19 @@ class HybridSWAForCausalLM(nn.Module):
             self.register_buffer("final_softcap", cap, persistent=False)
         else:
             self.final_softcap = None
-        self.layers = nn.ModuleList(DecoderLayer(config, i, dtype, device) for i in range(config.num_hidden_layers))
-        self.norm = RMSNorm(config.hidden_size, config.rms_norm_eps, config.gemma_norm, dtype, device)
+        self.layers = nn.ModuleList(
+            DecoderLayer(config, layer_id=i, dtype=dtype, device=device) for i in range(config.num_hidden_layers)
+        )
+        self.norm = RMSNorm(
+            config.hidden_size, eps=config.rms_norm_eps, gemma=config.gemma_norm, dtype=dtype, device=device
+        )
 
         # One table per distinct RoPE (Gemma3: local and global bases).
         ropes = list(dict.fromkeys(config.rope_for(i) for i in range(config.num_hidden_layers)))
-        self.rotary = nn.ModuleList(RotaryTables(r, config.head_dim, self.max_positions, dtype, device) for r in ropes)
+        self.rotary = nn.ModuleList(
+            RotaryTables(r, head_dim=config.head_dim, max_positions=self.max_positions, dtype=dtype, device=device)
+            for r in ropes
+        )
         self.layer_rope = tuple(ropes.index(config.rope_for(i)) for i in range(config.num_hidden_layers))
         self.kernels: dict[str, Callable[..., None] | None] = {"gelu_tanh_and_mul": None, "rms_norm": None}
 

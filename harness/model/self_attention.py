@@ -46,7 +46,9 @@ class SelfAttention(nn.Module):
         self.o = linear_weight(config.hidden_size, h * d, dtype, device)
         self.o_bias = param(config.hidden_size) if config.attention_bias else None
         self.qk_norm = (
-            RMSNorm((h + kvh, d), config.rms_norm_eps, config.gemma_norm, dtype, device) if config.qk_norm else None
+            RMSNorm((h + kvh, d), eps=config.rms_norm_eps, gemma=config.gemma_norm, dtype=dtype, device=device)
+            if config.qk_norm
+            else None
         )
 
     def forward(self, x: torch.Tensor, rope: Rope, attention: AttentionBackend, batch: Any) -> torch.Tensor:

@@ -2003,7 +2003,7 @@ def score(run: MutationRun, table: dict[str, Classified] | None = None) -> Score
     equivalent = sum(1 for r in run.results if r.status != "killed" and _kind(table, r.mutant.id) == "equivalent")
     open_ = sum(1 for r in run.results if r.status in ("survived", "unreached") and r.mutant.id not in table)
     killed = sum(1 for r in run.results if r.status == "killed")
-    return Score(killed, len(run.results) - equivalent, equivalent, open_)
+    return Score(killed, counted=len(run.results) - equivalent, equivalent=equivalent, unclassified=open_)
 
 
 def _kind(table: dict[str, Classified], mutant_id: str) -> Kind | None:

@@ -49,11 +49,11 @@ def _kill_matrix_file(source: str, target: str, data: Any, error: str | None) ->
     if error is None and not isinstance(data, Mapping):
         error = f"expected a JSON object, got {type(data).__name__}"
     if error is not None:
-        return KillMatrixFile(source, target, None, error)
+        return KillMatrixFile(source, target=target, matrix=None, error=error)
     try:
-        return KillMatrixFile(source, target, KillMatrix.from_json(data))
+        return KillMatrixFile(source, target=target, matrix=KillMatrix.from_json(data))
     except MALFORMED as exc:
-        return KillMatrixFile(source, target, None, f"malformed: {type(exc).__name__}: {exc}")
+        return KillMatrixFile(source, target=target, matrix=None, error=f"malformed: {type(exc).__name__}: {exc}")
 
 
 def load_kill_matrices(primary: Path | None) -> list[KillMatrixFile]:
@@ -106,11 +106,13 @@ def load_mutation_runs(kill_matrix: Path | None) -> list[MutationRunFile]:
         try:
             run = mutation_record.load(path)
         except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:  # unreadable, or not JSON
-            out.append(MutationRunFile(str(path), suffix, None, f"{type(exc).__name__}: {exc}"))
+            out.append(MutationRunFile(str(path), target=suffix, run=None, error=f"{type(exc).__name__}: {exc}"))
         except MALFORMED as exc:  # JSON of another shape
-            out.append(MutationRunFile(str(path), suffix, None, f"malformed: {type(exc).__name__}: {exc}"))
+            out.append(
+                MutationRunFile(str(path), target=suffix, run=None, error=f"malformed: {type(exc).__name__}: {exc}")
+            )
         else:
-            out.append(MutationRunFile(str(path), str(run.target or suffix), run))
+            out.append(MutationRunFile(str(path), target=str(run.target or suffix), run=run))
     return out
 
 
@@ -241,11 +243,11 @@ def load_release_matrix(path: Path | None = DEFAULT_RELEASE_MATRIX) -> ReleaseMa
     if error is None and not (isinstance(data, Mapping) and isinstance(data.get("rows"), list)):
         error = "expected an object with rows (swa-harness sglang-matrix)"
     if error is not None:
-        return ReleaseMatrix(str(path), error)
+        return ReleaseMatrix(str(path), error=error)
     try:
         return ReleaseMatrix.parse(str(path), data)
     except MALFORMED as exc:
-        return ReleaseMatrix(str(path), f"malformed: {type(exc).__name__}: {exc}")
+        return ReleaseMatrix(str(path), error=f"malformed: {type(exc).__name__}: {exc}")
 
 
 # -- provenance ------------------------------------------------------------------------------------------

@@ -171,7 +171,7 @@ def launch(
         daemon=True,
     )
     reader.start()
-    server = ServerProcess(proc, log_path, reader, children, grace_s)
+    server = ServerProcess(proc, log_path=log_path, reader=reader, children=children, grace_s=grace_s)
 
     deadline = time.monotonic() + timeout
     while True:

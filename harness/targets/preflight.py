@@ -34,26 +34,26 @@ class Needs:
 
 SGLANG_SUITES = Needs(
     "the SGLang memory suites",
-    "sglang",
-    (
+    package="sglang",
+    modules=(
         "sglang.srt.mem_cache.swa_memory_pool",  # the pool and (before 0.5.13) its allocator
         "sglang.srt.mem_cache.radix_cache",
         "sglang.srt.managers.schedule_batch",  # the prefix cache's requests
     ),
-    "nox -s sglang",
+    builds="nox -s sglang",
     setup="from harness.targets.target import load_target; load_target('sglang')",  # the suites' ``target`` fixture
 )
 SGLANG_SERVER = Needs(
     "an SGLang server",
-    "sglang",
-    ("uvicorn", "fastapi", "xgrammar", "sglang.srt.server_args"),  # its HTTP stack, grammar backend, flags
-    "nox -s sglang_server",
+    package="sglang",
+    modules=("uvicorn", "fastapi", "xgrammar", "sglang.srt.server_args"),  # its HTTP stack, grammar backend, flags
+    builds="nox -s sglang_server",
     setup="from harness.targets.sglang.imports import import_sglang; import_sglang(any_version=True)",
 )
 VLLM_SUITES = Needs(
     "the vLLM suites",
-    "vllm",
-    (
+    package="vllm",
+    modules=(
         "vllm.v1.core.kv_cache_utils",
         "vllm.v1.core.single_type_kv_cache_manager",
         "vllm.v1.kv_cache_interface",
@@ -61,9 +61,11 @@ VLLM_SUITES = Needs(
         "vllm.v1.utils",
         "harness.targets.vllm.adapters",
     ),
-    "nox -s vllm",
+    builds="nox -s vllm",
 )
-VLLM_SERVER = Needs("a vLLM server", "vllm", ("vllm.entrypoints.openai.api_server",), "nox -s vllm")
+VLLM_SERVER = Needs(
+    "a vLLM server", package="vllm", modules=("vllm.entrypoints.openai.api_server",), builds="nox -s vllm"
+)
 SERVERS: dict[str, Needs] = {"sglang": SGLANG_SERVER, "vllm": VLLM_SERVER}  # by server kind
 
 # What a release overlay takes from its base venv (harness/targets/sglang/releases.py) is every import dependency of

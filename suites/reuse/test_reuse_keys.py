@@ -61,7 +61,15 @@ def _run(ckpt: Path, tmp_path: Path) -> tuple[ArmRun, EvalStep]:
 
 def _identity(**raw: Any) -> ServedIdentity:
     raw = {**SERVED, **raw}
-    return ServedIdentity("harness", "abc", "swa-harness", "sha256:w", "sha256:t", {"graphs": raw["graph_mode"]}, raw)
+    return ServedIdentity(
+        "harness",
+        version="abc",
+        model="swa-harness",
+        weights="sha256:w",
+        tokenizer="sha256:t",
+        flags={"graphs": raw["graph_mode"]},
+        raw=raw,
+    )
 
 
 Change = Callable[[ArmRun, EvalStep, ServedIdentity | None, Path], tuple[ArmRun, EvalStep, ServedIdentity | None]]
@@ -230,7 +238,7 @@ def test_a_source_patch_named_in_the_env_is_keyed_by_its_content(ckpt: Path, tas
 
 def test_a_server_that_reports_nothing_is_keyed_by_what_it_was_launched_with(ckpt: Path, tasks: Path) -> None:
     run, step = _run(ckpt, tasks)
-    silent = ServedIdentity("sglang", "unknown", "swa-harness")
+    silent = ServedIdentity("sglang", version="unknown", model="swa-harness")
     key = response_key(run, step, silent)
     assert "launched" in key.served and run.arm.graphs in key.served
     other = replace(run, arm=replace(run.arm, graphs="eager"))
@@ -313,14 +321,14 @@ def _entry(**change: Any) -> HistoryEntry:
         node[leaf] = value
     return HistoryEntry(
         "r",
-        "2026-03-01T00:00:00+00:00",
-        "GREEN",
-        "why",
-        fields["model"],
-        fields["fault"],
-        fields["engine"],
-        (),
-        provenance_,
+        recorded_at="2026-03-01T00:00:00+00:00",
+        verdict="GREEN",
+        reason="why",
+        model=fields["model"],
+        fault=fields["fault"],
+        engine=fields["engine"],
+        tasks=(),
+        provenance=provenance_,
     )
 
 

@@ -117,11 +117,11 @@ def test_a_loc_buffer_refilled_between_forwards_is_translated_afresh(engine, cas
         while any(not r.prefill_done for r in decoders):
             engine.step()
         if case.first_graph:
-            first = ScheduledBatch(ForwardMode.DECODE, decoders[:k])
+            first = ScheduledBatch(ForwardMode.DECODE, reqs=decoders[:k])
         else:
             engine.add_request(list(range(10, 10 + k)), SamplingParams(max_new_tokens=2, ignore_eos=True))
             first = sched.schedule()  # an eager extend of exactly k tokens
-        second = ScheduledBatch(ForwardMode.DECODE, decoders[-k:])
+        second = ScheduledBatch(ForwardMode.DECODE, reqs=decoders[-k:])
         batches = [sched.build_forward_batch(first), sched.build_forward_batch(second)]  # all allocation done
         static_loc = batches[0].out_cache_loc.clone()
         mapping = engine.runner.allocator.full_to_swa_index_mapping

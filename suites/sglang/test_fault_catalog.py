@@ -39,11 +39,13 @@ def test_an_edit_whose_text_moved_fails_loudly(installed):
 
     gone = SGLangFault(
         "moved",
-        "#0",
-        "",
-        "",
-        "",
-        (SourceEdit("sglang.srt.mem_cache.kv_loc_plan.pad_with_sink", "this line is not in the function", "pass"),),
+        seed="#0",
+        breaks="",
+        user_sees="",
+        invariant="",
+        edits=(
+            SourceEdit("sglang.srt.mem_cache.kv_loc_plan.pad_with_sink", "this line is not in the function", "pass"),
+        ),
     )
     clean = resolve("sglang.srt.mem_cache.kv_loc_plan.pad_with_sink").__code__
     with pytest.raises(PatchApplicationError):

@@ -25,7 +25,7 @@ def test_each_fault_applies_differs_and_restores(fault_id):
 def test_an_edit_whose_text_moved_fails_loudly_and_changes_nothing():
     applies = VLLM_FAULTS["vllm-swa-sweep-late-at-block-boundary"].edits[0]
     moved = SourceEdit("vllm.v1.worker.block_table.BlockTable.move_row", "this line is not in the function", "pass")
-    fault = VLLMFault("moved", "#0", "", "", "", (applies, moved))
+    fault = VLLMFault("moved", seed="#0", breaks="", user_sees="", invariant="", edits=(applies, moved))
     clean = {e.target: resolve(e.target).__code__ for e in fault.edits}
     with pytest.raises(SourcePatchError, match="BlockTable.move_row: the match 'this line is not in the function'"):
         with inject(fault):

