@@ -4,7 +4,7 @@ The tape engine of ``bench.bench_engine`` (same checkpoint and limits) with the 
 interleaved: each run decodes ``--new-tokens`` for a batch of prompts that the cache has served before (with the cache
 on, the tree holds the previous run's sequences, so the pool fills and the tree evicts mid-run, as in the engine
 bench). The host functions that differ between the two are timed on the thread's CPU clock around every call, summed
-per run, and their medians compared: on minus off is what the cache costs each part of a run. The decode time of the
+per run, decode isolated as for the run as a whole, and their medians compared: on minus off is what the cache costs each part of a run. The decode time of the
 run as a whole (``t(new) - t(1)``, as the engine bench isolates it) is reported beside them. The timers wrap class
 attributes for the length of the bench and cost about half a microsecond a call (about 0.3 ms a run at batch 32).
 
@@ -26,6 +26,7 @@ import torch
 from bench.bench_engine import default_checkpoint, prompts_for
 from bench.common import markdown_table, write_section
 from harness.engine import Engine, EngineConfig, SamplingParams
+from harness.engine.model_runner import ModelRunner
 from harness.engine.scheduler import Scheduler
 from harness.graph.runner import GraphRunner
 from harness.mem.radix_cache import RadixCache
@@ -41,6 +42,7 @@ class Timed:
 # Nested rows are part of the row above them (an eviction runs inside ``_make_room``, the tree's slide inside the
 # scheduler's).
 TIMED = (
+    Timed("engine step (everything below, and sampling)", Engine, "step"),
     Timed("schedule (admission: the tree's match at a run's start)", Scheduler, "schedule"),
     Timed("make room: evictions and their ledger", Scheduler, "_make_room"),
     Timed("  of which the tree's evict", RadixCache, "evict"),
@@ -50,7 +52,8 @@ TIMED = (
     Timed("  of which lock floors (_follow_window)", RadixCache, "_follow_window"),
     Timed("prefill checkpoints (cache_unfinished_req)", RadixCache, "cache_unfinished_req"),
     Timed("release (cache on: the finished request's insert)", Scheduler, "release"),
-    Timed("tape replay (the forward)", GraphRunner, "replay"),
+    Timed("model runner forward (inputs, KV indices, window translation, the forward)", ModelRunner, "forward"),
+    Timed("  of which the tape replay", GraphRunner, "replay"),
 )
 
 
@@ -106,18 +109,21 @@ def main() -> None:
     with timers(spent, current):
         for run in range(args.runs + 1):
             for name, engine in engines.items():
-                current[0] = "first token"
-                c0 = time.thread_time()
-                engine.generate(prompts, SamplingParams(max_new_tokens=1, ignore_eos=True))
-                c1 = time.thread_time()
-                current[0] = name if run else "warm-up"
-                before = {t.label: spent[name, t.label] for t in TIMED}
-                engine.generate(prompts, SamplingParams(max_new_tokens=args.new_tokens, ignore_eos=True))
-                c2 = time.thread_time()
+                runs = {}
+                for new in (1, args.new_tokens):  # decode = the long run less the one-token run, per function too
+                    current[0] = f"{name} {new}" if run else "warm-up"
+                    before = {t.label: spent[current[0], t.label] for t in TIMED}
+                    start = time.thread_time()
+                    engine.generate(prompts, SamplingParams(max_new_tokens=new, ignore_eos=True))
+                    runs[new] = (
+                        time.thread_time() - start,
+                        {t.label: spent[current[0], t.label] - before[t.label] for t in TIMED},
+                    )
                 if run:
-                    decode[name].append((c2 - c1) - (c1 - c0))
+                    (short, short_fns), (long, long_fns) = runs[1], runs[args.new_tokens]
+                    decode[name].append(long - short)
                     for t in TIMED:
-                        per_run[name, t.label].append(spent[name, t.label] - before[t.label])
+                        per_run[name, t.label].append(long_fns[t.label] - short_fns[t.label])
     ms = {name: statistics.median(v) * 1e3 for name, v in decode.items()}
     rows = [
         [
@@ -140,7 +146,8 @@ def main() -> None:
         f"Tape engine, batch {args.batch}, {args.prompt_len}-token prompts served from the cache before, "
         f"{args.new_tokens} new tokens, the cache on and off in {args.runs} interleaved runs after one warm-up each, "
         f"{args.threads} torch thread(s); milliseconds of thread CPU time per run, medians. A function's row counts "
-        "its calls in the whole run, prefill included (the decode row isolates decode as the engine bench does).\n\n"
+        "its calls in decode alone, isolated as the engine bench isolates the run's (the run of new tokens less "
+        "the run of one: prefill, its checkpoints and the first token cancel out).\n\n"
         + markdown_table(["function", "cache on ms", "cache off ms", "on - off ms"], rows)
     )
     print(body)

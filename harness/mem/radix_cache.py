@@ -225,6 +225,8 @@ class RadixCache:
         return tuple(key[pos : pos + self.page_size])
 
     def _common_len(self, node_key: list[int], key: Sequence[int], pos: int) -> int:
+        if key[pos : pos + len(node_key)] == node_key:  # the whole node: one comparison (an insert's duplicates)
+            return page_floor(len(node_key), self.page_size)
         n = 0
         for a, b in zip(node_key, key[pos:]):
             if a != b:
@@ -550,14 +552,14 @@ class RadixCache:
         """The node across ``boundary`` on the path to ``node`` when the slow path would split it there, drop the
         holder from the piece below and merge that piece into the parent (the parent below the old floor, its only
         child, the same full locks and SWA state, the same SWA holders as the piece once it lets go); else None."""
-        across = node
-        while across is not self.root and across.start >= boundary:
+        across, root = node, self.root
+        while across is not root and across.end - len(across.key) >= boundary:
             across = across.parent
-        parent = across.parent
-        if across is self.root or parent is self.root or not across.start < boundary < across.end:
+        parent, start = across.parent, across.end - len(across.key)
+        if across is root or parent is root or not start < boundary < across.end:
             return None
         held = across.swa_locks
-        if across.start > old or held[old] <= 0:
+        if start > old or held[old] <= 0:
             return None
         if len(held) == 1 and held[old] == 1:  # the common case: this lock alone holds the node
             return across if self._joins(parent, across, _NO_HOLDERS) else None
@@ -568,14 +570,15 @@ class RadixCache:
     def _shift_below(self, across: TreeNode, boundary: int) -> None:
         """Move ``across``'s tokens below ``boundary`` to its parent (``_shift_candidate`` said they merge there); the
         tokens leave the holder's pin, so live SWA KV that no holder keeps becomes evictable."""
-        parent, n = across.parent, boundary - across.start
-        if across.swa_live and not parent.swa_lock_ref:
+        parent, key, value = across.parent, across.key, across.value
+        n = boundary - (across.end - len(key))
+        if not across.swa_tombstone and not parent.swa_lock_ref:
             self._swa_protected -= n
             self._swa_evictable += n
-        del parent.children[self._child_key(across.key, 0)]
-        parent.key, parent.value = parent.key + across.key[:n], torch.cat((parent.value, across.value[:n]))
+        del parent.children[self._child_key(key, 0)]
+        parent.key, parent.value = parent.key + key[:n], torch.cat((parent.value, value[:n]))
         parent.end, parent.last_access = boundary, max(parent.last_access, across.last_access)
-        across.key, across.value = across.key[n:], across.value[n:]
+        across.key, across.value = key[n:], value[n:]
         parent.children[self._child_key(across.key, 0)] = across
 
     def _joins(self, parent: TreeNode, node: TreeNode, swa_locks: Counter[int]) -> bool:
