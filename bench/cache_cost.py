@@ -4,9 +4,11 @@ The tape engine of ``bench.bench_engine`` (same checkpoint and limits) with the 
 interleaved: each run decodes ``--new-tokens`` for a batch of prompts that the cache has served before (with the cache
 on, the tree holds the previous run's sequences, so the pool fills and the tree evicts mid-run, as in the engine
 bench). The host functions that differ between the two are timed on the thread's CPU clock around every call, summed
-per run, decode isolated as for the run as a whole, and their medians compared: on minus off is what the cache costs each part of a run. The decode time of the
-run as a whole (``t(new) - t(1)``, as the engine bench isolates it) is reported beside them. The timers wrap class
-attributes for the length of the bench and cost about half a microsecond a call (about 0.3 ms a run at batch 32).
+per run with decode isolated (the run of new tokens less the run of one, ``t(new) - t(1)``, as the engine bench
+isolates it), and their medians compared: on minus off is what the cache costs each part of a run. The decode time of
+the run as a whole is reported beside them. The timers wrap class
+attributes for the length of the bench; each call pays two clock reads and a dict update, so a row of a function
+called often (the lock floors: some 480 calls a run) carries that cost too.
 
     python -m bench.cache_cost [--batch 32] [--runs 8] [--write]
 """
@@ -58,7 +60,7 @@ TIMED = (
 
 
 @contextmanager
-def timers(spent: dict[str, float], current: list[str]) -> Iterator[None]:
+def timers(spent: dict[tuple[str, str], float], current: list[str]) -> Iterator[None]:
     """Wrap every ``TIMED`` attribute; each call adds its thread CPU time to ``spent[(current[0], label)]``."""
     originals = [(t.owner, t.attr, t.owner.__dict__[t.attr]) for t in TIMED]
 
