@@ -9,7 +9,7 @@ import torch
 
 from harness.mem import HybridPoolSpec, PoolError, build_hybrid_pool
 from harness.mem.eviction import Evicted, evict_measured
-from harness.mem.radix_cache import RadixCache
+from harness.mem.radix_cache import RadixCache, joined
 from suites.prefix.machines import SimReq
 
 W = 4
@@ -313,3 +313,21 @@ def test_one_slide_for_the_step_frees_exactly_what_a_slide_per_request_freed(pag
     assert states[1]["requests"] != before["requests"] and states[1]["sizes"] != before["sizes"], "nothing slid"
     freed_pages = len(states[1]["free swa pages"]) - len(before["free swa pages"])
     assert freed_pages * page_size == batch[0].numel() > 0, "the free SWA pages grew by other than what was freed"
+
+
+@pytest.mark.parametrize("n", [None, 0, 1, 3])
+def test_joined_values_read_as_torch_cat_and_halves_of_one_split_join_without_a_copy(n):
+    """The floor's shift and a merge join two node values (issue 58). Two halves of one split join as a wider view of
+    the first, sharing its storage; values from two storages, or not adjacent in one, are copied by ``torch.cat``; the
+    values read the same either way."""
+    whole = torch.arange(10, 20, dtype=torch.int32)
+    upper, lower = whole[:4], whole[4:]
+    expected = torch.cat((upper, lower if n is None else lower[:n]))
+    view = joined(upper, lower, n)
+    assert torch.equal(view, expected)
+    assert view.untyped_storage().data_ptr() == whole.untyped_storage().data_ptr()
+    apart = [(upper, lower.clone()), (whole[:3], whole[4:]), (whole[4:], whole[:4])]  # two storages; a gap; reversed
+    for a, b in apart:
+        out = joined(a, b, n)
+        assert torch.equal(out, torch.cat((a, b if n is None else b[:n])))
+        assert out.untyped_storage().data_ptr() not in {a.untyped_storage().data_ptr(), b.untyped_storage().data_ptr()}

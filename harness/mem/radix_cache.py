@@ -117,6 +117,22 @@ def page_floor(n: int, page_size: int) -> int:
     return n // page_size * page_size
 
 
+def joined(a: torch.Tensor, b: torch.Tensor, n: int | None = None) -> torch.Tensor:
+    """``torch.cat((a, b[:n]))`` of two node values. Where ``b`` continues ``a`` in one storage (the two halves of a
+    split, which is what the floor's shift and a merge usually join again), a wider view of ``a`` instead: the same
+    values without a copy or a new tensor (issue 58: the floor's shift joins a page a step for every request it
+    follows)."""
+    n = b.shape[0] if n is None else n
+    if (
+        b.storage_offset() == a.storage_offset() + a.shape[0]
+        and a.is_contiguous()
+        and b.is_contiguous()
+        and a.untyped_storage().data_ptr() == b.untyped_storage().data_ptr()
+    ):
+        return a.as_strided((a.shape[0] + n,), (1,))
+    return torch.cat((a, b[:n]))
+
+
 class RadixCache:
     """The harness's ``PrefixCache`` (``harness.mem.contracts``): see the module docstring for its rules."""
 
@@ -576,7 +592,7 @@ class RadixCache:
             self._swa_protected -= n
             self._swa_evictable += n
         del parent.children[self._child_key(key, 0)]
-        parent.key, parent.value = parent.key + key[:n], torch.cat((parent.value, value[:n]))
+        parent.key, parent.value = parent.key + key[:n], joined(parent.value, value, n)
         parent.end, parent.last_access = boundary, max(parent.last_access, across.last_access)
         across.key, across.value = key[n:], value[n:]
         parent.children[self._child_key(across.key, 0)] = across
@@ -601,7 +617,7 @@ class RadixCache:
         parent = node.parent
         if not self._joins(parent, node, node.swa_locks):
             return
-        node.key, node.value = parent.key + node.key, torch.cat((parent.value, node.value))
+        node.key, node.value = parent.key + node.key, joined(parent.value, node.value)
         node.parent, node.last_access = parent.parent, max(parent.last_access, node.last_access)
         node.parent.children[self._child_key(node.key, 0)] = node
 
