@@ -205,7 +205,9 @@ class _Recorder(TorchDispatchMode):
             out.copy_(result)
         owned = self.owned
         writes = tuple(owned.key(t) for t in (out, *iter_tensors(inputs)))  # the break may write its inputs
-        self._append(_Step(_run_break(run), (owned.ref(out), tuple(self._refs(inputs))), {}, writes=writes))
+        self._append(
+            _Step(func=_run_break(run), args=(owned.ref(out), tuple(self._refs(inputs))), kwargs={}, writes=writes)
+        )
         return out
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
@@ -241,7 +243,15 @@ class _Recorder(TorchDispatchMode):
             return
         if func._schema.is_mutable:  # in-place or out=: replaying writes into the same tensors
             writes = tuple(owned.key(t) for t in _written_args(func, args, kwargs))
-            self._append(_Step(func, self._refs(args), self._refs(kwargs), writes=writes, fast=mutating_binding(func)))
+            self._append(
+                _Step(
+                    func=func,
+                    args=self._refs(args),
+                    kwargs=self._refs(kwargs),
+                    writes=writes,
+                    fast=mutating_binding(func),
+                )
+            )
             for o in iter_tensors(outs):
                 owned.track(o)
             return
@@ -265,9 +275,9 @@ class _Recorder(TorchDispatchMode):
             out_func, args, out_kwargs = exact_substitute(out_func, args, out_kwargs)
             self._append(
                 _Step(
-                    out_func,
-                    self._refs(args),
-                    self._refs(out_kwargs),
+                    func=out_func,
+                    args=self._refs(args),
+                    kwargs=self._refs(out_kwargs),
                     writes=writes,
                     constant=constant,
                     fast=binding_for(out_func, args, out_kwargs),
@@ -277,9 +287,9 @@ class _Recorder(TorchDispatchMode):
             multi = isinstance(out, (tuple, list))
             self._append(
                 _Step(
-                    _compute_and_copy(func, multi),
-                    (self._refs(tuple(outs)), self._refs(args)),
-                    self._refs(kwargs),
+                    func=_compute_and_copy(func, multi),
+                    args=(self._refs(tuple(outs)), self._refs(args)),
+                    kwargs=self._refs(kwargs),
                     writes=writes,
                     constant=constant,
                 )

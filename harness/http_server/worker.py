@@ -302,10 +302,10 @@ class EngineWorker:
             raise RequestError("no prompts")
         loop = asyncio.get_running_loop()
         job = _Job(
-            list(prompts),
-            params,
-            loop,
-            loop.create_future(),
+            prompts=list(prompts),
+            params=params,
+            loop=loop,
+            future=loop.create_future(),
             return_logits=return_logits,
             prompt_logprobs=prompt_logprobs,
         )
@@ -325,7 +325,7 @@ class EngineWorker:
         if not prompts:
             raise RequestError("no prompts")
         loop = asyncio.get_running_loop()
-        job = _Job(list(prompts), params, loop, None, events=asyncio.Queue())
+        job = _Job(prompts=list(prompts), params=params, loop=loop, future=None, events=asyncio.Queue())
         events = job.events
         assert events is not None
         self._submit(job)
@@ -440,7 +440,7 @@ class EngineWorker:
         job.outputs = [None] * len(added)
         job.remaining = len(added)
         for i, req in enumerate(added):
-            self._inflight[req.rid] = _Entry(job, i, req)
+            self._inflight[req.rid] = _Entry(job=job, index=i, req=req)
         with self._lock:
             self._stats.running = len(self._inflight)
 
