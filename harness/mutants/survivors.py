@@ -46,21 +46,9 @@ _MANAGER_CTOR = (
     "forward them"
 )
 _WEAK = "a weakened assertion: it holds wherever the original holds, and every caller satisfies the original"
-_MAMBA = (
-    "fine-grained (partial) hash lookups need partial hash hits, which vLLM enables only with a Mamba 'align' group; "
-    "no suite builds one"
-)
-_PARTIAL_HIT = (
-    "a local hit that ends inside a block needs fine-grained (partial) hash hits, which vLLM enables only with a "
-    "Mamba 'align' group; no suite builds one"
-)
 _MAMBA_CONNECTOR = (
     "full_attention_group_id is read only by get_computed_blocks_for_connector on a model with Mamba layers and a KV "
     "connector; no suite builds one"
-)
-_MAMBA_RELOCATE = (
-    "is_block_writable is called only by the assertion in MambaManager._relocate_speculative_block "
-    "(single_type_kv_cache_manager.py 1912), for a Mamba 'align' group with speculative blocks; no suite builds one"
 )
 _PROMOTION = (
     "runs only when cache_full_blocks meets a block that already holds a partial tail entry (partial -> full "
@@ -70,8 +58,8 @@ _PROMOTION = (
 )
 _FULL_REPORT = (
     "events for reused prefix-cache blocks are emitted only for requests whose sampling extra_args set "
-    "kv_cache_report_mode 'full' (kv_cache_manager.py 302-310); no suite sets it. A test: such a request hits the "
-    "cache with events on, and its BlockStored lists every hit block with its tokens and extra keys"
+    "kv_cache_report_mode 'full' (kv_cache_manager.py 302-310); rule 7 of suites/vllm/test_cache_hits.py sets it "
+    "(every BlockStored field of a hit checked), for requests without multimodal items"
 )
 _MM_SCAN = (
     "curr_mm_idx only says where _gen_mm_extra_hash_keys starts scanning, and the scan skips every item that ends at "
@@ -79,23 +67,10 @@ _MM_SCAN = (
     "ending after block_start gives the same keys, and the index it returns is dropped (line 542). Items are sorted "
     "by offset, as both functions assume"
 )
-_NO_CACHING = (
-    "get_new_blocks' branch for prefix caching off; every suite enables caching. The state machine run with "
-    "enable_caching=False would reach it"
-)
 _HISPARSE = (
     "unpin_blocks, and the reuse watchers it sets that _notify_reuse reads, are used only by the HiSparse coordinator "
     "(hisparse/coordinator.py 368 and 894), which vLLM enables only on CUDA (config/vllm.py: 'HiSparse currently "
     "requires NVIDIA CUDA'); a direct CPU test of BlockPool.unpin_blocks could still reach it"
-)
-_EVICT = (
-    "evict_blocks runs only for the block ids a KV connector reports (scheduler.py 3413, through "
-    "KVCacheManager.evict_blocks); no suite drives a connector. A test: evict a cached block's id, the next lookup "
-    "misses it"
-)
-_UNITARY = (
-    "a model with one KV-cache group gets the UnitaryKVCacheCoordinator (line 1009); every suite model has two or "
-    "more groups"
 )
 _EXTERNAL_LATER = (
     "the external tokens' blocks are then left to allocate_new_blocks, which runs right after for every group "
@@ -255,7 +230,10 @@ SURVIVORS: dict[str, Classified] = {
         "gap-closed",
         "killed by suites/vllm/test_cache_hits.py, rules 1 and 4 (extra_keys holds one entry per stored hash) (reports/mutants-vllm.json, 2026-12-06)",
     ),
-    f"{_BP}:396:NumberReplacer:12": Classified("gap-open", "a one-block hit emits no event; " + _FULL_REPORT),
+    f"{_BP}:396:NumberReplacer:12": Classified(
+        "gap-closed",
+        "killed by suites/vllm/test_cache_hits.py, rule 7 (kv_cache_report_mode 'full': a one-block hit is stored too) (reports/mutants-vllm.json, 2026-12-06, the sixth run)",
+    ),
     f"{_BP}:396:NumberReplacer:13": Classified(
         "equivalent",
         "the only caller passes len() of a non-empty group's hit (kv_cache_coordinator.py 382-390), so "
@@ -273,7 +251,8 @@ SURVIVORS: dict[str, Classified] = {
         + _FULL_REPORT,
     ),
     f"{_BP}:423:ReplaceBinaryOperator_Mul_Add:5": Classified(
-        "gap-open", "the event's token_ids end at n + block_size instead of n * block_size; " + _FULL_REPORT
+        "gap-closed",
+        "killed by suites/vllm/test_cache_hits.py, rule 7 (kv_cache_report_mode 'full': each store's token_ids are its hit blocks' tokens) (reports/mutants-vllm.json, 2026-12-06, the sixth run)",
     ),
     f"{_BP}:515:ReplaceComparisonOperator_Lt_LtE:1": Classified(
         "equivalent",
@@ -305,20 +284,19 @@ SURVIVORS: dict[str, Classified] = {
     ),
     f"{_BP}:659:AddNot:48": Classified(
         "gap-open",
-        "move_block_hashes runs only for a partial hit of a running request in a Mamba 'align' group "
-        "(single_type_kv_cache_manager.py 1875); no suite builds one. The negated assertion fails on every such call "
-        "(an engine error)",
+        "move_block_hashes is now reached by rule 8 of suites/vllm/test_cache_hits.py (a running Mamba 'align' request's partial tail entry moved onto its copy): the negated assertion fails on that valid call, an engine error in reports/mutants-vllm.json (2026-12-06, the sixth run), never a kill: no test can make it one",
     ),
     f"{_BP}:696:NumberReplacer:42": Classified(
-        "gap-open", _NO_CACHING + "; the assertion then fails on every allocation (an engine error)"
+        "gap-open",
+        "get_new_blocks' branch for prefix caching off is now reached by rule 7 of suites/vllm/test_cache_hits.py: the assertion fails on every allocation, an engine error in reports/mutants-vllm.json (2026-12-06, the sixth run), never a kill: no test can make it one",
     ),
     f"{_BP}:697:NumberReplacer:45": Classified(
-        "gap-open", _NO_CACHING + "; blocks are handed out with ref_cnt 0 and its ref_cnt == holders invariant fails"
+        "gap-closed",
+        "killed by suites/vllm/test_cache_hits.py, rule 7 (prefix caching off: every held block's ref_cnt is its one holder) (reports/mutants-vllm.json, 2026-12-06, the sixth run)",
     ),
     f"{_BP}:698:AddNot:56": Classified(
-        "gap-open",
-        _NO_CACHING + "; without a metrics collector it calls None.on_block_allocated (an engine error), with one "
-        "(KVCacheManager(metrics_collector=)) allocations go unrecorded",
+        "gap-closed",
+        "killed by suites/vllm/test_cache_hits.py, rule 7 (prefix caching off: a metrics collector at sample rate 1 tracks every block handed out) (reports/mutants-vllm.json, 2026-12-06, the sixth run)",
     ),
     f"{_BP}:705:AddNot:57": Classified("gpu-only", _HISPARSE),
     f"{_BP}:721:ZeroIterationForLoop:10": Classified("gpu-only", _HISPARSE),
@@ -331,29 +309,32 @@ SURVIVORS: dict[str, Classified] = {
         "every caller ignores the return value (block_pool.py 689 and 825, single_type_kv_cache_manager.py 2055)",
     ),
     f"{_BP}:772:NumberReplacer:56": Classified(
-        "gap-open", _MAMBA_RELOCATE + ". The mutant fails that assertion on every writable block (an engine error)"
+        "gap-closed",
+        "killed by suites/vllm/test_cache_hits.py, rule 7 (is_block_writable: a request's own uncached block is writable) (reports/mutants-vllm.json, 2026-12-06, the sixth run)",
     ),
     f"{_BP}:772:ReplaceAndWithOr:12": Classified(
-        "gap-open",
-        _MAMBA_RELOCATE + ". A weakened check (true wherever the original is): through that assertion it changes "
-        "nothing while vLLM relocates writable blocks, but a direct test of is_block_writable (the null block, a "
-        "shared block: False) kills it",
+        "gap-closed",
+        "killed by suites/vllm/test_cache_hits.py, rule 7 (is_block_writable: the null block is not writable) (reports/mutants-vllm.json, 2026-12-06, the sixth run)",
     ),
     f"{_BP}:772:ReplaceComparisonOperator_Eq_NotEq:13": Classified(
-        "gap-open", _MAMBA_RELOCATE + ". The mutant fails that assertion on every writable block (an engine error)"
+        "gap-closed",
+        "killed by suites/vllm/test_cache_hits.py, rule 7 (is_block_writable: a request's own uncached block is writable) (reports/mutants-vllm.json, 2026-12-06, the sixth run)",
     ),
     f"{_BP}:772:ReplaceComparisonOperator_Is_IsNot:6": Classified(
-        "gap-open", _MAMBA_RELOCATE + ". The mutant fails that assertion on every writable block (an engine error)"
+        "gap-closed",
+        "killed by suites/vllm/test_cache_hits.py, rule 7 (is_block_writable: a request's own uncached block is writable) (reports/mutants-vllm.json, 2026-12-06, the sixth run)",
     ),
-    f"{_BP}:818:ZeroIterationForLoop:14": Classified("gap-open", _EVICT),
+    f"{_BP}:818:ZeroIterationForLoop:14": Classified(
+        "gap-closed",
+        "killed by suites/vllm/test_cache_hits.py, rule 6 (an evicted block is hit no more) (reports/mutants-vllm.json, 2026-12-06, the sixth run)",
+    ),
     f"{_BP}:819:AddNot:67": Classified(
-        "gap-open", _EVICT + "; the negated assertion fails on every valid id (an engine error)"
+        "gap-open",
+        "evict_blocks is now reached by rule 6 of suites/vllm/test_cache_hits.py: the negated assertion fails on every valid id, an engine error in reports/mutants-vllm.json (2026-12-06, the sixth run), never a kill: no test can make it one",
     ),
     f"{_BP}:819:ReplaceComparisonOperator_Lt_LtE:3": Classified(
-        "gap-open",
-        "only an id equal to num_blocks is judged differently: an IndexError at line 824 instead of the 'Invalid "
-        "block_id' AssertionError. A test that evict_blocks({num_blocks}) raises that AssertionError kills it; "
-        + _EVICT,
+        "gap-closed",
+        "killed by suites/vllm/test_cache_hits.py, rule 6 (evict_blocks refuses an id past the pool with its 'Invalid block_id' check) (reports/mutants-vllm.json, 2026-12-06, the sixth run)",
     ),
     f"{_BP}:844:ReplaceFalseWithTrue:6": Classified(
         "gap-closed",
@@ -369,10 +350,8 @@ SURVIVORS: dict[str, Classified] = {
     ),
     # --- kv_cache_coordinator.py -----------------------------------------------------------------------------------
     f"{_CO}:44:AddNot:1": Classified(
-        "gap-open",
-        "differs only for a positive prefix_cache_retention_interval, which no suite draws (None and 0 only): the "
-        "mutant raises 'no sliding-window or Mamba KV cache group' on a sliding-window model and accepts the interval "
-        "on a model without one. test_cache_hits' shapes at a retention of twice the alignment would kill it",
+        "gap-closed",
+        "killed by suites/vllm/test_cache_hits.py, rule 6 (a positive retention interval on a model without sliding layers is refused) (reports/mutants-vllm.json, 2026-12-06, the sixth run)",
     ),
     f"{_CO}:86:NumberReplacer:11": Classified(
         "equivalent",
@@ -389,12 +368,8 @@ SURVIVORS: dict[str, Classified] = {
         "suite uses block size 1",
     ),
     f"{_CO}:117:NumberReplacer:23": Classified(
-        "gap-open",
-        "with EAGLE the engine builds the manager with num_prefill_lookahead=1 (config/vllm.py "
-        "num_prefill_lookahead_tokens, sched/scheduler.py 334), where the mutant holds one computed token back from "
-        "caching; the suites' EAGLE managers keep the default 0, where both give 0. test_cache_hits' EAGLE shapes "
-        "built with num_prefill_lookahead=1 would kill it (a 128-token prompt over blocks 32/16 then caches 3 full "
-        "blocks, not 4)",
+        "gap-closed",
+        "killed by suites/vllm/test_cache_hits.py, rule 7 (an EAGLE manager built with the engine's prefill lookahead of 1 caches what rule 1 says) (reports/mutants-vllm.json, 2026-12-06, the sixth run)",
     ),
     f"{_CO}:200:NumberReplacer:25": Classified(
         "equivalent",
@@ -428,7 +403,10 @@ SURVIVORS: dict[str, Classified] = {
         "the count of the unitary and no-cache coordinators: -1 differs from 0 only when fewer tokens are computed "
         "than multi-module MTP holds back (num_reprefillable_tokens >= 1); " + _OFFLOAD_NEGATIVE,
     ),
-    f"{_CO}:382:ZeroIterationForLoop:5": Classified("gap-open", "no event for reused blocks at all; " + _FULL_REPORT),
+    f"{_CO}:382:ZeroIterationForLoop:5": Classified(
+        "gap-closed",
+        "killed by suites/vllm/test_cache_hits.py, rule 7 (kv_cache_report_mode 'full': every hit is stored) (reports/mutants-vllm.json, 2026-12-06, the sixth run)",
+    ),
     f"{_CO}:495:NumberReplacer:45": Classified("equivalent", _CTOR),
     f"{_CO}:521:NumberReplacer:48": Classified(
         "equivalent",
@@ -438,25 +416,23 @@ SURVIVORS: dict[str, Classified] = {
     ),
     f"{_CO}:543:NumberReplacer:51": Classified("equivalent", _CTOR),
     f"{_CO}:559:NumberReplacer:52": Classified(
-        "gap-open", _UNITARY + ": kv_cache_groups[1] raises IndexError building any one-group manager (an engine error)"
+        "gap-open",
+        "a one-group model is now built by rule 6 of suites/vllm/test_cache_hits.py: kv_cache_groups[1] raises IndexError building it, an engine error in reports/mutants-vllm.json (2026-12-06, the sixth run), never a kill: no test can make it one",
     ),
     f"{_CO}:559:NumberReplacer:53": Classified("equivalent", _ONE_GROUP),
     f"{_CO}:572:NumberReplacer:60": Classified(
         "gap-open",
-        _UNITARY + ": single_type_managers[1] raises IndexError building any one-group manager (an engine error)",
+        "a one-group model is now built by rule 6 of suites/vllm/test_cache_hits.py: single_type_managers[1] raises IndexError building it, an engine error in reports/mutants-vllm.json (2026-12-06, the sixth run), never a kill: no test can make it one",
     ),
     f"{_CO}:572:NumberReplacer:61": Classified("equivalent", _ONE_GROUP),
     f"{_CO}:582:NumberReplacer:66": Classified(
-        "gap-open",
-        _UNITARY + ": the lookup asks for group 1's keys while the blocks are cached under group 0, so every lookup "
-        "misses. A one-group model's repeated prompt must hit",
+        "gap-closed",
+        "killed by suites/vllm/test_cache_hits.py, rule 6 (a one-group model's probes hit its cached blocks) (reports/mutants-vllm.json, 2026-12-06, the sixth run)",
     ),
     f"{_CO}:627:NumberReplacer:72": Classified("equivalent", _CTOR),
     f"{_CO}:667:ZeroIterationForLoop:10": Classified(
-        "gap-open",
-        "the loop only runs the DCP/PCP assertions (lines 670-680), which do nothing at world size 1, as in every "
-        "suite. A hybrid manager with dcp_world_size=2 over a sliding-window group must be rejected (pytest.raises); "
-        "the mutant builds it. The manager takes DCP/PCP sizes on CPU",
+        "gap-closed",
+        "killed by suites/vllm/test_cache_hits.py, rule 7 (DCP over a sliding group is refused) (reports/mutants-vllm.json, 2026-12-06, the sixth run)",
     ),
     f"{_CO}:671:ReplaceOrWithAnd:3": Classified(
         "gap-open",
@@ -518,20 +494,15 @@ SURVIVORS: dict[str, Classified] = {
         "first other group come only others, which the loop skips anyway",
     ),
     f"{_CO}:927:ReplaceBinaryOperator_Sub_Add:7": Classified(
-        "gap-open",
-        "get_computed_blocks' shared_prefix_boundary becomes hit + longest + hit whenever anything hit; no suite reads "
-        "it, and the state machine hands it on only under dense retention, where cache_blocks ignores boundaries "
-        "(single_type_kv_cache_manager.py 1126). A test: _drive's lookups get the full-attention-only hit as boundary "
-        "when the window cut the hit, else 0",
+        "gap-closed",
+        "killed by suites/vllm/test_cache_hits.py, rule 3 (the shared prefix boundary is full attention's hit where the window cut the hit, else 0: the check in _drive, first failing through test_kv_events_that_miss_an_eviction_are_caught, which drives it) (reports/mutants-vllm.json, 2026-12-06, the sixth run)",
     ),
     f"{_CO}:951:AddNot:44": Classified("gap-open", _PER_GROUP),
     f"{_CO}:951:ReplaceAndWithOr:15": Classified("gap-open", _PER_GROUP),
     f"{_CO}:960:ReplaceBinaryOperator_Mul_Add:6": Classified("gap-open", _PER_GROUP + " (with EAGLE)"),
     f"{_CO}:1009:NumberReplacer:109": Classified(
-        "gap-open",
-        _UNITARY + "; the mutant gives it the hybrid coordinator, which differs there: with EAGLE a repeat of a "
-        "128-token prompt over 16-token blocks hits 96 tokens through the unitary lookup and 112 through the hybrid "
-        "one (its EAGLE margin, lines 866-875), and only the unitary one rejects hash_block_size < block_size",
+        "gap-closed",
+        "killed by suites/vllm/test_cache_hits.py, rule 6 (a one-group EAGLE resend hits one block less than the hybrid lookup would) (reports/mutants-vllm.json, 2026-12-06, the sixth run)",
     ),
     # --- single_type_kv_cache_manager.py ---------------------------------------------------------------------------
     f"{_ST}:66:ReplaceTrueWithFalse:0": Classified(
@@ -543,24 +514,20 @@ SURVIVORS: dict[str, Classified] = {
     f"{_ST}:76:NumberReplacer:2": Classified("equivalent", _MANAGER_CTOR),
     f"{_ST}:107:NumberReplacer:7": Classified(
         "gap-open",
-        "a group whose spec is not DCP-sharded gets pcp_world_size 0: Mamba's (KVCacheSpec's dcp_sharded defaults to "
-        "False) or an attention spec with dcp_sharded=False (a replicated draft group). The hybrid lookup hands it on "
-        "and the Mamba and sliding-window lookups assert pcp_world_size == 1 (lines 1470 and 972), so a hybrid Mamba "
-        "model's first lookup fails (an engine error); the suites' specs are all DCP-sharded attention",
+        "a Mamba group (its spec not DCP-sharded) is now built by rule 8 of suites/vllm/test_cache_hits.py: it gets pcp_world_size 0 and the Mamba lookup's 'PCP not support mamba' assertion (line 1470) fails on its first lookup, an engine error in reports/mutants-vllm.json (2026-12-06, the sixth run), never a kill: no test can make it one",
     ),
     f"{_ST}:117:ReplaceAndWithOr:0": Classified(
-        "gap-open",
-        "with needs_kv_cache_zeroing on, Mamba and circular-buffer groups' new blocks are recorded for zeroing too; "
-        "with it off, every attention group's, which the scheduler drains and drops (sched/scheduler.py 1566-1569) "
-        "but KVCacheManager.take_new_block_ids() returns. A test: take_new_block_ids() is empty with zeroing off",
+        "gap-closed",
+        "killed by suites/vllm/test_cache_hits.py, rule 7 (a uniform-precision cache hands no block to the worker for zeroing) (reports/mutants-vllm.json, 2026-12-06, the sixth run)",
     ),
     f"{_ST}:143:ReplaceFalseWithTrue:4": Classified(
         "gap-open",
-        "read only by MambaManager's align-mode partial tail (line 2080): a Mamba 'align' group would checkpoint at "
-        "shared-prefix junctions without enable_mamba_shared_prefix_checkpoint (kv_cache_manager.py 186-195); no "
-        "suite builds one",
+        "read only by MambaManager's align-mode partial tail (line 2080): a Mamba 'align' group would checkpoint at shared-prefix junctions without enable_mamba_shared_prefix_checkpoint (kv_cache_manager.py 186-195). Rule 8 of suites/vllm/test_cache_hits.py builds such a group (survived the sixth run, 2026-12-06), but a junction exists only where the scheduler sets request.shared_prefix_boundary (from get_computed_blocks' boundary) and ends a chunk there. A test: rule 8 with the scheduler's junction chunking, a sibling that stops at a junction leaves no Mamba state there unless the checkpoint is enabled",
     ),
-    f"{_ST}:171:NumberReplacer:10": Classified("gap-open", _PARTIAL_HIT),
+    f"{_ST}:171:NumberReplacer:10": Classified(
+        "gap-closed",
+        "killed by suites/vllm/test_cache_hits.py, rule 8 (a hit inside the first block is copied before it is written) (reports/mutants-vllm.json, 2026-12-06, the sixth run)",
+    ),
     f"{_ST}:235:NumberReplacer:19": Classified(
         "gap-open",
         "a running request needs fewer blocks than it holds only after rejected speculative draft blocks; no suite "
@@ -573,7 +540,10 @@ SURVIVORS: dict[str, Classified] = {
         "with enough free blocks, which the state machine accepts as legal. A test: allocate_slots never refuses "
         "while the free blocks cover each group's true need",
     ),
-    f"{_ST}:323:NumberReplacer:30": Classified("gap-open", _PARTIAL_HIT),
+    f"{_ST}:323:NumberReplacer:30": Classified(
+        "gap-open",
+        "a partial local hit is now admitted by rule 8 of suites/vllm/test_cache_hits.py: new_computed_blocks[-2] is an IndexError for a hit inside the first block and fails _apply_cow's assertion (line 466) otherwise, an engine error in reports/mutants-vllm.json (2026-12-06, the sixth run), never a kill: no test can make it one",
+    ),
     f"{_ST}:348:ReplaceBinaryOperator_Add_Sub:3": Classified(
         "gap-open", "the total shrinks to local - external, so no external block is allocated here; " + _EXTERNAL_LATER
     ),
@@ -583,13 +553,19 @@ SURVIVORS: dict[str, Classified] = {
         "external, local >= 0). Skipped is negative only for Mamba at 0 tokens (n - 1, line 1959), but this runs only "
         "with external > 0 (kv_cache_coordinator.py 302), so total >= 1",
     ),
-    f"{_ST}:394:NumberReplacer:40": Classified("gap-open", _PARTIAL_HIT),
+    f"{_ST}:394:NumberReplacer:40": Classified(
+        "gap-open",
+        "a partial local hit is now admitted by rule 8 of suites/vllm/test_cache_hits.py: get_new_blocks(1)[1] raises IndexError, an engine error in reports/mutants-vllm.json (2026-12-06, the sixth run), never a kill: no test can make it one",
+    ),
     f"{_ST}:402:NumberReplacer:43": Classified(
         "equivalent",
         "at num_new_blocks == 0 the else branch calls get_new_blocks(0), which returns [] with no effect (popleft_n "
         "returns at once for 0, kv_cache_utils.py 345-346), extends nothing and returns cow_blocks + []",
     ),
-    f"{_ST}:474:NumberReplacer:46": Classified("gap-open", _PARTIAL_HIT),
+    f"{_ST}:474:NumberReplacer:46": Classified(
+        "gap-closed",
+        "killed by suites/vllm/test_cache_hits.py, rule 8 (once the copies ran, ref_cnt counts the tables) (reports/mutants-vllm.json, 2026-12-06, the sixth run)",
+    ),
     f"{_ST}:602:NumberReplacer:52": Classified(
         "equivalent",
         "the abstract method's default: every concrete manager overrides find_longest_cache_hit with a signature of "
@@ -615,7 +591,10 @@ SURVIVORS: dict[str, Classified] = {
         "only traces are an empty req_to_blocks entry left by the sweep (the defaultdict read at line 703) and a "
         "one-token connector load allocated later; no suite uses block size 1",
     ),
-    f"{_ST}:730:ReplaceTrueWithFalse:2": Classified("gap-open", _MAMBA),
+    f"{_ST}:730:ReplaceTrueWithFalse:2": Classified(
+        "gap-closed",
+        "killed by suites/vllm/test_cache_hits.py, rule 8 (a Mamba 'align' model hits inside a block) (reports/mutants-vllm.json, 2026-12-06, the sixth run)",
+    ),
     f"{_ST}:742:NumberReplacer:69": Classified(
         "equivalent", "dcp_world_size 0 or 1: the body multiplies the block size only when dcp_world_size > 1"
     ),
@@ -625,16 +604,40 @@ SURVIVORS: dict[str, Classified] = {
     f"{_ST}:752:ReplaceComparisonOperator_Gt_GtE:4": Classified(
         "equivalent", "dcp_world_size 1 now takes the branch and multiplies the block size by 1"
     ),
-    f"{_ST}:768:NumberReplacer:74": Classified("gap-open", _MAMBA),
-    f"{_ST}:768:NumberReplacer:75": Classified("gap-open", _MAMBA),
+    f"{_ST}:768:NumberReplacer:74": Classified(
+        "gap-closed",
+        "killed by suites/vllm/test_cache_hits.py, rule 8 (a Mamba 'align' model hits inside a block) (reports/mutants-vllm.json, 2026-12-06, the sixth run)",
+    ),
+    f"{_ST}:768:NumberReplacer:75": Classified(
+        "gap-closed",
+        "killed by suites/vllm/test_cache_hits.py, rule 8 (a Mamba 'align' model hits inside a block) (reports/mutants-vllm.json, 2026-12-06, the sixth run)",
+    ),
     f"{_ST}:790:NumberReplacer:77": Classified("equivalent", _SAME_LENGTH),
     f"{_ST}:798:NumberReplacer:79": Classified("equivalent", _SAME_LENGTH),
-    f"{_ST}:800:ReplaceBinaryOperator_Sub_Add:8": Classified("gap-open", _MAMBA),
-    f"{_ST}:804:NumberReplacer:86": Classified("gap-open", _MAMBA),
-    f"{_ST}:804:NumberReplacer:87": Classified("gap-open", _MAMBA),
-    f"{_ST}:804:ZeroIterationForLoop:3": Classified("gap-open", _MAMBA),
-    f"{_ST}:812:NumberReplacer:89": Classified("gap-open", _MAMBA),
-    f"{_ST}:812:ReplaceBinaryOperator_Add_Sub:6": Classified("gap-open", _MAMBA),
+    f"{_ST}:800:ReplaceBinaryOperator_Sub_Add:8": Classified(
+        "gap-closed",
+        "killed by suites/vllm/test_cache_hits.py, rule 8 (after an eviction no hit reaches past the evicted full block) (reports/mutants-vllm.json, 2026-12-06, the sixth run)",
+    ),
+    f"{_ST}:804:NumberReplacer:86": Classified(
+        "gap-closed",
+        "killed by suites/vllm/test_cache_hits.py, rule 8 (a longer sibling hits the prompt's partial entry two hash units into the block) (reports/mutants-vllm.json, 2026-12-06, the sixth run)",
+    ),
+    f"{_ST}:804:NumberReplacer:87": Classified(
+        "gap-open",
+        "the fine-grained lookup is now reached by rule 8 of suites/vllm/test_cache_hits.py: range() with step 0 raises ValueError, an engine error in reports/mutants-vllm.json (2026-12-06, the sixth run), never a kill: no test can make it one",
+    ),
+    f"{_ST}:804:ZeroIterationForLoop:3": Classified(
+        "gap-closed",
+        "killed by suites/vllm/test_cache_hits.py, rule 8 (a Mamba 'align' model hits inside a block) (reports/mutants-vllm.json, 2026-12-06, the sixth run)",
+    ),
+    f"{_ST}:812:NumberReplacer:89": Classified(
+        "gap-closed",
+        "killed by suites/vllm/test_cache_hits.py, rule 8 (a Mamba 'align' model hits inside a block) (reports/mutants-vllm.json, 2026-12-06, the sixth run)",
+    ),
+    f"{_ST}:812:ReplaceBinaryOperator_Add_Sub:6": Classified(
+        "gap-closed",
+        "killed by suites/vllm/test_cache_hits.py, rule 8 (a Mamba 'align' model hits inside a block) (reports/mutants-vllm.json, 2026-12-06, the sixth run)",
+    ),
     f"{_ST}:869:NumberReplacer:95": Classified(
         "equivalent",
         "boundary_tokens floors num_prompt_tokens (- 1) to the hash block, never negative since vLLM rejects empty "

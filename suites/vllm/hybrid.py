@@ -31,27 +31,38 @@ def hybrid_manager(
     num_blocks: int = 256,
     events: bool = False,
     sliding_groups: int = 1,
+    enable_caching: bool = True,
+    sliding_dtype: torch.dtype = torch.float32,
+    metrics_collector: Any = None,
+    dcp_world_size: int = 1,
+    num_prefill_lookahead: int = 0,
 ) -> tuple[Any, Any]:
     """A ``KVCacheManager`` over one full-attention group of ``full_block`` and one sliding group of
     ``sliding_block``, as the engine core builds it for such a model: scheduled in the LCM of the block sizes
     (its cache-hit alignment), hashed in the smaller one, the given prefix-cache retention (None: a tail at every
     aligned boundary; 0: only the replay boundary, the engine's default), publishing its KV-cache events if asked;
     and its request block hasher. ``sliding_groups`` > 1 is Gemma3's layout: vLLM splits the sliding layers into
-    groups of the full layers' size, ids ``SLIDING ..`` in order, which share one lookup (a hit needs a block in each)."""
+    groups of the full layers' size, ids ``SLIDING ..`` in order, which share one lookup (a hit needs a block in each).
+    The rest are the engine's other knobs, at its defaults unless asked: prefix caching, the sliding layers' dtype
+    (another than the full layers' float32 makes the cache mixed-precision, whose new blocks vLLM zeroes), a
+    residency metrics collector, the DCP world size, and the prefill lookahead (the engine passes 1 with EAGLE)."""
     from vllm.v1.core.kv_cache_manager import KVCacheManager
 
     init = KVCacheManager.__init__
     if not (takes(init, "scheduler_block_size") and takes(init, "hash_block_size")):
         raise lacks("KVCacheManager(scheduler_block_size=, hash_block_size=) (groups of different block sizes)")
-    layer = dict(num_kv_heads=1, head_size=8, dtype=torch.float32)
+    layer = dict(num_kv_heads=1, head_size=8)
     groups = [
         adapters.group_spec(
-            ["model.layers.0.self_attn"], adapters.attention_spec(FullAttentionSpec, block_size=full_block, **layer)
+            ["model.layers.0.self_attn"],
+            adapters.attention_spec(FullAttentionSpec, block_size=full_block, dtype=torch.float32, **layer),
         ),
         *(
             adapters.group_spec(
                 [f"model.layers.{1 + g}.self_attn"],
-                adapters.attention_spec(SlidingWindowSpec, block_size=sliding_block, sliding_window=window, **layer),
+                adapters.attention_spec(
+                    SlidingWindowSpec, block_size=sliding_block, sliding_window=window, dtype=sliding_dtype, **layer
+                ),
             )
             for g in range(sliding_groups)
         ),
@@ -66,8 +77,82 @@ def hybrid_manager(
         max_model_len=MAX_MODEL_LEN,
         scheduler_block_size=max(full_block, sliding_block),
         hash_block_size=hash_block,
+        enable_caching=enable_caching,
+        use_eagle=eagle,
+        enable_kv_cache_events=events,
+        metrics_collector=metrics_collector,
+        dcp_world_size=dcp_world_size,
+        num_prefill_lookahead=num_prefill_lookahead,
+    )
+    return manager, get_request_block_hasher(hash_block, sha256)
+
+
+def full_attention_manager(
+    block: int, *, eagle: bool, retention: int | None = None, num_blocks: int = 256, events: bool = False
+) -> tuple[Any, Any]:
+    """A ``KVCacheManager`` over one full-attention group of ``block`` (a model without sliding layers: vLLM gives it
+    the unitary coordinator), scheduled and hashed in that block, and its request block hasher."""
+    from vllm.v1.core.kv_cache_manager import KVCacheManager
+
+    if not (
+        takes(KVCacheManager.__init__, "scheduler_block_size") and takes(KVCacheManager.__init__, "hash_block_size")
+    ):
+        raise lacks("KVCacheManager(scheduler_block_size=, hash_block_size=)")
+    spec = adapters.attention_spec(
+        FullAttentionSpec, block_size=block, num_kv_heads=1, head_size=8, dtype=torch.float32
+    )
+    config = KVCacheConfig(
+        num_blocks=num_blocks,
+        kv_cache_tensors=[],
+        kv_cache_groups=[adapters.group_spec(["model.layers.0.self_attn"], spec)],
+    )
+    if not hasattr(config, "prefix_cache_retention_interval"):
+        raise lacks("KVCacheConfig.prefix_cache_retention_interval")
+    config.hash_block_size, config.prefix_cache_retention_interval = block, retention
+    manager = KVCacheManager(
+        config,
+        max_model_len=MAX_MODEL_LEN,
+        scheduler_block_size=block,
+        hash_block_size=block,
         enable_caching=True,
         use_eagle=eagle,
         enable_kv_cache_events=events,
+    )
+    return manager, get_request_block_hasher(block, sha256)
+
+
+def mamba_align_manager(block: int, hash_block: int, *, num_blocks: int = 128) -> tuple[Any, Any]:
+    """A ``KVCacheManager`` over one full-attention group and one Mamba group in 'align' mode, both of ``block`` (vLLM
+    pads attention blocks to the Mamba page), hashed in ``hash_block`` < ``block``: the layout for which vLLM enables
+    fine-grained (partial) prefix-cache hits at hash-block boundaries inside a block. Group ids ``FULL`` and
+    ``SLIDING`` (the Mamba group sits where the sliding one does in ``hybrid_manager``)."""
+    from vllm.v1.core.kv_cache_manager import KVCacheManager
+    from vllm.v1.kv_cache_interface import MambaSpec
+
+    if not takes(MambaSpec, "mamba_cache_mode"):
+        raise lacks("MambaSpec(mamba_cache_mode='align')")
+    groups = [
+        adapters.group_spec(
+            ["model.layers.0.self_attn"],
+            adapters.attention_spec(
+                FullAttentionSpec, block_size=block, num_kv_heads=1, head_size=8, dtype=torch.float32
+            ),
+        ),
+        adapters.group_spec(
+            ["model.layers.1.mixer"],
+            MambaSpec(block_size=block, shapes=((8,),), dtypes=(torch.float32,), mamba_cache_mode="align"),
+        ),
+    ]
+    config = KVCacheConfig(num_blocks=num_blocks, kv_cache_tensors=[], kv_cache_groups=groups)
+    if not hasattr(config, "prefix_cache_retention_interval"):
+        raise lacks("KVCacheConfig.prefix_cache_retention_interval")
+    config.hash_block_size, config.prefix_cache_retention_interval = hash_block, None
+    manager = KVCacheManager(
+        config,
+        max_model_len=MAX_MODEL_LEN,
+        scheduler_block_size=block,
+        hash_block_size=hash_block,
+        enable_caching=True,
+        use_eagle=False,
     )
     return manager, get_request_block_hasher(hash_block, sha256)

@@ -23,7 +23,9 @@ changes: the regressions of vLLM #44082 and #57610 were of this kind. So here ev
 3. **Under eviction** (a pool too small to keep everything, requests one after another with hits, decodes and
    frees; equal and unequal block sizes, dense and replay-only retention): each lookup's hit equals the longest
    aligned ``h`` whose blocks are cached *now*, read block by block from the pool's blocks (each block's own hash,
-   not the pool's lookup), and the blocks returned are those.
+   not the pool's lookup), and the blocks returned are those; where the window cut the hit below what full attention
+   alone has cached, the shared-prefix boundary the lookup returns (the junction sparse retention pins) is full
+   attention's hit, else 0.
 4. **The KV-cache events are a faithful log** (what the server suites count a vLLM server's evictions from,
    ``harness.servers.vllm_events``): replayed in order after every request of rule 3's draws, they give exactly the
    pool's cached (group, hash) entries, counted per block (vLLM does not de-duplicate: two requests that computed
@@ -41,6 +43,24 @@ changes: the regressions of vLLM #44082 and #57610 were of this kind. So here ev
    holds, ``held / (num_blocks - 1)`` (the null block is nobody's); a pool of the null block alone is unused (0); a
    reset of the prefix cache while a request holds blocks refuses (False) and changes nothing, not its entries, free
    blocks, usage or events, so the prefix still hits.
+6. **A model without sliding layers** (one full-attention group: vLLM's unitary coordinator): a request hits the
+   longest run of the finished prompt's cached blocks within its first ``len - 1`` tokens and what it shares (EAGLE:
+   one block less), those very blocks; a block a KV connector reports evicted (``evict_blocks``) is hit no more, nor
+   anything past it, while a request holding it keeps it; an id past the pool is refused; a positive prefix-cache
+   retention interval is refused (it thins only sliding and Mamba groups).
+7. **The manager's other switches**: a request asking ``kv_cache_report_mode='full'`` has its hit reported as one
+   ``BlockStored`` per group listing every hit block from block 0 (rule 4's fields); with prefix caching off every
+   block is its one request's (``ref_cnt`` 1), unhashed, and nothing hits; a residency metrics collector sampling
+   every block sees every block handed out; new blocks are handed to the worker for zeroing exactly when the cache is
+   mixed-precision; a block is writable in place only when real, held by one request and not cached; DCP over a
+   sliding group is refused; an EAGLE manager built with the engine's prefill lookahead of 1 caches what rule 1 says.
+8. **A Mamba 'align' group** (full attention and Mamba in blocks of 64, hashed in 16: the one layout for which vLLM
+   hits inside a block): a prompt computed in the chunks the scheduler cuts for it (every block boundary, the last
+   hash boundary) leaves a Mamba state at each of those ends; a request hits the longest such position within what it
+   shares and its ``len - 1`` whose full-attention blocks (full, or the partial entry at the prompt's last hash
+   boundary) are all cached, with the prompt's blocks; a hit ending inside a block is copied into a block of the
+   request's own before it writes there (one copy per group, the blocks before it shared), and once the copies ran
+   ``ref_cnt`` counts the tables again.
 
 And the suite can fail: ``test_a_sliding_lookup_one_block_short_of_its_window_is_caught`` has the sliding group count
 one block fewer than its window reads and requires rule 3's count to catch it;
@@ -63,6 +83,7 @@ import pytest
 
 pytest.importorskip("vllm", reason="drives real vLLM's KV-cache manager: run in the `nox -s vllm` venv")
 
+import torch  # noqa: E402
 from vllm.sampling_params import SamplingParams  # noqa: E402
 from vllm.distributed.kv_events import MEDIUM_GPU, AllBlocksCleared, BlockRemoved, BlockStored  # noqa: E402
 from vllm.v1.core.kv_cache_utils import (  # noqa: E402
@@ -71,10 +92,11 @@ from vllm.v1.core.kv_cache_utils import (  # noqa: E402
     make_block_hash_with_group_id,
     maybe_convert_block_hash,
 )
+from vllm.v1.core.kv_cache_metrics import KVCacheMetricsCollector  # noqa: E402
 from vllm.v1.core.single_type_kv_cache_manager import SlidingWindowManager  # noqa: E402
 
 from harness.targets.vllm import adapters  # noqa: E402
-from suites.vllm.hybrid import FULL, SLIDING, hybrid_manager  # noqa: E402
+from suites.vllm.hybrid import FULL, SLIDING, full_attention_manager, hybrid_manager, mamba_align_manager  # noqa: E402
 
 NOVEL = 97  # a token no prompt here holds: a probe parts from the cached prompt right after its prefix
 
@@ -382,11 +404,17 @@ def _drive(pool: Pool, seed: int, requests: int = 80, *, after=None) -> Iterable
         prompt = stem[: rng.randrange(8, len(stem))] + _prompt(rng.randrange(1, 40), seed * 1000 + i)
         r = adapters.make_request(f"r{i}", prompt, SamplingParams(max_tokens=80), hasher)
         cached = _cached_now(manager)
-        blocks, hit, _ = adapters.computed_blocks(manager, r)
+        blocks, hit, boundary = adapters.computed_blocks(manager, r)
         want = pool.oracle(r.block_hashes, r.num_tokens, pool.need, cached)
         assert hit == want, (
             f"{pool}, seed {seed}, request {i} ({r.num_tokens} tokens): the lookup hit {hit} tokens; the pool's "
             f"cached blocks allow {want}"
+        )
+        full_alone = pool.oracle(r.block_hashes, r.num_tokens, 0, cached)
+        junction = full_alone if full_alone > hit else 0
+        assert boundary is None or boundary == junction, (
+            f"{pool}, seed {seed}, request {i}: shared prefix boundary {boundary}; full attention alone hits "
+            f"{full_alone} where the window cut the hit to {hit}, so the junction to pin is {junction}"
         )
         for g, block in ((FULL, pool.full_block), *((g, pool.sliding_block) for g in pool.groups)):
             for j, b in enumerate(blocks.blocks[g]):
@@ -394,7 +422,7 @@ def _drive(pool: Pool, seed: int, requests: int = 80, *, after=None) -> Iterable
                     assert b.block_hash == pool.key(r.block_hashes, block, j, g), (
                         f"{pool}, seed {seed}, request {i}: hit block {j} of group {g} holds another prefix"
                     )
-        yield Lookup(hit, pool.oracle(r.block_hashes, r.num_tokens, 0, cached), len(before - cached))
+        yield Lookup(hit, full_alone, len(before - cached))
         before = cached
         admitted = adapters.allocate_slots(
             manager, r, r.num_tokens - hit, num_new_computed_tokens=hit, new_computed_blocks=blocks
@@ -724,3 +752,369 @@ def test_a_sliding_lookup_one_block_short_of_its_window_is_caught(monkeypatch, r
             caught.append(seed)
     record_property("caught", f"draws {caught} of 0-2")
     assert caught, "no draw of the window-40 pool caught a sliding lookup one block short of its window"
+
+
+# --- rule 6: a model without sliding layers ----------------------------------------------------------------------
+
+
+def _one_group_hit(n: int, shared: int, length: int, block: int, eagle: bool) -> int:
+    """Rule 6: the hit of a ``length``-token request sharing ``shared`` tokens with a finished ``n``-token prompt over
+    one full-attention group of ``block``: the whole blocks of what it shares within its first ``length - 1`` tokens
+    (every full block of the prompt is cached); EAGLE recomputes one block more for the drafter."""
+    hit = min(length - 1, shared, n) // block * block
+    return max(0, hit - block) if eagle else hit
+
+
+@pytest.mark.parametrize("eagle", [False, True], ids=["no-eagle", "eagle"])
+@pytest.mark.parametrize("n", [128, 100])
+def test_a_model_without_sliding_layers_hits_its_cached_blocks(n: int, eagle: bool):
+    """Rule 6: vLLM gives a one-group model its own (unitary) coordinator; the hybrid one's EAGLE lookup reads one
+    block further, so a model routed to the wrong one hits more than its drafter can use, and a lookup under the
+    wrong group's keys hits nothing."""
+    block = 16
+    manager, hasher = full_attention_manager(block, eagle=eagle)
+    prompt = _prompt(n, n)
+    _, (full, _) = _finish(manager, hasher, prompt, "first", 1024)
+    probes = [(prompt[: length - 1] + [NOVEL], length - 1) for length in range(1, n + 2)]
+    probes += [(prompt + [NOVEL] * extra, n) for extra in (1, 2)] + [(prompt, n)]
+    for probe, shared in probes:
+        request = adapters.make_request(f"probe-{len(probe)}-{shared}", probe, SamplingParams(max_tokens=1), hasher)
+        blocks, hit, _ = adapters.computed_blocks(manager, request)
+        want = _one_group_hit(n, shared, len(probe), block, eagle)
+        assert hit == want, (
+            f"one group of {block}, EAGLE {eagle}: a {len(probe)}-token request sharing {shared} tokens with a "
+            f"finished {n}-token prompt hit {hit} tokens, not {want}"
+        )
+        got = [b.block_id for b in blocks.blocks[FULL]]
+        assert got == [full[i].block_id for i in range(hit // block)], f"hit blocks {got} are not the prompt's own"
+
+
+def test_an_evicted_block_is_hit_no_more():
+    """Rule 6: a KV connector reports blocks whose KV it dropped (``KVCacheManager.evict_blocks``); the prefix cache
+    must stop serving them, and every block after them (hashes chain), while a request that holds one keeps it. An
+    id past the pool is a connector bug and refused as vLLM's check says, not read past the pool."""
+    block, n, pool_blocks = 16, 128, 64
+    prompt = _prompt(n, 5)
+    for evicted in (0, 2, 6):
+        manager, hasher = full_attention_manager(block, eagle=False, num_blocks=pool_blocks)
+        _, (full, _) = _finish(manager, hasher, prompt, "first", 1024)
+        holder = adapters.make_request("holder", prompt[:64] + [NOVEL], SamplingParams(max_tokens=4), hasher)
+        blocks, hit, _ = adapters.computed_blocks(manager, holder)
+        assert hit == 64, f"a 65-token request sharing 64 tokens of a finished prompt hit {hit}"
+        adapters.allocate_slots(manager, holder, 1, num_new_computed_tokens=hit, new_computed_blocks=blocks)
+        manager.evict_blocks({full[evicted].block_id})
+        probe = adapters.make_request("probe", prompt, SamplingParams(max_tokens=1), hasher)
+        hit = adapters.computed_blocks(manager, probe)[1]
+        want = min(evicted * block, (n - 1) // block * block)
+        assert hit == want, f"after block {evicted} was evicted a resend hit {hit} tokens, not {want}"
+        kept = [b.block_id for b in manager.get_blocks("holder").blocks[FULL][:4]]
+        assert kept == [full[i].block_id for i in range(4)], f"the holder's blocks became {kept}"
+    refused: Exception | None = None
+    try:
+        manager.evict_blocks({pool_blocks})
+    except Exception as e:  # which exception vLLM raises is what is checked
+        refused = e
+    assert isinstance(refused, AssertionError) and "Invalid block_id" in str(refused), (
+        f"evicting block id {pool_blocks} of a {pool_blocks}-block pool raised {refused!r}"
+    )
+
+
+@pytest.mark.parametrize(
+    "build, error, match",
+    [
+        (lambda: full_attention_manager(16, eagle=False, retention=32), ValueError, "no sliding-window or Mamba"),
+        (
+            lambda: hybrid_manager(16, 16, 16, eagle=False, retention=None, dcp_world_size=2),
+            AssertionError,
+            "DCP with hybrid KV cache layouts",
+        ),
+    ],
+    ids=["retention-without-sliding-layers", "dcp-over-a-sliding-group"],
+)
+def test_a_layout_vllm_cannot_serve_is_refused(build, error: type[Exception], match: str):
+    """Rules 6 and 7: a positive retention interval on a model without sliding or Mamba groups would change nothing
+    (full attention caches densely), and DCP shards a block's KV across ranks, which a sliding group's sweep cannot
+    follow; vLLM must refuse both when the manager is built rather than serve them wrongly."""
+    with pytest.raises(error, match=match):
+        build()
+
+
+# --- rule 7: the manager's other switches ------------------------------------------------------------------------
+
+
+FULL_REPORT = SamplingParams(max_tokens=1, extra_args={"kv_cache_report_mode": "full"})
+
+
+@pytest.mark.parametrize(
+    "shape",
+    [
+        Shape(full_block=16, sliding_block=16, window=16, eagle=False, retention=None),
+        Shape(full_block=32, sliding_block=16, window=40, eagle=False, retention=None),
+        Shape(full_block=32, sliding_block=16, window=16, eagle=True, retention=None),
+    ],
+    ids=_label,
+)
+def test_a_full_report_request_has_its_hit_stored_block_by_block(shape: Shape):
+    """Rule 7: a gateway that routes by KV-cache events learns of a request's reused blocks only if the request asks
+    ``kv_cache_report_mode='full'``: its hit is then one ``BlockStored`` per group with hit blocks, every block from
+    0 to the hit (the sliding group's swept ones too: they are the prefix), with rule 4's fields; a request in the
+    default mode reports nothing for a hit."""
+    manager, hasher = hybrid_manager(
+        shape.full_block, shape.sliding_block, shape.window, eagle=shape.eagle, retention=shape.retention, events=True
+    )
+    n = 100
+    prompt = _prompt(n, 7)
+    _finish(manager, hasher, prompt, "first", 1024)
+    manager.take_events()
+    hits = set()
+    for length in range(1, n + 2):
+        probe = prompt[: length - 1] + [NOVEL]
+        quiet = adapters.make_request(f"quiet-{length}", probe, SamplingParams(max_tokens=1), hasher)
+        adapters.computed_blocks(manager, quiet)
+        assert not manager.take_events(), f"a {length}-token request in the default mode reported its hit"
+        loud = adapters.make_request(f"full-{length}", probe, FULL_REPORT, hasher)
+        hit = adapters.computed_blocks(manager, loud)[1]
+        hits.add(hit)
+        want = Stores.of(shape, [SLIDING], loud)
+        expected = []
+        for g in (FULL, SLIDING):
+            end = hit // want.block(g) * want.block(g)
+            every = [want.at(e) for e in range(want.block(g), end + 1, want.block(g))]
+            if every:
+                expected.append(want.full(g, 0, end, every))
+        events = manager.take_events()
+        got = [{k: getattr(e, k) for k in fields} for e, fields in zip(events, expected)]
+        assert len(events) == len(expected) and got == expected, (
+            f"{_label(shape)}: a {length}-token request hit {hit} tokens; its events say {got}"
+        )
+    assert min(hits) == 0 and shape.full_block in hits, f"{_label(shape)}: the probes hit only {sorted(hits)}"
+
+
+@pytest.mark.parametrize("caching", [False, True], ids=["caching-off", "caching-on"])
+def test_every_block_handed_out_is_counted_and_tracked(caching: bool):
+    """Rule 7: with prefix caching off (vLLM's other allocation branch) nothing is hashed, nothing hits, and every
+    block is held by its one request, ``ref_cnt`` 1; on or off, ``ref_cnt`` is the number of tables holding the
+    block (what ``free`` counts down), and a residency metrics collector sampling every block
+    (``--kv-cache-metrics``) tracks every block handed out."""
+    collector = KVCacheMetricsCollector(sample_rate=1.0)
+    manager, hasher = hybrid_manager(
+        32, 16, 40, eagle=False, retention=None, enable_caching=caching, metrics_collector=collector
+    )
+    prompt, running, handed = _prompt(100, 3), [], set()
+    for k in range(3):
+        r = adapters.make_request(f"r{k}", prompt + [k], SamplingParams(max_tokens=8), hasher)
+        blocks, hit, _ = adapters.computed_blocks(manager, r)
+        assert caching or hit == 0, f"{r.request_id} hit {hit} tokens with prefix caching off"
+        adapters.allocate_slots(manager, r, r.num_tokens - hit, num_new_computed_tokens=hit, new_computed_blocks=blocks)
+        r.num_computed_tokens = r.num_tokens
+        running.append(r)
+        for step in range(3):
+            for q in running:
+                if step or q is r:
+                    q.append_output_token_ids(NOVEL)
+                    assert adapters.allocate_slots(manager, q, 1) is not None, f"{q.request_id}: no slot"
+                    q.num_computed_tokens += 1
+        tables = [b for q in running for table in manager.get_blocks(q.request_id).blocks for b in table]
+        holders = Counter(b.block_id for b in tables if not b.is_null)
+        handed |= set(holders)
+        wrong = {b.block_id: b.ref_cnt for b in tables if not b.is_null and b.ref_cnt != holders[b.block_id]}
+        assert not wrong, f"caching {caching}: ref_cnt (block: count) {wrong}; the tables hold them {dict(holders)}"
+        assert caching or (max(holders.values()) == 1 and all(b.block_hash is None for b in tables)), (
+            f"caching off: blocks shared or hashed {dict(holders)}"
+        )
+        assert handed <= set(collector.block_metrics), (
+            f"caching {caching}: blocks {sorted(handed - set(collector.block_metrics))} handed out, not tracked"
+        )
+
+
+@pytest.mark.parametrize("sliding_dtype", [torch.float32, torch.float16], ids=["uniform", "mixed-precision"])
+def test_new_blocks_are_zeroed_exactly_when_the_cache_is_mixed_precision(sliding_dtype):
+    """Rule 7: a block reused across groups of different precisions would decode another group's stale bytes as
+    NaN, so vLLM has the worker zero every new attention block of a mixed-precision cache
+    (``KVCacheConfig.needs_kv_cache_zeroing``), and of a uniform one none (zeroing costs a kernel per step).
+    ``take_new_block_ids`` must name exactly the blocks that appeared in a table since the last call."""
+    manager, hasher = hybrid_manager(32, 16, 40, eagle=False, retention=None, sliding_dtype=sliding_dtype)
+    mixed = sliding_dtype != torch.float32
+    r = adapters.make_request("r", _prompt(100, 4), SamplingParams(max_tokens=40), hasher)
+
+    def slots() -> set[tuple[int, int, int]]:
+        groups = manager.get_blocks("r").blocks
+        return {(g, i, b.block_id) for g, table in enumerate(groups) for i, b in enumerate(table) if not b.is_null}
+
+    before = set()
+    for step in [100] + [1] * 30:
+        if r.num_computed_tokens:
+            r.append_output_token_ids(NOVEL)
+        assert adapters.allocate_slots(manager, r, step) is not None, "the request did not fit"
+        r.num_computed_tokens += step
+        now = slots()
+        new = sorted(b for _, _, b in now - before)
+        zeroed = sorted(manager.take_new_block_ids())
+        assert zeroed == (new if mixed else []), f"mixed precision {mixed}: zeroing {zeroed}; new blocks {new}"
+        before = now
+
+
+def test_a_block_is_writable_only_when_real_private_and_uncached():
+    """Rule 7: ``is_block_writable`` is what lets a Mamba group move its speculative state in place; writing a block
+    that is the null block, shared with another request or in the prefix cache would corrupt someone else's KV. The
+    blocks wholly inside a request's scheduled tokens are cached when they are allocated."""
+    manager, hasher = hybrid_manager(32, 16, 40, eagle=False, retention=None)
+    pool, prompt = manager.block_pool, _prompt(100, 6)
+    assert not pool.is_block_writable(pool.null_block), "the null block is writable"
+    first = adapters.make_request("first", prompt, SamplingParams(max_tokens=8), hasher)
+    adapters.allocate_slots(manager, first, 100)
+    first.num_computed_tokens = 100
+    own = manager.get_blocks("first").blocks[FULL]
+    assert [pool.is_block_writable(b) for b in own] == [i >= 96 // 32 for i in range(len(own))], (
+        "of a request's 4 full blocks (100 tokens) the 3 cached ones are not writable, the last one is"
+    )
+    second = adapters.make_request("second", prompt + [NOVEL], SamplingParams(max_tokens=8), hasher)
+    blocks, hit, _ = adapters.computed_blocks(manager, second)
+    adapters.allocate_slots(manager, second, 101 - hit, num_new_computed_tokens=hit, new_computed_blocks=blocks)
+    theirs = manager.get_blocks("second").blocks[FULL]
+    assert hit == 96 and [b.block_id for b in theirs[:3]] == [b.block_id for b in own[:3]], "no shared blocks"
+    assert [pool.is_block_writable(b) for b in theirs] == [False, False, False, True], (
+        "of the second request's blocks the 3 shared ones are not writable, its own last one is"
+    )
+
+
+@pytest.mark.parametrize("retention", [None, 0], ids=["dense", "replay"])
+@pytest.mark.parametrize("full_block, sliding_block, window", [(32, 16, 16), (16, 16, 40)], ids=["32-16-w16", "16-w40"])
+@pytest.mark.parametrize("n", [128, 97])
+def test_an_eagle_manager_built_with_the_engines_lookahead_caches_as_rule_1_says(
+    n: int, full_block: int, sliding_block: int, window: int, retention: int | None
+):
+    """Rule 7: with an EAGLE drafter the engine builds the manager with a prefill lookahead of 1
+    (``VllmConfig.num_prefill_lookahead_tokens``): the drafter reads the next prompt token, which is then computed with
+    the chunk, so nothing is re-prefillable and a finished prompt caches exactly what rule 1 says (the suites'
+    other EAGLE managers keep the default lookahead of 0)."""
+    shape = Shape(full_block=full_block, sliding_block=sliding_block, window=window, eagle=True, retention=retention)
+    manager, hasher = hybrid_manager(
+        full_block, sliding_block, window, eagle=True, retention=retention, num_prefill_lookahead=1
+    )
+    _, (full, sliding) = _finish(manager, hasher, _prompt(n, n), "first", 1024)
+    full_kept = {i: b.cached_tokens for i, b in full.items() if b.cached_tokens is not None}
+    assert full_kept == shape.full_cached(n), f"{_label(shape)}, n {n}: full blocks cached {full_kept}"
+    kept = {i for i, b in sliding.items() if b.cached_tokens is not None} - shape.idle(n)
+    assert kept == shape.retained(n), f"{_label(shape)}, n {n}: sliding blocks cached {sorted(kept)}"
+
+
+# --- rule 8: a Mamba 'align' group (fine-grained hits) -----------------------------------------------------------
+
+MAMBA_BLOCK, MAMBA_HASH = 64, 16
+
+
+def _align_chunks(n: int) -> list[int]:
+    """Where the scheduler ends an align-mode Mamba prompt's chunks: at every block boundary (the state is kept per
+    block) and at the prompt's last hash boundary a resend can resume at (``n - 1`` floored), then the prompt's end."""
+    return sorted(set(range(MAMBA_BLOCK, n, MAMBA_BLOCK)) | {(n - 1) // MAMBA_HASH * MAMBA_HASH, n} - {0})
+
+
+def _run_copies(manager) -> list[tuple[int, int]]:
+    """The step's block copies, run as the scheduler does: drained, then their retained ends freed (the worker has
+    copied them by the next step). The (source, destination) block ids."""
+    copies, retained = manager.take_kv_cache_block_copies()
+    manager.block_pool.free_blocks(retained)
+    return [(c.src_block_id, c.dst_block_id) for c in copies]
+
+
+def _finish_align(manager, hasher, prompt: list[int], rid: str) -> tuple[Any, list[Any]]:
+    """A request computes ``prompt`` in ``_align_chunks`` steps and finishes: the request and its full-attention
+    table as it was at the end (every block it cached)."""
+    r = adapters.make_request(rid, prompt, SamplingParams(max_tokens=1), hasher)
+    for end in _align_chunks(len(prompt)):
+        adapters.new_step_starts(manager)
+        assert adapters.allocate_slots(manager, r, end - r.num_computed_tokens) is not None, f"{rid} did not fit"
+        r.num_computed_tokens = end
+        _run_copies(manager)
+    table = list(manager.get_blocks(rid).blocks[FULL])
+    manager.free(r)
+    adapters.new_step_starts(manager)
+    return r, table
+
+
+def _mamba_states(n: int) -> list[int]:
+    """Token positions a finished ``n``-token prompt left a Mamba state for: each chunk end on a block boundary and
+    the last hash boundary (``_align_chunks``); the prompt's own end only where it is one of those."""
+    ends = _align_chunks(n)
+    return [e for e in ends if e % MAMBA_BLOCK == 0 or e == (n - 1) // MAMBA_HASH * MAMBA_HASH]
+
+
+def _mamba_hit(states: list[int], full_cached: set[int], shared: int, length: int) -> int:
+    """Rule 8: the longest state position within what the request shares and its ``length - 1`` whose full-attention
+    blocks (indices ``full_cached``: a full block or the block holding the prompt's partial tail entry) are all
+    cached."""
+    limit = min(shared, length - 1)
+    fits = [s for s in states if s <= limit and all(i in full_cached for i in range(_cdiv(s, MAMBA_BLOCK)))]
+    return max(fits, default=0)
+
+
+@pytest.mark.parametrize("n", [50, 100, 150, 215])
+def test_a_mamba_align_model_hits_inside_a_block(n: int):
+    """Rule 8: with a Mamba group in 'align' mode vLLM hits at hash-block boundaries inside a block (hashed in 16,
+    blocks of 64): a request hits the longest position that holds both a cached Mamba state and every full-attention
+    block below it (the full blocks, and at the prompt's last hash boundary the partial entry full attention keeps
+    there), within what it shares and its ``len - 1``; the full-attention blocks it returns are the prompt's, and the
+    Mamba group's is one state block behind nulls. Siblings up to 24 tokens longer probe the hash units of the next
+    block from the top down. Then full attention's second block is evicted (a connector's report): no hit may reach
+    past it, even where a later block's entry is still cached."""
+    manager, hasher = mamba_align_manager(MAMBA_BLOCK, MAMBA_HASH)
+    prompt = _prompt(n, n + 1)
+    _, table = _finish_align(manager, hasher, prompt, "first")
+    states = _mamba_states(n)
+    full_cached = set(range(len(table)))
+    probes = [(prompt[: length - 1] + [NOVEL], length - 1) for length in range(1, n + 2)]
+    probes += [(prompt + [NOVEL] * extra, n) for extra in range(2, 25)] + [(prompt, n)]
+    for evicted in (None, 1):
+        if evicted is not None and evicted < len(table):
+            manager.evict_blocks({table[evicted].block_id})
+            full_cached.discard(evicted)
+        for probe, shared in probes:
+            request = adapters.make_request(f"p-{len(probe)}-{shared}", probe, SamplingParams(max_tokens=1), hasher)
+            blocks, hit, _ = adapters.computed_blocks(manager, request)
+            want = _mamba_hit(states, full_cached, shared, len(probe))
+            where = f"Mamba align, a finished {n}-token prompt (states at {states}; full blocks {sorted(full_cached)})"
+            assert hit == want, f"{where}: a {len(probe)}-token request sharing {shared} tokens hit {hit}, not {want}"
+            got = [b.block_id for b in blocks.blocks[FULL]]
+            assert got == [b.block_id for b in table[: _cdiv(hit, MAMBA_BLOCK)]], f"{where}: full hit blocks {got}"
+            mamba = blocks.blocks[SLIDING]
+            assert len(mamba) == _cdiv(hit, MAMBA_BLOCK) and all(b.is_null for b in mamba[:-1]), (
+                f"{where}: a {hit}-token hit's Mamba blocks {[b.block_id for b in mamba]}"
+            )
+            assert not mamba or not mamba[-1].is_null, f"{where}: the hit's Mamba state is the null block"
+
+
+@pytest.mark.parametrize("n", [50, 150])
+def test_a_hit_inside_a_block_is_copied_before_it_is_written(n: int):
+    """Rule 8: a hit that ends inside a block (a Mamba state or full attention's partial entry) shares a block the
+    new request is about to write past the hit, so vLLM hands it a private copy: the step's copies are, per group,
+    the cached block to the block that replaced it in the request's table, and the blocks before it stay shared.
+    Once the copies ran, every block's ``ref_cnt`` is the number of tables that hold it (a copy's extra reference
+    released, none lost), and a copy of a hit inside the first block is made too."""
+    manager, hasher = mamba_align_manager(MAMBA_BLOCK, MAMBA_HASH)
+    prompt = _prompt(n, n + 2)
+    _finish_align(manager, hasher, prompt, "first")
+    request = adapters.make_request("second", prompt + [NOVEL], SamplingParams(max_tokens=4), hasher)
+    blocks, hit, _ = adapters.computed_blocks(manager, request)
+    boundary = (n - 1) // MAMBA_HASH * MAMBA_HASH
+    assert hit == boundary and hit % MAMBA_BLOCK, f"a resend of a finished {n}-token prompt hit {hit}, not {boundary}"
+    tail = hit // MAMBA_BLOCK
+    hit_tails = [group[tail].block_id for group in blocks.blocks]
+    adapters.new_step_starts(manager)
+    admitted = adapters.allocate_slots(
+        manager, request, request.num_tokens - hit, num_new_computed_tokens=hit, new_computed_blocks=blocks
+    )
+    assert admitted is not None, "the second request did not fit"
+    tables = manager.get_blocks("second").blocks
+    own_tails = [table[tail].block_id for table in tables]
+    copies = _run_copies(manager)
+    assert sorted(copies) == sorted(zip(hit_tails, own_tails)) and not set(hit_tails) & set(own_tails), (
+        f"a {hit}-token hit ending inside block {tail}: copies {copies}; the hit's tail blocks {hit_tails}, the "
+        f"request's own {own_tails}"
+    )
+    assert [b.block_id for b in tables[FULL][:tail]] == [b.block_id for b in blocks.blocks[FULL][:tail]], (
+        "the full blocks before the hit's tail are not the shared ones"
+    )
+    holders = Counter(b.block_id for table in tables for b in table if not b.is_null)
+    wrong = {b.block_id: b.ref_cnt for t in tables for b in t if not b.is_null and b.ref_cnt != holders[b.block_id]}
+    assert not wrong, f"after the copies ran: ref_cnt (block: count) {wrong}, the tables hold {dict(holders)}"
