@@ -506,9 +506,8 @@ SURVIVORS: dict[str, Classified] = {
     ),
     # --- single_type_kv_cache_manager.py ---------------------------------------------------------------------------
     f"{_ST}:66:ReplaceTrueWithFalse:0": Classified(
-        "gap-open",
-        "has_positionally_stable_blocks is read only by the simple CPU offload connector (simple_kv_offload/manager.py "
-        "849), which then skips the group; no suite drives a connector",
+        "gap-closed",
+        "killed by suites/vllm/test_cache_hits.py, rule 7 (full attention and a sliding group say their blocks are positionally stable, as a chunked prompt's tables show) (reports/mutants-vllm.json, 2026-12-06, the seventh run)",
     ),
     f"{_ST}:75:NumberReplacer:0": Classified("equivalent", _MANAGER_CTOR),
     f"{_ST}:76:NumberReplacer:2": Classified("equivalent", _MANAGER_CTOR),

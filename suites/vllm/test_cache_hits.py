@@ -53,7 +53,9 @@ changes: the regressions of vLLM #44082 and #57610 were of this kind. So here ev
    block is its one request's (``ref_cnt`` 1), unhashed, and nothing hits; a residency metrics collector sampling
    every block sees every block handed out; new blocks are handed to the worker for zeroing exactly when the cache is
    mixed-precision; a block is writable in place only when real, held by one request and not cached; DCP over a
-   sliding group is refused; an EAGLE manager built with the engine's prefill lookahead of 1 caches what rule 1 says.
+   sliding group is refused; an EAGLE manager built with the engine's prefill lookahead of 1 caches what rule 1 says;
+   full attention and a sliding group say their blocks stay at their positions (an offload connector relies on it),
+   as their tables show.
 8. **A Mamba 'align' group** (full attention and Mamba in blocks of 64, hashed in 16: the one layout for which vLLM
    hits inside a block): a prompt computed in the chunks the scheduler cuts for it (every block boundary, the last
    hash boundary) leaves a Mamba state at each of those ends; a request hits the longest such position within what it
@@ -1118,3 +1120,24 @@ def test_a_hit_inside_a_block_is_copied_before_it_is_written(n: int):
     holders = Counter(b.block_id for table in tables for b in table if not b.is_null)
     wrong = {b.block_id: b.ref_cnt for t in tables for b in t if not b.is_null and b.ref_cnt != holders[b.block_id]}
     assert not wrong, f"after the copies ran: ref_cnt (block: count) {wrong}, the tables hold {dict(holders)}"
+
+
+def test_attention_blocks_say_they_stay_where_they_were_put():
+    """Rule 7: the simple CPU offload connector offloads a group's blocks by position only where its manager says they
+    are positionally stable (``has_positionally_stable_blocks``). Full attention never moves a block and a sliding
+    group replaces a block that left the window by the null block in place, so both must say so: held to what a
+    chunked prompt's tables show, every real block at the index it was first seen at."""
+    manager, hasher = hybrid_manager(32, 16, 40, eagle=False, retention=None)
+    r = adapters.make_request("r", _prompt(130, 8), SamplingParams(max_tokens=1), hasher)
+    first_seen: dict[tuple[int, int], int] = {}
+    moved = []
+    while r.num_computed_tokens < r.num_tokens:
+        step = min(32, r.num_tokens - r.num_computed_tokens)
+        assert adapters.allocate_slots(manager, r, step) is not None, "the prompt did not fit"
+        r.num_computed_tokens += step
+        for g, table in enumerate(manager.get_blocks("r").blocks):
+            for i, b in enumerate(table):
+                if not b.is_null and first_seen.setdefault((g, i), b.block_id) != b.block_id:
+                    moved.append((g, i))
+    stable = [m.has_positionally_stable_blocks for m in manager.coordinator.single_type_managers]
+    assert not moved and stable == [True, True], f"blocks moved at (group, index) {moved}; the managers say {stable}"
