@@ -67,22 +67,38 @@ def hybrid_manager(
             for g in range(sliding_groups)
         ),
     ]
-    config = KVCacheConfig(num_blocks=num_blocks, kv_cache_tensors=[], kv_cache_groups=groups)
-    if not hasattr(config, "prefix_cache_retention_interval"):
-        raise lacks("KVCacheConfig.prefix_cache_retention_interval")
-    hash_block = min(full_block, sliding_block)
-    config.hash_block_size, config.prefix_cache_retention_interval = hash_block, retention
-    manager = KVCacheManager(
-        config,
-        max_model_len=MAX_MODEL_LEN,
-        scheduler_block_size=max(full_block, sliding_block),
-        hash_block_size=hash_block,
+    return _manager(
+        groups,
+        num_blocks=num_blocks,
+        scheduler_block=max(full_block, sliding_block),
+        hash_block=min(full_block, sliding_block),
+        retention=retention,
         enable_caching=enable_caching,
         use_eagle=eagle,
         enable_kv_cache_events=events,
         metrics_collector=metrics_collector,
         dcp_world_size=dcp_world_size,
         num_prefill_lookahead=num_prefill_lookahead,
+    )
+
+
+def _manager(
+    groups: list[Any], *, num_blocks: int, scheduler_block: int, hash_block: int, retention: int | None, **options: Any
+) -> tuple[Any, Any]:
+    """The ``KVCacheManager`` over these KV-cache groups, scheduled in ``scheduler_block`` and hashed in ``hash_block``
+    with this prefix-cache retention, the engine's other knobs in ``options``; and its request block hasher."""
+    from vllm.v1.core.kv_cache_manager import KVCacheManager
+
+    config = KVCacheConfig(num_blocks=num_blocks, kv_cache_tensors=[], kv_cache_groups=groups)
+    if not hasattr(config, "prefix_cache_retention_interval"):
+        raise lacks("KVCacheConfig.prefix_cache_retention_interval")
+    config.hash_block_size, config.prefix_cache_retention_interval = hash_block, retention
+    manager = KVCacheManager(
+        config,
+        max_model_len=MAX_MODEL_LEN,
+        scheduler_block_size=scheduler_block,
+        hash_block_size=hash_block,
+        **options,
     )
     return manager, get_request_block_hasher(hash_block, sha256)
 
@@ -101,24 +117,16 @@ def full_attention_manager(
     spec = adapters.attention_spec(
         FullAttentionSpec, block_size=block, num_kv_heads=1, head_size=8, dtype=torch.float32
     )
-    config = KVCacheConfig(
+    return _manager(
+        [adapters.group_spec(["model.layers.0.self_attn"], spec)],
         num_blocks=num_blocks,
-        kv_cache_tensors=[],
-        kv_cache_groups=[adapters.group_spec(["model.layers.0.self_attn"], spec)],
-    )
-    if not hasattr(config, "prefix_cache_retention_interval"):
-        raise lacks("KVCacheConfig.prefix_cache_retention_interval")
-    config.hash_block_size, config.prefix_cache_retention_interval = block, retention
-    manager = KVCacheManager(
-        config,
-        max_model_len=MAX_MODEL_LEN,
-        scheduler_block_size=block,
-        hash_block_size=block,
+        scheduler_block=block,
+        hash_block=block,
+        retention=retention,
         enable_caching=True,
         use_eagle=eagle,
         enable_kv_cache_events=events,
     )
-    return manager, get_request_block_hasher(block, sha256)
 
 
 def mamba_align_manager(block: int, hash_block: int, *, num_blocks: int = 128) -> tuple[Any, Any]:
@@ -126,7 +134,6 @@ def mamba_align_manager(block: int, hash_block: int, *, num_blocks: int = 128) -
     pads attention blocks to the Mamba page), hashed in ``hash_block`` < ``block``: the layout for which vLLM enables
     fine-grained (partial) prefix-cache hits at hash-block boundaries inside a block. Group ids ``FULL`` and
     ``SLIDING`` (the Mamba group sits where the sliding one does in ``hybrid_manager``)."""
-    from vllm.v1.core.kv_cache_manager import KVCacheManager
     from vllm.v1.kv_cache_interface import MambaSpec
 
     if not takes(MambaSpec, "mamba_cache_mode"):
@@ -143,16 +150,12 @@ def mamba_align_manager(block: int, hash_block: int, *, num_blocks: int = 128) -
             MambaSpec(block_size=block, shapes=((8,),), dtypes=(torch.float32,), mamba_cache_mode="align"),
         ),
     ]
-    config = KVCacheConfig(num_blocks=num_blocks, kv_cache_tensors=[], kv_cache_groups=groups)
-    if not hasattr(config, "prefix_cache_retention_interval"):
-        raise lacks("KVCacheConfig.prefix_cache_retention_interval")
-    config.hash_block_size, config.prefix_cache_retention_interval = hash_block, None
-    manager = KVCacheManager(
-        config,
-        max_model_len=MAX_MODEL_LEN,
-        scheduler_block_size=block,
-        hash_block_size=hash_block,
+    return _manager(
+        groups,
+        num_blocks=num_blocks,
+        scheduler_block=block,
+        hash_block=hash_block,
+        retention=None,
         enable_caching=True,
         use_eagle=False,
     )
-    return manager, get_request_block_hasher(hash_block, sha256)
