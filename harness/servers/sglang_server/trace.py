@@ -17,7 +17,9 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import sys
+import tempfile
 import threading
 import time
 from dataclasses import dataclass
@@ -50,7 +52,10 @@ def start_if_asked() -> bool:
     def save() -> None:
         while True:
             time.sleep(SAVE_EVERY_S)
-            cov.save()
+            try:
+                cov.save()
+            except Exception as exc:  # one failed save must not end the tracing of a server's whole life
+                print(f"sglang-trace: a periodic save failed, retried in {SAVE_EVERY_S} s: {exc}", file=sys.stderr)
 
     threading.Thread(target=save, name="sglang-trace", daemon=True).start()
     return True
@@ -80,11 +85,16 @@ def executed(folder: str | os.PathLike) -> list[FileRun]:
     from coverage import CoverageData
 
     merged: dict[str, set[int]] = {}
-    for data_file in sorted(Path(folder).glob(".coverage.*")):
-        data = CoverageData(basename=str(data_file))
-        data.read()
-        for name in data.measured_files():
-            merged.setdefault(name, set()).update(data.lines(name) or ())
+    with tempfile.TemporaryDirectory() as snapshots:
+        for data_file in sorted(Path(folder).glob(".coverage.*")):
+            # Read a copy: coverage gives a data file it finds without its tables a schema of its own, so a read of
+            # a file its traced process is still creating wrote into it, and that process's save then failed.
+            copy = Path(snapshots) / data_file.name
+            shutil.copyfile(data_file, copy)
+            data = CoverageData(basename=str(copy))
+            data.read()
+            for name in data.measured_files():
+                merged.setdefault(name, set()).update(data.lines(name) or ())
     runs = []
     for name, lines in merged.items():
         if lines and "/sglang/" in name and "/harness/" not in name:
