@@ -272,6 +272,7 @@ def compare_runs(
     )
     p = stats.mcnemar_exact(b, c)
     mde = stats.minimum_detectable_effect(n, b + c, alpha=thresholds.alpha, power=thresholds.power)
+    on_accuracy, off_accuracy = stats.accuracy(on_flags, confidence), stats.accuracy(off_flags, confidence)
     diffs = [_diff(a, o, tokenize) for a, o in pairs if a.response != o.response or a.correct != o.correct]
     flips = [d for d in diffs if d.flipped]
     text_diffs = [d for d in diffs if not d.flipped]
@@ -281,8 +282,8 @@ def compare_runs(
         complete=True,
         errors=[],
         n=n,
-        on_accuracy=stats.accuracy(on_flags, confidence),
-        off_accuracy=stats.accuracy(off_flags, confidence),
+        on_accuracy=on_accuracy,
+        off_accuracy=off_accuracy,
         difference=difference,
         on_better=b,
         off_better=c,

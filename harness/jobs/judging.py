@@ -1,8 +1,10 @@
 """Judging a plan's runs: every comparison paired task by task, its verdict, and the saved runs read back.
 
-``judge`` pairs the treatment (ON) with the reference (OFF) per task; ``comparison_verdict`` is the comparison's
-worst verdict (none where its arms served different models, unless allowed); ``ComparisonOutcome`` is one comparison judged,
-as ``summary.json`` and the overview show it. ``load_runs`` reads the runs a plan saved (``swa-harness report``).
+``judge`` pairs the treatment (ON) with the reference (OFF) per task and gives each comparison its verdict
+(``comparison_verdict``: the worst task's; none where its arms' servers reported different models, unless allowed), so
+that what comes after (provenance, recording, the summary) only reads a ``Judged``; ``ComparisonOutcome`` is one
+comparison judged, as ``summary.json`` and the overview show it. ``load_runs`` reads the runs a plan saved
+(``swa-harness report``).
 """
 
 from __future__ import annotations
@@ -74,11 +76,16 @@ def logprob_verdict(tasks: Sequence[TaskComparison]) -> Verdict | None:
 
 @dataclass(frozen=True)
 class Judged:
-    """One comparison paired task by task: its task comparisons and its runs as judged (their sides set)."""
+    """One comparison paired task by task: its task comparisons, its runs as judged (their sides set), how its arms'
+    servers reported different models (None: they did not), its verdict, which such a difference withholds, and the
+    checkpoint's tokenizer that split its flips (None: no local one), so that its report splits them the same way."""
 
     comparison: Comparison
     tasks: list[TaskComparison]
     runs: list[RunResult]
+    differ: str | None
+    summary: Summary
+    tokenize: Tokenize | None
 
 
 def load_runs(plan: Plan) -> list[RunResult]:
@@ -110,9 +117,13 @@ def _as_side(run: RunResult, side: str) -> RunResult:
     return replace(run, record=replace(run.record, side=side))
 
 
-def judge(plan: Plan, runs: Sequence[RunResult], thresholds: Thresholds) -> list[Judged]:
-    """Every comparison of the plan over ``runs``, paired per task (the treatment as ON, the reference as OFF)."""
+def judge(
+    plan: Plan, runs: Sequence[RunResult], thresholds: Thresholds, *, allow_different_models: bool = False
+) -> list[Judged]:
+    """Every comparison of the plan over ``runs``, paired per task (the treatment as ON, the reference as OFF), and its
+    verdict: none where its arms' servers reported different models, unless ``allow_different_models``."""
     by_key = {(r.model, r.record.arm, r.task): r for r in runs}
+    served = {(r.model, r.record.arm): r.record.identity for r in runs if r.record.identity}
     judged = []
     for comparison in plan.comparisons:
         tasks, pair_runs = [], []
@@ -127,7 +138,18 @@ def judge(plan: Plan, runs: Sequence[RunResult], thresholds: Thresholds) -> list
                 bad = replace(on, complete=False, error=f"ItemMismatchError: {exc}", items=[])
                 tasks.append(compare_runs(bad, off, thresholds=task_thresholds))
             pair_runs += [on, off]
-        judged.append(Judged(comparison, tasks, pair_runs))
+        diff = comparison.served_differences(served)
+        differ = f"the arms served different models ({'; '.join(diff)})" if diff else None
+        judged.append(
+            Judged(
+                comparison=comparison,
+                tasks=tasks,
+                runs=pair_runs,
+                differ=differ,
+                summary=comparison_verdict(tasks, differ, allow_different_models),
+                tokenize=tokenize,
+            )
+        )
     return judged
 
 

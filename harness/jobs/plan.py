@@ -25,6 +25,7 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
+from harness.evals.results import ServedIdentity
 from harness.evals.tasks import FROZEN_TASKS, set_size
 from harness.paths import REPO
 from harness.servers.base import ServerSpec
@@ -240,6 +241,12 @@ class Comparison:
     @property
     def expectation(self) -> str:
         return "RED (a known fault or finding must show)" if self.expect_red else "not RED"
+
+    def served_differences(self, serves: Mapping[tuple[str, str], ServedIdentity]) -> list[str]:
+        """How its two arms serve different weights or tokenizers (their difference would be no graph effect), where
+        ``serves`` (model slug, arm) -> what that arm serves knows both: the one rule before the job and after it."""
+        on, off = serves.get((self.model.slug, self.treatment)), serves.get((self.model.slug, self.reference))
+        return on.model_differences(off) if on is not None and off is not None else []
 
 
 @dataclass(frozen=True)

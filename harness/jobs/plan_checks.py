@@ -1,19 +1,18 @@
-"""What is checked of a plan: before anything starts (``check_plan``: every server kind installed and importable, the
-flags its parser takes, ``--resume`` only where it is safe), and whether the two arms of a comparison serve the same
-model: before the job starts, from what is known of each arm's weights and tokenizer, and again on what the servers
-reported (``different_models``; a difference would be no graph effect).
+"""What is checked of a plan before anything starts (``check_plan``): every server kind installed and importable, the
+flags its parser takes, ``--resume`` only where it is safe, and whether the two arms of a comparison will serve the same
+model, from what is known of each arm's weights and tokenizer (``Comparison.served_differences``, the rule that
+judging applies again to what the servers reported).
 """
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Mapping, Sequence
 
-from harness.evals.results import RunResult, ServedIdentity
+from harness.evals.results import ServedIdentity
 from harness.fingerprint import tokenizer_fingerprint, weights_fingerprint
 from harness.jobs.cache import untrusted_resume
 from harness.jobs.options import RunOptions
-from harness.jobs.plan import ArmRun, Comparison, Plan
+from harness.jobs.plan import ArmRun, Plan
 from harness.paths import REPO
 from harness.servers.base import ServerNotInstalled
 from harness.servers.identity import ServerUnreachable
@@ -64,19 +63,6 @@ def _preflight(plan: Plan) -> list[str]:
     return problems
 
 
-def arms_that_differ(
-    plan: Plan, serves: Mapping[tuple[str, str], ServedIdentity]
-) -> list[tuple[Comparison, list[str]]]:
-    """The comparisons whose two arms serve different weights or tokenizers, with how (their difference would be
-    no graph effect). ``serves`` maps (model slug, arm) to what that arm serves, where it is known."""
-    found = []
-    for c in plan.comparisons:
-        on, off = serves.get((c.model.slug, c.treatment)), serves.get((c.model.slug, c.reference))
-        if on is not None and off is not None and (diff := on.model_differences(off)):
-            found.append((c, diff))
-    return found
-
-
 def _model_before_start(run: ArmRun) -> tuple[ServedIdentity, str] | None:
     """The weights and tokenizer an arm will serve, where that is known before it runs (what an external server
     reports, or the digests of a launched arm's local checkpoint, which the harness server reports too), and a
@@ -111,19 +97,12 @@ def _model_before_start(run: ArmRun) -> tuple[ServedIdentity, str] | None:
 def models_known_to_differ(plan: Plan) -> list[str]:
     """Before anything starts: comparisons whose arms will serve different models, each as one line."""
     known = {(r.model.slug, r.arm.name): found for r in plan.runs if (found := _model_before_start(r))}
+    serves = {key: identity for key, (identity, _) in known.items()}
     where = {key: text for key, (_, text) in known.items()}
     return [
         f"{c.model.name} {c.name}: the arms serve different models ({c.treatment}: "
         f"{where[c.model.slug, c.treatment]}; {c.reference}: {where[c.model.slug, c.reference]}); "
         "--allow-different-models judges them anyway"
-        for c, _ in arms_that_differ(plan, {key: identity for key, (identity, _) in known.items()})
+        for c in plan.comparisons
+        if c.served_differences(serves)
     ]
-
-
-def different_models(plan: Plan, runs: Sequence[RunResult]) -> dict[tuple[str, str], str]:
-    """After the runs: (model, comparison) -> how its two arms' servers reported different weights or tokenizers."""
-    served = {(r.model, r.record.arm): r.record.identity for r in runs if r.record.identity}
-    return {
-        (c.model.name, c.name): f"the arms served different models ({'; '.join(diff)})"
-        for c, diff in arms_that_differ(plan, served)
-    }

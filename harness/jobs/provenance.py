@@ -216,9 +216,10 @@ def comparison_provenance(
         "on": arm_provenance(plan, comparison, comparison.treatment, runs),
         "off": arm_provenance(plan, comparison, comparison.reference, runs),
     }
+    engine = engine_under_test(arms)  # what the arms ran, then the model they ran: the record's order
     model = model_provenance(comparison.model.name)
     served = {side: (arm.get("identity") or {}).get("weights") for side, arm in arms.items()}
     if any(served.values()):  # what the servers said they loaded, beside what this checkout holds
         model["weights served"] = {side: weights or "not reported" for side, weights in served.items()}
-    out = {"run": dict(base.get("run", {})), "engine under test": engine_under_test(arms), "model": model, "arms": arms}
+    out = {"run": dict(base.get("run", {})), "engine under test": engine, "model": model, "arms": arms}
     return out | {k: v for k, v in base.items() if k not in out}

@@ -11,8 +11,7 @@ from typing import Any, Mapping
 from harness.evals.history import Trend, make_entry
 from harness.evals.history import record as record_history
 from harness.evals.history import trend as history_trend
-from harness.evals.results import Summary
-from harness.jobs.judging import Judged, comparison_tokenizer
+from harness.jobs.judging import Judged
 from harness.jobs.options import RunOptions
 from harness.report import render_report
 from harness.report.inputs import (
@@ -39,10 +38,10 @@ class SideInputs:
     @classmethod
     def read(cls, options: RunOptions) -> SideInputs:
         return cls(
-            load_kill_matrices(options.kill_matrix),
-            load_fault_effects(options.fault_effects),
-            load_release_matrix(options.release_matrix),
-            load_mutation_runs(options.kill_matrix),
+            kill_matrices=load_kill_matrices(options.kill_matrix),
+            fault_effects=load_fault_effects(options.fault_effects),
+            release_matrix=load_release_matrix(options.release_matrix),
+            mutation_runs=load_mutation_runs(options.kill_matrix),
         )
 
 
@@ -57,7 +56,6 @@ class Recorded:
 
 def record_comparison(
     judged: Judged,
-    summary: Summary,
     provenance: Mapping[str, Any],
     *,
     history: Path | None,
@@ -70,7 +68,7 @@ def record_comparison(
     one comparison's line does not replace another's (and judging the same runs again replaces each its own)."""
     trend = None
     if history is not None:
-        entry = make_entry(judged.tasks, summary, judged.runs, provenance)
+        entry = make_entry(judged.tasks, judged.summary, judged.runs, provenance)
         if several:
             c = judged.comparison
             entry = replace(entry, run_id=f"{entry.run_id} {c.model.slug}/{c.name}")
@@ -78,7 +76,7 @@ def record_comparison(
     report = render_report(
         judged.tasks,
         judged.runs,
-        summary=summary,
+        summary=judged.summary,
         provenance=provenance,
         out_dir=judged.comparison.dir,
         trend=trend,
@@ -86,6 +84,6 @@ def record_comparison(
         mutation_runs=side.mutation_runs,
         fault_effects=side.fault_effects,
         release_matrix=side.release_matrix,
-        tokenize=comparison_tokenizer(judged.comparison),
+        tokenize=judged.tokenize,
     )
     return Recorded(trend, report)

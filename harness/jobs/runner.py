@@ -13,11 +13,12 @@ affected runs INCOMPLETE with a one-line reason naming the failed part and its l
 servers and lm-eval runs: none of them outlives it, whatever ends it (see ``run_plan``).
 
 Its rooms, one job each: this module runs a plan (``run_plan``) once ``harness.jobs.plan_checks`` has checked it
-(``check_plan``; the same room holds the one check that two arms of a comparison serve the same model, before the
-job starts and again on what the servers reported); ``harness.jobs.session`` is one run (start the server, score
-each lm-eval step, stop it); ``harness.jobs.summary.finish`` then judges (``harness.jobs.judging``), records and
-renders (``harness.jobs.recording``), writes the front page and decides the exit code. ``RunOptions``
-(``harness.jobs.options``) says how to run a plan.
+(``check_plan``, every check before the job starts); ``harness.jobs.session`` is one run (start the server, score
+each lm-eval step, stop it); ``harness.jobs.summary.finish`` then has every comparison judged
+(``harness.jobs.judging``: its verdict too, none where its arms' servers reported different models, by the rule
+``Comparison.served_differences`` that ``check_plan`` applies before the start), its provenance gathered
+(``harness.jobs.provenance``), recorded and rendered (``harness.jobs.recording``), and writes the front page and
+decides the exit code. ``RunOptions`` (``harness.jobs.options``) says how to run a plan.
 """
 
 from __future__ import annotations

@@ -10,63 +10,47 @@ from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 from harness.evals.results import RunResult
-from harness.jobs.judging import Judged, ComparisonOutcome, comparison_verdict, judge
+from harness.jobs.judging import ComparisonOutcome, Judged, judge
 from harness.jobs.options import RunOptions
 from harness.jobs.plan import Plan
 from harness.jobs.provenance import comparison_provenance
 from harness.jobs.recording import SideInputs, record_comparison
-from harness.jobs.plan_checks import different_models
 from harness.paths import shown
 from harness.report.overview import OverviewComparison, OverviewModel, write_overview
 from harness.servers.registry import get_server_kind
 
 
-def exit_code(
-    runs: Sequence[RunResult],
-    outcomes: Sequence[ComparisonOutcome],
-    differ: Mapping[tuple[str, str], str],
-    options: RunOptions,
-) -> int:
-    """0 when every comparison met its expectation, 1 when one did not; 2, said on stderr with each reason, when a
-    run failed or two arms served different models (unless allowed): then nothing was measured."""
+def no_verdict(runs: Sequence[RunResult], judged: Sequence[Judged], options: RunOptions) -> list[str]:
+    """Why nothing was measured, one reason each: a run that failed, or two arms that served different models (unless
+    allowed). Empty when every comparison has a verdict."""
     failures = list(dict.fromkeys(r.error.splitlines()[0] for r in runs if not r.complete and r.error))
     if not options.allow_different_models:
-        failures += [f"{model} {name}: {diff}" for (model, name), diff in differ.items()]
-    if failures:
-        print(f"{options.name}: no verdict (exit 2): {' | '.join(failures)}", file=sys.stderr, flush=True)
-        return 2
-    return 0 if all(o.ok for o in outcomes) else 1
+        failures += [f"{j.comparison.model.name} {j.comparison.name}: {j.differ}" for j in judged if j.differ]
+    return failures
 
 
 def finish(plan: Plan, runs: Sequence[RunResult], options: RunOptions, base: Mapping[str, Any]) -> int:
-    """Judge, record in the history, report (each comparison, and the overview), print; the exit code."""
-    judged = judge(plan, runs, options.thresholds)
-    differ = different_models(plan, runs)
+    """Judge, record in the history, report (each comparison, and the overview), print; the exit code: 0 when every
+    comparison met its expectation, 1 when one did not, 2 when nothing was measured (``no_verdict``)."""
+    judged = judge(plan, runs, options.thresholds, allow_different_models=options.allow_different_models)
     side = SideInputs.read(options)
-    outcomes = [
-        _conclude(plan, j, differ.get((j.comparison.model.name, j.comparison.name)), options, base, side)
-        for j in judged
-    ]
-    _front_page(plan, runs, outcomes, options)
-    return exit_code(runs, outcomes, differ, options)
-
-
-def _conclude(
-    plan: Plan, judged: Judged, differ: str | None, options: RunOptions, base: Mapping[str, Any], side: SideInputs
-) -> ComparisonOutcome:
-    """One comparison: its verdict, its history line, its report, printed."""
-    summary = comparison_verdict(judged.tasks, differ, options.allow_different_models)
-    provenance = comparison_provenance(plan, judged.comparison, judged.runs, base)
     several = len(plan.comparisons) > 1
-    recorded = record_comparison(judged, summary, provenance, history=options.history, side=side, several=several)
-    outcome = ComparisonOutcome(
-        comparison=judged.comparison, tasks=judged.tasks, summary=summary, report=recorded.report
-    )
-    _print_outcome(outcome, several)
-    if (trend := recorded.trend) is not None:
-        since = f"; verdict since run #{trend.since.index}" if trend.since else ""
-        print(f"history: {shown(Path(options.history))} ({trend.runs} run(s) of {trend.series}{since})")
-    return outcome
+    outcomes = []
+    for j in judged:
+        provenance = comparison_provenance(plan, j.comparison, j.runs, base)
+        recorded = record_comparison(j, provenance, history=options.history, side=side, several=several)
+        outcome = ComparisonOutcome(comparison=j.comparison, tasks=j.tasks, summary=j.summary, report=recorded.report)
+        _print_outcome(outcome, several)
+        if (trend := recorded.trend) is not None:
+            since = f"; verdict since run #{trend.since.index}" if trend.since else ""
+            print(f"history: {shown(Path(options.history))} ({trend.runs} run(s) of {trend.series}{since})")
+        outcomes.append(outcome)
+    failures = no_verdict(runs, judged, options)
+    _front_page(plan, runs, outcomes, options)
+    if failures:  # 2, said on stderr with each reason, after the pages that show them
+        print(f"{options.name}: no verdict (exit 2): {' | '.join(failures)}", file=sys.stderr, flush=True)
+        return 2
+    return 0 if all(o.ok for o in outcomes) else 1
 
 
 def _front_page(
