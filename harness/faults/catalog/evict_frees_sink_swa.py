@@ -7,14 +7,14 @@ from harness.faults.base import Fault, Patch
 from harness.mem.radix_cache import RadixCache, TreeNode
 
 
-def _free_node(self: RadixCache, node: TreeNode) -> None:
-    """Twin of ``RadixCache._free_node``: SGLang's ``evict_component`` -> ``free_swa_segment``: one representative
+def _free_nodes(self: RadixCache, nodes: list[TreeNode]) -> None:
+    """Twin of ``RadixCache._free_nodes``: SGLang's ``evict_component`` -> ``free_swa_segment``: one representative
     per page, read through the mapping and handed to the SWA page allocator unfiltered, then the full side."""
-    alloc = self.allocator
-    representatives = alloc.full_to_swa_index_mapping[node.value[:: self.page_size].long()]
+    alloc, value = self.allocator, self._cat(node.value for node in nodes)
+    representatives = alloc.full_to_swa_index_mapping[value[:: self.page_size].long()]
     alloc.swa_attn_allocator.free(representatives)  # a tombstone's read 0: the sink's page
-    alloc.set_full_to_swa_mapping(node.value, node.value.new_zeros(node.value.shape))
-    alloc.free_full(node.value)
+    alloc.set_full_to_swa_mapping(value, value.new_zeros(value.shape))
+    alloc.free_full(value)
 
 
 FAULT = Fault(
@@ -25,5 +25,5 @@ FAULT = Fault(
     user_sees="the padding page is handed to a request: padded lanes write into its window (SGLang: free_group_end "
     "asserts available_size > size on every rank a second after the server goes live)",
     invariant="design: slot 0 is the sink, never handed back to an allocator and never owned",
-    patches=(Patch(RadixCache, "_free_node", _free_node),),
+    patches=(Patch(RadixCache, "_free_nodes", _free_nodes),),
 )
