@@ -50,7 +50,7 @@ from harness.jobs.saved import plan_from_inputs
 from harness.kill_record import FaultRow
 from harness.paths import DEFAULT_KILL_MATRIX, REPO
 
-from bench.fault_reach import NO_ARM_WHY, LogitReach, baseline_items, logit_reach
+from bench.fault_reach import NO_ARM_WHY, NO_PLAN_WHY, LogitReach, baseline_items, logit_reach
 
 MODELS = ("fixtures/models/gemma2-tiny-swa", "fixtures/models/gemma3-tiny-swa")
 SUITES = ("gsm_style", "aime_style")
@@ -681,6 +681,8 @@ def reach_section(path: Path = REACH_JSON) -> list[str]:
     noise = data.get("noise", 0.0)
     for fault, cells in data["cells"].items():
         if any(c["stopped_by"] or c.get("max_delta", 0.0) > noise for c in cells.values()):
+            if fault in NO_PLAN_WHY:
+                out += ["", f"**`{fault}`, reached by an arm and not by the job**: {NO_PLAN_WHY[fault]}."]
             continue
         why = NO_ARM_WHY.get(fault)
         out += [

@@ -39,13 +39,15 @@ REACH_JSON = REPO / "docs" / "fault-reach.json"
 TASKS = ("gsm_style", "aime_style")
 FAULT_EFFECTS_JSON = REPO / "docs" / "fault-effects.json"
 MODEL = "fixtures/models/gemma2-tiny-swa"
-Arrival = Literal["batches", "stream"]
+Arrival = Literal["batches", "stream", "turns"]
 
 
 @dataclass(frozen=True)
 class Config:
     """One engine configuration and how requests arrive: ``batches`` of 32 as lm-eval sends them (one batch admitted
-    after the last finished), or ``stream``: 32 in flight, a new one admitted as each finishes."""
+    after the last finished), ``stream``: 32 in flight, a new one admitted as each finishes, or ``turns``: streamed
+    twice, as a chat's two turns (the second prompt is the first, its own answer and a follow-up question, so it
+    repeats the key of a finished request whole, which no prompt of the job does)."""
 
     name: str
     engine: dict[str, Any]
@@ -61,6 +63,7 @@ CONFIGS = (
     Config("page 4, chunks of 32, tight pools", {"graphs": "tape", "page_size": 4, "chunk_size": 32, **WINDOWED}),
     Config("same, graphs off", {"graphs": "off", "page_size": 4, "chunk_size": 32, **WINDOWED}),
     Config("page 16", {"graphs": "tape", "page_size": 16}),
+    Config("page 16, two turns of chat", {"graphs": "tape", "page_size": 16}, "turns"),
     Config("tight pools (one window per request)", {"graphs": "tape", "full_pool_size": 4096, "swa_pool_size": 1536}),
     Config("overlap scheduling", {"graphs": "tape", "schedule": "overlap"}),
     Config("overlap scheduling, prefix cache off", {"graphs": "tape", "schedule": "overlap", "prefix_cache": False}),
@@ -98,6 +101,16 @@ NO_ARM_WHY = {
     "paged-free-swa-keeps-page-mapping": "the engine's window slide frees whole pages only (`Scheduler._slide_windows` "
     "rounds the kept range down to a page boundary), so no page keeps a token that was not passed; "
     "`test_paged_frees` frees part of a page directly",
+}
+# Why a fault an arm reaches has no plan through the server, and why the job does not reach it.
+NO_PLAN_WHY = {
+    "swa-frontier-reaches-insert-boundary": "the live node it makes over SWA slots already freed is the tail of a "
+    "finished request, its own question and answer, and no prompt of the job repeats that whole; the chat arm's "
+    "second turn does (turn one, its answer, a follow-up): at page 16 (the window's size) a later `free_swa` of "
+    "those slots finds them released already and the engine's own check stops the run (`DoubleFreeError`; an engine "
+    "without that check would put them on the free list twice). lm-eval's tasks are single-turn, so no plan "
+    "through the server carries it; the differential suite kills it at page 16 "
+    "(`test_paged_engine_matches_dense_reference`)",
 }
 # The plan that carries a reaching configuration through the server and lm-eval, per fault found reachable.
 REACH_PLANS = {
@@ -160,20 +173,34 @@ def prompts(items: int) -> tuple[list[str], Any]:
 
 
 def generate(config: Config, texts: Sequence[str], params: Any) -> list[Any]:
-    """Every prompt through a fresh engine as ``config`` says, with the logits of every generated position."""
+    """Every prompt through a fresh engine as ``config`` says, with the logits of every generated position (with
+    ``turns``, each prompt's first turn and then its second)."""
     from harness.engine.engine import Engine, EngineConfig
 
     engine = Engine(EngineConfig(model_path=REPO / MODEL, num_threads=1, **config.engine))
-    queue, live, out = list(enumerate(texts)), {}, {}
+    first = [engine.tokenizer.encode(text) for text in texts]
+    out = _serve(engine, first, params, stream=config.arrival != "batches")
+    if config.arrival != "turns":
+        return out
+    follow_up = engine.tokenizer.encode(FOLLOW_UP)
+    return out + _serve(engine, [p + o.output_ids + follow_up for p, o in zip(first, out)], params, stream=True)
+
+
+FOLLOW_UP = "\nQuestion: And what is twice that?\nAnswer:"
+
+
+def _serve(engine: Any, prompts: Sequence[list[int]], params: Any, *, stream: bool) -> list[Any]:
+    """32 in flight (``stream``), or batches of 32 each admitted once the engine is idle; outputs in prompt order."""
+    queue, live, out = list(enumerate(prompts)), {}, {}
     in_flight = 32
     while queue or engine.has_work():
-        if config.arrival == "stream" or not engine.has_work():
+        if stream or not engine.has_work():
             while queue and len(live) < in_flight:
-                i, text = queue.pop(0)
-                live[engine.add_request(text, params, return_logits=True).rid] = i
+                i, ids = queue.pop(0)
+                live[engine.add_request(ids, params, return_logits=True).rid] = i
         for o in engine.step().finished:
             out[live.pop(o.rid)] = o
-    return [out[i] for i in range(len(texts))]
+    return [out[i] for i in range(len(prompts))]
 
 
 def differs(a: Any, b: Any) -> bool:
@@ -212,7 +239,7 @@ def run_matrix(faults: Sequence[str], items: int) -> Run:
                 with inject(fault):
                     got = generate(config, texts, params)
                 moved = [max_delta(a, b) for a, b in zip(clean, got) if differs(a, b)]
-                cell = Cell(len(moved), len(texts), max_delta=max(moved, default=0.0))
+                cell = Cell(len(moved), len(clean), max_delta=max(moved, default=0.0))
             except PoolError as exc:  # the engine's own invariant check stopped the run: recorded, not a logit;
                 # anything else (a bug, a missing package) propagates: the bench ends without a table
                 cell = Cell(None, len(texts), f"{type(exc).__name__}: {str(exc).splitlines()[0][:160]}")

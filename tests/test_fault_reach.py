@@ -76,3 +76,23 @@ def test_only_faults_the_job_never_harmed_are_sent_to_look_for_an_arm(tmp_path: 
     path = tmp_path / "fault-effects.json"
     path.write_text(json.dumps(rows))
     assert unreached_faults(path) == ["harmless"]
+
+
+def test_a_second_turn_repeats_its_first_turns_prompt_and_answer_whole() -> None:
+    """The chat arm's point is that a second prompt holds a finished request's whole key (prompt and answer): each
+    second turn starts with its own first turn's ids, then the follow-up, and the outputs come back in prompt order."""
+    from bench.fault_reach import Config, generate
+    from harness.engine import SamplingParams
+
+    texts = ["Question: 1 + 1?\nAnswer:", "Question: 2 + 3?\nAnswer:", "Question: 7 - 4?\nAnswer:"]
+    params = SamplingParams(max_new_tokens=4, ignore_eos=True)
+    config = Config("two turns", {"graphs": "off", "page_size": 16}, "turns")
+    out = generate(config, texts, params)
+    assert len(out) == 2 * len(texts)
+    first, second = out[: len(texts)], out[len(texts) :]
+    assert [o.output_ids for o in first] == [
+        o.output_ids for o in generate(Config("one", config.engine), texts, params)
+    ]
+    for a, b in zip(first, second):
+        assert b.prompt_ids[: len(a.prompt_ids) + len(a.output_ids)] == a.prompt_ids + a.output_ids
+        assert len(b.prompt_ids) > len(a.prompt_ids) + len(a.output_ids)  # and a follow-up after them
