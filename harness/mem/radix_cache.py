@@ -187,13 +187,17 @@ class RadixCache:
         return self._slots
 
     def _walk_slots(self) -> TreeSlots:
-        live, dead, stack = [], [], list(self.root.children.values())
+        live, dead, live_tokens, stack = [], [], 0, list(self.root.children.values())
         while stack:
             node = stack.pop()
-            (dead if node.swa_tombstone else live).append(node.value)
+            if node.swa_tombstone:
+                dead.append(node.value)
+            else:
+                live.append(node.value)
+                live_tokens += len(node.key)  # a slot per token (rule 1): an int, not a tensor's shape, is read
             stack += node.children.values()
         full = self._cat(live + dead).long()
-        return TreeSlots(full=full, swa_live=full[: sum(v.shape[0] for v in live)])
+        return TreeSlots(full=full, swa_live=full[:live_tokens])
 
     def _cat(self, values) -> torch.Tensor:
         """Concatenated node values. The root's empty value joins only an empty list: one empty tensor among the
@@ -552,14 +556,16 @@ class RadixCache:
         only the receipt's floor changes, no count moves."""
         while True:
             held = node.swa_locks
-            if held[old] <= 0:
+            count = held.get(old, 0)
+            if count <= 0:
                 raise PoolError(
                     f"SWA unlock (floor {old}) of a node it does not hold (tokens {node.start}..{node.end - 1})"
                 )
-            held[old] -= 1
-            if not held[old]:
+            if count == 1:
                 del held[old]
-            held[floor] += 1
+            else:
+                held[old] = count - 1
+            held[floor] = held.get(floor, 0) + 1
             if node is last:
                 return
             node = node.parent
@@ -691,10 +697,7 @@ class RadixCache:
     def _prunable(self, node: TreeNode, *, children: int = 0) -> bool:
         """A tombstone no lock holds, with no children but the ``children`` about to go, can never end a match."""
         return (
-            node is not self.root
-            and len(node.children) == children
-            and node.swa_tombstone
-            and not node.full_lock_ref
+            node is not self.root and len(node.children) == children and node.swa_tombstone and not node.full_lock_ref
         )
 
     def _prune(self, node: TreeNode) -> None:
