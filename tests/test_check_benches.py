@@ -72,3 +72,30 @@ def test_checks_output_is_read_back() -> None:
     run = CheckRun(2, errored, 10.0)
     assert (run.verdict, run.failing_test(), run.first_failure()) == ("NO VERDICT", "t.py::test_a", ("suites", 9.0))
     assert CheckRun(0, "\nPASS: every stage passed in 90 s", 91.0).verdict == "PASS"
+
+
+def test_a_stopped_runs_printed_lines_give_back_its_rows() -> None:
+    """A mutant run stopped midway keeps what it measured: each ``==`` block of its log is read back as the check run
+    it printed (verdict, stage and seconds to the first failure, the failing test), and the section says how many of
+    the drawn mutants ran."""
+    from bench.check_mutants import Tally, from_log
+
+    module = "sglang.srt.mem_cache.allocator.swa"
+    text = "def f(x):\n    if x:\n        return 1\n"
+    drawn = [Mutant(f"{module}:2:AddNot:{i}", module, 2, "AddNot", 0, f"{module}.f", "", "") for i in range(3)]
+    log = (
+        "check sglang: checkout /tmp/x/python\n  killers: 16 tests passed in 49 s\n\nPASS: every stage passed in 161 s\n"
+        f"\n== [1/3] {drawn[0].id}: FAIL in 40 s\ncheck sglang: checkout /tmp/x/python\n"
+        "  killers: FAILED after 3 tests, 12.5 s after the suites started\n"
+        "FAIL suites/sglang/test_pool.py::test_free [swa.py:2]\n"
+        f"\n== [2/3] {drawn[1].id}: PASS in 150 s\ncheck sglang: checkout /tmp/x/python\n\nPASS: every stage passed\n"
+    )
+    tally = Tally(len(drawn), 0)
+    from_log(log, drawn, tally, {module: text})
+    assert tally.counts == {"PASS": 1, "FAIL": 1, "NO VERDICT": 0} and tally.slow == []
+    assert [row[2:5] for row in tally.rows] == [
+        ["FAIL", "killers, 12.5 s", "`test_pool.py::test_free`"],
+        ["PASS", "150 s in all", ""],
+    ]
+    assert tally.rows[0][1] == "`-if x: / +if not x:`"
+    assert "**2 of them run**" in tally.body() and "exit 0, 161 s" in tally.body()
