@@ -66,7 +66,7 @@ class CheckRun:
     def failing_test(self) -> str | None:
         """The test that failed (a kill) or errored, its node id without its folders."""
         failed = re.search(r"^FAIL (.+?)(?: \[[^\]]*\])?$", self.output, re.M)
-        errored = re.search(r"^NO VERDICT: (\S+)", self.output, re.M)
+        errored = re.search(r"^NO VERDICT: ([^\s(]\S*)", self.output, re.M)  # "(stage ...)": no test was named
         found = failed or errored
         return found.group(1).split("/")[-1] if found else None
 
@@ -92,7 +92,8 @@ class CheckRun:
         )
         if none:
             return f"no catalog fault matches (nearest {none.group(1)} at {none.group(2)}, {none.group(3)})"
-        return ""
+        why = re.search(r"^NO VERDICT: .*?errored, not a suite assertion: (.+)$", self.output, re.M)
+        return f"no verdict: {why.group(1)[:120]}" if why else ""
 
 
 def run_check(tree: Path, timeout_s: float = 3600) -> CheckRun:

@@ -71,6 +71,9 @@ def test_checks_output_is_read_back() -> None:
     errored = "  suites: errored after 3 tests, 9.0 s after the suites started\n\nNO VERDICT: suites/pool/t.py::test_a errored"
     run = CheckRun(2, errored, 10.0)
     assert (run.verdict, run.failing_test(), run.first_failure()) == ("NO VERDICT", "t.py::test_a", ("suites", 9.0))
+    stage = "  suites: errored after 169 tests, 89.7 s after the suites started\n\nNO VERDICT: (stage suites) errored, "
+    run = CheckRun(2, stage + "not a suite assertion: pytest exited 2: sys:1: a warning\n", 116.0)
+    assert (run.failing_test(), run.says()) == (None, "no verdict: pytest exited 2: sys:1: a warning")
     assert CheckRun(0, "\nPASS: every stage passed in 90 s", 91.0).verdict == "PASS"
 
 
