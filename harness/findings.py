@@ -137,6 +137,16 @@ FINDINGS: tuple[Finding, ...] = (
         has_it=("0.5.22",),  # measured; fixed in 0.5.23; before 0.5.22 the scene's API is not there
         says=r"an eviction freed them and another request was handed slots .* which the running request still reads",
     ),
+    Finding(
+        14,
+        engine="sglang",
+        title="with the overlap scheduler and no prefix sharing, a chunked prefill keeps SWA KV no query reads after a "
+        "chunk shorter than chunked_prefill_size",
+        test="suites/findings/test_finding_14_sglang.py::test_an_overlap_chunk_keeps_only_the_window_below_the_chunk_in_flight",
+        script="docs/repro/finding_14_sglang_overlap_chunk_keeps_swa.py",
+        has_it=("0.5.23",),  # measured on the pinned release only (the release overlays were not run)
+        says=r"the request holds \d+ SWA slots where \d+ are needed",
+    ),
 )
 
 
