@@ -16,7 +16,7 @@ as much.
 
 Scene (SGLang's own calls, in its scheduler's order; page size 4, sliding window 8, chunked_prefill_size 32, SWA and
 full pools of 256 slots, a cache built as ``--disable-radix-cache`` builds it: ``UnifiedRadixCache(disable=True)``): a
-72-token prompt is prefilled in chunks of 32, 8, 8, 8 and 8 tokens (the first full, the rest shrunk, as the SWA
+65-token prompt is prefilled in chunks of 32, 8, 8, 8 and 8 tokens (the first full, the rest shrunk, as the SWA
 budget shrinks them). Before each chunk's slots are taken, an overlap extend ``ScheduleBatch`` over the request runs
 ``maybe_evict_swa``; after it, the chunk's slots are allocated (``alloc_extend``) and the chunk checkpointed
 (``checkpoint_kv_cache``). After each ``maybe_evict_swa`` the request may hold no more SWA slots than the window below
