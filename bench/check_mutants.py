@@ -13,7 +13,9 @@ every mutant the suites kill.
     nox -s sglang --install-only && .nox/sglang/bin/python -m bench.check_mutants [--sample 30] [--seed 0]
 
 The section is written after every mutant, so a run stopped midway keeps what it measured; ``--from-log LOG``
-rebuilds the table from such a run's printed lines (run nothing).
+rebuilds the table from such a run's printed lines (run nothing), and ``--resume LOG`` keeps them and runs the
+mutants that run did not reach (the clean copy is checked again first: it is a new copy). Print the resumed run's
+lines after the stopped one's, and the joined log reads back as one run.
 """
 
 from __future__ import annotations
@@ -99,6 +101,7 @@ def _clean_text(run: CheckRun) -> str:
 
 
 _HEADER = re.compile(r"^== \[(\d+)/(\d+)\] (\S+): (PASS|FAIL|NO VERDICT) in (\d+) s$", re.M)
+_HEADER_IDS = re.compile(r"^== \[\d+/\d+\] (\S+): ", re.M)
 _RC = {"PASS": 0, "FAIL": 1, "NO VERDICT": 2}
 
 
@@ -126,6 +129,11 @@ def main() -> int:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--no-write", action="store_true", help="print only; leave docs/BENCHMARKS.md alone")
     parser.add_argument("--from-log", type=Path, help="run nothing: the table from a stopped run's printed lines")
+    parser.add_argument(
+        "--resume",
+        type=Path,
+        help="a stopped run's printed lines: keep its results, run the mutants it did not reach (the clean copy again)",
+    )
     args = parser.parse_args()
     scopes = {s.module: s for s in SCOPES["sglang"]}
     chosen = sample(args.sample, args.seed)
@@ -138,6 +146,11 @@ def main() -> int:
         if not args.no_write:
             tally.write(command + ", rendered from its printed lines by `--from-log`")
         return 0
+    done: set[str] = set()
+    if args.resume:
+        from_log(args.resume.read_text(), chosen, tally, texts)
+        done = set(_HEADER_IDS.findall(args.resume.read_text()))
+        command += f", resumed from a stopped run's printed lines ({len(done)} of them kept)"
     problems = 0
     with installed_copy() as tree:
         run = run_check(tree)
@@ -145,6 +158,8 @@ def main() -> int:
         tally.clean = _clean_text(run)
         problems += run.rc != 0
         for i, mutant in enumerate(chosen, 1):
+            if mutant.id in done:
+                continue
             text = texts[mutant.module]
             mutant = with_after(mutant, text)
             copy = tree.joinpath(*mutant.module.split(".")).with_suffix(".py")

@@ -46,6 +46,10 @@ harness's own, with SGLang's concepts and names. The rules, and the fixes they c
    again only after a node is added, deleted, tombstoned or revived: a split, a shift or a merge moves slots between
    nodes and changes neither set, so the ``after`` of one eviction is the ``before`` of the next in a decode run
    (issue 58). ``sanity_check`` holds the kept answer to a fresh walk.
+10. **One free per insert.** The slots an insert gives back (each duplicate node's, and for a finished request its
+   own tail past the insert) go back in one ``free`` at its end (``_one_free``), not one per node: a free validates
+   both pools, and a finished request made two or three of them (issue 58). Nothing between reads the free lists;
+   a free that would be refused is refused with the slots of every node in it.
 
 Accounting, per pool: free + evictable + protected + what running requests own = size; ``sanity_check``
 recounts every total from the nodes.
@@ -56,7 +60,8 @@ from __future__ import annotations
 import heapq
 import itertools
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 import torch
@@ -148,6 +153,7 @@ class RadixCache:
         self.page_size = allocator.page_size
         self.sliding_window_size = sliding_window_size
         self._clock = itertools.count(1)
+        self._held_frees: list[torch.Tensor] | None = None  # rule 10: slots an insert gives back, freed at its end
         self._new_tree()
 
     def _new_tree(self) -> None:
@@ -392,8 +398,9 @@ class RadixCache:
         req.cache_protected_len = hi
 
     def cache_finished_req(self, req: CacheRequest) -> None:
-        result = self._insert_request(req, finished=True)
-        self._free_own(req, max(result.length, req.cache_protected_len))
+        with self._one_free():  # rule 10: the duplicates and the request's own tail in one call
+            result = self._insert_request(req, finished=True)
+            self._free_own(req, max(result.length, req.cache_protected_len))
         self.unlock(req.prefix_lock)
         req.prefix_lock = None
 
@@ -404,8 +411,30 @@ class RadixCache:
 
     def _free_own(self, req: CacheRequest, start: int) -> None:
         if req.slots_len > start:
-            row = self.req_to_token_pool.req_to_token[req.req_pool_idx, start : req.slots_len]
-            self.allocator.free(row.clone())
+            self._give_back(self.req_to_token_pool.req_to_token[req.req_pool_idx, start : req.slots_len].clone())
+
+    @contextmanager
+    def _one_free(self) -> Iterator[None]:
+        """Rule 10: every slot ``_give_back`` is handed inside goes back in one ``free`` when the block ends (a
+        block inside another joins the outer one). A block that raises frees nothing: the tree is then in no state to
+        say what is free."""
+        if self._held_frees is not None:
+            yield
+            return
+        self._held_frees = held = []
+        try:
+            yield
+        finally:
+            self._held_frees = None
+        if held:
+            self.allocator.free(torch.cat(held) if len(held) > 1 else held[0])
+
+    def _give_back(self, slots: torch.Tensor) -> None:
+        """Free ``slots`` (the caller's own copy), at the end of the enclosing ``_one_free`` block if there is one."""
+        if self._held_frees is None:
+            self.allocator.free(slots)
+        else:
+            self._held_frees.append(slots)
 
     @seam("chunked-insert-drops-swa-evicted")
     def _insert_request(self, req: CacheRequest, *, finished: bool) -> InsertResult:
@@ -423,14 +452,15 @@ class RadixCache:
         ``prev_prefix_len`` are the tree's already; above it the slots are the caller's: those the tree
         holds already (duplicates) go back to the allocator, those past the returned length stay the caller's."""
         node, pos = self.root, 0
-        # Where the request's live part starts inside a tombstone, that node is cut there and each side taken apart.
-        while pos < len(key) and (child := self._descend(node, key, pos, cut=swa_evicted_seqlen)) is not None:
-            n = len(child.key)
-            if pos >= prev_prefix_len:
-                self._take_or_free(child, values[pos : pos + n], live=pos >= swa_evicted_seqlen)
-            node, pos = child, pos + n
-        if pos < len(key):
-            node, pos = self._add_new(node, key, values, pos, swa_evicted_seqlen)
+        with self._one_free():  # rule 10: the duplicates of every node in one call
+            # Where the request's live part starts inside a tombstone, that node is cut there and each side taken apart.
+            while pos < len(key) and (child := self._descend(node, key, pos, cut=swa_evicted_seqlen)) is not None:
+                n = len(child.key)
+                if pos >= prev_prefix_len:
+                    self._take_or_free(child, values[pos : pos + n], live=pos >= swa_evicted_seqlen)
+                node, pos = child, pos + n
+            if pos < len(key):
+                node, pos = self._add_new(node, key, values, pos, swa_evicted_seqlen)
         self._touch(node)
         return InsertResult(node, pos)
 
@@ -450,7 +480,7 @@ class RadixCache:
                 self._swa_protected += len(node.key)
             else:
                 self._swa_evictable += len(node.key)
-        self.allocator.free(own)
+        self._give_back(own)
 
     @seam("swa-frontier-reaches-insert-boundary")
     def _add_new(
