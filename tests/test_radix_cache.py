@@ -151,6 +151,36 @@ def test_a_tombstone_the_request_still_holds_live_is_revived_with_its_swa_slots(
     assert got == memory.allocator.size_swa, "revived SWA slots are counted once"
 
 
+def test_a_finished_insert_gives_back_every_duplicate_in_one_free(scene, monkeypatch):
+    """Rule 10: two requests prefill the same prompt; the second to finish meets the first one's tombstone and its
+    live leaf, and its slots for both go back in one ``free``: the same slots a free per node gave back."""
+    memory, cache = scene
+    prompt = list(range(1, 13))
+    a, b = admit(memory, cache, prompt), admit(memory, cache, prompt)  # the tree is empty: neither matches
+    prefill(memory, cache, a, 12, checkpoint=False)
+    prefill(memory, cache, b, 12, checkpoint=False)
+    finish(memory, cache, a)  # the tree: 0..7 a tombstone, 8..11 live (rule 6)
+    assert [n.swa_tombstone for n in _nodes_on(cache, prompt)] == [True, False]
+    b_slots = memory.req_to_token_pool.req_to_token[b.req_pool_idx, :12].clone()
+    calls = []
+    free = memory.allocator.free
+    monkeypatch.setattr(memory.allocator, "free", lambda index: (calls.append(index.clone()), free(index))[1])
+    finish(memory, cache, b)
+    assert len(calls) == 1, f"{len(calls)} frees for one finished insert"
+    assert sorted(calls[0].tolist()) == sorted(b_slots.tolist()), "b's duplicates of both nodes, each once"
+    assert not memory.allocator.full_attn_allocator.is_allocated(b_slots).any()
+    cache.sanity_check()
+
+
+def _nodes_on(cache, key: list[int]) -> list:
+    """The nodes on ``key``'s path, root excluded."""
+    node, pos, out = cache.root, 0, []
+    while pos < len(key) and (child := node.children.get((key[pos],))) is not None:
+        out.append(child)
+        node, pos = child, pos + len(child.key)
+    return out
+
+
 def test_full_eviction_takes_leaves_and_the_tombstones_they_leave_behind(scene):
     memory, cache = scene
     req = admit(memory, cache, list(range(1, 13)))
