@@ -4,6 +4,7 @@ nearest with its score. Its server smoke is the server file's tests marked ``che
 
 from __future__ import annotations
 
+import importlib.machinery
 import json
 import os
 import subprocess
@@ -81,6 +82,52 @@ def test_a_close_message_names_the_fault_and_its_siblings() -> None:
     like = resembles(VerdictLine(POOL, "kill", message=MAPPING.replace("48", "50")), MATRIX)
     assert like is not None and like.named and like.also == (("keeps-mapping-too", 1.0),)
     assert describe_resemblance(like)[1] == "  as close: keeps-mapping-too 1.0"
+
+
+def test_a_fault_whose_code_the_checkout_keeps_is_never_named_however_alike_the_failure() -> None:
+    # What check_mutants saw: a mutant of SGLang's match validator failed at the test that killed #34870, with its
+    # message (0.91), while the checkout left #34870's function as released.
+    rerun = VerdictLine(RADIX, "kill", message=TOMBSTONES.replace("12", "16"))
+    like = resembles(rerun, MATRIX, kept=frozenset({"tombstones"}))
+    assert like is not None and not like.named and like.code_kept
+    assert (like.fault, like.how, like.similarity) == ("tombstones", "same test", 1)
+    assert describe_resemblance(like) == [
+        "  no catalog fault matches: it fails as tombstones (#29860) failed (the same test killed it, message similarity"
+        " 1.0), but the checkout leaves that fault's functions as released: another change with its symptom"
+    ]
+    # Of two siblings failing alike, the one whose code the checkout keeps steps aside for the other.
+    like = resembles(VerdictLine(POOL, "kill", message=MAPPING), MATRIX, kept=frozenset({"keeps-mapping"}))
+    assert like is not None and like.named and like.fault == "keeps-mapping-too" and like.also == ()
+
+
+def test_a_checkout_is_read_against_the_installed_release_function_by_function(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    installed, checkout = tmp_path / "site" / "eng", tmp_path / "checkout" / "eng"
+    for root in (installed, checkout):
+        root.mkdir(parents=True)
+        (root / "__init__.py").write_text("")
+        (root / "pool.py").write_text(
+            "class Pool:\n    def free(self):\n        return 1\n\n\ndef alloc():\n    return 2\n"
+        )
+    (checkout / "pool.py").write_text((installed / "pool.py").read_text().replace("return 2", "return 3"))
+    code = {"frees": ("eng.pool.Pool.free",), "allocs": ("eng.pool.alloc",), "gone": ("eng.cache.insert",)}
+    monkeypatch.setitem(check.FAULT_CODE, "sglang", lambda: code)
+    real = check.importlib.util.find_spec
+    monkeypatch.setattr(
+        check.importlib.util,
+        "find_spec",
+        lambda name, *a: (
+            importlib.machinery.ModuleSpec(name, None, origin=str(installed / "__init__.py"))
+            if name == "sglang"
+            else real(name, *a)
+        ),
+    )
+    changes = check.fault_code_changes("sglang", check.UnderTest("checkout", sys.executable, str(checkout.parent)))
+    assert changes.touched == ("allocs",)  # its function differs
+    assert changes.kept == frozenset({"frees"})  # as released; "gone": its module is in neither, nothing is said
+    release = check.fault_code_changes("sglang", check.UnderTest("release 0.5.23", sys.executable, None))
+    assert release == check.CodeChanges()
 
 
 def test_similarity_masks_what_changes_between_runs_of_one_fault() -> None:

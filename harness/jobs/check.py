@@ -16,8 +16,10 @@ Three stages, each stopping at its first failure, the next run only when the one
 The verdict names the first failing test, its message, and the catalog fault it looks like, only when the failure
 really matches one: a kill message in the matrix at least ``MATCH_THRESHOLD`` similar to the failure's (calibrated by
 ``bench/check_threshold.py``); among those, one the same test killed first, then one whose edited function the
-checkout changed, then the closest (any others as close are named beside it: sibling faults fail alike). Below the
-threshold it says "no catalog fault matches" and shows the nearest kill message with its score and whether the same
+checkout changed, then the closest (any others as close are named beside it: sibling faults fail alike). A fault
+whose edited functions a checkout leaves as released is never named, however alike the messages: another change
+fails with its symptom (a mutant of SGLang's match validator failed as #34870's checkpoint frontier failed, at 0.91).
+Below the threshold it says "no catalog fault matches" and shows the nearest kill message with its score and whether the same
 test killed it (and the fault the same test killed, when that is another). Only a kill (a
 suite's own assertion) is a FAIL: a stage that errored (a crash in the code under test, a server that died, a test that
 says it has no verdict) is NO VERDICT, never matched to a fault. Before any stage, the python that will run them must
@@ -234,7 +236,7 @@ class Resemblance:
     """The catalog fault a failure is closest to. ``named``: at or above ``MATCH_THRESHOLD``, so check says the
     failure looks like it; otherwise it is only the nearest. ``also``: other faults at or above the threshold (a
     named one's siblings); ``same_test``: when not named and the nearest is not the same test's, the closest fault
-    the same test killed."""
+    the same test killed; ``code_kept``: the nearest is a fault whose edit the checkout does not hold."""
 
     fault: str
     seed: str
@@ -243,10 +245,15 @@ class Resemblance:
     named: bool = True
     also: tuple[tuple[str, float], ...] = ()
     same_test: tuple[str, str, float] | None = None  # (fault, seed, similarity)
+    code_kept: bool = False  # the checkout leaves the nearest fault's edited functions as released
 
 
-def resembles(failure: VerdictLine, matrix: KillMatrix | None, touched: Iterable[str] = ()) -> Resemblance | None:
-    """The catalog fault this failure looks like, or the nearest when none matches (see the module docstring)."""
+def resembles(
+    failure: VerdictLine, matrix: KillMatrix | None, touched: Iterable[str] = (), *, kept: frozenset[str] = frozenset()
+) -> Resemblance | None:
+    """The catalog fault this failure looks like, or the nearest when none matches (see the module docstring). A
+    ``kept`` fault (the checkout leaves its edited functions as released) is never named, however alike the messages:
+    its failure is then a symptom two changes share."""
     touched = set(touched)
     best: dict[str, tuple[bool, bool, float, str, str]] = {}  # fault -> its closest killed cell
     for fault in matrix.faults if matrix else ():
@@ -259,7 +266,9 @@ def resembles(failure: VerdictLine, matrix: KillMatrix | None, touched: Iterable
             best[fault.spec.id] = max(best.get(fault.spec.id, candidate), candidate, key=lambda c: (c[2], c[0]))
     if not best:
         return None
-    matching = sorted((c for c in best.values() if c[2] >= MATCH_THRESHOLD), key=lambda c: c[:3], reverse=True)
+    matching = sorted(
+        (c for c in best.values() if c[2] >= MATCH_THRESHOLD and c[3] not in kept), key=lambda c: c[:3], reverse=True
+    )
     if matching:
         same, _, ratio, fault_id, seed = matching[0]
         also = tuple((c[3], round(c[2], 2)) for c in sorted(matching[1:], key=lambda c: -c[2]))
@@ -274,6 +283,7 @@ def resembles(failure: VerdictLine, matrix: KillMatrix | None, touched: Iterable
         similarity=round(ratio, 2),
         named=False,
         same_test=None if by_test is None or same else (by_test[3], by_test[4], round(by_test[2], 2)),
+        code_kept=fault_id in kept,
     )
 
 
@@ -289,6 +299,12 @@ def describe_resemblance(like: Resemblance) -> list[str]:
             lines.append("  as close: " + ", ".join(f"{fid} {ratio}" for fid, ratio in like.also[:3]))
         return lines
     by = "the same test killed it" if like.how == "same test" else "another test killed it"
+    if like.code_kept and like.similarity >= MATCH_THRESHOLD:
+        return [
+            f"  no catalog fault matches: it fails as {like.fault} ({like.seed}) failed ({by}, message similarity"
+            f" {like.similarity}), but the checkout leaves that fault's functions as released: another change with"
+            " its symptom"
+        ]
     line = (
         f"  no catalog fault matches (message similarity below {MATCH_THRESHOLD}): nearest {like.fault} ({like.seed})"
         f" at {like.similarity}, {by}"
@@ -311,30 +327,48 @@ def killers_by_count(matrix: KillMatrix | None, first: Iterable[str] = ()) -> li
     return [t for t in ranked if t in touched] + [t for t in ranked if t not in touched]
 
 
-def touched_faults(engine: TargetEngine, who: UnderTest) -> list[str]:
-    """The catalog faults whose edited functions the checkout changed: the function's source in the checkout differs
-    from the installed release's (both read with ``ast``, nothing imported). The tests that killed those run first,
-    and a failure is matched to them first. A release under test has no such diff."""
+@dataclass(frozen=True)
+class CodeChanges:
+    """What a checkout changed in the catalog faults' edited functions, against the installed release: ``touched``,
+    the faults one of whose functions differs (or is gone); ``kept``, the faults every one of whose functions reads as
+    released. A release under test, or an engine not installed here, tells neither (both empty)."""
+
+    touched: tuple[str, ...] = ()
+    kept: frozenset[str] = frozenset()
+
+
+def fault_code_changes(engine: TargetEngine, who: UnderTest) -> CodeChanges:
+    """Each catalog fault's edited functions read in the checkout and in the installed release (``ast``, nothing
+    imported). The tests that killed the touched faults run first and a failure is matched to them first; a kept
+    fault cannot be what the checkout broke, whatever its failure looks like (its edit is not there)."""
     if who.path is None:
-        return []
+        return CodeChanges()
     spec = importlib.util.find_spec(engine)  # this process's own, installed engine: located, not imported
     if spec is None or spec.origin is None:
-        return []
+        return CodeChanges()
     installed, checkout = Path(spec.origin).parent.parent, Path(who.path)
-    touched = []
+    touched, kept = [], set()
     for fid, targets in FAULT_CODE[engine]().items():
-        for target in targets:
-            parts = target.split(".")
-            for i in range(len(parts) - 1, 0, -1):
-                module = Path(*parts[:i]).with_suffix(".py")
-                if (checkout / module).is_file():
-                    qualname = ".".join(parts[i:])
-                    if _function_source(installed / module, qualname) != _function_source(checkout / module, qualname):
-                        touched.append(fid)
-                    break
-            if touched and touched[-1] == fid:
-                break
-    return touched
+        located = [where for target in targets if (where := _located(checkout, target)) is not None]
+        if any(
+            _function_source(installed / module, qualname) != _function_source(checkout / module, qualname)
+            for module, qualname in located
+        ):
+            touched.append(fid)
+        elif len(located) == len(targets):  # every edited function found, each as released
+            kept.add(fid)
+    return CodeChanges(tuple(touched), frozenset(kept))
+
+
+def _located(root: Path, target: str) -> tuple[Path, str] | None:
+    """``package.module.Class.method`` as (the module's path under ``root``, ``Class.method``); None when no prefix of
+    it is a module file there."""
+    parts = target.split(".")
+    for i in range(len(parts) - 1, 0, -1):
+        module = Path(*parts[:i]).with_suffix(".py")
+        if (root / module).is_file():
+            return module, ".".join(parts[i:])
+    return None
 
 
 def _function_source(path: Path, qualname: str) -> str | None:
@@ -355,7 +389,8 @@ def _function_source(path: Path, qualname: str) -> str | None:
 
 def check(target: CheckTarget, who: UnderTest, *, server: bool = True, out=print) -> int:  # noqa: ANN001
     matrix = load_if_any(target.matrix)
-    touched = touched_faults(target.engine, who)
+    changes = fault_code_changes(target.engine, who)
+    touched = changes.touched
     killers = killers_by_count(matrix, touched)
     suites = [*target.suites, *target.pytest_args]
     stages: list[tuple[str, list[str], dict[str, str] | None, list[str] | None]] = []
@@ -386,7 +421,7 @@ def check(target: CheckTarget, who: UnderTest, *, server: bool = True, out=print
             out(f"  {name}: FAILED after {result.ran} tests, {since:.1f} s after the suites started")
             out(f"\nFAIL {f.nodeid}{where}")
             out(f"  {f.message}")
-            like = resembles(f, matrix, touched)
+            like = resembles(f, matrix, touched, kept=changes.kept)
             for line in describe_resemblance(like) if like else ():
                 out(line)
             return 1
