@@ -16,7 +16,7 @@ from typing import Any, Sequence
 from harness.evals.compare import ItemMismatchError, Thresholds, Tokenize, compare_runs, summarize
 from harness.evals.results import RunRecord, RunResult, Summary, TaskComparison, Verdict
 from harness.jobs.plan import Comparison, Plan
-from harness.paths import REPO, shown
+from harness.paths import shown
 from harness.reuse.tokenizer_memo import memoized_tokenize
 
 
@@ -166,7 +166,7 @@ def comparison_verdict(tasks: Sequence[TaskComparison], differ: str | None, allo
 
 def comparison_tokenizer(comparison: Comparison) -> Tokenize | None:
     """Split flips into tokens with the checkpoint's own tokenizer, where the model is a local checkpoint."""
-    path = REPO / comparison.model.name
+    path = comparison.model.checkpoint
     if not (path / "tokenizer.json").is_file():
         return None
     return memoized_tokenize(str(path))
