@@ -38,9 +38,9 @@ def check_plan(plan: Plan, options: RunOptions) -> list[str]:
 
 
 def resume_refused(arm: Arm, *, trust_url: bool) -> str | None:
-    """Why ``--resume`` cannot reuse this arm's cached answers, in one line naming the arm and what to say instead: it is
-    an external server (it says what it serves, not what it was launched with, and another server may answer at its
-    address later) the user has not said to trust. None when it can (``response_cache`` asks again)."""
+    """Why ``--resume`` cannot reuse this arm's cached answers, in one line naming the arm and what to say instead: it
+    is an external server (it says what it serves, not what it was launched with, and another server may answer at
+    its address later) the user has not said to trust. None when it can (``response_cache`` asks again)."""
     if arm.url and not trust_url:
         return (
             f"--resume: arm {arm.name} is the external server {arm.url}, which cannot say what it was "
