@@ -6,7 +6,6 @@ judging applies again to what the servers reported).
 
 from __future__ import annotations
 
-
 from harness.evals.results import ServedIdentity
 from harness.fingerprint import tokenizer_fingerprint, weights_fingerprint
 from harness.jobs.options import RunOptions

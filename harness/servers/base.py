@@ -1,10 +1,9 @@
 """A server kind serves one arm of an accuracy job over an OpenAI-compatible endpoint.
 
 Each kind says whether it can start here (installed, its start-up imports importable) and whether its own parser
-takes an arm's flags, the command line of a server for a ``ServerSpec``
-(graphs on, off, a stress arm's flags), where that server will listen, how to read its identity and
-how long it may take to stop; ``start`` runs it through the one lifecycle of
-``harness.servers.lifecycle``. Server kinds know nothing of plans, lm-eval or reports.
+takes an arm's flags, the command line of a server for a ``ServerSpec`` (graphs on, off, a stress arm's flags), where
+that server will listen, how to read its identity and how long it may take to stop; ``start`` runs it through the one
+lifecycle of ``harness.servers.lifecycle``. Server kinds know nothing of plans, lm-eval or reports.
 """
 
 from __future__ import annotations

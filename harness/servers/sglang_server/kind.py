@@ -102,7 +102,6 @@ class SGLangServer(ServerKind):
     # The server, not only the memory code the suites import: its HTTP stack and its kernel package.
     required_modules = ("sglang", "uvicorn", "fastapi", "xgrammar")
     install_hint = "nox -s sglang_server installs its CPU serving recipe (nox -s sglang has its memory code only)"
-
     start_imports = SGLANG_SERVER
 
     def graph_flags(self, graphs: str, flags: tuple[str, ...] = ()) -> tuple[str, ...]:
