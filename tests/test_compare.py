@@ -81,6 +81,19 @@ def test_mismatched_item_sets_name_the_missing_ids() -> None:
     assert "missing from ON: gsm/99" in message
 
 
+def test_a_job_reads_a_mismatch_as_no_verdict_on_an_incomplete_on_run() -> None:
+    """What a job records for a mismatch: the comparison of an ON run that is incomplete with the mismatch as its
+    error (what the job built by hand before compare_runs could say it)."""
+    on, off = _runs(*_flags(10, 0, 0))
+    off = replace(off, items=off.items[:7] + [_item(99, True)])
+    judged = compare_runs(on, off, mismatch_is_no_verdict=True)
+    with pytest.raises(ItemMismatchError) as info:
+        compare_runs(on, off)
+    incomplete = replace(on, complete=False, error=f"ItemMismatchError: {info.value}", items=[])
+    assert judged == compare_runs(incomplete, off)
+    assert judged.verdict is Verdict.NONE and judged.errors[0].startswith("ON run (graphs=tape) incomplete: ItemMis")
+
+
 def test_duplicate_and_inconsistent_items_are_errors() -> None:
     on, off = _runs(*_flags(5, 0, 0))
     off.items.append(off.items[0])

@@ -38,6 +38,7 @@ from harness.servers import lifecycle
 from harness.servers.lifecycle import Command, ServerLaunchError
 from harness.servers.registry import get_server_kind
 from harness.servers.sglang_server import GRAPHS_OFF_FLAGS, PATCHED_LAUNCH, SGLANG_LAUNCH, SGLangServer, sglang_args
+from harness.targets.preflight import Needs
 from tests.waits import SERVER_START_S, scaled
 
 WORKFLOW = REPO / ".github" / "workflows" / "nightly-gpu.yml"
@@ -518,3 +519,16 @@ def test_a_plan_that_cannot_start_has_no_verdict(monkeypatch, tmp_path, capsys):
     err = capsys.readouterr().err
     assert "cannot start, no verdict" in err and "engine sglang is not installed" in err
     assert not (tmp_path / "plan.json").exists()
+
+
+def test_a_server_kind_whose_start_up_imports_fail_cannot_start(monkeypatch, tmp_path, capsys):
+    """Installed, but what its server imports at start-up does not import (``start_imports``, tried in a subprocess):
+    exit 2 before anything runs, naming the import and the nox session that builds it."""
+    plan = build_plan(models=["some/base-model"], arms=["on", "off"], tasks=["gsm_style"], out=tmp_path)
+    broken = Needs("an SGLang server", package="json", modules=("swa_harness_no_such_module",), builds="nox -s x")
+    monkeypatch.setattr(SGLangServer, "required_modules", ())
+    monkeypatch.setattr(SGLangServer, "start_imports", broken)
+    monkeypatch.setattr(runner, "run_arm", lambda *a, **kw: pytest.fail("nothing may run"))
+    assert runner.run_plan(plan, _options()) == 2
+    err = capsys.readouterr().err
+    assert "cannot start, no verdict" in err and "swa_harness_no_such_module" in err and "nox -s x" in err, err

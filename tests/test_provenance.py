@@ -15,7 +15,7 @@ import pytest
 from harness.evals.results import RunRecord, RunResult
 from harness.jobs.cpu import EvalConfig, cpu_plan
 from harness.jobs.options import RunOptions
-from harness.jobs.provenance import comparison_provenance, job_provenance, relevant_env
+from harness.jobs.provenance import comparison_provenances, job_provenance, relevant_env
 from harness.paths import DEFAULT_MODEL, REPO
 from harness.servers.registry import get_server_kind
 
@@ -31,9 +31,9 @@ def provenance(config: EvalConfig, runs: list[RunResult] = ()) -> dict:
     """The record the job keeps with its one comparison."""
     plan = cpu_plan(config)
     options = RunOptions(argv=config.argv, device=config.device)
-    return comparison_provenance(
-        plan, plan.comparisons[0], runs, job_provenance(plan, options.command_line, options.device)
-    )
+    base = job_provenance(plan, options.command_line, options.device)
+    comparison = plan.comparisons[0]
+    return comparison_provenances(plan, runs, base)[comparison.model.slug, comparison.name]
 
 
 def test_provenance_of_a_launched_eval(tmp_path, monkeypatch) -> None:
@@ -119,8 +119,8 @@ def test_an_external_server_is_the_engine_under_test(tmp_path, sglang_server, mo
     plan = cpu_plan(config)
     engine = plan.runs[0].arm.engine
     identity = get_server_kind(engine).identity(sglang_server, plan.runs[0].spec)  # what the server reports
-    runs = [
-        RunResult("gsm_style", "on", "m", True, None, [], 0.0, RunRecord(arm, identity=identity))
+    runs = [  # as the job saves them: under the plan's model, each arm's identity in its record
+        RunResult("gsm_style", "on", plan.models[0].slug, True, None, [], 0.0, RunRecord(arm, identity=identity))
         for arm in ("on", "off")
     ]
     prov = provenance(config, runs)

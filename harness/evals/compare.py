@@ -215,6 +215,7 @@ def compare_runs(
     thresholds: Thresholds = Thresholds(),
     tokenize: Tokenize | None = None,
     logprob_thresholds: Mapping[str, LogprobThresholds] | None = None,
+    mismatch_is_no_verdict: bool = False,
 ) -> TaskComparison:
     """Paired comparison of one task with graphs ON vs OFF, and its verdict; beside it the logprob axis
     (``harness.evals.logprobs``) where either run recorded logprobs, judged by ``logprob_thresholds`` (default: the
@@ -222,7 +223,9 @@ def compare_runs(
 
     Raises :class:`ItemMismatchError` when two complete runs did not score the same items (or
     disagree on an item's prompt/gold) and ``ValueError`` when the tasks or models differ:
-    those are harness bugs, not findings. An incomplete run gets no verdict and no statistics.
+    those are harness bugs, not findings. An incomplete run gets no verdict and no statistics. With
+    ``mismatch_is_no_verdict`` (a job judging what lm-eval scored) a mismatch is no verdict too: the ON run is
+    read as incomplete, the mismatch its error.
     """
     if on.task != off.task:
         raise ValueError(f"cannot compare different tasks: ON {on.task!r} vs OFF {off.task!r}")
@@ -240,9 +243,17 @@ def compare_runs(
         for side, run in (("ON", on), ("OFF", off))
         if not run.complete
     ]
-    pairs = pair_items(on, off) if not errors else []
-    if not errors and not pairs:
-        errors.append("both runs are marked complete but scored no items")
+    pairs = []
+    if not errors:
+        try:
+            pairs = pair_items(on, off)
+        except ItemMismatchError as exc:
+            if not mismatch_is_no_verdict:
+                raise
+            errors.append(f"ON run (graphs={on.graphs}) incomplete: ItemMismatchError: {exc}")
+        else:
+            if not pairs:
+                errors.append("both runs are marked complete but scored no items")
     if errors:
         return TaskComparison(
             **base,

@@ -4,7 +4,8 @@ response as it comes, sqlite) and ``--resume`` reuses them; without ``--resume``
 The cache is keyed by :class:`harness.reuse.response_key.ResponseKey` (its table: everything an answer depends on),
 built here from the plan's run, the task files and what the server said it serves. An external server (an arm's
 ``url``) says what it serves but not what it was launched with, and another server may answer at the same address
-later: ``--resume`` against one is refused, in one line, unless the user says ``--resume-trusting-url``.
+later: ``--resume`` against one is refused, in one line (``resume_refused``, which ``check_plan`` asks before the job
+starts), unless the user says ``--resume-trusting-url``.
 """
 
 from __future__ import annotations
@@ -15,8 +16,8 @@ from pathlib import Path
 from harness.evals.results import ServedIdentity
 from harness.fingerprint import code_fingerprint
 from harness.jobs.plan import ArmRun, EvalStep, Task
+from harness.jobs.plan_checks import resume_refused
 from harness.jobs.provenance import dataset_hashes
-from harness.paths import REPO
 from harness.reuse.response_key import ResponseKey
 
 
@@ -44,7 +45,7 @@ def response_key(run: ArmRun, step: EvalStep, identity: ServedIdentity | None) -
     """The key of one lm-eval run's answers, from the plan's run, the checkpoint, the task files and the server."""
     arm, model = run.arm, run.model
     return ResponseKey(
-        checkpoint=ResponseKey.checkpoint_of(REPO / model.name, model.name),
+        checkpoint=ResponseKey.checkpoint_of(model.checkpoint, model.name),
         code=code_fingerprint(),
         engine=arm.engine,
         flags=(*model.server_args, *arm.flags),
@@ -60,17 +61,6 @@ def response_key(run: ArmRun, step: EvalStep, identity: ServedIdentity | None) -
     )
 
 
-def untrusted_resume(run: ArmRun, *, resume: bool, trust_url: bool) -> str | None:
-    """Why ``--resume`` cannot reuse this arm's answers, in one line naming the arm and what to say instead: it is an
-    external server the user has not said to trust. None when it can."""
-    if resume and run.arm.url and not trust_url:
-        return (
-            f"--resume: arm {run.arm.name} is the external server {run.arm.url}, which cannot say what it was "
-            "launched with; add --resume-trusting-url, or drop --resume"
-        )
-    return None
-
-
 def response_cache(
     run: ArmRun,
     step: EvalStep,
@@ -82,7 +72,7 @@ def response_cache(
 ) -> Path:
     """Where lm-eval keeps every completed response of this exact run (the table above); cleared unless ``resume``.
     ResumeRefused when resuming against an external server the user has not said to trust."""
-    if refused := untrusted_resume(run, resume=resume, trust_url=trust_url):
+    if resume and (refused := resume_refused(run.arm, trust_url=trust_url)):
         raise ResumeRefused(refused)
     key = response_key(run, step, identity)
     path = cache_dir / f"{run.model.slug}-{run.arm.name}-{step.name}-{key.digest()}"

@@ -17,7 +17,8 @@ from typing import Mapping
 from harness.evals.compare import Thresholds
 from harness.evals.tasks import FROZEN_TASKS
 from harness.env import OFFLINE_ENV
-from harness.jobs.plan import Arm, Client, Model, Plan, build_plan, frozen_task
+from harness.jobs.plan import Arm, Client, Model, Plan, build_plan
+from harness.jobs.plan_file import frozen_task
 from harness.paths import DEFAULT_KILL_MATRIX, DEFAULT_MODEL, DEFAULT_OUT
 
 SERVED_NAME = "swa-harness"

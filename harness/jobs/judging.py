@@ -13,10 +13,10 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Sequence
 
-from harness.evals.compare import ItemMismatchError, Thresholds, Tokenize, compare_runs, summarize
+from harness.evals.compare import Thresholds, Tokenize, compare_runs, summarize
 from harness.evals.results import RunRecord, RunResult, Summary, TaskComparison, Verdict
 from harness.jobs.plan import Comparison, Plan
-from harness.paths import REPO, shown
+from harness.paths import shown
 from harness.reuse.tokenizer_memo import memoized_tokenize
 
 
@@ -132,11 +132,10 @@ def judge(
             on = _as_side(by_key[comparison.model.slug, comparison.treatment, task.name], "on")
             off = _as_side(by_key[comparison.model.slug, comparison.reference, task.name], "off")
             task_thresholds = thresholds if task.max_drop is None else replace(thresholds, max_drop=task.max_drop)
-            try:
-                tasks.append(compare_runs(on, off, thresholds=task_thresholds, tokenize=tokenize))
-            except ItemMismatchError as exc:  # lm-eval scored other items in one arm: no pairing
-                bad = replace(on, complete=False, error=f"ItemMismatchError: {exc}", items=[])
-                tasks.append(compare_runs(bad, off, thresholds=task_thresholds))
+            # lm-eval scored other items in one arm: no pairing, no verdict
+            tasks.append(
+                compare_runs(on, off, thresholds=task_thresholds, tokenize=tokenize, mismatch_is_no_verdict=True)
+            )
             pair_runs += [on, off]
         diff = comparison.served_differences(served)
         differ = f"the arms served different models ({'; '.join(diff)})" if diff else None
@@ -166,7 +165,7 @@ def comparison_verdict(tasks: Sequence[TaskComparison], differ: str | None, allo
 
 def comparison_tokenizer(comparison: Comparison) -> Tokenize | None:
     """Split flips into tokens with the checkpoint's own tokenizer, where the model is a local checkpoint."""
-    path = REPO / comparison.model.name
+    path = comparison.model.checkpoint
     if not (path / "tokenizer.json").is_file():
         return None
     return memoized_tokenize(str(path))

@@ -18,7 +18,8 @@ from typing import Any, Mapping, Sequence
 
 from harness.env import SGLANG_FAULT_ENV
 from harness.evals.tasks import FROZEN_TASKS
-from harness.jobs.plan import Arm, Client, Model, Plan, Task, build_plan, frozen_task
+from harness.jobs.plan import Arm, Client, Model, Plan, Task, build_plan
+from harness.jobs.plan_file import frozen_task
 
 NIGHTLY_OUT = Path("reports/nightly")
 DEFAULT_PORT = 30000

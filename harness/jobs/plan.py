@@ -26,9 +26,8 @@ from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 from harness.evals.results import ServedIdentity
-from harness.evals.tasks import FROZEN_TASKS, set_size
 from harness.paths import REPO
-from harness.servers.base import ServerSpec
+from harness.servers.base import ServerKind, ServerSpec
 from harness.servers.lifecycle import Command
 from harness.servers.registry import get_server_kind
 
@@ -55,9 +54,14 @@ class Model:
             Path(self.name).is_absolute()
             or self.name.startswith(".")
             or self.name.count("/") > 1
-            or (REPO / self.name).is_dir()
+            or self.checkpoint.is_dir()
         )
         return Path(self.name).name if local else self.name.replace("/", "--")
+
+    @property
+    def checkpoint(self) -> Path:
+        """Its checkpoint folder, a relative name taken in the checkout (where servers run); no folder for a hub id."""
+        return REPO / self.name
 
     @property
     def served_name(self) -> str:
@@ -80,6 +84,16 @@ class Arm:
     expect_red: bool = False
     expect: Mapping[str, Any] = field(default_factory=dict)
     url: str | None = None
+
+    @property
+    def kind(self) -> ServerKind:
+        """Its engine's server kind: how its server starts, stops, names its graph mode and says what it serves."""
+        return get_server_kind(self.engine)
+
+    @property
+    def server_flags(self) -> tuple[str, ...]:
+        """Its flags as its engine's command line gets them: its own, then those that set its graph mode."""
+        return (*self.flags, *self.kind.graph_flags(self.graphs, self.flags))
 
 
 @dataclass(frozen=True)
@@ -223,7 +237,7 @@ class ArmRun:
         """The server's command line (None for an external server)."""
         if not self.launched:
             return None
-        return get_server_kind(self.arm.engine).command(self.spec)
+        return self.arm.kind.command(self.spec)
 
 
 @dataclass(frozen=True)
@@ -474,21 +488,4 @@ def build_plan(
         parallel=parallel,
         overview=overview,
         inputs=dict(inputs or {}),
-    )
-
-
-# -- the frozen tasks ------------------------------------------------------------------------------------
-
-
-def frozen_task(name: str) -> Task:
-    """A frozen task of ``suites/accuracy`` (its whole set; a plan's limit cuts it)."""
-    spec = FROZEN_TASKS[name]
-    return Task(
-        name=spec.name,
-        lm_eval_task=spec.lm_eval_task,
-        items=set_size(spec),
-        filter=spec.primary_filter,
-        chat_filter="flexible-extract",
-        frozen=True,
-        source=f"frozen {spec.name} set, suites/accuracy/{spec.name}.yaml over fixtures/data",
     )

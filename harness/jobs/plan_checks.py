@@ -6,61 +6,46 @@ judging applies again to what the servers reported).
 
 from __future__ import annotations
 
-from pathlib import Path
-
 from harness.evals.results import ServedIdentity
 from harness.fingerprint import tokenizer_fingerprint, weights_fingerprint
-from harness.jobs.cache import untrusted_resume
 from harness.jobs.options import RunOptions
-from harness.jobs.plan import ArmRun, Plan
-from harness.paths import REPO
-from harness.servers.base import ServerNotInstalled
+from harness.jobs.plan import Arm, ArmRun, Plan
 from harness.servers.identity import ServerUnreachable
-from harness.servers.registry import get_server_kind
-from harness.targets.preflight import SERVERS, unimportable
 
 
 def check_plan(plan: Plan, options: RunOptions) -> list[str]:
     """What stops the plan before anything starts: ``--resume`` against an untrusted external server, an engine not
     installed here or whose imports fail (a server that would die at start-up, read as a run that failed), flags its
-    parser refuses, two arms of one comparison that will serve different weights (unless allowed)."""
+    parser refuses, two arms of one comparison that will serve different weights (unless allowed). Each server kind
+    answers for its own engine (``ServerKind.cannot_start``, ``ServerKind.refused_flags``)."""
     problems = []
-    problems += [
-        refused
-        for run in plan.runs
-        if (refused := untrusted_resume(run, resume=options.resume, trust_url=options.resume_trusting_url))
-    ]
-    for name in dict.fromkeys(r.arm.engine for r in plan.runs if r.launched):
-        try:
-            get_server_kind(name).check_installed()
-        except ServerNotInstalled as exc:
-            problems.append(str(exc))
-            continue
-        if (needs := SERVERS.get(name)) and (reason := unimportable(needs)):
-            problems.append(reason)
+    if options.resume:
+        problems += [
+            refused for run in plan.runs if (refused := resume_refused(run.arm, trust_url=options.resume_trusting_url))
+        ]
+    launched = [run for run in plan.runs if run.launched]
+    problems += [reason for kind in dict.fromkeys(run.arm.kind for run in launched) if (reason := kind.cannot_start())]
     if not problems and options.check_args:
-        problems += _preflight(plan)
+        problems += [
+            f"{run.label}: {refused}"
+            for run in launched
+            if (refused := run.arm.kind.refused_flags(run.spec, run.arm.expect))
+        ]
     if not problems and not options.allow_different_models:
         problems += models_known_to_differ(plan)
     return problems
 
 
-def _preflight(plan: Plan) -> list[str]:
-    """Every launched SGLang arm's flags through SGLang's own parser (the nightly's arms check ServerArgs fields)."""
-    runs = [r for r in plan.runs if r.launched and r.arm.engine == "sglang"]
-    if not runs:
-        return []
-    from harness.servers.sglang_server import sglang_args
-    from harness.servers.sglang_server.server_args import InvalidServerArgs, check_arm, sglang_parser
-
-    parser = sglang_parser()
-    problems = []
-    for run in runs:
-        try:
-            check_arm(sglang_args(run.spec), run.arm.expect, parser)
-        except InvalidServerArgs as exc:
-            problems.append(f"{run.label}: {exc}")
-    return problems
+def resume_refused(arm: Arm, *, trust_url: bool) -> str | None:
+    """Why ``--resume`` cannot reuse this arm's cached answers, in one line naming the arm and what to say instead: it
+    is an external server (it says what it serves, not what it was launched with, and another server may answer at
+    its address later) the user has not said to trust. None when it can (``response_cache`` asks again)."""
+    if arm.url and not trust_url:
+        return (
+            f"--resume: arm {arm.name} is the external server {arm.url}, which cannot say what it was "
+            "launched with; add --resume-trusting-url, or drop --resume"
+        )
+    return None
 
 
 def _model_before_start(run: ArmRun) -> tuple[ServedIdentity, str] | None:
@@ -69,13 +54,12 @@ def _model_before_start(run: ArmRun) -> tuple[ServedIdentity, str] | None:
     description."""
     if not run.launched:
         try:
-            identity = get_server_kind(run.arm.engine).identity(run.url or "", run.spec)
+            identity = run.arm.kind.identity(run.url or "", run.spec)
         except ServerUnreachable:
             return None  # its run fails with its own reason
         where = f"{run.url} serves {identity.model}"
     else:
-        local = Path(run.spec.model)
-        local = local if local.is_absolute() else REPO / local  # servers run in the checkout
+        local = run.model.checkpoint
         if not local.is_dir():
             return None
         identity = ServedIdentity(

@@ -1,5 +1,6 @@
 """A plan file (``--plan FILE``): a YAML (or JSON) mapping of ``build_plan``'s keyword arguments, read into a
 ``Plan``; every error names the file and the key. ``plan.json`` (saved beside a job's results) is read the same way.
+A task named by its name alone is a frozen task (``frozen_task``), as the CPU job and the nightly name theirs.
 """
 
 from __future__ import annotations
@@ -10,8 +11,8 @@ from typing import Any, Mapping
 
 import yaml
 
-from harness.evals.tasks import FROZEN_TASKS
-from harness.jobs.plan import Arm, Client, Model, Plan, Task, build_plan, frozen_task
+from harness.evals.tasks import FROZEN_TASKS, set_size
+from harness.jobs.plan import Arm, Client, Model, Plan, Task, build_plan
 from harness.paths import REPO
 
 _PLAN_KEYS = {
@@ -40,6 +41,20 @@ def _record(cls: type, data: Any, where: str) -> Any:
     if unknown := sorted(set(data) - known):
         raise ValueError(f"{where}: unknown key(s) {', '.join(unknown)}; known: {', '.join(sorted(known))}")
     return cls(**{k: tuple(v) if isinstance(v, list) else v for k, v in data.items()})
+
+
+def frozen_task(name: str) -> Task:
+    """A frozen task of ``suites/accuracy`` (its whole set; a plan's limit cuts it)."""
+    spec = FROZEN_TASKS[name]
+    return Task(
+        name=spec.name,
+        lm_eval_task=spec.lm_eval_task,
+        items=set_size(spec),
+        filter=spec.primary_filter,
+        chat_filter="flexible-extract",
+        frozen=True,
+        source=f"frozen {spec.name} set, suites/accuracy/{spec.name}.yaml over fixtures/data",
+    )
 
 
 def plan_from_mapping(data: Mapping[str, Any], where: str = "plan") -> Plan:

@@ -5,7 +5,6 @@ from __future__ import annotations
 from typing import Mapping, Sequence
 
 from harness.jobs.plan import Plan
-from harness.servers.registry import get_server_kind
 
 
 def _table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> list[str]:
@@ -51,7 +50,7 @@ def render(plan: Plan) -> str:
         [
             (
                 a.name,
-                " ".join((*a.flags, *get_server_kind(a.engine).graph_flags(a.graphs, a.flags))) or "(defaults)",
+                " ".join(a.server_flags) or "(defaults)",
                 " ".join(f"{k}={v}" for k, v in sorted(a.env.items())) or "-",
                 "baseline"
                 if a.role == "baseline"
@@ -108,7 +107,7 @@ def render(plan: Plan) -> str:
                 f"{step.command(url).shell()}"
             )
         if run.server is not None:
-            grace = get_server_kind(run.arm.engine).stop_grace_s
+            grace = run.arm.kind.stop_grace_s
             lines.append(f"  stop:   SIGTERM to the server's process group (SIGKILL after {grace:g} s)")
     lines += [
         "",

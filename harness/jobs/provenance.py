@@ -10,6 +10,7 @@ say so.
 
 from __future__ import annotations
 
+import copy
 import os
 import platform
 import re
@@ -20,10 +21,10 @@ from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
 
 from harness.env import SGLANG_PATCH_ENV, SGLANG_SOURCE_ENV
-from harness.evals.results import RunResult
+from harness.evals.results import RunResult, ServedIdentity
 from harness.fingerprint import checkout_state, file_sha256
-from harness.jobs.plan import Comparison, Plan
-from harness.paths import DATA_DIR, REPO, TASKS_DIR, shown
+from harness.jobs.plan import ArmRun, Model, Plan
+from harness.paths import DATA_DIR, TASKS_DIR, shown
 
 # Environment variables that change what an arm computes; secrets never enter the record.
 _ENV_PREFIXES = ("SWA_HARNESS_", "OMP_", "MKL_", "CUDA_", "TORCH", "PYTORCH_", "HF_", "TOKENIZERS_", "SGLANG", "VLLM_")
@@ -71,15 +72,15 @@ def engine_under_test(arms: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
     }
 
 
-def model_provenance(name: str) -> dict[str, Any]:
+def model_provenance(model: Model) -> dict[str, Any]:
     """The checkpoint and the digests of the files that decide its answers (a hub id: its name only)."""
-    model = REPO / name
-    if not model.is_dir():
-        return {"name": name, "source": "hub"}
-    files = {f: file_sha256(model / f) for f in ("model.safetensors", "config.json", "tokenizer.json")}
+    folder = model.checkpoint
+    if not folder.is_dir():
+        return {"name": model.name, "source": "hub"}
+    files = {f: file_sha256(folder / f) for f in ("model.safetensors", "config.json", "tokenizer.json")}
     return {
-        "name": model.name,
-        "checkpoint": shown(model),
+        "name": folder.name,
+        "checkpoint": shown(folder),
         **{f"{f} sha256": digest or "n/a" for f, digest in files.items()},
     }
 
@@ -99,13 +100,11 @@ def relevant_env(environ: Mapping[str, str] = os.environ) -> dict[str, str]:
     return {k: v for k, v in sorted(environ.items()) if k.startswith(_ENV_PREFIXES) and not _SECRET.search(k)}
 
 
-def arm_provenance(plan: Plan, comparison: Comparison, arm_name: str, runs: Sequence[RunResult]) -> dict[str, Any]:
-    """One arm: engine, graph mode and fault, what its server reported, its command line and environment,
-    lm-eval's commands."""
-    run = plan.run_for(comparison.model, arm_name)
-    identity = next((r.record.identity for r in runs if r.record.arm == arm_name), None)
+def arm_provenance(run: ArmRun, identity: ServedIdentity | None) -> dict[str, Any]:
+    """One arm: engine, graph mode and fault, what its server reported (``identity``), its command line and
+    environment, lm-eval's commands."""
     out: dict[str, Any] = {
-        "arm": arm_name,
+        "arm": run.arm.name,
         "engine": run.arm.engine,
         "graphs": run.arm.graphs,
         "purpose": run.arm.purpose,
@@ -208,16 +207,38 @@ def job_provenance(plan: Plan, command: str, device: str) -> dict[str, Any]:
     }
 
 
-def comparison_provenance(
-    plan: Plan, comparison: Comparison, runs: Sequence[RunResult], base: Mapping[str, Any]
-) -> dict[str, Any]:
-    """The whole record of one comparison (saved with its runs, kept in the history, shown on top of its report)."""
-    arms = {
-        "on": arm_provenance(plan, comparison, comparison.treatment, runs),
-        "off": arm_provenance(plan, comparison, comparison.reference, runs),
+def comparison_provenances(
+    plan: Plan, runs: Sequence[RunResult], base: Mapping[str, Any]
+) -> dict[tuple[str, str], dict[str, Any]]:
+    """The whole record of each comparison (saved with its runs, kept in the history, shown on top of its report), by
+    (model slug, comparison name). Each arm's part and each model's is gathered once for the job, however many
+    comparisons share it (a checkpoint's files are hashed once); ``base`` is what every comparison shares."""
+    by_key = {(r.model, r.record.arm, r.task): r for r in runs}
+
+    def identity(run: ArmRun) -> ServedIdentity | None:  # what its server reported, as its first task's run saved it
+        key = (run.model.slug, run.arm.name)
+        return next((r.record.identity for t in plan.tasks if (r := by_key.get((*key, t.name)))), None)
+
+    arms = {(run.model.slug, run.arm.name): arm_provenance(run, identity(run)) for run in plan.runs}
+    models = {model.name: model_provenance(model) for model in plan.models}
+    return {
+        (c.model.slug, c.name): _comparison_record(
+            on=arms[c.model.slug, c.treatment],
+            off=arms[c.model.slug, c.reference],
+            model=models[c.model.name],
+            base=base,
+        )
+        for c in plan.comparisons
     }
+
+
+def _comparison_record(
+    *, on: Mapping[str, Any], off: Mapping[str, Any], model: Mapping[str, Any], base: Mapping[str, Any]
+) -> dict[str, Any]:
+    """One comparison's record from its arms' parts and its model's: a new dict each, nothing shared between two."""
+    arms = {"on": copy.deepcopy(dict(on)), "off": copy.deepcopy(dict(off))}
     engine = engine_under_test(arms)  # what the arms ran, then the model they ran: the record's order
-    model = model_provenance(comparison.model.name)
+    model = dict(model)
     served = {side: (arm.get("identity") or {}).get("weights") for side, arm in arms.items()}
     if any(served.values()):  # what the servers said they loaded, beside what this checkout holds
         model["weights served"] = {side: weights or "not reported" for side, weights in served.items()}

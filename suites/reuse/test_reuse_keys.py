@@ -19,7 +19,7 @@ from harness.jobs import cache as cache_module
 from harness.jobs import provenance
 from harness.jobs.cache import ResumeRefused, response_cache, response_key
 from harness.jobs.cpu import EvalConfig, cpu_plan
-from harness.jobs.plan import ArmRun, EvalStep
+from harness.jobs.plan import ArmRun, EvalStep, Model
 from harness.paths import DATA_DIR, REPO
 from harness.reuse import response_key as response_key_module
 from harness.reuse.response_key import CHECKPOINT_FILES, CheckpointFile, ResponseKey
@@ -372,7 +372,7 @@ def test_a_changed_checkpoint_config_starts_a_new_series() -> None:
 
     assert with_model(**{"config.json sha256": "other"}).series != base.series
     assert with_model(checkpoint="elsewhere/m").series == base.series
-    assert "config.json sha256" in provenance.model_provenance("fixtures/models/gemma2-tiny-swa")
+    assert "config.json sha256" in provenance.model_provenance(Model(name="fixtures/models/gemma2-tiny-swa"))
 
 
 def test_the_series_is_read_from_what_a_real_job_records() -> None:

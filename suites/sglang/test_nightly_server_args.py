@@ -72,3 +72,15 @@ def test_flags_that_do_not_set_the_claimed_field_fail(parser):
     half = replace(off, arm=replace(off.arm, graphs="on", flags=GRAPHS_OFF_FLAGS[:2]))
     with pytest.raises(InvalidServerArgs, match="cuda_graph_backend_prefill"):
         _assert_arm_parses(half, parser)
+
+
+def test_check_plan_asks_the_sglang_kind_which_parses_the_same(parser):
+    """``check_plan`` asks each launched arm's kind (``SGLangServer.refused_flags``): every nightly arm passes, and a
+    flag SGLang refuses comes back as one line saying why."""
+    kinds = {r.arm.kind.name for r in PLAN.runs if r.launched}
+    assert kinds == {"sglang"}
+    assert [r.arm.name for r in PLAN.runs if r.launched and r.arm.kind.refused_flags(r.spec, r.arm.expect)] == []
+    on = PLAN.run_for(PLAN.models[0], "on")
+    bad = replace(on, arm=replace(on.arm, flags=("--disable-cuda-graphs",)))
+    refused = bad.arm.kind.refused_flags(bad.spec, bad.arm.expect)
+    assert refused is not None and "unrecognized arguments" in refused and "\n" not in refused

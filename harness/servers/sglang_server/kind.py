@@ -6,13 +6,15 @@ SGLang's own parser."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Mapping
 
 from harness.servers.base import ServerKind, ServerSpec, environment_cache
 from harness.servers.counters import SGLANG_METRICS, Counters, metrics_reader, metrics_stats
 from harness.servers.lifecycle import Command
 from harness.servers.sglang_server import eviction_ledger  # a submodule: imports nothing of this package
+from harness.servers.sglang_server import server_args  # a submodule: imports SGLang only when it parses
 from harness.env import SGLANG_FAULT_ENV, SGLANG_PATCH_ENV
+from harness.targets.preflight import SGLANG_SERVER
 
 # Its Prometheus counters kept with each run (``--enable-metrics``), under the names every server kind uses.
 STATS = {
@@ -100,9 +102,20 @@ class SGLangServer(ServerKind):
     # The server, not only the memory code the suites import: its HTTP stack and its kernel package.
     required_modules = ("sglang", "uvicorn", "fastapi", "xgrammar")
     install_hint = "nox -s sglang_server installs its CPU serving recipe (nox -s sglang has its memory code only)"
+    start_imports = SGLANG_SERVER
 
     def graph_flags(self, graphs: str, flags: tuple[str, ...] = ()) -> tuple[str, ...]:
         return graph_flags(graphs, flags)
+
+    def refused_flags(self, spec: ServerSpec, expect: Mapping[str, Any]) -> str | None:
+        """Its flags through SGLang's own parser (SGLang must import), and the ``ServerArgs`` fields ``expect``
+        names (the nightly's arms say which fields their flags set)."""
+        argv = sglang_args(spec)
+        try:
+            server_args.check_arm(argv, expect, server_args.sglang_parser())
+        except server_args.InvalidServerArgs as exc:
+            return str(exc)
+        return None
 
     def counters(self, base_url: str) -> Counters | None:
         """Its Prometheus counters (every arm is started with ``--enable-metrics``, which changes no answer)."""
