@@ -35,10 +35,9 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 import pytest
-import torch
 
 from harness.mem import HybridPoolSpec
-from suites.sglang.test_prefix_cache_adapter import WINDOW, Driver, build, page_floor, sglang_target  # noqa: F401
+from suites.sglang.test_prefix_cache_adapter import WINDOW, Driver, build, page_floor
 
 HISTORY = WINDOW - 1  # the tokens before a query its window reads: SGLang's sliding_window_size
 PROMPT = [100 + i for i in range(20)]
@@ -111,7 +110,10 @@ class Tier:
         swa = self.d.mapping(full)
         for pos, f, w in zip(range(lo, hi), full.tolist(), swa.tolist()):
             for layer in self.full_layers:
-                got = (float(self.kv.get_key_buffer(layer)[f].flatten()[0]), float(self.kv.get_value_buffer(layer)[f].flatten()[0]))
+                got = (
+                    float(self.kv.get_key_buffer(layer)[f].flatten()[0]),
+                    float(self.kv.get_value_buffer(layer)[f].flatten()[0]),
+                )
                 if got != (stamp(layer, pos, 0), stamp(layer, pos, 1)):
                     wrong.append(f"position {pos} full layer {layer} slot {f}: {got}")
             if w > 0:
@@ -172,6 +174,18 @@ class Tier:
 
     def step(self) -> None:
         self.d.cache.hicache_step()
+
+
+@pytest.fixture(scope="module")
+def sglang_target():
+    from harness.targets.sglang.imports import SGLangUnavailable
+
+    try:
+        from harness.targets.sglang import SGLangTarget
+
+        return SGLangTarget()
+    except SGLangUnavailable as unavailable:
+        pytest.skip(f"SGLang is not importable here: {unavailable}")
 
 
 @pytest.fixture
@@ -266,42 +280,46 @@ def test_write_through_backs_up_every_inserted_node_at_the_next_step(write_throu
             assert not t.host_rows_hold_stamps("swa", n.swa_host, positions)
 
 
-def test_write_through_eviction_to_host_and_load_back(write_through: Tier):
-    t, ps = write_through, write_through.d.ps
-    cached = page_floor(len(PROMPT), ps)
-    full, live = serve_prompt(t, PROMPT)
-    t.step()
-    host_before = t.host_used()
-
-    # 3. evict the device copy: nothing on device, everything on host, the match's host hit is the whole prompt
-    t.d.cache.evict(full_tokens=10_000)
-    assert (t.d.allocator.full_available_size(), t.d.allocator.swa_available_size()) == (
-        t.d.allocator.size,
-        t.d.allocator.size_swa,
-    ), "the device eviction left device slots held"
-    assert t.host_used() == host_before, "evicting the device copy changed the host pools"
+def match(t: Tier, prompt: list[int]) -> tuple[int, int, int]:
+    """SGLang's match of the whole prompt: (device prefix, host hit, SWA host hit)."""
     from array import array
 
     from sglang.srt.mem_cache.base_prefix_cache import MatchPrefixParams
     from sglang.srt.mem_cache.radix_cache import RadixKey
 
-    m = t.sgl.match_prefix(MatchPrefixParams(key=RadixKey(array("q", PROMPT))))
-    assert (m.device_prefix_len, m.host_hit_length, m.swa_host_hit_length) == (0, cached, HISTORY), (
-        f"after eviction to host: device {m.device_prefix_len}, host hit {m.host_hit_length}, SWA host hit "
-        f"{m.swa_host_hit_length}; expected 0, {cached}, {HISTORY}"
+    m = t.sgl.match_prefix(MatchPrefixParams(key=RadixKey(array("q", prompt))))
+    return m.device_prefix_len, m.host_hit_length, m.swa_host_hit_length
+
+
+def evict_to_host(t: Tier, cached: int, host_expected: dict[str, int]) -> None:
+    """Rule 3: a device eviction of everything; the device pools wholly free, the host as expected, the match a
+    host hit of every cached token whose last window is on the SWA host pool; then the device is scrubbed."""
+    t.d.cache.evict(full_tokens=10_000)
+    assert (t.d.allocator.full_available_size(), t.d.allocator.swa_available_size()) == (
+        t.d.allocator.size,
+        t.d.allocator.size_swa,
+    ), "the device eviction left device slots held"
+    assert t.host_used() == host_expected, f"host pools hold {t.host_used()} after the eviction, not {host_expected}"
+    assert match(t, PROMPT) == (0, cached, HISTORY), (
+        f"after eviction to host (device, host hit, SWA host hit) = {match(t, PROMPT)}; expected 0, {cached}, {HISTORY}"
     )
     t.scrub_device()
 
-    # 4. the next admission loads it back
+
+def load_back(t: Tier, cached: int, live: list[int]) -> None:
+    """Rule 4: the prompt asked again is loaded back; after the step's ack its row reads the stamped KV."""
     prompt2 = PROMPT + [7, 7]
-    expect = min(page_floor(len(prompt2) - 1, ps), cached)  # all but the last token, of what the tree holds
+    expect = min(page_floor(len(prompt2) - 1, t.d.ps), cached)  # all but the last token, of what the tree holds
     req, got = t.d.arrive(prompt2)
     assert got == expect, f"admission loaded back {got} tokens, expected {expect}"
     assert len(t.sgl.ongoing_load_back) == 1, "the load-back is pending until the step acknowledges it"
+    assert t.sgl.protected_size() == expect
     if t.core == "python":
         anchor = t.nodes()[-1]
-        assert anchor.full_host_lock == 1, f"the load-back's anchor holds {anchor.full_host_lock} host locks"
-        assert anchor.full_lock == 2, "the anchor is locked by the request and by its pending load-back"
+        assert (anchor.full_host_lock, anchor.swa_host_lock) == (1, 1), (
+            f"the load-back's anchor holds host locks {anchor.full_host_lock}, {anchor.swa_host_lock}; expected 1, 1"
+        )
+        assert anchor.full_lock == 2, f"the anchor is locked by the request and the pending load-back: {anchor}"
     t.step()
     assert not t.sgl.ongoing_load_back, "the step did not acknowledge the load-back"
     assert t.sgl.protected_size() == expect, "after the ack only the request's own lock holds the prefix"
@@ -309,12 +327,83 @@ def test_write_through_eviction_to_host_and_load_back(write_through: Tier):
         nodes = t.nodes()
         assert all(n.full_host_lock == 0 and n.swa_host_lock == 0 for n in nodes), "a host lock outlived its load"
         assert all(n.full_lock == 1 for n in nodes), [n.full_lock for n in nodes]
+        assert all(n.full is not None and len(n.full) == n.length for n in nodes), "a node was not loaded back"
     wrong = t.device_positions_hold_stamps(req, 0, got)
     assert not wrong, f"loaded-back KV differs from what was written: {wrong[:4]}"
     swa = t.d.mapping(t.d.row(req, 0, got)).tolist()
-    window = set(range(got - HISTORY, got))
-    assert all(swa[p] > 0 for p in window), f"window positions lack SWA slots after load-back: {swa}"
+    assert all(swa[p] > 0 for p in range(got - HISTORY, got)), f"window positions lack SWA slots after load-back: {swa}"
     assert all(swa[p] == 0 for p in range(got) if p not in set(live)), f"a tombstoned position got an SWA slot: {swa}"
     t.d.check()
     t.d.leave(req, finished=False)
     t.d.check()
+    assert t.sgl.protected_size() == 0
+
+
+def test_write_through_eviction_to_host_and_load_back(write_through: Tier):
+    t = write_through
+    cached = page_floor(len(PROMPT), t.d.ps)
+    _, live = serve_prompt(t, PROMPT)
+    t.step()
+    evict_to_host(t, cached, {"kv": cached, "swa": len(live)})
+    load_back(t, cached, live)
+
+
+# -- 2. write-back ---------------------------------------------------------------------------------------------
+
+
+def test_write_back_copies_at_eviction_not_at_insert(write_back: Tier):
+    t = write_back
+    cached = page_floor(len(PROMPT), t.d.ps)
+    _, live = serve_prompt(t, PROMPT)
+    t.step()
+    assert t.host_used() == {"kv": 0, "swa": 0}, f"write-back copied at insert: host pools hold {t.host_used()}"
+    assert not t.sgl.ongoing_write_through
+    assert (t.sgl.protected_size(), t.sgl.evictable_size()) == (0, cached), "write-back locked the inserted nodes"
+    if t.core == "python":
+        assert all(n.full_host is None and n.swa_host is None for n in t.nodes())
+    evict_to_host(t, cached, {"kv": cached, "swa": len(live)})
+    assert not t.sgl.ongoing_write_through, "the eviction's backups were left in flight"
+    if t.core == "python":
+        for n in t.nodes():
+            positions = list(range(n.start, n.start + n.length))
+            assert n.full is None and n.full_host is not None, f"node {n.node_id} was not demoted to host"
+            assert not t.host_rows_hold_stamps("kv", n.full_host, positions)
+            if n.swa_host is not None:
+                assert set(positions) <= set(live)
+                assert not t.host_rows_hold_stamps("swa", n.swa_host, positions)
+    load_back(t, cached, live)
+
+
+# -- 5. host eviction ------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("policy", ["write_through", "write_back"])
+def test_host_eviction_frees_the_least_recent_host_leaf(policy, sglang_target, cpu_hicache):
+    from sglang.srt.mem_cache.unified_cache.components.base import ComponentType
+
+    for t in make_tier(sglang_target, "python", 4, policy):
+        cached = page_floor(len(PROMPT), t.d.ps)
+        _, live = serve_prompt(t, PROMPT)
+        t.step()
+        evict_to_host(t, cached, {"kv": cached, "swa": len(live)})
+        leaf = t.nodes()[-1]
+        assert leaf.swa_host is not None and leaf.start + leaf.length == cached
+
+        # SWA host eviction: the leaf's window goes and with it the leaf (a leaf without its window can never be
+        # hit), full host copy and all; nothing hits any more (a host hit must end with its window)
+        freed = t.sgl.evict_host(1, ComponentType.SWA)
+        assert freed == len(leaf.swa_host), f"an SWA host eviction freed {freed}, the leaf's window is {leaf.swa_host}"
+        assert t.host_used() == {"kv": cached - leaf.length, "swa": 0}, t.host_used()
+        rest = t.nodes()
+        assert leaf.node_id not in [n.node_id for n in rest] and sum(n.length for n in rest) == cached - leaf.length
+        assert match(t, PROMPT)[1:] == (0, 0), f"a host hit without its window: {match(t, PROMPT)}"
+
+        # full host eviction: the least-recent host leaf (now the deepest node left) goes first, then the rest
+        freed = t.sgl.evict_host(1)
+        assert freed == rest[-1].length, f"evicting one host token freed {freed}, not the leaf's {rest[-1].length}"
+        assert t.host_used() == {"kv": cached - leaf.length - rest[-1].length, "swa": 0}
+        assert [n.node_id for n in t.nodes()] == [n.node_id for n in rest[:-1]]
+        freed = t.sgl.evict_host(10_000)
+        assert freed == sum(n.length for n in rest[:-1]) and t.host_used() == {"kv": 0, "swa": 0}
+        assert t.nodes() == [], "host-only nodes with no host copy left stayed in the tree"
+        t.sgl.sanity_check()
