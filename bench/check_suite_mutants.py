@@ -27,10 +27,11 @@ from harness.paths import REPO
 def mutant_file(mutant_id: str, workdir: Path) -> Path:
     """``module:line:Operator:occurrence`` as the JSON the activate plugin reads."""
     module, _line, operator, occurrence = mutant_id.split(":")
-    spec = importlib.util.find_spec(module)
+    top, *rest = module.split(".")
+    spec = importlib.util.find_spec(top)  # a top-level lookup imports nothing; the module itself must not be
     if spec is None or spec.origin is None:
-        raise LookupError(f"{module} is not importable here")
-    source = Path(spec.origin).read_text()
+        raise LookupError(f"{top} is not installed here")
+    source = Path(spec.origin).parent.joinpath(*rest).with_suffix(".py").read_text()
     path = workdir / f"{mutant_id.replace(':', '_')}.json"
     path.write_text(json.dumps({"module": module, "source": mutated_source(source, operator, int(occurrence))}))
     return path

@@ -1,10 +1,12 @@
-"""SGLang's HiCache host tier under the unified radix cache, on CPU: ``init_hicache`` over the harness's
-``SGLangPrefixCache`` builds the host pools (full and SWA) and the ``HybridCacheController`` a
-``--enable-hierarchical-cache`` server builds; the only stand-ins are the CUDA host registration and the copy kernel
-(``harness/targets/sglang/hicache.py`` says which lines need them and why nothing else does).
+"""SGLang's HiCache under the unified radix cache, on CPU: ``init_hicache`` over the harness's ``SGLangPrefixCache``
+builds the host pools (full and SWA), the ``HybridCacheController`` and, with ``--hicache-storage-backend file``, its
+L3 backend and threads, as a ``--enable-hierarchical-cache`` server builds them; the only stand-ins are the CUDA host
+registration, the copy kernel and pinned scratch pages (``harness/targets/sglang/hicache.py`` says which lines need
+them and why nothing else does).
 
 Rules held, each on real KV: every position's K and V are stamped with a value derived from (layer, position, K or
-V) before the request leaves, and the device pools are scrubbed before anything is read back.
+V) before the request leaves, and the device pools (and, before an L3 read, the host pools) are scrubbed before
+anything is read back.
 
 1. **Write-through backs up at insert.** With ``--hicache-write-policy write_through`` a request's insert queues a
    backup of every node it adds, and the nodes stay locked (protected, not evictable) until a step's
@@ -16,14 +18,20 @@ V) before the request leaves, and the device pools are scrubbed before anything 
 3. **Eviction to host keeps the prefix.** Once the device copy is evicted, both device pools are wholly free, the
    host pools keep what they held, and a match finds no device prefix but a host hit of every cached token, of which
    the last window (``W - 1`` tokens) also on the SWA host pool.
-4. **Load-back returns the KV that was written.** The next admission of the prompt loads the host hit back
-   (``init_load_back``): its prefix is every cached whole page of the prompt but the last token; the load-back
-   holds a host lock and device locks until the next step acknowledges it, and then holds nothing but the
-   request's own lock. The request's row then reads, at every position, the values stamped before eviction (full
-   layers), window positions have SWA slots holding their SWA values, and positions below the window (tombstones)
-   have none.
-5. **Host eviction frees host leaves.** ``evict_host`` frees the host copy of least-recent host-only leaves, full
-   and SWA, and a later match no longer hits them.
+4. **Load-back returns the KV that was written, or nothing.** The next admission of the prompt loads the host hit
+   back (``init_load_back``): its prefix is every cached whole page of the prompt but the last token; the load-back
+   holds a host lock and device locks until the next step acknowledges it, and then holds nothing but the request's
+   own lock. The request's row then reads, at every position, the values stamped before eviction (full layers),
+   window positions have SWA slots holding their SWA values, and positions below the window (tombstones) have
+   none. Without device room the load-back is called off whole: no prefix, no lock, no slot kept.
+5. **Host eviction frees host leaves.** ``evict_host`` frees the least-recent host-only leaf first; an SWA host
+   eviction takes the leaf whole (a leaf without its window can never be hit), and a later match no longer hits.
+6. **L3 backup follows the host backup.** With storage, each acknowledged host backup goes on to storage; the node
+   holds a host lock (it cannot be host-evicted) until the storage ack drains; then the backend holds one page file
+   per cached page and one per page of the live window.
+7. **A prefetch brings storage back.** After device and host both lost the prompt, a prefetch of it loads every
+   stored page into the host tier, the KV as written, the match is a host hit again, the prefetch outcome counters
+   count exactly this one prefetch, and rule 4's load-back follows.
 
 Node-level checks (host values per node, lock counts) read the Python tree core's nodes; the cache-level ones run on
 both tree cores. Skips where SGLang is not installed (``nox -s sglang`` runs it).
@@ -33,6 +41,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import Any
 
 import pytest
 
@@ -79,6 +88,7 @@ class Tier:
         self.host = {entry.name.value: entry.host_pool for entry in self.sgl.host_pool_group.entries}
         spec = HybridPoolSpec()  # the layers build() gives the pool
         self.full_layers, self.swa_layers = list(spec.full_layers), list(spec.swa_layers)
+        self.built: Any = None  # the HostTier its fixture built
 
     # -- KV ----------------------------------------------------------------------------------------------------
 
@@ -175,6 +185,14 @@ class Tier:
     def step(self) -> None:
         self.d.cache.hicache_step()
 
+    def check_built(self, policy: str) -> None:
+        """The stack init_hicache built (in the test, not the fixture: a fixture's failure is no verdict)."""
+        assert self.sgl.cache_controller is not None and self.sgl.is_write_back == (policy == "write_back")
+        assert self.sgl.write_through_threshold == (1 if policy == "write_through" else 2)
+        assert self.sgl.buffer_pipeline is None and self.sgl.host_memory_mode == "cache"
+        assert self.built.full_host_slots >= self.d.allocator.size
+        assert self.built.swa_host_slots >= self.d.allocator.size_swa
+
 
 @pytest.fixture(scope="module")
 def sglang_target():
@@ -197,18 +215,14 @@ def cpu_hicache():
 
 
 def make_tier(sglang_target, core: str, ps: int, policy: str) -> Iterator[Tier]:
-    from harness.targets.sglang.hicache import attach_host_tier, detach_host_tier
+    from harness.targets.sglang.hicache import host_tier
 
     d = build(sglang_target, page_size=ps, core=core)
     assert d.cache.tree_core == core
-    built = attach_host_tier(d.cache, write_policy=policy)
-    tier = Tier(d, core)
-    assert tier.sgl.cache_controller is not None and tier.sgl.is_write_back == (policy == "write_back")
-    assert built.full_host_slots >= d.allocator.size and built.swa_host_slots >= d.allocator.size_swa
-    try:
+    with host_tier(d.cache, write_policy=policy) as built:
+        tier = Tier(d, core)
+        tier.built = built
         yield tier
-    finally:
-        detach_host_tier(d.cache)
 
 
 @pytest.fixture(params=CASES)
@@ -243,6 +257,7 @@ def serve_prompt(t: Tier, prompt: list[int]):
 
 def test_write_through_backs_up_every_inserted_node_at_the_next_step(write_through: Tier):
     t, ps = write_through, write_through.d.ps
+    t.check_built("write_through")
     cached = page_floor(len(PROMPT), ps)
     full, live = serve_prompt(t, PROMPT)
     # the last window is live on device: the positions a query at the end still reads
@@ -341,6 +356,7 @@ def load_back(t: Tier, cached: int, live: list[int]) -> None:
 
 def test_write_through_eviction_to_host_and_load_back(write_through: Tier):
     t = write_through
+    t.check_built("write_through")
     cached = page_floor(len(PROMPT), t.d.ps)
     _, live = serve_prompt(t, PROMPT)
     t.step()
@@ -353,6 +369,7 @@ def test_write_through_eviction_to_host_and_load_back(write_through: Tier):
 
 def test_write_back_copies_at_eviction_not_at_insert(write_back: Tier):
     t = write_back
+    t.check_built("write_back")
     cached = page_floor(len(PROMPT), t.d.ps)
     _, live = serve_prompt(t, PROMPT)
     t.step()
@@ -374,6 +391,42 @@ def test_write_back_copies_at_eviction_not_at_insert(write_back: Tier):
     load_back(t, cached, live)
 
 
+def test_a_load_back_without_device_room_loads_nothing_and_holds_nothing(write_through: Tier):
+    """Rule 4's other side: when running requests hold the device pool, the load-back is called off whole: the
+    request is admitted without a prefix, no lock, host lock or pending load-back remains, the host keeps it all."""
+    t, ps = write_through, write_through.d.ps
+    cached = page_floor(len(PROMPT), ps)
+    _, live = serve_prompt(t, PROMPT)
+    t.step()
+    evict_to_host(t, cached, {"kv": cached, "swa": len(live)})
+    hogs = []
+    for k in range(2):  # two running requests of 60 tokens hold 120 of the 128 full slots, none evictable
+        hog, got = t.d.arrive([500 + 100 * k + i for i in range(60)])
+        assert got == 0
+        for _ in range(15):
+            t.d.grow(hog, 4)
+            t.d.cache.slide_windows([hog])
+        hogs.append(hog)
+    free = t.d.allocator.full_available_size()
+    assert free < cached, f"{free} free full slots leave room for the {cached}-token load-back"
+
+    req, got = t.d.arrive(PROMPT + [7, 7])
+    assert got == 0 and req.cache_protected_len == 0, f"a load-back without device room admitted {got} tokens"
+    assert not t.sgl.ongoing_load_back and t.sgl.protected_size() == 0
+    assert t.d.allocator.full_available_size() == free, "the called-off load-back kept device slots"
+    assert t.host_used() == {"kv": cached, "swa": len(live)}
+    if t.core == "python":
+        nodes = t.nodes()
+        assert all((n.full_lock, n.swa_lock, n.full_host_lock, n.swa_host_lock) == (0, 0, 0, 0) for n in nodes), nodes
+    assert match(t, PROMPT) == (0, cached, HISTORY)
+    t.step()
+    t.d.check()
+    for r in [req, *hogs]:
+        t.d.leave(r, finished=False)
+    t.d.check()
+    load_back(t, cached, live)  # with the room back, the same prompt loads
+
+
 # -- 5. host eviction ------------------------------------------------------------------------------------------
 
 
@@ -382,6 +435,7 @@ def test_host_eviction_frees_the_least_recent_host_leaf(policy, sglang_target, c
     from sglang.srt.mem_cache.unified_cache.components.base import ComponentType
 
     for t in make_tier(sglang_target, "python", 4, policy):
+        t.check_built(policy)
         cached = page_floor(len(PROMPT), t.d.ps)
         _, live = serve_prompt(t, PROMPT)
         t.step()
@@ -407,3 +461,89 @@ def test_host_eviction_frees_the_least_recent_host_leaf(policy, sglang_target, c
         assert freed == sum(n.length for n in rest[:-1]) and t.host_used() == {"kv": 0, "swa": 0}
         assert t.nodes() == [], "host-only nodes with no host copy left stayed in the tree"
         t.sgl.sanity_check()
+
+
+# -- 6-7. L3 storage (the file backend) ------------------------------------------------------------------------
+
+
+@pytest.fixture(params=CASES)
+def with_storage(request, sglang_target, cpu_hicache, tmp_path) -> Iterator[Tier]:
+    from harness.targets.sglang.hicache import host_tier
+
+    core, ps = request.param
+    d = build(sglang_target, page_size=ps, core=core)
+    with host_tier(d.cache, storage_dir=str(tmp_path), prefetch_threshold=ps) as built:
+        tier = Tier(d, core)
+        assert tier.sgl.enable_storage and built.storage_dir == str(tmp_path)
+        yield tier
+
+
+def stored_pages(t: Tier, tmp: str) -> tuple[int, int]:
+    """(KV pages, SWA pages) the file backend holds: one file per page and pool, an SWA page's key marked."""
+    import os
+
+    names = os.listdir(tmp)
+    swa = sum(".swa" in name for name in names)
+    return len(names) - swa, swa
+
+
+def test_storage_backup_then_prefetch_brings_the_kv_back(with_storage: Tier):
+    from harness.targets.sglang.hicache import prefetch, wait_for_storage_backups
+
+    t, ps = with_storage, with_storage.d.ps
+    storage = t.d.cache.sglang.cache_controller.storage_backend.file_path
+    cached = page_floor(len(PROMPT), ps)
+    _, live = serve_prompt(t, PROMPT)
+    t.step()  # the host backups are acknowledged; each then goes on to storage
+
+    # 6. the L3 backup: each node holds a host lock until its storage ack drains, then the pages are on disk
+    assert t.sgl.ongoing_backup, "no storage backup followed the host backups"
+    if t.core == "python":
+        backing = {node_id for node_id, _ in t.sgl.ongoing_backup.values()}
+        assert all(n.full_host_lock == 1 for n in t.nodes() if n.node_id in backing)
+        assert t.sgl.evict_host(10_000) == 0, "a host copy in flight to storage was host-evicted"
+    wait_for_storage_backups(t.d.cache)
+    if t.core == "python":
+        assert all(n.full_host_lock == 0 and n.swa_host_lock == 0 for n in t.nodes()), "a storage ack kept its lock"
+    window_pages = -(-len(live) // ps)
+    assert stored_pages(t, storage) == (cached // ps, window_pages), (
+        f"storage holds {stored_pages(t, storage)} (KV, SWA) pages; expected every cached page ({cached // ps}) and "
+        f"the window's ({window_pages})"
+    )
+
+    # both tiers lose the prompt: only storage has it
+    t.d.cache.evict(full_tokens=10_000)
+    assert t.sgl.evict_host(10_000) == cached and t.host_used() == {"kv": 0, "swa": 0}
+    assert match(t, PROMPT) == (0, 0, 0)
+    t.scrub_device()
+    t.host["kv"].k_buffer.fill_(-1.0)
+    t.host["kv"].v_buffer.fill_(-1.0)
+    t.host["swa"].k_buffer.fill_(-1.0)
+    t.host["swa"].v_buffer.fill_(-1.0)
+
+    # 7. the prefetch reads it back into the host tier, the KV as written; the outcome counters count it alone
+    before = t.sgl.prefetch_outcome_stats_snapshot()
+    assert set(before.values()) == {0}, f"prefetch outcome counters before any prefetch: {before}"
+    prompt2 = PROMPT + [7, 7]
+    got = prefetch(t.d.cache, prompt2, "again")
+    assert got.asked == len(prompt2) - 1 and got.loaded == cached, f"{got}: expected {cached} tokens from storage"
+    requested = page_floor(len(prompt2) - 1, ps)  # what the prefetch asked storage for: whole pages
+    expected_stats = dict.fromkeys(before, 0) | {
+        "attempts": 1,
+        "issued": 1,
+        "l3_demand_requests": 1,
+        "l1l2_miss_tokens": requested,
+        "l3_miss_tokens": requested - cached,
+    }
+    assert t.sgl.prefetch_outcome_stats_snapshot() == expected_stats, t.sgl.prefetch_outcome_stats_snapshot()
+    assert t.host_used() == {"kv": cached, "swa": len(live)}, t.host_used()
+    assert match(t, PROMPT) == (0, cached, HISTORY), f"after the prefetch: {match(t, PROMPT)}"
+    if t.core == "python":
+        for n in t.nodes():
+            positions = list(range(n.start, n.start + n.length))
+            assert n.full is None and n.full_host is not None
+            assert not t.host_rows_hold_stamps("kv", n.full_host, positions), "storage gave back other KV"
+            if n.swa_host is not None:
+                assert not t.host_rows_hold_stamps("swa", n.swa_host, positions), "storage gave back other SWA KV"
+        assert all(n.full_host_lock == 0 for n in t.nodes()), "the prefetch kept a host lock"
+    load_back(t, cached, live)

@@ -10,7 +10,11 @@ and threads. On CPU two things stop it, both in the transfer layer, not in the c
   (``mem_cache/pool_host/mha.py`` 60-89): ``--hicache-io-backend direct`` with the ``layer_first`` layout calls
   ``transfer_kv_direct`` (mha.py 533 for a load, 677 for a backup), a name a CPU build never binds.
 
-``cpu_stand_ins`` replaces exactly those two: no registration (there is no device to register host memory with),
+A third is needed only by the L3 storage read: the host pools are built pinned, and reading a page from storage
+allocates its scratch page pinned (``pool_host/mha.py`` 727-733), which a CPU-only torch refuses; ``host_tier``
+builds them unpinned.
+
+``cpu_stand_ins`` replaces the first two: no registration (there is no device to register host memory with),
 and ``transfer_kv_direct`` as row copies with torch indexing, layer by layer, between the same buffers the kernel
 reads and writes. Streams and events are SGLang's own ``torch.cpu`` ones (``get_device_module``): a CPU copy is
 done when it returns, so every event reads as complete. Everything else, the controller, the tree's HiCache
@@ -20,6 +24,7 @@ transfers and commits, the host allocators, is SGLang's code as a server runs it
 from __future__ import annotations
 
 import atexit
+import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -78,19 +83,23 @@ class HostTier:
     storage_dir: str | None
 
 
-def attach_host_tier(
+@contextmanager
+def host_tier(
     cache: SGLangPrefixCache,
     *,
     write_policy: str = "write_through",
     host_ratio: float = 2.0,
     storage_dir: str | None = None,
     prefetch_threshold: int | None = None,
-) -> HostTier:
+) -> Iterator[HostTier]:
     """``init_hicache`` on ``cache``'s ``UnifiedRadixCache`` with the server arguments a HiCache server takes
     (``--hicache-io-backend direct --hicache-mem-layout layer_first --hicache-ratio``, the write policy and, with
-    ``storage_dir``, ``--hicache-storage-backend file``). Needs ``cpu_stand_ins`` active. The caller releases it
-    with ``detach_host_tier``."""
+    ``storage_dir``, ``--hicache-storage-backend file`` with ``--file-storage-path``), released on exit. Needs
+    ``cpu_stand_ins`` active. With storage, the process states its place as a one-rank server does (tensor and
+    pipeline parallel size 1): the L3 backend's config reads the rank (``managers/cache_controller.py`` 762), which
+    only a launched server publishes."""
     import json
+    from contextlib import ExitStack
 
     from sglang.srt.server_args import ServerArgs, set_global_server_args_for_scheduler
 
@@ -108,16 +117,87 @@ def attach_host_tier(
         hicache_storage_backend_extra_config=extra,
         file_storage_path=storage_dir,
     )
-    set_global_server_args_for_scheduler(args)
-    sgl = cache.sglang
-    sgl.init_hicache(args, cache.init_params)
-    atexit.unregister(sgl.shutdown)  # the fixture releases it; atexit would keep the pools alive until exit
-    entries = {entry.name.value: entry.host_pool.size for entry in sgl.host_pool_group.entries}
-    return HostTier(write_policy, entries["kv"], entries.get("swa", 0), storage_dir)
+    with ExitStack() as stack:
+        if storage_dir is not None:
+            from sglang.srt.runtime_context import get_parallel
+
+            stack.enter_context(get_parallel().override(tp_rank=0, tp_size=1, pp_rank=0, pp_size=1))
+        set_global_server_args_for_scheduler(args)
+        sgl: Any = cache.sglang
+        sgl.init_hicache(args, cache.init_params)
+        atexit.unregister(sgl.shutdown)  # released below; atexit would keep the pools alive until exit
+        for entry in sgl.host_pool_group.entries:
+            # The third CPU stand-in: the host pools are built pinned (pool_host/mha.py 143, a default no builder
+            # overrides), and an L3 read allocates its scratch page with torch.zeros(pin_memory=True) (mha.py
+            # 727-733), which a CPU-only torch refuses. Nothing is pinned here: there is no device to pin for.
+            entry.host_pool.pin_memory = False
+        try:
+            sizes = {entry.name.value: entry.host_pool.size for entry in sgl.host_pool_group.entries}
+            yield HostTier(write_policy, sizes["kv"], sizes.get("swa", 0), storage_dir)
+        finally:
+            if sgl.cache_controller is not None and sgl.enable_storage:
+                sgl.cache_controller._stop_storage_threads()
+            sgl.release_host_resources()
 
 
-def detach_host_tier(cache: SGLangPrefixCache) -> None:
+@dataclass(frozen=True)
+class Prefetch:
+    """A storage prefetch as the scheduler sees it: the tokens asked for past the tree's match, the tokens it
+    loaded into the host tier, and the steps it took."""
+
+    asked: int
+    loaded: int
+    steps: int
+
+
+def wait_for_storage_backups(cache: SGLangPrefixCache, *, timeout_s: float = 10.0) -> int:
+    """Step (``check_hicache_events``, as every scheduler step does) until no L3 backup is in flight; returns the
+    steps taken. The backups run on the controller's thread, so this waits for it."""
     sgl: Any = cache.sglang
-    if sgl.cache_controller is not None and sgl.enable_storage:
-        sgl.cache_controller._stop_storage_threads()
-    sgl.release_host_resources()
+    deadline = time.monotonic() + timeout_s
+    steps = 0
+    while True:
+        sgl.check_hicache_events()
+        steps += 1
+        if not sgl.ongoing_backup:
+            return steps
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"{len(sgl.ongoing_backup)} storage backups still in flight after {timeout_s} s")
+        time.sleep(0.005)
+
+
+def prefetch(cache: SGLangPrefixCache, token_ids: Sequence[int], rid: str, *, timeout_s: float = 10.0) -> Prefetch:
+    """The scheduler's storage prefetch of a waiting request (``_prefetch_kvcache``: match, then
+    ``prefetch_from_storage`` of what lies past the match, up to all tokens but the last), stepped until
+    ``check_prefetch_progress`` says it is done, and the loaded span popped as admission pops it."""
+    from array import array
+
+    from sglang.srt.mem_cache.base_prefix_cache import CacheRequestHandle, MatchPrefixParams
+    from sglang.srt.mem_cache.radix_cache import RadixKey
+
+    sgl: Any = cache.sglang
+    ids = array("q", (int(t) for t in token_ids))
+    found = sgl.match_prefix(MatchPrefixParams(key=RadixKey(ids[: len(ids) - 1])))
+    matched = found.device_prefix_len + found.host_hit_length
+    asked = ids[matched : len(ids) - 1]
+    handle = CacheRequestHandle(rid, 0)
+    sgl.prefetch_from_storage(
+        handle,
+        found.last_host_node,
+        asked,
+        sgl.get_last_hash_value(found.last_host_node),
+        None,
+        matched_prefix_tokens=ids[:matched],
+    )
+    deadline = time.monotonic() + timeout_s
+    steps = 0
+    while True:
+        sgl.check_hicache_events()
+        steps += 1
+        if sgl.check_prefetch_progress(handle):
+            break
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"the prefetch of {rid} did not finish in {timeout_s} s")
+        time.sleep(0.005)
+    loaded, _start = sgl.pop_prefetch_loaded_span(handle)
+    return Prefetch(len(asked), loaded, steps)

@@ -217,12 +217,7 @@ class SGLangPrefixCache:
         loaded = self.sglang.init_load_back(
             InitLoadBackParams(best_match_node=sgl.best_match_node, host_hit_length=sgl.host_hit_length, req=sgl)
         )
-        sgl.host_loaded_length, sgl.last_node = loaded
-        if 0 < sgl.host_loaded_length < sgl.host_hit_length:
-            raise PoolError(
-                f"SGLang loaded {sgl.host_loaded_length} of a {sgl.host_hit_length}-token host hit: a load-back "
-                "commits all promised tokens or none (schedule_policy.py's check)"
-            )
+        sgl.host_loaded_length, sgl.last_node = loaded  # all the host hit or none: the caller's tests hold it
         sgl.prefix_len += sgl.host_loaded_length
 
     def hicache_step(self) -> None:
