@@ -472,7 +472,8 @@ def with_storage(request, sglang_target, cpu_hicache, tmp_path) -> Iterator[Tier
 
     core, ps = request.param
     d = build(sglang_target, page_size=ps, core=core)
-    with host_tier(d.cache, storage_dir=str(tmp_path), prefetch_threshold=ps) as built:
+    cached = page_floor(len(PROMPT), ps)  # the threshold is the whole hit: one token less is not prefetched
+    with host_tier(d.cache, storage_dir=str(tmp_path), prefetch_threshold=cached) as built:
         tier = Tier(d, core)
         assert tier.sgl.enable_storage and built.storage_dir == str(tmp_path)
         yield tier
@@ -547,3 +548,51 @@ def test_storage_backup_then_prefetch_brings_the_kv_back(with_storage: Tier):
                 assert not t.host_rows_hold_stamps("swa", n.swa_host, positions), "storage gave back other SWA KV"
         assert all(n.full_host_lock == 0 for n in t.nodes()), "the prefetch kept a host lock"
     load_back(t, cached, live)
+
+
+def test_storage_attached_at_runtime_backs_up_clears_and_detaches(sglang_target, cpu_hicache, tmp_path):
+    """The runtime storage API (``/attach_hicache_storage_backend``, ``/clear_hicache_storage``, detach): refused
+    without HiCache; with the host tier, an attached file backend takes rule 6's backups, a clear empties it (a
+    later prefetch misses, counted as one full miss), a detach turns storage off."""
+    import json
+
+    from harness.targets.sglang.hicache import host_tier, one_rank, prefetch, wait_for_storage_backups
+
+    plain = build(sglang_target, page_size=4, core="python")
+    ok, why = plain.cache.sglang.attach_storage_backend("file", json.dumps({"file_storage_path": str(tmp_path)}))
+    assert not ok and "--enable-hierarchical-cache" in why, (ok, why)
+    assert plain.cache.sglang.clear_storage_backend() is False
+
+    d = build(sglang_target, page_size=4, core="python")
+    with one_rank(), host_tier(d.cache) as built:
+        t = Tier(d, "python")
+        t.built = built
+        assert not t.sgl.enable_storage
+        ok, why = t.sgl.attach_storage_backend(
+            "file", json.dumps({"file_storage_path": str(tmp_path), "prefetch_threshold": 4})
+        )
+        assert ok and t.sgl.enable_storage, why
+
+        # a prompt within one window: its one node is all window, and all of it is backed up, full and SWA
+        short = PROMPT[:4]
+        serve_prompt(t, short)
+        t.step()
+        assert t.host_used() == {"kv": 4, "swa": 4}, t.host_used()
+        (node,) = t.nodes()
+        assert node.full_host is not None and node.swa_host is not None and len(node.swa_host) == 4
+        assert not t.host_rows_hold_stamps("swa", node.swa_host, [0, 1, 2, 3])
+        wait_for_storage_backups(d.cache)
+        assert stored_pages(t, str(tmp_path)) == (1, 1)
+
+        assert t.sgl.clear_storage_backend() is True
+        assert stored_pages(t, str(tmp_path)) == (0, 0), "a clear left pages in storage"
+        t.d.cache.evict(full_tokens=10_000)
+        assert t.sgl.evict_host(10_000) == 4 and match(t, short) == (0, 0, 0)
+        got = prefetch(t.d.cache, short + [7], "after-clear")
+        assert (got.asked, got.loaded) == (4, 0), got
+        stats = t.sgl.prefetch_outcome_stats_snapshot()
+        assert (stats["revoked_full_miss"], stats["revoked_insufficient"], stats["l3_miss_tokens"]) == (1, 0, 4), stats
+        assert t.host_used() == {"kv": 0, "swa": 0}, "a prefetch that missed kept host slots"
+
+        ok, why = t.sgl.detach_storage_backend()
+        assert ok and not t.sgl.enable_storage, why

@@ -84,6 +84,16 @@ class HostTier:
 
 
 @contextmanager
+def one_rank() -> Iterator[None]:
+    """This process's place as a one-rank server states it (tensor and pipeline parallel size 1): the L3 backend's
+    config reads the rank (``managers/cache_controller.py`` 762), which only a launched server publishes."""
+    from sglang.srt.runtime_context import get_parallel
+
+    with get_parallel().override(tp_rank=0, tp_size=1, pp_rank=0, pp_size=1):
+        yield
+
+
+@contextmanager
 def host_tier(
     cache: SGLangPrefixCache,
     *,
@@ -95,9 +105,7 @@ def host_tier(
     """``init_hicache`` on ``cache``'s ``UnifiedRadixCache`` with the server arguments a HiCache server takes
     (``--hicache-io-backend direct --hicache-mem-layout layer_first --hicache-ratio``, the write policy and, with
     ``storage_dir``, ``--hicache-storage-backend file`` with ``--file-storage-path``), released on exit. Needs
-    ``cpu_stand_ins`` active. With storage, the process states its place as a one-rank server does (tensor and
-    pipeline parallel size 1): the L3 backend's config reads the rank (``managers/cache_controller.py`` 762), which
-    only a launched server publishes."""
+    ``cpu_stand_ins`` active. With storage, under ``one_rank``."""
     import json
     from contextlib import ExitStack
 
@@ -119,9 +127,7 @@ def host_tier(
     )
     with ExitStack() as stack:
         if storage_dir is not None:
-            from sglang.srt.runtime_context import get_parallel
-
-            stack.enter_context(get_parallel().override(tp_rank=0, tp_size=1, pp_rank=0, pp_size=1))
+            stack.enter_context(one_rank())
         set_global_server_args_for_scheduler(args)
         sgl: Any = cache.sglang
         sgl.init_hicache(args, cache.init_params)
