@@ -31,7 +31,12 @@ anything is read back.
    per cached page and one per page of the live window.
 7. **A prefetch brings storage back.** After device and host both lost the prompt, a prefetch of it loads every
    stored page into the host tier, the KV as written, the match is a host hit again, the prefetch outcome counters
-   count exactly this one prefetch, and rule 4's load-back follows.
+   count exactly this one prefetch, and rule 4's load-back follows. The runtime API attaches a backend to a running
+   host tier, clears it (a later prefetch misses, counted as one full miss) and detaches it; without HiCache it
+   refuses.
+8. **Retraction to the host pool brings a request back whole.** A decoding request backed up to the host tier
+   (``--disaggregation-decode-retraction-backup host_pool``) and restored into new slots reads every computed
+   position's full KV and its window pages' SWA KV back, and its host slots go back.
 
 Node-level checks (host values per node, lock counts) read the Python tree core's nodes; the cache-level ones run on
 both tree cores. Skips where SGLang is not installed (``nox -s sglang`` runs it).
@@ -596,3 +601,54 @@ def test_storage_attached_at_runtime_backs_up_clears_and_detaches(sglang_target,
 
         ok, why = t.sgl.detach_storage_backend()
         assert ok and not t.sgl.enable_storage, why
+
+
+# -- 8. retraction to the host pool ----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("ps,computed", [(1, 20), (4, 20), (4, 19)])
+def test_a_request_retracted_to_the_host_pool_comes_back_whole(ps, computed, sglang_target, cpu_hicache):
+    """Rule 8 (``--disaggregation-decode-retraction-backup host_pool``, ``common.py``'s ``backup_kv_cache`` /
+    ``restore_kv_cache``): a decoding request retracted to the host tier and re-admitted into new slots reads every
+    computed position's full KV back and its window's SWA KV (the window's pages), and the host slots it took go
+    back. ``computed`` off a page boundary pads the copy to whole pages."""
+    for t in make_tier(sglang_target, "python", ps, "write_through"):
+        assert t.sgl.supports_retraction_backup()
+        prompt = [200 + i for i in range(computed)]
+        req, _ = t.d.arrive(prompt)
+        t.d.grow(req, computed)
+        t.stamp_request(req, 0, computed)
+        req.output.append(9)  # the next input token: its KV is not computed yet (seqlen = computed + 1)
+        sgl = t.d.cache._sync_in(req)
+        backup = t.sgl.backup_kv_cache(sgl)
+        assert backup is not None, "the host pools had room for the backup"
+        padded = -(-computed // ps) * ps
+        assert len(backup.host_indices) == padded, f"backed up {len(backup.host_indices)} slots, not {padded}"
+        held = t.host_used()
+        window_start = max(0, computed - HISTORY) // ps * ps
+        assert held == {"kv": padded, "swa": padded - window_start}, held
+        t.d.leave(req, finished=False)  # retracted: its slots go back and other requests write there
+        t.scrub_device()
+
+        again, cached = t.d.arrive(prompt)
+        assert cached == 0
+        t.d.grow(again, computed)
+        again.output.append(9)
+        t.sgl.restore_kv_cache(t.d.cache._sync_in(again), backup)
+        assert t.host_used() == {"kv": 0, "swa": 0}, "the restore kept host slots"
+        full = t.d.row(again, 0, computed)
+        wrong = []
+        for pos, slot in zip(range(computed), full.tolist()):
+            for layer in t.full_layers:
+                got = float(t.kv.get_key_buffer(layer)[slot].flatten()[0])
+                if got != stamp(layer, pos, 0):
+                    wrong.append(f"position {pos} full layer {layer}: {got}")
+        swa = t.d.mapping(full).tolist()
+        for pos in range(window_start, computed):
+            for layer in t.swa_layers:
+                got = float(t.kv.get_value_buffer(layer)[swa[pos]].flatten()[0])
+                if got != stamp(layer, pos, 1):
+                    wrong.append(f"position {pos} SWA layer {layer}: {got}")
+        assert not wrong, f"the restored request reads other KV: {wrong[:4]}"
+        t.d.leave(again, finished=False)
+        t.d.check()
