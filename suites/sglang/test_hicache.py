@@ -171,17 +171,17 @@ class Tier:
 
             out.append(
                 NodeView(
-                    node.id,
-                    start,
-                    len(node.key),
-                    ids(full.value),
-                    ids(full.host_value),
-                    ids(swa.value),
-                    ids(swa.host_value),
-                    full.lock_ref,
-                    swa.lock_ref,
-                    full.host_lock_ref,
-                    swa.host_lock_ref,
+                    node_id=node.id,
+                    start=start,
+                    length=len(node.key),
+                    full=ids(full.value),
+                    full_host=ids(full.host_value),
+                    swa=ids(swa.value),
+                    swa_host=ids(swa.host_value),
+                    full_lock=full.lock_ref,
+                    swa_lock=swa.lock_ref,
+                    full_host_lock=full.host_lock_ref,
+                    swa_host_lock=swa.host_lock_ref,
                 )
             )
             stack.extend((child, start + len(node.key)) for child in node.children.values())

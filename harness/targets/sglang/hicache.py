@@ -139,7 +139,12 @@ def host_tier(
             entry.host_pool.pin_memory = False
         try:
             sizes = {entry.name.value: entry.host_pool.size for entry in sgl.host_pool_group.entries}
-            yield HostTier(write_policy, sizes["kv"], sizes.get("swa", 0), storage_dir)
+            yield HostTier(
+                write_policy=write_policy,
+                full_host_slots=sizes["kv"],
+                swa_host_slots=sizes.get("swa", 0),
+                storage_dir=storage_dir,
+            )
         finally:
             if sgl.cache_controller is not None and sgl.enable_storage:
                 sgl.cache_controller._stop_storage_threads()
@@ -206,4 +211,4 @@ def prefetch(cache: SGLangPrefixCache, token_ids: Sequence[int], rid: str, *, ti
             raise TimeoutError(f"the prefetch of {rid} did not finish in {timeout_s} s")
         time.sleep(0.005)
     loaded, _start = sgl.pop_prefetch_loaded_span(handle)
-    return Prefetch(len(asked), loaded, steps)
+    return Prefetch(asked=len(asked), loaded=loaded, steps=steps)
