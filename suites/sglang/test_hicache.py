@@ -37,6 +37,9 @@ anything is read back.
 8. **Retraction to the host pool brings a request back whole.** A decoding request backed up to the host tier
    (``--disaggregation-decode-retraction-backup host_pool``) and restored into new slots reads every computed
    position's full KV and its window pages' SWA KV back, and its host slots go back.
+9. **Buffer mode keeps nothing on host.** With ``--hicache-host-memory-mode buffer_only`` host RAM only stages: a
+   backup passes through it to storage and leaves no host value or slot, and a prefetch stages the stored span
+   (the KV as written, the window's SWA pages) until admission; an abort gives the staging back.
 
 Node-level checks (host values per node, lock counts) read the Python tree core's nodes; the cache-level ones run on
 both tree cores. Skips where SGLang is not installed (``nox -s sglang`` runs it).
@@ -652,3 +655,49 @@ def test_a_request_retracted_to_the_host_pool_comes_back_whole(ps, computed, sgl
         assert not wrong, f"the restored request reads other KV: {wrong[:4]}"
         t.d.leave(again, finished=False)
         t.d.check()
+
+
+# -- 9. buffer mode (host RAM as staging only) -----------------------------------------------------------------
+
+
+@pytest.mark.parametrize("ps", [1, 4])
+def test_buffer_mode_stages_through_host_and_keeps_nothing_there(ps, sglang_target, cpu_hicache, tmp_path):
+    """Rule 9 (``--hicache-host-memory-mode buffer_only``): host RAM only stages. An insert's backup passes through
+    it to storage (every cached page and the window's pages stored) and leaves no host value and no host slot; a
+    device eviction leaves nothing to hit; a prefetch stages the stored span in host RAM (the full pages with the
+    KV as written, and the window's SWA pages) for admission, and an abort gives the staging back."""
+    from sglang.srt.mem_cache.base_prefix_cache import CacheRequestHandle
+
+    from harness.targets.sglang.hicache import host_tier, prefetch, wait_for_storage_backups
+
+    d = build(sglang_target, page_size=ps, core="python")
+    cached = page_floor(len(PROMPT), ps)
+    with host_tier(d.cache, storage_dir=str(tmp_path), prefetch_threshold=cached, host_memory_mode="buffer_only"):
+        t = Tier(d, "python")
+        assert t.sgl.buffer_pipeline is not None and t.sgl.host_memory_mode == "buffer_only"
+        _, live = serve_prompt(t, PROMPT)
+        t.step()
+        wait_for_storage_backups(d.cache)
+        assert stored_pages(t, str(tmp_path)) == (cached // ps, -(-len(live) // ps)), stored_pages(t, str(tmp_path))
+        assert t.host_used() == {"kv": 0, "swa": 0}, f"buffer mode kept {t.host_used()} on host after storing"
+        assert all(n.full_host is None and n.swa_host is None for n in t.nodes()), "a node holds a host value"
+
+        t.d.cache.evict(full_tokens=10_000)
+        assert match(t, PROMPT) == (0, 0, 0), "buffer mode hit a host copy it must not keep"
+        t.host["kv"].k_buffer.fill_(-1.0)
+        t.host["kv"].v_buffer.fill_(-1.0)
+
+        got = prefetch(d.cache, PROMPT + [7, 7], "buffered")
+        handle = CacheRequestHandle("buffered", 0)
+        assert got.loaded == cached and t.sgl.buffer_pipeline.has_staged(handle), got
+        staged = t.sgl.buffer_pipeline.staged_prefetches[handle]
+        assert (staged.matched_len, staged.num_tokens) == (0, cached)
+        assert t.host_used() == {"kv": cached, "swa": len(live)}, t.host_used()
+        rows = [int(x) for x in staged.host_indices.tolist()]
+        assert not t.host_rows_hold_stamps("kv", rows, list(range(cached))), "the staged pages hold other KV"
+        swa_staged = [x for x in staged.aux_xfers if x.name.value == "swa"]
+        assert sum(len(x.host_indices) for x in swa_staged) == len(live)
+
+        t.sgl.release_aborted_request(handle)
+        assert not t.sgl.buffer_pipeline.has_staged(handle)
+        assert t.host_used() == {"kv": 0, "swa": 0}, f"an aborted request's staging stayed: {t.host_used()}"

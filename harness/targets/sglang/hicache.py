@@ -101,6 +101,7 @@ def host_tier(
     host_ratio: float = 2.0,
     storage_dir: str | None = None,
     prefetch_threshold: int | None = None,
+    host_memory_mode: str = "cache",
 ) -> Iterator[HostTier]:
     """``init_hicache`` on ``cache``'s ``UnifiedRadixCache`` with the server arguments a HiCache server takes
     (``--hicache-io-backend direct --hicache-mem-layout layer_first --hicache-ratio``, the write policy and, with
@@ -124,6 +125,8 @@ def host_tier(
         hicache_storage_backend=None if storage_dir is None else "file",
         hicache_storage_backend_extra_config=extra,
         file_storage_path=storage_dir,
+        hicache_host_memory_mode=host_memory_mode,
+        context_length=cache.memory.req_to_token_pool.max_context_len if host_memory_mode == "buffer_only" else None,
     )
     with ExitStack() as stack:
         if storage_dir is not None:
@@ -170,10 +173,11 @@ def wait_for_storage_backups(cache: SGLangPrefixCache, *, timeout_s: float = 10.
     while True:
         sgl.check_hicache_events()
         steps += 1
-        if not sgl.ongoing_backup:
+        pending = sgl.ongoing_backup if sgl.buffer_pipeline is None else sgl.buffer_pipeline.ongoing_backup
+        if not pending:
             return steps
         if time.monotonic() > deadline:
-            raise TimeoutError(f"{len(sgl.ongoing_backup)} storage backups still in flight after {timeout_s} s")
+            raise TimeoutError(f"{len(pending)} storage backups still in flight after {timeout_s} s")
         time.sleep(0.005)
 
 
