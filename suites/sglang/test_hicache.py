@@ -545,6 +545,13 @@ def test_storage_backup_then_prefetch_brings_the_kv_back(with_storage: Tier):
         "l3_miss_tokens": requested - cached,
     }
     assert t.sgl.prefetch_outcome_stats_snapshot() == expected_stats, t.sgl.prefetch_outcome_stats_snapshot()
+    # a prefetch of one token past nothing: whole pages only, so at page 1 an attempt declined as too short (below
+    # the threshold), at a larger page no attempt at all; nothing is issued either way
+    short = prefetch(t.d.cache, [900, 901], "short")
+    assert (short.asked, short.loaded) == (1, 0), short
+    one = 1 if ps == 1 else 0
+    expected_stats |= {"attempts": 1 + one, "declined_too_short": one}
+    assert t.sgl.prefetch_outcome_stats_snapshot() == expected_stats, t.sgl.prefetch_outcome_stats_snapshot()
     assert t.host_used() == {"kv": cached, "swa": len(live)}, t.host_used()
     assert match(t, PROMPT) == (0, cached, HISTORY), f"after the prefetch: {match(t, PROMPT)}"
     if t.core == "python":
