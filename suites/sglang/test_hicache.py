@@ -535,7 +535,7 @@ def test_storage_backup_then_prefetch_brings_the_kv_back(with_storage: Tier):
     assert set(before.values()) == {0}, f"prefetch outcome counters before any prefetch: {before}"
     prompt2 = PROMPT + [7, 7]
     got = prefetch(t.d.cache, prompt2, "again")
-    assert got.asked == len(prompt2) - 1 and got.loaded == cached, f"{got}: expected {cached} tokens from storage"
+    assert (got.asked, got.loaded, got.start) == (len(prompt2) - 1, cached, 0), f"{got}: expected {cached} from 0"
     requested = page_floor(len(prompt2) - 1, ps)  # what the prefetch asked storage for: whole pages
     expected_stats = dict.fromkeys(before, 0) | {
         "attempts": 1,
@@ -548,7 +548,7 @@ def test_storage_backup_then_prefetch_brings_the_kv_back(with_storage: Tier):
     # a prefetch of one token past nothing: whole pages only, so at page 1 an attempt declined as too short (below
     # the threshold), at a larger page no attempt at all; nothing is issued either way
     short = prefetch(t.d.cache, [900, 901], "short")
-    assert (short.asked, short.loaded) == (1, 0), short
+    assert (short.asked, short.loaded, short.start) == (1, 0, None), short
     one = 1 if ps == 1 else 0
     expected_stats |= {"attempts": 1 + one, "declined_too_short": one}
     assert t.sgl.prefetch_outcome_stats_snapshot() == expected_stats, t.sgl.prefetch_outcome_stats_snapshot()
@@ -604,7 +604,7 @@ def test_storage_attached_at_runtime_backs_up_clears_and_detaches(sglang_target,
         t.d.cache.evict(full_tokens=10_000)
         assert t.sgl.evict_host(10_000) == 4 and match(t, short) == (0, 0, 0)
         got = prefetch(t.d.cache, short + [7], "after-clear")
-        assert (got.asked, got.loaded) == (4, 0), got
+        assert (got.asked, got.loaded, got.start) == (4, 0, None), got
         stats = t.sgl.prefetch_outcome_stats_snapshot()
         assert (stats["revoked_full_miss"], stats["revoked_insufficient"], stats["l3_miss_tokens"]) == (1, 0, 4), stats
         assert t.host_used() == {"kv": 0, "swa": 0}, "a prefetch that missed kept host slots"

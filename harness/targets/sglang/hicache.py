@@ -161,6 +161,7 @@ class Prefetch:
 
     asked: int
     loaded: int
+    start: int | None  # the position the loaded span starts at (None: nothing loaded)
     steps: int
 
 
@@ -214,5 +215,5 @@ def prefetch(cache: SGLangPrefixCache, token_ids: Sequence[int], rid: str, *, ti
         if time.monotonic() > deadline:
             raise TimeoutError(f"the prefetch of {rid} did not finish in {timeout_s} s")
         time.sleep(0.005)
-    loaded, _start = sgl.pop_prefetch_loaded_span(handle)
-    return Prefetch(asked=len(asked), loaded=loaded, steps=steps)
+    loaded, start = sgl.pop_prefetch_loaded_span(handle)
+    return Prefetch(asked=len(asked), loaded=loaded, start=start, steps=steps)
