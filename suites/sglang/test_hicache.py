@@ -553,6 +553,8 @@ def test_storage_backup_then_prefetch_brings_the_kv_back(with_storage: Tier):
     expected_stats |= {"attempts": 1 + one, "declined_too_short": one}
     assert t.sgl.prefetch_outcome_stats_snapshot() == expected_stats, t.sgl.prefetch_outcome_stats_snapshot()
     assert t.host_used() == {"kv": cached, "swa": len(live)}, t.host_used()
+    occupied = t.sgl.cache_controller.prefetch_tokens_occupied
+    assert occupied == 0, f"a finished prefetch still occupies {occupied} tokens of the prefetch budget"
     assert match(t, PROMPT) == (0, cached, HISTORY), f"after the prefetch: {match(t, PROMPT)}"
     if t.core == "python":
         for n in t.nodes():
@@ -705,6 +707,9 @@ def test_buffer_mode_stages_through_host_and_keeps_nothing_there(ps, sglang_targ
         swa_staged = [x for x in staged.aux_xfers if x.name.value == "swa"]
         assert sum(len(x.host_indices) for x in swa_staged) == len(live)
 
+        cc = t.sgl.cache_controller
+        assert cc.prefetch_tokens_occupied == cached, f"the staging occupies {cc.prefetch_tokens_occupied} tokens"
         t.sgl.release_aborted_request(handle)
+        assert cc.prefetch_tokens_occupied == 0, f"an aborted staging still occupies {cc.prefetch_tokens_occupied}"
         assert not t.sgl.buffer_pipeline.has_staged(handle)
         assert t.host_used() == {"kv": 0, "swa": 0}, f"an aborted request's staging stayed: {t.host_used()}"
