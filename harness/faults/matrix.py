@@ -149,7 +149,7 @@ MATRIX_TARGETS: dict[str, MatrixTarget] = {
             "registries": 11,
             "prefix": 4,
             "prefix-adapter": 12,
-            "hicache": 28,
+            "hicache": 29,
         },
         fault_env=SGLANG_FAULT_ENV,
         catalog=_sglang_catalog,

@@ -54,9 +54,8 @@ from typing import Any
 import pytest
 
 from harness.mem import HybridPoolSpec
-from suites.sglang.test_prefix_cache_adapter import WINDOW, Driver, build, page_floor
+from suites.sglang.test_prefix_cache_adapter import Driver, build, page_floor
 
-HISTORY = WINDOW - 1  # the tokens before a query its window reads: SGLang's sliding_window_size
 PROMPT = [100 + i for i in range(20)]
 CASES = [pytest.param((core, ps), id=f"{core}-page{ps}") for core in ("python", "rust") for ps in (1, 4)]
 
@@ -97,6 +96,7 @@ class Tier:
         spec = HybridPoolSpec()  # the layers build() gives the pool
         self.full_layers, self.swa_layers = list(spec.full_layers), list(spec.swa_layers)
         self.built: Any = None  # the HostTier its fixture built
+        self.history = driver.window - 1  # the tokens before a query its window reads: SGLang's sliding_window_size
 
     # -- KV ----------------------------------------------------------------------------------------------------
 
@@ -269,7 +269,7 @@ def test_write_through_backs_up_every_inserted_node_at_the_next_step(write_throu
     cached = page_floor(len(PROMPT), ps)
     full, live = serve_prompt(t, PROMPT)
     # the last window is live on device: the positions a query at the end still reads
-    assert set(range(cached - HISTORY, cached)) <= set(live), f"window positions {live} lost their SWA"
+    assert set(range(cached - t.history, cached)) <= set(live), f"window positions {live} lost their SWA"
 
     # before the step: the backups are queued, the nodes locked by them
     assert t.sgl.protected_size() == cached and t.sgl.evictable_size() == 0, (
@@ -323,8 +323,8 @@ def evict_to_host(t: Tier, cached: int, host_expected: dict[str, int]) -> None:
         t.d.allocator.size_swa,
     ), "the device eviction left device slots held"
     assert t.host_used() == host_expected, f"host pools hold {t.host_used()} after the eviction, not {host_expected}"
-    assert match(t, PROMPT) == (0, cached, HISTORY), (
-        f"after eviction to host (device, host hit, SWA host hit) = {match(t, PROMPT)}; expected 0, {cached}, {HISTORY}"
+    assert match(t, PROMPT) == (0, cached, t.history), (
+        f"after eviction to host (device, host hit, SWA host hit) = {match(t, PROMPT)}; expected 0, {cached}, {t.history}"
     )
     t.scrub_device()
 
@@ -354,7 +354,9 @@ def load_back(t: Tier, cached: int, live: list[int]) -> None:
     wrong = t.device_positions_hold_stamps(req, 0, got)
     assert not wrong, f"loaded-back KV differs from what was written: {wrong[:4]}"
     swa = t.d.mapping(t.d.row(req, 0, got)).tolist()
-    assert all(swa[p] > 0 for p in range(got - HISTORY, got)), f"window positions lack SWA slots after load-back: {swa}"
+    assert all(swa[p] > 0 for p in range(got - t.history, got)), (
+        f"window positions lack SWA slots after load-back: {swa}"
+    )
     assert all(swa[p] == 0 for p in range(got) if p not in set(live)), f"a tombstoned position got an SWA slot: {swa}"
     t.d.check()
     t.d.leave(req, finished=False)
@@ -426,7 +428,7 @@ def test_a_load_back_without_device_room_loads_nothing_and_holds_nothing(write_t
     if t.core == "python":
         nodes = t.nodes()
         assert all((n.full_lock, n.swa_lock, n.full_host_lock, n.swa_host_lock) == (0, 0, 0, 0) for n in nodes), nodes
-    assert match(t, PROMPT) == (0, cached, HISTORY)
+    assert match(t, PROMPT) == (0, cached, t.history)
     t.step()
     t.d.check()
     for r in [req, *hogs]:
@@ -474,12 +476,18 @@ def test_host_eviction_frees_the_least_recent_host_leaf(policy, sglang_target, c
 # -- 6-7. L3 storage (the file backend) ------------------------------------------------------------------------
 
 
-@pytest.fixture(params=CASES)
+STORAGE_CASES = [
+    *(pytest.param((core, ps, 5), id=f"{core}-page{ps}") for core in ("python", "rust") for ps in (1, 4)),
+    pytest.param(("python", 1, 2), id="python-page1-window2"),  # a one-token window: one SWA page per prompt
+]
+
+
+@pytest.fixture(params=STORAGE_CASES)
 def with_storage(request, sglang_target, cpu_hicache, tmp_path) -> Iterator[Tier]:
     from harness.targets.sglang.hicache import host_tier
 
-    core, ps = request.param
-    d = build(sglang_target, page_size=ps, core=core)
+    core, ps, window = request.param
+    d = build(sglang_target, page_size=ps, core=core, window=window)
     cached = page_floor(len(PROMPT), ps)  # the threshold is the whole hit: one token less is not prefetched
     with host_tier(d.cache, storage_dir=str(tmp_path), prefetch_threshold=cached) as built:
         tier = Tier(d, core)
@@ -555,7 +563,7 @@ def test_storage_backup_then_prefetch_brings_the_kv_back(with_storage: Tier):
     assert t.host_used() == {"kv": cached, "swa": len(live)}, t.host_used()
     occupied = t.sgl.cache_controller.prefetch_tokens_occupied
     assert occupied == 0, f"a finished prefetch still occupies {occupied} tokens of the prefetch budget"
-    assert match(t, PROMPT) == (0, cached, HISTORY), f"after the prefetch: {match(t, PROMPT)}"
+    assert match(t, PROMPT) == (0, cached, t.history), f"after the prefetch: {match(t, PROMPT)}"
     if t.core == "python":
         for n in t.nodes():
             positions = list(range(n.start, n.start + n.length))
@@ -637,7 +645,7 @@ def test_a_request_retracted_to_the_host_pool_comes_back_whole(ps, computed, sgl
         padded = -(-computed // ps) * ps
         assert len(backup.host_indices) == padded, f"backed up {len(backup.host_indices)} slots, not {padded}"
         held = t.host_used()
-        window_start = max(0, computed - HISTORY) // ps * ps
+        window_start = max(0, computed - t.history) // ps * ps
         assert held == {"kv": padded, "swa": padded - window_start}, held
         t.d.leave(req, finished=False)  # retracted: its slots go back and other requests write there
         t.scrub_device()
