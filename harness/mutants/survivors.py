@@ -883,8 +883,11 @@ SURVIVORS: dict[str, Classified] = {
     ),
     f"{_URC}:3498:NumberReplacer:354": Classified(
         "gap-open",
-        "with one PP rank the mutant counts no ready acks, so write-through backups never finish (nodes stay write-"
-        "pending and locked). " + _HICACHE_WRITES,
+        "writing_check counts its own ready acks (3496-3505) only when called without finish_count, which no SGLang "
+        "caller does: the step poll passes the rank-synced count (check_hicache_events, line 3682) and the write-back "
+        "paths write_back=True (831, 1039, 1656, 1662); only a caller of the bare method (SGLang's test kits) reaches "
+        "it. There, with one PP rank, the mutant counts no ready acks, so write-through backups never finish. "
+        "suites/sglang/test_hicache.py drives the step poll, where it passes (2026-12-06 direct check: 26 passed)",
     ),
     f"{_URC}:3507:AddNot:334": Classified(
         "gap-open",
