@@ -583,11 +583,6 @@ def test_storage_attached_at_runtime_backs_up_clears_and_detaches(sglang_target,
 
     from harness.targets.sglang.hicache import host_tier, one_rank, prefetch, wait_for_storage_backups
 
-    plain = build(sglang_target, page_size=4, core="python")
-    ok, why = plain.cache.sglang.attach_storage_backend("file", json.dumps({"file_storage_path": str(tmp_path)}))
-    assert not ok and "--enable-hierarchical-cache" in why, (ok, why)
-    assert plain.cache.sglang.clear_storage_backend() is False
-
     d = build(sglang_target, page_size=4, core="python")
     with one_rank(), host_tier(d.cache) as built:
         t = Tier(d, "python")
@@ -621,6 +616,13 @@ def test_storage_attached_at_runtime_backs_up_clears_and_detaches(sglang_target,
 
         ok, why = t.sgl.detach_storage_backend()
         assert ok and not t.sgl.enable_storage, why
+
+    # last: without HiCache the API refuses (a mutant that breaks this path crashes on None, which would hide the
+    # assertions above)
+    plain = build(sglang_target, page_size=4, core="python")
+    ok, why = plain.cache.sglang.attach_storage_backend("file", json.dumps({"file_storage_path": str(tmp_path)}))
+    assert not ok and "--enable-hierarchical-cache" in why, (ok, why)
+    assert plain.cache.sglang.clear_storage_backend() is False
 
 
 # -- 8. retraction to the host pool ----------------------------------------------------------------------------
