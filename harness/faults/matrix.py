@@ -136,6 +136,7 @@ MATRIX_TARGETS: dict[str, MatrixTarget] = {
             "registries": "suites/sglang/test_graph_registries.py",
             "prefix": "suites/prefix",
             "prefix-adapter": "suites/sglang/test_prefix_cache_adapter.py",
+            "hicache": "suites/sglang/test_hicache.py",
         },
         min_tests={
             "pool": 7,
@@ -148,6 +149,7 @@ MATRIX_TARGETS: dict[str, MatrixTarget] = {
             "registries": 11,
             "prefix": 4,
             "prefix-adapter": 12,
+            "hicache": 29,
         },
         fault_env=SGLANG_FAULT_ENV,
         catalog=_sglang_catalog,

@@ -693,17 +693,18 @@ SURVIVORS: dict[str, Classified] = {
     # --- mem_cache/unified_cache/components/swa.py -----------------------------------------------------------------
     f"{_SWA}:129:NumberReplacer:5": Classified(
         "gap-open",
-        "the unbacked-window walk (a cache-mode SWA host pool, lines 118-124) " + _HICACHE + ". Starting at -1 it "
-        "takes one more node when the nodes it passed cover exactly sliding_window_size tokens. A test: HiCache "
-        "write-back, an SWA eviction whose window is two device-only nodes of window/2 tokens: the reserved backup "
-        "(InternalStateBackup.num_tokens, lines 806-814) is the window, not a third node's tokens too",
+        "(2026-12-06: reached by suites/sglang/test_hicache.py, 14 tests, all passing; what it does not drive:) the "
+        "unbacked-window walk (a cache-mode SWA host pool, lines 118-124) runs only with HiCache's host tier, which "
+        "no suite builds. Starting at -1 it takes one more node when the nodes it passed cover exactly "
+        "sliding_window_size tokens. A test: HiCache write-back, an SWA eviction whose window is two device-only "
+        "nodes of window/2 tokens: the reserved backup (InternalStateBackup.num_tokens, lines 806-814) is the window, "
+        "not a third node's tokens too",
     ),
     f"{_SWA}:401:ReplaceComparisonOperator_IsNot_Is:10": Classified(
-        "gap-open",
-        "the walk now runs only from the root (one step: the root's SWA data) or not at all, so swa_host_hit stays "
-        "0; it is non-zero in the original only through the host-value branch (405-414), which " + _HICACHE + ". A "
-        "test: HiCache, a match whose window lies in host-only SWA nodes reports their tokens as "
-        "swa_host_hit_length",
+        "gap-closed",
+        "killed by suites/sglang/test_hicache.py, rule 5 (host eviction frees the least-recent host leaf): "
+        "AssertionError: after eviction to host (device, host hit, SWA host hit) = (0, 20, 0); expected 0, 20, 4 "
+        "(reports/mutants-sglang.json, 2026-12-06)",
     ),
     f"{_SWA}:504:ReplaceBinaryOperator_Sub_Add:4": Classified(
         "equivalent",
@@ -729,17 +730,14 @@ SURVIVORS: dict[str, Classified] = {
         "cached request, then an SWA-only eviction of two leaves on the Python core",
     ),
     f"{_SWA}:1080:ReplaceComparisonOperator_Is_IsNot:22": Classified(
-        "gap-open",
-        "prepare_prefetch is called only by prefetch_from_storage (unified_radix_cache.py 2176): it "
-        + _STORAGE
-        + ". The mutant stages no SWA window with an SWA host pool (a prefetch lands without it) and plans one "
-        "without. " + _STORAGE_TEST,
+        "gap-closed",
+        "killed by suites/sglang/test_hicache.py, rule 9 (buffer mode keeps nothing on host): AssertionError: {'kv': "
+        "20, 'swa': 0} (reports/mutants-sglang.json, 2026-12-06)",
     ),
     f"{_SWA}:1212:AddNot:142": Classified(
-        "gap-open",
-        "the BACKUP_STORAGE phase (unified_tree_core.py 2543) " + _STORAGE + ". The mutant backs up no node's SWA "
-        "to storage, and backs up a node holding less than a page of host SWA as its whole host value under all "
-        "its keys. " + _STORAGE_TEST,
+        "gap-closed",
+        "killed by suites/sglang/test_hicache.py, rule 7 (the runtime storage API: attach, clear, detach): assert (1, "
+        "0) == (1, 1) (reports/mutants-sglang.json, 2026-12-06)",
     ),
     f"{_SWA}:1258:ReplaceUnaryOperator_USub_UAdd:7": Classified(
         "gap-open",
@@ -749,9 +747,9 @@ SURVIVORS: dict[str, Classified] = {
         "offload of a node carries its trailing pages' SWA slots under their keys",
     ),
     f"{_SWA}:1433:ReplaceBinaryOperator_FloorDiv_Mul:13": Classified(
-        "gap-open",
-        "_commit_prefetch " + _STORAGE + ". At page size 1 the mutant is the same (n * 1 == n // 1); at a larger "
-        "page it asks page_size^2 times the pages and drops every prefetched window. " + _STORAGE_TEST + " (page 16)",
+        "gap-closed",
+        "killed by suites/sglang/test_hicache.py, rules 6-7 (L3 backup after the host ack, prefetch back into the "
+        "host tier): AssertionError: {'kv': 20, 'swa': 0} (reports/mutants-sglang.json, 2026-12-06)",
     ),
     f"{_SWA}:1566:ReplaceAndWithOr:48": Classified(
         "gap-open",
@@ -772,10 +770,11 @@ SURVIVORS: dict[str, Classified] = {
         "rotation bases builds a cache over the suites' allocator",
     ),
     f"{_URC}:341:NumberReplacer:33": Classified(
-        "gap-open",
-        "the counter starts at -1; prefetch_outcome_stats_snapshot() reads it, and only the storage-metrics flow "
-        "(line 3706, HiCache storage with storage metrics) exports it. A test: a fresh cache's snapshot is all "
-        "zeros, or a storage prefetch declined for an unservable prefix (line 3078) counts 1",
+        "gap-closed",
+        "killed by suites/sglang/test_hicache.py, rules 6-7 (L3 backup after the host ack, prefetch back into the "
+        "host tier): AssertionError: prefetch outcome counters before any prefetch: {'attempts': 0, 'issued': 0, "
+        "'issued_assumed_stored': 0, 'declined_too_short': 0, 'declined_rate_ (reports/mutants-sglang.json, "
+        "2026-12-06)",
     ),
     f"{_URC}:402:ReplaceBinaryOperator_Add_Sub:0": Classified(
         "gap-open",
@@ -784,10 +783,10 @@ SURVIVORS: dict[str, Classified] = {
         "multi-process PP run with HiCache",
     ),
     f"{_URC}:563:ReplaceComparisonOperator_Eq_NotEq:5": Classified(
-        "gap-open",
-        "init_hicache " + _HICACHE + ": the mutant swaps write-back and write-through (is_write_back drives the "
-        "eviction's deferred demote, line 923). A test: HiCache write-through backs a node up at its insert, "
-        "write-back only at its eviction",
+        "gap-closed",
+        "killed by suites/sglang/test_hicache.py, rules 6-7 (L3 backup after the host ack, prefetch back into the "
+        "host tier): AssertionError: no storage backup followed the host backups (reports/mutants-sglang.json, "
+        "2026-12-06)",
     ),
     f"{_URC}:663:NumberReplacer:79": Classified(
         "gap-open",
@@ -822,40 +821,46 @@ SURVIVORS: dict[str, Classified] = {
     ),
     f"{_URC}:2392:AddNot:207": Classified(
         "gap-open",
-        "the scheduler checks prefetch progress only with HiCache storage (managers/scheduler.py 4240-4241; LMCache "
-        "overrides it): "
-        + _STORAGE
-        + ". The mutant sends every non-ticketed request to the PP-ticket path. "
-        + _STORAGE_TEST,
+        "(2026-12-06: reached by suites/sglang/test_hicache.py, where it crashes SGLang, an error and no kill: "
+        "TimeoutError: the prefetch of again did not finish in 10.0 s) the scheduler checks prefetch progress only "
+        "with HiCache storage (managers/scheduler.py 4240-4241; LMCache overrides it): runs only with HiCache's L3 "
+        "storage (--hicache-storage-backend: the prefetch and backup queues drain only while enable_storage, line "
+        "3685 of unified_radix_cache.py), which no suite builds. The mutant sends every non-ticketed request to the "
+        "PP-ticket path. A test: HiCache with a file storage backend, a prompt backed up to storage, evicted from "
+        "device and host, then asked again: it is prefetched back with its SWA window",
     ),
     f"{_URC}:2503:AddNot:220": Classified(
         "gap-open",
-        "_handle_prefetch_result " + _STORAGE + "; the commit's insert emits no actions, so the negated assertion "
-        "fails on every completed prefetch (an engine error). " + _STORAGE_TEST,
+        "(2026-12-06: reached by suites/sglang/test_hicache.py, where it crashes SGLang, an error and no kill: "
+        "AssertionError) _handle_prefetch_result runs only with HiCache's L3 storage (--hicache-storage-backend: the "
+        "prefetch and backup queues drain only while enable_storage, line 3685 of unified_radix_cache.py), which no "
+        "suite builds; the commit's insert emits no actions, so the negated assertion fails on every completed "
+        "prefetch (an engine error). A test: HiCache with a file storage backend, a prompt backed up to storage, "
+        "evicted from device and host, then asked again: it is prefetched back with its SWA window",
     ),
     f"{_URC}:2887:NumberReplacer:254": Classified(
         "gap-open",
-        "prefetch-outcome accounting " + _STORAGE + "; hits are whole pages (line 2077), so the mutant differs only "
-        "at page size 1: a revoked prefetch that hit one token counts as a full miss. A test: the storage metrics' "
-        "prefetch_stats after such a prefetch",
+        "(2026-12-06: reached by suites/sglang/test_hicache.py, 1 tests, all passing; what it does not drive:) "
+        "prefetch-outcome accounting runs only with HiCache's L3 storage (--hicache-storage-backend: the prefetch and "
+        "backup queues drain only while enable_storage, line 3685 of unified_radix_cache.py), which no suite builds; "
+        "hits are whole pages (line 2077), so the mutant differs only at page size 1: a revoked prefetch that hit one "
+        "token counts as a full miss. A test: the storage metrics' prefetch_stats after such a prefetch",
     ),
     f"{_URC}:2931:NumberReplacer:264": Classified(
-        "gap-open",
-        "aux staging for a storage hit " + _STORAGE + ": the mutant allocates 0-token staging and skips a one-token "
-        "window (page size 1, one page). " + _STORAGE_TEST + " at page 1",
+        "gap-closed",
+        "killed by suites/sglang/test_hicache.py, rules 6-7 (L3 backup after the host ack, prefetch back into the "
+        "host tier): AssertionError: Prefetch(asked=21, loaded=0, start=None, steps=3): expected 20 from 0 "
+        "(reports/mutants-sglang.json, 2026-12-06)",
     ),
     f"{_URC}:3050:AddNot:276": Classified(
-        "gap-open",
-        "the hit allocation " + _STORAGE + ": the mutant reports every live hit as aborted and never launches its "
-        "transfer. " + _STORAGE_TEST,
+        "gap-closed",
+        "killed by suites/sglang/test_hicache.py, rule 9 (buffer mode keeps nothing on host): AssertionError: "
+        "Prefetch(asked=21, loaded=0, start=None, steps=193) (reports/mutants-sglang.json, 2026-12-06)",
     ),
     f"{_URC}:3067:ReplaceComparisonOperator_Eq_NotEq:56": Classified(
-        "gap-open",
-        "the buffer pipeline's anchor lock (--hicache-host-memory-mode buffer_only, storage staged through host RAM) "
-        + _STORAGE
-        + ": the mutant declines every anchored hit as lost. "
-        + _STORAGE_TEST
-        + " in buffer mode",
+        "gap-closed",
+        "killed by suites/sglang/test_hicache.py, rule 9 (buffer mode keeps nothing on host): AssertionError: "
+        "Prefetch(asked=21, loaded=0, start=None, steps=2) (reports/mutants-sglang.json, 2026-12-06)",
     ),
     f"{_URC}:3189:ReplaceContinueWithBreak:10": Classified(
         "gap-open",
@@ -864,39 +869,50 @@ SURVIVORS: dict[str, Classified] = {
     ),
     f"{_URC}:3252:AddNot:309": Classified(
         "gap-open",
-        "the storage backup ack drain "
-        + _STORAGE
-        + ": the mutant logs backed-up tokens only when metrics are off (None."
-        "log_backuped_tokens, an engine error). " + _STORAGE_TEST,
+        "(2026-12-06: reached by suites/sglang/test_hicache.py, where it crashes SGLang, an error and no kill: "
+        "AttributeError: 'NoneType' object has no attribute 'log_backuped_tokens') the storage backup ack drain runs "
+        "only with HiCache's L3 storage (--hicache-storage-backend: the prefetch and backup queues drain only while "
+        "enable_storage, line 3685 of unified_radix_cache.py), which no suite builds: the mutant logs backed-up "
+        "tokens only when metrics are off (None.log_backuped_tokens, an engine error). A test: HiCache with a file "
+        "storage backend, a prompt backed up to storage, evicted from device and host, then asked again: it is "
+        "prefetched back with its SWA window",
     ),
     f"{_URC}:3282:ZeroIterationForLoop:48": Classified(
         "gap-open",
-        "draining the extra host pools' release queues (SWA, Mamba) " + _STORAGE + ": the mutant never frees "
-        "their host slots. A test: HiCache storage, SWA host slots released by evictions come back to the SWA host "
-        "pool",
+        "(2026-12-06: reached by suites/sglang/test_hicache.py, 8 tests, all passing; what it does not drive:) "
+        "draining the extra host pools' release queues (SWA, Mamba) runs only with HiCache's L3 storage "
+        "(--hicache-storage-backend: the prefetch and backup queues drain only while enable_storage, line 3685 of "
+        "unified_radix_cache.py), which no suite builds: the mutant never frees their host slots. A test: HiCache "
+        "storage, SWA host slots released by evictions come back to the SWA host pool",
     ),
     f"{_URC}:3487:AddNot:330": Classified(
         "gap-open",
-        "the blocking write-back drain (HiCache write-back policy): the mutant finishes only acks it does not track, "
-        "so the in-flight writes never finish and the assertion after the loop fails (an engine error). "
-        + _HICACHE_WRITES,
+        "(2026-12-06: reached by suites/sglang/test_hicache.py, where it crashes SGLang, an error and no kill: "
+        "AssertionError) the blocking write-back drain (HiCache write-back policy): the mutant finishes only acks it "
+        "does not track, so the in-flight writes never finish and the assertion after the loop fails (an engine "
+        "error). writing_check runs past its cache_controller check only with HiCache; a test: HiCache over the "
+        "suites' prefix machine, each checkpoint's backup acknowledged and its node then backed up (host value set, "
+        "write lock gone)",
     ),
     f"{_URC}:3498:NumberReplacer:354": Classified(
         "gap-open",
-        "with one PP rank the mutant counts no ready acks, so write-through backups never finish (nodes stay write-"
-        "pending and locked). " + _HICACHE_WRITES,
+        "writing_check counts its own ready acks (3496-3505) only when called without finish_count, which no SGLang "
+        "caller does: the step poll passes the rank-synced count (check_hicache_events, line 3682) and the write-back "
+        "paths write_back=True (831, 1039, 1656, 1662); only a caller of the bare method (SGLang's test kits) reaches "
+        "it. There, with one PP rank, the mutant counts no ready acks, so write-through backups never finish. "
+        "suites/sglang/test_hicache.py drives the step poll, where it passes (2026-12-06 direct check: 26 passed)",
     ),
     f"{_URC}:3507:AddNot:334": Classified(
-        "gap-open",
-        "the mutant pops from an empty ack queue when none is ready (IndexError, an engine error) and finishes none "
-        "when some are. " + _HICACHE_WRITES,
+        "gap-closed",
+        "killed by suites/sglang/test_hicache.py, rules 6-7 (L3 backup after the host ack, prefetch back into the "
+        "host tier): AssertionError: no storage backup followed the host backups (reports/mutants-sglang.json, "
+        "2026-12-06)",
     ),
     f"{_URC}:3711:AddNot:364": Classified(
-        "gap-open",
-        "the scheduler flushes after every batch (managers/scheduler.py 5106); the mutant returns at once exactly when "
-        "a cache controller runs without a linker (HiCache), so deferred backups (cache_controller.write with "
-        "flush=False, 1756-1762) wait for another flush. A test: HiCache, a checkpoint's backup is submitted by the "
-        "step's flush_pending_backups",
+        "gap-closed",
+        "killed by suites/sglang/test_hicache.py, rules 6-7 (L3 backup after the host ack, prefetch back into the "
+        "host tier): AssertionError: no storage backup followed the host backups (reports/mutants-sglang.json, "
+        "2026-12-06)",
     ),
     # --- model_executor/cuda_graph_buffer_registry.py --------------------------------------------------------------
     f"{_GRAPH}:55:AddNot:1": Classified(
@@ -990,38 +1006,28 @@ SURVIVORS: dict[str, Classified] = {
     ),
     f"{_SWA}:725:AddNot:67": Classified(
         "gap-open",
-        "the host layer "
-        + _HICACHE
-        + ". Every caller detaches the node from the host LRU right after (_evict_component_and_detach_lru, "
-        "unified_tree_core.py 2256-2263), so the mutant differs only for a node whose SWA host value sits outside "
-        "the host LRU, i.e. one still holding its device SWA (lines 728-735 and 931-934 list host-only nodes): e.g. "
-        "write-back's drop fallback deleting a device leaf an earlier window backup copied (drop_subtree_no_host, "
-        "unified_tree_core.py 1825-1875). There remove_node's assertion fails (an engine error)",
+        "(2026-12-06: reached by suites/sglang/test_hicache.py, 6 tests, all passing; what it does not drive:) the "
+        "host layer runs only with HiCache's host tier, which no suite builds. Every caller detaches the node from "
+        "the host LRU right after (_evict_component_and_detach_lru, unified_tree_core.py 2256-2263), so the mutant "
+        "differs only for a node whose SWA host value sits outside the host LRU, i.e. one still holding its device "
+        "SWA (lines 728-735 and 931-934 list host-only nodes): e.g. write-back's drop fallback deleting a device leaf "
+        "an earlier window backup copied (drop_subtree_no_host, unified_tree_core.py 1825-1875). There remove_node's "
+        "assertion fails (an engine error)",
     ),
     f"{_SWA}:940:NumberReplacer:86": Classified(
-        "gap-open",
-        "host-lock releases (dec_host_lock_ref: load-back anchors, write backups, storage prefetch anchors; "
-        "unified_radix_cache.py 1883-1921, 2019, 2514) "
-        + _HICACHE
-        + ". The mutant drops a node's SWA host_lock_ref by 2: a lone holder leaves -1 (the next holder pins "
-        "nothing, the node stays host-evictable) and the next release on it fails the assertion ref > 0 (an engine "
-        "error). A test: HiCache, one host-only prompt loaded back twice",
+        "gap-closed",
+        "killed by suites/sglang/test_hicache.py, rules 3-4 (eviction to host, load-back of the KV as written): "
+        "AssertionError: a host lock outlived its load (reports/mutants-sglang.json, 2026-12-06)",
     ),
     f"{_SWA}:1146:AddNot:133": Classified(
-        "gap-open",
-        "the BACKUP_HOST phase builds a host write's SWA transfer (HiCache with an SWA host pool, line 1141), which "
-        "no suite builds: the mutant backs up no SWA window where one is unbacked, and where none is, torch.cat([]) "
-        "raises (an engine error). A test: HiCache write-through, a cached prompt's backup gives the nodes of its last "
-        "window SWA host values",
+        "gap-closed",
+        "killed by suites/sglang/test_hicache.py, rule 9 (buffer mode keeps nothing on host): AssertionError: (20, 0) "
+        "(reports/mutants-sglang.json, 2026-12-06)",
     ),
     f"{_SWA}:1227:NumberReplacer:118": Classified(
-        "gap-open",
-        "PREFETCH staging "
-        + _STORAGE
-        + ". staging_tokens is whole pages and a zero is skipped before this (unified_radix_cache.py 2179), so the "
-        "mutant differs only for a one-page window: it stages no SWA, and the prefetch lands without its window. "
-        + _STORAGE_TEST
-        + " (a window no longer than a page)",
+        "gap-closed",
+        "killed by suites/sglang/test_hicache.py, rules 6-7 (L3 backup after the host ack, prefetch back into the "
+        "host tier): AssertionError: {'kv': 20, 'swa': 0} (reports/mutants-sglang.json, 2026-12-06)",
     ),
     f"{_SWA}:1246:NumberReplacer:121": Classified(
         "gap-open",
@@ -1033,10 +1039,10 @@ SURVIVORS: dict[str, Classified] = {
     ),
     f"{_SWA}:1518:ReplaceAndWithOr:47": Classified(
         "gap-open",
-        "SWA host eviction (evict_host for SWA) "
-        + _HICACHE
-        + ". Without --enable-session-radix-cache the mutant takes every node of the host LRU as a host leaf: an "
-        "internal host-only SWA node, which the original tombstones privately, fails _evict_host_leaf's assertion "
+        "(2026-12-06: reached by suites/sglang/test_hicache.py, 2 tests, all passing; what it does not drive:) SWA "
+        "host eviction (evict_host for SWA) runs only with HiCache's host tier, which no suite builds. Without "
+        "--enable-session-radix-cache the mutant takes every node of the host LRU as a host leaf: an internal "
+        "host-only SWA node, which the original tombstones privately, fails _evict_host_leaf's assertion "
         "(unified_tree_core.py 2057; an engine error). A test: HiCache, an SWA host eviction whose least-recent host "
         "SWA node is internal",
     ),
@@ -1052,8 +1058,10 @@ SURVIVORS: dict[str, Classified] = {
     ),
     f"{_URC}:361:NumberReplacer:47": Classified(
         "gap-open",
-        "tp_world_size is at least 1 (lines 300-303), so the mutant all-reduces whenever no attention group did: in "
-        "a served engine over a one-rank TP group (kv_cache_builder.py 402 always passes one), a no-op; in a cache "
+        "(2026-12-06: reached by suites/sglang/test_hicache.py, where it crashes SGLang, an error and no kill: "
+        "ValueError: Default process group has not been initialized, please make sure to call init_process_group.) "
+        "tp_world_size is at least 1 (lines 300-303), so the mutant all-reduces whenever no attention group did: in a "
+        "served engine over a one-rank TP group (kv_cache_builder.py 402 always passes one), a no-op; in a cache "
         "built without groups (CacheInitParams' default, as the harness builds it) over the default process group, "
         "which raises without torch.distributed (an engine error). Only HiCache's rank syncs reach it (_all_reduce "
         "and lines 2073, 3457, 3659), which no suite builds: a HiCache test over the harness's cache would show it",
@@ -1084,36 +1092,32 @@ SURVIVORS: dict[str, Classified] = {
         "suite builds Mamba. A test: a hybrid Mamba model's aborted request gives its Mamba state slot back",
     ),
     f"{_URC}:1504:NumberReplacer:156": Classified(
-        "gap-open",
-        "_retraction_device_transfers runs only for a PD decode server's host-pool retraction backup "
-        "(--disaggregation-decode-retraction-backup host_pool: common.py 353-360 and 373-381), which no suite builds "
-        "(the retraction suite drives the cpu_tensor backend's get_cpu_copy / load_cpu_copy). Backup and restore "
-        "both take one token less, so the restored request lacks its last computed position's KV (at a larger page "
-        "only when that position starts a page: _pad_retraction_indices pads the rest of a page back). A test: a "
-        "host-pool retraction and restore brings back every computed position's full and window KV",
+        "gap-closed",
+        "killed by suites/sglang/test_hicache.py, rule 8 (retraction to the host pool): AssertionError: backed up 19 "
+        "slots, not 20 (reports/mutants-sglang.json, 2026-12-06)",
     ),
     f"{_URC}:1854:ZeroIterationForLoop:32": Classified(
         "gap-open",
-        "load_back "
-        + _HICACHE
-        + "; only Mamba's finalize_load_back does anything (components/mamba.py 821-827; the base is a no-op, "
-        "components/base.py 733-738; NPU's C128 sidecar has one too): without it a called-off load-back keeps the "
-        "Mamba slot prepare_load_back allocated. No suite builds Mamba. A test: HiCache on a hybrid Mamba model, a "
-        "load-back that finds no device room (lines 1896-1902) gives its prepared Mamba slot back",
+        "(2026-12-06: reached by suites/sglang/test_hicache.py, 17 tests, all passing; what it does not drive:) "
+        "load_back runs only with HiCache's host tier, which no suite builds; only Mamba's finalize_load_back does "
+        "anything (components/mamba.py 821-827; the base is a no-op, components/base.py 733-738; NPU's C128 sidecar "
+        "has one too): without it a called-off load-back keeps the Mamba slot prepare_load_back allocated. No suite "
+        "builds Mamba. A test: HiCache on a hybrid Mamba model, a load-back that finds no device room (lines "
+        "1896-1902) gives its prepared Mamba slot back",
     ),
     f"{_URC}:1937:ReplaceTrueWithFalse:20": Classified(
-        "gap-open",
-        "load_back "
-        + _HICACHE
-        + ": the mutant reports a committed load-back as failed, so init_load_back (line 3610) hands the request no "
-        "loaded prefix and it recomputes what was just loaded (and Mamba frees its prepared slot). " + _LOAD_BACK_TEST,
+        "gap-closed",
+        "killed by suites/sglang/test_hicache.py, rules 6-7 (L3 backup after the host ack, prefetch back into the "
+        "host tier): AssertionError: admission loaded back 0 tokens, expected 20 (reports/mutants-sglang.json, "
+        "2026-12-06)",
     ),
     f"{_URC}:2144:ReplaceAndWithOr:49": Classified(
         "gap-open",
-        "prefetch_from_storage "
-        + _STORAGE
-        + ". assume_stored already requires storage_start < storage_hit_end <= storage_start + len(new_input_tokens) "
-        "- boundary (lines 2114-2119) and the page-aligned key is no longer than that span, so the mutant adds only an "
+        "(2026-12-06: reached by suites/sglang/test_hicache.py, 8 tests, all passing; what it does not drive:) "
+        "prefetch_from_storage runs only with HiCache's L3 storage (--hicache-storage-backend: the prefetch and "
+        "backup queues drain only while enable_storage, line 3685 of unified_radix_cache.py), which no suite builds. "
+        "assume_stored already requires storage_start < storage_hit_end <= storage_start + len(new_input_tokens) - "
+        "boundary (lines 2114-2119) and the page-aligned key is no longer than that span, so the mutant adds only an "
         "empty key with storage_hit_end == storage_start, which goes on only at prefetch_threshold <= 0 "
         "(--hicache-storage-backend-extra-config, hybrid_cache/hybrid_cache_controller.py 404): it is then submitted "
         "as assumed stored. A test: storage with prefetch_threshold 0, a retried prefetch whose known hit end is its "
@@ -1121,11 +1125,13 @@ SURVIVORS: dict[str, Classified] = {
     ),
     f"{_URC}:2260:AddNot:193": Classified(
         "gap-open",
-        "the admission wait budget of the timeout prefetch policy (--hicache-storage-prefetch-policy timeout) "
-        + _STORAGE
-        + ": the mutant never starts a prefetch's wait under timeout (and starts unread ones under wait_complete), "
-        "so no deadline ever expires and timeout waits like wait_complete. A test: storage with the timeout policy "
-        "and a backend read that stalls: admission goes on without the prefetch once its budget is spent",
+        "(2026-12-06: reached by suites/sglang/test_hicache.py, 8 tests, all passing; what it does not drive:) the "
+        "admission wait budget of the timeout prefetch policy (--hicache-storage-prefetch-policy timeout) runs only "
+        "with HiCache's L3 storage (--hicache-storage-backend: the prefetch and backup queues drain only while "
+        "enable_storage, line 3685 of unified_radix_cache.py), which no suite builds: the mutant never starts a "
+        "prefetch's wait under timeout (and starts unread ones under wait_complete), so no deadline ever expires and "
+        "timeout waits like wait_complete. A test: storage with the timeout policy and a backend read that stalls: "
+        "admission goes on without the prefetch once its budget is spent",
     ),
     f"{_URC}:2340:AddNot:202": Classified(
         "gap-open",
@@ -1169,35 +1175,31 @@ SURVIVORS: dict[str, Classified] = {
         "(lines 3124 and 3138) counts its tokens as deferred for host_capacity",
     ),
     f"{_URC}:2887:ReplaceComparisonOperator_Gt_GtE:19": Classified(
-        "gap-open",
-        "prefetch-outcome accounting "
-        + _STORAGE
-        + ": hit is clamped at 0 (line 2885), so the mutant counts every revoked prefetch as revoked_insufficient "
-        "and none as revoked_full_miss. A test: prefetch_outcome_stats_snapshot() after a storage prefetch revoked "
-        "with no hit",
+        "gap-closed",
+        "killed by suites/sglang/test_hicache.py, rule 7 (the runtime storage API: attach, clear, detach): "
+        "AssertionError: {'attempts': 1, 'issued': 1, 'issued_assumed_stored': 0, 'declined_too_short': 0, ...} "
+        "(reports/mutants-sglang.json, 2026-12-06)",
     ),
     f"{_URC}:2964:AddNot:269": Classified(
-        "gap-open",
-        "the hit-time head trim "
-        + _BUFFER_ONLY
-        + ". Without sidecar hashes (the ordinary case) the mutant sizes the aux staging from "
-        "operation.sidecar_hit_pages (0, hybrid_cache/hybrid_cache_controller.py 187), so no SWA window is staged; "
-        "with them, from the trimmed hit. " + _STORAGE_TEST + " in buffer mode",
+        "gap-closed",
+        "killed by suites/sglang/test_hicache.py, rule 9 (buffer mode keeps nothing on host): AssertionError: "
+        "Prefetch(asked=21, loaded=0, start=None, steps=3) (reports/mutants-sglang.json, 2026-12-06)",
     ),
     f"{_URC}:3071:ReplaceComparisonOperator_Eq_NotEq:57": Classified(
-        "gap-open",
-        "the anchor lock of a storage hit "
-        + _BUFFER_ONLY
-        + ". The mutant parks every hit that is not cap_busy (a locked anchor or an unservable prefix) and launches "
-        "the cap_busy ones unprotected. " + _STORAGE_TEST + " in buffer mode",
+        "gap-closed",
+        "killed by suites/sglang/test_hicache.py, rule 9 (buffer mode keeps nothing on host): AssertionError: "
+        "Prefetch(asked=21, loaded=0, start=None, steps=193) (reports/mutants-sglang.json, 2026-12-06)",
     ),
     f"{_URC}:3147:ReplaceBinaryOperator_FloorDiv_Mul:7": Classified(
         "gap-open",
-        "the host allocation of a storage hit "
-        + _STORAGE
-        + ". At page size 1 the mutant is the same (n * 1 == n // 1), and with the whole hit allocated the longer "
-        "slice keeps the same hashes; when the host pool takes only part of the hit at a larger page, the hash chain "
-        "keeps the unallocated pages. " + _STORAGE_TEST + " with a host pool short of the hit (page 16)",
+        "(2026-12-06: reached by suites/sglang/test_hicache.py, 5 tests, all passing; what it does not drive:) the "
+        "host allocation of a storage hit runs only with HiCache's L3 storage (--hicache-storage-backend: the "
+        "prefetch and backup queues drain only while enable_storage, line 3685 of unified_radix_cache.py), which no "
+        "suite builds. At page size 1 the mutant is the same (n * 1 == n // 1), and with the whole hit allocated the "
+        "longer slice keeps the same hashes; when the host pool takes only part of the hit at a larger page, the hash "
+        "chain keeps the unallocated pages. A test: HiCache with a file storage backend, a prompt backed up to "
+        "storage, evicted from device and host, then asked again: it is prefetched back with its SWA window with a "
+        "host pool short of the hit (page 16)",
     ),
     f"{_URC}:3158:NumberReplacer:289": Classified(
         "gap-open",
@@ -1208,55 +1210,49 @@ SURVIVORS: dict[str, Classified] = {
         "cap, both launch once it drains",
     ),
     f"{_URC}:3235:AddNot:306": Classified(
-        "gap-open",
-        "the prefetch ack drain "
-        + _STORAGE
-        + ": for a completed request with unfilled host indices the mutant releases the extra pools' (SWA) host "
-        "staging when their transfers are done and keeps it when they are not. A test: storage with SWA, a prefetch "
-        "that completes short: the SWA host pool gets back exactly its staging",
+        "gap-closed",
+        "killed by suites/sglang/test_hicache.py, rules 6-7 (L3 backup after the host ack, prefetch back into the "
+        "host tier): AssertionError: {'kv': 20, 'swa': 0} (reports/mutants-sglang.json, 2026-12-06)",
     ),
     f"{_URC}:3249:AddNot:308": Classified(
-        "gap-open",
-        "the storage backup ack drain "
-        + _STORAGE
-        + ": the mutant releases no tracked backup's host lock, so backed-up nodes never become host-evictable, and "
-        "unpacks None for an untracked ack (TypeError, an engine error). A test: storage, a backed-up prompt's host "
-        "copy can be evicted once its backup is acknowledged",
+        "gap-closed",
+        "killed by suites/sglang/test_hicache.py, rules 6-7 (L3 backup after the host ack, prefetch back into the "
+        "host tier): AssertionError: a storage ack kept its lock (reports/mutants-sglang.json, 2026-12-06)",
     ),
     f"{_URC}:3393:ReplaceComparisonOperator_Is_IsNot:59": Classified(
         "gap-open",
-        "clear_storage_backend runs only for /clear_hicache_storage with HiCache (managers/scheduler.py 5230-5232; "
-        "LMCache has its own), whose init_hicache always sets the attachment (line 478): there the mutant clears "
-        "nothing and keeps the storage-existence beliefs. "
-        + _STORAGE
-        + ". A test: HiCache storage, a prompt stored, the storage cleared: asking it again misses storage",
+        "(2026-12-06: reached by suites/sglang/test_hicache.py, where it crashes SGLang, an error and no kill: "
+        "AttributeError: 'NoneType' object has no attribute 'clear') clear_storage_backend runs only for "
+        "/clear_hicache_storage with HiCache (managers/scheduler.py 5230-5232; LMCache has its own), whose "
+        "init_hicache always sets the attachment (line 478): there the mutant clears nothing and keeps the "
+        "storage-existence beliefs. runs only with HiCache's L3 storage (--hicache-storage-backend: the prefetch and "
+        "backup queues drain only while enable_storage, line 3685 of unified_radix_cache.py), which no suite builds. "
+        "A test: HiCache storage, a prompt stored, the storage cleared: asking it again misses storage",
     ),
     f"{_URC}:3418:AddNot:322": Classified(
-        "gap-open",
-        "the rank sync of HiCache's step poll (check_hicache_events, line 3681): the mutant counts no ready write "
-        "or load acks on a rank with a controller, so no backup or load-back ever finishes. " + _HICACHE_WRITES,
+        "gap-closed",
+        "killed by suites/sglang/test_hicache.py, rules 6-7 (L3 backup after the host ack, prefetch back into the "
+        "host tier): AssertionError: no storage backup followed the host backups (reports/mutants-sglang.json, "
+        "2026-12-06)",
     ),
     f"{_URC}:3462:NumberReplacer:340": Classified(
         "gap-open",
-        "the duplicate-reclaim check of HiCache's step poll: the mutant's assertion needs digest == -digest, i.e. 0, "
+        "(2026-12-06: reached by suites/sglang/test_hicache.py, 26 tests, all passing; what it does not drive:) the "
+        "duplicate-reclaim check of HiCache's step poll: the mutant's assertion needs digest == -digest, i.e. 0, "
         "which holds until the write-back policy reclaims a Full host duplicate (unified_tree_core.py 1975 and "
         "2042-2044 move the digest); every poll after that fails it (an engine error). A test: HiCache write-back "
         "with a host pool tight enough that Full host eviction reclaims a duplicate, then one more step",
     ),
     f"{_URC}:3477:ReplaceComparisonOperator_Is_IsNot:61": Classified(
-        "gap-open",
-        "with a controller the mutant returns at once, so no write ack ever finishes (and a write-back demote then "
-        "finds its node unbacked, an engine error); without one writing_check is reached only from "
-        "check_hicache_events with finish_count 0 (line 3682), where both do nothing. " + _HICACHE_WRITES,
+        "gap-closed",
+        "killed by suites/sglang/test_hicache.py, rules 6-7 (L3 backup after the host ack, prefetch back into the "
+        "host tier): AssertionError: no storage backup followed the host backups (reports/mutants-sglang.json, "
+        "2026-12-06)",
     ),
     f"{_URC}:3480:AddNot:328": Classified(
-        "gap-open",
-        "writing_check's write_back flag "
-        + _HICACHE
-        + ": the mutant drains the step polls with the blocking path and gives write-back evictions the "
-        "non-blocking one, which never submits their deferred backup (cache_controller.write with flush=False, line "
-        "1760; only start_writing submits it), so _demote finds the node unbacked (unified_tree_core.py 2098; an "
-        "engine error). " + _WRITE_BACK_TEST,
+        "gap-closed",
+        "killed by suites/sglang/test_hicache.py, rule 9 (buffer mode keeps nothing on host): AssertionError: (0, 0) "
+        "(reports/mutants-sglang.json, 2026-12-06)",
     ),
     f"{_URC}:3528:NumberReplacer:367": Classified(
         "gpu-only",
@@ -1265,17 +1261,19 @@ SURVIVORS: dict[str, Classified] = {
         "is always False and the line never runs. There the mutant scales the backup-duration metric by 1000/999",
     ),
     f"{_URC}:3533:ReplaceComparisonOperator_Is_IsNot:64": Classified(
-        "gap-open",
-        "with a controller the mutant returns at once, so no load-back ever finishes (its nodes stay locked, "
-        "ongoing_load_back grows); without one loading_check is reached only from check_hicache_events with "
-        "finish_count 0 (line 3683), where both do nothing. " + _LOAD_BACK_TEST,
+        "gap-closed",
+        "killed by suites/sglang/test_hicache.py, rules 6-7 (L3 backup after the host ack, prefetch back into the "
+        "host tier): AssertionError: the step did not acknowledge the load-back (reports/mutants-sglang.json, "
+        "2026-12-06)",
     ),
     f"{_URC}:3554:NumberReplacer:380": Classified(
         "gap-open",
-        "the load-ack drain "
-        + _HICACHE
-        + ": with one ready ack the mutant pops index 1 of a one-item queue (IndexError, an engine error); with more "
-        "it finishes the second ack in place of the first. " + _LOAD_BACK_TEST,
+        "(2026-12-06: reached by suites/sglang/test_hicache.py, where it crashes SGLang, an error and no kill: "
+        "IndexError: pop index out of range) the load-ack drain runs only with HiCache's host tier, which no suite "
+        "builds: with one ready ack the mutant pops index 1 of a one-item queue (IndexError, an engine error); with "
+        "more it finishes the second ack in place of the first. A test: HiCache, a prompt evicted from device to host "
+        "and asked again is loaded back (init_load_back returns its host tokens as prefix) and, after the next "
+        "check_hicache_events, finished: its nodes unlocked, no load-back pending",
     ),
     f"{_URC}:3569:ReplaceOrWithAnd:54": Classified(
         "gap-open",
@@ -1346,23 +1344,15 @@ SURVIVORS: dict[str, Classified] = {
     ),
     # --- mem_cache/unified_cache/components/swa.py -----------------------------------------------------------------
     f"{_SWA}:122:ReplaceComparisonOperator_IsNot_Is:0": Classified(
-        "gap-open",
-        "the buffer-mode branch (--hicache-host-memory-mode buffer_only with an SWA host pool) "
-        + _PY_HICACHE
-        + ": a buffer-mode storage backup builds each node's BACKUP_HOST spec (buffer_mode/pipeline.py 998, "
-        "unified_tree_core.py 2516-2523). The mutant stages no window for a node that holds one, and hands a "
-        "tombstone's None value to torch.cat (lines 1154-1166; an engine error). "
-        + _STORAGE_TEST
-        + " in buffer mode on the Python core",
+        "gap-closed",
+        "killed by suites/sglang/test_hicache.py, rule 9 (buffer mode keeps nothing on host): AssertionError: (20, 0) "
+        "(reports/mutants-sglang.json, 2026-12-06)",
     ),
     f"{_SWA}:132:AddNot:6": Classified(
-        "gap-open",
-        "the cache-mode window walk (an SWA host pool, line 123) "
-        + _PY_HICACHE
-        + ". From any tree node the negated loop never runs, so no SWA window is ever backed up to host: a "
-        "write-through backup's BACKUP_HOST build finds nothing (line 1146), needs_incremental_backup is False, and a "
-        "write-back SWA eviction reserves no window (806-814). A test: HiCache write-through on the Python core, a "
-        "cached prompt's backup gives the nodes of its last window SWA host values",
+        "gap-closed",
+        "killed by suites/sglang/test_hicache.py, rule 5 (host eviction frees the least-recent host leaf): "
+        "AssertionError: host pools hold {'kv': 20, 'swa': 0} after the eviction, not {'kv': 20, 'swa': 4} "
+        "(reports/mutants-sglang.json, 2026-12-06)",
     ),
     f"{_SWA}:163:AddNot:11": Classified(
         "gap-open",
@@ -1409,15 +1399,18 @@ SURVIVORS: dict[str, Classified] = {
     ),
     f"{_SWA}:882:ReplaceAndWithOr:24": Classified(
         "gap-open",
-        "acquire_component_lock "
-        + _PYTHON_CORE
-        + ". The mutant adds two cases: an unlocked tombstone (ref 0, value None), where it moves "
-        "reclaimable_value_len 0 (components/base.py 370-384) or finds the node outside the host LRU, so nothing "
-        "changes; and a node locked again while its SWA value is live (ref > 0), whose window it moves from "
-        "evictable to protected a second time, never moved back (the release returns it once, at ref 1: lines "
-        "929-935). The suites never hold two locks on one live window (a checkpoint unlocks before it locks, "
-        "unified_radix_cache.py 1300-1307). A test: on the Python core, two requests admitted on one cached prompt "
-        "at once, both leave: swa_protected_size() is 0 again (the mutant leaves a window protected)",
+        "(2026-12-06: reached by suites/sglang/test_hicache.py, where it crashes SGLang, an error and no kill: "
+        "AssertionError: Sanity check FAILED (2 violations across 1 nodes): [Size] swa evictable=-4 != recomputed=0 "
+        "[Size] swa protected=4 != recomputed=0) acquire_component_lock runs only on the Python tree core "
+        "(SGLANG_UNIFIED_RADIX_TREE_CORE_BACKEND=python; the default Rust core, the one the prefix machine drives, "
+        "inserts and evicts natively), which only test_prefix_cache_adapter's python cases drive. The mutant adds two "
+        "cases: an unlocked tombstone (ref 0, value None), where it moves reclaimable_value_len 0 (components/base.py "
+        "370-384) or finds the node outside the host LRU, so nothing changes; and a node locked again while its SWA "
+        "value is live (ref > 0), whose window it moves from evictable to protected a second time, never moved back "
+        "(the release returns it once, at ref 1: lines 929-935). The suites never hold two locks on one live window "
+        "(a checkpoint unlocks before it locks, unified_radix_cache.py 1300-1307). A test: on the Python core, two "
+        "requests admitted on one cached prompt at once, both leave: swa_protected_size() is 0 again (the mutant "
+        "leaves a window protected)",
     ),
     f"{_SWA}:975:ReplaceComparisonOperator_Gt_GtE:10": Classified(
         "equivalent",
@@ -1430,41 +1423,36 @@ SURVIVORS: dict[str, Classified] = {
     ),
     f"{_SWA}:1182:AddNot:138": Classified(
         "gap-open",
-        "the LOAD_BACK build "
-        + _PY_HICACHE
-        + ". The mutant counts host-only nodes as device-resident and collects the host value of device-resident "
-        "ones: a window wholly on host loads nothing back, and a device node without a host copy puts None into "
-        "torch.cat (line 1201; an engine error). " + _LOAD_BACK_TEST + ", its SWA window on host only",
+        "(2026-12-06: reached by suites/sglang/test_hicache.py, where it crashes SGLang, an error and no kill: "
+        "TypeError: object of type 'NoneType' has no len()) the LOAD_BACK build runs only with HiCache on the Python "
+        "tree core (the default Rust core builds and commits HiCache transfers in Rust, rust_tree_core/adapter.py "
+        "1017 and 1127, never through SWAComponent), which no suite builds. The mutant counts host-only nodes as "
+        "device-resident and collects the host value of device-resident ones: a window wholly on host loads nothing "
+        "back, and a device node without a host copy puts None into torch.cat (line 1201; an engine error). A test: "
+        "HiCache, a prompt evicted from device to host and asked again is loaded back (init_load_back returns its "
+        "host tokens as prefix) and, after the next check_hicache_events, finished: its nodes unlocked, no load-back "
+        "pending, its SWA window on host only",
     ),
     f"{_SWA}:1223:ReplaceComparisonOperator_Eq_NotEq:21": Classified(
-        "gap-open",
-        "the PREFETCH build (called only by prefetch_from_storage, unified_radix_cache.py 2181) "
-        + _STORAGE
-        + ", and only "
-        + _PY_CORE
-        + ". The other three phases return above, so the mutant returns None for every prefetch: no SWA window is "
-        "staged and the prefetch lands without it. " + _STORAGE_TEST + " on the Python core",
+        "gap-closed",
+        "killed by suites/sglang/test_hicache.py, rule 9 (buffer mode keeps nothing on host): AssertionError: {'kv': "
+        "20, 'swa': 0} (reports/mutants-sglang.json, 2026-12-06)",
     ),
     f"{_SWA}:1350:ReplaceComparisonOperator_IsNot_Is:42": Classified(
         "gap-open",
-        "the LOAD_BACK commit "
-        + _PY_HICACHE
-        + ": a load-back that brings a window back hands SWA its transfer with the device slots just allocated, so "
-        "the mutant's assertion device_indices is None fails on each one (an engine error). "
-        + _LOAD_BACK_TEST
-        + ", its SWA window on host only",
+        "(2026-12-06: reached by suites/sglang/test_hicache.py, where it crashes SGLang, an error and no kill: "
+        "AssertionError) the LOAD_BACK commit runs only with HiCache on the Python tree core (the default Rust core "
+        "builds and commits HiCache transfers in Rust, rust_tree_core/adapter.py 1017 and 1127, never through "
+        "SWAComponent), which no suite builds: a load-back that brings a window back hands SWA its transfer with the "
+        "device slots just allocated, so the mutant's assertion device_indices is None fails on each one (an engine "
+        "error). A test: HiCache, a prompt evicted from device to host and asked again is loaded back (init_load_back "
+        "returns its host tokens as prefix) and, after the next check_hicache_events, finished: its nodes unlocked, "
+        "no load-back pending, its SWA window on host only",
     ),
     f"{_SWA}:1376:ReplaceComparisonOperator_Eq_NotEq:32": Classified(
-        "gap-open",
-        "the PREFETCH commit (commit_hicache_transfers' one caller is _handle_prefetch_result, unified_radix_cache.py "
-        "2493-2497) "
-        + _STORAGE
-        + ", and only "
-        + _PY_CORE
-        + ". Only BACKUP_STORAGE and PREFETCH get past line 1374 and nothing commits BACKUP_STORAGE here, so the "
-        "mutant skips _commit_prefetch for every prefetch: its SWA window is never attached. "
-        + _STORAGE_TEST
-        + " on the Python core",
+        "gap-closed",
+        "killed by suites/sglang/test_hicache.py, rules 6-7 (L3 backup after the host ack, prefetch back into the "
+        "host tier): AssertionError: after the prefetch: (0, 0, 0) (reports/mutants-sglang.json, 2026-12-06)",
     ),
     # --- mem_cache/unified_radix_cache.py --------------------------------------------------------------------------
     f"{_URC}:395:ReplaceComparisonOperator_Gt_GtE:3": Classified(
@@ -1499,12 +1487,12 @@ SURVIVORS: dict[str, Classified] = {
     ),
     f"{_URC}:1069:NumberReplacer:120": Classified(
         "gap-open",
-        "the dropped-token metric (--enable-metrics: the collector exists only then, lines 208-209) "
-        + _HICACHE
-        + ": write-through evictions of unbacked nodes (910-914, 925-929) and write-back's drop fallback (945-948) "
-        "count KV dropped without a host backup. The mutant skips a drop of exactly one token (a one-token node, page "
-        "size 1). A test: HiCache write-through with metrics, evicting a one-token leaf before its backup lands "
-        "counts 1 dropped token",
+        "(2026-12-06: reached by suites/sglang/test_hicache.py, 15 tests, all passing; what it does not drive:) the "
+        "dropped-token metric (--enable-metrics: the collector exists only then, lines 208-209) runs only with "
+        "HiCache's host tier, which no suite builds: write-through evictions of unbacked nodes (910-914, 925-929) and "
+        "write-back's drop fallback (945-948) count KV dropped without a host backup. The mutant skips a drop of "
+        "exactly one token (a one-token node, page size 1). A test: HiCache write-through with metrics, evicting a "
+        "one-token leaf before its backup lands counts 1 dropped token",
     ),
     f"{_URC}:1329:AddNot:110": Classified(
         "gap-open",
@@ -1515,20 +1503,25 @@ SURVIVORS: dict[str, Classified] = {
     ),
     f"{_URC}:1491:ReplaceComparisonOperator_Eq_NotEq:21": Classified(
         "gap-open",
-        "_pad_retraction_indices "
-        + _HOST_RETRACTION
-        + ". At page size 1 every length is aligned and the mutant's empty tail changes nothing; at a larger page it "
-        "leaves an unaligned length (seqlen - 1 off a page boundary) unpadded, and the host pool's alloc rejects "
-        "part of a page (mem_cache/pool_host/base.py 544-546; an engine error). "
-        + _HOST_RETRACTION_TEST
-        + ", at page 16 for a length that is not a page multiple",
+        "(2026-12-06: reached by suites/sglang/test_hicache.py, where it crashes SGLang, an error and no kill: "
+        "AssertionError: The requested size should be a multiple of the page size.) _pad_retraction_indices runs only "
+        "for a PD decode server's host-pool retraction backup (--disaggregation-decode-retraction-backup host_pool: "
+        "common.py 353-360 and 373-381), which no suite builds (the retraction suite drives the cpu_tensor backend's "
+        "get_cpu_copy / load_cpu_copy). At page size 1 every length is aligned and the mutant's empty tail changes "
+        "nothing; at a larger page it leaves an unaligned length (seqlen - 1 off a page boundary) unpadded, and the "
+        "host pool's alloc rejects part of a page (mem_cache/pool_host/base.py 544-546; an engine error). A test: a "
+        "host-pool retraction and restore brings back every computed position's full and window KV, at page 16 for a "
+        "length that is not a page multiple",
     ),
     f"{_URC}:1596:AddNot:133": Classified(
         "gap-open",
-        "restore_kv_cache "
-        + _HOST_RETRACTION
-        + ": the negated assertion fails on every restore (a backup's host slots match the restore's device slots; "
-        "an engine error). " + _HOST_RETRACTION_TEST,
+        "(2026-12-06: reached by suites/sglang/test_hicache.py, where it crashes SGLang, an error and no kill: "
+        "AssertionError: Host backup has 20 slots, but restore has 20) restore_kv_cache runs only for a PD decode "
+        "server's host-pool retraction backup (--disaggregation-decode-retraction-backup host_pool: common.py 353-360 "
+        "and 373-381), which no suite builds (the retraction suite drives the cpu_tensor backend's get_cpu_copy / "
+        "load_cpu_copy): the negated assertion fails on every restore (a backup's host slots match the restore's "
+        "device slots; an engine error). A test: a host-pool retraction and restore brings back every computed "
+        "position's full and window KV",
     ),
     f"{_URC}:1675:ReplaceComparisonOperator_Is_IsNot:15": Classified(
         "equivalent",
@@ -1538,39 +1531,42 @@ SURVIVORS: dict[str, Classified] = {
     ),
     f"{_URC}:1879:NumberReplacer:181": Classified(
         "gap-open",
-        "the load-back floor "
-        + _HICACHE
-        + ": load_back_threshold is 10 in the engine (line 576), where max(0, 10) is max(1, 10); only SGLang's own "
-        "test kits set it to 0 (test/kits/unified_radix_cache/mixins.py 237, storage.py 713, kv_events.py 99). At 0 "
-        "the mutant lets a load-back with nothing to load (no host KV, no component transfers: e.g. a foreign-pin "
-        "rejection) go on, which the comment at 1874-1878 forbids. A test: HiCache with load_back_threshold 0, a "
-        "load-back of a node with nothing on host returns False",
+        "(2026-12-06: reached by suites/sglang/test_hicache.py, 17 tests, all passing; what it does not drive:) the "
+        "load-back floor runs only with HiCache's host tier, which no suite builds: load_back_threshold is 10 in the "
+        "engine (line 576), where max(0, 10) is max(1, 10); only SGLang's own test kits set it to 0 "
+        "(test/kits/unified_radix_cache/mixins.py 237, storage.py 713, kv_events.py 99). At 0 the mutant lets a "
+        "load-back with nothing to load (no host KV, no component transfers: e.g. a foreign-pin rejection) go on, "
+        "which the comment at 1874-1878 forbids. A test: HiCache with load_back_threshold 0, a load-back of a node "
+        "with nothing on host returns False",
     ),
     f"{_URC}:2121:AddNot:176": Classified(
         "gap-open",
-        "prefetch_from_storage "
-        + _STORAGE
-        + ": with no known storage hit end (storage_hit_end None, a prompt's first query) the mutant slices by None - "
-        "storage_start (TypeError, an engine error); with one, it keeps the span untrimmed, so it is no longer "
-        "submitted as assumed stored. " + _STORAGE_TEST,
+        "(2026-12-06: reached by suites/sglang/test_hicache.py, where it crashes SGLang, an error and no kill: "
+        "TypeError: unsupported operand type(s) for -: 'NoneType' and 'int') prefetch_from_storage runs only with "
+        "HiCache's L3 storage (--hicache-storage-backend: the prefetch and backup queues drain only while "
+        "enable_storage, line 3685 of unified_radix_cache.py), which no suite builds: with no known storage hit end "
+        "(storage_hit_end None, a prompt's first query) the mutant slices by None - storage_start (TypeError, an "
+        "engine error); with one, it keeps the span untrimmed, so it is no longer submitted as assumed stored. A "
+        "test: HiCache with a file storage backend, a prompt backed up to storage, evicted from device and host, then "
+        "asked again: it is prefetched back with its SWA window",
     ),
     f"{_URC}:2151:NumberReplacer:196": Classified(
-        "gap-open",
-        "the prefetch outcome counters "
-        + _STORAGE
-        + ": keys are page-aligned, so a one-token prefetch exists only at page size 1; below prefetch_threshold "
-        "(256 by default, line 316) the mutant counts it as an attempt but not as declined_too_short. A test: at "
-        "page size 1, prefetch_outcome_stats_snapshot() after a one-token storage prefetch counts it "
-        "declined_too_short",
+        "gap-closed",
+        "killed by suites/sglang/test_hicache.py, rules 6-7 (L3 backup after the host ack, prefetch back into the "
+        "host tier): AssertionError: {'attempts': 2, 'issued': 1, 'issued_assumed_stored': 0, 'declined_too_short': "
+        "0, ...} (reports/mutants-sglang.json, 2026-12-06)",
     ),
     f"{_URC}:2167:AddNot:182": Classified(
         "gap-open",
-        "the prefetch anchor lock "
-        + _STORAGE
-        + ": in cache mode the mutant pins no anchor (it can be evicted mid-fetch) and the completed prefetch's "
-        "dec_host_lock_ref(anchor, None) reads None.node_id (line 2514; unified_tree_core.py 877-881, "
-        "rust_tree_core/adapter.py 217-220: an engine error); in buffer mode it pins an anchor buffer mode never "
-        "pins (2163-2164). " + _STORAGE_TEST,
+        "(2026-12-06: reached by suites/sglang/test_hicache.py, where it crashes SGLang, an error and no kill: "
+        "AttributeError: 'NoneType' object has no attribute 'node_id') the prefetch anchor lock runs only with "
+        "HiCache's L3 storage (--hicache-storage-backend: the prefetch and backup queues drain only while "
+        "enable_storage, line 3685 of unified_radix_cache.py), which no suite builds: in cache mode the mutant pins "
+        "no anchor (it can be evicted mid-fetch) and the completed prefetch's dec_host_lock_ref(anchor, None) reads "
+        "None.node_id (line 2514; unified_tree_core.py 877-881, rust_tree_core/adapter.py 217-220: an engine error); "
+        "in buffer mode it pins an anchor buffer mode never pins (2163-2164). A test: HiCache with a file storage "
+        "backend, a prompt backed up to storage, evicted from device and host, then asked again: it is prefetched "
+        "back with its SWA window",
     ),
     f"{_URC}:2390:ReplaceTrueWithFalse:30": Classified(
         "gap-open",
@@ -1581,19 +1577,17 @@ SURVIVORS: dict[str, Classified] = {
     ),
     f"{_URC}:2393:ReplaceComparisonOperator_IsNot_Is:65": Classified(
         "gap-open",
+        "(2026-12-06: reached by suites/sglang/test_hicache.py, 8 tests, all passing; what it does not drive:) "
         "check_prefetch_progress is called only with HiCache storage (managers/scheduler.py 4240-4242; LMCache "
         "overrides it), so always with a controller: the mutant never takes the PP ticket path (a TICKETED request: "
         "storage with pp_size > 1) and treats a relayed prefetch as a local one. Needs a multi-process "
         "pipeline-parallel run with storage: a prefetch relayed to the last rank counts its loaded tokens",
     ),
     f"{_URC}:2519:AddNot:221": Classified(
-        "gap-open",
-        "_handle_prefetch_result "
-        + _STORAGE
-        + ": the mutant records the storage start of a prefetch that loaded nothing and drops that of one that "
-        "loaded tokens, so the scheduler's req.storage_hit_start (managers/scheduler.py 4250-4255, cache-mode L2/L3 "
-        "attribution) is None for every storage hit. A test: after a storage prefetch that loaded tokens, "
-        "pop_prefetch_loaded_span() gives its start",
+        "gap-closed",
+        "killed by suites/sglang/test_hicache.py, rules 6-7 (L3 backup after the host ack, prefetch back into the "
+        "host tier): AssertionError: Prefetch(asked=21, loaded=20, start=None, steps=26): expected 20 from 0 "
+        "(reports/mutants-sglang.json, 2026-12-06)",
     ),
     f"{_URC}:2593:AddNot:226": Classified(
         "gap-open",
@@ -1614,6 +1608,7 @@ SURVIVORS: dict[str, Classified] = {
     ),
     f"{_URC}:2780:ReplaceAndWithOr:68": Classified(
         "gap-open",
+        "(2026-12-06: reached by suites/sglang/test_hicache.py, 2 tests, all passing; what it does not drive:) "
         "release_aborted_request runs for every aborted request, HiCache or not: the scheduler's "
         "_release_aborted_request calls tree_cache.finish(handle, ABORT) (managers/scheduler.py 3545-3548, "
         "base_prefix_cache.py 436-439); the harness drives its own scheduler and never calls it. With or, the mutant "
@@ -1624,11 +1619,14 @@ SURVIVORS: dict[str, Classified] = {
     ),
     f"{_URC}:3041:ReplaceComparisonOperator_Eq_NotEq:55": Classified(
         "gap-open",
-        "the storage control drain "
-        + _STORAGE
-        + ": the mutant takes cache mode for buffer mode and back: in cache mode every drain reads the parked hits "
-        "of buffer_pipeline, None (line 3156; an AttributeError, an engine error); in buffer mode hits get "
-        "cache-mode host staging. " + _STORAGE_TEST,
+        "(2026-12-06: reached by suites/sglang/test_hicache.py, where it crashes SGLang, an error and no kill: "
+        "TimeoutError: 3 storage backups still in flight after 10.0 s) the storage control drain runs only with "
+        "HiCache's L3 storage (--hicache-storage-backend: the prefetch and backup queues drain only while "
+        "enable_storage, line 3685 of unified_radix_cache.py), which no suite builds: the mutant takes cache mode for "
+        "buffer mode and back: in cache mode every drain reads the parked hits of buffer_pipeline, None (line 3156; "
+        "an AttributeError, an engine error); in buffer mode hits get cache-mode host staging. A test: HiCache with a "
+        "file storage backend, a prompt backed up to storage, evicted from device and host, then asked again: it is "
+        "prefetched back with its SWA window",
     ),
     f"{_URC}:3098:NumberReplacer:282": Classified(
         "gap-open",
@@ -1670,17 +1668,20 @@ SURVIVORS: dict[str, Classified] = {
         "drain_storage_control_queues(): the SWA host pool gets them back",
     ),
     f"{_URC}:3418:NumberReplacer:327": Classified(
-        "gap-open",
-        "the rank sync of HiCache's step poll (check_hicache_events, line 3681): the mutant zeroes the ready write "
-        "and load acks (and the storage queue sizes) on every cache-mode rank, PP rank 0 and single-rank runs "
-        "included, so no backup or load-back ever finishes. " + _HICACHE_WRITES,
+        "gap-closed",
+        "killed by suites/sglang/test_hicache.py, rules 6-7 (L3 backup after the host ack, prefetch back into the "
+        "host tier): AssertionError: no storage backup followed the host backups (reports/mutants-sglang.json, "
+        "2026-12-06)",
     ),
     f"{_URC}:3462:NumberReplacer:338": Classified(
         "gap-open",
-        "the duplicate-reclaim check of HiCache's step poll: the mutant compares the digest with count_values[-3], "
-        "the ready load acks without storage (the last storage queue size with it), so the first poll with a "
-        "load-back ack ready (the digest is 0 until write-back reclaims a duplicate) fails the assertion (an engine "
-        "error). " + _LOAD_BACK_TEST,
+        "(2026-12-06: reached by suites/sglang/test_hicache.py, where it crashes SGLang, an error and no kill: "
+        "AssertionError: write_back duplicate-reclaim victims diverged across PP/TP ranks) the duplicate-reclaim "
+        "check of HiCache's step poll: the mutant compares the digest with count_values[-3], the ready load acks "
+        "without storage (the last storage queue size with it), so the first poll with a load-back ack ready (the "
+        "digest is 0 until write-back reclaims a duplicate) fails the assertion (an engine error). A test: HiCache, a "
+        "prompt evicted from device to host and asked again is loaded back (init_load_back returns its host tokens as "
+        "prefix) and, after the next check_hicache_events, finished: its nodes unlocked, no load-back pending",
     ),
     f"{_URC}:3524:NumberReplacer:365": Classified(
         "gap-open",
@@ -1694,11 +1695,11 @@ SURVIVORS: dict[str, Classified] = {
     ),
     f"{_URC}:3624:NumberReplacer:400": Classified(
         "gap-open",
-        "init_load_back "
-        + _HICACHE
-        + ": when nothing is loaded (no host hit, or a load-back declined below its threshold or for want of device "
-        "room) the mutant reports one token loaded, so admission raises 'must commit all promised FULL tokens or "
-        "none' for a promised hit over one token (managers/schedule_policy.py 1527-1532; an engine error) or takes "
+        "(2026-12-06: reached by suites/sglang/test_hicache.py, where it crashes SGLang, an error and no kill: "
+        "AssertionError: ('harness-3', 0, 1)) init_load_back runs only with HiCache's host tier, which no suite "
+        "builds: when nothing is loaded (no host hit, or a load-back declined below its threshold or for want of "
+        "device room) the mutant reports one token loaded, so admission raises 'must commit all promised FULL tokens "
+        "or none' for a promised hit over one token (managers/schedule_policy.py 1527-1532; an engine error) or takes "
         "one token as loaded. A test: HiCache, a load-back that finds no device room reports 0 loaded tokens and the "
         "request is admitted without it",
     ),
@@ -1764,12 +1765,9 @@ SURVIVORS: dict[str, Classified] = {
         "or 0 raises ValueError",
     ),
     f"{_SWA}:140:AddNot:9": Classified(
-        "gap-open",
-        "the cache-mode window walk (an SWA host pool, line 123) "
-        + _PY_HICACHE
-        + ". The mutant stops at the first node holding a value and calls len(None) on a node holding none "
-        "(TypeError, an engine error), so no window is backed up. A test: HiCache write-through on the Python core, "
-        "a cached prompt's backup gives the nodes of its last window SWA host values",
+        "gap-closed",
+        "killed by suites/sglang/test_hicache.py, rule 7 (the runtime storage API: attach, clear, detach): "
+        "AssertionError: {'kv': 4, 'swa': 0} (reports/mutants-sglang.json, 2026-12-06)",
     ),
     f"{_SWA}:615:AddNot:56": Classified(
         "equivalent",
@@ -1791,27 +1789,20 @@ SURVIVORS: dict[str, Classified] = {
         "on the Python core, a device eviction of a leaf whose backup has not landed asks for no InternalStateBackup",
     ),
     f"{_SWA}:1114:AddNot:128": Classified(
-        "gap-open",
-        "buffer_backup_keys " + _BUFFER_ONLY + " (line 1111), and only " + _PY_CORE + ": the mutant stages no "
-        "SWA keys with an SWA host pool and reads a None value's rows without one. " + _STORAGE_TEST + " in buffer "
-        "mode on the Python core",
+        "gap-closed",
+        "killed by suites/sglang/test_hicache.py, rule 9 (buffer mode keeps nothing on host): AssertionError: (20, 0) "
+        "(reports/mutants-sglang.json, 2026-12-06)",
     ),
     f"{_SWA}:1207:AddNot:140": Classified(
-        "gap-open",
-        "the BACKUP_STORAGE / PREFETCH builds "
-        + _STORAGE
-        + ", and only "
-        + _PY_CORE
-        + ": the mutant builds a storage backup's spec for a prefetch and returns None for a storage backup "
-        "(line 1223 fails for it), so no SWA window reaches storage. " + _STORAGE_TEST + " on the Python core",
+        "gap-closed",
+        "killed by suites/sglang/test_hicache.py, rule 9 (buffer mode keeps nothing on host): AssertionError: {'kv': "
+        "20, 'swa': 0} (reports/mutants-sglang.json, 2026-12-06)",
     ),
     f"{_SWA}:1334:AddNot:156": Classified(
-        "gap-open",
-        "the BACKUP_HOST commit "
-        + _PY_HICACHE
-        + ": the mutant stamps no SWA host value after a host backup and runs the stamping for the other phases. A "
-        "test: HiCache write-through on the Python core, a cached prompt's backup gives the nodes of its last window "
-        "SWA host values",
+        "gap-closed",
+        "killed by suites/sglang/test_hicache.py, rule 7 (the runtime storage API: attach, clear, detach): assert "
+        "([0, 1, 2, 3] is not None and None is not None) + where [0, 1, 2, 3] = NodeView(node_id=36, start=0, "
+        "length=4, full=[4, 5, 6, 7], full_host=[0, 1, 2, 3], (reports/mutants-sglang.json, 2026-12-06)",
     ),
     f"{_SWA}:1335:NumberReplacer:131": Classified(
         "equivalent",
@@ -1831,20 +1822,17 @@ SURVIVORS: dict[str, Classified] = {
         "(1492) runs",
     ),
     f"{_SWA}:1437:AddNot:171": Classified(
-        "gap-open",
-        "the PREFETCH commit "
-        + _STORAGE
-        + ", and only "
-        + _PY_CORE
-        + ": with a storage result the mutant counts 0 loaded pages and releases the window it fetched. "
-        + _STORAGE_TEST
-        + " on the Python core",
+        "gap-closed",
+        "killed by suites/sglang/test_hicache.py, rules 6-7 (L3 backup after the host ack, prefetch back into the "
+        "host tier): AssertionError: {'kv': 20, 'swa': 0} (reports/mutants-sglang.json, 2026-12-06)",
     ),
     # --- mem_cache/unified_radix_cache.py --------------------------------------------------------------------------
     f"{_URC}:333:NumberReplacer:16": Classified(
-        "gap-open",
-        "the prefetch outcome counters move only with storage, but the snapshot is readable on any cache: the mutant "
-        "starts attempts at 1. A test: prefetch_outcome_stats_snapshot() of a fresh cache counts 0 attempts",
+        "gap-closed",
+        "killed by suites/sglang/test_hicache.py, rules 6-7 (L3 backup after the host ack, prefetch back into the "
+        "host tier): AssertionError: prefetch outcome counters before any prefetch: {'attempts': 1, 'issued': 0, "
+        "'issued_assumed_stored': 0, 'declined_too_short': 0, 'declined_rate_ (reports/mutants-sglang.json, "
+        "2026-12-06)",
     ),
     f"{_URC}:486:ReplaceFalseWithTrue:7": Classified(
         "equivalent",
@@ -1853,13 +1841,17 @@ SURVIVORS: dict[str, Classified] = {
         "parse_storage_backend_extra_config's value (storage_backend is assigned once, 481)",
     ),
     f"{_URC}:524:ReplaceComparisonOperator_Eq_NotEq:3": Classified(
-        "gap-open",
-        "init_hicache " + _HICACHE + ": the mutant puts a cache-mode host tier in buffer mode and a buffer-mode one "
-        "in cache mode. " + _LOAD_BACK_TEST,
+        "gap-closed",
+        "killed by suites/sglang/test_hicache.py, rules 6-7 (L3 backup after the host ack, prefetch back into the "
+        "host tier): AssertionError: no storage backup followed the host backups (reports/mutants-sglang.json, "
+        "2026-12-06)",
     ),
     f"{_URC}:831:ReplaceTrueWithFalse:5": Classified(
         "gap-open",
-        "the write-back flush before an eviction's metrics " + _HICACHE + ". " + _WRITE_BACK_TEST,
+        "(2026-12-06: reached by suites/sglang/test_hicache.py, 5 tests, all passing; what it does not drive:) the "
+        "write-back flush before an eviction's metrics runs only with HiCache's host tier, which no suite builds. A "
+        "test: HiCache with --hicache-write-policy write_back, a device eviction of an unbacked leaf backs it up and "
+        "demotes it (host value set, device value gone)",
     ),
     f"{_URC}:887:NumberReplacer:107": Classified(
         "gap-open",
@@ -1881,9 +1873,10 @@ SURVIVORS: dict[str, Classified] = {
         "room prepares the donor once the recheck count is reached",
     ),
     f"{_URC}:1920:ReplaceComparisonOperator_Is_IsNot:22": Classified(
-        "gap-open",
-        "load-back " + _HICACHE + ": the mutant drops the host lock of every load-back that got device slots and "
-        "goes on with None slots for one that got none (an engine error). " + _LOAD_BACK_TEST,
+        "gap-closed",
+        "killed by suites/sglang/test_hicache.py, rules 6-7 (L3 backup after the host ack, prefetch back into the "
+        "host tier): AssertionError: admission loaded back 0 tokens, expected 20 (reports/mutants-sglang.json, "
+        "2026-12-06)",
     ),
     f"{_URC}:2066:NumberReplacer:190": Classified(
         "equivalent",
@@ -1911,9 +1904,10 @@ SURVIVORS: dict[str, Classified] = {
         "a relayed prefetch that loaded nothing. Needs a multi-process pipeline-parallel run with storage",
     ),
     f"{_URC}:2576:ReplaceBinaryOperator_Mul_Add:11": Classified(
-        "gap-open",
-        "the hybrid all-or-nothing check of a storage prefetch " + _STORAGE + ": the mutant expects len + page_size "
-        "tokens, so every complete prefetch (but 2 pages at page 2) is discarded. " + _STORAGE_TEST,
+        "gap-closed",
+        "killed by suites/sglang/test_hicache.py, rules 6-7 (L3 backup after the host ack, prefetch back into the "
+        "host tier): AssertionError: Prefetch(asked=21, loaded=0, start=None, steps=27): expected 20 from 0 "
+        "(reports/mutants-sglang.json, 2026-12-06)",
     ),
     f"{_URC}:2906:AddNot:262": Classified(
         "gap-open",
@@ -1933,27 +1927,32 @@ SURVIVORS: dict[str, Classified] = {
         "RadixKey has no __eq__ and no reader compares prefetch keys",
     ),
     f"{_URC}:3190:ReplaceComparisonOperator_Lt_LtE:21": Classified(
-        "gap-open",
-        "the prefetch threshold " + _STORAGE + ": the mutant declines a hit of exactly prefetch_threshold tokens. "
-        "A test: storage with a small prefetch_threshold, a hit of exactly that many tokens is prefetched",
+        "gap-closed",
+        "killed by suites/sglang/test_hicache.py, rule 9 (buffer mode keeps nothing on host): AssertionError: "
+        "Prefetch(asked=21, loaded=0, start=None, steps=2) (reports/mutants-sglang.json, 2026-12-06)",
     ),
     f"{_URC}:3367:AddNot:315": Classified(
         "gap-open",
-        "attach_storage_backend is called only by the runtime attach API; the mutant goes on without a storage "
-        "attachment (an AttributeError on None) and refuses to attach with one. A test: on the suites' cache (no "
-        "HiCache) attach_storage_backend returns (False, 'HiCache is not initialized ...')",
+        "(2026-12-06: reached by suites/sglang/test_hicache.py, where it crashes SGLang, an error and no kill: "
+        "AttributeError: 'NoneType' object has no attribute 'attach') attach_storage_backend is called only by the "
+        "runtime attach API; the mutant goes on without a storage attachment (an AttributeError on None) and refuses "
+        "to attach with one. A test: on the suites' cache (no HiCache) attach_storage_backend returns (False, "
+        "'HiCache is not initialized ...')",
     ),
     f"{_URC}:3462:NumberReplacer:339": Classified(
         "gap-open",
-        "the duplicate-reclaim check of HiCache's step poll: the mutant asserts digest == count_values[-1] and "
-        "digest == -count_values[-1], which holds only at digest 0, so the first poll after write-back reclaims a "
-        "duplicate fails it (an engine error). " + _WRITE_BACK_TEST + ", over a node backed up twice",
+        "(2026-12-06: reached by suites/sglang/test_hicache.py, 26 tests, all passing; what it does not drive:) the "
+        "duplicate-reclaim check of HiCache's step poll: the mutant asserts digest == count_values[-1] and digest == "
+        "-count_values[-1], which holds only at digest 0, so the first poll after write-back reclaims a duplicate "
+        "fails it (an engine error). A test: HiCache with --hicache-write-policy write_back, a device eviction of an "
+        "unbacked leaf backs it up and demotes it (host value set, device value gone), over a node backed up twice",
     ),
     f"{_URC}:3607:NumberReplacer:394": Classified(
         "gap-open",
-        "init_load_back " + _HICACHE + ", and the Mamba clause only on a Mamba model: the mutant skips the "
-        "load-back of a one-token Mamba host hit with no other host hit. A test: HiCache on a hybrid Mamba model, "
-        "a Mamba state evicted to host alone is loaded back",
+        "(2026-12-06: reached by suites/sglang/test_hicache.py, 17 tests, all passing; what it does not drive:) "
+        "init_load_back runs only with HiCache's host tier, which no suite builds, and the Mamba clause only on a "
+        "Mamba model: the mutant skips the load-back of a one-token Mamba host hit with no other host hit. A test: "
+        "HiCache on a hybrid Mamba model, a Mamba state evicted to host alone is loaded back",
     ),
     f"{_URC}:3772:AddNot:372": Classified(
         "gap-open",

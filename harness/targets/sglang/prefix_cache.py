@@ -165,6 +165,7 @@ class SGLangPrefixCache:
             **extra,
         )
         self.sglang = UnifiedRadixCache(params=params)
+        self.init_params = params  # what init_hicache takes again, to build a host tier over this cache
         self.tree_core = self.sglang._tree_core_backend  # "python" or "rust", after SGLang's own fallbacks
         self._tracked: dict[int, _Tracked] = {}  # by id() of the harness request, which _Tracked keeps alive
         self._rids = itertools.count()
@@ -190,6 +191,8 @@ class SGLangPrefixCache:
         sgl.kv.req_pool_idx = req.req_pool_idx
         sgl.refresh_fill_ids()
         match_kv_cache(sgl, self.sglang, sgl.full_untruncated_fill_ids, max_prefix_len=max(len(ids) - 1, 0))
+        if getattr(self.sglang, "cache_controller", None) is not None and sgl.needs_host_load_back():
+            self._init_load_back(sgl)
         n = sgl.prefix_len
         sgl.kv.cache_protected_len = n
         sgl.lock = self.sglang.lock(sgl.last_node)
@@ -203,6 +206,26 @@ class SGLangPrefixCache:
         req.swa_evicted = 0
         req.prefix_lock = sgl.lock
         return n
+
+    def _init_load_back(self, sgl: Any) -> None:
+        """With a HiCache host tier (``harness.targets.sglang.hicache``): the prefill adder's load-back of a host
+        hit (``init_load_back``: device slots for the host pages, the H2D queued, the nodes locked until it is
+        acknowledged), the loaded tokens added to the prefix. The copy starts at the batch's
+        ``ready_to_load_host_cache`` and is acknowledged by a later ``check_hicache_events``: ``hicache_step``."""
+        from sglang.srt.mem_cache.base_prefix_cache import InitLoadBackParams
+
+        loaded = self.sglang.init_load_back(
+            InitLoadBackParams(best_match_node=sgl.best_match_node, host_hit_length=sgl.host_hit_length, req=sgl)
+        )
+        sgl.host_loaded_length, sgl.last_node = loaded  # all the host hit or none: the caller's tests hold it
+        sgl.prefix_len += sgl.host_loaded_length
+
+    def hicache_step(self) -> None:
+        """The scheduler's HiCache calls around a batch: ``ready_to_load_host_cache`` (the queued load-backs
+        start) before the forward and ``check_hicache_events`` (pending backups flushed, finished writes and
+        loads acknowledged, storage queues drained) after it."""
+        self.sglang.ready_to_load_host_cache()
+        self.sglang.check_hicache_events()
 
     def cache_unfinished_req(self, req: CacheRequest) -> None:
         """``checkpoint_kv_cache``: what a chunk (or a running request) has computed goes into the tree.
