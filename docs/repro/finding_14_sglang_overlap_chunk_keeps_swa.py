@@ -179,18 +179,37 @@ def _imports() -> SimpleNamespace:
 
 
 def _kv(req: object) -> object:
-    """Where the request keeps its slots' bookkeeping: ``req.kv`` from 0.5.20, the request itself before."""
-    return getattr(req, "kv", req)
+    """Where the request keeps its row and its protected length: ``req.kv`` (a ``ReqKvInfo`` with ``req_pool_idx``)
+    from 0.5.19, the request itself before (0.5.16-0.5.18 have a ``req.kv`` that holds only the SWA cursor and the
+    allocated length, and is None until the first allocation)."""
+    kv = getattr(req, "kv", None)
+    return kv if kv is not None and hasattr(kv, "req_pool_idx") else req
 
 
 def _evicted_seqlen(req: object) -> int:
-    """The request's SWA eviction cursor: one per component from 0.5.21, ``swa_evicted_seqlen`` before."""
-    kv = _kv(req)
+    """The request's SWA eviction cursor: one per component from 0.5.21, ``req.kv.swa_evicted_seqlen`` from 0.5.16,
+    ``req.swa_evicted_seqlen`` before."""
+    kv = getattr(req, "kv", None)
+    if kv is None:  # up to 0.5.15; 0.5.16-0.5.18 before the first allocation (no cursor yet: nothing evicted)
+        return getattr(req, "swa_evicted_seqlen", 0)
     if hasattr(kv, "get_evicted_seqlen"):
         from sglang.srt.mem_cache.unified_cache.components.base import ComponentType
 
         return kv.get_evicted_seqlen(ComponentType.SWA)
     return kv.swa_evicted_seqlen
+
+
+def _record_allocation(req: object, end: int) -> None:
+    """What ``alloc_for_extend`` records on the request once a chunk's slots are taken: the KV lengths, and in
+    0.5.16-0.5.18 the ``ReqKvInfo`` it creates at the first allocation (where the SWA cursor lives)."""
+    if hasattr(req, "kv") and req.kv is None:
+        from sglang.srt.managers.schedule_batch import ReqKvInfo
+
+        req.kv = ReqKvInfo(kv_allocated_len=end, swa_evicted_seqlen=0)
+    for holder in (_kv(req), getattr(req, "kv", None)):
+        for name in ("kv_committed_len", "kv_allocated_len"):
+            if holder is not None and hasattr(holder, name):
+                setattr(holder, name, end)
 
 
 def prefill(chunks: tuple[int, ...] = CHUNKS, *, overlap: bool = True) -> list[Pass]:
@@ -310,9 +329,7 @@ def prefill(chunks: tuple[int, ...] = CHUNKS, *, overlap: bool = True) -> list[P
         if slots is None:
             raise SetupProblem(f"a {length}-token chunk did not fit in pools of {SLOTS}")
         rows.write((0, slice(start, start + length)), slots.to(rows.req_to_token.dtype))
-        for name in ("kv_committed_len", "kv_allocated_len"):
-            if hasattr(kv, name):
-                setattr(kv, name, start + length)
+        _record_allocation(req, start + length)
         req.extend_batch_idx += 1  # prepare_for_extend counts the batch after its allocation
         if chunk_cache:
             # ChunkCache.cache_unfinished_req only copies the row into req.prefix_indices, whose length is the next
