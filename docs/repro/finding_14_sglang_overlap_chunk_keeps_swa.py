@@ -244,8 +244,8 @@ def prefill(chunks: tuple[int, ...] = CHUNKS, *, overlap: bool = True) -> list[P
     allocator = sgl.SWATokenToKVPoolAllocator(SLOTS, SLOTS, page, torch.float32, "cpu", pool, need_sort=False)
     rows = sgl.ReqToTokenPool(size=2, max_context_len=SLOTS, device="cpu", enable_memory_saver=False)
     if chunk_cache:
-        # What --disable-radix-cache builds for an SWA model with chunked prefill up to 0.5.21 (the scheduler's
-        # cache selection, mem_cache/registry.py from 0.5.16): SWAChunkCache.
+        # What --disable-radix-cache builds for an SWA model with chunked prefill up to 0.5.21 (the cache selection:
+        # managers/scheduler.py up to 0.5.12.post1, mem_cache/registry.py from 0.5.13): SWAChunkCache.
         cache = sgl.SWAChunkCache(
             sgl.CacheInitParams(
                 disable=True,
