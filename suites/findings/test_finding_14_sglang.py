@@ -1,11 +1,12 @@
-"""FINDINGS #14: with the overlap scheduler and no prefix sharing (``--disable-radix-cache``), SGLang 0.5.23's
-``ScheduleBatch.maybe_evict_swa`` frees a chunked request's SWA slots only up to ``pre_len - chunked_prefill_size``,
-as if the chunk in flight were always a full one, so after a shrunk chunk it keeps SWA KV that no query reads. The
-scene is ``docs/repro/finding_14_sglang_overlap_chunk_keeps_swa.py``'s (SGLang's own pool, allocator, request, cache
-and ``ScheduleBatch``, called in its scheduler's order); this test holds it to what a window needs: after each
-eviction a request holds at most the window below the chunk in flight plus that chunk. The controls show the check is
-not vacuous: full chunks and the non-overlap path meet it on 0.5.23, and so do shrunk chunks once the frontier is the
-real start of the chunk in flight (the change of kvcache-ai/sglang#75)."""
+"""FINDINGS #14: with the overlap scheduler and no prefix sharing (``--disable-radix-cache``), SGLang's
+``ScheduleBatch.maybe_evict_swa`` (every release from 0.5.11 to 0.5.23) frees a chunked request's SWA slots only up to
+``pre_len - chunked_prefill_size``, as if the chunk in flight were always a full one, so after a shrunk chunk it keeps
+SWA KV that no query reads. The scene is ``docs/repro/finding_14_sglang_overlap_chunk_keeps_swa.py``'s (SGLang's own
+pool, allocator, request, cache and ``ScheduleBatch``, called in its scheduler's order: ``SWAChunkCache`` at page size
+1 up to 0.5.21, ``UnifiedRadixCache(disable=True)`` at page size 4 from 0.5.22); this test holds it to what a window
+needs: after each eviction a request holds at most the window below the chunk in flight plus that chunk. The controls
+(on the pinned release) show the check is not vacuous: full chunks and the non-overlap path meet it on 0.5.23, and so
+do shrunk chunks once the frontier is the real start of the chunk in flight (the change of kvcache-ai/sglang#75)."""
 
 from __future__ import annotations
 
