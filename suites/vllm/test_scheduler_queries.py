@@ -21,6 +21,7 @@ from vllm.sampling_params import SamplingParams  # noqa: E402
 
 from harness.targets.vllm import adapters  # noqa: E402
 from suites.vllm.hybrid import hybrid_manager  # noqa: E402
+from suites.vllm.test_cache_hits import Shape  # noqa: E402
 
 NOVEL = 97  # a token no prompt here holds: a request parts from the cached prompt right after it
 PROMPT = 100  # tokens: 3 full blocks of 32 (96 tokens) cached, a partial fourth not
@@ -77,3 +78,58 @@ def test_prefix_cache_stats_count_each_admitted_lookup_once_and_reset_per_step()
     quiet, quiet_hasher = hybrid_manager(32, 16, 40, eagle=False, retention=None)
     quiet.record_prefix_cache_stats(adapters.make_request("q", prompt, SamplingParams(max_tokens=1), quiet_hasher), 0)
     assert quiet.make_prefix_cache_stats() is None, "a manager without log_stats made stats"
+
+
+@pytest.mark.parametrize(
+    "full_block, sliding_block, window, retention",
+    [(32, 16, 40, None), (32, 16, 16, 0), (16, 16, 16, None), (16, 16, 40, 0)],
+    ids=["32-16-w40-dense", "32-16-w16-replay", "16-w16-dense", "16-w40-replay"],
+)
+@pytest.mark.parametrize("n", [100, 64, 31])
+def test_a_finished_prefill_estimates_the_tokens_every_group_cached(
+    n: int, full_block: int, sliding_block: int, window: int, retention: int | None
+):
+    """At a request's first output the scheduler finalizes its prefill stats with ``estimate_cached_tokens``: the
+    tokens of its prompt that every group holds in the prefix cache, the least over the groups of the end of the last
+    block it caches. Which blocks those are is the retention rule (``test_cache_hits.py``'s rule 1, ``Shape``): every
+    full block of the aligned prefix, and of the sliding group the window before each boundary a hit can resume at (in
+    replay-only retention, the engine's default, the one a resend resumes at; a prompt shorter than two alignment
+    units has none past 0, so nothing). A second request sharing the prompt, hit and computed, estimates by the same
+    rule over its own length; with prefix caching off nothing is cached."""
+    shape = Shape(full_block, sliding_block, window, eagle=False, retention=retention)
+
+    def expected(length: int) -> int:
+        full = max(shape.full_cached(length).values(), default=0)
+        sliding = max(((b + 1) * sliding_block for b in shape.retained(length)), default=0)
+        return min(full, sliding)
+
+    manager, hasher = hybrid_manager(full_block, sliding_block, window, eagle=False, retention=retention)
+    prompt = _prompt(n, n)
+    first = adapters.make_request("first", prompt, SamplingParams(max_tokens=4), hasher)
+    _run(manager, first, 0, None)
+    assert manager.estimate_cached_tokens(first) == expected(n), f"a {n}-token prompt estimates {expected(n)}"
+    second = adapters.make_request("second", prompt + [NOVEL], SamplingParams(max_tokens=4), hasher)
+    blocks, hit, _ = adapters.computed_blocks(manager, second)
+    _run(manager, second, hit, blocks)
+    assert manager.estimate_cached_tokens(second) == expected(n + 1), f"{n + 1} tokens, hit {hit}: {expected(n + 1)}"
+
+    off, off_hasher = hybrid_manager(
+        full_block, sliding_block, window, eagle=False, retention=retention, enable_caching=False
+    )
+    plain = adapters.make_request("plain", prompt, SamplingParams(max_tokens=4), off_hasher)
+    _run(off, plain, 0, None)
+    assert off.estimate_cached_tokens(plain) == 0, "with prefix caching off a request estimated cached tokens"
+
+
+@pytest.mark.parametrize("computed", [70, 64, 1, 100])
+def test_the_block_ids_for_computed_tokens_are_each_tables_covering_prefix(computed: int):
+    """Before a finished request's table goes to a connector, the scheduler clips it to the blocks its computed
+    tokens occupy (``get_block_ids_for_computed_tokens``): per group the first ``ceil(computed / block)`` of the
+    table, in order, whatever was allocated past them (a null block where the window swept, as the table has it)."""
+    manager, hasher = hybrid_manager(32, 16, 40, eagle=False, retention=None)
+    r = adapters.make_request("r", _prompt(PROMPT, 7), SamplingParams(max_tokens=4), hasher)
+    _run(manager, r, 0, None)
+    full, sliding = manager.get_block_ids("r")
+    assert (len(full), len(sliding)) == (4, 7), "a 100-token prompt holds 4 blocks of 32 and 7 table entries of 16"
+    clipped = manager.get_block_ids_for_computed_tokens("r", computed)
+    assert clipped == (full[: -(-computed // 32)], sliding[: -(-computed // 16)]), (computed, clipped, full, sliding)
