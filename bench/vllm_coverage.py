@@ -61,7 +61,7 @@ FLAGS = (
     "320",
 )
 NEW_TOKENS = 48  # the protocol's answers: three windows of 16, past a block boundary
-LONG_DECODE = 280  # a short prompt decoded to the 320-token limit: 17 windows, 9 blocks
+LONG_DECODE = 240  # prompts of 14-56 tokens decoded under the 320-token limit: 15 windows, 8 blocks past them
 DROPPED = 4  # streamed requests the client drops after their first tokens
 
 
