@@ -107,6 +107,7 @@ def drive(server: object, kind: object) -> Drive:
     long = serve_concurrently(server, SERVED, shorts, LONG_DECODE, None)
     with ThreadPoolExecutor(DROPPED) as pool:
         list(pool.map(lambda i: drop_after_first_tokens(server, f"Answer: {i} and {i}"), range(DROPPED)))
+    idle(server.base_url)
     stats = kind.stats(server.base_url)
     return Drive(
         len(run.prompts) * 2 + len(long) + DROPPED,
@@ -126,6 +127,18 @@ def drop_after_first_tokens(server: object, prompt: str) -> None:
     resp = conn.getresponse()
     resp.readline()
     conn.close()
+
+
+def idle(base_url: str, timeout: float = 120.0) -> None:
+    """Wait until the server runs and queues no request (its own gauges): the dropped streams' aborts are done."""
+    from harness.servers.counters import metrics_stats
+
+    gauges = {"vllm:num_requests_running": "running", "vllm:num_requests_waiting": "waiting"}
+    deadline = time.monotonic() + timeout
+    while any(metrics_stats(base_url, gauges).values()):
+        if time.monotonic() > deadline:
+            raise SystemExit(f"the server still ran requests {timeout:g} s after the last answer")
+        time.sleep(0.5)
 
 
 def measure_server(core: Path, folder: Path) -> Drive:
