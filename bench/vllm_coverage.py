@@ -1,7 +1,7 @@
 """Line coverage of vLLM's KV-cache manager by ``suites/vllm``, over the lines a real CPU server runs (issue 56).
 
     python -m bench.vllm_coverage            # in the venv of `nox -s vllm` (coverage is a test extra)
-    python -m bench.vllm_coverage --reuse    # recount from the data files the last run left in reports/
+    python -m bench.vllm_coverage --run added  # only the added tests again; --run alone: recount the data left
 
 A suite's coverage of a whole file says little where most of the file is code a CPU server never runs (KV
 connectors, Mamba, DCP, encoder caches). So the measure is relative to a server: first a real vLLM CPU server
@@ -41,10 +41,14 @@ SUITES = (
     "suites/vllm/test_cache_hits.py",
     "suites/vllm/test_block_table.py",
 )  # not test_fault_catalog.py: it patches vLLM's functions and restores them, running none of them
+# The tests issue 56 added for what the server runs and the suites above did not: measured apart, so the table shows
+# the suites before them and with them.
+ADDED = ("suites/vllm/test_scheduler_queries.py",)
 REPO = Path(__file__).resolve().parent.parent
 OUT = REPO / "reports" / "vllm-coverage.json"
 SERVER_DATA = REPO / "reports" / ".vllm-coverage-server"
 SUITES_DATA = REPO / "reports" / ".vllm-coverage-suites"
+ADDED_DATA = REPO / "reports" / ".vllm-coverage-added"
 CHECKPOINT = REPO / "fixtures" / "models" / "gemma2-tiny-swa"
 SERVED = "swa-harness"
 BLOCK = 32  # the CPU build's smallest block
@@ -168,8 +172,8 @@ def measure_server(core: Path, folder: Path) -> Drive:
     return done
 
 
-def measure_suites(core: Path, data: Path) -> float:
-    """The suites in one process under coverage; their wall time. A failing suite is an error, not a number."""
+def measure_suites(core: Path, data: Path, suites: tuple[str, ...]) -> float:
+    """``suites`` in one process under coverage; their wall time. A failing suite is an error, not a number."""
     start = time.perf_counter()
     done = subprocess.run(
         [
@@ -183,7 +187,7 @@ def measure_suites(core: Path, data: Path) -> float:
             "-q",
             "-p",
             "no:cacheprovider",
-            *SUITES,
+            *suites,
         ],
         env={**os.environ, "COVERAGE_FILE": str(data)},
         cwd=REPO,
@@ -203,23 +207,29 @@ def statements(core: Path, data: Path) -> dict[str, set[int]]:
 
 
 def rows(
-    core: Path, server: dict[str, set[int]], suites: dict[str, set[int]], every: dict[str, set[int]]
+    core: Path,
+    server: dict[str, set[int]],
+    before: dict[str, set[int]],
+    after: dict[str, set[int]],
+    every: dict[str, set[int]],
 ) -> list[dict]:
-    """Per file: the lines the server ran, those of them the suites ran, the rest as ranges by function, and the
-    suites' coverage of the whole file."""
+    """Per file: the lines the server ran, those of them the suites ran before the added tests and with them, the
+    rest as ranges by function, and the suites' coverage of the whole file (with the added tests)."""
     out = []
     for name in FILES:
-        ran, both = server[name], server[name] & suites[name]
+        ran, both = server[name], server[name] & after[name]
         out.append(
             {
                 "file": name,
                 "server_ran": len(ran),
+                "both_ran_before": len(ran & before[name]),
                 "both_ran": len(both),
                 "statements": len(every[name]),
-                "suites_ran": len(suites[name] & every[name]),
+                "suites_ran_before": len(before[name] & every[name]),
+                "suites_ran": len(after[name] & every[name]),
                 "server_only": sorted(ran - both),
                 "server_only_ranges": uncovered_ranges(core / name, ran - both),
-                "suites_only": len(suites[name] - ran),
+                "suites_only": len(after[name] - ran),
             }
         )
     return out
@@ -229,52 +239,73 @@ def main(argv: list[str] | None = None) -> None:
     import vllm
 
     parser = argparse.ArgumentParser(prog="python -m bench.vllm_coverage", description=__doc__.split("\n")[0])
-    parser.add_argument("--reuse", action="store_true", help="recount the last run's data files; run nothing")
+    parser.add_argument(
+        "--run",
+        nargs="*",
+        choices=("server", "suites", "added"),
+        default=["server", "suites", "added"],
+        help="what to measure again (default all; none: recount the data files the last run left in reports/)",
+    )
     args = parser.parse_args(argv)
     core = core_dir()
     SUITES_DATA.parent.mkdir(parents=True, exist_ok=True)
-    if args.reuse:
-        done, suites_wall = None, None
-    else:
-        done = measure_server(core, SERVER_DATA)
-        suites_wall = measure_suites(core, SUITES_DATA)
-    server = lines_ran(SERVER_DATA.glob(".coverage.*"), PACKAGE, FILES)
-    suites = lines_ran([SUITES_DATA], PACKAGE, FILES)
-    table = rows(core, server, suites, statements(core, SUITES_DATA))
     previous = json.loads(OUT.read_text()) if OUT.is_file() else {}
-    drive_facts = done.__dict__ if done else previous.get("drive")
-    suites_wall = suites_wall if suites_wall is not None else previous.get("suites_wall_s")
+    drive_facts = measure_server(core, SERVER_DATA).__dict__ if "server" in args.run else previous.get("drive")
+    walls = previous.get("suites_wall_s") or {}
+    for part, data, suites in (("suites", SUITES_DATA, SUITES), ("added", ADDED_DATA, ADDED)):
+        if part in args.run:
+            walls[part] = measure_suites(core, data, suites)
+    server = lines_ran(SERVER_DATA.glob(".coverage.*"), PACKAGE, FILES)
+    before = lines_ran([SUITES_DATA], PACKAGE, FILES)
+    added = lines_ran([ADDED_DATA], PACKAGE, FILES)
+    after = {name: before[name] | added[name] for name in FILES}
+    table = rows(core, server, before, after, statements(core, SUITES_DATA))
+    suites_wall = sum(walls.values())
     OUT.write_text(
         json.dumps(
             {
                 "vllm": vllm.__version__,
                 "suites": SUITES,
+                "added": ADDED,
                 "drive": drive_facts,
-                "suites_wall_s": suites_wall,
+                "suites_wall_s": walls,
                 "files": table,
             },
             indent=1,
         )
         + "\n"
     )
-    total_ran, total_both = sum(r["server_ran"] for r in table), sum(r["both_ran"] for r in table)
+
+    def total(key: str) -> int:
+        return sum(r[key] for r in table)
+
     body = markdown_table(
-        ("file (vllm/v1/core/)", "server ran", "of them the suites ran", "the suites, of the whole file"),
+        (
+            "file (vllm/v1/core/)",
+            "lines the server ran",
+            "of them the suites ran, before",
+            "with the added tests",
+            "the suites over the whole file, before → with them",
+        ),
         [
             (
                 f"`{r['file']}`",
                 r["server_ran"],
+                pct(r["both_ran_before"], r["server_ran"]),
                 pct(r["both_ran"], r["server_ran"]),
-                pct(r["suites_ran"], r["statements"]),
+                pct(r["suites_ran_before"], r["statements"]) + " → " + pct(r["suites_ran"], r["statements"]),
             )
             for r in table
         ]
         + [
             (
                 "all four",
-                total_ran,
-                pct(total_both, total_ran),
-                pct(sum(r["suites_ran"] for r in table), sum(r["statements"] for r in table)),
+                total("server_ran"),
+                pct(total("both_ran_before"), total("server_ran")),
+                pct(total("both_ran"), total("server_ran")),
+                pct(total("suites_ran_before"), total("statements"))
+                + " → "
+                + pct(total("suites_ran"), total("statements")),
             )
         ],
     )
@@ -291,8 +322,9 @@ def main(argv: list[str] | None = None) -> None:
         "python -m bench.vllm_coverage",
         f"A vLLM CPU server (eager, `{CHECKPOINT.name}`, {' '.join(FLAGS)}) with coverage in its every process, "
         f"driven by the cache-hit protocol, decodes to the length limit and dropped streams ({facts}); then "
-        f"{', '.join(SUITES)} in one process under coverage ({suites_wall or 0:.0f} s). Per file: the lines the server "
-        f"ran, and the share of them the suites ran too; the last column is the suites over every statement. The "
+        f"{', '.join(SUITES)} in one process under coverage, and apart the tests issue 56 added ({', '.join(ADDED)}), "
+        f"{suites_wall:.0f} s in all. Per file: the lines the server ran, and the share of them the suites ran too, "
+        f"before the added tests and with them; the last column is the suites over every statement. The "
         f"server's lines the suites miss, by function, and why: docs/VLLM_MEMORY_COVERAGE.md; the numbers: "
         f"`reports/vllm-coverage.json`.\n\n{body}",
     )
