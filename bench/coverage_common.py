@@ -41,6 +41,14 @@ def spans(path: Path) -> dict[str, Span]:
     return found
 
 
+def body_lines(path: Path) -> set[int]:
+    """The lines inside the bodies of ``path``'s functions: importing a module runs its ``def`` and class lines, never
+    these, so they are the lines that say code was called."""
+    return {
+        n for name, span in spans(path).items() if name != "<module>" for n in range(span.body[0], span.body[1] + 1)
+    }
+
+
 def uncovered_ranges(path: Path, lines: Iterable[int]) -> list[str]:
     """``lines`` as ``function: a-b, c`` strings, one per innermost function (``<module>`` outside any)."""
     found_spans = spans(path)
