@@ -23,6 +23,7 @@ import http.client
 import importlib.util
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -63,6 +64,10 @@ FLAGS = (
     "24",
     "--max-model-len",
     "320",
+    # Without it the API server SIGKILLs its engine core at once when stopped (vLLM's default shutdown timeout is 0),
+    # and the engine core, where the manager runs, never saves its coverage data.
+    "--shutdown-timeout",
+    "30",
 )
 NEW_TOKENS = 48  # the protocol's answers: three windows of 16, past a block boundary
 LONG_DECODE = 240  # prompts of 14-56 tokens decoded under the 320-token limit: 15 windows, 8 blocks past them
@@ -167,8 +172,10 @@ def measure_server(core: Path, folder: Path) -> Drive:
         done = drive(server, kind)
     finally:
         server.stop()
-    if not list(folder.glob(".coverage.*")):
-        raise SystemExit(f"the server wrote no coverage data into {folder}: see {folder / 'server.log'}")
+    cores = set(re.findall(r"EngineCore pid=(\d+)", (folder / "server.log").read_text()))
+    lost = [pid for pid in sorted(cores) if not list(folder.glob(f".coverage.*.pid{pid}.*"))]
+    if not cores or lost:
+        raise SystemExit(f"the engine core ({', '.join(lost) or 'not in the log'}) saved no coverage data: {folder}")
     return done
 
 
