@@ -133,3 +133,29 @@ def test_the_block_ids_for_computed_tokens_are_each_tables_covering_prefix(compu
     assert (len(full), len(sliding)) == (4, 7), "a 100-token prompt holds 4 blocks of 32 and 7 table entries of 16"
     clipped = manager.get_block_ids_for_computed_tokens("r", computed)
     assert clipped == (full[: -(-computed // 32)], sliding[: -(-computed // 16)]), (computed, clipped, full, sliding)
+
+
+def test_a_prefix_two_requests_computed_side_by_side_hits_one_of_their_blocks():
+    """Two requests admitted in one step with the same prompt both miss (neither has cached anything yet) and each
+    caches its own copy of every block under the same hash (vLLM does not de-duplicate); a third request then hits
+    the whole prefix, each block one of the two copies, and the pool keeps both until they are evicted. A server's
+    concurrent waves with shared prefixes do this; the other suites admit such requests one after another."""
+    manager, hasher = hybrid_manager(32, 16, 40, eagle=False, retention=None)
+    prompt = _prompt(PROMPT, 9)
+    twins = [adapters.make_request(f"twin{k}", prompt, SamplingParams(max_tokens=4), hasher) for k in range(2)]
+    looked = [adapters.computed_blocks(manager, r) for r in twins]
+    assert [hit for _, hit, _ in looked] == [0, 0], "a request hit before anything was cached"
+    for r in twins:
+        _run(manager, r, 0, None)
+    copies = [manager.get_blocks(r.request_id).blocks for r in twins]
+    third = adapters.make_request("third", prompt + [NOVEL], SamplingParams(max_tokens=4), hasher)
+    blocks, hit, _ = adapters.computed_blocks(manager, third)
+    assert hit == 96, f"a request sharing a prompt cached twice hit {hit} tokens, not 96"
+    for group, table in enumerate(blocks.blocks):
+        for i, block in enumerate(table):
+            if block.is_null:
+                continue
+            options = {copies[0][group][i].block_id, copies[1][group][i].block_id}
+            assert len(options) == 2 and block.block_id in options, (group, i, block.block_id, options)
+    full_hash = manager.get_blocks("twin0").blocks[0][0].block_hash
+    assert full_hash == manager.get_blocks("twin1").blocks[0][0].block_hash, "the twins' first blocks hash apart"
