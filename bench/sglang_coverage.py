@@ -39,6 +39,7 @@ from pathlib import Path
 
 from bench import sglang_scope
 from bench.common import markdown_table, write_section
+from bench.coverage_common import lines_ran, pct, uncovered_ranges
 
 FILES = (
     "mem_cache/swa_memory_pool.py",
@@ -160,17 +161,7 @@ def combine(srt: Path, suites: Path, server: Path | None, out: Path) -> None:
 
 def server_lines(folder: Path) -> dict[str, set[int]]:
     """The lines of each scope file that any traced server process ran."""
-    from coverage import CoverageData
-
-    ran: dict[str, set[int]] = {name: set() for name in sglang_scope.SCOPE_FILES}
-    for data_file in sorted(folder.glob(".coverage.*")):
-        data = CoverageData(basename=str(data_file))
-        data.read()
-        for measured in data.measured_files():
-            for name in sglang_scope.SCOPE_FILES:
-                if measured.endswith(f"sglang/srt/{name}"):
-                    ran[name].update(data.lines(measured) or ())
-    return ran
+    return lines_ran(folder.glob(".coverage.*"), "sglang/srt", sglang_scope.SCOPE_FILES)
 
 
 def scope_rows(srt: Path, table: list[dict], server: dict[str, set[int]] | None) -> list[dict]:
@@ -206,29 +197,6 @@ def scope_rows(srt: Path, table: list[dict], server: dict[str, set[int]] | None)
                 "uncovered": uncovered_ranges(srt / name, sorted(in_scope - executed)),
             }
         )
-    return out
-
-
-def uncovered_ranges(path: Path, lines: list[int]) -> list[str]:
-    """``lines`` as ``function: a-b, c`` strings, one per innermost function (``<module>`` outside any)."""
-    spans = sglang_scope.spans(path)
-    by_function: dict[str, list[int]] = {}
-    for line in lines:
-        inside = [
-            (span.whole[1] - span.whole[0], name)
-            for name, span in spans.items()
-            if name != "<module>" and span.whole[0] <= line <= span.whole[1]
-        ]
-        by_function.setdefault(min(inside)[1] if inside else "<module>", []).append(line)
-    out = []
-    for name, found in by_function.items():
-        runs: list[list[int]] = []
-        for line in found:
-            if runs and line == runs[-1][1] + 1:
-                runs[-1][1] = line
-            else:
-                runs.append([line, line])
-        out.append(f"{name}: " + ", ".join(str(a) if a == b else f"{a}-{b}" for a, b in runs))
     return out
 
 
@@ -339,9 +307,6 @@ def main(argv: list[str] | None = None) -> None:
         )
         + "\n"
     )
-
-    def pct(a: int, b: int) -> str:
-        return f"{100 * a / b:.1f} % ({a}/{b})" if b else "—"
 
     baseline = json.loads(BEFORE.read_text()) if BEFORE.is_file() else {"files": [], "measured_at": "—"}
     before = {r["file"]: r for r in baseline["files"]}

@@ -14,9 +14,10 @@ contradicts, and fails the run. Line numbers are SGLang 0.5.23's (``SGLANG``): a
 
 from __future__ import annotations
 
-import ast
 from dataclasses import dataclass
 from pathlib import Path
+
+from bench.coverage_common import spans
 
 SGLANG = "0.5.23"
 
@@ -726,35 +727,6 @@ EXCLUDED: tuple[Excluded, ...] = (
     Excluded(ALLOCATOR, "SWATokenToKVPoolAllocator._free_swa_pages", "memory-class", (545, 545), "the SWA ring"),
     Excluded(ALLOCATOR, "SWATokenToKVPoolAllocator._free_swa_pages_cuda", "accelerator"),
 )
-
-
-@dataclass(frozen=True)
-class Span:
-    """A function's lines: its whole body (after the docstring) and its whole definition."""
-
-    body: tuple[int, int]
-    whole: tuple[int, int]
-
-
-def spans(path: Path) -> dict[str, Span]:
-    """Every function and method of ``path`` by qualified name (nested ones as ``outer.inner``, a property's setter
-    as ``Class.name.setter``); ``<module>`` is the file."""
-    tree = ast.parse(path.read_text())
-    found = {"<module>": Span((1, len(path.read_text().splitlines())), (1, len(path.read_text().splitlines())))}
-
-    def visit(node: ast.AST, owner: str) -> None:
-        for child in ast.iter_child_nodes(node):
-            if isinstance(child, ast.ClassDef):
-                visit(child, f"{owner}{child.name}.")
-            elif isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef)):
-                body = child.body[1:] if ast.get_docstring(child) and len(child.body) > 1 else child.body
-                setter = any(isinstance(d, ast.Attribute) and d.attr == "setter" for d in child.decorator_list)
-                name = f"{owner}{child.name}" + (".setter" if setter else "")
-                found.setdefault(name, Span((body[0].lineno, child.end_lineno), (child.lineno, child.end_lineno)))
-                visit(child, f"{name}.")
-
-    visit(tree, "")
-    return found
 
 
 def excluded_lines(srt: Path, file: str) -> dict[int, Excluded]:

@@ -36,6 +36,7 @@ def hybrid_manager(
     metrics_collector: Any = None,
     dcp_world_size: int = 1,
     num_prefill_lookahead: int = 0,
+    log_stats: bool = False,
 ) -> tuple[Any, Any]:
     """A ``KVCacheManager`` over one full-attention group of ``full_block`` and one sliding group of
     ``sliding_block``, as the engine core builds it for such a model: scheduled in the LCM of the block sizes
@@ -45,7 +46,8 @@ def hybrid_manager(
     groups of the full layers' size, ids ``SLIDING ..`` in order, which share one lookup (a hit needs a block in each).
     The rest are the engine's other knobs, at its defaults unless asked: prefix caching, the sliding layers' dtype
     (another than the full layers' float32 makes the cache mixed-precision, whose new blocks vLLM zeroes), a
-    residency metrics collector, the DCP world size, and the prefill lookahead (the engine passes 1 with EAGLE)."""
+    residency metrics collector, the DCP world size, the prefill lookahead (the engine passes 1 with EAGLE), and the
+    prefix-cache stats a server's scheduler takes every step (``log_stats``: on unless ``--disable-log-stats``)."""
     from vllm.v1.core.kv_cache_manager import KVCacheManager
 
     init = KVCacheManager.__init__
@@ -79,6 +81,7 @@ def hybrid_manager(
         metrics_collector=metrics_collector,
         dcp_world_size=dcp_world_size,
         num_prefill_lookahead=num_prefill_lookahead,
+        log_stats=log_stats,
     )
 
 
