@@ -202,18 +202,6 @@ class Tier:
         assert self.built.swa_host_slots >= self.d.allocator.size_swa
 
 
-@pytest.fixture(scope="module")
-def sglang_target():
-    from harness.targets.sglang.imports import SGLangUnavailable
-
-    try:
-        from harness.targets.sglang import SGLangTarget
-
-        return SGLangTarget()
-    except SGLangUnavailable as unavailable:
-        pytest.skip(f"SGLang is not importable here: {unavailable}")
-
-
 @pytest.fixture
 def cpu_hicache():
     from harness.targets.sglang.hicache import cpu_stand_ins

@@ -17,18 +17,6 @@ from suites.prefix.machines import SimReq
 WINDOW = 5  # the model's window: a match needs its last 4 tokens live
 
 
-@pytest.fixture(scope="module")
-def sglang_target():
-    from harness.targets.sglang.imports import SGLangUnavailable
-
-    try:
-        from harness.targets.sglang import SGLangTarget
-
-        return SGLangTarget()
-    except SGLangUnavailable as unavailable:
-        pytest.skip(f"SGLang is not importable here: {unavailable}")
-
-
 class Driver:
     """Grows requests page by page on the target's allocator and counts both pools after each step."""
 

@@ -204,18 +204,6 @@ def census(monkeypatch: pytest.MonkeyPatch) -> Iterator[Census]:
     yield seen
 
 
-@pytest.fixture(scope="module")
-def sglang_target():
-    from harness.targets.sglang.imports import SGLangUnavailable
-
-    try:
-        from harness.targets.sglang import SGLangTarget
-
-        return SGLangTarget()
-    except SGLangUnavailable as unavailable:
-        pytest.skip(f"SGLang is not importable here: {unavailable}")
-
-
 def build(target, *, page_size: int, window: int | None, core: str, **options) -> Driver:
     """A cache over pools roomy enough for the tour's requests at once: 32 and 16 units (a unit: the window or a
     page, whichever is larger, in whole pages) of full and SWA slots."""
