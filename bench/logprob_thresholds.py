@@ -2,13 +2,17 @@
 axis costs the main job (``--cost``: a section of docs/BENCHMARKS.md).
 
 Calibration: the main job's three arms (``cpu_plan``'s servers, flags and model: graphs on, graphs off, prefix
-cache off) are started once, clean; each seed draws its own items of each frozen task (``random.Random(seed)``),
+cache off), or a plan's clean arms (``--plan FILE --arms a,b,c``: a real engine's, e.g. SGLang's graphs on, off and
+radix cache off), are started once; each seed draws its own items of each frozen task (``random.Random(seed)``),
 builds the contexts lm-eval sends (``fixtures.data.prompts.build_fewshot_prompt``, the task YAMLs' own
 construction) and asks every arm for them in one batch, greedy, with the tasks' stop strings and budgets and the
 top-k logprobs the job's proxy adds; the arms are then compared as the job compares them (``judge_logprobs``) for
 both comparisons. lm-eval is not in the loop (it would only build the same payload, at 15 s a start), and the
 servers stay warm across seeds, so later seeds also see a prefix cache others filled: both are clean states the
 job can meet.
+
+Rows are kept per engine/dtype and per source (``cpu`` for the main job, else the plan file): a run replaces its own
+source's rows and keeps the others', so one engine's thresholds can cover the arms of several plans.
 
 Rule, per engine/dtype: ``clean`` = the largest per-item max|dlp| and max KL over every seed, comparison and
 task; AMBER above 10 x clean max|dlp| or 100 x clean KL, RED above 1000 x and 10^6 x (KL grows as the square of a
@@ -17,8 +21,9 @@ logprob change, so its factors are the squares). A zero clean value (bit-exact a
 judged against thresholds derived from the other seeds alone.
 
     python -m bench.logprob_thresholds                # 20 seeds, 8 GSM-style + 4 AIME-style items each
+    python -m bench.logprob_thresholds --plan suites/plans/sglang-cpu.yaml --arms on,off,cache-off
     python -m bench.logprob_thresholds --rederive     # thresholds again from the committed data, nothing run
-    python -m bench.logprob_thresholds --table        # the 20-seed false-alarm table (docs/BENCHMARKS.md)
+    python -m bench.logprob_thresholds --table        # the 20-seed false-alarm tables (docs/BENCHMARKS.md)
     python -m bench.logprob_thresholds --cost         # the main job (500 + 200 items) with and without the axis
 """
 
@@ -32,10 +37,12 @@ import tempfile
 import time
 import urllib.request
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Sequence
 
 from harness.evals.logprobs import THRESHOLDS_FILE, TOP_K, TokenLogprobs, judge_logprobs, threshold_key
+from harness.jobs.plan import ArmRun, Comparison, Plan
 
 AMBER_FACTOR, RED_FACTOR = 10.0, 1000.0  # on max|dlp|; KL's are their squares
 DUST = {"max_abs_delta": 1e-7, "max_kl": 1e-14}
@@ -99,25 +106,73 @@ def _ask(url: str, model: str, task: str, prompts: list[str]) -> list[TokenLogpr
     return [TokenLogprobs.from_openai(c["logprobs"]) for c in choices]
 
 
-def calibrate(seeds: int, items: dict[str, int], batch_size: int) -> dict[str, Any]:
-    from fixtures.data.prompts import build_fewshot_prompt
+@dataclass(frozen=True)
+class Source:
+    """The clean arms one calibration run starts: the main job's (``cpu``) or a plan file's chosen arms."""
+
+    name: str  # ``cpu`` or the plan file as given
+    plan: Plan
+    runs: tuple[ArmRun, ...]
+    comparisons: tuple[Comparison, ...]
+
+    @property
+    def label(self) -> str:
+        return f"{self.name}: {', '.join(r.arm.name for r in self.runs)}"
+
+
+def source_of(
+    plan_file: Path | None, arms: Sequence[str], model: str | None, items: dict[str, int], batch: int
+) -> Source:
+    """The arms to start and the plan's comparisons among them; an arm the plan lacks, or one that carries a fault or
+    is expected RED, is refused by name (a calibration is of clean arms only)."""
     from harness.jobs.cpu import EvalConfig, cpu_plan
-    from harness.servers.registry import get_server_kind
+    from harness.jobs.plan_file import plan_from_file
 
     work = Path(tempfile.mkdtemp(prefix="logprob-calibration-"))
-    plan = cpu_plan(EvalConfig(limits=items, out=work, batch_size=batch_size))
+    if plan_file is None:
+        plan, name = cpu_plan(EvalConfig(limits=items, out=work, batch_size=batch)), "cpu"
+    else:
+        plan, name = plan_from_file(plan_file, out=work), str(plan_file)
+    slug = model or plan.models[0].slug
+    if slug not in {m.slug for m in plan.models}:
+        raise ValueError(f"--model: {slug!r} is not in {name} ({', '.join(m.slug for m in plan.models)})")
+    wanted = set(arms) or {r.arm.name for r in plan.runs if r.model.slug == slug}
+    runs = tuple(r for r in plan.runs if r.model.slug == slug and r.arm.name in wanted)
+    if missing := sorted(wanted - {r.arm.name for r in runs}):
+        raise ValueError(f"--arms: {', '.join(missing)} not in {name} ({', '.join(a.name for a in plan.arms)})")
+    if dirty := [r.arm.name for r in runs if r.arm.fault or r.arm.expect_red]:
+        raise ValueError(f"--arms: {', '.join(dirty)} carry a fault or are expected RED: not clean arms")
+    comparisons = tuple(
+        c for c in plan.comparisons if c.model.slug == slug and {c.treatment, c.reference} <= {r.arm.name for r in runs}
+    )
+    if not comparisons:
+        raise ValueError(f"--arms: no comparison of {name} has both its arms among {', '.join(sorted(wanted))}")
+    return Source(name=name, plan=plan, runs=runs, comparisons=comparisons)
+
+
+def calibrate(source: Source, seeds: int, items: dict[str, int]) -> dict[str, Any]:
+    from fixtures.data.prompts import build_fewshot_prompt
+    from harness.evals.compare import identity_dtype
+    from harness.servers.registry import get_server_kind
+
     docs = {task: _docs(task) for task in items}
     servers, urls = [], {}
+    work = source.plan.out
+    work.mkdir(parents=True, exist_ok=True)
     try:
-        for run in plan.runs:  # one at a time: two CPU cores
+        for run in source.runs:  # one at a time: two CPU cores
             kind = get_server_kind(run.arm.engine)
+            t0 = time.perf_counter()
             server = kind.start(run.spec, log_path=work / f"{run.arm.name}.log", timeout=900)
             servers.append(server)
             urls[run.arm.name] = server.base_url
             identity = kind.identity(server.base_url, run.spec)
-        key = threshold_key(plan.runs[0].arm.engine, str(identity.flags.get("dtype")))
+            print(f"{run.arm.name}: up in {time.perf_counter() - t0:.0f} s", file=sys.stderr, flush=True)
+        key = threshold_key(kind.name, identity_dtype(identity))
+        served = source.runs[0].model.served_name
         rows = []
         for seed in range(seeds):
+            t0 = time.perf_counter()
             rng = random.Random(seed)
             prompts = {}
             for task, n in items.items():
@@ -127,14 +182,11 @@ def calibrate(seeds: int, items: dict[str, int], batch_size: int) -> dict[str, A
                 prompts[task] = (picked, [build_fewshot_prompt(task, test[i], shots) for i in picked])
             with ThreadPoolExecutor(len(urls)) as pool_:
                 answers = {
-                    arm: {
-                        task: pool_.submit(_ask, url, plan.models[0].served_name, task, p)
-                        for task, (_, p) in prompts.items()
-                    }
+                    arm: {task: pool_.submit(_ask, url, served, task, p) for task, (_, p) in prompts.items()}
                     for arm, url in urls.items()
                 }
                 got = {arm: {task: f.result() for task, f in tasks.items()} for arm, tasks in answers.items()}
-            for c in plan.comparisons:
+            for c in source.comparisons:
                 for task, (picked, _) in prompts.items():
                     pairs = [
                         (f"{task}/{i}", a, b) for i, a, b in zip(picked, got[c.treatment][task], got[c.reference][task])
@@ -143,6 +195,7 @@ def calibrate(seeds: int, items: dict[str, int], batch_size: int) -> dict[str, A
                     rows.append(
                         {
                             "seed": seed,
+                            "source": source.name,
                             "comparison": c.name,
                             "task": task,
                             "n": axis.n,
@@ -153,14 +206,23 @@ def calibrate(seeds: int, items: dict[str, int], batch_size: int) -> dict[str, A
                         }
                     )
             worst = max(r["max_abs_delta"] for r in rows if r["seed"] == seed)
-            print(f"seed {seed}: worst max|dlp| {worst:.3g}", file=sys.stderr, flush=True)
-        return {"key": key, "rows": rows, "items": items}
+            took = time.perf_counter() - t0
+            print(f"seed {seed}: worst max|dlp| {worst:.3g} ({took:.0f} s)", file=sys.stderr, flush=True)
+        return {"key": key, "rows": rows, "items": items, "label": source.label}
     finally:
         for server in servers:
             server.stop()
 
 
-def write(key: str, rows: list[dict[str, Any]], items: dict[str, int], path: Path = THRESHOLDS_FILE) -> dict[str, Any]:
+def write(
+    key: str,
+    rows: list[dict[str, Any]],
+    items: dict[str, int],
+    label: str | None = None,
+    path: Path = THRESHOLDS_FILE,
+) -> dict[str, Any]:
+    """The key's thresholds from its rows: ``rows`` replace the committed rows of their own source (a row without
+    one is the main job's, ``cpu``) and join the other sources' rows; ``label`` names the arms this source started."""
     data = json.loads(path.read_text()) if path.is_file() else {}
     data.setdefault(
         "about",
@@ -170,11 +232,20 @@ def write(key: str, rows: list[dict[str, Any]], items: dict[str, int], path: Pat
     data["command"] = "python -m bench.logprob_thresholds"
     data.setdefault("thresholds", {})
     data.setdefault("data", {})
+    source = lambda r: r.get("source", "cpu")  # noqa: E731
+    mine = {source(r) for r in rows}
+    kept = [r for r in data["data"].get(key, []) if source(r) not in mine]
+    rows = kept + list(rows)
+    arms = dict(data["thresholds"].get(key, {}).get("arms", {}))
+    if label is not None:
+        name, _, started = label.partition(": ")
+        arms[name] = started
     t = derive(rows)
     data["thresholds"][key] = {
         **t,
         "seeds": len({r["seed"] for r in rows}),
         "items_per_seed": items,
+        **({"arms": arms} if arms else {}),
         "false_alarms_leave_one_out": leave_one_out(rows),
     }
     data["data"][key] = rows
@@ -206,10 +277,12 @@ def false_alarm_table(key: str, path: Path = THRESHOLDS_FILE) -> str:
             )
         )
     alarms = t["false_alarms_leave_one_out"]
+    arms = t.get("arms") or {"cpu": "the main job's arms (graphs on, graphs off, prefix cache off)"}
+    started = "; ".join(f"`{name}`: {a}" if name != "cpu" else a for name, a in arms.items())
     return (
-        f"Engine/dtype `{key}`: {t['seeds']} clean seeds of the main job's arms (graphs on, graphs off, prefix cache "
-        f"off; items per seed {t['items_per_seed']}), both comparisons and both tasks per seed. Each seed is judged by "
-        "thresholds derived from the other 19 alone (the rule in this module's docstring).\n\n"
+        f"Engine/dtype `{key}`: {t['seeds']} clean seeds of {started} (items per seed {t['items_per_seed']}), every "
+        "comparison among those arms and both tasks per seed. Each seed is judged by thresholds derived from the other "
+        f"{t['seeds'] - 1} alone (the rule in this module's docstring).\n\n"
         + markdown_table(
             ("seed", "item pairs", "worst max\\|Δlogprob\\|", "worst KL", "AMBER without it (\\|Δ\\| / KL)", "verdict"),
             table,
@@ -305,6 +378,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--cost", action="store_true", help="time the main job with and without the axis")
     parser.add_argument("--table", action="store_true", help="the false-alarm table from the committed data")
     parser.add_argument("--repeats", type=int, default=4, help="--cost: pairs of runs (default 4)")
+    parser.add_argument("--plan", type=Path, default=None, help="calibrate a plan's clean arms (default: the main job)")
+    parser.add_argument("--arms", default="", help="--plan: the clean arms to start, comma-separated (default: all)")
+    parser.add_argument("--model", default=None, help="--plan: the model's slug (default: the plan's first)")
     args = parser.parse_args(argv)
     if args.cost:
         from harness.evals.tasks import FROZEN_TASKS
@@ -315,7 +391,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.table:
         from bench.common import write_section
 
-        body = false_alarm_table(threshold_key("harness", "float32"))
+        keys = json.loads(THRESHOLDS_FILE.read_text())["thresholds"]
+        body = "\n".join(false_alarm_table(key) for key in keys)
         command = "python -m bench.logprob_thresholds --table"
         write_section("logprob-false-alarms", "Logprob axis: 20 clean seeds, false alarms", command, body)
         print(body)
@@ -326,8 +403,13 @@ def main(argv: list[str] | None = None) -> int:
             print(key, write(key, rows, data["thresholds"][key]["items_per_seed"]))
         return 0
     items = {"gsm_style": 8 if args.gsm is None else args.gsm, "aime_style": 4 if args.aime is None else args.aime}
-    found = calibrate(args.seeds, items, args.batch_size)
-    print(found["key"], json.dumps(write(found["key"], found["rows"], found["items"]), indent=1))
+    try:
+        source = source_of(args.plan, [a for a in args.arms.split(",") if a], args.model, items, args.batch_size)
+    except ValueError as exc:
+        print(f"python -m bench.logprob_thresholds: {exc}", file=sys.stderr)
+        return 2
+    found = calibrate(source, args.seeds, items)
+    print(found["key"], json.dumps(write(found["key"], found["rows"], found["items"], found["label"]), indent=1))
     return 0
 
 

@@ -50,6 +50,7 @@ from harness.evals.results import (
     ItemDiff,
     ItemResult,
     RunResult,
+    ServedIdentity,
     TaskComparison,
     Summary,
     Verdict,
@@ -309,10 +310,12 @@ def compare_runs(
 
 
 def served_dtype(run: RunResult) -> str | None:
-    """The dtype the run's server computed in: the harness server reports it; others' ``--dtype`` flag, if given."""
-    identity = run.record.identity
-    if identity is None:
-        return None
+    """The dtype the run's server computed in (None for a run that never reached a server)."""
+    return identity_dtype(run.record.identity) if run.record.identity is not None else None
+
+
+def identity_dtype(identity: ServedIdentity) -> str | None:
+    """The harness server reports its dtype; other engines', their ``--dtype`` flag, if given."""
     if dtype := identity.flags.get("dtype"):
         return str(dtype)
     words = str(identity.flags.get("flags") or "").split()
