@@ -715,6 +715,16 @@ def reach_section(path: Path = REACH_JSON) -> list[str]:
     return out
 
 
+def sglang_server_section() -> list[str]:
+    """SGLang's faults through its server (``bench.sglang_fault_effects``'s JSON), between its markers."""
+    from bench import sglang_fault_effects as sfe
+
+    if not sfe.DOCS_JSON.is_file():
+        return []
+    body = sfe.render_section(json.loads(sfe.DOCS_JSON.read_text()))
+    return ["", sfe.MARK[0], body.rstrip(), sfe.MARK[1]] if body else []
+
+
 def write_markdown(
     path: Path,
     outcomes: Sequence[EvalOutcome],
@@ -833,6 +843,7 @@ def write_markdown(
     }
     out += logprob_section(outcomes, faults, names)
     out += reach_section()
+    out += sglang_server_section()
     out += [
         "",
         "## What accuracy alone would miss",

@@ -80,8 +80,9 @@ def function_lines(source: str) -> set[int]:
     return inside
 
 
-def executed(folder: str | os.PathLike) -> list[FileRun]:
-    """Every SGLang file with at least one line run, over all processes' data in ``folder``, by path."""
+def lines_run(folder: str | os.PathLike) -> dict[str, set[int]]:
+    """The lines each SGLang file ran, over all processes' data in ``folder``, by path inside the ``sglang`` package
+    (``srt/mem_cache/swa_memory_pool.py``)."""
     from coverage import CoverageData
 
     merged: dict[str, set[int]] = {}
@@ -95,14 +96,18 @@ def executed(folder: str | os.PathLike) -> list[FileRun]:
             data.read()
             for name in data.measured_files():
                 merged.setdefault(name, set()).update(data.lines(name) or ())
+    return {name: lines for name, lines in merged.items() if lines and "/sglang/" in name and "/harness/" not in name}
+
+
+def executed(folder: str | os.PathLike) -> list[FileRun]:
+    """Every SGLang file with at least one line run, over all processes' data in ``folder``, by path."""
     runs = []
-    for name, lines in merged.items():
-        if lines and "/sglang/" in name and "/harness/" not in name:
-            try:
-                body = function_lines(Path(name).read_text())
-            except (OSError, SyntaxError, ValueError):
-                body = set()
-            runs.append(FileRun(name.rsplit("/sglang/", 1)[1], len(lines), len(lines & body)))
+    for name, lines in lines_run(folder).items():
+        try:
+            body = function_lines(Path(name).read_text())
+        except (OSError, SyntaxError, ValueError):
+            body = set()
+        runs.append(FileRun(name.rsplit("/sglang/", 1)[1], len(lines), len(lines & body)))
     return sorted(runs, key=lambda r: r.path)
 
 

@@ -1,0 +1,105 @@
+"""The logprob axis's calibration of a real engine's plan (``bench.logprob_thresholds --plan``) and the table of SGLang's
+faults through its server (``bench.sglang_fault_effects``): what each picks, keeps and renders, without a server."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from bench import sglang_fault_effects as sfe
+from bench.logprob_thresholds import derive, source_of, write
+
+SGLANG_PLAN = Path("suites/plans/sglang-cpu.yaml")
+ITEMS = {"gsm_style": 8, "aime_style": 4}
+
+
+def test_a_plan_source_starts_the_named_arms_and_keeps_the_comparisons_among_them() -> None:
+    source = source_of(SGLANG_PLAN, ["on", "off", "cache-off"], None, ITEMS, 32)
+    assert [r.arm.name for r in source.runs] == ["on", "off", "cache-off"]
+    assert [c.name for c in source.comparisons] == ["on-vs-off", "cache-off-vs-on"]
+    assert source.label == "suites/plans/sglang-cpu.yaml: on, off, cache-off"
+
+
+@pytest.mark.parametrize(
+    ("arms", "words"),
+    [
+        (["on", "fault-demo"], "fault-demo carry a fault or are expected RED"),
+        (["on", "swa-pool-reuse"], "swa-pool-reuse carry a fault or are expected RED"),
+        (["on", "nope"], "nope not in suites/plans/sglang-cpu.yaml"),
+        (["off", "invariant-check"], "no comparison"),  # both judged against "on", which is not started
+    ],
+)
+def test_a_calibration_refuses_arms_it_cannot_use_by_name(arms: list[str], words: str) -> None:
+    with pytest.raises(ValueError, match=words):
+        source_of(SGLANG_PLAN, arms, None, ITEMS, 32)
+
+
+def _rows(source: str, seeds: int, worst: float) -> list[dict]:
+    return [
+        {"seed": s, "source": source, "comparison": "on-vs-off", "task": "gsm_style", "n": 8}
+        | {"max_abs_delta": worst * (s + 1) / seeds, "max_kl": (worst * (s + 1) / seeds) ** 2}
+        for s in range(seeds)
+    ]
+
+
+def test_a_source_replaces_its_own_rows_and_keeps_another_sources_rows(tmp_path: Path) -> None:
+    path = tmp_path / "thresholds.json"
+    write("sglang/float32", _rows("a.yaml", 20, 1e-3), ITEMS, "a.yaml: on, off", path)
+    write("sglang/float32", _rows("b.yaml", 20, 1e-5), ITEMS, "b.yaml: x, y", path)
+    again = write("sglang/float32", _rows("b.yaml", 20, 2e-5), ITEMS, "b.yaml: x, y", path)
+    rows = json.loads(path.read_text())["data"]["sglang/float32"]
+    assert sorted({r["source"] for r in rows}) == ["a.yaml", "b.yaml"] and len(rows) == 40
+    assert again["arms"] == {"a.yaml": "on, off", "b.yaml": "x, y"}
+    # The clean level is the worst over both sources: a.yaml's 1e-3, not b.yaml's last run.
+    assert again["clean"]["max_abs_delta"] == pytest.approx(1e-3)
+    assert again["amber"]["max_abs_delta"] == pytest.approx(derive(rows)["amber"]["max_abs_delta"])
+
+
+def _summary(comparisons: list[tuple[str, float | None, str | None, str]]) -> dict:
+    return {
+        "comparisons": [
+            {
+                "treatment": fault,
+                "verdict": acc,
+                "reason": "r",
+                "suites": {
+                    task: {
+                        "verdict": acc,
+                        "difference": diff,
+                        "n": 100,
+                        "reason": "why",
+                        "logprobs": None
+                        if lp is None
+                        else {"verdict": lp, "delta": {"max": 3.0}, "kl": {"max": 2.5}, "parted": 7},
+                    }
+                    for task in sfe.TASKS
+                },
+            }
+            for fault, diff, lp, acc in comparisons
+        ]
+    }
+
+
+def test_the_fault_table_reads_each_comparison_and_counts_red_and_reach() -> None:
+    summary = _summary([("f-red", -0.12, "RED", "RED"), ("f-quiet", 0.0, "GREEN", "GREEN")])
+    reaches = {"f-red": sfe.Reach(2, 1, 1, 1), "f-quiet": sfe.Reach(1, 0, 0, 1)}
+    rows = sfe.rows_from(summary, "roomy", reaches)
+    assert [(r.fault, r.task, r.delta_pp, r.logprob_verdict) for r in rows][:2] == [
+        ("f-red", "gsm_style", pytest.approx(-12.0), "RED"),
+        ("f-red", "aime_style", pytest.approx(-12.0), "RED"),
+    ]
+    meta = {"command": "c", "when": "d", "wall_s": 1.0, "exit": 1, "limit": 100, "sglang": "0.5.23"}
+    text = sfe.section([r.__dict__ for r in rows], meta)
+    assert "| `f-red` | accuracy RED -12.0 pp; logprobs **RED (KL 2.5, max\\|Δ\\| 3, 7 parted)**" in text
+    assert "not reached: none of its 1 edited functions ran in the clean server" in text
+    assert "Of 2 faults: **1 RED on the logprob axis**; 1 reached by the workload; 1 never reached" in text
+
+
+def test_the_section_goes_between_its_markers_and_replaces_itself() -> None:
+    page = "# Fault effects\n\n## What accuracy alone would miss\n\ntext\n"
+    once = sfe.splice(page, "## SGLang\n\nfirst")
+    twice = sfe.splice(once, "## SGLang\n\nsecond")
+    assert once.index(sfe.MARK[0]) < once.index("## What accuracy alone would miss")
+    assert "first" not in twice and twice.count(sfe.MARK[0]) == 1 and "second" in twice
