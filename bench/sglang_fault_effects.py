@@ -8,9 +8,11 @@ plan judges a treatment: accuracy paired, and the logprob axis with SGLang's thr
 candidate fix patched in so a wrong SWA slot shows, a roomy pool), or ``--config tight`` (a pool of 2,048 slots: the
 tree evicts all run long).
 
-A fault GREEN on both axes either changed nothing the workload computes or was never run: the clean baseline runs
-traced (``SWA_HARNESS_SGLANG_TRACE``: coverage in every server process), and each fault's edited lines are looked up in
-what the baseline server ran. "not reached" means none of them ran serving the workload, so no answer could move.
+Two evals, so that a fault whose code the workload never runs costs no server: first the clean arm twice, the first
+traced (``SWA_HARNESS_SGLANG_TRACE``: coverage in every server process), the second judged against it (clean against
+clean: SGLang's thresholds must keep it GREEN in this configuration too); then the clean baseline and one arm per fault
+whose edited statements ran in the traced server. A fault none of whose edited statements ran serving the workload is
+"not reached": the faulty server runs the clean server's code, so no answer and no logprob can move; it gets no arm.
 
     python -m bench.sglang_fault_effects [--config roomy|tight] [--limit 100] [--faults a,b] [--render-only]
 
@@ -40,6 +42,7 @@ DOCS_JSON = REPO / "docs" / "fault-effects-sglang.json"
 DOCS_MD = REPO / "docs" / "FAULT_EFFECTS.md"
 MARK = ("<!-- sglang-server-effects -->", "<!-- /sglang-server-effects -->")
 BASELINE = "clean"
+REPEAT = "clean-again"
 TASKS = ("gsm_style", "aime_style")
 LABEL = {"gsm_style": "GSM-style", "aime_style": "AIME-style"}
 POOL: dict[Config, str] = {"roomy": "262144", "tight": "2048"}
@@ -89,8 +92,8 @@ class Row:
     reach: str
 
 
-def plan_mapping(faults: Sequence[str], config: Config, limit: int, trace: Path, port: int) -> dict[str, Any]:
-    """The plan: the prefix plan's arm defaults, a traced clean baseline and one arm per fault."""
+def plan_mapping(arms: Sequence[dict[str, Any]], config: Config, limit: int, port: int) -> dict[str, Any]:
+    """A plan: the prefix plan's arm defaults in ``config``'s pool, ``arms`` (the first the baseline)."""
     return {
         "title": f"SGLang catalog faults through the server ({config} pool)",
         "models": [{"name": "fixtures/models/mellum-tiny-swa", "served": "swa-harness"}],
@@ -104,15 +107,7 @@ def plan_mapping(faults: Sequence[str], config: Config, limit: int, trace: Path,
                 *("--max-total-tokens", POOL[config], "--chunked-prefill-size", "32"),
             ],
         },
-        "arms": [
-            {
-                "name": BASELINE,
-                "purpose": "no fault; traced",
-                "role": "baseline",
-                "env": {"SWA_HARNESS_SGLANG_TRACE": str(trace)},
-            },
-            *({"name": f, "purpose": f"catalog fault {f}", "fault": f} for f in faults),
-        ],
+        "arms": [{**arms[0], "role": "baseline"}, *arms[1:]],
         "tasks": list(TASKS),
         "limit": limit,
         "client": {
@@ -127,6 +122,22 @@ def plan_mapping(faults: Sequence[str], config: Config, limit: int, trace: Path,
         "parallel": 1,
         "one_step_per_arm": True,
     }
+
+
+def screen_arms(trace: Path) -> list[dict[str, Any]]:
+    """The first eval: the clean arm traced, and again untraced (judged against the first)."""
+    return [
+        {"name": BASELINE, "purpose": "no fault; traced", "env": {"SWA_HARNESS_SGLANG_TRACE": str(trace)}},
+        {"name": REPEAT, "purpose": "no fault, again: clean against clean"},
+    ]
+
+
+def fault_arms(faults: Sequence[str]) -> list[dict[str, Any]]:
+    """The second eval: the clean baseline and one arm per reached fault."""
+    return [
+        {"name": BASELINE, "purpose": "no fault"},
+        *({"name": f, "purpose": f"catalog fault {f}", "fault": f} for f in faults),
+    ]
 
 
 def _edited_lines(target: str, match: str) -> tuple[str, list[int]]:
@@ -187,12 +198,12 @@ def resolve_function_lines(target: str) -> set[int]:
     return set(range(first + 1, first + len(lines)))  # the body: the ``def`` line runs at import
 
 
-def run_eval(plan: dict[str, Any], work: Path) -> tuple[int, float]:
-    """The eval in its own process, its output into ``work/eval.log``; exit code and wall seconds."""
-    work.mkdir(parents=True, exist_ok=True)
-    plan_file = work / "plan.yaml"
+def run_eval(plan: dict[str, Any], work: Path) -> tuple[int, float, dict[str, Any] | None]:
+    """The eval in its own process, its output into ``work/eval.log``; exit code, wall seconds, its summary."""
     import yaml
 
+    work.mkdir(parents=True, exist_ok=True)
+    plan_file = work / "plan.yaml"
     plan_file.write_text(yaml.safe_dump(plan, sort_keys=False))
     exe = Path(sys.executable).with_name("swa-harness")
     cmd = [str(exe)] if exe.is_file() else [sys.executable, "-m", "harness.cli"]
@@ -201,7 +212,10 @@ def run_eval(plan: dict[str, Any], work: Path) -> tuple[int, float]:
     t0 = time.perf_counter()
     with (work / "eval.log").open("w") as log:
         code = subprocess.run(cmd, stdout=log, stderr=subprocess.STDOUT, env={**os.environ, "PYTHONUNBUFFERED": "1"})
-    return code.returncode, time.perf_counter() - t0
+    wall = time.perf_counter() - t0
+    summary = work / "eval" / "summary.json"
+    print(f"{work.name}: exit {code.returncode} in {wall:.0f} s", file=sys.stderr, flush=True)
+    return code.returncode, wall, json.loads(summary.read_text()) if summary.is_file() else None
 
 
 def rows_from(summary: dict[str, Any], config: str, reaches: dict[str, Reach]) -> list[Row]:
@@ -231,6 +245,11 @@ def rows_from(summary: dict[str, Any], config: str, reaches: dict[str, Reach]) -
     return rows
 
 
+def unreached_row(fault: str, config: str, task: str, r: Reach) -> Row:
+    """A fault whose edited statements never ran in the traced clean server: no arm, nothing to judge."""
+    return Row(fault, config, task, 0, "not run", None, None, None, None, None, "not reached", r.line)
+
+
 def _pp(difference: Any) -> float | None:
     """ON - OFF in percentage points, from the summary's difference (a fraction; None for an incomplete run)."""
     return None if difference is None else 100.0 * float(difference)
@@ -242,6 +261,8 @@ def section(rows: Sequence[dict[str, Any]], meta: dict[str, Any]) -> str:
         return ""
 
     def cell(r: dict[str, Any]) -> str:
+        if r["accuracy_verdict"] == "not run":
+            return "no arm"
         if r["logprob_verdict"] in (None, "NO VERDICT") and r["accuracy_verdict"] not in ("GREEN", "AMBER", "RED"):
             return f"no verdict ({r['reason'][:90]})"
         acc = f"{r['accuracy_verdict']} {r['delta_pp']:+.1f} pp" if r["delta_pp"] is not None else r["accuracy_verdict"]
@@ -253,26 +274,26 @@ def section(rows: Sequence[dict[str, Any]], meta: dict[str, Any]) -> str:
     out = [
         "## SGLang's catalog faults through its server",
         "",
-        f"`{meta['command']}` ({meta['when']}, {meta['wall_s']:.0f} s, exit {meta['exit']}): real SGLang "
-        f"{meta['sglang']} on CPU, {meta['limit']} items per task, each fault written into every server process, judged "
-        "against the clean baseline on accuracy (paired) and the logprob axis (SGLang's thresholds, "
-        "`sglang/float32`). Reach: the clean baseline ran traced, and each fault's edited statements were looked up in "
-        "what it ran.",
+        f"`{meta['command']}` ({meta['when']}, {meta['wall_s']:.0f} s, exits {meta['exit']}): real SGLang "
+        f"{meta['sglang']} on CPU (eager, prefill in chunks of 32 through the radix cache, FINDINGS #4's candidate fix "
+        f"patched in), {meta['limit']} items per task, each fault written into every server process and judged "
+        "against the clean baseline on accuracy (paired) and on the logprob axis (SGLang's thresholds, "
+        "`sglang/float32`). Reach: the clean arm ran once traced, and each fault's edited statements were looked up in "
+        "what its server ran; a fault none of whose statements ran gets no arm (its server would run the clean code). "
+        f"`{REPEAT}` is the clean arm again, judged against the traced one.",
         "",
     ]
     configs = sorted({r["config"] for r in rows})
-    out += ["| fault | " + " | ".join(f"{c}: {LABEL[t]}" for c in configs for t in TASKS) + " | reach (clean server) |"]
-    out += ["|---" * (1 + len(configs) * len(TASKS) + 1) + "|"]
+    head = [f"{c}: {LABEL[t]}" for c in configs for t in TASKS] + [f"{c}: reach" for c in configs]
+    out += ["| fault | " + " | ".join(head) + " |", "|---" * (1 + len(head)) + "|"]
     faults = list(dict.fromkeys(r["fault"] for r in rows))
-    for f in faults:
-        cells = []
-        for c in configs:
-            for t in TASKS:
-                mine = [r for r in rows if r["fault"] == f and r["config"] == c and r["task"] == t]
-                cells.append(cell(mine[0]) if mine else "not run")
-        reach_cell = next((r["reach"] for r in rows if r["fault"] == f and r["reach"]), "")
-        out.append(f"| `{f}` | " + " | ".join(cells) + f" | {reach_cell} |")
-    red = {r["fault"] for r in rows if r["logprob_verdict"] == "RED"}
+    for f in sorted(faults, key=lambda f: f != REPEAT):
+        mine = {(r["config"], r["task"]): r for r in rows if r["fault"] == f}
+        cells = [cell(mine[c, t]) if (c, t) in mine else "not run" for c in configs for t in TASKS]
+        cells += [next((mine[c, t]["reach"] for t in TASKS if (c, t) in mine), "") or "—" for c in configs]
+        out.append(f"| `{f}` | " + " | ".join(cells) + " |")
+    faults = [f for f in faults if f != REPEAT]
+    red = {r["fault"] for r in rows if r["logprob_verdict"] == "RED" and r["fault"] != REPEAT}
     reached = {r["fault"] for r in rows if r["reach"].startswith("reached")}
     green_reached = sorted(reached - red)
     out += [
@@ -319,17 +340,24 @@ def main(argv: list[str] | None = None) -> int:
             print(f"--faults: not in the SGLang catalog: {', '.join(unknown)}", file=sys.stderr)
             return 2
         work = args.work / args.config
-        trace = work / "trace"
-        plan = plan_mapping(faults, args.config, args.limit, trace, args.port)
-        code, wall = run_eval(plan, work)
-        summary_path = work / "eval" / "summary.json"
-        if not summary_path.is_file():
-            print(f"the eval wrote no summary.json (exit {code}); see {work / 'eval.log'}", file=sys.stderr)
+        trace = work / "screen" / "trace"
+        plan = plan_mapping(screen_arms(trace), args.config, args.limit, args.port)
+        code1, wall1, screened = run_eval(plan, work / "screen")
+        ran = {p.rsplit("/sglang/", 1)[1]: lines for p, lines in lines_run(trace).items()} if trace.is_dir() else {}
+        if screened is None or not ran:
+            print(f"the clean screen gave no summary or no trace; see {work / 'screen' / 'eval.log'}", file=sys.stderr)
             return 2
-        ran = {p.rsplit("/sglang/", 1)[1]: lines for p, lines in lines_run(trace).items()}
         reaches = {f: reach(f, ran) for f in faults}
-        rows = rows_from(json.loads(summary_path.read_text()), args.config, reaches)
-        data["rows"] = [r for r in data["rows"] if not (r["config"] == args.config and r["fault"] in faults)]
+        reached = [f for f in faults if reaches[f].reached]
+        code2, wall2, judged = run_eval(
+            plan_mapping(fault_arms(reached), args.config, args.limit, args.port), work / "faults"
+        )
+        if judged is None and reached:
+            print(f"the fault eval gave no summary.json; see {work / 'faults' / 'eval.log'}", file=sys.stderr)
+            return 2
+        rows = rows_from(screened, args.config, {}) + rows_from(judged or {"comparisons": []}, args.config, reaches)
+        rows += [unreached_row(f, args.config, t, reaches[f]) for f in faults if not reaches[f].reached for t in TASKS]
+        data["rows"] = [r for r in data["rows"] if not (r["config"] == args.config and r["fault"] in {*faults, REPEAT})]
         data["rows"] += [asdict(r) for r in rows]
         command = "python -m bench.sglang_fault_effects" + (
             f" --config {args.config}" if args.config != "roomy" else ""
@@ -337,13 +365,12 @@ def main(argv: list[str] | None = None) -> int:
         data["runs"][args.config] = {
             "command": command + (f" --faults {args.faults}" if args.faults else ""),
             "when": time.strftime("%Y-%m-%d", time.gmtime()),
-            "wall_s": wall,
-            "exit": code,
+            "wall_s": wall1 + wall2,
+            "exit": f"{code1}, {code2}",
             "limit": args.limit,
             "sglang": sglang.__version__,
         }
         DOCS_JSON.write_text(json.dumps(data, indent=1) + "\n")
-        print(f"eval exit {code} in {wall:.0f} s; {len(rows)} rows", file=sys.stderr)
     body = render_section(data)
     DOCS_MD.write_text(splice(DOCS_MD.read_text(), body))
     print(body)

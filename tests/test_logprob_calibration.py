@@ -83,15 +83,20 @@ def _summary(comparisons: list[tuple[str, float | None, str | None, str]]) -> di
 
 
 def test_the_fault_table_reads_each_comparison_and_counts_red_and_reach() -> None:
-    summary = _summary([("f-red", -0.12, "RED", "RED"), ("f-quiet", 0.0, "GREEN", "GREEN")])
+    summary = _summary([("f-red", -0.12, "RED", "RED")])
     reaches = {"f-red": sfe.Reach(2, 1, 1, 1), "f-quiet": sfe.Reach(1, 0, 0, 1)}
+    screen = sfe.rows_from(_summary([(sfe.REPEAT, 0.0, "GREEN", "GREEN")]), "roomy", {})
     rows = sfe.rows_from(summary, "roomy", reaches)
+    rows += [sfe.unreached_row("f-quiet", "roomy", t, reaches["f-quiet"]) for t in sfe.TASKS]
     assert [(r.fault, r.task, r.delta_pp, r.logprob_verdict) for r in rows][:2] == [
         ("f-red", "gsm_style", pytest.approx(-12.0), "RED"),
         ("f-red", "aime_style", pytest.approx(-12.0), "RED"),
     ]
     meta = {"command": "c", "when": "d", "wall_s": 1.0, "exit": 1, "limit": 100, "sglang": "0.5.23"}
-    text = sfe.section([r.__dict__ for r in rows], meta)
+    text = sfe.section([r.__dict__ for r in rows + screen], meta)
+    lines = [line for line in text.splitlines() if line.startswith("| `")]
+    assert lines[0].startswith(f"| `{sfe.REPEAT}` | accuracy GREEN +0.0 pp; logprobs **GREEN")  # the clean pair first
+    assert lines[2].startswith("| `f-quiet` | no arm | no arm |")
     assert "| `f-red` | accuracy RED -12.0 pp; logprobs **RED (KL 2.5, max\\|Δ\\| 3, 7 parted)**" in text
     assert "not reached: none of its 1 edited functions ran in the clean server" in text
     assert "Of 2 faults: **1 RED on the logprob axis**; 1 reached by the workload; 1 never reached" in text
