@@ -147,6 +147,8 @@ def source_of(
     )
     if not comparisons:
         raise ValueError(f"--arms: no comparison of {name} has both its arms among {', '.join(sorted(wanted))}")
+    if slug != plan.models[0].slug:  # another model of the same plan is a source of its own
+        name = f"{name} ({slug})"
     return Source(name=name, plan=plan, runs=runs, comparisons=comparisons)
 
 

@@ -20,6 +20,9 @@ def test_a_plan_source_starts_the_named_arms_and_keeps_the_comparisons_among_the
     assert [r.arm.name for r in source.runs] == ["on", "off", "cache-off"]
     assert [c.name for c in source.comparisons] == ["on-vs-off", "cache-off-vs-on"]
     assert source.label == "suites/plans/sglang-cpu.yaml: on, off, cache-off"
+    other = source_of(Path("suites/plans/vllm-cpu.yaml"), ["on", "off"], "gemma3-tiny-swa", ITEMS, 32)
+    assert other.name == "suites/plans/vllm-cpu.yaml (gemma3-tiny-swa)"  # its rows are not the first model's
+    assert {r.model.slug for r in other.runs} == {"gemma3-tiny-swa"}
 
 
 @pytest.mark.parametrize(
