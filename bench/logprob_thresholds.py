@@ -121,14 +121,13 @@ class Source:
 
 
 def source_of(
-    plan_file: Path | None, arms: Sequence[str], model: str | None, items: dict[str, int], batch: int
+    plan_file: Path | None, arms: Sequence[str], model: str | None, items: dict[str, int], batch: int, work: Path
 ) -> Source:
-    """The arms to start and the plan's comparisons among them; an arm the plan lacks, or one that carries a fault or
-    is expected RED, is refused by name (a calibration is of clean arms only)."""
+    """The arms to start and the plan's comparisons among them (servers' logs into ``work``); an arm the plan lacks,
+    or one that carries a fault or is expected RED, is refused by name (a calibration is of clean arms only)."""
     from harness.jobs.cpu import EvalConfig, cpu_plan
     from harness.jobs.plan_file import plan_from_file
 
-    work = Path(tempfile.mkdtemp(prefix="logprob-calibration-"))
     if plan_file is None:
         plan, name = cpu_plan(EvalConfig(limits=items, out=work, batch_size=batch)), "cpu"
     else:
@@ -406,7 +405,9 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     items = {"gsm_style": 8 if args.gsm is None else args.gsm, "aime_style": 4 if args.aime is None else args.aime}
     try:
-        source = source_of(args.plan, [a for a in args.arms.split(",") if a], args.model, items, args.batch_size)
+        arms = [a for a in args.arms.split(",") if a]
+        work = Path(tempfile.mkdtemp(prefix="logprob-calibration-"))
+        source = source_of(args.plan, arms, args.model, items, args.batch_size, work)
     except ValueError as exc:
         print(f"python -m bench.logprob_thresholds: {exc}", file=sys.stderr)
         return 2

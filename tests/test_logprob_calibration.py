@@ -15,12 +15,12 @@ SGLANG_PLAN = Path("suites/plans/sglang-cpu.yaml")
 ITEMS = {"gsm_style": 8, "aime_style": 4}
 
 
-def test_a_plan_source_starts_the_named_arms_and_keeps_the_comparisons_among_them() -> None:
-    source = source_of(SGLANG_PLAN, ["on", "off", "cache-off"], None, ITEMS, 32)
+def test_a_plan_source_starts_the_named_arms_and_keeps_the_comparisons_among_them(tmp_path: Path) -> None:
+    source = source_of(SGLANG_PLAN, ["on", "off", "cache-off"], None, ITEMS, 32, tmp_path)
     assert [r.arm.name for r in source.runs] == ["on", "off", "cache-off"]
     assert [c.name for c in source.comparisons] == ["on-vs-off", "cache-off-vs-on"]
     assert source.label == "suites/plans/sglang-cpu.yaml: on, off, cache-off"
-    other = source_of(Path("suites/plans/vllm-cpu.yaml"), ["on", "off"], "gemma3-tiny-swa", ITEMS, 32)
+    other = source_of(Path("suites/plans/vllm-cpu.yaml"), ["on", "off"], "gemma3-tiny-swa", ITEMS, 32, tmp_path)
     assert other.name == "suites/plans/vllm-cpu.yaml (gemma3-tiny-swa)"  # its rows are not the first model's
     assert {r.model.slug for r in other.runs} == {"gemma3-tiny-swa"}
 
@@ -34,9 +34,9 @@ def test_a_plan_source_starts_the_named_arms_and_keeps_the_comparisons_among_the
         (["off", "invariant-check"], "no comparison"),  # both judged against "on", which is not started
     ],
 )
-def test_a_calibration_refuses_arms_it_cannot_use_by_name(arms: list[str], words: str) -> None:
+def test_a_calibration_refuses_arms_it_cannot_use_by_name(arms: list[str], words: str, tmp_path: Path) -> None:
     with pytest.raises(ValueError, match=words):
-        source_of(SGLANG_PLAN, arms, None, ITEMS, 32)
+        source_of(SGLANG_PLAN, arms, None, ITEMS, 32, tmp_path)
 
 
 def _rows(source: str, seeds: int, worst: float) -> list[dict]:
