@@ -498,11 +498,9 @@ def test_preflight_is_skipped_for_external_servers(monkeypatch, tmp_path):
     plan = build_plan(
         models=["some/base-model"], arms=["on"], tasks=["gsm_style"], urls={"on": "http://127.0.0.1:9"}, out=tmp_path
     )
-    from harness.servers.sglang_server import server_args
+    from harness.servers.sglang_server import kind
 
-    monkeypatch.setattr(
-        server_args, "sglang_parser", lambda: pytest.fail("preflight needs SGLang; no server is launched")
-    )
+    monkeypatch.setattr(kind, "sglang_parser", lambda: pytest.fail("preflight needs SGLang; no server is launched"))
     monkeypatch.setattr(SGLangServer, "required_modules", ("swa_harness_no_such_module",))  # not installed here
     monkeypatch.setattr(runner, "run_arm", lambda run, *a, **kw: _runs(plan, {}))
     assert runner.run_plan(plan, _options(check_args=True)) == 0

@@ -22,13 +22,13 @@ PLAN = build_nightly_plan()
 def parser(target):
     if target.name != "sglang":
         pytest.skip("parses with real SGLang's ServerArgs: run with --target sglang (nox -s sglang)")
-    from harness.servers.sglang_server.server_args import sglang_parser
+    from harness.servers.sglang_server import sglang_parser
 
     return sglang_parser()
 
 
 def _assert_arm_parses(run, parser):
-    from harness.servers.sglang_server.server_args import check_arm
+    from harness.servers.sglang_server import check_arm
 
     parsed = check_arm(sglang_args(run.spec), run.arm.expect, parser)
     assert parsed.field("model_path") == run.model.name and parsed.field("port") == run.port
@@ -56,7 +56,7 @@ def test_arm_flags_parse_with_sglang(parser, run):
     ],
 )
 def test_an_invalid_arm_fails_the_test(parser, flags, message):
-    from harness.servers.sglang_server.server_args import InvalidServerArgs
+    from harness.servers.sglang_server import InvalidServerArgs
 
     on = PLAN.run_for(PLAN.models[0], "on")
     bad = replace(on, arm=replace(on.arm, flags=flags))
@@ -65,7 +65,7 @@ def test_an_invalid_arm_fails_the_test(parser, flags, message):
 
 
 def test_flags_that_do_not_set_the_claimed_field_fail(parser):
-    from harness.servers.sglang_server.server_args import InvalidServerArgs
+    from harness.servers.sglang_server import InvalidServerArgs
 
     off = PLAN.run_for(PLAN.models[0], "off")
     # decode disabled, prefill left as is: the graph mode's flags, half of them, as the arm's own flags

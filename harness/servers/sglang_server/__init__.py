@@ -1,5 +1,5 @@
 """The SGLang server kind (``kind``) and what its servers run with: the patched launcher, its CPU graph hooks, the
-eviction ledger, SGLang's own argument parser, the trace."""
+eviction ledger, the trace; SGLang's own argument parser over an arm's flags is the kind's (``check_arm``)."""
 
 from harness.servers.sglang_server.kind import (
     CPU_ENV,
@@ -7,12 +7,17 @@ from harness.servers.sglang_server.kind import (
     CPU_GRAPH_BS,
     GRAPHS_OFF_FLAGS,
     PATCHED_LAUNCH,
+    InvalidServerArgs,
+    ParsedServerArgs,
     SGLANG_LAUNCH,
     STATS,
     SGLangServer,
+    check_arm,
     graph_flags,
     on_cpu,
+    parse_server_args,
     sglang_args,
+    sglang_parser,
 )
 
 __all__ = [
@@ -21,10 +26,15 @@ __all__ = [
     "CPU_GRAPH_BS",
     "GRAPHS_OFF_FLAGS",
     "PATCHED_LAUNCH",
+    "InvalidServerArgs",
+    "ParsedServerArgs",
     "SGLANG_LAUNCH",
     "STATS",
     "SGLangServer",
+    "check_arm",
     "graph_flags",
     "on_cpu",
+    "parse_server_args",
     "sglang_args",
+    "sglang_parser",
 ]

@@ -1,18 +1,19 @@
 """SGLang's server as an engine: graphs on is its default (CUDA graphs for decode), graphs off disables the
 decode and prefill graph backends. On CPU (an arm whose flags say ``--device cpu``) and for a fault arm the
 server runs through ``patched_server``, which installs the CPU stand-ins (``shims/``) and/or patches an
-SGLang-side catalog fault into every process of the server. ``server_args`` checks an arm's flags with
-SGLang's own parser."""
+SGLang-side catalog fault into every process of the server. ``refused_flags`` checks an arm's flags with SGLang's own
+parser (``check_arm``, below), so that a plan refuses them before anything starts."""
 
 from __future__ import annotations
 
-from typing import Any, Mapping
+import argparse
+from dataclasses import dataclass
+from typing import Any, Mapping, Sequence
 
 from harness.servers.base import ServerKind, ServerSpec, environment_cache
 from harness.servers.counters import SGLANG_METRICS, Counters, metrics_reader, metrics_stats
 from harness.servers.lifecycle import Command
 from harness.servers.sglang_server import eviction_ledger  # a submodule: imports nothing of this package
-from harness.servers.sglang_server import server_args  # a submodule: imports SGLang only when it parses
 from harness.env import SGLANG_FAULT_ENV, SGLANG_PATCH_ENV
 from harness.targets.preflight import SGLANG_SERVER
 
@@ -110,10 +111,9 @@ class SGLangServer(ServerKind):
     def refused_flags(self, spec: ServerSpec, expect: Mapping[str, Any]) -> str | None:
         """Its flags through SGLang's own parser (SGLang must import), and the ``ServerArgs`` fields ``expect``
         names (the nightly's arms say which fields their flags set)."""
-        argv = sglang_args(spec)
         try:
-            server_args.check_arm(argv, expect, server_args.sglang_parser())
-        except server_args.InvalidServerArgs as exc:
+            check_arm(sglang_args(spec), expect, sglang_parser())
+        except InvalidServerArgs as exc:
             return str(exc)
         return None
 
@@ -147,3 +147,82 @@ class SGLangServer(ServerKind):
 def on_cpu(flags: tuple[str, ...]) -> bool:
     """The arm runs SGLang's CPU engine (``--device cpu``, in either spelling)."""
     return "--device=cpu" in flags or any(a == "--device" and b == "cpu" for a, b in zip(flags, flags[1:]))
+
+
+# -- its flags through SGLang's own parser -------------------------------------------------------------------------
+# Parse an arm's server flags with SGLang's own command-line parser, on any machine with SGLang installed.
+#
+# ``sglang.launch_server`` builds its parser as ``ServerArgs.add_cli_args(argparse.ArgumentParser())``
+# and turns the namespace into a ``ServerArgs`` record with ``ServerArgs.from_cli_args``; both run on
+# CPU (the SGLang target's install, ``nox -s sglang``). Resolution (``resolve_once``: the model's
+# config from the hub, the GPU, memory sizing) is the server's start-up and is not run here.
+#
+# The parser here differs from SGLang's in one respect: an error raises :class:`InvalidServerArgs`
+# instead of printing the usage and exiting, and a deprecated spelling (``--disable-cuda-graph``) is
+# reported, so a plan can refuse flags that only parse with a warning.
+
+
+class InvalidServerArgs(ValueError):
+    """SGLang's parser refused the flags (unknown flag, bad value, bad choice)."""
+
+
+@dataclass(frozen=True)
+class ParsedServerArgs:
+    server_args: Any  # sglang.srt.server_args.ServerArgs
+    deprecated: tuple[str, ...]  # deprecated flags the argv used
+
+    def field(self, name: str) -> Any:
+        return getattr(self.server_args, name)
+
+
+class _RaisingParser(argparse.ArgumentParser):
+    def error(self, message: str):  # type: ignore[override]
+        raise InvalidServerArgs(message)
+
+
+def sglang_parser() -> argparse.ArgumentParser:
+    """SGLang's server parser (needs ``sglang`` importable: on CPU, ``load_target("sglang")`` first)."""
+    from sglang.srt.server_args import ServerArgs
+
+    parser = _RaisingParser(prog="sglang.launch_server", exit_on_error=False, add_help=False)
+    ServerArgs.add_cli_args(parser)
+    return parser
+
+
+def parse_server_args(argv: Sequence[str], parser: argparse.ArgumentParser | None = None) -> ParsedServerArgs:
+    """``argv`` (the flags after ``python -m sglang.launch_server``) as SGLang's ``ServerArgs``."""
+    from sglang.srt.server_args import ServerArgs
+
+    parser = parser or sglang_parser()
+    try:
+        namespace = parser.parse_args(list(argv))
+    except argparse.ArgumentError as exc:  # exit_on_error=False routes some errors here instead of error()
+        raise InvalidServerArgs(str(exc)) from None
+    deprecated = tuple(
+        token
+        for token in argv
+        if token.startswith("--")
+        and type(parser._option_string_actions.get(token.split("=", 1)[0])).__name__.startswith("Deprecated")
+    )
+    try:
+        record = ServerArgs.from_cli_args(namespace)
+    except (TypeError, ValueError) as exc:
+        raise InvalidServerArgs(f"ServerArgs refused the parsed flags: {exc}") from exc
+    return ParsedServerArgs(record, deprecated)
+
+
+def check_arm(
+    argv: Sequence[str],
+    expect: Mapping[str, Any],
+    parser: argparse.ArgumentParser | None = None,
+    *,
+    allow_deprecated: bool = False,
+) -> ParsedServerArgs:
+    """Parse ``argv`` and check that it set every ``expect`` field; raises :class:`InvalidServerArgs`."""
+    parsed = parse_server_args(argv, parser)
+    if parsed.deprecated and not allow_deprecated:
+        raise InvalidServerArgs(f"deprecated flag(s) {', '.join(parsed.deprecated)}: use the current spelling")
+    wrong = {name: parsed.field(name) for name, value in expect.items() if parsed.field(name) != value}
+    if wrong:
+        raise InvalidServerArgs(f"flags {' '.join(argv)} did not set {dict(expect)}: ServerArgs has {wrong}")
+    return parsed
