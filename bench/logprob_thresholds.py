@@ -16,7 +16,9 @@ source's rows and keeps the others', so one engine's thresholds can cover the ar
 
 Rule, per engine/dtype: ``clean`` = the largest per-item max|dlp| and max KL over every seed, comparison and
 task; AMBER above 10 x clean max|dlp| or 100 x clean KL, RED above 1000 x and 10^6 x (KL grows as the square of a
-logprob change, so its factors are the squares). A zero clean value (bit-exact arms) is replaced by float32 dust
+logprob change, so its factors are the squares), the KL's RED never above 1 nat (``KL_RED_CAP``): no float noise moves
+a next-token distribution that far, and where an engine's clean KL is not the square of its clean logprob change
+(SGLang's: 6.7e-5 beside 1.3e-5) the squared factor would put RED out of reach. A zero clean value (bit-exact arms) is replaced by float32 dust
 (1e-7 in a logprob, 1e-14 in KL): any real change is far above it. False alarms are shown leave-one-out: each seed
 judged against thresholds derived from the other seeds alone.
 
@@ -45,6 +47,7 @@ from harness.evals.logprobs import THRESHOLDS_FILE, TOP_K, TokenLogprobs, judge_
 from harness.jobs.plan import ArmRun, Comparison, Plan
 
 AMBER_FACTOR, RED_FACTOR = 10.0, 1000.0  # on max|dlp|; KL's are their squares
+KL_RED_CAP = 1.0  # nats: the KL's RED threshold never lies above it (the rule in the docstring)
 DUST = {"max_abs_delta": 1e-7, "max_kl": 1e-14}
 TASKS = ("gsm_style", "aime_style")
 
@@ -56,9 +59,13 @@ def derive(rows: Sequence[dict[str, Any]]) -> dict[str, Any]:
         "max_kl": max((r["max_kl"] for r in rows), default=0.0),
     }
     base = {k: max(v, DUST[k]) for k, v in clean.items()}
+    red_kl = min(RED_FACTOR**2 * base["max_kl"], KL_RED_CAP)
     return {
-        "amber": {"max_abs_delta": AMBER_FACTOR * base["max_abs_delta"], "max_kl": AMBER_FACTOR**2 * base["max_kl"]},
-        "red": {"max_abs_delta": RED_FACTOR * base["max_abs_delta"], "max_kl": RED_FACTOR**2 * base["max_kl"]},
+        "amber": {
+            "max_abs_delta": AMBER_FACTOR * base["max_abs_delta"],
+            "max_kl": min(AMBER_FACTOR**2 * base["max_kl"], red_kl),
+        },
+        "red": {"max_abs_delta": RED_FACTOR * base["max_abs_delta"], "max_kl": red_kl},
         "clean": clean,
     }
 
@@ -292,6 +299,14 @@ def false_alarm_table(key: str, path: Path = THRESHOLDS_FILE) -> str:
         f"(the budget: 1 in 20). The thresholds the job uses, from all {t['seeds']}: AMBER above "
         f"{t['amber']['max_abs_delta']:.2g} in \\|Δlogprob\\| or {t['amber']['max_kl']:.2g} in KL, RED above "
         f"{t['red']['max_abs_delta']:.2g} or {t['red']['max_kl']:.2g}.\n"
+        + (
+            f"\nHere the clean KL ({t['clean']['max_kl']:.2g}) is not the square of the clean logprob change "
+            f"({t['clean']['max_abs_delta']:.2g}, squared {t['clean']['max_abs_delta'] ** 2:.2g}): the KL over the top "
+            f"{TOP_K} and the rest moves more than the chosen tokens do, so RED in KL is capped at {KL_RED_CAP:g} nat "
+            "and the logprob change carries the RED.\n"
+            if t["clean"]["max_kl"] > 100 * t["clean"]["max_abs_delta"] ** 2
+            else ""
+        )
     )
 
 

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from bench import sglang_fault_effects as sfe
-from bench.logprob_thresholds import derive, source_of, write
+from bench.logprob_thresholds import KL_RED_CAP, derive, source_of, write
 
 SGLANG_PLAN = Path("suites/plans/sglang-cpu.yaml")
 ITEMS = {"gsm_style": 8, "aime_style": 4}
@@ -111,3 +111,13 @@ def test_the_section_goes_between_its_markers_and_replaces_itself() -> None:
     twice = sfe.splice(once, "## SGLang\n\nsecond")
     assert once.index(sfe.MARK[0]) < once.index("## What accuracy alone would miss")
     assert "first" not in twice and twice.count(sfe.MARK[0]) == 1 and "second" in twice
+
+
+def test_the_kl_red_threshold_is_never_above_the_cap_while_the_logprob_factors_stay() -> None:
+    # SGLang's clean arms: KL 6.7e-5 beside a logprob change of 1.3e-5; the squared factor alone gives RED at KL 67.
+    t = derive([{"max_abs_delta": 1.3e-5, "max_kl": 6.7e-5}])
+    assert t["red"]["max_kl"] == KL_RED_CAP and t["amber"]["max_kl"] == pytest.approx(6.7e-3)
+    assert t["red"]["max_abs_delta"] == pytest.approx(1.3e-2)
+    # The harness's clean arms (KL the square of the change): far under the cap, the factors as before.
+    h = derive([{"max_abs_delta": 1.5e-5, "max_kl": 1.9e-10}])
+    assert h["red"]["max_kl"] == pytest.approx(1.9e-4) and h["amber"]["max_kl"] == pytest.approx(1.9e-8)
