@@ -35,6 +35,8 @@ def prefill(memory, cache, req: SimReq, n: int, *, checkpoint: bool = True) -> N
     cache.slide_windows([req])
     if checkpoint:
         cache.cache_unfinished_req(req)
+    else:
+        cache.settle_locks()  # rule 11: the scenes read receipts (``req.prefix_lock``) straight after the slide
 
 
 def finish(memory, cache, req: SimReq) -> None:
