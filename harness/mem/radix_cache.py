@@ -681,13 +681,12 @@ class RadixCache:
         two apart (the parent's only child, the same full locks, so no lock ends at the parent, the same SWA state and
         holders). A floor that follows its window splits off one page per step; without this each request left a
         chain of one-page nodes behind, and every walk of the tree (evictions, their ledger) ran 4x longer (issue
-        58)."""
-        parent = node.parent
-        if not self._joins(parent, node, node.swa_locks):
-            return
-        node.key, node.value = parent.key + node.key, joined(parent.value, node.value)
-        node.parent, node.last_access = parent.parent, max(parent.last_access, node.last_access)
-        node.parent.children[self._child_key(node.key, 0)] = node
+        58). It goes on up while the next parent joins too: a floor that settles several steps at once (rule 11) can
+        drop more than one node, and a floor moved every step would have merged each of them as it left it."""
+        while self._joins(parent := node.parent, node, node.swa_locks):
+            node.key, node.value = parent.key + node.key, joined(parent.value, node.value)
+            node.parent, node.last_access = parent.parent, max(parent.last_access, node.last_access)
+            node.parent.children[self._child_key(node.key, 0)] = node
 
     @seam("swa-frontier-reaches-insert-boundary", "swa-frontier-tombstones-last-leaf")
     def swa_keep_from(self, kv_len: int) -> int:
