@@ -664,6 +664,7 @@ class RadixCache:
         parent.end, parent.last_access = boundary, max(parent.last_access, across.last_access)
         across.key, across.value = key[n:], value[n:]
         parent.children[self._child_key(across.key, 0)] = across
+        self._merge_into(parent)  # as the slow path's merge goes on up (a settle may shift past a node left apart)
 
     def _joins(self, parent: TreeNode, node: TreeNode, swa_locks: Counter[int]) -> bool:
         """Whether ``parent`` and its child ``node``, holding ``swa_locks``, read as one node to every rule: the
