@@ -356,6 +356,7 @@ def _evict_by_scan(cache):
         return min((n for n in cache._nodes() if eligible(n)), key=lambda n: n.last_access, default=None)
 
     def evict(*, full_tokens: int = 0, swa_tokens: int = 0) -> None:
+        cache.settle_locks()  # rule 11: as every eviction reads the locks
         alloc = cache.allocator
         want = alloc.full_available_size() + full_tokens
         while alloc.full_available_size() < want and (leaf := lru(lambda n: not n.children and not n.full_lock_ref)):
