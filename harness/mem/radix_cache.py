@@ -14,8 +14,9 @@ harness's own, with SGLang's concepts and names. The rules, and the fixes they c
    overlap its last ``W - 1`` tokens (the lock's *floor*: the first position it needs live; the node
    across the floor is split so that no more is pinned). A lock is a receipt: unlock walks the same
    nodes, and a split gives the upper half exactly the SWA holders whose floor lies inside it. As the
-   request's window slides, its SWA floor follows (so a request pins no more SWA KV than a window, as
-   without a cache), and the SWA part ends once the window has passed the prefix. A node the floor has left
+   request's window slides, its SWA floor follows, as read by every call but the slide itself (rule 11), so
+   a request pins no more SWA KV than a window, as without a cache; and the SWA part ends once the window has
+   passed the prefix. A node the floor has left
    behind is merged back into its parent where nothing tells the two apart (issue 58: one page split off per
    decode step left chains of one-page nodes, and every walk of the tree paid for them).
 4. **Eviction**, least recently used first, each pool apart: full evicts unlocked leaves (their SWA
