@@ -356,6 +356,7 @@ def _evict_by_scan(cache):
         return min((n for n in cache._nodes() if eligible(n)), key=lambda n: n.last_access, default=None)
 
     def evict(*, full_tokens: int = 0, swa_tokens: int = 0) -> None:
+        cache.settle_locks()  # rule 11: as every eviction reads the locks
         alloc = cache.allocator
         want = alloc.full_available_size() + full_tokens
         while alloc.full_available_size() < want and (leaf := lru(lambda n: not n.children and not n.full_lock_ref)):
@@ -407,6 +408,7 @@ def test_eviction_takes_the_nodes_a_fresh_lru_scan_per_node_would_take(page_size
 
 
 def _tree_shape(cache) -> tuple:
+    cache.settle_locks()  # rule 11: the nodes are read straight from the tree
     nodes = sorted(
         (
             n.start,
@@ -459,4 +461,48 @@ def test_the_floor_moves_a_piece_to_its_parent_exactly_as_split_and_merge_would(
     outputs = _lockstep(engines, waves, SamplingParams(max_new_tokens=40, ignore_eos=True), agree)
     assert outputs[0] == outputs[1] and not engines[1].scheduler.has_work()
     assert taken[0] == taken[1] and sum(taken[0]) > 0 and not all(taken[0]), f"fast path taken {sum(taken[0])} times"
+    engines[0].tree_cache.sanity_check()
+
+
+@pytest.mark.parametrize("page_size", [1, 4])
+def test_floors_settled_when_read_leave_the_tree_a_floor_moved_every_step_leaves(page_size):
+    """Rule 11 (issue 58): a step's slide only notes the SWA locks that owe their window a step, and the next call that
+    reads the tree moves each once. Two engines run the same requests in lockstep (published prompts, repeats and
+    partial sharers that decode past their windows, on a pool tight enough to evict), one as shipped and one that
+    settles every lock right after every slide (a floor moved every step, as before rule 11); every 4th step, once both
+    are settled (the comparison reads the tree, which settles the shipped one's locks, each owing up to 4 steps), every
+    node (span, state, locks, slots, recency), the counts, the pools and the requests agree."""
+    engines, moves = [], []
+    for every_step in (False, True):
+        engine = make_engine(
+            "gemma2", "off", chunk_size=8, page_size=page_size, max_running_requests=4, max_prefill_tokens=32
+        )
+        cache, calls = engine.tree_cache, []
+        real_follow, real_slide = cache._follow_window, cache.slide_windows
+        cache._follow_window = lambda req, _real=real_follow, _calls=calls: (_calls.append(req.rid), _real(req))
+        if every_step:
+            cache.slide_windows = lambda reqs, _real=real_slide, _c=cache: (_real(reqs), _c.settle_locks())
+        engines.append(engine)
+        moves.append(calls)
+    stem = random_sequences([40], seed=11)[0]
+    waves = [
+        [stem + tail for tail in random_sequences([3, 8], seed=12)],
+        [stem + [1], stem[:28] + [5] * 4, stem[:36], *random_sequences([20], seed=13)],
+        [stem[:28] + [5] * 4 + [6], stem + [2, 3], stem[:16] + [9] * 3],
+    ]
+
+    owed = []  # per step: locks the shipped engine had yet to move when the step ended
+
+    def agree() -> None:
+        owed.append(len(engines[0].tree_cache._unsettled))
+        if len(owed) % 4:  # compared every 4th step: in between the shipped engine's locks owe up to 4 steps
+            return
+        assert _tree_shape(engines[0].tree_cache) == _tree_shape(engines[1].tree_cache)
+        assert _cache_state(engines[0]) == _cache_state(engines[1])
+
+    outputs = _lockstep(engines, waves, SamplingParams(max_new_tokens=40, ignore_eos=True), agree)
+    assert outputs[0] == outputs[1] and not engines[1].scheduler.has_work()
+    assert sum(o[2] for o in outputs[0]) > 0, "no request was served from the cache"
+    assert len(moves[0]) < len(moves[1]), f"floor moves: {len(moves[0])} settled when read, {len(moves[1])} every step"
+    assert sum(n > 0 for n in owed) > 10, f"steps that ended owing a lock a move: {owed}"
     engines[0].tree_cache.sanity_check()

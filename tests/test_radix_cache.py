@@ -35,6 +35,8 @@ def prefill(memory, cache, req: SimReq, n: int, *, checkpoint: bool = True) -> N
     cache.slide_windows([req])
     if checkpoint:
         cache.cache_unfinished_req(req)
+    else:
+        cache.settle_locks()  # rule 11: the scenes read receipts (``req.prefix_lock``) straight after the slide
 
 
 def finish(memory, cache, req: SimReq) -> None:
@@ -361,3 +363,67 @@ def test_joined_values_read_as_torch_cat_and_halves_of_one_split_join_without_a_
         out = joined(a, b, n)
         assert torch.equal(out, torch.cat((a, b if n is None else b[:n])))
         assert out.untyped_storage().data_ptr() not in {a.untyped_storage().data_ptr(), b.untyped_storage().data_ptr()}
+
+
+# -- rule 11: floors settle when read ---------------------------------------------------------------------------------
+
+
+def _floor_scene():
+    """A request whose SWA lock crosses a node boundary as its window moves: the tree holds 0..11 tombstoned, 12..15
+    and 16..17 live (two published prompts); the request continues the longer one (lock on 16..18, floor 15, so
+    12..16 is split at 15). Each decode step moves its floor one token: 16 (the node 15..16 left behind), 17 (inside
+    16..18), then the window passes the prefix and the SWA lock ends."""
+    memory = build_hybrid_pool(HybridPoolSpec(size=64, size_swa=32, max_requests=4, max_context_len=64))
+    cache = RadixCache(memory.allocator, memory.req_to_token_pool, sliding_window_size=W)
+    first = admit(memory, cache, list(range(1, 17)))
+    prefill(memory, cache, first, 16, checkpoint=False)
+    finish(memory, cache, first)
+    longer = admit(memory, cache, list(range(1, 17)) + [50, 51])
+    prefill(memory, cache, longer, 2, checkpoint=False)
+    finish(memory, cache, longer)
+    req = admit(memory, cache, list(range(1, 17)) + [50, 51, 60])
+    assert req.prefix_lock.swa_floor == 15 and _path(cache, req.prefix_lock.node) == [
+        (0, 12),
+        (12, 15),
+        (15, 16),
+        (16, 18),
+    ]
+    return memory, cache, req
+
+
+def _floor_state(cache, req) -> tuple:
+    nodes = sorted(
+        (n.start, n.end, n.swa_tombstone, n.full_lock_ref, sorted((+n.swa_locks).items())) for n in cache._nodes()
+    )
+    sizes = (cache.evictable_size(), cache.protected_size(), cache.swa_evictable_size(), cache.swa_protected_size())
+    return req.prefix_lock.swa_floor, _path(cache, req.prefix_lock.node), nodes, sizes
+
+
+def test_a_slide_moves_no_lock_and_the_next_read_moves_it_once_to_the_tree_a_move_per_step_gives():
+    """Rule 11 (issue 58): a decode step's slide only notes that the lock owes its window a step; the next call that
+    reads the tree's locks (here an SWA size) moves it once, however many steps it owes, and the tree, the receipt and
+    the counts are then what a floor moved at every step gives, across the node boundary the floor passed (the merge
+    goes on up: rule 3) and after the window has passed the prefix."""
+    eager, lazy = [], []
+    for settle_each_step in (True, False):
+        memory, cache, req = _floor_scene()
+        moves, real = [], cache._follow_window
+        cache._follow_window = lambda r, _real=real, _moves=moves: (_moves.append(r.kv_len), _real(r))
+        states = eager if settle_each_step else lazy
+        for steps in (2, 1):
+            floor = req.prefix_lock.swa_floor
+            for _ in range(steps):
+                _grow(memory, req, 1)
+                cache.slide_windows([req])
+                if settle_each_step:
+                    cache.settle_locks()
+            if not settle_each_step:
+                assert moves == [] and req.prefix_lock.swa_floor == floor, "a slide moved the lock"
+            protected = cache.swa_protected_size()  # the read
+            if not settle_each_step:
+                assert len(moves) == 1, f"the read moved the lock {len(moves)} times"
+                moves.clear()
+            states.append((protected, *_floor_state(cache, req)))
+        cache.sanity_check()
+    assert lazy == eager
+    assert [s[:3] for s in lazy] == [(1, 17, [(0, 12), (12, 17), (17, 18)]), (0, None, [(0, 12), (12, 18)])], lazy

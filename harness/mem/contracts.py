@@ -267,7 +267,9 @@ class PrefixCache(Protocol):
         """For each request (a scheduler step's batch, one call per step): free the SWA slots of its own tokens
         that no future query sees, keeping what an insert at its current length needs; drop the prefix's SWA lock
         once the window has passed it. A batch, so that a cache can free the step's slots in one allocator call
-        (issue 58); what leaves is what one call per request would free."""
+        (issue 58); what leaves is what one call per request would free. A cache may move its locks later, at the
+        next call that reads them (the harness's tree, its rule 11), if every size, eviction, match and insert
+        reads them as moved."""
         ...
 
     def evict(self, *, full_tokens: int = 0, swa_tokens: int = 0) -> None:

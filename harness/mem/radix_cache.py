@@ -14,8 +14,9 @@ harness's own, with SGLang's concepts and names. The rules, and the fixes they c
    overlap its last ``W - 1`` tokens (the lock's *floor*: the first position it needs live; the node
    across the floor is split so that no more is pinned). A lock is a receipt: unlock walks the same
    nodes, and a split gives the upper half exactly the SWA holders whose floor lies inside it. As the
-   request's window slides, its SWA floor follows (so a request pins no more SWA KV than a window, as
-   without a cache), and the SWA part ends once the window has passed the prefix. A node the floor has left
+   request's window slides, its SWA floor follows, as read by every call but the slide itself (rule 11), so
+   a request pins no more SWA KV than a window, as without a cache; and the SWA part ends once the window has
+   passed the prefix. A node the floor has left
    behind is merged back into its parent where nothing tells the two apart (issue 58: one page split off per
    decode step left chains of one-page nodes, and every walk of the tree paid for them).
 4. **Eviction**, least recently used first, each pool apart: full evicts unlocked leaves (their SWA
@@ -50,6 +51,18 @@ harness's own, with SGLang's concepts and names. The rules, and the fixes they c
    own tail past the insert) go back in one ``free`` at its end (``_one_free``), not one per node: a free validates
    both pools, and a finished request made two or three of them (issue 58). Nothing between reads the free lists;
    a free that would be refused is refused with the slots of every node in it.
+11. **Floors settle when read.** A decode step's slide (rule 8) frees the window's SWA slots at once but does not move
+   the SWA locks: it notes each request whose lock has a step to take, and the next call that reads or changes the
+   tree's locks, sizes or nodes (every public method but ``slide_windows``, ``evictable_size``, ``protected_size``
+   and ``tree_slots``, which floors never change) first moves each noted lock to where its window is then
+   (``settle_locks``), in one ``_follow_window`` however many steps it owes. Until then a noted lock pins more SWA
+   KV than its window, but nothing can see it: an eviction, a size, a match, an insert, a lock or an audit settles
+   first, so each reads the same locks and counts as if every floor had moved at every step (rule 3's "no more than
+   a window" holds wherever it is read). A receipt (``req.prefix_lock``) read straight from the request is current
+   only after such a call: ``settle_locks`` is the public one. Why: rule 3's floor walk ran once per request per
+   step in its first window of decode (about 480 tree edits in a batch-32 run of 128 tokens, the cache's largest
+   per-step cost, issue 58); the engine's decode reads none of it until an eviction or a request's end, so a lock
+   settles once per eviction or finish instead of once a step.
 
 Accounting, per pool: free + evictable + protected + what running requests own = size; ``sanity_check``
 recounts every total from the nodes.
@@ -154,6 +167,7 @@ class RadixCache:
         self.sliding_window_size = sliding_window_size
         self._clock = itertools.count(1)
         self._held_frees: list[torch.Tensor] | None = None  # rule 10: slots an insert gives back, freed at its end
+        self._unsettled: dict[int, CacheRequest] = {}  # rule 11: requests whose SWA lock owes its window a step
         self._new_tree()
 
     def _new_tree(self) -> None:
@@ -171,9 +185,11 @@ class RadixCache:
         return self._protected
 
     def swa_evictable_size(self) -> int:
+        self.settle_locks()
         return self._swa_evictable
 
     def swa_protected_size(self) -> int:
+        self.settle_locks()
         return self._swa_protected
 
     def _nodes(self) -> list[TreeNode]:
@@ -214,6 +230,7 @@ class RadixCache:
     # -- matching --------------------------------------------------------------------------------
 
     def match_prefix(self, token_ids: Sequence[int]) -> PrefixMatch:
+        self.settle_locks()
         node, length, _ = self._match(token_ids)
         return PrefixMatch(length, self._path_values(node).to(torch.int64))
 
@@ -296,6 +313,7 @@ class RadixCache:
     # -- locks -----------------------------------------------------------------------------------
 
     def lock(self, node: TreeNode) -> TreeLock:
+        self.settle_locks()
         walk = node
         while walk is not self.root:
             self._inc_full(walk)
@@ -323,6 +341,7 @@ class RadixCache:
             self._split(node, position - node.start)
 
     def unlock(self, lock: TreeLock | None) -> None:
+        self.settle_locks()
         if lock is None:
             return
         self.release_swa(lock)
@@ -334,6 +353,7 @@ class RadixCache:
 
     def release_swa(self, lock: TreeLock) -> TreeLock:
         """Drop the SWA part of ``lock`` (the window has passed it); the full part stays."""
+        self.settle_locks()
         if lock.swa_floor is None:
             return lock
         walk = lock.node
@@ -377,6 +397,7 @@ class RadixCache:
     # -- requests ----------------------------------------------------------------------------------
 
     def admit(self, req: CacheRequest, token_ids: Sequence[int]) -> int:
+        self.settle_locks()
         if req.req_pool_idx is None or req.slots_len or req.prefix_lock is not None:
             raise PoolError("admit: the request must hold a row and nothing else")
         node, n, full = self._match(list(token_ids)[:-1])
@@ -389,6 +410,7 @@ class RadixCache:
         return n
 
     def cache_unfinished_req(self, req: CacheRequest) -> None:
+        self.settle_locks()
         result = self._insert_request(req, finished=False)
         lo, hi = req.cache_protected_len, result.length
         if hi > lo:
@@ -398,6 +420,7 @@ class RadixCache:
         req.cache_protected_len = hi
 
     def cache_finished_req(self, req: CacheRequest) -> None:
+        self.settle_locks()
         with self._one_free():  # rule 10: the duplicates and the request's own tail in one call
             result = self._insert_request(req, finished=True)
             self._free_own(req, max(result.length, req.cache_protected_len))
@@ -405,6 +428,7 @@ class RadixCache:
         req.prefix_lock = None
 
     def release_req(self, req: CacheRequest) -> None:
+        self.settle_locks()
         self._free_own(req, req.cache_protected_len)
         self.unlock(req.prefix_lock)
         req.prefix_lock = None
@@ -451,6 +475,7 @@ class RadixCache:
         """Insert ``key`` with full slots ``values`` (one per token, whole pages). Positions below
         ``prev_prefix_len`` are the tree's already; above it the slots are the caller's: those the tree
         holds already (duplicates) go back to the allocator, those past the returned length stay the caller's."""
+        self.settle_locks()
         node, pos = self.root, 0
         with self._one_free():  # rule 10: the duplicates of every node in one call
             # Where the request's live part starts inside a tombstone, that node is cut there and each side taken apart.
@@ -517,14 +542,14 @@ class RadixCache:
     # -- the window ----------------------------------------------------------------------------------
 
     def slide_windows(self, reqs: Sequence[CacheRequest]) -> None:
-        """Rule 8: every request's out-of-window SWA slots in one ``free_swa``, then each lock follows its window. One
-        pass over the batch reads every bound and picks the locks that have a step to take (``_follow_window``'s own
-        test, read here so that a request whose lock has nothing to do costs no call: issue 58)."""
+        """Rule 8: every request's out-of-window SWA slots in one ``free_swa``; each lock that has a step to take
+        (``_follow_window``'s own test, read here) is noted, and follows its window at the next call that reads the
+        locks (rule 11). One pass over the batch reads every bound (issue 58)."""
         if self.sliding_window_size is None:
             return
         edge, page = self.sliding_window_size - 1, self.page_size
         keep_from = self.swa_keep_from  # a seam: looked up once, called per request
-        bounds, leaving, following = [], [], []
+        bounds, leaving, unsettled = [], [], self._unsettled
         for req in reqs:  # _window_bounds, inline: a decode step runs this for every request
             keep, protected = keep_from(req.kv_len), req.cache_protected_len
             if protected < req.swa_branch:  # rule 7: the window below the branching point waits for the tree
@@ -535,14 +560,22 @@ class RadixCache:
                 leaving.append((req.req_pool_idx, own, keep))
             lock = req.prefix_lock
             if lock is not None and lock.swa_floor is not None and req.kv_len - edge > lock.swa_floor:
-                following.append(req)
+                unsettled[id(req)] = req  # rule 11: the lock follows at the next call that reads it
         if leaving:
             self.allocator.free_swa(self.req_to_token_pool.read_tokens(leaving))
         for req, keep in zip(reqs, bounds):
             if keep > req.swa_evicted:
                 req.swa_evicted = keep
-        for req in following:
-            self._follow_window(req)
+
+    def settle_locks(self) -> None:
+        """Rule 11: move every SWA lock a slide has noted to its window's floor now (each in one ``_follow_window``,
+        in the order the slides noted them). Every public method that reads or changes locks, SWA sizes or nodes
+        calls it first; a caller that reads a request's receipt (``req.prefix_lock``) straight after a slide calls it
+        itself."""
+        if self._unsettled:
+            unsettled, self._unsettled = self._unsettled, {}
+            for req in unsettled.values():
+                self._follow_window(req)
 
     @seam("swa-lock-release-skipped")
     def _follow_window(self, req: CacheRequest) -> None:
@@ -632,6 +665,7 @@ class RadixCache:
         parent.end, parent.last_access = boundary, max(parent.last_access, across.last_access)
         across.key, across.value = key[n:], value[n:]
         parent.children[self._child_key(across.key, 0)] = across
+        self._merge_into(parent)  # as the slow path's merge goes on up (a settle may shift past a node left apart)
 
     def _joins(self, parent: TreeNode, node: TreeNode, swa_locks: Counter[int]) -> bool:
         """Whether ``parent`` and its child ``node``, holding ``swa_locks``, read as one node to every rule: the
@@ -649,13 +683,12 @@ class RadixCache:
         two apart (the parent's only child, the same full locks, so no lock ends at the parent, the same SWA state and
         holders). A floor that follows its window splits off one page per step; without this each request left a
         chain of one-page nodes behind, and every walk of the tree (evictions, their ledger) ran 4x longer (issue
-        58)."""
-        parent = node.parent
-        if not self._joins(parent, node, node.swa_locks):
-            return
-        node.key, node.value = parent.key + node.key, joined(parent.value, node.value)
-        node.parent, node.last_access = parent.parent, max(parent.last_access, node.last_access)
-        node.parent.children[self._child_key(node.key, 0)] = node
+        58). It goes on up while the next parent joins too: a floor that settles several steps at once (rule 11) can
+        drop more than one node, and a floor moved every step would have merged each of them as it left it."""
+        while self._joins(parent := node.parent, node, node.swa_locks):
+            node.key, node.value = parent.key + node.key, joined(parent.value, node.value)
+            node.parent, node.last_access = parent.parent, max(parent.last_access, node.last_access)
+            node.parent.children[self._child_key(node.key, 0)] = node
 
     @seam("swa-frontier-reaches-insert-boundary", "swa-frontier-tombstones-last-leaf")
     def swa_keep_from(self, kv_len: int) -> int:
@@ -672,6 +705,7 @@ class RadixCache:
         """Rule 4. Each pool's candidates are walked once into a heap ordered as a fresh LRU scan would pick them (least
         recent first, ties to the first node walked): a scan per node freed cost a decode step at batch 32 more than
         its forward's attention (issue 58)."""
+        self.settle_locks()
         alloc = self.allocator
         want = alloc.full_available_size() + full_tokens
         if alloc.full_available_size() < want:
@@ -742,6 +776,7 @@ class RadixCache:
         self._swa_evictable -= len(node.key)
 
     def reset(self) -> None:
+        self.settle_locks()
         if self._protected:
             raise PoolError(f"reset: {self._protected} cached tokens are still locked by running requests")
         slots = self.tree_slots().full
@@ -753,6 +788,7 @@ class RadixCache:
 
     def sanity_check(self) -> None:
         """Recount every total from the nodes, and check each node against the pool (rule 1) and its locks."""
+        self.settle_locks()
         counts = Counter()
         mapping = self.allocator.full_to_swa_index_mapping
         for node in self._nodes():
