@@ -426,6 +426,16 @@ def _tree_shape(cache) -> tuple:
 
 
 @pytest.mark.parametrize("page_size", [1, 4])
+def _sharing_waves() -> list[list[list[int]]]:
+    """Three waves of requests over one 40-token stem: published prompts, repeats and partial sharers, plus strangers."""
+    stem = random_sequences([40], seed=11)[0]
+    return [
+        [stem + tail for tail in random_sequences([3, 8], seed=12)],
+        [stem + [1], stem[:28] + [5] * 4, stem[:36], *random_sequences([20], seed=13)],
+        [stem[:28] + [5] * 4 + [6], stem + [2, 3], stem[:16] + [9] * 3],
+    ]
+
+
 def test_the_floor_moves_a_piece_to_its_parent_exactly_as_split_and_merge_would(page_size):
     """Rule 3's fast path (issue 58): where the piece the floor leaves behind would be split off and merged into its
     parent, it moves there directly. Two engines run the same requests in lockstep (published prompts, then repeats
@@ -447,12 +457,7 @@ def test_the_floor_moves_a_piece_to_its_parent_exactly_as_split_and_merge_would(
         cache._shift_candidate = candidate
         engines.append(engine)
         taken.append(calls)
-    stem = random_sequences([40], seed=11)[0]
-    waves = [
-        [stem + tail for tail in random_sequences([3, 8], seed=12)],
-        [stem + [1], stem[:28] + [5] * 4, stem[:36], *random_sequences([20], seed=13)],
-        [stem[:28] + [5] * 4 + [6], stem + [2, 3], stem[:16] + [9] * 3],
-    ]
+    waves = _sharing_waves()
 
     def agree() -> None:
         assert _tree_shape(engines[0].tree_cache) == _tree_shape(engines[1].tree_cache)
@@ -484,12 +489,7 @@ def test_floors_settled_when_read_leave_the_tree_a_floor_moved_every_step_leaves
             cache.slide_windows = lambda reqs, _real=real_slide, _c=cache: (_real(reqs), _c.settle_locks())
         engines.append(engine)
         moves.append(calls)
-    stem = random_sequences([40], seed=11)[0]
-    waves = [
-        [stem + tail for tail in random_sequences([3, 8], seed=12)],
-        [stem + [1], stem[:28] + [5] * 4, stem[:36], *random_sequences([20], seed=13)],
-        [stem[:28] + [5] * 4 + [6], stem + [2, 3], stem[:16] + [9] * 3],
-    ]
+    waves = _sharing_waves()
 
     owed = []  # per step: locks the shipped engine had yet to move when the step ended
 
