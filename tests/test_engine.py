@@ -425,7 +425,6 @@ def _tree_shape(cache) -> tuple:
     return nodes, sizes
 
 
-@pytest.mark.parametrize("page_size", [1, 4])
 def _sharing_waves() -> list[list[list[int]]]:
     """Three waves of requests over one 40-token stem: published prompts, repeats and partial sharers, plus strangers."""
     stem = random_sequences([40], seed=11)[0]
@@ -436,6 +435,7 @@ def _sharing_waves() -> list[list[list[int]]]:
     ]
 
 
+@pytest.mark.parametrize("page_size", [1, 4])
 def test_the_floor_moves_a_piece_to_its_parent_exactly_as_split_and_merge_would(page_size):
     """Rule 3's fast path (issue 58): where the piece the floor leaves behind would be split off and merged into its
     parent, it moves there directly. Two engines run the same requests in lockstep (published prompts, then repeats
