@@ -25,6 +25,7 @@ import json
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -151,6 +152,31 @@ def idle(base_url: str, timeout: float = 120.0) -> None:
         time.sleep(0.5)
 
 
+def running(pid: int) -> bool:
+    """Whether ``pid`` is a live process (a zombie, exited but not yet reaped, is not)."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_bytes().rsplit(b")", 1)[1].split()[0] != b"Z"
+    except OSError:
+        return False
+
+
+def stop_engine_core(pid: int, timeout: float = 120.0) -> None:
+    """SIGTERM to the engine core alone, and wait until it has exited, before the server is stopped.
+
+    Stopping the server signals its whole process group at once: the API server exits within a second, and the
+    harness's guard then ends what is left of the tree. By then the engine core's shutdown has reset its SIGTERM
+    handler to the default (``run_engine_core``'s ``finally``) and is waiting for its worker to exit
+    (``VLLM_WORKER_SHUTDOWN_TIMEOUT_SECONDS``, 5 s), so the guard's SIGTERM kills it before its exit saves the
+    coverage data (the run of 2026-12-06 15:16 lost it so). Signalled alone, it drains, stops its worker and exits
+    through multiprocessing's exit, which coverage's ``_exit`` patch saves on."""
+    os.kill(pid, signal.SIGTERM)
+    deadline = time.monotonic() + timeout
+    while running(pid):
+        if time.monotonic() > deadline:
+            raise SystemExit(f"the engine core ({pid}) still ran {timeout:g} s after its SIGTERM")
+        time.sleep(0.2)
+
+
 def measure_server(core: Path, folder: Path) -> Drive:
     """Start the server with coverage in its processes, drive it, stop it; what the drive did."""
     from harness.servers.base import ServerSpec
@@ -169,11 +195,14 @@ def measure_server(core: Path, folder: Path) -> Drive:
         env={"COVERAGE_PROCESS_START": str(rcfile(folder, core))},
     )
     server = kind.start(spec, log_path=folder / "server.log", timeout=900)
+    cores: set[str] = set()
     try:
         done = drive(server, kind)
+        cores = set(re.findall(r"EngineCore pid=(\d+)", (folder / "server.log").read_text()))
+        for pid in sorted(cores):
+            stop_engine_core(int(pid))
     finally:
         server.stop()
-    cores = set(re.findall(r"EngineCore pid=(\d+)", (folder / "server.log").read_text()))
     lost = [pid for pid in sorted(cores) if not list(folder.glob(f".coverage.*.pid{pid}.*"))]
     if not cores or lost:
         raise SystemExit(f"the engine core ({', '.join(lost) or 'not in the log'}) saved no coverage data: {folder}")
