@@ -9,8 +9,9 @@ connectors, Mamba, DCP, encoder caches). So the measure is relative to a server:
 as vLLM's default) is driven with a workload that exercises the manager, with coverage in every one of its Python
 processes (``COVERAGE_PROCESS_START``: the ``a1_coverage.pth`` that coverage installs starts it at interpreter
 start-up; vLLM's engine core is such a process). Then the suites run in process under coverage. Per file, the ratio
-is the lines both ran over the lines the server ran; every line the server ran that the suites did not is named,
-grouped into ranges by function. The workload (``drive``): the cache-hit protocol of the server suites on a tight
+is the lines both ran over the lines the server ran, counted in statements as coverage's report counts them (a data
+file's continuation and decorator lines mapped to their statement's first line); every line the server ran that the
+suites did not is named, grouped into ranges by function. The workload (``drive``): the cache-hit protocol of the server suites on a tight
 pool (shared prefixes, conversations, long prompts, window-edge prompts; warm-up, reuse, a prefix-cache reset and a
 fresh replay per request, so blocks are evicted and handed out again and requests preempted), decodes several
 windows past their prompt, and streamed requests the client drops (aborted while running).
@@ -34,7 +35,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from bench.common import markdown_table, write_section
-from bench.coverage_common import body_lines, lines_ran, pct, uncovered_ranges
+from bench.coverage_common import body_lines, lines_ran, pct, statement_lines, statements_ran, uncovered_ranges
 
 FILES = ("kv_cache_manager.py", "single_type_kv_cache_manager.py", "kv_cache_coordinator.py", "block_pool.py")
 PACKAGE = "vllm/v1/core"
@@ -234,13 +235,11 @@ def measure_suites(core: Path, data: Path, suites: tuple[str, ...]) -> float:
     return time.perf_counter() - start
 
 
-def statements(core: Path, data: Path) -> dict[str, set[int]]:
-    """Every statement of each file, as coverage counts them (its analysis of the suites' data)."""
-    from coverage import Coverage
-
-    cov = Coverage(data_file=str(data), config_file=False)
-    cov.load()
-    return {name: set(cov.analysis2(str(core / name))[1]) for name in FILES}
+def ran(core: Path, data_files: list[Path]) -> dict[str, set[int]]:
+    """The statements of each file that any of ``data_files`` ran (``coverage_common.statements_ran``: a data file's
+    raw lines, continuation and decorator lines among them, mapped to their statements)."""
+    lines = lines_ran(data_files, PACKAGE, FILES)
+    return {name: statements_ran(core / name, lines[name]) for name in FILES}
 
 
 def rows(
@@ -295,11 +294,11 @@ def main(argv: list[str] | None = None) -> None:
     for part, data, suites in (("suites", SUITES_DATA, SUITES), ("added", ADDED_DATA, ADDED)):
         if part in args.run:
             walls[part] = measure_suites(core, data, suites)
-    server = lines_ran(SERVER_DATA.glob(".coverage.*"), PACKAGE, FILES)
-    before = lines_ran([SUITES_DATA], PACKAGE, FILES)
-    added = lines_ran([ADDED_DATA], PACKAGE, FILES)
+    server = ran(core, [*SERVER_DATA.glob(".coverage.*")])
+    before = ran(core, [SUITES_DATA])
+    added = ran(core, [ADDED_DATA])
     after = {name: before[name] | added[name] for name in FILES}
-    table = rows(core, server, before, after, statements(core, SUITES_DATA))
+    table = rows(core, server, before, after, {name: statement_lines(core / name) for name in FILES})
     suites_wall = sum(walls.values())
     OUT.write_text(
         json.dumps(
@@ -366,8 +365,8 @@ def main(argv: list[str] | None = None) -> None:
         f"A vLLM CPU server (eager, `{CHECKPOINT.name}`, {' '.join(FLAGS)}) with coverage in its every process, "
         f"driven by the cache-hit protocol, decodes to the length limit and dropped streams ({facts}); then "
         f"{', '.join(SUITES)} in one process under coverage, and apart the tests issue 56 added ({', '.join(ADDED)}), "
-        f"{suites_wall:.0f} s in all. Per file: the lines the server ran, and the share of them the suites ran too, "
-        f"before the added tests and with them (the lines import runs, `def` and class lines, count in both; the "
+        f"{suites_wall:.0f} s in all. Per file: the lines the server ran (statements, as coverage's report counts them), and the share of "
+        f"them the suites ran too, before the added tests and with them (the lines import runs, `def` and class lines, count in both; the "
         f"next column leaves them out); the last column is the suites over every statement. The "
         f"server's lines the suites miss, by function, and why: docs/VLLM_MEMORY_COVERAGE.md; the numbers: "
         f"`reports/vllm-coverage.json`.\n\n{body}",
