@@ -31,6 +31,8 @@ def spans(path: Path) -> dict[str, Span]:
             if isinstance(child, ast.ClassDef):
                 visit(child, f"{owner}{child.name}.")
             elif isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                if any(_named(d, "overload") for d in child.decorator_list):
+                    continue  # a typing stub: the name's span is its implementation's, defined after it
                 body = child.body[1:] if ast.get_docstring(child) and len(child.body) > 1 else child.body
                 setter = any(isinstance(d, ast.Attribute) and d.attr == "setter" for d in child.decorator_list)
                 name = f"{owner}{child.name}" + (".setter" if setter else "")
@@ -39,6 +41,13 @@ def spans(path: Path) -> dict[str, Span]:
 
     visit(tree, "")
     return found
+
+
+def _named(decorator: ast.expr, name: str) -> bool:
+    """Whether ``decorator`` is ``name`` or ``something.name``."""
+    return (isinstance(decorator, ast.Name) and decorator.id == name) or (
+        isinstance(decorator, ast.Attribute) and decorator.attr == name
+    )
 
 
 def body_lines(path: Path) -> set[int]:
@@ -90,6 +99,27 @@ def lines_ran(data_files: Iterable[Path], package: str, names: Sequence[str]) ->
                     if measured.endswith(f"{package}/{name}"):
                         ran[name].update(data.lines(measured) or ())
     return ran
+
+
+def statements_ran(path: Path, lines: Iterable[int]) -> set[int]:
+    """The statements of ``path`` (as coverage's report counts them: excluded lines left out) that ``lines``, line
+    numbers as a data file records them, ran. A data file holds every line the tracer saw, continuation lines of a
+    statement and decorator lines among them, and which of those it sees depends on what the statement evaluated (a
+    conditional expression's branch, an argument on a line of its own), so two runs of one statement can record
+    different lines; each is mapped to its statement's first line, as coverage's report does."""
+    from coverage import Coverage
+    from coverage.python import PythonFileReporter
+
+    reporter = PythonFileReporter(str(path), coverage=Coverage(config_file=False))
+    return set(reporter.translate_lines(lines)) & set(reporter.lines())
+
+
+def statement_lines(path: Path) -> set[int]:
+    """Every statement of ``path`` as coverage's report counts them."""
+    from coverage import Coverage
+    from coverage.python import PythonFileReporter
+
+    return set(PythonFileReporter(str(path), coverage=Coverage(config_file=False)).lines())
 
 
 def pct(a: int, b: int) -> str:

@@ -9,8 +9,9 @@ connectors, Mamba, DCP, encoder caches). So the measure is relative to a server:
 as vLLM's default) is driven with a workload that exercises the manager, with coverage in every one of its Python
 processes (``COVERAGE_PROCESS_START``: the ``a1_coverage.pth`` that coverage installs starts it at interpreter
 start-up; vLLM's engine core is such a process). Then the suites run in process under coverage. Per file, the ratio
-is the lines both ran over the lines the server ran; every line the server ran that the suites did not is named,
-grouped into ranges by function. The workload (``drive``): the cache-hit protocol of the server suites on a tight
+is the lines both ran over the lines the server ran, counted in statements as coverage's report counts them (a data
+file's continuation and decorator lines mapped to their statement's first line); every line the server ran that the
+suites did not is named, grouped into ranges by function. The workload (``drive``): the cache-hit protocol of the server suites on a tight
 pool (shared prefixes, conversations, long prompts, window-edge prompts; warm-up, reuse, a prefix-cache reset and a
 fresh replay per request, so blocks are evicted and handed out again and requests preempted), decodes several
 windows past their prompt, and streamed requests the client drops (aborted while running).
@@ -25,6 +26,7 @@ import json
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -33,7 +35,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from bench.common import markdown_table, write_section
-from bench.coverage_common import body_lines, lines_ran, pct, uncovered_ranges
+from bench.coverage_common import body_lines, lines_ran, pct, statement_lines, statements_ran, uncovered_ranges
 
 FILES = ("kv_cache_manager.py", "single_type_kv_cache_manager.py", "kv_cache_coordinator.py", "block_pool.py")
 PACKAGE = "vllm/v1/core"
@@ -151,6 +153,31 @@ def idle(base_url: str, timeout: float = 120.0) -> None:
         time.sleep(0.5)
 
 
+def running(pid: int) -> bool:
+    """Whether ``pid`` is a live process (a zombie, exited but not yet reaped, is not)."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_bytes().rsplit(b")", 1)[1].split()[0] != b"Z"
+    except OSError:
+        return False
+
+
+def stop_engine_core(pid: int, timeout: float = 120.0) -> None:
+    """SIGTERM to the engine core alone, and wait until it has exited, before the server is stopped.
+
+    Stopping the server signals its whole process group at once: the API server exits within a second, and the
+    harness's guard then ends what is left of the tree. By then the engine core's shutdown has reset its SIGTERM
+    handler to the default (``run_engine_core``'s ``finally``) and is waiting for its worker to exit
+    (``VLLM_WORKER_SHUTDOWN_TIMEOUT_SECONDS``, 5 s), so the guard's SIGTERM kills it before its exit saves the
+    coverage data (the run of 2026-12-06 15:16 lost it so). Signalled alone, it drains, stops its worker and exits
+    through multiprocessing's exit, which coverage's ``_exit`` patch saves on."""
+    os.kill(pid, signal.SIGTERM)
+    deadline = time.monotonic() + timeout
+    while running(pid):
+        if time.monotonic() > deadline:
+            raise SystemExit(f"the engine core ({pid}) still ran {timeout:g} s after its SIGTERM")
+        time.sleep(0.2)
+
+
 def measure_server(core: Path, folder: Path) -> Drive:
     """Start the server with coverage in its processes, drive it, stop it; what the drive did."""
     from harness.servers.base import ServerSpec
@@ -169,11 +196,14 @@ def measure_server(core: Path, folder: Path) -> Drive:
         env={"COVERAGE_PROCESS_START": str(rcfile(folder, core))},
     )
     server = kind.start(spec, log_path=folder / "server.log", timeout=900)
+    cores: set[str] = set()
     try:
         done = drive(server, kind)
+        cores = set(re.findall(r"EngineCore pid=(\d+)", (folder / "server.log").read_text()))
+        for pid in sorted(cores):
+            stop_engine_core(int(pid))
     finally:
         server.stop()
-    cores = set(re.findall(r"EngineCore pid=(\d+)", (folder / "server.log").read_text()))
     lost = [pid for pid in sorted(cores) if not list(folder.glob(f".coverage.*.pid{pid}.*"))]
     if not cores or lost:
         raise SystemExit(f"the engine core ({', '.join(lost) or 'not in the log'}) saved no coverage data: {folder}")
@@ -205,13 +235,11 @@ def measure_suites(core: Path, data: Path, suites: tuple[str, ...]) -> float:
     return time.perf_counter() - start
 
 
-def statements(core: Path, data: Path) -> dict[str, set[int]]:
-    """Every statement of each file, as coverage counts them (its analysis of the suites' data)."""
-    from coverage import Coverage
-
-    cov = Coverage(data_file=str(data), config_file=False)
-    cov.load()
-    return {name: set(cov.analysis2(str(core / name))[1]) for name in FILES}
+def ran(core: Path, data_files: list[Path]) -> dict[str, set[int]]:
+    """The statements of each file that any of ``data_files`` ran (``coverage_common.statements_ran``: a data file's
+    raw lines, continuation and decorator lines among them, mapped to their statements)."""
+    lines = lines_ran(data_files, PACKAGE, FILES)
+    return {name: statements_ran(core / name, lines[name]) for name in FILES}
 
 
 def rows(
@@ -266,11 +294,11 @@ def main(argv: list[str] | None = None) -> None:
     for part, data, suites in (("suites", SUITES_DATA, SUITES), ("added", ADDED_DATA, ADDED)):
         if part in args.run:
             walls[part] = measure_suites(core, data, suites)
-    server = lines_ran(SERVER_DATA.glob(".coverage.*"), PACKAGE, FILES)
-    before = lines_ran([SUITES_DATA], PACKAGE, FILES)
-    added = lines_ran([ADDED_DATA], PACKAGE, FILES)
+    server = ran(core, [*SERVER_DATA.glob(".coverage.*")])
+    before = ran(core, [SUITES_DATA])
+    added = ran(core, [ADDED_DATA])
     after = {name: before[name] | added[name] for name in FILES}
-    table = rows(core, server, before, after, statements(core, SUITES_DATA))
+    table = rows(core, server, before, after, {name: statement_lines(core / name) for name in FILES})
     suites_wall = sum(walls.values())
     OUT.write_text(
         json.dumps(
@@ -337,8 +365,8 @@ def main(argv: list[str] | None = None) -> None:
         f"A vLLM CPU server (eager, `{CHECKPOINT.name}`, {' '.join(FLAGS)}) with coverage in its every process, "
         f"driven by the cache-hit protocol, decodes to the length limit and dropped streams ({facts}); then "
         f"{', '.join(SUITES)} in one process under coverage, and apart the tests issue 56 added ({', '.join(ADDED)}), "
-        f"{suites_wall:.0f} s in all. Per file: the lines the server ran, and the share of them the suites ran too, "
-        f"before the added tests and with them (the lines import runs, `def` and class lines, count in both; the "
+        f"{suites_wall:.0f} s in all. Per file: the lines the server ran (statements, as coverage's report counts them), and the share of "
+        f"them the suites ran too, before the added tests and with them (the lines import runs, `def` and class lines, count in both; the "
         f"next column leaves them out); the last column is the suites over every statement. The "
         f"server's lines the suites miss, by function, and why: docs/VLLM_MEMORY_COVERAGE.md; the numbers: "
         f"`reports/vllm-coverage.json`.\n\n{body}",

@@ -6,7 +6,9 @@ prefix-cache stats it logs every step (``/metrics``' ``vllm:prefix_cache_queries
 their sums: the server suites' cache-hit protocol reads them), the cached-token estimate of a finished prefill, and
 the block ids it hands a connector for a request's computed tokens. A wrong count there changes no answer, only what
 a server reports (and, for the block ids, what a connector saves), so each is checked here against what the test
-knows of the requests it made.
+knows of the requests it made. The first measure with the server's side (2026-12-06) left four more: the block ids
+handed to the worker when a step adds none (``None``), the boundary-state hand-offs the scheduler drains every step,
+and a prefix-cache reset with ``--kv-cache-metrics`` on (the residency tracking it clears).
 """
 
 from __future__ import annotations
@@ -159,3 +161,136 @@ def test_a_prefix_two_requests_computed_side_by_side_hits_one_of_their_blocks():
             assert len(options) == 2 and block.block_id in options, (group, i, block.block_id, options)
     full_hash = manager.get_blocks("twin0").blocks[0][0].block_hash
     assert full_hash == manager.get_blocks("twin1").blocks[0][0].block_hash, "the twins' first blocks hash apart"
+
+
+def test_a_step_that_allocates_no_block_hands_the_worker_none():
+    """Each step the scheduler hands the worker, per running request, the blocks this step added to its table
+    (``get_block_ids(allow_none=True)`` of what ``allocate_slots`` returned): ``None`` when no group got one, so the
+    worker keeps the table it has; else per group the new blocks, which must be the ends of the request's tables. A
+    decode adds a block to a group exactly when its next token starts one: at a position that is a multiple of the
+    group's block size (the sliding group's table keeps its length: blocks that left the window become the null
+    block in place)."""
+    manager, hasher = hybrid_manager(32, 16, 40, eagle=False, retention=None)
+    r = adapters.make_request("r", _prompt(PROMPT, 11), SamplingParams(max_tokens=64), hasher)
+    _run(manager, r, 0, None)
+    sizes = (32, 16)
+    for _ in range(64):
+        position = r.num_computed_tokens  # the decoded token's
+        r.append_output_token_ids(NOVEL)
+        new = adapters.allocate_slots(manager, r, 1)
+        assert new is not None, f"no slot for position {position}"
+        r.num_computed_tokens += 1
+        grows = [position % size == 0 for size in sizes]
+        tables = manager.get_block_ids("r")
+        assert [len(t) for t in tables] == [-(-(position + 1) // size) for size in sizes], (position, tables)
+        handed = new.get_block_ids(allow_none=True)
+        if not any(grows):
+            assert handed is None, f"position {position} starts no block, yet the worker is handed {handed}"
+            assert new.get_block_ids() == ([], []), f"position {position}: {new.get_block_ids()}"
+        else:
+            want = tuple(t[-1:] if g else [] for t, g in zip(tables, grows))
+            assert handed == want, f"position {position} starts a block in groups {grows}: handed {handed}"
+
+
+def _offers(manager) -> list[tuple[str, int, int, int]]:
+    """This step's boundary-state hand-offs as the scheduler drains them, flat: (request, group, block, tokens)."""
+    return [(rid, *offer) for rid, offers in manager.take_boundary_state_offloads().items() for offer in offers]
+
+
+def test_boundary_states_are_offered_once_each_with_the_block_that_caches_them():
+    """Every step the scheduler drains the manager's boundary-state hand-offs for a KV connector
+    (``take_boundary_state_offloads``). Only a Mamba group in 'align' mode has any: attention groups, all a
+    Gemma-like server has, offer nothing over a prompt and a decode. A Mamba 'align' prompt computed in the chunks the
+    scheduler cuts for it offers each Mamba state it leaves (``test_cache_hits.py``'s rule 8: every block boundary
+    and the prompt's last hash boundary) exactly once, in order, each with the block the prefix cache maps that
+    prefix's hash to for the Mamba group (the one a later hit there gets) and that block's token count; a drained
+    offer is not offered again. A request freed before the drain has its offer dropped (its block may already be
+    another's), and a request beside it keeps its own."""
+    from vllm.v1.core.kv_cache_utils import make_block_hash_with_group_id
+
+    from suites.vllm.hybrid import SLIDING, mamba_align_manager
+    from suites.vllm.test_cache_hits import MAMBA_BLOCK, MAMBA_HASH, _align_chunks, _mamba_states, _run_copies
+
+    hybrid, hybrid_hasher = hybrid_manager(32, 16, 40, eagle=False, retention=None)
+    r = adapters.make_request("r", _prompt(PROMPT, 12), SamplingParams(max_tokens=40), hybrid_hasher)
+    offered = []
+    for step in [32, 32, 36] + [1] * 40:
+        if r.num_computed_tokens == r.num_tokens:
+            r.append_output_token_ids(NOVEL)
+        assert adapters.allocate_slots(hybrid, r, step) is not None, "the request did not fit"
+        r.num_computed_tokens += step
+        offered += _offers(hybrid)
+    assert offered == [], f"attention groups offered boundary states {offered}"
+
+    manager, hasher = mamba_align_manager(MAMBA_BLOCK, MAMBA_HASH)
+    for n in (150, 215):
+        r = adapters.make_request(f"r{n}", _prompt(n, n + 3), SamplingParams(max_tokens=1), hasher)
+        offered = []
+        for end in _align_chunks(n):
+            adapters.new_step_starts(manager)
+            assert adapters.allocate_slots(manager, r, end - r.num_computed_tokens) is not None, f"r{n} did not fit"
+            r.num_computed_tokens = end
+            _run_copies(manager)
+            offered += _offers(manager)
+        assert _offers(manager) == [], f"a {n}-token prompt's offers came again"
+        states = _mamba_states(n)
+        assert [(rid, group, tokens) for rid, group, _, tokens in offered] == [(f"r{n}", SLIDING, s) for s in states], (
+            f"a {n}-token prompt with Mamba states at {states} offered {offered}"
+        )
+        for _, _, block_id, tokens in offered:
+            key = make_block_hash_with_group_id(r.block_hashes[tokens // MAMBA_HASH - 1], SLIDING)
+            cached = manager.block_pool.cached_block_hash_to_block.get_one_block(key)
+            block = manager.block_pool.blocks[block_id]
+            assert cached is block and block.block_hash_num_tokens == tokens, (
+                f"the {tokens}-token state offered in block {block_id} ({block.block_hash_num_tokens} tokens); the "
+                f"cache maps that prefix to {cached and cached.block_id}"
+            )
+        manager.free(r)
+        adapters.new_step_starts(manager)
+
+    pair = [adapters.make_request(f"p{k}", _prompt(100, 20 + k), SamplingParams(max_tokens=1), hasher) for k in (0, 1)]
+    adapters.new_step_starts(manager)
+    for p in pair:
+        assert adapters.allocate_slots(manager, p, MAMBA_BLOCK) is not None, f"{p.request_id} did not fit"
+        p.num_computed_tokens = MAMBA_BLOCK
+    _run_copies(manager)
+    manager.free(pair[0])
+    assert [(rid, tokens) for rid, _, _, tokens in _offers(manager)] == [("p1", MAMBA_BLOCK)], (
+        "of two requests that each left a state at 64, the one freed before the drain should offer nothing"
+    )
+
+
+@pytest.mark.parametrize("reset", [False, True], ids=["no-reset", "reset"])
+def test_a_prefix_cache_reset_forgets_the_residency_of_every_block(reset: bool):
+    """A server started with ``--kv-cache-metrics`` samples blocks' residency (a collector sampling every block here):
+    a block is tracked from when it is handed out, and when a block still tracked is handed out again its eviction
+    is recorded (its lifetime, for the metrics' histograms). A prefix-cache reset (``/reset_prefix_cache``) forgets
+    every block's residency and the evictions not yet drained, so a block handed out after it starts a new life and
+    records no eviction. Three requests one after another on a pool of 15 blocks, 11 each: without a reset the
+    evictions are the blocks the second and third requests took from those tracked before them; with a reset between
+    the second and the third, none, and only the third's blocks are tracked."""
+    from vllm.v1.core.kv_cache_metrics import KVCacheMetricsCollector
+
+    collector = KVCacheMetricsCollector(sample_rate=1.0)
+    manager, hasher = hybrid_manager(
+        32, 16, 40, eagle=False, retention=None, num_blocks=16, metrics_collector=collector
+    )
+    tracked, evicted, held = set(), 0, []
+    for k in range(3):
+        if reset and k == 2:
+            assert manager.reset_prefix_cache() is True, "a reset with no block held refused"
+            tracked, evicted = set(), 0
+        r = adapters.make_request(f"r{k}", _prompt(PROMPT, 30 + k), SamplingParams(max_tokens=1), hasher)
+        _run(manager, r, 0, None)
+        blocks = {b for table in manager.get_block_ids(r.request_id) for b in table}
+        assert len(blocks) == 11, f"a {PROMPT}-token prompt holds {len(blocks)} blocks, not 4 + 7"
+        evicted += len(blocks & tracked)
+        tracked |= blocks
+        held.append(blocks)
+        manager.free(r)
+    assert set(collector.block_metrics) == tracked, (
+        f"reset {reset}: tracked {sorted(collector.block_metrics)}, the requests were handed {held}"
+    )
+    events = collector.drain_events()
+    assert len(events) == evicted, f"reset {reset}: {len(events)} evictions recorded, {evicted} tracked blocks reused"
+    assert reset or evicted > 0, f"the three requests reused no tracked block ({held}): the test proves nothing"
