@@ -304,7 +304,7 @@ def false_alarm_table(key: str, path: Path = THRESHOLDS_FILE) -> str:
             f"({t['clean']['max_abs_delta']:.2g}, squared {t['clean']['max_abs_delta'] ** 2:.2g}): the KL over the top "
             f"{TOP_K} and the rest moves more than the chosen tokens do, so RED in KL is capped at {KL_RED_CAP:g} nat "
             "and the logprob change carries the RED.\n"
-            if t["clean"]["max_kl"] > 100 * t["clean"]["max_abs_delta"] ** 2
+            if t["red"]["max_kl"] >= KL_RED_CAP
             else ""
         )
     )
