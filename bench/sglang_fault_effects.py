@@ -140,19 +140,25 @@ def fault_arms(faults: Sequence[str]) -> list[dict[str, Any]]:
     ]
 
 
-def _edited_lines(target: str, match: str) -> tuple[str, list[int]]:
-    """The file (inside the ``sglang`` package) and line numbers of ``match`` in the installed function ``target``,
-    matched line by line with whitespace stripped, as SGLang's source patcher matches."""
+def _function_source(target: str) -> tuple[list[str], int, str]:
+    """The installed SGLang function ``target``: its source lines, first line number and file."""
     from harness.targets.sglang.faults import resolve
 
     fn = resolve(target)
     fn = getattr(fn, "__func__", fn)
     lines, first = inspect.getsourcelines(fn)
+    return lines, first, str(Path(inspect.getsourcefile(fn)).resolve())
+
+
+def _edited_lines(target: str, match: str) -> tuple[str, list[int]]:
+    """The file (inside the ``sglang`` package) and line numbers of ``match`` in the installed function ``target``,
+    matched line by line with whitespace stripped, as SGLang's source patcher matches."""
+    lines, first, source = _function_source(target)
     want = [w.strip() for w in match.strip("\n").splitlines()]
     have = [h.strip() for h in lines]
     for i in range(len(have) - len(want) + 1):
         if have[i : i + len(want)] == want:
-            path = str(Path(inspect.getsourcefile(fn)).resolve()).rsplit("/sglang/", 1)[1]
+            path = source.rsplit("/sglang/", 1)[1]
             return path, list(range(first + i, first + i + len(want)))
     raise LookupError(f"{target}: the fault's match is not in the installed source")
 
@@ -190,11 +196,7 @@ def reach(fault_id: str, ran: dict[str, set[int]]) -> Reach:
 
 
 def resolve_function_lines(target: str) -> set[int]:
-    from harness.targets.sglang.faults import resolve
-
-    fn = resolve(target)
-    fn = getattr(fn, "__func__", fn)
-    lines, first = inspect.getsourcelines(fn)
+    lines, first, _ = _function_source(target)
     return set(range(first + 1, first + len(lines)))  # the body: the ``def`` line runs at import
 
 
