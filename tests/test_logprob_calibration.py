@@ -10,6 +10,7 @@ import pytest
 
 from bench import sglang_fault_effects as sfe
 from bench.logprob_thresholds import KL_RED_CAP, derive, source_of, write
+from harness.jobs.session import logprob_engines
 
 SGLANG_PLAN = Path("suites/plans/sglang-cpu.yaml")
 ITEMS = {"gsm_style": 8, "aime_style": 4}
@@ -121,3 +122,15 @@ def test_the_kl_red_threshold_is_never_above_the_cap_while_the_logprob_factors_s
     # The harness's clean arms (KL the square of the change): far under the cap, the factors as before.
     h = derive([{"max_abs_delta": 1.5e-5, "max_kl": 1.9e-10}])
     assert h["red"]["max_kl"] == pytest.approx(1.9e-4) and h["amber"]["max_kl"] == pytest.approx(1.9e-8)
+
+
+def test_an_engine_records_logprobs_once_its_thresholds_are_calibrated(tmp_path: Path) -> None:
+    """The proxy goes before an arm's server only for engines with calibrated thresholds: the shipped file has the
+    harness's, SGLang's and vLLM's (stop 71's calibrations); an engine without any (an external URL) records none."""
+    assert logprob_engines() == {"harness", "sglang", "vllm"}
+    only = tmp_path / "thresholds.json"
+    shipped = json.loads((Path(__file__).parents[1] / "harness/evals/logprob_thresholds.json").read_text())
+    shipped["thresholds"] = {k: v for k, v in shipped["thresholds"].items() if k.startswith("harness/")}
+    only.write_text(json.dumps(shipped))
+    assert logprob_engines(only) == {"harness"}
+    assert logprob_engines(tmp_path / "missing.json") == frozenset()

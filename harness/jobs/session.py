@@ -17,6 +17,7 @@ from contextlib import contextmanager
 from dataclasses import replace
 from pathlib import Path
 
+from harness.evals.logprobs import THRESHOLDS_FILE, load_thresholds
 from harness.evals.results import ItemResult, RunRecord, RunResult
 from harness.evals.samples import find_samples, parse_samples
 from harness.evals.tasks import TaskSpec
@@ -30,7 +31,12 @@ from harness.servers.guard import CHILDREN, ChildProcesses
 from harness.servers.identity import ServerUnreachable, server_identity
 from harness.servers.lifecycle import Command, ServerLaunchError, ServerProcess
 
-LOGPROB_ENGINES = frozenset({"harness"})  # the engines whose arms record logprobs (ArmSession._logprobs)
+
+
+def logprob_engines(thresholds: Path = THRESHOLDS_FILE) -> frozenset[str]:
+    """The engines whose arms record logprobs (``ArmSession._logprobs``): those with thresholds calibrated for some
+    dtype in ``harness/evals/logprob_thresholds.json`` (an engine without them would only read NO VERDICT)."""
+    return frozenset(key.split("/", 1)[0] for key in load_thresholds(thresholds))
 
 
 class RunFailure(RuntimeError):
@@ -178,10 +184,9 @@ class ArmSession:
 
     @property
     def _logprobs(self) -> bool:
-        """Whether this arm's generations carry their logprobs: asked for, and on an engine the proxy was tried on and
-        thresholds exist for (the harness's, ``harness/evals/logprob_thresholds.json``); SGLang's and vLLM's arms
-        join when they are calibrated, until then their axis would be NO VERDICT anyway."""
-        return self.options.logprobs and self.run.arm.engine in LOGPROB_ENGINES
+        """Whether this arm's generations carry their logprobs: asked for, and on an engine with calibrated thresholds
+        (``logprob_engines``; an external server has none)."""
+        return self.options.logprobs and self.run.arm.engine in logprob_engines()
 
     @contextmanager
     def _recorder(self, step: EvalStep) -> Iterator[LogprobRecorder | None]:
