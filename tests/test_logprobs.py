@@ -15,6 +15,7 @@ import pytest
 
 from bench.logprob_thresholds import derive, leave_one_out
 from harness.evals.logprobs import (
+    REST_FLOOR,
     THRESHOLDS_FILE,
     LogprobLimits,
     LogprobThresholds,
@@ -56,6 +57,26 @@ def test_the_chosen_tokens_largest_change_and_the_bucketed_kl():
     assert item.max_kl == pytest.approx(kl)  # the worst position
 
 
+def test_a_rest_bucket_below_float32_rounding_moves_no_kl_and_a_real_move_to_the_tail_does():
+    """One position of SGLang's clean arms (the fault-effects run, AIME-style): the chosen token moved by 1.2e-7 and
+    1 - sum(top-5) read -4.6e-8 in one arm, +5.7e-8 in the other. Read as the tail, that rounding put 3.8e-5 nats of
+    KL there; floored and normalized, the KL is of the order of the change squared. Mass that really leaves the
+    top-k still counts in full."""
+    a = dict(zip(("0", "1", " rows", "9", "2"), (-0.0028505190, -5.8617659, -15.127368, -17.727150, -19.516909)))
+    b = dict(zip(a, (-0.0028506380, -5.8617601, -15.127364, -17.727148, -19.516909)))
+    assert 1 - sum(math.exp(v) for v in a.values()) < 0 < 1 - sum(math.exp(v) for v in b.values())
+    one = TokenLogprobs(("0",), (a["0"],), (tuple(a.items()),))
+    other = TokenLogprobs(("0",), (b["0"],), (tuple(b.items()),))
+    assert compare_item("t/0", one, other).max_kl < 1e-12
+    assert compare_item("t/0", other, one).max_kl < 1e-12
+    peaked, spread = (
+        TokenLogprobs(("a",), (LN(0.999),), ((("a", LN(0.999)),),)),
+        TokenLogprobs(("a",), (LN(0.99),), ((("a", LN(0.99)),),)),
+    )
+    kl = 0.99 * LN(0.99 / 0.999) + 0.01 * LN(0.01 / 0.001)  # KL(OFF || ON), OFF the reference
+    assert compare_item("t/0", peaked, spread).max_kl == pytest.approx(kl)
+
+
 def test_nothing_past_the_first_parted_token_is_compared():
     off = gen("abcdef", [LN(0.9)] * 6)
     on = gen("abXYZW", [LN(0.9), LN(0.5), LN(0.2), LN(0.01), LN(0.01), LN(0.01)])
@@ -63,7 +84,10 @@ def test_nothing_past_the_first_parted_token_is_compared():
     assert item.parted_at == 2 and item.compared == 3  # the parting position had the same context
     # position 1's change, and at 2 OFF's token "c" under ON: not in ON's top-2, so at most its 2nd (0.1): >= ln 9
     assert item.max_abs_delta == pytest.approx(LN(0.9 / 0.1))
-    assert item.max_kl == pytest.approx(0.9 * LN(0.9 / 0.1) + 0.1 * LN(0.1 / 0.2) + 0.1 * LN(0.1 / 0.1) - 0.1 * LN(1))
+    # KL at 2 over c, X, z and the rest: OFF's X at its 2nd (0.1), its rest at the floor, then normalized; ON's c at 0.1
+    p = [x / (1.1 + REST_FLOOR) for x in (0.9, 0.1, 0.1, REST_FLOOR)]
+    q = [0.1, 0.2, 0.1, 0.6]
+    assert item.max_kl == pytest.approx(sum(pi * LN(pi / qi) for pi, qi in zip(p, q)))
 
 
 def test_a_generation_that_stops_early_parts_where_it_stops():

@@ -209,16 +209,27 @@ class LogprobComparison:
         )
 
 
+REST_FLOOR = 1e-6
+"""The least mass the rest bucket is given. Servers return float32 log-softmax values, whose probabilities sum to 1
+only to a few float32 steps at 1 (6e-8 each): on a peaked distribution ``1 - sum(top-k)`` is that rounding, not the
+tail. SGLang's clean arms, one position: the rest read -4.6e-8 in one arm (clipped to 0) and +5.7e-8 in the other,
+and the KL term 5.7e-8 * (log 5.7e-8 + 690) put 3.8e-5 nats where the chosen token moved by 1.2e-7."""
+
+
 def _bucket_kl(p_top: Mapping[str, float], q_top: Mapping[str, float]) -> float:
     """KL(P || Q) over the tokens in either top-k list plus one bucket for all the rest. A token one side's list lacks
     gets that side's k-th probability there (the most it can have), so a token that left the top-k still counts.
-    Exact over this coarsening when both lists hold the same tokens (clean arms), an estimate otherwise."""
+    Exact over this coarsening when both lists hold the same tokens (clean arms), an estimate otherwise. The rest
+    bucket holds at least ``REST_FLOOR`` on both sides: below it, it is float32 rounding (a softmax gives every token
+    some mass, so 0 is never the truth), and both sides are normalized after it."""
     tokens = sorted(p_top.keys() | q_top.keys())
     p_floor, q_floor = min(p_top.values()), min(q_top.values())
     p = [math.exp(p_top.get(t, p_floor)) for t in tokens]
     q = [math.exp(q_top.get(t, q_floor)) for t in tokens]
-    p.append(max(0.0, 1.0 - math.fsum(p)))
-    q.append(max(0.0, 1.0 - math.fsum(q)))
+    p.append(max(REST_FLOOR, 1.0 - math.fsum(p)))
+    q.append(max(REST_FLOOR, 1.0 - math.fsum(q)))
+    p_sum, q_sum = math.fsum(p), math.fsum(q)  # 1 to float32 rounding: normalized, the first-order terms cancel
+    p, q = [x / p_sum for x in p], [x / q_sum for x in q]
     kl = 0.0
     for pi, qi in zip(p, q):
         if pi > 0.0:

@@ -32,7 +32,6 @@ from harness.servers.identity import ServerUnreachable, server_identity
 from harness.servers.lifecycle import Command, ServerLaunchError, ServerProcess
 
 
-
 def logprob_engines(thresholds: Path = THRESHOLDS_FILE) -> frozenset[str]:
     """The engines whose arms record logprobs (``ArmSession._logprobs``): those with thresholds calibrated for some
     dtype in ``harness/evals/logprob_thresholds.json`` (an engine without them would only read NO VERDICT)."""
