@@ -220,6 +220,35 @@ def run_eval(plan: dict[str, Any], work: Path) -> tuple[int, float, dict[str, An
     return code.returncode, wall, json.loads(summary.read_text()) if summary.is_file() else None
 
 
+def rejudge(summary: dict[str, Any], eval_dir: Path) -> dict[str, Any]:
+    """The summary's logprob axis judged again from the runs saved under ``eval_dir`` with today's code and
+    thresholds (a change to the KL or a new calibration needs no server); accuracy is left as judged."""
+    from harness.evals.compare import logprob_axis
+    from harness.evals.results import RunResult
+
+    def run(model: str, arm: str, task: str) -> RunResult:
+        return RunResult.load(eval_dir / Path(model).name / arm / "runs" / f"{task}.json")
+
+    for c in summary["comparisons"]:
+        for task, t in c["suites"].items():
+            on, off = run(c["model"], c["treatment"], task), run(c["model"], c["reference"], task)
+            by_id = {i.item_id: i for i in off.items}
+            pairs = [(i, by_id[i.item_id]) for i in on.items if i.item_id in by_id]
+            axis = logprob_axis(pairs, on)
+            t["logprobs"] = axis.to_dict(items=False) if axis else None
+    return summary
+
+
+def _judged_again(work: Path, before: dict[str, Any], which: int) -> tuple[int, float, dict[str, Any] | None]:
+    """An earlier eval under ``work`` judged again (``rejudge``), with the exit code it had; its wall goes on the
+    first of the two (the JSON keeps their sum)."""
+    summary = work / "eval" / "summary.json"
+    if not summary.is_file():
+        return 2, 0.0, None
+    code = int(str(before["exit"]).split(",")[which])
+    return code, float(before["wall_s"]) if which == 0 else 0.0, rejudge(json.loads(summary.read_text()), work / "eval")
+
+
 def rows_from(summary: dict[str, Any], config: str, reaches: dict[str, Reach]) -> list[Row]:
     rows = []
     for c in summary["comparisons"]:
@@ -282,7 +311,13 @@ def section(rows: Sequence[dict[str, Any]], meta: dict[str, Any]) -> str:
         "against the clean baseline on accuracy (paired) and on the logprob axis (SGLang's thresholds, "
         "`sglang/float32`). Reach: the clean arm ran once traced, and each fault's edited statements were looked up in "
         "what its server ran; a fault none of whose statements ran gets no arm (its server would run the clean code). "
-        f"`{REPEAT}` is the clean arm again, judged against the traced one.",
+        f"`{REPEAT}` is the clean arm again, judged against the traced one."
+        + (
+            f" The logprob axis judged again on {meta['judged_again']} from the saved runs (`--rejudge`: no server), "
+            "with the KL and thresholds of that day."
+            if meta.get("judged_again")
+            else ""
+        ),
         "",
     ]
     configs = sorted({r["config"] for r in rows})
@@ -329,6 +364,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--work", type=Path, default=Path("/tmp/swa-sglang-fault-effects"))
     parser.add_argument("--port", type=int, default=31200)
     parser.add_argument("--render-only", action="store_true", help="re-write the section from the committed JSON")
+    parser.add_argument(
+        "--rejudge", action="store_true", help="no server: the logprob axis judged again over the runs under --work"
+    )
     args = parser.parse_args(argv)
     data = json.loads(DOCS_JSON.read_text()) if DOCS_JSON.is_file() else {"runs": {}, "rows": []}
     if not args.render_only:
@@ -343,17 +381,27 @@ def main(argv: list[str] | None = None) -> int:
             return 2
         work = args.work / args.config
         trace = work / "screen" / "trace"
-        plan = plan_mapping(screen_arms(trace), args.config, args.limit, args.port)
-        code1, wall1, screened = run_eval(plan, work / "screen")
+        before = data["runs"].get(args.config) or {}
+        if args.rejudge and not before:
+            print(f"--rejudge: docs/fault-effects-sglang.json has no {args.config} run to judge again", file=sys.stderr)
+            return 2
+        if args.rejudge:  # the runs of an earlier invocation, judged again: its walls, exit codes and date kept
+            code1, wall1, screened = _judged_again(work / "screen", before, 0)
+        else:
+            plan = plan_mapping(screen_arms(trace), args.config, args.limit, args.port)
+            code1, wall1, screened = run_eval(plan, work / "screen")
         ran = {p.rsplit("/sglang/", 1)[1]: lines for p, lines in lines_run(trace).items()} if trace.is_dir() else {}
         if screened is None or not ran:
             print(f"the clean screen gave no summary or no trace; see {work / 'screen' / 'eval.log'}", file=sys.stderr)
             return 2
         reaches = {f: reach(f, ran) for f in faults}
         reached = [f for f in faults if reaches[f].reached]
-        code2, wall2, judged = run_eval(
-            plan_mapping(fault_arms(reached), args.config, args.limit, args.port), work / "faults"
-        )
+        if args.rejudge:
+            code2, wall2, judged = _judged_again(work / "faults", before, 1)
+        else:
+            code2, wall2, judged = run_eval(
+                plan_mapping(fault_arms(reached), args.config, args.limit, args.port), work / "faults"
+            )
         if judged is None and reached:
             print(f"the fault eval gave no summary.json; see {work / 'faults' / 'eval.log'}", file=sys.stderr)
             return 2
@@ -364,13 +412,15 @@ def main(argv: list[str] | None = None) -> int:
         command = "python -m bench.sglang_fault_effects" + (
             f" --config {args.config}" if args.config != "roomy" else ""
         )
+        today = time.strftime("%Y-%m-%d", time.gmtime())
         data["runs"][args.config] = {
             "command": command + (f" --faults {args.faults}" if args.faults else ""),
-            "when": time.strftime("%Y-%m-%d", time.gmtime()),
+            "when": before["when"] if args.rejudge else today,
             "wall_s": wall1 + wall2,
             "exit": f"{code1}, {code2}",
             "limit": args.limit,
             "sglang": sglang.__version__,
+            "judged_again": today if args.rejudge else None,
         }
         DOCS_JSON.write_text(json.dumps(data, indent=1) + "\n")
     body = render_section(data)
@@ -392,6 +442,7 @@ def render_section(data: dict[str, Any]) -> str:
         "exit": ", ".join(str(r["exit"]) for r in runs.values()),
         "limit": first["limit"],
         "sglang": first["sglang"],
+        "judged_again": ", ".join(sorted({r["judged_again"] for r in runs.values() if r.get("judged_again")})),
     }
     return section(data["rows"], meta)
 

@@ -134,3 +134,31 @@ def test_an_engine_records_logprobs_once_its_thresholds_are_calibrated(tmp_path:
     only.write_text(json.dumps(shipped))
     assert logprob_engines(only) == {"harness"}
     assert logprob_engines(tmp_path / "missing.json") == frozenset()
+
+
+def test_rejudge_reads_the_saved_runs_again_with_todays_axis_and_leaves_accuracy_as_judged(tmp_path: Path) -> None:
+    """``--rejudge``: a summary's logprob axis recomputed from the runs saved beside it (no server), by today's KL and
+    thresholds; the accuracy verdict and difference stay what the eval judged."""
+    from harness.evals.logprobs import TokenLogprobs
+    from harness.evals.results import ItemResult, RunRecord, RunResult, ServedIdentity
+
+    identity = ServedIdentity("sglang", "x", "m", flags={"dtype": "float32"})
+    top = (("a", -1e-6), ("b", -14.0))
+    same = TokenLogprobs(("a",), (-1e-6,), (top,))
+    moved = TokenLogprobs(("a",), (-0.7,), ((("a", -0.7), ("b", -1.0)),))
+    for arm, lp in (("clean", same), ("f-red", moved)):
+        for task in sfe.TASKS:
+            items = [ItemResult(f"{task}/0", "p", "1", "a", "1", True, lp)]
+            run = RunResult(
+                task, "off", "m/mellum", True, None, items, 1.0, RunRecord(arm, served_by="sglang", identity=identity)
+            )
+            run.save(tmp_path / "mellum" / arm / "runs" / f"{task}.json")
+    summary = _summary([("f-red", -0.12, "GREEN", "RED")])  # a stale axis: GREEN where the logprobs moved
+    for c in summary["comparisons"]:
+        c.update(model="fixtures/models/mellum", reference="clean")
+    judged = sfe.rejudge(summary, tmp_path)
+    for task in sfe.TASKS:
+        suite = judged["comparisons"][0]["suites"][task]
+        assert suite["logprobs"]["verdict"] == "RED" and suite["logprobs"]["key"] == "sglang/float32"
+        assert suite["logprobs"]["delta"]["max"] == pytest.approx(0.7 - 1e-6)
+        assert (suite["verdict"], suite["difference"]) == ("RED", -0.12)
