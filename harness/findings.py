@@ -159,6 +159,16 @@ FINDINGS: tuple[Finding, ...] = (
         has_it=("0.5.23",),
         says=r"worst \|output - bidirectional window attention\| .*: the window is ignored",
     ),
+    Finding(
+        16,
+        engine="sglang",
+        title="the CPU attention backend (torch_native) drops the attention logit softcap (Gemma 2's "
+        "attn_logit_softcapping)",
+        test="suites/findings/test_finding_16_sglang.py::test_a_capped_layer_caps_its_attention_scores",
+        script="docs/repro/finding_16_sglang_torch_native_drops_softcap.py",
+        has_it=("0.5.23",),  # measured on the pinned release only
+        says=r"worst \|output - softcapped attention\|: .*: the cap is not applied",
+    ),
 )
 
 
