@@ -148,6 +148,27 @@ FINDINGS: tuple[Finding, ...] = (
         has_it=_SGLANG_0_5_11_ON,
         says=r"the request holds \d+ SWA slots where \d+ are needed",
     ),
+    Finding(
+        15,
+        engine="sglang",
+        title="the CPU attention backend (torch_native) ignores the sliding window of encoder-only (bidirectional) "
+        "layers",
+        test="suites/findings/test_finding_15_sglang.py::test_an_encoder_only_sliding_layer_attends_within_its_window",
+        script="docs/repro/finding_15_sglang_encoder_swa_window_ignored.py",
+        # measured on the pinned release only; the gate is in the wheels of 0.5.13, 0.5.16, 0.5.19 and 0.5.21 (read)
+        has_it=("0.5.23",),
+        says=r"worst \|output - bidirectional window attention\| .*: the window is ignored",
+    ),
+    Finding(
+        16,
+        engine="sglang",
+        title="the CPU attention backend (torch_native) drops the attention logit softcap (Gemma 2's "
+        "attn_logit_softcapping)",
+        test="suites/findings/test_finding_16_sglang.py::test_a_capped_layer_caps_its_attention_scores",
+        script="docs/repro/finding_16_sglang_torch_native_drops_softcap.py",
+        has_it=("0.5.23",),  # measured on the pinned release only
+        says=r"worst \|output - softcapped attention\|: .*: the cap is not applied",
+    ),
 )
 
 
