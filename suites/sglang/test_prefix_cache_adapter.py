@@ -429,9 +429,10 @@ def test_sglangs_release_gives_back_the_slots_a_speculative_step_holds_past_the_
     )
 
 
-def test_a_prompt_finished_over_tombstones_makes_its_prefix_matchable_again(sglang_target, driver: Driver):
+@pytest.mark.parametrize("chunk", [None, 8], ids=["one-prefill", "chunked-at-8"])
+def test_a_prompt_finished_over_tombstones_makes_its_prefix_matchable_again(sglang_target, driver: Driver, chunk):
     """A finished conversation leaves its early tokens as tombstones (full KV, no SWA), so no match ends among
-    them. A later request with a prefix of it is admitted with no hit, computes the prefix again and finishes
+    them. A later request with a prefix of it is admitted with no hit past them, computes the rest again and finishes
     right after its prefill (no decode: its window never slid): its insert over the tombstones must give them
     its live window, so its prompt's prefixes match as well as they would had it been the tree's only request.
     Reference: the same request alone on a fresh cache of the same core and page size. Compared over the
@@ -439,27 +440,34 @@ def test_a_prompt_finished_over_tombstones_makes_its_prefix_matchable_again(sgla
     whole 13-token prompt matches 13 alone and 12 over the tombstones, on both tree cores."""
     d, cache, ps = driver, driver.cache, driver.ps
     first, _ = d.arrive(PROMPT)
-    d.grow(first, len(PROMPT))
+    if (
+        chunk
+    ):  # a chunk's checkpoint splits the conversation's path at its whole pages: the later prompt spans two nodes
+        d.grow(first, chunk)
+        cache.cache_unfinished_req(first)
+    d.grow(first, len(PROMPT) - first.kv_len)
     cache.slide_windows([first])
     for token in (6, 6, 0, 1, 2):
         d.decode(first, token)
     d.leave(first, finished=True)
     later = PROMPT[:13]
-    assert [cache.match_prefix(later[:k]).length for k in range(1, 14)] == [0] * 13, "no tombstones formed"
+    before = [cache.match_prefix(later[:k]).length for k in range(1, len(later))]
+    assert before[-1] < page_floor(len(later) - 1, ps), f"no tombstones hide the later prompt: it matches {before}"
 
-    def serve(driver: Driver) -> list[int]:
-        req, cached = driver.arrive(later)
-        assert cached == 0
-        driver.grow(req, len(later))
+    def serve(driver: Driver) -> tuple[int, list[int]]:
+        req, hit = driver.arrive(later)  # a hit only where a chunk's checkpoint left a live window
+        driver.grow(req, len(later) - req.kv_len)
         driver.leave(req, finished=True)
         driver.check()
-        return [driver.cache.match_prefix(later[:k]).length for k in range(1, len(later))]
+        return hit, [driver.cache.match_prefix(later[:k]).length for k in range(1, len(later))]
 
-    alone = serve(build(sglang_target, page_size=ps, core=cache.tree_core))
+    _, alone = serve(build(sglang_target, page_size=ps, core=cache.tree_core))
     assert alone[-1] > 0, f"a finished prompt alone leaves nothing to match: {alone}"
-    got = serve(d)
-    assert got == alone, (
-        f"over the tombstones, the prefixes of the later prompt match {got}; alone on a fresh cache, {alone}"
+    hit, got = serve(d)
+    # What the later request computed again is what it can give its window to: the prefixes past its hit.
+    assert got[hit:] == alone[hit:], (
+        f"over the tombstones (a hit of {hit}), the prefixes of the later prompt match {got}; alone on a fresh "
+        f"cache, {alone}"
     )
 
 
