@@ -1277,20 +1277,20 @@ SURVIVORS: dict[str, Classified] = {
     # --- mem_cache/common.py ---------------------------------------------------------------------------------------
     f"{_SG_COMMON}:459:AddNot:55": Classified(
         "gap-open",
-        _RELEASE
-        + ". Without speculative decoding or strip_thinking_cache (line 456) the mutant asserts start_p != end_p, "
-        "which every ordinary release breaks (owned_kv_len == kv_allocated_len): an engine error. A test: the prefix "
-        "adapter's release runs SGLang's release_kv_cache (the row's free left to a shim) for a request finished by "
-        "length",
+        "release_kv_cache is driven only under speculative decoding "
+        "(suites/sglang/test_prefix_cache_adapter.py::test_sglangs_release_gives_back_the_slots_a_speculative_step_holds_past_the_kv, "
+        "EAGLE), where line 456 skips the assertion. Without speculative decoding or strip_thinking_cache the "
+        "mutant asserts start_p != end_p, which every ordinary release breaks (owned_kv_len == kv_allocated_len): "
+        "an engine error once reached",
     ),
     f"{_SG_COMMON}:470:NumberReplacer:34": Classified(
         "gap-open",
-        _RELEASE
-        + ". An over-allocated tail exists only with speculative decoding, strip_thinking_cache or a stop before the "
-        "last committed token (lines 453-465); at page size 2 alone the mutant frees it from an unaligned start_p, "
+        "(2026-12-06: reached by "
+        "suites/sglang/test_prefix_cache_adapter.py::test_sglangs_release_gives_back_the_slots_a_speculative_step_holds_past_the_kv, "
+        "8 tests, all passing; what it does not drive:) the test's pages are 1 and 4, where page_size > 2 is "
+        "page_size > 1. At page size 2 alone the mutant frees the over-allocated tail from an unaligned start_p, "
         "whose page the release's first free already gave back: free_segment rejects the start (allocator/base.py "
-        "290-292; an engine error). A test: release_kv_cache at page size 2 under speculative decoding, a request "
-        "whose KV ends mid-page with a step in flight: every slot comes back once",
+        "290-292; an engine error, no kill). A test at page size 2 would make it an error",
     ),
     f"{_SG_COMMON}:473:AddNot:57": Classified(
         "gap-closed",
@@ -1723,8 +1723,11 @@ SURVIVORS: dict[str, Classified] = {
     ),
     f"{_SG_COMMON}:403:ReplaceComparisonOperator_Eq_NotEq:10": Classified(
         "gap-open",
-        _RELEASE + ": the negated assertion fails on every release of a consistent request (an engine error). A "
-        "test: the prefix adapter's release runs SGLang's release_kv_cache",
+        "(2026-12-06: reached by "
+        "suites/sglang/test_prefix_cache_adapter.py::test_sglangs_release_gives_back_the_slots_a_speculative_step_holds_past_the_kv, "
+        "where it crashes SGLang, an error and no kill: AssertionError) the negated assertion at the top of "
+        "release_kv_cache fails on every release of a consistent request, before anything is freed: no input "
+        "reaches an output a test could judge",
     ),
     # --- mem_cache/swa_memory_pool.py ------------------------------------------------------------------------------
     f"{_SG_POOL}:131:ReplaceBinaryOperator_Add_Sub:1": Classified(
