@@ -789,11 +789,11 @@ SURVIVORS: dict[str, Classified] = {
         "2026-12-06)",
     ),
     f"{_URC}:663:NumberReplacer:79": Classified(
-        "gap-open",
-        "a disabled cache (--disable-radix-cache on a hybrid model, mem_cache/registry.py 88-99) is checkpointed "
-        "without an insert (checkpoint_into_tree returns at 1172-1176), so only a direct insert() sees prefix_len -1. "
-        "A test: test_unified_cache_transitions' disabled cache (not in the mutation run's suites) inserting a key "
-        "directly gets prefix_len 0",
+        "gap-closed",
+        "killed by "
+        "suites/sglang/test_prefix_cache_adapter.py::test_a_disabled_caches_insert_keeps_nothing_and_says_so (a "
+        "disabled cache's direct insert reports prefix_len 0) (reports/mutants-sglang.json, 2026-12-06, the "
+        "seed-0 rerun of issue 57's CPU gaps)",
     ),
     f"{_URC}:750:NumberReplacer:89": Classified(
         "gap-open",
@@ -928,12 +928,10 @@ SURVIVORS: dict[str, Classified] = {
     # SGLang 0.5.23, reports/mutants-sglang-shard2of4.json (seed 0, shard 2/4).
     # --- mem_cache/allocator/swa.py --------------------------------------------------------------------------------
     f"{_SG_ALLOC}:760:NumberReplacer:100": Classified(
-        "gap-open",
-        "the pure-SWA allocator registers this mapping with its pool, whose translate_loc_from_full_to_swa "
-        "(swa_memory_pool.py 248-251: '-1 in kv_indices maps to -1 via the sentinel') is the engine's sliding-window "
-        "write translation over a static SWA pool (mem_cache/kv_index_translator.py 203-215); the mutant maps -1 to "
-        "-2, another row. test_swa_pool_layouts' PureSWAMachine probes only the allocator's own translate, an "
-        "identity (line 795). A test: over the pure-SWA allocator, the pool translates -1 to -1",
+        "gap-closed",
+        "killed by suites/sglang/test_swa_pool_layouts.py::test_all_sliding_allocator_state_machine (the pool "
+        "translates every id, the -1 sink included, to itself over the pure-SWA allocator's mapping) "
+        "(reports/mutants-sglang.json, 2026-12-06, the seed-0 rerun of issue 57's CPU gaps)",
     ),
     f"{_SG_ALLOC}:775:NumberReplacer:103": Classified(
         "equivalent",
@@ -941,24 +939,19 @@ SURVIVORS: dict[str, Classified] = {
         "656-658), passes num_mixed_decode_tokens",
     ),
     f"{_SG_ALLOC}:879:ReplaceAndWithOr:4": Classified(
-        "gap-open",
-        "is_swa_req_ring is called only by SGLang's own scheduler (scheduler_components/invariant_checker.py 177, "
-        "pool_stats_observer.py 319) and PD decode (disaggregation/decode.py 2182, 2306); the harness drives its own "
-        "scheduler. The mutant calls every SWA allocator a per-request ring (the SWA leak check is skipped, the "
-        "tree's SWA evictable tokens leave the pool stats and PD decode's SWA budget) and raises AttributeError for "
-        "any other allocator (it has no swa_req_ring). A test: is_swa_req_ring is False for the suites' "
-        "SWATokenToKVPoolAllocator and for a plain TokenToKVPoolAllocator",
+        "gap-closed",
+        "killed by suites/sglang/test_swa_pool_layouts.py::test_only_a_per_request_ring_allocator_says_it_is_one "
+        "(is_swa_req_ring is False for the suites' paged hybrid allocator) (reports/mutants-sglang.json, "
+        "2026-12-06, the seed-0 rerun of issue 57's CPU gaps)",
     ),
     # --- mem_cache/common.py ---------------------------------------------------------------------------------------
     f"{_SG_COMMON}:176:ReplaceBinaryOperator_Sub_Add:6": Classified(
-        "gap-open",
-        "runs only for a freed range that starts below swa_dead_lo while the SWA cursor is past it: the request's "
-        "swa_evict_floor above its cache_protected_len (managers/schedule_batch.py 994-1000), which only prefill-aware "
-        "SWA sets (managers/scheduler.py 4359-4361, for a model whose is_prefill_aware_swa() is True: "
-        "models/unlimited_ocr.py 100); the prefix adapter never sets the floor. With a prefix hit (start_pos = "
-        "cache_protected_len > 0) the mutant's alive head runs to lo + start_pos, into the dead segment, whose slots "
-        "are then freed twice. A test: the prefix adapter with a swa_evict_floor above a prefix hit, the request "
-        "decoded past its window and released: every slot comes back once",
+        "gap-closed",
+        "killed by "
+        "suites/sglang/test_swa_pool_layouts.py::test_a_rows_ranges_go_back_once_the_window_dead_span_full_side_only "
+        "(free_kv_row_segments under a raised SWA floor: every slot back once, the dead span full-side only; the "
+        "mutant frees the dead span's full slots twice) (reports/mutants-sglang.json, 2026-12-06, the seed-0 "
+        "rerun of issue 57's CPU gaps)",
     ),
     f"{_SG_COMMON}:470:NumberReplacer:35": Classified(
         "equivalent",
@@ -984,25 +977,20 @@ SURVIVORS: dict[str, Classified] = {
         "an insert over a locked node whose SWA window was evicted",
     ),
     f"{_SWA}:498:AddNot:45": Classified(
-        "gap-open",
-        "update_component_on_insert_overlap "
-        + _PYTHON_CORE
-        + "; there it returns before the loop unless the overlap passes the request's own prefix (line 483). The "
-        "mutant skips the fragments whose window must be recovered and hands None on for the others: a live SWA "
-        "fragment (a concurrent duplicate insert) raises TypeError (None - int, line 502; an engine error). A test: "
-        "on the Python core, two requests admitted with one prompt before either checkpoints, then both finish",
+        "gap-closed",
+        "killed by "
+        "suites/sglang/test_prefix_cache_adapter.py::test_a_prompt_finished_over_tombstones_makes_its_prefix_matchable_again "
+        "(Python core: a prompt finished after its prefill over a conversation's tombstones matches as it would "
+        "alone; the mutant skips the window's recovery and nothing matches) (reports/mutants-sglang.json, "
+        "2026-12-06, the seed-0 rerun of issue 57's CPU gaps)",
     ),
     f"{_SWA}:704:NumberReplacer:67": Classified(
-        "gap-open",
-        "freed is read only where the device layer is targeted and the node holds no SWA value: a full eviction "
-        "deleting a device leaf whose SWA is tombstoned (_release_all_component_layers, target ALL, "
-        "unified_tree_core.py 1878-1896 via 1903-1912), which "
-        + _PYTHON_CORE
-        + ". Each such leaf adds -1 to tracker[SWA]: swa_num_tokens_evicted is short by one and, when the total is "
-        "negative, the SWA walk after it (unified_radix_cache.py 1017, quota 0) evicts one more SWA node. The ledger "
-        "test deletes such a leaf only after a live-window leaf, so the total stays positive. A test: on the Python "
-        "core, one eviction takes a cached prompt's window leaf, a second its SWA-tombstoned parent: another cached "
-        "prompt's window stays live",
+        "gap-closed",
+        "killed by "
+        "suites/sglang/test_prefix_cache_adapter.py::test_full_evictions_of_an_older_conversation_leave_a_newer_prompts_window_live "
+        "(Python core: deleting the older conversation's tombstoned path counts -1 SWA tokens and the SWA walk "
+        "then tombstones the newer prompt's window) (reports/mutants-sglang.json, 2026-12-06, the seed-0 rerun of "
+        "issue 57's CPU gaps)",
     ),
     f"{_SWA}:725:AddNot:67": Classified(
         "gap-open",
@@ -1220,14 +1208,10 @@ SURVIVORS: dict[str, Classified] = {
         "host tier): AssertionError: a storage ack kept its lock (reports/mutants-sglang.json, 2026-12-06)",
     ),
     f"{_URC}:3393:ReplaceComparisonOperator_Is_IsNot:59": Classified(
-        "gap-open",
-        "(2026-12-06: reached by suites/sglang/test_hicache.py, where it crashes SGLang, an error and no kill: "
-        "AttributeError: 'NoneType' object has no attribute 'clear') clear_storage_backend runs only for "
-        "/clear_hicache_storage with HiCache (managers/scheduler.py 5230-5232; LMCache has its own), whose "
-        "init_hicache always sets the attachment (line 478): there the mutant clears nothing and keeps the "
-        "storage-existence beliefs. runs only with HiCache's L3 storage (--hicache-storage-backend: the prefetch and "
-        "backup queues drain only while enable_storage, line 3685 of unified_radix_cache.py), which no suite builds. "
-        "A test: HiCache storage, a prompt stored, the storage cleared: asking it again misses storage",
+        "gap-closed",
+        "killed by suites/sglang/test_hicache.py::test_storage_attached_at_runtime_backs_up_clears_and_detaches "
+        "(the refusal without HiCache checked last) (reports/mutants-sglang.json, 2026-12-06, the seed-0 rerun of "
+        "issue 57's CPU gaps)",
     ),
     f"{_URC}:3418:AddNot:322": Classified(
         "gap-closed",
@@ -1293,46 +1277,44 @@ SURVIVORS: dict[str, Classified] = {
     # --- mem_cache/common.py ---------------------------------------------------------------------------------------
     f"{_SG_COMMON}:459:AddNot:55": Classified(
         "gap-open",
-        _RELEASE
-        + ". Without speculative decoding or strip_thinking_cache (line 456) the mutant asserts start_p != end_p, "
-        "which every ordinary release breaks (owned_kv_len == kv_allocated_len): an engine error. A test: the prefix "
-        "adapter's release runs SGLang's release_kv_cache (the row's free left to a shim) for a request finished by "
-        "length",
+        "release_kv_cache is driven only under speculative decoding "
+        "(suites/sglang/test_prefix_cache_adapter.py::test_sglangs_release_gives_back_the_slots_a_speculative_step_holds_past_the_kv, "
+        "EAGLE), where line 456 skips the assertion. Without speculative decoding or strip_thinking_cache the "
+        "mutant asserts start_p != end_p, which every ordinary release breaks (owned_kv_len == kv_allocated_len): "
+        "an engine error once reached",
     ),
     f"{_SG_COMMON}:470:NumberReplacer:34": Classified(
         "gap-open",
-        _RELEASE
-        + ". An over-allocated tail exists only with speculative decoding, strip_thinking_cache or a stop before the "
-        "last committed token (lines 453-465); at page size 2 alone the mutant frees it from an unaligned start_p, "
+        "(2026-12-06: reached by "
+        "suites/sglang/test_prefix_cache_adapter.py::test_sglangs_release_gives_back_the_slots_a_speculative_step_holds_past_the_kv, "
+        "8 tests, all passing; what it does not drive:) the test's pages are 1 and 4, where page_size > 2 is "
+        "page_size > 1. At page size 2 alone the mutant frees the over-allocated tail from an unaligned start_p, "
         "whose page the release's first free already gave back: free_segment rejects the start (allocator/base.py "
-        "290-292; an engine error). A test: release_kv_cache at page size 2 under speculative decoding, a request "
-        "whose KV ends mid-page with a step in flight: every slot comes back once",
+        "290-292; an engine error, no kill). A test at page size 2 would make it an error",
     ),
     f"{_SG_COMMON}:473:AddNot:57": Classified(
-        "gap-open",
-        _RELEASE + ". An empty or reversed range frees nothing (the row slice is empty and _page_disjoint skips empty "
-        "segments, allocator/base.py 319-322), so the mutant differs only where an over-allocated tail remains "
-        "(speculative decoding, strip_thinking_cache, an early stop): it leaks that tail. A test: release_kv_cache "
-        "under speculative decoding of a request holding slots past its KV: both pools get every slot back",
+        "gap-closed",
+        "killed by "
+        "suites/sglang/test_prefix_cache_adapter.py::test_sglangs_release_gives_back_the_slots_a_speculative_step_holds_past_the_kv "
+        "(SGLang's release_kv_cache under EAGLE, a request holding draft slots past its KV: both pools get every "
+        "slot back; the mutant leaks the tail) (reports/mutants-sglang.json, 2026-12-06, the seed-0 rerun of "
+        "issue 57's CPU gaps)",
     ),
     # --- mem_cache/kv_loc_plan.py ----------------------------------------------------------------------------------
     f"{_PLAN}:256:ReplaceBinaryOperator_Sub_Add:0": Classified(
-        "gap-open",
-        "cols_slice's TokenSpan branch with a non-zero start: test_kv_loc_plan halves a whole window (cols None, base "
-        "0, where the mutant is the same), a column slice and a flat index (lines 96-99). For TokenSpan(a, b), a > 0, "
-        "the mutant clamps the tokens to b + a instead of b - a, so tokens past the span (a slice without a stop, a "
-        "padded half) take window columns past b instead of being left to the sink. In the engine a TokenSpan is "
-        "made only by cols_slice (line 258), so it comes back in only when a two-batch-overlap half is split again "
-        "(batch_overlap/two_batch_overlap.py 710, layers/attention/tbo_backend.py 285). A test: "
-        "plan.cols_slice(TokenSpan(2, 6), slice(2, None)) is TokenSpan(4, 6)",
+        "gap-closed",
+        "killed by "
+        "suites/sglang/test_kv_loc_plan.py::test_a_two_batch_overlap_half_split_again_writes_only_its_own_tokens "
+        "(a half's tokens split again write exactly the window's flat tokens sliced twice: the mutant's span runs "
+        "past the half) (reports/mutants-sglang.json, 2026-12-06, the seed-0 rerun of issue 57's CPU gaps)",
     ),
     # --- mem_cache/swa_memory_pool.py ------------------------------------------------------------------------------
     f"{_SG_POOL}:18:NumberReplacer:1": Classified(
-        "gap-open",
-        "GB only scales mem_usage (line 131), the KV cache size SGLang reports (managers/scheduler.py 1287 as "
-        "kv_cache_memory_usage_gb, scheduler_components/internal_state.py 81 and load_inquirer.py 155 as "
-        "kv_cache_gb); no suite reads it. The mutant reports 1024/1023 of the size. A test: the suites' SWAKVPool's "
-        "mem_usage is its get_kv_size_bytes() total over 2**30",
+        "gap-closed",
+        "killed by "
+        "suites/sglang/test_swa_pool_layouts.py::test_the_reported_kv_size_is_every_k_and_v_buffers_bytes "
+        "(mem_usage is every K and V buffer's bytes over 2**30, counted from the tensors) "
+        "(reports/mutants-sglang.json, 2026-12-06, the seed-0 rerun of issue 57's CPU gaps)",
     ),
     f"{_SG_POOL}:146:ReplaceBinaryOperator_Add_Sub:2": Classified(
         "gpu-only",
@@ -1472,12 +1454,11 @@ SURVIVORS: dict[str, Classified] = {
         "with the KV",
     ),
     f"{_URC}:649:AddNot:40": Classified(
-        "gap-open",
-        "touch_prefix is called only by SGLang's scheduler (managers/schedule_policy.py 282-302 through common.py "
-        "215-218: waiting requests under a cache-agnostic policy with LRU eviction, outside PD decode), and only "
-        "while the cache shares prefixes (supports_prefix_sharing, line 654: not disable); the harness drives its "
-        "own scheduler. There the mutant returns without the walk, so waiting prefixes are never refreshed in the "
-        "LRU. A test: two cached prompts, touch_prefix on the older one: the next eviction takes the other",
+        "gap-closed",
+        "killed by "
+        "suites/sglang/test_prefix_cache_adapter.py::test_a_touched_prefix_outlives_a_newer_one_in_the_lru (two "
+        "finished prompts, the older touched: the next eviction takes the newer one's pages; the mutant skips the "
+        "walk) (reports/mutants-sglang.json, 2026-12-06, the seed-0 rerun of issue 57's CPU gaps)",
     ),
     f"{_URC}:689:ReplaceTrueWithFalse:2": Classified(
         "gap-open",
@@ -1742,27 +1723,34 @@ SURVIVORS: dict[str, Classified] = {
     ),
     f"{_SG_COMMON}:403:ReplaceComparisonOperator_Eq_NotEq:10": Classified(
         "gap-open",
-        _RELEASE + ": the negated assertion fails on every release of a consistent request (an engine error). A "
-        "test: the prefix adapter's release runs SGLang's release_kv_cache",
+        "(2026-12-06: reached by "
+        "suites/sglang/test_prefix_cache_adapter.py::test_sglangs_release_gives_back_the_slots_a_speculative_step_holds_past_the_kv, "
+        "where it crashes SGLang, an error and no kill: AssertionError) the negated assertion at the top of "
+        "release_kv_cache fails on every release of a consistent request, before anything is freed: no input "
+        "reaches an output a test could judge",
     ),
     # --- mem_cache/swa_memory_pool.py ------------------------------------------------------------------------------
     f"{_SG_POOL}:131:ReplaceBinaryOperator_Add_Sub:1": Classified(
-        "gap-open",
-        "mem_usage is only reported (managers/scheduler.py 1287, internal_state.py 81, load_inquirer.py 155); no "
-        "suite reads it. The mutant reports K minus V bytes (0 where they match). A test: the suites' SWAKVPool's "
-        "mem_usage is its get_kv_size_bytes() total over 2**30",
+        "gap-closed",
+        "killed by "
+        "suites/sglang/test_swa_pool_layouts.py::test_the_reported_kv_size_is_every_k_and_v_buffers_bytes "
+        "(mem_usage is every K and V buffer's bytes over 2**30: the mutant reports 0) "
+        "(reports/mutants-sglang.json, 2026-12-06, the seed-0 rerun of issue 57's CPU gaps)",
     ),
     # --- mem_cache/unified_cache/components/swa.py -----------------------------------------------------------------
     f"{_SWA}:86:NumberReplacer:1": Classified(
-        "gap-open",
-        "the suites build SWAComponent only with a positive window; the mutant accepts sliding_window_size 0. A test: "
-        "building it with sliding_window_size 0 raises ValueError",
+        "gap-closed",
+        "killed by "
+        "suites/sglang/test_prefix_cache_adapter.py::test_sglangs_swa_component_refuses_a_window_of_no_tokens "
+        "(sliding_window_size 0 raises ValueError; the mutant builds it) (reports/mutants-sglang.json, "
+        "2026-12-06, the seed-0 rerun of issue 57's CPU gaps)",
     ),
     f"{_SWA}:86:ReplaceOrWithAnd:0": Classified(
-        "gap-open",
-        "the suites build SWAComponent only with a positive window; the mutant's condition is never true (None "
-        "short-circuits, an int is not None), so it never raises. A test: building it with sliding_window_size None "
-        "or 0 raises ValueError",
+        "gap-closed",
+        "killed by "
+        "suites/sglang/test_prefix_cache_adapter.py::test_sglangs_swa_component_refuses_a_window_of_no_tokens "
+        "(sliding_window_size 0 raises ValueError; the mutant's condition is never true) "
+        "(reports/mutants-sglang.json, 2026-12-06, the seed-0 rerun of issue 57's CPU gaps)",
     ),
     f"{_SWA}:140:AddNot:9": Classified(
         "gap-closed",
@@ -1932,12 +1920,10 @@ SURVIVORS: dict[str, Classified] = {
         "Prefetch(asked=21, loaded=0, start=None, steps=2) (reports/mutants-sglang.json, 2026-12-06)",
     ),
     f"{_URC}:3367:AddNot:315": Classified(
-        "gap-open",
-        "(2026-12-06: reached by suites/sglang/test_hicache.py, where it crashes SGLang, an error and no kill: "
-        "AttributeError: 'NoneType' object has no attribute 'attach') attach_storage_backend is called only by the "
-        "runtime attach API; the mutant goes on without a storage attachment (an AttributeError on None) and refuses "
-        "to attach with one. A test: on the suites' cache (no HiCache) attach_storage_backend returns (False, "
-        "'HiCache is not initialized ...')",
+        "gap-closed",
+        "killed by suites/sglang/test_hicache.py::test_storage_attached_at_runtime_backs_up_clears_and_detaches "
+        "(the refusal without HiCache checked last) (reports/mutants-sglang.json, 2026-12-06, the seed-0 rerun of "
+        "issue 57's CPU gaps)",
     ),
     f"{_URC}:3462:NumberReplacer:339": Classified(
         "gap-open",

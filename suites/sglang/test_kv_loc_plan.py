@@ -417,3 +417,45 @@ def test_a_static_hybrid_pools_translator_reads_virtual_and_writes_through_the_m
     assert backends[0].kv_index_translator is translator
     with pytest.raises(AssertionError, match="not this runner's"):
         translator.bind_and_verify_backends([types.SimpleNamespace(kv_index_translator=object())])
+
+
+@pytest.mark.parametrize("bs,width", [(1, 5), (3, 4)])
+def test_a_two_batch_overlap_half_split_again_writes_only_its_own_tokens(target, sglang, bs, width):
+    """A two-batch-overlap half is a run of the window's flat tokens; split again (a half of a half, as the
+    overlap backend's children cut theirs), each part writes exactly the tokens of the half it names: the
+    reference is the window's flat list sliced twice, in both id spaces, never a token past the half's end."""
+    handle = scrambled_pool(target)
+    rows, allocator = handle.req_to_token_pool, handle.allocator
+    translator = sglang.KVIndexTranslator(
+        req_to_token=rows.req_to_token,
+        token_to_kv_pool_allocator=allocator.sglang,
+        token_to_kv_pool=handle.pool.sglang,
+        page_size=1,
+        device="cpu",
+    )
+    n = bs * width
+    window = allocator.alloc(n).long()
+    lens = torch.full((bs,), 5, dtype=torch.int64)
+    plan = translator.plan(
+        req_pool_indices=torch.tensor(rows.alloc(bs), dtype=torch.int64),
+        seq_lens=lens,
+        seq_lens_cpu=lens,
+        write_virtual=window,
+        read_extent=width,
+    )
+    flat, mapping = window.tolist(), allocator.full_to_swa_index_mapping
+    for a in range(n + 1):
+        for b in range(a, n + 1):
+            half = plan.cols_slice(None, slice(a, b))
+            for c in range(b - a + 1):
+                for tokens in (slice(c, None), slice(0, c), slice(c, c + 1)):
+                    part = plan.cols_slice(half, tokens)
+                    want = flat[a:b][tokens]
+                    got = plan.virtual_write_ids(cols=part).tolist()
+                    assert got == want, (
+                        f"tokens {tokens} of the half [{a}, {b}) of a {bs}x{width} window write {got}, not {want}"
+                    )
+                    swa = plan.write_ids(translator, kind=sglang.IdSpaceKind.SLIDING_WINDOW, cols=part)
+                    assert swa.tolist() == mapping[torch.tensor(want, dtype=torch.int64)].tolist(), (
+                        f"tokens {tokens} of the half [{a}, {b}): SWA write ids {swa.tolist()} are not the mapping"
+                    )

@@ -319,3 +319,185 @@ def test_the_servers_eviction_ledger_counts_what_sglang_returns(driver: Driver, 
     assert full == took.num_tokens_evicted > 0 and tombstoned == 0, (full, tombstoned, took)
     assert cache.evictable_size() == cache.swa_evictable_size() == 0
     d.check()
+
+
+def _key(tokens):
+    from array import array
+
+    from sglang.srt.mem_cache.radix_cache import RadixKey
+
+    return RadixKey(array("q", tokens))
+
+
+def test_a_touched_prefix_outlives_a_newer_one_in_the_lru(driver: Driver):
+    """``touch_prefix``: SGLang's scheduler refreshes a waiting request's cached prefix before it admits (LRU
+    eviction under a cache-agnostic policy), so the next eviction takes another prefix first. Two finished
+    prompts with nothing in common, the older touched: one eviction of a token takes the newer one's last
+    pages and leaves the touched prompt matching whole."""
+    d, cache, ps = driver, driver.cache, driver.ps
+    older, newer = PROMPT[:16], [60 + t for t in PROMPT[:16]]
+    for prompt in (older, newer):
+        req, _ = d.arrive(prompt)
+        d.grow(req, len(prompt))
+        d.leave(req, finished=True)
+    held = cache.evictable_size()
+    assert held == 2 * page_floor(16, ps), f"the two finished prompts leave {held} tokens in the tree"
+    cache.sglang.touch_prefix(_key(older))
+    cache.evict(full_tokens=1)
+    d.check()
+    kept = (cache.match_prefix(older).length, cache.match_prefix(newer).length)
+    assert kept[0] == page_floor(16, ps) > kept[1], (
+        f"after touching the older prompt, one eviction left (older, newer) matching {kept}: the eviction did not "
+        f"take the least recently used prefix"
+    )
+
+
+@pytest.mark.parametrize("core", ["python", "rust"])
+def test_a_disabled_caches_insert_keeps_nothing_and_says_so(sglang_target, core):
+    """``--disable-radix-cache`` on a hybrid model: an insert keeps nothing and reports a prefix of 0 (the slots
+    stay the caller's), a touch walks nothing, and a match after both finds nothing."""
+    from sglang.srt.mem_cache.base_prefix_cache import InsertParams
+
+    d = build(sglang_target, page_size=1, core=core, disable=True)
+    slots = d.allocator.sglang.alloc(len(PROMPT)).long()
+    result = d.cache.sglang.insert(InsertParams(key=_key(PROMPT), value=slots))
+    assert result.prefix_len == 0, f"a disabled cache's insert reports a prefix of {result.prefix_len}"
+    d.cache.sglang.touch_prefix(_key(PROMPT))
+    assert d.cache.match_prefix(PROMPT).length == 0 and d.cache.evictable_size() == 0
+    assert d.allocator.full_available_size() == d.allocator.size - len(PROMPT), "the insert took or freed slots"
+
+
+@pytest.mark.parametrize("window", [0, -1])
+def test_sglangs_swa_component_refuses_a_window_of_no_tokens(sglang_target, window):
+    """SGLang's own check, below the adapter's: an SWA component over a window of no history is refused by
+    name, not built to keep nothing."""
+    import dataclasses
+
+    from sglang.srt.mem_cache.unified_radix_cache import UnifiedRadixCache
+
+    d = build(sglang_target, page_size=1, core="python")
+    with pytest.raises(ValueError, match="positive sliding_window_size"):
+        UnifiedRadixCache(params=dataclasses.replace(d.cache.init_params, sliding_window_size=window))
+
+
+@pytest.mark.parametrize("checkpoint", [False, True])
+def test_sglangs_release_gives_back_the_slots_a_speculative_step_holds_past_the_kv(
+    driver: Driver, monkeypatch: pytest.MonkeyPatch, checkpoint
+):
+    """SGLang's own ``release_kv_cache`` (what its scheduler calls; the adapter replays its steps), under
+    speculative decoding: a request holds slots past its KV (a verify's draft lanes, allocated and not
+    accepted). Released (finished, or aborted), every slot it does not leave to the tree comes back to both
+    pools, the tail past the KV included: counted against what the tree says it holds."""
+    from sglang.srt.managers.schedule_batch import FINISH_LENGTH
+    from sglang.srt.mem_cache.common import release_kv_cache
+    from sglang.srt.runtime_context import get_spec
+    from sglang.srt.speculative.spec_info import SpeculativeAlgorithm
+
+    d, cache, ps = driver, driver.cache, driver.ps
+    req, _ = d.arrive(PROMPT)
+    d.grow(req, 12)
+    cache.slide_windows([req])
+    last = d.rows.last_slots([req.req_pool_idx], [req.slots_len])
+    tail = d.allocator.alloc_extend([req.slots_len], [req.slots_len + 2 * ps], last)
+    assert tail is not None
+    d.rows.write(req.req_pool_idx, req.slots_len, tail)
+    req.slots_len += 2 * ps  # the draft lanes: allocated, no KV the request keeps
+    d.check()
+    sgl = cache._sync_in(req)
+    rows_freed = []
+    monkeypatch.setattr(cache.sglang.req_to_token_pool, "free", rows_freed.append, raising=False)
+    with get_spec().override(speculative_algorithm=SpeculativeAlgorithm.EAGLE):
+        if checkpoint:
+            sgl.finished_reason = FINISH_LENGTH(length=0)
+        release_kv_cache(sgl, cache.sglang, checkpoint=checkpoint)
+    assert rows_freed == [sgl] and sgl.kv.is_kv_released
+    d.running.remove(req)
+    d.rows.free(req.req_pool_idx)
+    tree = cache.tree_slots()
+    held = (tree.full.numel(), tree.swa_live.numel())
+    if checkpoint:
+        assert held[0] == page_floor(12, ps), f"the finished request's whole pages are not what the tree holds: {held}"
+    else:
+        assert held == (0, 0), f"an aborted request left {held} (full, SWA) slots in the tree"
+    got = (
+        d.allocator.size - d.allocator.full_available_size(),
+        d.allocator.size_swa - d.allocator.swa_available_size(),
+    )
+    assert got == held, (
+        f"after SGLang's release, the pools hold (full, SWA) {got} slots outside their free lists; the tree holds "
+        f"{held}: the slots past the KV did not all come back"
+    )
+
+
+@pytest.mark.parametrize("chunk", [None, 8], ids=["one-prefill", "chunked-at-8"])
+def test_a_prompt_finished_over_tombstones_makes_its_prefix_matchable_again(sglang_target, driver: Driver, chunk):
+    """A finished conversation leaves its early tokens as tombstones (full KV, no SWA), so no match ends among
+    them. A later request with a prefix of it is admitted with no hit past them, computes the rest again and finishes
+    right after its prefill (no decode: its window never slid): its insert over the tombstones must give them
+    its live window, so its prompt's prefixes match as well as they would had it been the tree's only request.
+    Reference: the same request alone on a fresh cache of the same core and page size. Compared over the
+    prefixes an admission can hit (``match_kv_cache`` caps a match at the prompt less one token): at page 1 the
+    whole 13-token prompt matches 13 alone and 12 over the tombstones, on both tree cores."""
+    d, cache, ps = driver, driver.cache, driver.ps
+    first, _ = d.arrive(PROMPT)
+    if (
+        chunk
+    ):  # a chunk's checkpoint splits the conversation's path at its whole pages: the later prompt spans two nodes
+        d.grow(first, chunk)
+        cache.cache_unfinished_req(first)
+    d.grow(first, len(PROMPT) - first.kv_len)
+    cache.slide_windows([first])
+    for token in (6, 6, 0, 1, 2):
+        d.decode(first, token)
+    d.leave(first, finished=True)
+    later = PROMPT[:13]
+    before = [cache.match_prefix(later[:k]).length for k in range(1, len(later))]
+    assert before[-1] < page_floor(len(later) - 1, ps), f"no tombstones hide the later prompt: it matches {before}"
+
+    def serve(driver: Driver) -> tuple[int, list[int]]:
+        req, hit = driver.arrive(later)  # a hit only where a chunk's checkpoint left a live window
+        driver.grow(req, len(later) - req.kv_len)
+        driver.leave(req, finished=True)
+        driver.check()
+        return hit, [driver.cache.match_prefix(later[:k]).length for k in range(1, len(later))]
+
+    _, alone = serve(build(sglang_target, page_size=ps, core=cache.tree_core))
+    assert alone[-1] > 0, f"a finished prompt alone leaves nothing to match: {alone}"
+    hit, got = serve(d)
+    # What the later request computed again is what it can give its window to: the prefixes past its hit.
+    assert got[hit:] == alone[hit:], (
+        f"over the tombstones (a hit of {hit}), the prefixes of the later prompt match {got}; alone on a fresh "
+        f"cache, {alone}"
+    )
+
+
+def test_full_evictions_of_an_older_conversation_leave_a_newer_prompts_window_live(driver: Driver):
+    """LRU full evictions, a token at a time: the older conversation goes first, its live window leaf, then
+    the tombstoned path below it (full KV only: deleting it gives back no SWA slot). Until it is all gone the
+    newer prompt, short enough to be all window, keeps every SWA slot and matches whole: an eviction that
+    frees no SWA may not count as one that owes the SWA pool something."""
+    d, cache, ps = driver, driver.cache, driver.ps
+    older, _ = d.arrive(PROMPT)
+    d.grow(older, len(PROMPT))
+    cache.slide_windows([older])
+    for token in (6, 6, 0, 1, 2):
+        d.decode(older, token)
+    d.leave(older, finished=True)
+    newer_prompt = [60 + t for t in PROMPT[:12]]
+    newer, _ = d.arrive(newer_prompt)
+    d.grow(newer, len(newer_prompt))
+    d.leave(newer, finished=True)
+    whole = page_floor(len(newer_prompt), ps)
+    assert cache.match_prefix(newer_prompt).length == whole
+    steps = 0
+    while cache.evictable_size() > whole:
+        cache.evict(full_tokens=1)
+        steps += 1
+        d.check()
+        state = (cache.match_prefix(newer_prompt).length, cache.swa_evictable_size())
+        assert state[0] == whole and state[1] >= whole, (
+            f"eviction {steps}: the newer prompt matches {state[0]} of {whole} with {state[1]} SWA tokens left "
+            f"evictable, while the older conversation still holds {cache.evictable_size() - whole} tokens"
+        )
+    assert steps >= 2, "the older conversation went in one eviction: its tombstoned path never was a leaf alone"
+    assert cache.match_prefix(newer_prompt).length == cache.swa_evictable_size() == whole

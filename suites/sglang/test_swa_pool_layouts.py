@@ -53,17 +53,13 @@ def srt(target):
 
 
 def mha_pool(srt, **kw):
+    shape = dict(size=16, size_swa=8, head_num=2, head_dim=8, dtype=torch.float32)
     return srt.SWAKVPool(
-        size=16,
-        size_swa=8,
         page_size=1,
-        dtype=torch.float32,
-        head_num=2,
-        head_dim=8,
         swa_attention_layer_ids=SWA_LAYERS,
         full_attention_layer_ids=FULL_LAYERS,
         device="cpu",
-        **kw,
+        **{**shape, **kw},
     )
 
 
@@ -84,6 +80,36 @@ def test_pd_transfer_registers_every_kv_buffer_of_both_sub_pools_once(srt):
     k_bytes, v_bytes = pool.get_kv_size_bytes()
     everything = [*pool.full_kv_pool.k_buffer, *pool.swa_kv_pool.k_buffer]
     assert k_bytes == sum(b.nbytes for b in everything) == v_bytes, "the pool's size is not its sub-pools' K/V bytes"
+
+
+def test_the_reported_kv_size_is_every_k_and_v_buffers_bytes(srt):
+    """``mem_usage``, the KV cache size a server reports (``kv_cache_memory_usage_gb``), in GiB: every K and V
+    buffer of both sub-pools, counted from the tensors themselves."""
+    for kw in ({}, {"size": 40, "size_swa": 24, "head_dim": 4, "dtype": torch.bfloat16}):
+        pool = mha_pool(srt, **kw)
+        buffers = [
+            *pool.full_kv_pool.k_buffer,
+            *pool.full_kv_pool.v_buffer,
+            *pool.swa_kv_pool.k_buffer,
+            *pool.swa_kv_pool.v_buffer,
+        ]
+        want = sum(b.numel() * b.element_size() for b in buffers) / 2**30
+        assert want > 0 and pool.mem_usage == pytest.approx(want, rel=1e-12), (
+            f"{kw or 'default sizes'}: the pool reports {pool.mem_usage!r} GiB, its K/V buffers hold {want!r} GiB"
+        )
+
+
+def test_only_a_per_request_ring_allocator_says_it_is_one(target, srt):
+    """``is_swa_req_ring``, what SGLang's leak check and pool stats ask before counting SWA tokens: a paged
+    hybrid allocator (no ring), an all-sliding one and a plain one are none."""
+    from sglang.srt.mem_cache.allocator.swa import is_swa_req_ring
+
+    handle = target.build_pool(PoolSpec(size=32, size_swa=16, max_requests=2, max_context_len=16))
+    assert handle.pool.sglang.swa_req_ring_size is None, "the suites' pool has no per-request ring"
+    assert is_swa_req_ring(handle.allocator.sglang) is False, "a paged hybrid allocator called a per-request ring"
+    pool = mha_pool(srt)
+    pure = srt.PureSWATokenToKVPoolAllocator(8, 1, torch.float32, "cpu", pool, need_sort=False)
+    assert is_swa_req_ring(pure) is False and is_swa_req_ring(pure.swa_attn_allocator) is False
 
 
 def test_a_read_waits_for_its_layers_transfer_at_the_hybrid_pool_only(srt):
@@ -219,6 +245,11 @@ class PureSWAMachine(RuleBasedStateMachine):
         probe = torch.tensor(sorted(self.owned) + [-1])
         assert torch.equal(self.alloc.translate_loc_from_full_to_swa(probe), probe), (
             "an all-SWA id must translate to itself"
+        )
+        # The pool translates a sliding layer's writes through the mapping the allocator registered with it:
+        # every id, the -1 a ragged write names the sink with included, is its own SWA id there too.
+        assert torch.equal(self.pool.translate_loc_from_full_to_swa(probe), probe), (
+            f"the pool translates {probe.tolist()} to {self.pool.translate_loc_from_full_to_swa(probe).tolist()}"
         )
 
 
@@ -374,4 +405,57 @@ def test_a_set_shaped_swa_free_gives_back_whole_pages_and_all_their_mappings(tar
     handle.allocator.free(held.to(torch.int32))
     assert (allocator.full_available_size(), allocator.swa_available_size()) == (size, size_swa), (
         "after the request freed everything the pools are not whole again"
+    )
+
+
+@pytest.mark.parametrize(
+    "ranges,dead_lo,cursor",
+    [
+        ([(4, 12)], 6, 12),  # the window slid to the range's end; a raised floor keeps [4, 6) in the window
+        ([(4, 12), (13, 16)], 6, 12),  # a second range past the cursor
+        ([(4, 16)], 6, 12),  # the cursor inside the range
+        ([(4, 16)], 4, 12),  # no floor above the range's start
+        ([(0, 6), (8, 16)], 3, 10),  # the dead span crosses the gap
+        ([(4, 12)], 8, 8),  # a floor at the cursor: nothing dead
+    ],
+)
+def test_a_rows_ranges_go_back_once_the_window_dead_span_full_side_only(target, ranges, dead_lo, cursor):
+    """``free_kv_row_segments``: a request's row ranges go back to both pools, except ``[dead_lo, cursor)``,
+    whose SWA the window's slide already gave back, which goes back full-side only. A raised SWA floor
+    (prefill-aware SWA: ``swa_dead_lo`` above the range's start) keeps the head of the range in the window.
+    Reference: what the row holds, counted by hand; every slot comes back exactly once."""
+    from sglang.srt.mem_cache.common import free_kv_row_segments
+
+    n = 16
+    handle = target.build_pool(PoolSpec(size=48, size_swa=48, max_requests=2, max_context_len=n))
+    sg = handle.allocator.sglang
+    full0, swa0 = sg.full_available_size(), sg.swa_available_size()
+    row = sg.alloc(n).long()
+    sg.free_swa(row[dead_lo:cursor])  # the slide: the dead span's SWA slots are free already
+    freed = {p for start, end in ranges for p in range(start, end)}
+    dead = set(range(dead_lo, cursor))
+    free_kv_row_segments(
+        sg,
+        [(row[start:end], start) for start, end in ranges],
+        swa_evicted_seqlen=cursor,
+        swa_dead_lo=dead_lo,
+    )
+    kept_full = n - len(freed)
+    kept_swa = len(set(range(n)) - freed - dead)
+    got = (full0 - sg.full_available_size(), swa0 - sg.swa_available_size())
+    assert got == (kept_full, kept_swa), (
+        f"ranges {ranges}, SWA dead [{dead_lo}, {cursor}): the row still holds (full, SWA) {got} slots, "
+        f"it kept {(kept_full, kept_swa)}"
+    )
+    mapping = sg.full_to_swa_index_mapping
+    live = sorted(set(range(n)) - freed - dead)
+    assert bool((mapping[row[live]] > 0).all()), "a kept position lost its SWA slot"
+    back = [p for p in sorted(freed) if int(mapping[row[p]]) != 0]
+    assert not back, f"freed positions {back} still map to an SWA slot"
+    full_all = sg.alloc(sg.full_available_size())
+    assert full_all is not None and len(set(full_all.tolist())) == full_all.numel() and 0 not in full_all.tolist(), (
+        "the full pool hands a slot out twice: a freed slot went back more than once"
+    )
+    assert not set(full_all.tolist()) & set(row[sorted(set(range(n)) - freed)].tolist()), (
+        "the full pool hands out a slot the row still holds"
     )
