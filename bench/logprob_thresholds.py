@@ -18,7 +18,8 @@ Rule, per engine/dtype: ``clean`` = the largest per-item max|dlp| and max KL ove
 task; AMBER above 10 x clean max|dlp| or 100 x clean KL, RED above 1000 x and 10^6 x (KL grows as the square of a
 logprob change, so its factors are the squares), the KL's RED never above 1 nat (``KL_RED_CAP``): no float noise moves
 a next-token distribution that far, and where an engine's clean KL is not the square of its clean logprob change
-(SGLang's: 6.7e-5 beside 1.3e-5) the squared factor would put RED out of reach. A zero clean value (bit-exact arms) is replaced by float32 dust
+the squared factor would put RED out of reach (SGLang's read 6.7e-5 beside 1.3e-5 while the KL took the rest bucket's
+float32 rounding for the tail; with ``REST_FLOOR`` its clean KL is 6.5e-9 and the cap does not bind). A zero clean value (bit-exact arms) is replaced by float32 dust
 (1e-7 in a logprob, 1e-14 in KL): any real change is far above it. False alarms are shown leave-one-out: each seed
 judged against thresholds derived from the other seeds alone.
 

@@ -155,8 +155,7 @@ FINDINGS: tuple[Finding, ...] = (
         "layers",
         test="suites/findings/test_finding_15_sglang.py::test_an_encoder_only_sliding_layer_attends_within_its_window",
         script="docs/repro/finding_15_sglang_encoder_swa_window_ignored.py",
-        # measured on the pinned release only; the gate is in the wheels of 0.5.13, 0.5.16, 0.5.19 and 0.5.21 (read)
-        has_it=("0.5.23",),
+        has_it=_SGLANG_0_5_11_ON[3:],  # the release matrix: 0.5.13-0.5.23; before 0.5.13 its scene cannot be built
         says=r"worst \|output - bidirectional window attention\| .*: the window is ignored",
     ),
     Finding(
@@ -166,7 +165,7 @@ FINDINGS: tuple[Finding, ...] = (
         "attn_logit_softcapping)",
         test="suites/findings/test_finding_16_sglang.py::test_a_capped_layer_caps_its_attention_scores",
         script="docs/repro/finding_16_sglang_torch_native_drops_softcap.py",
-        has_it=("0.5.23",),  # measured on the pinned release only
+        has_it=_SGLANG_0_5_11_ON,  # the release matrix: every release from 0.5.11
         says=r"worst \|output - softcapped attention\|: .*: the cap is not applied",
     ),
 )

@@ -115,7 +115,7 @@ def test_the_section_goes_between_its_markers_and_replaces_itself() -> None:
 
 
 def test_the_kl_red_threshold_is_never_above_the_cap_while_the_logprob_factors_stay() -> None:
-    # SGLang's clean arms: KL 6.7e-5 beside a logprob change of 1.3e-5; the squared factor alone gives RED at KL 67.
+    # SGLang's clean arms before REST_FLOOR: KL 6.7e-5 beside a logprob change of 1.3e-5; squared, RED at KL 67.
     t = derive([{"max_abs_delta": 1.3e-5, "max_kl": 6.7e-5}])
     assert t["red"]["max_kl"] == KL_RED_CAP and t["amber"]["max_kl"] == pytest.approx(6.7e-3)
     assert t["red"]["max_abs_delta"] == pytest.approx(1.3e-2)
