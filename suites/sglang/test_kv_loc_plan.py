@@ -112,6 +112,17 @@ def scrambled_pool(target):
     return handle
 
 
+def translator_of(sglang, handle):
+    """SGLang's KV index translator over a built pool, as its model runner builds one on CPU (page size 1)."""
+    return sglang.KVIndexTranslator(
+        req_to_token=handle.req_to_token_pool.req_to_token,
+        token_to_kv_pool_allocator=handle.allocator.sglang,
+        token_to_kv_pool=handle.pool.sglang,
+        page_size=1,
+        device="cpu",
+    )
+
+
 def _batch(**fields) -> types.SimpleNamespace:
     """The ForwardBatch attributes the plan, the translator and the decode registry read."""
     base = dict(mrope_positions=None, forward_mode=None, spec_info=None, encoder_lens=None)
@@ -128,13 +139,7 @@ def check_window(target, sglang, w: Window) -> None:
     window = allocator.alloc(w.bs * w.width).long()  # row-major [bs, width], as the scheduler assigns it
     req_pool_indices = torch.tensor(rows.alloc(w.bs), dtype=torch.int64)
     seq_lens = torch.full((w.bs,), 9, dtype=torch.int64)
-    translator = sglang.KVIndexTranslator(
-        req_to_token=rows.req_to_token,
-        token_to_kv_pool_allocator=allocator.sglang,
-        token_to_kv_pool=pool.sglang,
-        page_size=1,
-        device="cpu",
-    )
+    translator = translator_of(sglang, handle)
     plan = translator.plan(
         req_pool_indices=req_pool_indices,
         seq_lens=seq_lens,
@@ -239,13 +244,7 @@ def test_reads_reach_past_seq_lens_by_the_window_each_forward_writes(target, sgl
     """A read table covers ``[0, seq_lens + read_extent)``: a verify reads ``width`` tokens past its lengths,
     a draft decode the steps it wrote; a plain decode or extend nothing past them."""
     handle = target.build_pool(PoolSpec(size=64, size_swa=48, max_requests=4, max_context_len=64))
-    translator = sglang.KVIndexTranslator(
-        req_to_token=handle.req_to_token_pool.req_to_token,
-        token_to_kv_pool_allocator=handle.allocator.sglang,
-        token_to_kv_pool=handle.pool.sglang,
-        page_size=1,
-        device="cpu",
-    )
+    translator = translator_of(sglang, handle)
     mode, bs, width = sglang.ForwardMode, 3, 5
     ids = torch.arange(1, bs * width + 1, dtype=torch.int64)
     spec = types.SimpleNamespace(draft_token_num=width)
@@ -356,13 +355,7 @@ def test_a_static_hybrid_pools_translator_reads_virtual_and_writes_through_the_m
 
     handle = scrambled_pool(target)
     rows, allocator = handle.req_to_token_pool, handle.allocator
-    translator = sglang.KVIndexTranslator(
-        req_to_token=rows.req_to_token,
-        token_to_kv_pool_allocator=allocator.sglang,
-        token_to_kv_pool=handle.pool.sglang,
-        page_size=1,
-        device="cpu",
-    )
+    translator = translator_of(sglang, handle)
     assert not translator.reads_are_translated and translator.full_v2p_table is None
     assert translator.window_kv_kind is sglang.IdSpaceKind.SLIDING_WINDOW
     assert translator.capture_token_capacity(96) == 97, "graph capture rows must cover every slot and the sink"
@@ -426,13 +419,7 @@ def test_a_two_batch_overlap_half_split_again_writes_only_its_own_tokens(target,
     reference is the window's flat list sliced twice, in both id spaces, never a token past the half's end."""
     handle = scrambled_pool(target)
     rows, allocator = handle.req_to_token_pool, handle.allocator
-    translator = sglang.KVIndexTranslator(
-        req_to_token=rows.req_to_token,
-        token_to_kv_pool_allocator=allocator.sglang,
-        token_to_kv_pool=handle.pool.sglang,
-        page_size=1,
-        device="cpu",
-    )
+    translator = translator_of(sglang, handle)
     n = bs * width
     window = allocator.alloc(n).long()
     lens = torch.full((bs,), 5, dtype=torch.int64)
