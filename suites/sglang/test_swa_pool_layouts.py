@@ -419,7 +419,7 @@ def test_a_set_shaped_swa_free_gives_back_whole_pages_and_all_their_mappings(tar
         ([(4, 12)], 8, 8),  # a floor at the cursor: nothing dead
     ],
 )
-def test_a_rows_ranges_go_back_once_the_window_dead_span_full_side_only(target, ranges, dead_lo, cursor):
+def test_a_rows_ranges_go_back_once_the_window_dead_span_full_side_only(target, srt, ranges, dead_lo, cursor):
     """``free_kv_row_segments``: a request's row ranges go back to both pools, except ``[dead_lo, cursor)``,
     whose SWA the window's slide already gave back, which goes back full-side only. A raised SWA floor
     (prefill-aware SWA: ``swa_dead_lo`` above the range's start) keeps the head of the range in the window.
