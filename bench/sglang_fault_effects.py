@@ -246,7 +246,12 @@ def _judged_again(work: Path, before: dict[str, Any], which: int) -> tuple[int, 
     if not summary.is_file():
         return 2, 0.0, None
     code = int(str(before["exit"]).split(",")[which])
-    return code, float(before["wall_s"]) if which == 0 else 0.0, rejudge(json.loads(summary.read_text()), work / "eval")
+    try:
+        judged = rejudge(json.loads(summary.read_text()), work / "eval")
+    except FileNotFoundError as missing:  # a summary without its saved runs: nothing to judge, no verdict
+        print(f"--rejudge: a run the summary names is not saved: {missing.filename}", file=sys.stderr)
+        return 2, 0.0, None
+    return code, float(before["wall_s"]) if which == 0 else 0.0, judged
 
 
 def rows_from(summary: dict[str, Any], config: str, reaches: dict[str, Reach]) -> list[Row]:

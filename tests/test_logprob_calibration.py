@@ -162,3 +162,16 @@ def test_rejudge_reads_the_saved_runs_again_with_todays_axis_and_leaves_accuracy
         assert suite["logprobs"]["verdict"] == "RED" and suite["logprobs"]["key"] == "sglang/float32"
         assert suite["logprobs"]["delta"]["max"] == pytest.approx(0.7 - 1e-6)
         assert (suite["verdict"], suite["difference"]) == ("RED", -0.12)
+
+
+def test_rejudge_without_the_saved_runs_is_no_verdict_in_one_line(tmp_path: Path, capsys) -> None:
+    """A summary whose runs were not kept gives exit 2 and names the missing file, never a traceback or a verdict."""
+    work = tmp_path / "faults"
+    (work / "eval").mkdir(parents=True)
+    summary = _summary([("f-red", -0.12, "GREEN", "RED")])
+    for c in summary["comparisons"]:
+        c.update(model="fixtures/models/mellum", reference="clean")
+    (work / "eval" / "summary.json").write_text(json.dumps(summary))
+    code, _, judged = sfe._judged_again(work, {"exit": "0, 1", "wall_s": 10.0}, 1)
+    assert (code, judged) == (2, None)
+    assert "not saved" in capsys.readouterr().err
