@@ -197,6 +197,9 @@ class Progress:
             self.interval_s = 1.0 if self.live else 30.0
         self._lock = threading.Lock()
         self._stop = threading.Event()
+        # A tick prints what it read under this lock, and a start or a finish changes state under it: no tick's
+        # stale reading lands after a server's ready line or an arm's final line.
+        self._order = threading.RLock()
         self._thread = threading.Thread(target=self._loop, name="eval-progress", daemon=True)
         self._start = time.perf_counter()
         self._rich: RichProgress | None = None
@@ -210,7 +213,7 @@ class Progress:
 
     def started(self, label: str, ok: bool = True) -> float | None:
         """The server answers (or failed to, ``ok`` False): the row keeps its start-up time; returns it."""
-        with self._lock:
+        with self._order, self._lock:
             startup = self.startups.pop(label, None)
         if startup is None:
             return None
@@ -244,15 +247,16 @@ class Progress:
 
     def unwatch(self, label: str) -> None:
         """The arm is done (or failed): one last reading, shown as final, then no more polling of it."""
-        with self._lock:
-            arm = self.arms.get(label)
-        if arm is None or arm.finished:
-            return
-        arm.poll()
-        arm.finished = True
-        self._show(arm)
-        if not self.live:
-            self._print([arm])
+        with self._order:
+            with self._lock:
+                arm = self.arms.get(label)
+            if arm is None or arm.finished:
+                return
+            arm.poll()
+            arm.finished = True
+            self._show(arm)
+            if not self.live:
+                self._print([arm])
 
     def snapshot(self) -> list[Row]:
         now = time.perf_counter()
@@ -283,16 +287,20 @@ class Progress:
 
     def _loop(self) -> None:
         while not self._stop.wait(self.interval_s):
-            with self._lock:
-                active = [arm for arm in self.arms.values() if not arm.finished]
-                startups = list(self.startups.values())
-            for arm in active:
-                arm.poll()
-                self._show(arm)
-            for startup in startups:
-                self._show_startup(startup)
-            if (active or startups) and not self.live:
-                self._print(active, startups)
+            with self._order:
+                self._tick()
+
+    def _tick(self) -> None:
+        with self._lock:
+            active = [arm for arm in self.arms.values() if not arm.finished]
+            startups = list(self.startups.values())
+        for arm in active:
+            arm.poll()
+            self._show(arm)
+        for startup in startups:
+            self._show_startup(startup)
+        if (active or startups) and not self.live:
+            self._print(active, startups)
 
     def _print(self, arms: list[ArmProgress], startups: list[Startup] = ()) -> None:
         now = time.perf_counter()
