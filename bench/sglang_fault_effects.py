@@ -5,8 +5,9 @@ One ``swa-harness eval --plan`` over a plan this module writes: a clean baseline
 plan judges a treatment: accuracy paired, and the logprob axis with SGLang's thresholds (``sglang/float32`` in
 ``harness/evals/logprob_thresholds.json``, from ``bench.logprob_thresholds --plan``). The configuration is
 ``suites/plans/sglang-cpu-prefix.yaml``'s (eager, prefill in chunks of 32 through the radix cache, FINDINGS #4's
-candidate fix patched in so a wrong SWA slot shows, a roomy pool), or ``--config tight`` (a pool of 2,048 slots: the
-tree evicts all run long).
+candidate fix patched in so a wrong SWA slot shows, a roomy pool), ``--config tight`` (a pool of 2,048 slots: the
+tree evicts all run long, freed slots are handed out again) or ``--config paged`` (the roomy pool in pages of 32 tokens,
+twice mellum-tiny-swa's window of 16: the SWA frontier is kept a whole page, not a window).
 
 Two evals, so that a fault whose code the workload never runs costs no server: first the clean arm twice, the first
 traced (``SWA_HARNESS_SGLANG_TRACE``: coverage in every server process), the second judged against it (clean against
@@ -14,7 +15,7 @@ clean: SGLang's thresholds must keep it GREEN in this configuration too); then t
 whose edited statements ran in the traced server. A fault none of whose edited statements ran serving the workload is
 "not reached": the faulty server runs the clean server's code, so no answer and no logprob can move; it gets no arm.
 
-    python -m bench.sglang_fault_effects [--config roomy|tight] [--limit 100] [--faults a,b] [--render-only]
+    python -m bench.sglang_fault_effects [--config roomy|tight|paged] [--limit 100] [--faults a,b] [--render-only]
 
 in the venv of ``nox -s sglang_server``. Writes ``docs/fault-effects-sglang.json`` (one row per fault, config and
 task) and the section of ``docs/FAULT_EFFECTS.md`` between its markers (``bench.fault_effects`` renders the same
@@ -37,7 +38,8 @@ from typing import Any, Literal, Sequence
 
 from harness.paths import REPO
 
-Config = Literal["roomy", "tight"]
+Config = Literal["roomy", "tight", "paged"]
+CONFIGS: tuple[Config, ...] = ("roomy", "tight", "paged")
 DOCS_JSON = REPO / "docs" / "fault-effects-sglang.json"
 DOCS_MD = REPO / "docs" / "FAULT_EFFECTS.md"
 MARK = ("<!-- sglang-server-effects -->", "<!-- /sglang-server-effects -->")
@@ -45,7 +47,13 @@ BASELINE = "clean"
 REPEAT = "clean-again"
 TASKS = ("gsm_style", "aime_style")
 LABEL = {"gsm_style": "GSM-style", "aime_style": "AIME-style"}
-POOL: dict[Config, str] = {"roomy": "262144", "tight": "2048"}
+POOL: dict[Config, str] = {"roomy": "262144", "tight": "2048", "paged": "262144"}
+PAGE: dict[Config, int] = {"roomy": 1, "tight": 1, "paged": 32}  # SGLang's default page is one token
+ABOUT: dict[Config, str] = {
+    "roomy": "roomy: 262,144 slots in pages of one token",
+    "tight": "tight: 2,048 slots (the tree evicts all run long, freed slots are handed out again)",
+    "paged": "paged: 262,144 slots in pages of 32 tokens (twice the window)",
+}
 PATCH = "suites/plans/patches/finding-4-swa-reads.yaml"
 
 
@@ -105,6 +113,7 @@ def plan_mapping(arms: Sequence[dict[str, Any]], config: Config, limit: int, por
                 *("--device", "cpu", "--attention-backend", "torch_native", "--sampling-backend", "pytorch"),
                 *("--dtype", "float32", "--max-running-requests", "32", "--swa-full-tokens-ratio", "1.0"),
                 *("--max-total-tokens", POOL[config], "--chunked-prefill-size", "32"),
+                *(("--page-size", str(PAGE[config])) if PAGE[config] > 1 else ()),
             ],
         },
         "arms": [{**arms[0], "role": "baseline"}, *arms[1:]],
@@ -316,7 +325,9 @@ def section(rows: Sequence[dict[str, Any]], meta: dict[str, Any]) -> str:
         "against the clean baseline on accuracy (paired) and on the logprob axis (SGLang's thresholds, "
         "`sglang/float32`). Reach: the clean arm ran once traced, and each fault's edited statements were looked up in "
         "what its server ran; a fault none of whose statements ran gets no arm (its server would run the clean code). "
-        f"`{REPEAT}` is the clean arm again, judged against the traced one."
+        f"`{REPEAT}` is the clean arm again, judged against the traced one. Configurations: "
+        + "; ".join(ABOUT[c] for c in CONFIGS if c in meta.get("configs", ("roomy",)))
+        + "."
         + (
             f" The logprob axis judged again on {meta['judged_again']} from the saved runs (`--rejudge`: no server), "
             "with the KL and thresholds of that day."
@@ -363,7 +374,7 @@ def splice(md: str, body: str) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.sglang_fault_effects", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--config", choices=("roomy", "tight"), default="roomy")
+    parser.add_argument("--config", choices=CONFIGS, default="roomy")
     parser.add_argument("--limit", type=int, default=100, help="items per task (default 100, the SGLang plans')")
     parser.add_argument("--faults", default=None, help="comma-separated fault ids (default: the whole catalog)")
     parser.add_argument("--work", type=Path, default=Path("/tmp/swa-sglang-fault-effects"))
@@ -448,6 +459,7 @@ def render_section(data: dict[str, Any]) -> str:
         "limit": first["limit"],
         "sglang": first["sglang"],
         "judged_again": ", ".join(sorted({r["judged_again"] for r in runs.values() if r.get("judged_again")})),
+        "configs": tuple(runs),
     }
     return section(data["rows"], meta)
 

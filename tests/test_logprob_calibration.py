@@ -11,6 +11,7 @@ import pytest
 from bench import sglang_fault_effects as sfe
 from bench.logprob_thresholds import KL_RED_CAP, derive, source_of, write
 from harness.jobs.session import logprob_engines
+from harness.paths import REPO
 
 SGLANG_PLAN = Path("suites/plans/sglang-cpu.yaml")
 ITEMS = {"gsm_style": 8, "aime_style": 4}
@@ -104,6 +105,19 @@ def test_the_fault_table_reads_each_comparison_and_counts_red_and_reach() -> Non
     assert "| `f-red` | accuracy RED -12.0 pp; logprobs **RED (KL 2.5, max\\|Δ\\| 3, 7 parted)**" in text
     assert "not reached: none of its 1 edited functions ran in the clean server" in text
     assert "Of 2 faults: **1 RED on the logprob axis**; 1 reached by the workload; 1 never reached" in text
+
+
+def test_each_configuration_asks_sglang_for_its_pool_and_page() -> None:
+    def flags(config: sfe.Config) -> dict[str, str]:
+        argv = sfe.plan_mapping(sfe.fault_arms(["f"]), config, 10, 31200)["arm_defaults"]["flags"]
+        return dict(zip(argv[::2], argv[1::2]))
+
+    roomy, tight, paged = flags("roomy"), flags("tight"), flags("paged")
+    assert "--page-size" not in roomy and "--page-size" not in tight  # SGLang's default page, as the roomy run had
+    assert (roomy["--max-total-tokens"], tight["--max-total-tokens"]) == ("262144", "2048")
+    # Paged: a page twice the shipped model's window, so the SWA frontier is a page, not a window.
+    window = json.loads((REPO / "fixtures/models/mellum-tiny-swa/config.json").read_text())["sliding_window"]
+    assert int(paged["--page-size"]) > window and paged["--max-total-tokens"] == roomy["--max-total-tokens"]
 
 
 def test_the_section_goes_between_its_markers_and_replaces_itself() -> None:
