@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import threading
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -125,6 +127,34 @@ def test_host_sync_ops_raise_naming_the_op(body, op):
     with pytest.raises(GraphCaptureError, match=op):
         TapeBackend().capture(body, static_inputs={})
     assert torch.Tensor.tolist(torch.ones(1)) == [1.0]  # the capture-time guard is removed again
+
+
+def test_a_capture_refuses_host_reads_on_its_own_thread_only():
+    """A server capturing lazily (``--capture lazy``) captures on its engine thread while its HTTP threads turn
+    finished requests into JSON: their ``.tolist()`` is no host sync of the graph and must work (found by the logprob
+    calibration: a concurrent request's logprobs failed with HTTP 500). The capturing thread is still refused."""
+    inside, release, seen = threading.Event(), threading.Event(), {}
+
+    def body():
+        inside.set()
+        release.wait(timeout=30)
+        try:
+            torch.ones(2).tolist()
+        except GraphCaptureError as refused:
+            seen["capture"] = str(refused)
+        return torch.ones(1)
+
+    capturing = threading.Thread(target=lambda: TapeBackend().capture(body, static_inputs={}))
+    capturing.start()
+    assert inside.wait(timeout=30)
+    try:
+        seen["other"] = torch.arange(3).tolist()  # another thread, while the capture is open
+    finally:
+        release.set()
+        capturing.join(timeout=30)
+    assert seen["other"] == [0, 1, 2]
+    assert "tolist" in seen.get("capture", ""), seen  # the capturing thread's own read is still refused
+    assert torch.Tensor.tolist(torch.ones(1)) == [1.0]
 
 
 def test_replay_after_an_input_was_replaced_is_an_error():

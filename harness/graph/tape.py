@@ -38,16 +38,19 @@ keeps attributes of its own equal to them. They are also removed while the eager
 ``graph_break`` runs, and installed again after it.
 
 The patch is process-wide because a class attribute is: Python has no per-thread method lookup. The
-dispatch mode and the ``no_grad`` of a capture are thread-local. So while one thread captures, another
-thread gets ``GraphCaptureError`` from ``.tolist()`` and ``.numpy()`` of any tensor though it is not
-capturing, and otherwise runs as usual: its ops are neither recorded nor refused (``.item()`` works),
-and its grad mode is its own. Two captures at once on two threads are not supported: each restores
-what it saw at its start, so unless they end in the reverse order of their start, the raisers stay
-installed after both.
+dispatch mode and the ``no_grad`` of a capture are thread-local, and so is the refusal: the guards raise
+only on a thread that is capturing (``_CAPTURING``) and call the original method on any other. A CUDA
+capture refuses the capturing stream's syncs, not another thread's reads of host memory; a server that
+captures lazily (``--capture lazy``) captures on its engine thread while its HTTP threads read finished
+requests' logprobs with ``.tolist()``, and those must not fail (they did, with HTTP 500, before the flag).
+Another thread's ops are neither recorded nor refused, and its grad mode is its own. Two captures at
+once on two threads are not supported: each restores what it saw at its start, so unless they end in the
+reverse order of their start, the guards stay installed after both (harmless to other threads).
 """
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field
@@ -104,30 +107,40 @@ def _host_sync_reason(func: torch._ops.OpOverload, args: tuple, kwargs: dict) ->
     return None
 
 
+_CAPTURING = threading.local()  # ``active``: this thread is inside a capture (not paused at a break)
+
+
 class _HostReadPatch:
-    """The process-wide patch of ``_HOST_READ_METHODS`` on ``torch.Tensor`` (module docstring)."""
+    """The process-wide patch of ``_HOST_READ_METHODS`` on ``torch.Tensor``, refusing on the capturing thread only
+    (module docstring)."""
 
     def __init__(self) -> None:
         self._saved: dict[str, Any] | None = None
 
     def install(self) -> None:
         self._saved = {name: getattr(torch.Tensor, name) for name in _HOST_READ_METHODS}
-        for name in _HOST_READ_METHODS:
-            setattr(torch.Tensor, name, _forbid(name))
+        for name, original in self._saved.items():
+            setattr(torch.Tensor, name, _forbid(name, original))
+        _CAPTURING.active = True
 
     def remove(self) -> None:
         """Put back what ``install`` replaced; nothing when it is not installed."""
         if self._saved is not None:
+            _CAPTURING.active = False
             for name, method in self._saved.items():
                 setattr(torch.Tensor, name, method)
             self._saved = None
 
 
-def _forbid(name: str) -> Callable[..., Any]:
-    def raiser(self, *args, **kwargs):
-        raise GraphCaptureError(f"Tensor.{name}() cannot be captured into a graph: it reads tensor data on the host")
+def _forbid(name: str, original: Callable[..., Any]) -> Callable[..., Any]:
+    def guard(self, *args, **kwargs):
+        if getattr(_CAPTURING, "active", False):
+            raise GraphCaptureError(
+                f"Tensor.{name}() cannot be captured into a graph: it reads tensor data on the host"
+            )
+        return original(self, *args, **kwargs)
 
-    return raiser
+    return guard
 
 
 # --- The recorder: capture -----------------------------------------------------------------------------
