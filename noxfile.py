@@ -157,6 +157,15 @@ def prefix_accuracy(session: nox.Session) -> None:
 
 
 @nox.session(python=PYTHON)
+def choice_accuracy(session: nox.Session) -> None:
+    """lm-eval's loglikelihood path on the harness server: the shipped multiple-choice task, graphs on vs off and one
+    chunk vs chunks of 16, paired on per-choice loglikelihoods, and a prompt-logprob fault that must come out RED
+    (suites/plans/cpu-choice.yaml; about 2 minutes on 2 cores)."""
+    _install(session, "test,eval")
+    session.run("swa-harness", "eval", "--plan", "suites/plans/cpu-choice.yaml", *session.posargs)
+
+
+@nox.session(python=PYTHON)
 def overlap_accuracy(session: nox.Session) -> None:
     """Overlap scheduling vs sync on the harness server, and a fault only overlap scheduling reaches, which must come
     out RED through the server (suites/plans/cpu-overlap.yaml)."""

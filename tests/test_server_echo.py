@@ -1,7 +1,7 @@
 """``echo: true`` on the harness server's /v1/completions, as lm-eval's loglikelihood path asks for it: every prompt
 token's logprob as the engine's own prefill scores it, held to transformers on a shipped checkpoint (fp32, within
 ``TOL``), through the official ``openai`` client and through lm-eval's ``local-completions`` on a multiple-choice task
-(``suites/accuracy/swa_choice_style.yaml``); the prefix cache neither read nor changed by an echo request, and the
+(``suites/accuracy/choice_style.yaml``); the prefix cache neither read nor changed by an echo request, and the
 requests beside one unharmed; bad input refused naming its field.
 
 The server runs in process on a real port (``tests.test_openai_surface.serving``), tape graphs captured at start-up,

@@ -21,6 +21,7 @@ from harness.engine.scheduler import PromptRows, ScheduledBatch, Scheduler
 from harness.mem import HybridPool, HybridPoolSpec, PoolBuilder, build_hybrid_pool
 from harness.mem.radix_cache import RADIX_CACHE, CacheBuilder
 from harness.model import Tokenizer, load_config, load_model
+from harness.seams import seam
 
 logger = logging.getLogger(__name__)
 
@@ -448,6 +449,7 @@ class Engine:
         if self._in_flight is None or req not in self._in_flight[0].reqs:
             self.scheduler.release(req)
 
+    @seam("chunked-prompt-logprobs-from-prompt-start")
     @staticmethod
     def _score_prompt(rows: PromptRows, logits: torch.Tensor) -> None:
         """Score the prompt tokens these rows predict (the row after position ``p`` scores token ``p + 1``; the row

@@ -45,7 +45,14 @@ from typing import Any, Callable, Iterable, Mapping, Sequence
 
 from harness.evals import stats
 from harness.evals.formats import pp
-from harness.evals.logprobs import LogprobComparison, LogprobThresholds, judge_logprobs, load_thresholds, threshold_key
+from harness.evals.logprobs import (
+    LogprobComparison,
+    LogprobThresholds,
+    judge_choices,
+    judge_logprobs,
+    load_thresholds,
+    threshold_key,
+)
 from harness.evals.results import (
     ItemDiff,
     ItemResult,
@@ -327,11 +334,15 @@ def logprob_axis(
     on: RunResult,
     thresholds: Mapping[str, LogprobThresholds] | None = None,
 ) -> LogprobComparison | None:
-    """The paired items' logprobs compared and judged (None: neither run recorded any, e.g. a run saved before)."""
-    if not any(a.logprobs is not None or b.logprobs is not None for a, b in pairs):
+    """The paired items' logprobs compared and judged (None: neither run recorded any, e.g. a run saved before); a
+    loglikelihood task's items by their choices' scores (``judge_choices``)."""
+    scored = any(a.choices or b.choices for a, b in pairs)
+    if not scored and not any(a.logprobs is not None or b.logprobs is not None for a, b in pairs):
         return None
     key = threshold_key(on.record.served_by, served_dtype(on))
     known = load_thresholds() if thresholds is None else thresholds
+    if scored:
+        return judge_choices([(a.item_id, a.choices, b.choices) for a, b in pairs], known.get(key), key)
     return judge_logprobs([(a.item_id, a.logprobs, b.logprobs) for a, b in pairs], known.get(key), key)
 
 

@@ -26,6 +26,14 @@ against thresholds calibrated per engine and dtype on clean runs (``logprob_thre
 recomputed by ``python -m bench.logprob_thresholds``): RED when the worst item exceeds a RED threshold, AMBER when
 it exceeds an AMBER one, GREEN otherwise; NO VERDICT when no item has logprobs on both sides or the engine and
 dtype were never calibrated. The worst item, not a quantile, because a fault may corrupt a few requests only.
+
+A multiple-choice item (a loglikelihood task: nothing generated, each choice's tokens echoed with their logprobs and
+summed by lm-eval) is compared by ``compare_choices``: both arms scored the same texts, so every choice is comparable;
+``max_abs_delta`` is the largest change of a choice's loglikelihood divided by its token count (the mean move per token
+of the choice that moved most: a lower bound of its largest per-token move, so held to the per-token thresholds it
+can miss noise, never add it), ``max_kl`` the KL between the two arms' distributions over the choices (softmax of the
+loglikelihoods), reported but not judged (the KL limits are calibrated on next-token distributions over a
+vocabulary, not on four choices), and the item parts when the arms pick different choices.
 """
 
 from __future__ import annotations
@@ -36,7 +44,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
-from harness.evals.results import Verdict
+from harness.evals.results import ChoiceScore, Verdict
 
 THRESHOLDS_FILE = Path(__file__).with_name("logprob_thresholds.json")
 TOP_K = 5  # top logprobs asked per generated token (OpenAI's completions allow 5; SGLang and vLLM more)
@@ -263,6 +271,44 @@ def compare_item(item_id: str, on: TokenLogprobs, off: TokenLogprobs) -> ItemLog
     )
 
 
+def compare_choices(item_id: str, on: Sequence[ChoiceScore], off: Sequence[ChoiceScore]) -> ItemLogprobDiff:
+    """Both arms' scores of one multiple-choice item (the module docstring's last paragraph). A choice whose token
+    count is unknown (0) is divided by 1: its whole sum is held to the per-token limits, stricter, never laxer."""
+    if len(on) != len(off):
+        raise ValueError(f"{item_id}: {len(on)} choices scored in one arm, {len(off)} in the other")
+    deltas = [abs(a.loglikelihood - b.loglikelihood) / max(b.tokens, 1) for a, b in zip(on, off)]
+    p, q = _choice_distribution(off), _choice_distribution(on)
+    kl = math.fsum(pi * (math.log(pi) - math.log(max(qi, 1e-300))) for pi, qi in zip(p, q) if pi > 0.0)
+    pick_on = max(range(len(on)), key=lambda c: on[c].loglikelihood)
+    pick_off = max(range(len(off)), key=lambda c: off[c].loglikelihood)
+    return ItemLogprobDiff(
+        item_id,
+        compared=len(on),
+        parted_at=None if pick_on == pick_off else 0,
+        max_abs_delta=max(deltas, default=0.0),
+        max_kl=max(kl, 0.0),
+    )
+
+
+def _choice_distribution(choices: Sequence[ChoiceScore]) -> list[float]:
+    """The softmax of the choices' loglikelihoods (how likely each choice is, given that one of them is the answer)."""
+    top = max(c.loglikelihood for c in choices)
+    weights = [math.exp(c.loglikelihood - top) for c in choices]
+    total = math.fsum(weights)
+    return [w / total for w in weights]
+
+
+def judge_choices(
+    pairs: Sequence[tuple[str, Sequence[ChoiceScore], Sequence[ChoiceScore]]],
+    thresholds: LogprobThresholds | None,
+    key: str,
+) -> LogprobComparison:
+    """A loglikelihood task's items (id, ON's choice scores, OFF's; empty where an arm has none) compared and judged
+    on the per-token change alone (the KL is reported, not judged: the module docstring)."""
+    items = tuple(compare_choices(i, on, off) for i, on, off in pairs if on and off)
+    return _judged(items, len(pairs) - len(items), thresholds, key, judge_kl=False)
+
+
 def judge_logprobs(
     pairs: Sequence[tuple[str, TokenLogprobs | None, TokenLogprobs | None]],
     thresholds: LogprobThresholds | None,
@@ -270,11 +316,21 @@ def judge_logprobs(
 ) -> LogprobComparison:
     """One task's items (id, ON's logprobs, OFF's) compared and judged against ``thresholds`` (None: uncalibrated)."""
     items = tuple(compare_item(i, on, off) for i, on, off in pairs if on is not None and off is not None)
-    missing = len(pairs) - len(items)
+    return _judged(items, len(pairs) - len(items), thresholds, key, judge_kl=True)
+
+
+def _judged(
+    items: tuple[ItemLogprobDiff, ...],
+    missing: int,
+    thresholds: LogprobThresholds | None,
+    key: str,
+    *,
+    judge_kl: bool,
+) -> LogprobComparison:
     delta = Quantiles.of([i.max_abs_delta for i in items])
     kl = Quantiles.of([i.max_kl for i in items])
     parted = sum(i.parted_at is not None for i in items)
-    verdict, reason = _verdict(items, missing, delta, kl, thresholds, key)
+    verdict, reason = _verdict(items, missing, delta, kl, thresholds, key, judge_kl=judge_kl)
     return LogprobComparison(
         len(items),
         missing=missing,
@@ -296,18 +352,20 @@ def _verdict(
     kl: Quantiles,
     t: LogprobThresholds | None,
     key: str,
+    *,
+    judge_kl: bool = True,
 ) -> tuple[Verdict, str]:
     if not items:
         return Verdict.NONE, f"no item has logprobs on both sides ({missing} without)"
     if t is None:
         return Verdict.NONE, f"no thresholds calibrated for {key} (python -m bench.logprob_thresholds)"
-    worst = f"worst item: max|dlp| {delta.max:.3g}, max KL {kl.max:.3g}"
+    worst = f"worst item: max|dlp| {delta.max:.3g}, max KL {kl.max:.3g}" + ("" if judge_kl else " (not judged)")
     for level, limits in ((Verdict.RED, t.red), (Verdict.AMBER, t.amber)):
         over = [
             f"{name} {value:.3g} > {limit:.3g}"
             for name, value, limit in (
                 ("max|dlp|", delta.max, limits.max_abs_delta),
-                ("max KL", kl.max, limits.max_kl),
+                ("max KL", kl.max, limits.max_kl if judge_kl else math.inf),
             )
             if value > limit
         ]

@@ -26,9 +26,22 @@ def _require(data: dict[str, Any], keys: Iterable[str], what: str) -> None:
 
 
 @dataclass(frozen=True)
+class ChoiceScore:
+    """One choice of a multiple-choice item as the server scored it: lm-eval's sum of the echoed logprobs of the
+    choice's tokens, whether each was the argmax (``greedy``), and how many tokens it has (``tokens``: what a
+    per-token comparison divides by; 0 where the checkpoint's tokenizer was not at hand)."""
+
+    loglikelihood: float
+    greedy: bool
+    tokens: int
+
+
+@dataclass(frozen=True)
 class ItemResult:
     """One generation for one test item, with how it was scored. ``logprobs``: the generation's per-token top-k
-    logprobs where the run recorded them (saved beside the run, not in it: see ``RunResult.save``)."""
+    logprobs where the run recorded them (saved beside the run, not in it: see ``RunResult.save``). A multiple-choice
+    item generates nothing: ``choices`` holds each choice's score, ``response`` the picked choice (the most likely),
+    ``extracted`` its index."""
 
     item_id: str
     prompt: str
@@ -37,9 +50,13 @@ class ItemResult:
     extracted: str | None
     correct: bool
     logprobs: TokenLogprobs | None = None
+    choices: tuple[ChoiceScore, ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
-        return {name: getattr(self, name) for name in ("item_id", "prompt", "gold", "response", "extracted", "correct")}
+        data = {name: getattr(self, name) for name in ("item_id", "prompt", "gold", "response", "extracted", "correct")}
+        if self.choices:
+            data["choices"] = [asdict(c) for c in self.choices]
+        return data
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> ItemResult:
@@ -52,6 +69,10 @@ class ItemResult:
             response=str(data["response"]),
             extracted=None if extracted is None else str(extracted),
             correct=bool(data["correct"]),
+            choices=tuple(
+                ChoiceScore(float(c["loglikelihood"]), bool(c["greedy"]), int(c["tokens"]))
+                for c in data.get("choices") or ()
+            ),
         )
 
 

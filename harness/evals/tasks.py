@@ -7,8 +7,11 @@ pytest tests (``suites/``, the kill matrix). Runs, comparisons and the report sp
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Literal
 
 from harness.paths import DATA_DIR
+
+Output = Literal["generate_until", "multiple_choice"]  # lm-eval's output types the jobs read
 
 
 @dataclass(frozen=True)
@@ -17,6 +20,7 @@ class TaskSpec:
     lm_eval_task: str  # the lm-eval task name in suites/accuracy
     primary_filter: str  # the filter whose exact match decides correctness
     default_limit: int
+    output: Output = "generate_until"  # multiple_choice: each choice scored by its loglikelihood (echo requests)
 
 
 # Defaults score the whole frozen test sets: at N = 100 a clean AIME-style run cannot vouch for a drop
@@ -28,6 +32,28 @@ FROZEN_TASKS = {
         "aime_style", lm_eval_task="swa_aime_style", primary_filter="strict-match", default_limit=200
     ),
 }
+
+
+# Scored by loglikelihood, not generated: each choice's tokens echoed with their logprobs (``echo``, ``max_tokens`` 0 or
+# 1), the pick the most likely choice. Never in the main job (an echo is one prefill: no graph, no cache read); a plan
+# names it to compare arms paired on per-choice loglikelihoods (suites/plans/cpu-choice.yaml).
+LOGLIKELIHOOD_TASKS = {
+    "choice_style": TaskSpec(
+        "choice_style",
+        lm_eval_task="swa_choice_style",
+        primary_filter="none",
+        default_limit=12,
+        output="multiple_choice",
+    ),
+}
+
+
+def frozen_spec(name: str) -> TaskSpec:
+    """A frozen task of either kind by name; KeyError names the known ones."""
+    known = {**FROZEN_TASKS, **LOGLIKELIHOOD_TASKS}
+    if name not in known:
+        raise KeyError(f"{name!r} is no frozen task ({', '.join(known)})")
+    return known[name]
 
 
 def set_size(spec: TaskSpec) -> int:

@@ -8,6 +8,7 @@ from harness.faults.catalog import (
     async_sweep_counts_in_flight,
     capture_after_warm_cache,
     chunked_insert_drops_swa_evicted,
+    chunked_prompt_logprobs_from_prompt_start,
     evict_frees_sink_swa,
     extend_capture_after_warm_cache,
     extend_pad_swa_loc_not_zeroed,
@@ -58,6 +59,8 @@ FAULTS: dict[str, Fault] = {
         resume_key_drops_generation_budget,
         series_ignores_checkpoint,
         tokenizer_memo_keyed_by_folder,
+        # What lm-eval's loglikelihood tasks read (issue 54): echoed prompt logprobs under chunked prefill.
+        chunked_prompt_logprobs_from_prompt_start,
     )
     for fault in getattr(m, "FAULTS_BY_POINT", None)
     or (m.FAULT,)  # a module holds one fault, or one per mutation point

@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 from harness.evals.results import ServedIdentity
+from harness.evals.tasks import Output
 from harness.paths import REPO
 from harness.servers.base import ServerKind, ServerSpec
 from harness.servers.lifecycle import Command
@@ -108,6 +109,11 @@ class Task:
     frozen: bool
     source: str
     max_drop: float | None = None  # the comparison's tolerated unproven drop for this task (None: the default)
+    output: Output = "generate_until"  # multiple_choice: scored by loglikelihood (echo requests), never generated
+
+    @property
+    def scored(self) -> bool:
+        return self.output == "multiple_choice"
 
     def primary_filter(self, model: Model) -> str:
         return self.chat_filter if model.chat else self.filter
@@ -154,9 +160,12 @@ class EvalStep:
         endpoint = "chat/completions" if model.chat else "completions"
         model_args = (
             f"model={model.served_name},base_url={url}/v1/{endpoint},num_concurrent={client.concurrency},"
-            f"max_retries={client.max_retries},timeout={client.timeout_s},tokenized_requests=False"
-            + ("" if model.chat else ",tokenizer_backend=None")
+            f"max_retries={client.max_retries},timeout={client.timeout_s},"
         )
+        if any(t.scored for t in self.tasks):  # lm-eval splits context from choice in token ids: the tokenizer
+            model_args += f"tokenized_requests=True,tokenizer_backend=huggingface,tokenizer={model.name}"
+        else:
+            model_args += "tokenized_requests=False" + ("" if model.chat else ",tokenizer_backend=None")
         argv = [
             "python",
             "-m",
@@ -311,19 +320,7 @@ class Plan:
                 }
                 for a in self.arms
             ],
-            "tasks": [
-                {
-                    "name": t.name,
-                    "lm_eval_task": t.lm_eval_task,
-                    "items": t.items,
-                    "filter": t.filter,
-                    "chat_filter": t.chat_filter,
-                    "frozen": t.frozen,
-                    "source": t.source,
-                    "max_drop": t.max_drop,
-                }
-                for t in self.tasks
-            ],
+            "tasks": [_jsonable(t) for t in self.tasks],  # every field, in order
             "limit": self.limit if not isinstance(self.limit, Mapping) else dict(self.limit),
             "concurrency": self.concurrency,
             "out": str(self.out),
@@ -437,6 +434,11 @@ def build_plan(
         )
     if any(a.url for a in arms) and len(models) != 1:
         raise ValueError("external servers (url) serve one model: plan exactly one model")
+    if (chat := [m.name for m in models if m.chat]) and (scored := [t.name for t in tasks if t.scored]):
+        raise ValueError(
+            f"task(s) {', '.join(scored)} are scored by loglikelihood, which lm-eval's chat client has "
+            f"not: chat model(s) {', '.join(chat)}"
+        )
     if isinstance(limit, Mapping) and (unknown := sorted(set(limit) - {t.name for t in tasks})):
         raise ValueError(f"limit for task(s) not in the plan: {', '.join(unknown)}")
     items = {t.name: _items_for(t, limit) for t in tasks}
@@ -448,18 +450,20 @@ def build_plan(
             arm_port = port + index if port and arm.url is None else 0
             url = arm.url.rstrip("/") if arm.url else (f"http://127.0.0.1:{arm_port}" if arm_port else None)
             run_dir = out / model.slug / arm.name
-            groups = [tuple(tasks)] if one_step_per_arm else [(t,) for t in tasks]
+            # One lm-eval run per output type: loglikelihood's token-id prompts would change what generations carry.
+            kinds = (tuple(t for t in tasks if not t.scored), tuple(t for t in tasks if t.scored))
+            groups = [g for g in kinds if g] if one_step_per_arm else [(t,) for t in tasks]
             evals = tuple(
                 EvalStep(
                     tasks=group,
                     items={t.name: items[t.name] for t in group},
                     filters={t.name: t.primary_filter(model) for t in group},
-                    out=run_dir / "lm_eval" / ("all" if one_step_per_arm else group[0].name),
+                    out=run_dir / "lm_eval" / ("all" if one_step_per_arm and g == 0 else group[0].name),
                     model=model,
                     client=client,
                     limited=limit is not None,
                 )
-                for group in groups
+                for g, group in enumerate(groups)
             )
             runs.append(ArmRun(model=model, arm=arm, port=arm_port, url=url, evals=evals, dir=run_dir))
     baseline = baselines[0].name

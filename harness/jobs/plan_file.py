@@ -11,7 +11,7 @@ from typing import Any, Mapping
 
 import yaml
 
-from harness.evals.tasks import FROZEN_TASKS, set_size
+from harness.evals.tasks import frozen_spec, set_size
 from harness.jobs.plan import Arm, Client, Model, Plan, Task, build_plan
 from harness.paths import REPO
 
@@ -45,7 +45,7 @@ def _record(cls: type, data: Any, where: str) -> Any:
 
 def frozen_task(name: str) -> Task:
     """A frozen task of ``suites/accuracy`` (its whole set; a plan's limit cuts it)."""
-    spec = FROZEN_TASKS[name]
+    spec = frozen_spec(name)
     return Task(
         name=spec.name,
         lm_eval_task=spec.lm_eval_task,
@@ -54,6 +54,7 @@ def frozen_task(name: str) -> Task:
         chat_filter="flexible-extract",
         frozen=True,
         source=f"frozen {spec.name} set, suites/accuracy/{spec.name}.yaml over fixtures/data",
+        output=spec.output,
     )
 
 
@@ -65,11 +66,10 @@ def plan_from_mapping(data: Mapping[str, Any], where: str = "plan") -> Plan:
     tasks = []
     for i, task in enumerate(data.get("tasks") or ()):
         if isinstance(task, str):
-            if task not in FROZEN_TASKS:
-                raise ValueError(
-                    f"{where}: task {task!r} is no frozen task ({', '.join(FROZEN_TASKS)}); give it as a mapping"
-                )
-            tasks.append(frozen_task(task))
+            try:
+                tasks.append(frozen_task(task))
+            except KeyError as unknown:
+                raise ValueError(f"{where}: task {unknown.args[0]}; give it as a mapping") from None
         else:
             tasks.append(_record(Task, task, f"{where}: tasks[{i}]"))
     kwargs = {

@@ -19,7 +19,7 @@ from pathlib import Path
 
 from harness.evals.logprobs import THRESHOLDS_FILE, load_thresholds
 from harness.evals.results import ItemResult, RunRecord, RunResult
-from harness.evals.samples import find_samples, parse_samples
+from harness.evals.samples import CountTokens, find_samples, parse_samples
 from harness.evals.tasks import TaskSpec
 from harness.jobs.cache import response_cache
 from harness.jobs.logprob_proxy import LogprobRecorder, load_records, prompt_key
@@ -27,6 +27,7 @@ from harness.jobs.options import RunOptions
 from harness.jobs.plan import ArmRun, EvalStep, Task
 from harness.jobs.progress import Progress
 from harness.paths import REPO, shown
+from harness.reuse.tokenizer_memo import memoized_tokenize
 from harness.servers.guard import CHILDREN, ChildProcesses
 from harness.servers.identity import ServerUnreachable, server_identity
 from harness.servers.lifecycle import Command, ServerLaunchError, ServerProcess
@@ -201,15 +202,14 @@ class ArmSession:
         samples = find_samples(step.out, name)
         if samples is None:
             raise RunFailure(f"lm-eval ({self.run.arm.name}) wrote no samples for {name}; see {shown(log)}")
-        parsed = parse_samples(
-            samples, TaskSpec(name=task.name, lm_eval_task=name, primary_filter=flt, default_limit=items)
-        )
+        spec = TaskSpec(name=task.name, lm_eval_task=name, primary_filter=flt, default_limit=items, output=task.output)
+        parsed = parse_samples(samples, spec, _choice_tokens(step) if task.output == "multiple_choice" else None)
         if len(parsed) != items:
             raise RunFailure(
                 f"lm-eval ({self.run.arm.name}) wrote {len(parsed)} samples of {name} "
                 f"(filter {flt}) for {items} items; see {shown(log)}"
             )
-        if self._logprobs:  # each item's generation's logprobs, joined by its prompt
+        if self._logprobs and task.output != "multiple_choice":  # each generation's logprobs, joined by its prompt
             records = load_records(self._records(step))
             parsed = [replace(i, logprobs=records.get(prompt_key(i.prompt))) for i in parsed]
         return parsed
@@ -282,3 +282,13 @@ def run_lm_eval(
 def _one_line(text: str, limit: int = 200) -> str:
     line = text.strip().splitlines()[0] if text.strip() else ""
     return line if len(line) <= limit else line[:limit] + "..."
+
+
+def _choice_tokens(step: EvalStep) -> CountTokens | None:
+    """How many tokens of a choice follow its context, split as lm-eval splits them (the whole text encoded, less the
+    context's tokens) with the checkpoint's tokenizer; None for a model without a local tokenizer.json."""
+    path = step.model.checkpoint
+    if not (path / "tokenizer.json").is_file():
+        return None
+    tokenize = memoized_tokenize(str(path))
+    return lambda context, continuation: len(tokenize(context + continuation)) - len(tokenize(context))

@@ -29,7 +29,7 @@ import torch
 from harness.paths import REPO
 from suites.servers.cache_hits import NoVerdict
 
-TASK = "swa_choice_style"  # suites/accuracy/swa_choice_style.yaml: 12 items, four choices each
+TASK = "swa_choice_style"  # suites/accuracy/choice_style.yaml: 12 items, four choices each
 ITEMS = 12
 PROBE = "Question: What is 2 + 3?\nAnswer:"  # the one request that asks a server whether it echoes prompt logprobs
 # What lm-eval 0.4's local-completions asks for a loglikelihood (LocalCompletionsAPI._create_payload, generate=False):
