@@ -329,14 +329,15 @@ def section(rows: Sequence[dict[str, Any]], meta: dict[str, Any]) -> str:
         + "; ".join(ABOUT[c] for c in CONFIGS if c in meta.get("configs", ("roomy",)))
         + "."
         + (
-            f" The logprob axis judged again on {meta['judged_again']} from the saved runs (`--rejudge`: no server), "
-            "with the KL and thresholds of that day."
+            f" The logprob axis of the {meta['judged_again']} judged again from the saved runs (`--rejudge`: no "
+            "server), with the KL and thresholds of that day."
             if meta.get("judged_again")
             else ""
         ),
         "",
     ]
-    configs = sorted({r["config"] for r in rows})
+    present = {r["config"] for r in rows}
+    configs = [c for c in CONFIGS if c in present] + sorted(present - set(CONFIGS))
     head = [f"{c}: {LABEL[t]}" for c in configs for t in TASKS] + [f"{c}: reach" for c in configs]
     out += ["| fault | " + " | ".join(head) + " |", "|---" * (1 + len(head)) + "|"]
     faults = list(dict.fromkeys(r["fault"] for r in rows))
@@ -458,7 +459,9 @@ def render_section(data: dict[str, Any]) -> str:
         "exit": ", ".join(str(r["exit"]) for r in runs.values()),
         "limit": first["limit"],
         "sglang": first["sglang"],
-        "judged_again": ", ".join(sorted({r["judged_again"] for r in runs.values() if r.get("judged_again")})),
+        "judged_again": ", ".join(
+            f"{c} run on {r['judged_again']}" for c, r in sorted(runs.items()) if r.get("judged_again")
+        ),
         "configs": tuple(runs),
     }
     return section(data["rows"], meta)
