@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from harness.faults import inject, matrix
-from harness.faults.forkserver import ForkRunTimeout, ForkServer, ForkServerError, ForkServers, _Faults
+from harness.faults.forkserver import ForkRunTimeout, ForkServer, ForkServerError, ForkServers, ForkServerSpec, _Faults
 from harness.paths import REPO
 
 SUITE = "suites/reuse/test_reuse_keys.py"
@@ -147,7 +147,7 @@ def test_a_recording_run_is_refused(tmp_path: Path, server: ForkServer) -> None:
 
 def test_a_server_never_starts_with_a_fault_in_its_environment(tmp_path: Path) -> None:
     env = {**matrix.run_env(tmp_path / "v.jsonl", stop_on_kill=False), matrix.FAULT_ENV: FAULT}
-    server = ForkServer(matrix.ServerSpec("harness", ()), env, tmp_path / "server.log")
+    server = ForkServer(ForkServerSpec(target="harness", preload=()), env, tmp_path / "server.log")
     try:
         with pytest.raises(ForkServerError, match="refused to start: started with SWA_HARNESS_FAULT set"):
             server.ready(timeout_s=300)

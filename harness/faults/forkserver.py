@@ -41,6 +41,7 @@ import select
 import signal
 import subprocess
 import sys
+import threading
 import time
 import traceback
 from collections.abc import Iterable, Mapping, Sequence
@@ -105,7 +106,7 @@ class ForkRunTimeout(subprocess.TimeoutExpired):
 
 
 @dataclass(frozen=True)
-class RunResult:
+class ForkedRun:
     """One run through a fork server: pytest's exit code, the tail of its output, its wall seconds."""
 
     returncode: int
@@ -114,7 +115,7 @@ class RunResult:
 
 
 @dataclass(frozen=True)
-class ServerSpec:
+class ForkServerSpec:
     """What a server preloads: the target (``sglang`` imports SGLang first) and the suite paths it collects with
     the target's pytest arguments; its working folder (where the runs' paths are relative to)."""
 
@@ -166,7 +167,7 @@ def server_env(environ: Mapping[str, str], per_run: Iterable[str]) -> dict[str, 
 class ForkServer:
     """One server process (started at once, warm when ``ready`` returns) and the runs it forks, one at a time."""
 
-    def __init__(self, spec: ServerSpec, env: Mapping[str, str], log: Path) -> None:
+    def __init__(self, spec: ForkServerSpec, env: Mapping[str, str], log: Path) -> None:
         self.spec, self.log = spec, log
         self._env = dict(env)
         cmd = [sys.executable, "-m", "harness.faults.forkserver", "--target", spec.target]
@@ -224,7 +225,7 @@ class ForkServer:
 
     def run(
         self, argv: Sequence[str], env: Mapping[str, str], *, timeout_s: float, log: Path, cwd: Path | None = None
-    ) -> RunResult:
+    ) -> ForkedRun:
         """``pytest.main(argv)`` in a forked child under ``env`` (whole), in ``cwd`` (the server's by default)."""
         self.ready()
         for name in START_ONLY:
@@ -260,7 +261,7 @@ class ForkServer:
             raise ForkServerError(f"fork server's own process holds a fault after a run ({applied}): stopped")
         how: ChildEnd = end["end"]
         if how == "timeout":
-            raise ForkRunTimeout(argv, timeout_s, output, int(started["pid"]))
+            raise ForkRunTimeout(cmd=argv, timeout=timeout_s, output=output, pid=int(started["pid"]))
         if how == "signal":
             name = signal.Signals(end["signal"]).name if end["signal"] in signal.Signals._value2member_map_ else ""
             raise ForkServerError(
@@ -272,7 +273,7 @@ class ForkServer:
                 f"forked pytest run (child pid {started['pid']}) exited {end['code']} before pytest.main returned "
                 f"(a test or the code under test ended the process): {' '.join(argv)}\n{output}"
             )
-        return RunResult(int(end["code"]), output, float(end["wall_s"]))
+        return ForkedRun(int(end["code"]), output, float(end["wall_s"]))
 
     def _kill_child(self) -> None:
         if self._child is not None:
@@ -300,18 +301,31 @@ class ForkServer:
 
 
 class ForkServers:
-    """``jobs`` servers, one per parallel job: ``run`` takes a free one (a run at a time each)."""
+    """``jobs`` servers, one per parallel job, all started by the first run (none when no run comes): ``run`` takes a
+    free one (a run at a time each)."""
 
-    def __init__(self, spec: ServerSpec, env: Mapping[str, str], workdir: Path, jobs: int) -> None:
-        self.spec = spec
-        self.servers = [ForkServer(spec, env, workdir / f"forkserver-{i}.log") for i in range(max(1, jobs))]
+    def __init__(self, spec: ForkServerSpec, env: Mapping[str, str], workdir: Path, jobs: int) -> None:
+        self.spec, self._env, self._workdir, self.jobs = spec, dict(env), workdir, max(1, jobs)
+        self.servers: list[ForkServer] = []
         self._free: Queue[ForkServer] = Queue()
-        for server in self.servers:
-            self._free.put(server)
+        self._lock = threading.Lock()
+        self._closed = False
+
+    def start(self) -> list[ForkServer]:
+        with self._lock:
+            if self._closed:
+                raise ForkServerError("fork servers already closed")
+            if not self.servers:
+                logs = [self._workdir / f"forkserver-{i}.log" for i in range(self.jobs)]
+                self.servers = [ForkServer(self.spec, self._env, log) for log in logs]
+                for server in self.servers:
+                    self._free.put(server)
+        return self.servers
 
     def run(
         self, argv: Sequence[str], env: Mapping[str, str], *, timeout_s: float, log: Path, cwd: Path | None = None
-    ) -> RunResult:
+    ) -> ForkedRun:
+        self.start()
         server = self._free.get()
         try:
             return server.run(argv, env, timeout_s=timeout_s, log=log, cwd=cwd)
@@ -319,9 +333,12 @@ class ForkServers:
             self._free.put(server)
 
     def ready(self) -> list[float]:
-        return [server.ready() for server in self.servers]
+        """Start the servers and wait for each to be warm: their seconds to warm."""
+        return [server.ready() for server in self.start()]
 
     def close(self) -> None:
+        with self._lock:
+            self._closed = True
         for server in self.servers:
             server.close()
 
@@ -371,7 +388,7 @@ class _Faults:
         return found
 
 
-def _preload(spec: ServerSpec, log: IO[str]) -> None:
+def _preload(spec: ForkServerSpec, log: IO[str]) -> None:
     """Import what every run imports: SGLang (target ``sglang``) and, by a collection-only pytest session (the
     assertion rewriting of a real session), the conftests and test modules of ``spec.preload``."""
     import torch  # noqa: F401 - before anything that may set its threads
@@ -491,7 +508,7 @@ def _run(request: Mapping[str, Any], proto: tuple[int, int], send: Any) -> dict[
     return {"end": "exited", "code": os.WEXITSTATUS(status), "reported": int(said) if said else None, "wall_s": wall}
 
 
-def serve(spec: ServerSpec) -> int:
+def serve(spec: ForkServerSpec) -> int:
     """The server's loop over its standard input (a JSON request a line), answering on its standard output."""
     proto_in, proto_out = os.dup(0), os.dup(1)
     devnull = os.open(os.devnull, os.O_RDONLY)
@@ -536,7 +553,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--preload", action="append", default=[], help="a suite path to collect once")
     parser.add_argument("--pytest-arg", action="append", default=[], help="the target's pytest arguments")
     args = parser.parse_args(argv)
-    return serve(ServerSpec(args.target, tuple(args.preload), tuple(args.pytest_arg), Path.cwd()))
+    spec = ForkServerSpec(
+        target=args.target, preload=tuple(args.preload), pytest_args=tuple(args.pytest_arg), cwd=Path.cwd()
+    )
+    return serve(spec)
 
 
 if __name__ == "__main__":

@@ -69,7 +69,7 @@ from harness.env import (
     VLLM_FAULT_ENV,
 )
 from harness.cell_progress import CellProgress
-from harness.faults.forkserver import ForkServers, ServerSpec, server_env
+from harness.faults.forkserver import ForkServers, ForkServerSpec, server_env
 from harness.faults.impact import Impact
 from harness.faults.recording_cache import Lookup, RecordingCache, Settings
 from harness.fingerprint import code_fingerprint
@@ -423,11 +423,13 @@ class _Runs:
 
 
 def start_servers(target: MatrixTarget, workdir: Path, jobs: int) -> ForkServers:
-    """``jobs`` fork servers for ``target``'s runs, started now (each warm once it has imported and collected every
-    suite): their environment is a run's without what each run sets (its verdicts, fault, selection, stop)."""
+    """``jobs`` fork servers for ``target``'s runs, started by the first run that forks (each warm once it has imported
+    and collected every suite): their environment is a run's without what each run sets (verdicts, fault, selection,
+    stop)."""
     per_run = (VERDICTS_ENV, STOP_ON_KILL_ENV, SELECT_ENV, target.fault_env)
     env = server_env(run_env(workdir / "unused.jsonl", stop_on_kill=False), per_run)
-    return ForkServers(ServerSpec(target.name, tuple(target.suites.values()), target.pytest_args), env, workdir, jobs)
+    spec = ForkServerSpec(target=target.name, preload=tuple(target.suites.values()), pytest_args=target.pytest_args)
+    return ForkServers(spec=spec, env=env, workdir=workdir, jobs=jobs)
 
 
 def _clean_cells(target: MatrixTarget, outcomes: dict[str, SuiteOutcome]) -> dict[str, CleanCell]:
