@@ -27,6 +27,7 @@ TARGET = matrix.MatrixTarget(
     min_tests={"reuse": 1},
     fault_env=matrix.FAULT_ENV,
     catalog=matrix._harness_catalog,
+    pytest_args=("--target", "harness"),  # a target's arguments reach the server's collection and every run
 )
 
 

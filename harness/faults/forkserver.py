@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import json
 import os
+import random
 import select
 import signal
 import subprocess
@@ -172,7 +173,7 @@ class ForkServer:
         self._env = dict(env)
         cmd = [sys.executable, "-m", "harness.faults.forkserver", "--target", spec.target]
         cmd += [arg for path in spec.preload for arg in ("--preload", path)]
-        cmd += [arg for a in spec.pytest_args for arg in ("--pytest-arg", a)]
+        cmd += [f"--pytest-arg={a}" for a in spec.pytest_args]  # one word: a value may start with "--"
         with open(log, "ab") as err:
             self.proc = subprocess.Popen(
                 cmd, cwd=spec.cwd, env=self._env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=err
@@ -180,6 +181,7 @@ class ForkServer:
         assert self.proc.stdout is not None and self.proc.stdin is not None
         self._lines = _Lines(self.proc.stdout)
         self.ready_s: float | None = None
+        self.threads: int | None = None  # the server's own threads when it was ready (its torch and SGLang imports')
         self._child: int | None = None
 
     def _dead(self, doing: str) -> ForkServerError:
@@ -215,7 +217,7 @@ class ForkServer:
             answer = self._answer(timeout_s, "before it was ready (imports and collection)")
             if "ready" not in answer:
                 raise ForkServerError(f"fork server for {self.spec.target} refused to start: {answer.get('error')}")
-            self.ready_s = float(answer["ready"])
+            self.ready_s, self.threads = float(answer["ready"]), int(answer["threads"])
         return self.ready_s
 
     def state(self) -> list[str]:
@@ -263,7 +265,10 @@ class ForkServer:
         if how == "timeout":
             raise ForkRunTimeout(cmd=argv, timeout=timeout_s, output=output, pid=int(started["pid"]))
         if how == "signal":
-            name = signal.Signals(end["signal"]).name if end["signal"] in signal.Signals._value2member_map_ else ""
+            try:
+                name = signal.Signals(end["signal"]).name
+            except ValueError:
+                name = "(unnamed)"
             raise ForkServerError(
                 f"forked pytest run (child pid {started['pid']}) died of signal {end['signal']} {name}: "
                 f"{' '.join(argv)}\n{output}"
@@ -391,8 +396,9 @@ class _Faults:
 def _preload(spec: ForkServerSpec, log: IO[str]) -> None:
     """Import what every run imports: SGLang (target ``sglang``) and, by a collection-only pytest session (the
     assertion rewriting of a real session), the conftests and test modules of ``spec.preload``."""
-    import torch  # noqa: F401 - before anything that may set its threads
+    import torch
 
+    fresh_rng = torch.get_rng_state()
     if spec.target == "sglang":
         from harness.targets.sglang.imports import import_sglang
 
@@ -405,10 +411,11 @@ def _preload(spec: ForkServerSpec, log: IO[str]) -> None:
         code = pytest.main(args)
         if code != 0:  # the children collect again and meet the same problem as a subprocess would
             print(f"forkserver: preload collection exited {int(code)} (children will collect anew)", file=log)
-    import torch as _torch
-
-    if _torch.get_num_threads() != 1:  # the root conftest sets one; keep the parent from any thread pool
-        _torch.set_num_threads(1)
+    if torch.get_num_threads() != 1:  # the root conftest sets one; keep the parent from any thread pool
+        torch.set_num_threads(1)
+    if not torch.equal(torch.get_rng_state(), fresh_rng):  # a child starts from a fresh process's torch generator
+        print("forkserver: the preload drew from torch's generator: put back as a fresh process has it", file=log)
+        torch.set_rng_state(fresh_rng)
 
 
 def _child(request: Mapping[str, Any], proto: tuple[int, int], status_w: int) -> None:
@@ -425,6 +432,9 @@ def _child(request: Mapping[str, Any], proto: tuple[int, int], status_w: int) ->
         signal.signal(signal.SIGTERM, signal.SIG_DFL)
         signal.signal(signal.SIGINT, signal.default_int_handler)
         os.chdir(request["cwd"])
+        random.seed()  # a fresh process's unseeded generators, not the parent's state shared by every child
+        if "numpy" in sys.modules:
+            sys.modules["numpy"].random.seed()
         os.environ.clear()
         os.environ.update(request["env"])
         argv = list(request["argv"])

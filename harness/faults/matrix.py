@@ -385,6 +385,9 @@ def build_matrix(
 
                 futures = [pool.submit(row, fid) for fid in held]
                 faults = [f.result() for f in futures]
+            if servers is not None and servers.servers:
+                warm = ", ".join(f"{s.ready_s} s ({s.threads} threads)" for s in servers.servers)
+                print(f"fork servers: {len(servers.servers)}, warm in {warm}", file=stream or sys.stderr, flush=True)
             clean = recording.clean_outcomes(())
             under = {_env(st): _clean_cells(target, recording.clean_outcomes(st)) for st in recording.settings if st}
             recorded_s = recording.seconds
