@@ -4,6 +4,7 @@ hangs or dies is an error that names it, never an exit code a verdict is read fr
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import subprocess
 import sys
@@ -154,3 +155,16 @@ def test_a_server_never_starts_with_a_fault_in_its_environment(tmp_path: Path) -
             server.ready(timeout_s=300)
     finally:
         server.close()
+
+
+def test_a_matrix_through_fork_servers_gives_the_verdicts_of_one_of_subprocesses() -> None:
+    faults = ["resume-key-drops-env", "resume-key-drops-generation-budget"]
+    small = dataclasses.replace(
+        TARGET, suites={"reuse": f"{SUITE}::test_changing_one_field_of_the_resume_key_misses_the_cache"}
+    )
+    forked = matrix.build_matrix(small, faults, jobs=2)
+    spawned = matrix.build_matrix(small, faults, jobs=2, fork_server=False)
+    assert matrix.compare(forked, spawned) == []
+    assert {f.spec.id: f.verdict() for f in forked.faults} == dict.fromkeys(faults, "killed: behavioural")
+    cells = [(f.spec.id, s, c) for f in forked.faults for s, c in f.cells.items()]
+    assert cells == [(f.spec.id, s, c) for f in spawned.faults for s, c in f.cells.items()]  # killers, messages

@@ -108,7 +108,8 @@ class ForkRunTimeout(subprocess.TimeoutExpired):
 
 @dataclass(frozen=True)
 class ForkedRun:
-    """One run through a fork server: pytest's exit code, the tail of its output, its wall seconds."""
+    """One run through a fork server: pytest's exit code, the tail of its output, its wall seconds (from the request
+    to the answer: a warm server's, without its warm-up)."""
 
     returncode: int
     output: str
@@ -247,6 +248,7 @@ class ForkServer:
             "timeout_s": timeout_s,
         }
         doing = f"while running pytest {' '.join(argv)}"
+        start = time.perf_counter()  # the server is warm: its warm-up is no run's
         started = self._ask(request, ANSWER_MARGIN_S, doing)
         if "refused" in started:
             raise ForkServerError(f"fork server refused the run: {started['refused']}")
@@ -278,7 +280,7 @@ class ForkServer:
                 f"forked pytest run (child pid {started['pid']}) exited {end['code']} before pytest.main returned "
                 f"(a test or the code under test ended the process): {' '.join(argv)}\n{output}"
             )
-        return ForkedRun(int(end["code"]), output, float(end["wall_s"]))
+        return ForkedRun(int(end["code"]), output, time.perf_counter() - start)
 
     def _kill_child(self) -> None:
         if self._child is not None:
