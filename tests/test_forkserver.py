@@ -168,3 +168,14 @@ def test_a_matrix_through_fork_servers_gives_the_verdicts_of_one_of_subprocesses
     assert {f.spec.id: f.verdict() for f in forked.faults} == dict.fromkeys(faults, "killed: behavioural")
     cells = [(f.spec.id, s, c) for f in forked.faults for s, c in f.cells.items()]
     assert cells == [(f.spec.id, s, c) for f in spawned.faults for s, c in f.cells.items()]  # killers, messages
+
+
+def test_a_full_matrix_forks_its_clean_runs_too_with_the_verdicts_of_subprocesses() -> None:
+    small = dataclasses.replace(
+        TARGET, suites={"reuse": f"{SUITE}::test_changing_one_field_of_the_resume_key_misses_the_cache"}
+    )
+    forked = matrix.build_matrix(small, [FAULT], jobs=1, mode="full")
+    spawned = matrix.build_matrix(small, [FAULT], jobs=1, mode="full", fork_server=False)
+    assert forked.clean == spawned.clean and forked.clean["reuse"].status == "passed"
+    assert [f.cells for f in forked.faults] == [f.cells for f in spawned.faults]
+    assert forked.faults[0].verdict() == "killed: behavioural"
