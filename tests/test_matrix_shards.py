@@ -31,7 +31,7 @@ def _tests(suite: str) -> list[str]:
     return [f"suites/{suite}/test_x.py::t{i}" for i in range(4)]
 
 
-def stub_run_suite(target, fault_id, suite, workdir, timeout_s, *, select=None, record=None, settings=()):  # noqa: ANN001
+def stub_run_suite(target, fault_id, suite, workdir, timeout_s, *, select=None, record=None, settings=(), servers=None):  # noqa: ANN001
     """A pytest run without pytest: test t reaches fault f when a hash of (f, t) says so, and kills it when another
     does; the clean build passes every test."""
     faults = list(target.catalog())

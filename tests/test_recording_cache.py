@@ -162,7 +162,7 @@ def test_a_second_matrix_reuses_the_recording_and_a_clean_failure_is_never_kept(
 ) -> None:
     recorded: list[str] = []
 
-    def counting(target, fault_id, suite, workdir, timeout_s, *, select=None, record=None, settings=()):  # noqa: ANN001
+    def counting(target, fault_id, suite, workdir, timeout_s, *, select=None, record=None, settings=(), servers=None):  # noqa: ANN001
         if record is not None:
             recorded.append(suite)
         return stub_run_suite(target, fault_id, suite, workdir, timeout_s, select=select, record=record)

@@ -166,7 +166,7 @@ def _fake_runs(monkeypatch: pytest.MonkeyPatch, kills: dict[str, str]) -> list[t
         "b": [("suites/b/t.py::reach_killed_2", ["f-killed"]), ("suites/b/t.py::reach_nothing", [])],
     }
 
-    def run_suite(target, fault_id, suite, workdir, timeout_s, *, select=None, record=None, settings=()):  # noqa: ANN001
+    def run_suite(target, fault_id, suite, workdir, timeout_s, *, select=None, record=None, settings=(), servers=None):  # noqa: ANN001
         calls.append((fault_id, suite, list(select or [])))
         if record is not None:
             payload = {"target": "harness", "tests": [{"nodeid": n, "faults": f} for n, f in tests[suite]], "code": {}}

@@ -1,7 +1,9 @@
 """The kill matrix: run the suites on the clean build and once per catalog fault, per target.
 
-Every run is a pytest subprocess with the fault switched on through the target's environment
-variable (none for the clean build); runs go in parallel, one single-threaded process per core.
+Every run is a pytest session with the fault switched on through the target's environment
+variable (none for the clean build); runs go in parallel, one single-threaded process per core. A run that records
+(the clean build's, with its test impact) is a subprocess; the others are forked from a warm server per parallel job
+that imported and collected the suites once (``harness/faults/forkserver.py``; ``--no-fork-server``: subprocesses).
 ``harness.faults.verdicts`` classifies every failure: a *kill* is a test's own assertion on a real
 computation (*behavioural*) or on a design property (*structural*, marked tests and
 ``expect_structure``); any other failure, asserts inside harness or SGLang code included, is an
@@ -37,6 +39,7 @@ into the matrix one machine writes.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import os
@@ -66,6 +69,7 @@ from harness.env import (
     VLLM_FAULT_ENV,
 )
 from harness.cell_progress import CellProgress
+from harness.faults.forkserver import ForkServers, ForkServerSpec, server_env
 from harness.faults.impact import Impact
 from harness.faults.recording_cache import Lookup, RecordingCache, Settings
 from harness.fingerprint import code_fingerprint
@@ -90,6 +94,9 @@ class MatrixTarget:
     pytest_args: tuple[str, ...] = ()
     out: Path = REPO / "reports" / "kill-matrix.json"
     needs: Needs | None = None  # what its suites import from a real engine, checked before any run
+    # Whether its runs that record nothing may be forked from a warm server (harness/faults/forkserver.py): not where
+    # a suite applies its fault when a conftest is imported (a warm parent imports it once, without the fault).
+    fork_server: bool = True
 
 
 def _harness_catalog() -> dict[str, FaultSpec]:
@@ -172,6 +179,7 @@ MATRIX_TARGETS: dict[str, MatrixTarget] = {
         pytest_args=(),
         out=REPO / "reports" / "kill-matrix-vllm.json",
         needs=VLLM_SUITES,
+        fork_server=False,  # suites/vllm/conftest.py applies SWA_HARNESS_VLLM_FAULT when it is imported
     ),
 }
 
@@ -255,13 +263,17 @@ def pytest_command(
 ) -> list[str]:
     """One matrix pytest process over ``paths``: no cache, no xdist, the verdicts and impact plugins (``plugins``
     before them), each test's time limit."""
+    return [sys.executable, "-m", "pytest", *pytest_argv(target, paths, plugins=plugins, test_timeout_s=test_timeout_s)]
+
+
+def pytest_argv(
+    target: MatrixTarget, paths: Iterable[str], *, plugins: tuple[str, ...] = (), test_timeout_s: float = 300
+) -> list[str]:
+    """``pytest_command``'s arguments after ``-m pytest`` (what a fork server's child passes to ``pytest.main``)."""
     loaded = [
         arg for plugin in (*plugins, "harness.faults.verdicts", "harness.faults.impact") for arg in ("-p", plugin)
     ]
     return [
-        sys.executable,
-        "-m",
-        "pytest",
         *paths,
         *target.pytest_args,
         "-q",
@@ -285,9 +297,12 @@ def run_suite(
     select: list[str] | None = None,
     record: Path | None = None,
     settings: Settings = (),
+    servers: ForkServers | None = None,
 ) -> tuple[SuiteOutcome, float]:
     """One pytest run of ``suite``: with ``select``, only those tests in that order; with ``record``, the
-    impact recording written there; ``settings``: environment the run needs beyond the fault's switch."""
+    impact recording written there; ``settings``: environment the run needs beyond the fault's switch. With
+    ``servers`` a run that records nothing is forked from a warm server (same argv, environment, exit-code checks and
+    time limit: ``ForkRunTimeout`` is the ``subprocess.TimeoutExpired`` of a fork); else it is a subprocess."""
     run_id = f"{fault_id or 'clean'}{'-'.join(['', *(v for _, v in settings)])}-{suite}"
     verdicts = workdir / f"{run_id}.jsonl"
     env = run_env(
@@ -299,18 +314,21 @@ def run_suite(
         selection = workdir / f"{run_id}.select.json"
         selection.write_text(json.dumps(select))
         env[SELECT_ENV] = str(selection)
-    cmd = pytest_command(target, [target.suites[suite]])
+    argv = pytest_argv(target, [target.suites[suite]])
     start = time.perf_counter()
-    proc = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=timeout_s)
-    wall = time.perf_counter() - start
+    if servers is not None and record is None:
+        forked = servers.run(argv, env, timeout_s=timeout_s, log=workdir / f"{run_id}.log", cwd=REPO)
+        returncode, output, wall = forked.returncode, forked.output, forked.wall_s  # without the server's warm-up
+    else:
+        cmd = [sys.executable, "-m", "pytest", *argv]
+        proc = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=timeout_s)
+        returncode, output = proc.returncode, f"{proc.stdout[-2000:]}{proc.stderr[-2000:]}"
+        wall = time.perf_counter() - start
     # 0: passed, 1: some failed, 2: stopped at a kill (fault runs only); anything else (e.g. 5:
     # nothing collected, 3/4: pytest itself broke) must never pass for a verdict.
     expected = (0, 1, 2) if fault_id is not None else (0, 1)
-    if proc.returncode not in expected:
-        raise RuntimeError(
-            f"pytest exited {proc.returncode} for {target.name}:{fault_id or 'clean'}/{suite}:\n"
-            f"{proc.stdout[-2000:]}{proc.stderr[-2000:]}"
-        )
+    if returncode not in expected:
+        raise RuntimeError(f"pytest exited {returncode} for {target.name}:{fault_id or 'clean'}/{suite}:\n{output}")
     return SuiteOutcome.from_verdicts(verdicts), wall
 
 
@@ -326,15 +344,25 @@ def build_matrix(
     cache: RecordingCache | None = None,
     fresh: bool = False,
     stream: Any = None,
+    fork_server: bool = True,
 ) -> KillMatrix:
     """The matrix of ``fault_ids`` (the shard's part of them); ``cache``: where the clean recording is kept and
-    reused (None: recorded every time, kept nowhere); ``stream``: where progress goes (stderr)."""
+    reused (None: recorded every time, kept nowhere); ``stream``: where progress goes (stderr); ``fork_server``: the
+    runs that record nothing are forked from ``jobs`` warm servers (harness/faults/forkserver.py) where the target
+    allows it, else each is a subprocess."""
     catalog = target.catalog()
     held = shard.select(fault_ids)
     start = time.perf_counter()
     recordings: tuple[RecordingUse, ...] = ()
-    with tempfile.TemporaryDirectory(prefix="swa-kill-matrix-") as tmp, ThreadPoolExecutor(jobs) as pool:
-        runs = _Runs(target=target, workdir=Path(tmp), timeout_s=timeout_s, pool=pool)
+    with (
+        tempfile.TemporaryDirectory(prefix="swa-kill-matrix-") as tmp,
+        ThreadPoolExecutor(jobs) as pool,
+        contextlib.ExitStack() as stack,
+    ):
+        servers = None
+        if fork_server and target.fork_server and (held or mode == "full"):
+            servers = stack.enter_context(start_servers(target, Path(tmp), jobs))
+        runs = _Runs(target=target, workdir=Path(tmp), timeout_s=timeout_s, pool=pool, servers=servers)
         if shard != WHOLE:
             said = ", ".join(held) or "none"
             print(
@@ -357,6 +385,9 @@ def build_matrix(
 
                 futures = [pool.submit(row, fid) for fid in held]
                 faults = [f.result() for f in futures]
+            if servers is not None and servers.servers:
+                warm = ", ".join(f"{s.ready_s} s ({s.threads} threads)" for s in servers.servers)
+                print(f"fork servers: {len(servers.servers)}, warm in {warm}", file=stream or sys.stderr, flush=True)
             clean = recording.clean_outcomes(())
             under = {_env(st): _clean_cells(target, recording.clean_outcomes(st)) for st in recording.settings if st}
             recorded_s = recording.seconds
@@ -388,9 +419,20 @@ class _Runs:
     workdir: Path
     timeout_s: float
     pool: ThreadPoolExecutor
+    servers: ForkServers | None = None
 
     def run(self, fault_id: str | None, suite: str, **how: Any) -> tuple[SuiteOutcome, float]:
-        return run_suite(self.target, fault_id, suite, self.workdir, self.timeout_s, **how)
+        return run_suite(self.target, fault_id, suite, self.workdir, self.timeout_s, servers=self.servers, **how)
+
+
+def start_servers(target: MatrixTarget, workdir: Path, jobs: int) -> ForkServers:
+    """``jobs`` fork servers for ``target``'s runs, started by the first run that forks (each warm once it has imported
+    and collected every suite): their environment is a run's without what each run sets (verdicts, fault, selection,
+    stop)."""
+    per_run = (VERDICTS_ENV, STOP_ON_KILL_ENV, SELECT_ENV, target.fault_env)
+    env = server_env(run_env(workdir / "unused.jsonl", stop_on_kill=False), per_run)
+    spec = ForkServerSpec(target=target.name, preload=tuple(target.suites.values()), pytest_args=target.pytest_args)
+    return ForkServers(spec=spec, env=env, workdir=workdir, jobs=jobs)
 
 
 def _clean_cells(target: MatrixTarget, outcomes: dict[str, SuiteOutcome]) -> dict[str, CleanCell]:
@@ -683,6 +725,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--shard", default=None, help="K/N: only the faults of shard K of N (harness/shards.py)")
     parser.add_argument("--fresh", action="store_true", help="record the clean build even where a stored one fits")
     parser.add_argument(
+        "--no-fork-server",
+        action="store_true",
+        help="run every pytest run as a subprocess (default: the runs that record nothing fork from warm servers, "
+        "harness/faults/forkserver.py)",
+    )
+    parser.add_argument(
         "--recording-dir",
         default=None,
         help="where clean recordings are kept (default: .kill-recording-<target>/ beside --out)",
@@ -736,6 +784,7 @@ def main(argv: list[str] | None = None) -> int:
         shard=shard,
         cache=cache,
         fresh=args.fresh,
+        fork_server=not args.no_fork_server,
     )
     save(matrix, out)
     print(format_matrix(matrix))
