@@ -287,7 +287,7 @@ def false_alarm_table(key: str, path: Path = THRESHOLDS_FILE) -> str:
         )
     alarms = t["false_alarms_leave_one_out"]
     arms = t.get("arms") or {"cpu": "the main job's arms (graphs on, graphs off, prefix cache off)"}
-    started = "; ".join(f"`{name}`: {a}" if name != "cpu" else a for name, a in arms.items())
+    started = "; ".join(f"`{name}`: {a}" if name != "cpu" else f"the main job's arms: {a}" for name, a in arms.items())
     return (
         f"Engine/dtype `{key}`: {t['seeds']} clean seeds of {started} (items per seed {t['items_per_seed']}), every "
         "comparison among those arms and both tasks per seed. Each seed is judged by thresholds derived from the other "

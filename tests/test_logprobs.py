@@ -27,6 +27,8 @@ from harness.evals.logprobs import (
 from harness.evals.compare import compare_runs, summarize
 from harness.evals.results import ItemResult, RunRecord, RunResult, ServedIdentity, TaskComparison, Verdict
 from harness.jobs.logprob_proxy import LogprobRecorder, load_records, prompt_key
+from harness.jobs.plan_file import plan_from_file
+from harness.paths import REPO
 from harness.report.render import render_html
 
 LN = math.log
@@ -133,12 +135,21 @@ def test_committed_thresholds_come_from_twenty_clean_seeds_and_rederive_from_the
     entry = data["thresholds"]["harness/float32"]
     rows = data["data"]["harness/float32"]
     assert entry["seeds"] >= 20 and len({r["seed"] for r in rows}) == entry["seeds"]
-    assert {r["comparison"] for r in rows} == {"on-vs-off", "cache-off-vs-on"}
+    assert {r["comparison"] for r in rows if r.get("source") == "cpu"} == {"on-vs-off", "cache-off-vs-on"}
+    # Every configuration a shipped harness plan serves is calibrated: its clean arms are a source of the data.
+    plans = [p for p in sorted((REPO / "suites" / "plans").glob("*.yaml")) if _harness_plan(p)]
+    assert {r.get("source") for r in rows} == {"cpu", *(str(p.relative_to(REPO)) for p in plans)}
     assert {k: entry[k] for k in ("amber", "red", "clean")} == derive(rows)  # the data are the thresholds' own
     alarms = leave_one_out(rows)
     assert alarms["amber"] + alarms["red"] <= alarms["seeds"] / 20  # false alarms at most 1 in 20
     t = load_thresholds()["harness/float32"]
     assert 0 < t.amber.max_abs_delta < t.red.max_abs_delta < 0.05  # a 5 % change of one token's probability is RED
+
+
+def _harness_plan(path: Path) -> bool:
+    """Every arm of the plan is served by the harness."""
+    plan = plan_from_file(path)
+    return all(a.engine == "harness" for a in plan.arms)
 
 
 class _FakeServer(BaseHTTPRequestHandler):
