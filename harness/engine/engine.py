@@ -451,12 +451,17 @@ class Engine:
 
     @seam("chunked-prompt-logprobs-from-prompt-start")
     @staticmethod
+    def _prompt_targets(rows: PromptRows) -> list[int]:
+        """The prompt tokens these rows predict: the row after position ``p`` scores token ``p + 1``, from the chunk's
+        own first position (the row after the last prompt token predicts past the prompt: no target)."""
+        return rows.req.prompt_ids[rows.position + 1 : rows.position + 1 + rows.count]
+
+    @staticmethod
     def _score_prompt(rows: PromptRows, logits: torch.Tensor) -> None:
-        """Score the prompt tokens these rows predict (the row after position ``p`` scores token ``p + 1``; the row
-        after the last prompt token predicts past the prompt): the chosen token's log-softmax in float64, as the
-        server's generated-token logprobs, and the request's top ``k``."""
+        """Score the prompt tokens these rows predict (``_prompt_targets``): the chosen token's log-softmax in float64,
+        as the server's generated-token logprobs, and the request's top ``k``."""
         req = rows.req
-        targets = req.prompt_ids[rows.position + 1 : rows.position + 1 + rows.count]
+        targets = Engine._prompt_targets(rows)
         if not targets:
             return
         logp = torch.log_softmax(logits[rows.first : rows.first + len(targets)].double(), -1)
