@@ -15,7 +15,6 @@ from harness.evals.logprobs import LogprobLimits, LogprobThresholds, compare_cho
 from harness.evals.results import ChoiceScore, ItemResult, RunRecord, RunResult, ServedIdentity, Verdict
 from harness.evals.samples import parse_samples
 from harness.evals.tasks import LOGLIKELIHOOD_TASKS, frozen_spec
-from harness.jobs.plan import Model
 from harness.jobs.plan_file import plan_from_mapping
 
 SPEC = LOGLIKELIHOOD_TASKS["choice_style"]
@@ -130,4 +129,3 @@ def test_a_chat_model_cannot_take_a_loglikelihood_task() -> None:
                 "tasks": ["choice_style"],
             }
         )
-    assert Model("chatty", chat=True).chat
