@@ -5,6 +5,7 @@ hangs or dies is an error that names it, never an exit code a verdict is read fr
 from __future__ import annotations
 
 import dataclasses
+import json
 import os
 import subprocess
 import sys
@@ -15,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from harness.faults import inject, matrix
+from harness.mutants import swap
 from harness.faults.forkserver import ForkRunTimeout, ForkServer, ForkServerError, ForkServers, ForkServerSpec, _Faults
 from harness.paths import REPO
 
@@ -71,6 +73,32 @@ def test_a_fault_in_one_child_is_in_no_later_run_and_never_in_the_server(tmp_pat
     after = server.run(argv, _env(tmp_path), timeout_s=300, log=tmp_path / "b.log")
     assert after.returncode == 0, after.output
     assert server.state() == []
+
+
+def _mutant_env(tmp_path: Path, function: str | None) -> dict[str, str]:
+    """A mutant of the function the suite's killer reads: the resume key forgets every variable."""
+    source = (REPO / "harness/reuse/response_key.py").read_text()
+    kept = "return tuple(sorted((name, _env_value(value)) for name, value in env.items()))"
+    assert source.count(kept) == 1
+    mutated = source.replace(kept, "return tuple(sorted((name, _env_value(value)) for name, value in {}.items()))")
+    assert swap.changed_function(source, mutated, "response_key.py") == "ResponseKey.env_of"
+    spec = tmp_path / "mutant.json"
+    spec.write_text(json.dumps({"module": "harness.reuse.response_key", "source": mutated, "function": function}))
+    return {**_env(tmp_path), matrix.STOP_ON_KILL_ENV: "1", matrix.MUTANT_ENV: str(spec)}
+
+
+def test_a_mutant_swapped_into_a_forked_child_is_killed_as_in_a_fresh_process(
+    tmp_path: Path, server: ForkServer
+) -> None:
+    argv = matrix.pytest_argv(TARGET, [KILLER, PASSING], plugins=("harness.mutants.activate",))
+    env = _mutant_env(tmp_path, "ResponseKey.env_of")
+    proc = subprocess.run([sys.executable, "-m", "pytest", *argv], cwd=REPO, env=env, capture_output=True, timeout=300)
+    assert proc.returncode == 2, proc.stdout[-2000:]  # imported from the mutated text, killed by the suite
+    forked = server.run(argv, env, timeout_s=300, log=tmp_path / "m.log")
+    assert forked.returncode == 2, forked.output  # swapped into the imported module, killed the same
+    assert server.run(argv, _env(tmp_path), timeout_s=300, log=tmp_path / "c.log").returncode == 0  # not in a later run
+    unnamed = server.run(argv, _mutant_env(tmp_path, None), timeout_s=300, log=tmp_path / "u.log")
+    assert unnamed.returncode != 0 and "imported before the mutant could be installed" in unnamed.output
 
 
 def test_the_server_sees_a_fault_applied_in_its_own_process() -> None:

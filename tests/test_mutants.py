@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import importlib
+import json
 import sys
 import textwrap
 from pathlib import Path
@@ -12,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from harness.kill_record import Failure
-from harness.mutants import activate
+from harness.mutants import activate, swap
 from harness.mutants.generate import Mutant, draw, mutants_of, mutated_source, with_after
 from harness.jobs.merge import MergeError, merge_mutation_runs
 from harness.mutants.record import MutantResult, MutationRun, load, save
@@ -217,7 +218,7 @@ def test_a_test_that_only_started_a_process_does_not_reach_a_mutant(tmp_path: Pa
     """The mutant is imported in the pytest process only: a test credited with every line because it started a
     process (EVERY_FAULT) ran the engine where the mutant is not, so it never counts as reaching one."""
     from harness.faults.impact import EVERY_FAULT, Impact
-    from harness.jobs.mutants import Recording
+    from harness.jobs.mutant_pytest import Recording
 
     impact = Impact("sglang", (("t::spawns", frozenset({EVERY_FAULT})), ("t::runs", frozenset({"0:5"}))), {})
     recording = Recording(
@@ -225,3 +226,65 @@ def test_a_test_that_only_started_a_process_does_not_reach_a_mutant(tmp_path: Pa
     )
     assert recording.running(tmp_path / "m.py", range(5, 6)) == ["t::runs"]
     assert recording.running(tmp_path / "m.py", range(6, 8)) == []
+
+
+def _toy_mutant(old: str, new: str, source: str = TOY) -> str:
+    assert source.count(old) == 1
+    return source.replace(old, new)
+
+
+@pytest.mark.parametrize(
+    ("old", "new", "function"),
+    [
+        ("return start - length", "return start + length", "window"),
+        ("return clamp(n) + 1", "return clamp(n) - 1", "Pool.free"),
+        ("k < LIMIT", "k <= LIMIT", "Pool.free"),  # a nested function's change is its outermost function's
+        ("LIMIT = 4", "LIMIT = 5", None),  # module level: ran at import
+        ("size = 8", "size = 9", None),  # a class body: ran at import
+        ("def window(start, length):", "def window(start, length=2):", None),  # a default: made when the def ran
+        ("LIMIT = 4", "LIMIT = 4", None),  # compiles the same: nothing to swap
+    ],
+)
+def test_a_mutant_is_swappable_only_where_every_change_lies_in_one_function_body(
+    old: str, new: str, function: str | None
+) -> None:
+    assert swap.changed_function(TOY, _toy_mutant(old, new), "/x/toy.py") == function
+
+
+def test_a_swapped_function_is_the_mutant_for_every_holder_of_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (tmp_path / "toy_swap.py").write_text(TOY)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    toy = importlib.import_module("toy_swap")
+    try:
+        held, pool = toy.window, toy.Pool()  # as `from toy import window` and a live instance hold them
+        assert {f.__qualname__ for f in swap.functions_of(toy)} == {"window", "Pool.free"}  # clamp: made per call
+        swap.swap_in(toy, _toy_mutant("return start - length", "return start + length"), "window")
+        assert held(10, 3) == 13 and toy.window(10, 3) == 13  # the installed file says 7
+        swap.swap_in(toy, _toy_mutant("return clamp(n) + 1", "return clamp(n) - 1"), "Pool.free")
+        assert pool.free(2) == 1  # 3 as installed
+        with pytest.raises(swap.SwapError, match="0 functions of that name"):
+            swap.swap_in(toy, TOY, "Pool.size")
+    finally:
+        sys.modules.pop("toy_swap", None)
+
+
+def test_the_plugin_swaps_a_mutant_into_an_imported_module_only_when_the_runner_names_its_function(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (tmp_path / "toy_plug.py").write_text(TOY)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    toy = importlib.import_module("toy_plug")
+    mutated = _toy_mutant("return start - length", "return start + length")
+    spec = tmp_path / "spec.json"
+    monkeypatch.setenv(activate.MUTANT_ENV, str(spec))
+    try:
+        spec.write_text(json.dumps({"module": "toy_plug", "source": mutated, "function": None}))
+        with pytest.raises(RuntimeError, match="imported before"):
+            activate._from_env()
+        assert toy.window(10, 3) == 7
+        spec.write_text(json.dumps({"module": "toy_plug", "source": mutated, "function": "window"}))
+        assert activate._from_env() is None and toy.window(10, 3) == 13
+    finally:
+        sys.modules.pop("toy_plug", None)

@@ -17,11 +17,15 @@ Where the faults go on, and why the parent never holds one:
   in each child's own pytest session (pytest imports that conftest anew in every session: it is no package's);
 * SGLang's: the ``SGLangTarget`` built by the suites' ``target`` / ``sglang_target`` fixtures, in the child's tests;
 * vLLM's: ``suites/vllm/conftest.py`` when it is imported, a module a warm parent would import once: so the vLLM
-  target runs subprocesses (``MatrixTarget.fork_server``).
+  target runs subprocesses (``MatrixTarget.fork_server``);
+* a mutation run's mutant: ``harness.mutants.activate`` in the child swaps the one function it changes
+  (``harness/mutants/swap.py``), only for a function the server did not call while it warmed up (``called``:
+  what it built then was built by the installed code); any other mutant runs in a fresh process.
 
 The parent's environment has no fault variable, its preload runs no test (collection only) and it checks, before
 it answers ready and after every run, that no catalog fault is applied in it (``fault_state``: harness seams
-holding a twin, SGLang functions whose code is not the code it saw at start). The ``-p`` plugins of a run
+holding a twin, SGLang functions whose code is not the code it saw at start) and no mutant (the mutation scope's
+functions hold the code they held when it was ready). The ``-p`` plugins of a run
 (``harness.faults.verdicts``, ``harness.faults.impact``: both read the environment when imported) are dropped from
 ``sys.modules`` in each child, so they are imported in the child as in a fresh process.
 
@@ -49,6 +53,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from queue import Queue
+from inspect import CO_OPTIMIZED
 from typing import IO, Any, Literal
 
 from harness.env import (
@@ -80,7 +85,7 @@ START_ONLY = (
 # What no server may start under: a fault or patch switched on in the parent would be in every child.
 NEVER_IN_SERVER = (FAULT_ENV, SGLANG_FAULT_ENV, VLLM_FAULT_ENV, SGLANG_PATCH_ENV, MUTANT_ENV, IMPACT_ENV)
 # Runs that record (test impact, executed lines) stay subprocesses: their tracing starts when the plugin is imported.
-RECORDING_ENV = (IMPACT_ENV, IMPACT_CODE_ENV, IMPACT_LINES_ENV, MUTANT_ENV)
+RECORDING_ENV = (IMPACT_ENV, IMPACT_CODE_ENV, IMPACT_LINES_ENV)
 READY_TIMEOUT_S = 900.0  # imports and collection of a cold SGLang venv on a loaded machine
 ANSWER_MARGIN_S = 60.0  # past a run's limit: the server kills and answers within this, or it is dead itself
 OUTPUT_TAIL = 4000
@@ -183,6 +188,7 @@ class ForkServer:
         self._lines = _Lines(self.proc.stdout)
         self.ready_s: float | None = None
         self.threads: int | None = None  # the server's own threads when it was ready (its torch and SGLang imports')
+        self.called: frozenset[str] = frozenset()  # mutation-scope functions (module.qualname) its warm-up ran
         self._child: int | None = None
 
     def _dead(self, doing: str) -> ForkServerError:
@@ -219,6 +225,7 @@ class ForkServer:
             if "ready" not in answer:
                 raise ForkServerError(f"fork server for {self.spec.target} refused to start: {answer.get('error')}")
             self.ready_s, self.threads = float(answer["ready"]), int(answer["threads"])
+            self.called = frozenset(answer.get("called", ()))
         return self.ready_s
 
     def state(self) -> list[str]:
@@ -343,6 +350,12 @@ class ForkServers:
         """Start the servers and wait for each to be warm: their seconds to warm."""
         return [server.ready() for server in self.start()]
 
+    def called(self) -> frozenset[str]:
+        """The mutation-scope functions any server ran while it warmed up (``module.qualname``): a mutant of one of
+        them is no fork's (the warm-up built what it built with the installed code)."""
+        self.ready()
+        return frozenset().union(*(server.called for server in self.servers))
+
     def close(self) -> None:
         with self._lock:
             self._closed = True
@@ -376,6 +389,7 @@ class _Faults:
                     fn = resolve(edit.target)  # imports the module: part of the preload
                     fn = getattr(fn, "__func__", fn)
                     self.sglang[edit.target] = (fn, fn.__code__)
+        self.scope = _scope_functions(target)
 
     def applied(self) -> list[str]:
         from harness.faults import base
@@ -391,8 +405,59 @@ class _Faults:
             # source_patcher compiles the edited function alone: its code starts at line 1, the file's never does
             if fn.__code__ is not code or code.co_firstlineno == 1:
                 found.append(f"SGLang {target} has code other than the installed source's")
+        found += [f"mutated {name}" for name, (fn, code) in self.scope.items() if fn.__code__ is not code]
         found += [f"{name}={os.environ[name]}" for name in NEVER_IN_SERVER if os.environ.get(name)]
         return found
+
+
+def _scope_files(target: str) -> dict[str, str]:
+    """The installed files of ``target``'s mutation scope (``harness/mutants/scope.py``): path -> module."""
+    from harness.mutants.scope import SCOPES
+
+    files = {}
+    for scope in SCOPES.get(target, ()):  # type: ignore[call-overload]
+        try:
+            files[str(scope.path())] = scope.module
+        except LookupError:  # the engine is not installed here: nothing of it can be mutated
+            continue
+    return files
+
+
+def _scope_functions(target: str) -> dict[str, tuple[Any, Any]]:
+    """Every function of the mutation scope's imported modules (``module.qualname`` -> (function, its code))."""
+    from harness.mutants.swap import functions_of
+
+    found = {}
+    for module in _scope_files(target).values():
+        if module in sys.modules:
+            for fn in functions_of(sys.modules[module]):
+                found[f"{module}.{fn.__code__.co_qualname}"] = (fn, fn.__code__)
+    return found
+
+
+class _Called:
+    """A profile hook over the warm-up: which functions of the mutation scope's files ran (their outermost function,
+    as ``module.qualname``; module and class bodies are never swapped, so not noted)."""
+
+    def __init__(self, target: str) -> None:
+        self.files = _scope_files(target)
+        self.seen: set[str] = set()
+
+    def __call__(self, frame: Any, event: str, arg: Any) -> None:
+        if event == "call" and (module := self.files.get(frame.f_code.co_filename)) is not None:
+            if frame.f_code.co_flags & CO_OPTIMIZED:
+                self.seen.add(f"{module}.{frame.f_code.co_qualname.split('.<locals>')[0]}")
+
+    def __enter__(self) -> _Called:
+        if self.files:
+            sys.setprofile(self)
+            threading.setprofile(self)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self.files:
+            sys.setprofile(None)
+            threading.setprofile(None)  # type: ignore[arg-type]
 
 
 def _preload(spec: ForkServerSpec, log: IO[str]) -> None:
@@ -538,12 +603,14 @@ def serve(spec: ForkServerSpec) -> int:
         send({"error": f"started with {', '.join(held)} set: a fault in the parent would be in every child"})
         return 2
     start = time.perf_counter()
-    _preload(spec, sys.stderr)
+    with _Called(spec.target) as called:
+        _preload(spec, sys.stderr)
     faults = _Faults(spec.target)
     if applied := faults.applied():
         send({"error": f"a fault is applied in the parent after its preload: {'; '.join(applied)}"})
         return 2
-    send({"ready": round(time.perf_counter() - start, 1), "threads": len(os.listdir("/proc/self/task"))})
+    threads = len(os.listdir("/proc/self/task"))
+    send({"ready": round(time.perf_counter() - start, 1), "threads": threads, "called": sorted(called.seen)})
     with os.fdopen(proto_in, "rb") as requests:
         for line in requests:
             request = json.loads(line)

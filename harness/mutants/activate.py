@@ -5,7 +5,9 @@ build's runs) notes how long each test took, so that a mutant runs its cheapest 
 ``-p harness.mutants.activate``, before any conftest imports the engine, it puts a finder first on
 ``sys.meta_path``: the named module compiles from the mutated text (under the installed file's name, so
 tracebacks and test impact see the real path), every other module as usual. Nothing on disk changes, so parallel
-runs share one venv. A module imported before the plugin would keep its installed code: that refuses to run.
+runs share one venv. A module imported before the plugin would keep its installed code: that refuses to run,
+unless the spec names the one function the mutant changes (``"function"``, set by the runner only for a run forked
+from a warm server, ``harness/mutants/swap.py``): then that function's code is swapped.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from pathlib import Path
 from types import CodeType
 
 from harness.env import DURATIONS_ENV, MUTANT_ENV
+from harness.mutants.swap import swap_in
 
 
 class _MutantLoader(importlib.machinery.SourceFileLoader):
@@ -57,9 +60,14 @@ def install(module: str, source: str) -> MutantFinder:
 
 
 def _from_env() -> MutantFinder | None:
+    """The run's mutant: imported from its text, or, where the module is already imported (a child forked from a
+    warm server) and the runner named the one function the mutant changes, swapped into that function."""
     if not (spec := os.environ.get(MUTANT_ENV)):
         return None
     data = json.loads(Path(spec).read_text())
+    if data["module"] in sys.modules and data.get("function"):
+        swap_in(sys.modules[data["module"]], data["source"], data["function"])
+        return None
     return install(data["module"], data["source"])
 
 

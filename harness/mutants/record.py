@@ -24,6 +24,7 @@ from harness.mutants.generate import Mutant
 
 MUTANTS_SCHEMA_VERSION = 1
 MutantStatus = Literal["killed", "survived", "timeout", "error", "unreached"]
+RunHow = Literal["process", "fork"]  # harness/mutants/swap.py: which mutants a warm server's child can run
 
 
 @dataclass(frozen=True)
@@ -35,6 +36,7 @@ class MutantResult:
     tests_reaching: int = 0
     tests_run: int = 0
     seconds: float = 0.0
+    how: RunHow = "process"  # where its tests ran: a fresh process, or a warm server's child with one function swapped
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -45,6 +47,7 @@ class MutantResult:
             "tests_reaching": self.tests_reaching,
             "tests_run": self.tests_run,
             "seconds": self.seconds,
+            "how": self.how,
         }
 
     @classmethod
@@ -59,6 +62,7 @@ class MutantResult:
             tests_reaching=int(data.get("tests_reaching", 0)),
             tests_run=int(data.get("tests_run", 0)),
             seconds=float(data.get("seconds", 0.0)),
+            how=data.get("how", "process"),
         )
 
 
