@@ -238,7 +238,9 @@ def build(
         problems = clean_problems(matrix_target, recording)
         results: list[MutantResult] = list(resumed)
         if not problems:
-            if fork_server and matrix_target.fork_server and todo:
+            # Every target may fork here: the kill matrix keeps vLLM's runs in processes because its conftest applies
+            # the fault when imported, and a mutation run switches no fault on.
+            if fork_server and todo:
                 runner = replace(runner, servers=stack.enter_context(start_servers(matrix_target, Path(tmp), jobs)))
             killers = _Killers(recording.durations)
             with ThreadPoolExecutor(jobs) as pool, CellProgress("mutants", total=len(todo)) as progress:
