@@ -11,11 +11,12 @@ import subprocess
 import sys
 import textwrap
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
 
-from harness.faults import inject, matrix
+from harness.faults import forkserver, inject, matrix
 from harness.mutants import swap
 from harness.faults.forkserver import ForkRunTimeout, ForkServer, ForkServerError, ForkServers, ForkServerSpec, _Faults
 from harness.paths import REPO
@@ -207,3 +208,35 @@ def test_a_full_matrix_forks_its_clean_runs_too_with_the_verdicts_of_subprocesse
     assert forked.clean == spawned.clean and forked.clean["reuse"].status == "passed"
     assert [f.cells for f in forked.faults] == [f.cells for f in spawned.faults]
     assert forked.faults[0].verdict() == "killed: behavioural"
+
+
+def test_the_warm_up_notes_the_scope_functions_it_ran(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A mutant of a function the server ran while it warmed up is no fork's: the hook names it, and only it."""
+    (tmp_path / "toy_warm.py").write_text("def ran():\n    return 1\n\ndef never():\n    return 2\n\nTABLE = ran()\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setattr(forkserver, "_scope_files", lambda target: {str(tmp_path / "toy_warm.py"): "toy_warm"})
+    try:
+        with forkserver._Called("sglang") as called:
+            import toy_warm  # noqa: F401
+        assert called.seen == {"toy_warm.ran"}
+        assert sys.getprofile() is None
+    finally:
+        sys.modules.pop("toy_warm", None)
+
+
+@pytest.mark.timeout(120)  # before the ready lock, a waiting thread took a run's answer and the runs hung
+def test_threads_that_wait_for_a_warm_up_at_once_leave_the_answers_to_the_runs(tmp_path: Path) -> None:
+    """A mutation run's jobs each ask which functions the warm-up ran while the servers warm: one reads the ready
+    line, the others wait for it, and no run's answer is taken by a waiting thread."""
+    with matrix.start_servers(TARGET, tmp_path, 1) as started:
+        with ThreadPoolExecutor(4) as pool:
+            asked = list(pool.map(lambda _: started.called(), range(4)))
+        assert asked == [frozenset()] * 4  # the harness target has no mutation scope
+        argv = matrix.pytest_argv(TARGET, [PASSING])
+        with ThreadPoolExecutor(2) as pool:
+            runs = list(
+                pool.map(
+                    lambda i: started.run(argv, _env(tmp_path), timeout_s=300, log=tmp_path / f"{i}.log"), range(2)
+                )
+            )
+        assert [r.returncode for r in runs] == [0, 0]

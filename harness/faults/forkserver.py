@@ -190,6 +190,7 @@ class ForkServer:
         self.threads: int | None = None  # the server's own threads when it was ready (its torch and SGLang imports')
         self.called: frozenset[str] = frozenset()  # mutation-scope functions (module.qualname) its warm-up ran
         self._child: int | None = None
+        self._ready_lock = threading.Lock()  # one reader of the ready line: a second would take a run's answer
 
     def _dead(self, doing: str) -> ForkServerError:
         code = self.proc.poll()
@@ -219,14 +220,16 @@ class ForkServer:
         return self._answer(timeout_s, doing)
 
     def ready(self, timeout_s: float = READY_TIMEOUT_S) -> float:
-        """Wait for the preload; its seconds. Raises ``ForkServerError`` when it failed (its log says why)."""
-        if self.ready_s is None:
-            answer = self._answer(timeout_s, "before it was ready (imports and collection)")
-            if "ready" not in answer:
-                raise ForkServerError(f"fork server for {self.spec.target} refused to start: {answer.get('error')}")
-            self.ready_s, self.threads = float(answer["ready"]), int(answer["threads"])
-            self.called = frozenset(answer.get("called", ()))
-        return self.ready_s
+        """Wait for the preload; its seconds. Raises ``ForkServerError`` when it failed (its log says why). Any
+        thread may ask, while another runs on the server: only the first reads the pipe."""
+        with self._ready_lock:
+            if self.ready_s is None:
+                answer = self._answer(timeout_s, "before it was ready (imports and collection)")
+                if "ready" not in answer:
+                    raise ForkServerError(f"fork server for {self.spec.target} refused to start: {answer.get('error')}")
+                self.ready_s, self.threads = float(answer["ready"]), int(answer["threads"])
+                self.called = frozenset(answer.get("called", ()))
+            return self.ready_s
 
     def state(self) -> list[str]:
         """The catalog faults applied in the server's own process (``fault_state``): always empty unless broken."""
@@ -449,6 +452,7 @@ class _Called:
                 self.seen.add(f"{module}.{frame.f_code.co_qualname.split('.<locals>')[0]}")
 
     def __enter__(self) -> _Called:
+        self.before = (sys.getprofile(), threading.getprofile())
         if self.files:
             sys.setprofile(self)
             threading.setprofile(self)
@@ -456,8 +460,8 @@ class _Called:
 
     def __exit__(self, *exc: object) -> None:
         if self.files:
-            sys.setprofile(None)
-            threading.setprofile(None)  # type: ignore[arg-type]
+            sys.setprofile(self.before[0])
+            threading.setprofile(self.before[1])  # type: ignore[arg-type]
 
 
 def _preload(spec: ForkServerSpec, log: IO[str]) -> None:
