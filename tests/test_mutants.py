@@ -243,6 +243,7 @@ def _toy_mutant(old: str, new: str, source: str = TOY) -> str:
         ("size = 8", "size = 9", None),  # a class body: ran at import
         ("def window(start, length):", "def window(start, length=2):", None),  # a default: made when the def ran
         ("LIMIT = 4", "LIMIT = 4", None),  # compiles the same: nothing to swap
+        ("def window(start, length):", "def window(start, +, length):", None),  # no longer compiles: a process says so
     ],
 )
 def test_a_mutant_is_swappable_only_where_every_change_lies_in_one_function_body(

@@ -84,8 +84,12 @@ def _owners(a: CodeType, b: CodeType, owner: str | None) -> Iterator[str | None]
 
 def changed_function(original: str, mutated: str, filename: str) -> str | None:
     """The qualified name of the one outermost function whose body holds every difference the mutant makes in the
-    compiled module, or None where a difference lies outside every function body (or the two compile the same)."""
-    owners = set(_owners(compile(original, filename, "exec"), compile(mutated, filename, "exec"), None))
+    compiled module, or None where a difference lies outside every function body, the two compile the same, or the
+    mutant does not compile."""
+    try:
+        owners = set(_owners(compile(original, filename, "exec"), compile(mutated, filename, "exec"), None))
+    except (SyntaxError, ValueError):  # a mutant that does not compile (``*,`` made ``+,``): the import says so
+        return None
     if len(owners) != 1:
         return None
     (owner,) = owners
