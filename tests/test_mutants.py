@@ -9,6 +9,7 @@ import json
 import sys
 import textwrap
 from pathlib import Path
+from types import ModuleType
 
 import pytest
 
@@ -174,14 +175,19 @@ def test_swa_harness_merge_takes_mutation_shards_and_refuses_a_stray_mutant(tmp_
         merge_files(paths, tmp_path / "merged.json")
 
 
+def _import_toy(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, name: str) -> ModuleType:
+    """TOY imported as a module of its own (the caller drops it from ``sys.modules``)."""
+    (tmp_path / f"{name}.py").write_text(TOY)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    return importlib.import_module(name)
+
+
 def test_the_recorder_credits_each_line_a_test_ran_and_no_other(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     from harness.faults.impact import Recorder
 
-    (tmp_path / "toy_lines.py").write_text(TOY)
-    monkeypatch.syspath_prepend(str(tmp_path))
-    toy = importlib.import_module("toy_lines")
+    toy = _import_toy(tmp_path, monkeypatch, "toy_lines")
     recorder, tests = Recorder({}, [toy.__file__]), {}
     before = sys.gettrace()
     try:
@@ -255,9 +261,7 @@ def test_a_mutant_is_swappable_only_where_every_change_lies_in_one_function_body
 def test_a_swapped_function_is_the_mutant_for_every_holder_of_it(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    (tmp_path / "toy_swap.py").write_text(TOY)
-    monkeypatch.syspath_prepend(str(tmp_path))
-    toy = importlib.import_module("toy_swap")
+    toy = _import_toy(tmp_path, monkeypatch, "toy_swap")
     try:
         held, pool = toy.window, toy.Pool()  # as `from toy import window` and a live instance hold them
         assert {f.__qualname__ for f in swap.functions_of(toy)} == {"window", "Pool.free"}  # clamp: made per call
@@ -274,9 +278,7 @@ def test_a_swapped_function_is_the_mutant_for_every_holder_of_it(
 def test_the_plugin_swaps_a_mutant_into_an_imported_module_only_when_the_runner_names_its_function(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    (tmp_path / "toy_plug.py").write_text(TOY)
-    monkeypatch.syspath_prepend(str(tmp_path))
-    toy = importlib.import_module("toy_plug")
+    toy = _import_toy(tmp_path, monkeypatch, "toy_plug")
     mutated = _toy_mutant("return start - length", "return start + length")
     spec = tmp_path / "spec.json"
     monkeypatch.setenv(activate.MUTANT_ENV, str(spec))
