@@ -116,13 +116,15 @@ def main(argv: list[str] | None = None) -> int:
     named = dict(item.split("=", 1) for item in args.label)
     labels = (named.get("A", "A"), named.get("B", "B"))
     totals = {labels[0 if k == "A" else 1]: float(v) for k, v in (t.split("=", 1) for t in args.total)}
-    body, differ = compare(load(args.a), load(args.b), labels, totals)
+    a, b = load(args.a), load(args.b)
+    body, differ = compare(a, b, labels, totals)
     print(body)
     if not args.no_write:
         command = f"python -m bench.mutants_side_by_side {args.a.name} {args.b.name}"
         if args.commands:
             command += f" (the runs: {args.commands})"
-        write_section("mutants-side-by-side", "Mutation runs: one sample forked and in processes", command, body)
+        title = f"Mutation runs, {a.target} {a.engine_version}: one sample forked and in processes"
+        write_section(f"mutants-side-by-side-{a.target}", title, command, body)
     return 1 if differ else 0
 
 
