@@ -51,9 +51,9 @@ import time
 import traceback
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from inspect import CO_OPTIMIZED
 from pathlib import Path
 from queue import Queue
-from inspect import CO_OPTIMIZED
 from typing import IO, Any, Literal
 
 from harness.env import (
