@@ -129,18 +129,22 @@ def _unwrapped(value: Any) -> Iterator[Any]:
         todo.append(getattr(v, "__wrapped__", None))
 
 
-def function_named(module: ModuleType, qualname: str, filename: str) -> FunctionType:
-    """The module's function object with that qualified name and source file, through classes and wrappers."""
+def _held(module: ModuleType, qualname: str) -> Any:
+    """What the module (through its classes) holds under that qualified name: the function or its wrapper."""
     *path, name = qualname.split(".")
     owner: Any = module
     for part in path:
         owner = vars(owner).get(part) if hasattr(owner, "__dict__") else None
         if owner is None:
             raise SwapError(f"{module.__name__}.{qualname}: no {part!r} on the way")
-    held = vars(owner).get(name)
+    return vars(owner).get(name)
+
+
+def function_named(module: ModuleType, qualname: str, filename: str) -> FunctionType:
+    """The module's function object with that qualified name and source file, through classes and wrappers."""
     matches = [
         f
-        for f in _unwrapped(held)
+        for f in _unwrapped(_held(module, qualname))
         if isinstance(f, FunctionType) and f.__code__.co_qualname == qualname and f.__code__.co_filename == filename
     ]
     if len(matches) != 1:
@@ -157,10 +161,7 @@ def swap_in(module: ModuleType, mutated: str, qualname: str) -> FunctionType:
     new = _find_code(compile(mutated, filename, "exec"), qualname)
     if new.co_freevars != fn.__code__.co_freevars:
         raise SwapError(f"{qualname}: the mutant changes what the closure captures ({new.co_freevars})")
-    holder = vars(module)
-    for part in qualname.split(".")[:-1]:
-        holder = vars(holder[part])
-    for wrapper in _unwrapped(holder.get(qualname.rsplit(".", 1)[-1])):
+    for wrapper in _unwrapped(_held(module, qualname)):
         if callable(clear := getattr(wrapper, "cache_clear", None)):
             clear()
     fn.__code__ = new
