@@ -46,10 +46,6 @@ _MANAGER_CTOR = (
     "forward them"
 )
 _WEAK = "a weakened assertion: it holds wherever the original holds, and every caller satisfies the original"
-_MAMBA_CONNECTOR = (
-    "full_attention_group_id is read only by get_computed_blocks_for_connector on a model with Mamba layers and a KV "
-    "connector; no suite builds one"
-)
 _PROMOTION = (
     "runs only when cache_full_blocks meets a block that already holds a partial tail entry (partial -> full "
     "promotion): EAGLE, a full-attention block larger than the hash block (32 over 16), a prompt whose last hash "
@@ -84,11 +80,6 @@ _OFFLOAD_NEGATIVE = (
     "every manager's cache_blocks caches nothing for -1 as for 0, but the simple CPU offload connector slices "
     "group_gpu_ids[start : cacheable // block] (simple_kv_offload/manager.py 856-865), where -1 offers all but the "
     "last block; no suite drives a connector"
-)
-_PER_GROUP = (
-    "find_longest_cache_hit_per_group runs only for get_computed_blocks_for_connector on a model with Mamba layers "
-    "(kv_cache_manager.py 346-357) and for the offloading connector (offloading_connector.py 177); no suite builds "
-    "either. A per-group lookup test there would kill it"
 )
 _DRAFT_SPEC = (
     "A test of what the target's full-attention group caches in both drafter layouts would kill it (rule 1 of "
@@ -453,8 +444,17 @@ SURVIVORS: dict[str, Classified] = {
         "full attention no longer shares its lookup group, and the target is no longer flagged EAGLE (lines 734-735); "
         "Gemma3's equal sliding groups stay apart, which without EAGLE converges to the same hit. " + _DRAFT_SPEC,
     ),
-    f"{_CO}:758:AddNot:30": Classified("gap-open", _MAMBA_CONNECTOR),
-    f"{_CO}:758:NumberReplacer:85": Classified("gap-open", _MAMBA_CONNECTOR),
+    f"{_CO}:758:AddNot:30": Classified(
+        "gap-closed",
+        "killed by suites/vllm/test_cache_hits.py, rule 9 (the deepest Mamba state evicted: a connector's hit is full attention's, flagged hit_diverged; the "
+        "mutant has no full-attention group, so it falls back to the reconciled hit) (reports/mutants-vllm.json, 2026-12-07)",
+    ),
+    f"{_CO}:758:NumberReplacer:85": Classified(
+        "equivalent",
+        "full_attention_group_id is read only as an index into find_longest_cache_hit_per_group's hit lengths "
+        "(kv_cache_manager.py 356-366), which gives every group id of a lookup group that group's one hit (lines "
+        "973-975): group_ids[-1] reads what group_ids[0] does",
+    ),
     f"{_CO}:785:NumberReplacer:86": Classified(
         "gap-open",
         "the aligned count is 1 only with fine-grained hits (Mamba 'align': no rounding, line 776) after one computed "
@@ -474,12 +474,10 @@ SURVIVORS: dict[str, Classified] = {
         "written together (lines 897-899)",
     ),
     f"{_CO}:855:ReplaceContinueWithBreak:2": Classified(
-        "gap-open",
-        "a second pass happens only with three or more lookup groups (not the simple hybrid, line 828): the mutant "
-        "ends it after full attention, so a sliding or Mamba group looked up before the one that cut the hit is not "
-        "re-checked at the shorter length. Needs e.g. full attention plus two sliding groups of different windows, "
-        "the later one cutting the hit where the earlier one lacks blocks; the suites' extra sliding groups share one "
-        "spec (one lookup group) and the drafter is full attention",
+        "gap-closed",
+        "killed by suites/vllm/test_cache_hits.py, rule 3's two windows (test_two_windows_agree_on_a_hit_only_at_a_"
+        "second_pass: the narrower window is not looked up again at the hit the wider one cut, 48 instead of 32) "
+        "(reports/mutants-vllm.json, 2026-12-07)",
     ),
     f"{_CO}:891:AddNot:37": Classified(
         "gap-open",
@@ -497,9 +495,23 @@ SURVIVORS: dict[str, Classified] = {
         "gap-closed",
         "killed by suites/vllm/test_cache_hits.py, rule 3 (the shared prefix boundary is full attention's hit where the window cut the hit, else 0: the check in _drive, first failing through test_kv_events_that_miss_an_eviction_are_caught, which drives it) (reports/mutants-vllm.json, 2026-12-06, the sixth run)",
     ),
-    f"{_CO}:951:AddNot:44": Classified("gap-open", _PER_GROUP),
-    f"{_CO}:951:ReplaceAndWithOr:15": Classified("gap-open", _PER_GROUP),
-    f"{_CO}:960:ReplaceBinaryOperator_Mul_Add:6": Classified("gap-open", _PER_GROUP + " (with EAGLE)"),
+    f"{_CO}:951:AddNot:44": Classified(
+        "gap-closed",
+        "killed by suites/vllm/test_cache_hits.py, rule 9 (a resend of a finished 64-token prompt: full attention's lookup, widened as for EAGLE, reaches past "
+        "len - 1) (reports/mutants-vllm.json, 2026-12-07)",
+    ),
+    f"{_CO}:951:ReplaceAndWithOr:15": Classified(
+        "gap-closed",
+        "killed by suites/vllm/test_cache_hits.py, rule 9 (a resend of a finished 64-token prompt: full attention's lookup, widened as for EAGLE, reaches past "
+        "len - 1) (reports/mutants-vllm.json, 2026-12-07)",
+    ),
+    f"{_CO}:960:ReplaceBinaryOperator_Mul_Add:6": Classified(
+        "gap-open",
+        "runs only for an EAGLE group's per-group lookup: rule 9 of suites/vllm/test_cache_hits.py reaches "
+        "find_longest_cache_hit_per_group through get_computed_blocks_for_connector without EAGLE. Killed by rule 9 "
+        "with an EAGLE (MTP) drafter and the deepest Mamba state evicted, once the suite knows full attention's EAGLE "
+        "hit in align mode (it drops back one hash unit from a full block's end, to 0 from a partial entry)",
+    ),
     f"{_CO}:1009:NumberReplacer:109": Classified(
         "gap-closed",
         "killed by suites/vllm/test_cache_hits.py, rule 6 (a one-group EAGLE resend hits one block less than the hybrid lookup would) (reports/mutants-vllm.json, 2026-12-06, the sixth run)",
@@ -533,11 +545,10 @@ SURVIVORS: dict[str, Classified] = {
         "schedules draft tokens",
     ),
     f"{_ST}:238:ReplaceBinaryOperator_Add_Sub:0": Classified(
-        "gap-open",
-        "a request that holds blocks yet is not in num_cached_block (admitted without a hit, first chunk shorter than "
-        "a block, so cache_blocks never recorded it) is asked for up to all its blocks again: allocations are refused "
-        "with enough free blocks, which the state machine accepts as legal. A test: allocate_slots never refuses "
-        "while the free blocks cover each group's true need",
+        "gap-closed",
+        "killed by suites/vllm/test_cache_hits.py, rule 5 (test_a_chunk_is_admitted_exactly_when_the_free_blocks_"
+        "cover_it: after a first chunk of 8 tokens the rest is refused with exactly the free blocks it adds) "
+        "(reports/mutants-vllm.json, 2026-12-07)",
     ),
     f"{_ST}:323:NumberReplacer:30": Classified(
         "gap-open",
@@ -649,15 +660,15 @@ SURVIVORS: dict[str, Classified] = {
     f"{_ST}:965:NumberReplacer:103": Classified("gap-open", _CONNECTOR),
     f"{_ST}:966:NumberReplacer:105": Classified("gap-open", _CONNECTOR),
     f"{_ST}:1063:NumberReplacer:140": Classified(
-        "gap-open",
-        "the default dcp_world_size: the manager's own call passes it (line 521), so only the KV-connector callers "
-        "(offloading, mooncake) read the default, and no suite drives a connector",
+        "equivalent",
+        "the default dcp_world_size is read by no caller: the manager's own call (lines 513-522), the offloading "
+        "connector's (distributed/kv_transfer/kv_connector/v1/offloading/scheduler.py 1540-1550) and the mooncake "
+        "store's (mooncake/store/coordinator.py 365-377) each pass it",
     ),
     f"{_ST}:1120:ReplaceBinaryOperator_Sub_Add:21": Classified(
-        "gap-open",
-        "the final-segment tail runs only when final_segment_end_block is passed, which only the offloading "
-        "connector's scheduler does (distributed/kv_transfer/kv_connector/v1/offloading/scheduler.py 1549); no suite "
-        "drives a connector",
+        "gap-closed",
+        "killed by suites/vllm/test_cache_hits.py, rule 9 (the offloading connector's store mask over blocks 1..16, the prompt's final segment ending at block "
+        "6: the final tail lands two blocks late) (reports/mutants-vllm.json, 2026-12-07)",
     ),
     # SGLang 0.5.23, reports/mutants-sglang-shard1of4.json (seed 0, shard 1/4).
     # --- mem_cache/allocator/swa.py --------------------------------------------------------------------------------

@@ -31,6 +31,7 @@ def hybrid_manager(
     num_blocks: int = 256,
     events: bool = False,
     sliding_groups: int = 1,
+    other_windows: tuple[int, ...] = (),
     enable_caching: bool = True,
     sliding_dtype: torch.dtype = torch.float32,
     metrics_collector: Any = None,
@@ -44,6 +45,8 @@ def hybrid_manager(
     aligned boundary; 0: only the replay boundary, the engine's default), publishing its KV-cache events if asked;
     and its request block hasher. ``sliding_groups`` > 1 is Gemma3's layout: vLLM splits the sliding layers into
     groups of the full layers' size, ids ``SLIDING ..`` in order, which share one lookup (a hit needs a block in each).
+    ``other_windows`` adds a sliding group of each other window after them (a model whose sliding layers differ in
+    window): each is a lookup of its own, so vLLM's hybrid lookup takes more than one pass to agree on a hit.
     The rest are the engine's other knobs, at its defaults unless asked: prefix caching, the sliding layers' dtype
     (another than the full layers' float32 makes the cache mixed-precision, whose new blocks vLLM zeroes), a
     residency metrics collector, the DCP world size, the prefill lookahead (the engine passes 1 with EAGLE), and the
@@ -67,6 +70,15 @@ def hybrid_manager(
                 ),
             )
             for g in range(sliding_groups)
+        ),
+        *(
+            adapters.group_spec(
+                [f"model.layers.{1 + sliding_groups + k}.self_attn"],
+                adapters.attention_spec(
+                    SlidingWindowSpec, block_size=sliding_block, sliding_window=w, dtype=sliding_dtype, **layer
+                ),
+            )
+            for k, w in enumerate(other_windows)
         ),
     ]
     return _manager(

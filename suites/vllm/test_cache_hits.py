@@ -42,7 +42,8 @@ changes: the regressions of vLLM #44082 and #57610 were of this kind. So here ev
 5. **The pool's usage and a reset**: while a request runs, the usage vLLM reports is the share of real blocks it
    holds, ``held / (num_blocks - 1)`` (the null block is nobody's); a pool of the null block alone is unused (0); a
    reset of the prefix cache while a request holds blocks refuses (False) and changes nothing, not its entries, free
-   blocks, usage or events, so the prefix still hits.
+   blocks, usage or events, so the prefix still hits. A prompt's next chunk is admitted exactly when the free blocks
+   cover the blocks it adds (a tight pool, whatever the first chunk's length).
 6. **A model without sliding layers** (one full-attention group: vLLM's unitary coordinator): a request hits the
    longest run of the finished prompt's cached blocks within its first ``len - 1`` tokens and what it shares (EAGLE:
    one block less), those very blocks; a block a KV connector reports evicted (``evict_blocks``) is hit no more, nor
@@ -63,6 +64,14 @@ changes: the regressions of vLLM #44082 and #57610 were of this kind. So here ev
    boundary) are all cached, with the prompt's blocks; a hit ending inside a block is copied into a block of the
    request's own before it writes there (one copy per group, the blocks before it shared), and once the copies ran
    ``ref_cnt`` counts the tables again.
+9. **What a KV connector asks of the manager**: on rule 8's layout, ``get_computed_blocks_for_connector`` (a
+   connector scheduling a hybrid Mamba model's request) answers full attention's own hit, flagged ``hit_diverged``
+   where the Mamba group's own hit is shorter, and the reconciled hit, unflagged, where the Mamba group's is longer
+   (each group's own hit: the longest chunk end within what the request shares and its ``len - 1`` that holds the
+   group's cached entries), as the prompt left the pool and after a connector evicted the deepest Mamba state or full
+   attention's last block; the offloading connector's store mask (``reachable_block_mask`` over a range of sliding
+   blocks, with the end of the prompt's final segment) is the whole request's mask sliced, in every range, and that
+   mask is rule 1's tails plus the final segment's.
 
 And the suite can fail: ``test_a_sliding_lookup_one_block_short_of_its_window_is_caught`` has the sliding group count
 one block fewer than its window reads and requires rule 3's count to catch it;
@@ -96,6 +105,7 @@ from vllm.v1.core.kv_cache_utils import (  # noqa: E402
 )
 from vllm.v1.core.kv_cache_metrics import KVCacheMetricsCollector  # noqa: E402
 from vllm.v1.core.single_type_kv_cache_manager import SlidingWindowManager  # noqa: E402
+from vllm.v1.kv_cache_interface import SlidingWindowSpec  # noqa: E402
 
 from harness.targets.vllm import adapters  # noqa: E402
 from suites.vllm.hybrid import FULL, SLIDING, full_attention_manager, hybrid_manager, mamba_align_manager  # noqa: E402
@@ -317,6 +327,7 @@ class Pool:
     window: int
     retention: int | None
     sliding_groups: int = 1  # > 1: Gemma3's layout, several sliding groups behind one lookup
+    other_window: int | None = None  # one more sliding group, of this window: a lookup of its own (a second pass)
 
     @property
     def need(self) -> int:
@@ -326,6 +337,14 @@ class Pool:
     @property
     def groups(self) -> range:
         return range(SLIDING, SLIDING + self.sliding_groups)
+
+    @property
+    def needs(self) -> dict[int, int]:
+        """Each sliding group's id and the blocks a hit reads in it (its window before the boundary)."""
+        other = (
+            {} if self.other_window is None else {self.groups.stop: _cdiv(self.other_window - 1, self.sliding_block)}
+        )
+        return {g: self.need for g in self.groups} | other
 
     @property
     def unit(self) -> int:
@@ -345,14 +364,15 @@ class Pool:
         one at its last hash boundary."""
         return make_block_hash_with_group_id(hashes[(i + 1) * block // self.unit - 1], group)
 
-    def oracle(self, hashes: list, n: int, need: int, cached: set) -> int:
-        """The longest aligned ``h <= n - 1`` whose full blocks are all cached and whose window's ``need`` sliding
-        blocks are, in every sliding group (``need`` 0: full attention alone)."""
+    def oracle(self, hashes: list, n: int, needs: dict[int, int], cached: set) -> int:
+        """The longest aligned ``h <= n - 1`` whose full blocks are all cached and, in each sliding group of
+        ``needs``, the blocks its window reads before ``h`` (no groups: full attention alone)."""
         align, bf, bs = self.align, self.full_block, self.sliding_block
         for h in range((n - 1) // align * align, 0, -align):
-            window = range(max(0, h // bs - need), h // bs)
             if all(self.key(hashes, bf, i, FULL) in cached for i in range(h // bf)) and all(
-                self.key(hashes, bs, i, g) in cached for i in window for g in self.groups
+                self.key(hashes, bs, i, g) in cached
+                for g, need in needs.items()
+                for i in range(max(0, h // bs - need), h // bs)
             ):
                 return h
         return 0
@@ -397,6 +417,7 @@ def _drive(pool: Pool, seed: int, requests: int = 80, *, after=None) -> Iterable
         num_blocks=POOL_BLOCKS,
         events=after is not None,
         sliding_groups=pool.sliding_groups,
+        other_windows=() if pool.other_window is None else (pool.other_window,),
     )
     rng = random.Random(seed)
     stems = [_prompt(176, seed * 10 + k) for k in range(3)]
@@ -407,18 +428,18 @@ def _drive(pool: Pool, seed: int, requests: int = 80, *, after=None) -> Iterable
         r = adapters.make_request(f"r{i}", prompt, SamplingParams(max_tokens=80), hasher)
         cached = _cached_now(manager)
         blocks, hit, boundary = adapters.computed_blocks(manager, r)
-        want = pool.oracle(r.block_hashes, r.num_tokens, pool.need, cached)
+        want = pool.oracle(r.block_hashes, r.num_tokens, pool.needs, cached)
         assert hit == want, (
             f"{pool}, seed {seed}, request {i} ({r.num_tokens} tokens): the lookup hit {hit} tokens; the pool's "
             f"cached blocks allow {want}"
         )
-        full_alone = pool.oracle(r.block_hashes, r.num_tokens, 0, cached)
+        full_alone = pool.oracle(r.block_hashes, r.num_tokens, {}, cached)
         junction = full_alone if full_alone > hit else 0
         assert boundary is None or boundary == junction, (
             f"{pool}, seed {seed}, request {i}: shared prefix boundary {boundary}; full attention alone hits "
             f"{full_alone} where the window cut the hit to {hit}, so the junction to pin is {junction}"
         )
-        for g, block in ((FULL, pool.full_block), *((g, pool.sliding_block) for g in pool.groups)):
+        for g, block in ((FULL, pool.full_block), *((g, pool.sliding_block) for g in pool.needs)):
             for j, b in enumerate(blocks.blocks[g]):
                 if not b.is_null:
                     assert b.block_hash == pool.key(r.block_hashes, block, j, g), (
@@ -458,11 +479,17 @@ POOLS = [
         (16, 32, 64, None),
     ]
 ] + [Pool(16, 16, 40, None, sliding_groups=2), Pool(32, 16, 40, 0, sliding_groups=3)]
+# Sliding layers of two windows (two lookups besides full attention's): where the later window cuts the hit, vLLM
+# looks the earlier one up again at the shorter length, whose blocks it may lack.
+TWO_WINDOWS = [Pool(16, 16, 16, None, other_window=40), Pool(16, 16, 40, None, other_window=16)]
 
 
-@pytest.mark.parametrize(
-    "pool", POOLS, ids=lambda p: f"{p.full_block}-{p.sliding_block}-w{p.window}-r{p.retention}-g{p.sliding_groups}"
-)
+def _pool_id(p: Pool) -> str:
+    other = "" if p.other_window is None else f"+w{p.other_window}"
+    return f"{p.full_block}-{p.sliding_block}-w{p.window}{other}-r{p.retention}-g{p.sliding_groups}"
+
+
+@pytest.mark.parametrize("pool", POOLS + TWO_WINDOWS, ids=_pool_id)
 @pytest.mark.parametrize("seed", range(3))
 def test_hits_under_eviction_are_the_longest_the_cached_blocks_allow(pool, seed, record_property):
     """Rule 3, and what the draw proved: hits of several depths, misses, evictions, and hits the window cut short
@@ -479,6 +506,30 @@ def test_hits_under_eviction_are_the_longest_the_cached_blocks_allow(pool, seed,
     assert len(depths) >= 3 and 0 in depths and cut and evicted, (
         f"the draw proved too little: depths {depths}, {cut} cut by the window, {evicted} evicted"
     )
+
+
+def test_two_windows_agree_on_a_hit_only_at_a_second_pass():
+    """Rule 3 on sliding layers of two windows (16 and 40 tokens, blocks of 16): vLLM looks full attention and each
+    window up in turn, each at most as far as the one before it reached, and goes round again while a later window cut
+    the hit, since an earlier one must then hold the blocks before the shorter hit too. A finished 80-token prompt,
+    then a connector's report evicts the wider window's block 3 (its hit falls from 80 to 48) and the narrower
+    window's block 2 (which it reads only for a hit of 48): a resend hits what the blocks cached now allow, 32."""
+    pool = TWO_WINDOWS[0]
+    manager, hasher = hybrid_manager(16, 16, pool.window, eagle=False, retention=None, other_windows=(40,))
+    prompt = _prompt(80, 5)
+    first = adapters.make_request("first", prompt, SamplingParams(max_tokens=1), hasher)
+    assert adapters.allocate_slots(manager, first, len(prompt)) is not None, "the prompt did not fit"
+    first.num_computed_tokens = len(prompt)
+    narrow, wide = (manager.get_blocks("first").blocks[g] for g in pool.needs)
+    manager.free(first)
+    manager.evict_blocks({wide[3].block_id, narrow[2].block_id})
+    resend = adapters.make_request("resend", prompt + [NOVEL], SamplingParams(max_tokens=1), hasher)
+    blocks, hit, _ = adapters.computed_blocks(manager, resend)
+    want = pool.oracle(resend.block_hashes, resend.num_tokens, pool.needs, _cached_now(manager))
+    assert want == 32, f"the evictions left a hit of {want} tokens, not the 32 this test is built for"
+    assert hit == want, f"two windows, blocks evicted under a hit of 80 and of 48: a resend hit {hit}, not {want}"
+    lengths = [len(group) for group in blocks.blocks]
+    assert lengths == [want // 16] * 3, f"a {hit}-token hit returned {lengths} blocks per group"
 
 
 class EventLog:
@@ -709,6 +760,35 @@ def test_a_reset_with_blocks_held_refuses_and_changes_nothing():
     assert manager.reset_prefix_cache() is True, "the prefix cache did not reset with nothing running"
     assert not _pool_keys(manager) and manager.take_events() == [AllBlocksCleared()], "the reset left cached keys"
     assert adapters.computed_blocks(manager, probe)[1] == 0 and manager.usage == 0, "the reset left a hit or usage"
+
+
+@pytest.mark.parametrize("spare", [0, -1], ids=["fits", "one-block-short"])
+@pytest.mark.parametrize("first", [8, 16, 24])
+@pytest.mark.parametrize("layout", ["full-attention", "hybrid"])
+def test_a_chunk_is_admitted_exactly_when_the_free_blocks_cover_it(layout: str, first: int, spare: int):
+    """Rule 5: a 64-token prompt in blocks of 16 computes ``first`` tokens, then asks for the rest on a pool whose
+    free blocks are exactly what the rest adds (``spare`` 0) or one block fewer (-1): each group holds
+    ``ceil(first / 16)`` blocks and needs 4 (the window, 64 tokens, skips none), so the chunk is admitted exactly when
+    the free blocks cover the difference. A first chunk shorter than a block leaves the request with a block yet no
+    cached one, the case a miscount of the blocks it holds would refuse."""
+    groups = 1 if layout == "full-attention" else 2
+    held = _cdiv(first, 16)
+    adds = groups * (4 - held)
+    num_blocks = 1 + groups * held + adds + spare
+    if layout == "full-attention":
+        manager, hasher = full_attention_manager(16, eagle=False, num_blocks=num_blocks)
+    else:
+        manager, hasher = hybrid_manager(16, 16, 64, eagle=False, retention=None, num_blocks=num_blocks)
+    r = adapters.make_request("r", _prompt(64, 3), SamplingParams(max_tokens=1), hasher)
+    assert adapters.allocate_slots(manager, r, first) is not None, f"the first {first} tokens did not fit"
+    r.num_computed_tokens = first
+    free = manager.block_pool.get_num_free_blocks()
+    assert free == adds + spare, f"{free} free blocks after the first chunk; the pool was sized for {adds + spare}"
+    admitted = adapters.allocate_slots(manager, r, 64 - first) is not None
+    assert admitted == (free >= adds), (
+        f"{layout}, first chunk {first} tokens: the rest, which adds {adds} blocks, was "
+        f"{'admitted' if admitted else 'refused'} with {free} free"
+    )
 
 
 def test_a_pool_of_the_null_block_alone_is_unused():
@@ -1141,3 +1221,122 @@ def test_attention_blocks_say_they_stay_where_they_were_put():
                     moved.append((g, i))
     stable = [m.has_positionally_stable_blocks for m in manager.coordinator.single_type_managers]
     assert not moved and stable == [True, True], f"blocks moved at (group, index) {moved}; the managers say {stable}"
+
+
+# --- rule 9: what a KV connector asks of the manager -------------------------------------------------------------
+
+
+def _deepest_state_block(manager, hasher, prompt: list[int]) -> int:
+    """The Mamba block holding a finished prompt's deepest cached state: the last Mamba block of a resend's hit."""
+    request = adapters.make_request("deepest", prompt + [NOVEL], SamplingParams(max_tokens=1), hasher)
+    blocks, hit, _ = adapters.computed_blocks(manager, request)
+    assert hit, "a resend of the finished prompt hit nothing"
+    return blocks.blocks[SLIDING][-1].block_id
+
+
+@pytest.mark.parametrize("evicted", ["nothing", "the deepest Mamba state", "full attention's last block"])
+@pytest.mark.parametrize("n", [64, 128, 150, 215])
+def test_a_connectors_lookup_is_full_attentions_own_hit(n: int, evicted: str):
+    """Rule 9: a KV connector scheduling a request of a hybrid Mamba model asks for its local hit with
+    ``get_computed_blocks_for_connector``: full attention's own hit, since the connector moves the rest of the prompt
+    and the Mamba state by itself, flagged ``hit_diverged`` where the Mamba group's own hit is shorter; where the Mamba
+    group hit deeper (full attention's blocks were evicted), the hit ``get_computed_blocks`` reconciles, unflagged.
+    On rule 8's layout each group's own hit is known: the longest of the prompt's chunk ends within what the request
+    shares and its ``len - 1`` that holds the group's cached entries (full attention: every block below it; Mamba: its
+    state). Held with the pool as the prompt left it (the groups agree), with the deepest Mamba state evicted and with
+    full attention's last block evicted (a connector's report, ``evict_blocks``)."""
+    manager, hasher = mamba_align_manager(MAMBA_BLOCK, MAMBA_HASH)
+    prompt = _prompt(n, n + 3)
+    _, table = _finish_align(manager, hasher, prompt, "first")
+    states, full_cached = _mamba_states(n), set(range(len(table)))
+    if evicted == "the deepest Mamba state":
+        manager.evict_blocks({_deepest_state_block(manager, hasher, prompt)})
+        states = states[:-1]
+    elif evicted == "full attention's last block":
+        manager.evict_blocks({table[-1].block_id})
+        full_cached.discard(len(table) - 1)
+    probes = [(prompt[: length - 1] + [NOVEL], length - 1) for length in range(1, n + 2)] + [(prompt, n)]
+    for probe, shared in probes:
+        request = adapters.make_request(f"p-{len(probe)}", probe, SamplingParams(max_tokens=1), hasher)
+        blocks, local, _, diverged = manager.get_computed_blocks_for_connector(request)
+        full = _mamba_hit(_mamba_states(n), full_cached, shared, len(probe))
+        mamba = max((s for s in states if s <= min(shared, len(probe) - 1)), default=0)
+        if mamba > full:
+            want = (_mamba_hit(states, full_cached, shared, len(probe)), False)
+        else:
+            want = (full, mamba < full)
+        assert (local, diverged) == want, (
+            f"Mamba align, a finished {n}-token prompt, {evicted} evicted: a {len(probe)}-token request sharing "
+            f"{shared} tokens (full attention's own hit {full}, the Mamba group's {mamba}) got a connector hit of "
+            f"{local} tokens, hit_diverged {diverged}; rule 9 says {want[0]}, {want[1]}"
+        )
+        got = [b.block_id for b in blocks.blocks[FULL]]
+        assert got == [b.block_id for b in table[: _cdiv(local, MAMBA_BLOCK)]], f"{local}-token hit's full blocks {got}"
+
+
+def _store_mask(
+    block: int,
+    window: int,
+    eagle: bool,
+    retention: int | None,
+    end: int,
+    final_end: int | None,
+    boundaries: tuple[int, ...],
+) -> list[bool]:
+    """Rule 9's sliding blocks ``0 .. end`` an offload keeps, from rule 1: the ``need`` blocks before each boundary a
+    hit can resume at (every alignment unit, or every retention segment; none with replay-only retention), shifted one
+    block on with EAGLE, a boundary past ``end`` included (its tail may start inside the range); without EAGLE the ``need`` blocks before the final segment's end, within that segment; and
+    the ``need`` blocks before each reachable boundary (the replay boundary, a shared-prefix junction) the retention
+    thins."""
+    need, shift = _cdiv(window - 1, block) + eagle, int(eagle)
+    segment = ALIGN if retention is None else retention or None
+    ends: list[tuple[int, int]] = []  # (first block, end block) of each kept tail
+    if segment is not None:
+        ends += [
+            (b // block + shift - need, b // block + shift) for b in range(segment, (end + need + 1) * block, segment)
+        ]
+        per_segment = segment // block
+        if final_end is not None and not eagle and final_end % per_segment:
+            ends.append((max(final_end - final_end % per_segment, final_end - need), final_end))
+    if retention is not None:
+        ends += [(b // ALIGN * ALIGN // block + shift - need, b // ALIGN * ALIGN // block + shift) for b in boundaries]
+    kept = {i for first, last in ends for i in range(max(first, 0), last)}
+    return [i in kept for i in range(end)]
+
+
+ALIGN = 64  # rule 9's alignment: the full-attention chunk an offload stores in
+
+
+@pytest.mark.parametrize(
+    "window, eagle, retention",
+    [(16, False, None), (40, False, None), (16, True, None), (40, False, 128), (16, True, 128), (40, False, 0)],
+)
+def test_an_offloads_store_mask_is_the_requests_mask_in_any_range(window: int, eagle: bool, retention: int | None):
+    """Rule 9: the offloading connector stores a request's sliding blocks range by range as they fill, from the first
+    block not yet stored, and asks ``SlidingWindowManager.reachable_block_mask`` which blocks of the range a later hit
+    can read, passing the end of the prompt's final segment once the request decodes past it (scheduler.py 1540).
+    A block's verdict cannot depend on the range it was asked in: every range's mask is the whole request's, sliced,
+    and the whole request's is ``_store_mask`` (blocks of 16, an alignment of 64, boundaries at 70 and 150 tokens)."""
+    spec = adapters.attention_spec(
+        SlidingWindowSpec, block_size=16, sliding_window=window, dtype=torch.float32, num_kv_heads=1, head_size=8
+    )
+    boundaries = (70, 150)
+    for final_end in (None, 6, 9, 13):
+        for end in range(16, 0, -1):  # the widest ranges first: a decode far past the prompt stores the most at once
+            want = _store_mask(16, window, eagle, retention, end, final_end, boundaries)
+            for start in range(end):
+                mask = SlidingWindowManager.reachable_block_mask(
+                    start_block=start,
+                    end_block=end,
+                    alignment_tokens=ALIGN,
+                    kv_cache_spec=spec,
+                    use_eagle=eagle,
+                    retention_interval=retention,
+                    reachable_boundaries=boundaries,
+                    dcp_world_size=1,
+                    final_segment_end_block=final_end,
+                )
+                assert mask == want[start:], (
+                    f"window {window}, EAGLE {eagle}, retention {retention}, final segment ending at block "
+                    f"{final_end}: blocks {start}..{end} masked {mask}, rule 9 keeps {want[start:]}"
+                )
