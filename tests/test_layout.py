@@ -113,8 +113,9 @@ def test_the_engine_under_test_and_the_server_kinds_keep_their_names() -> None:
     assert (HARNESS / "http_server" / "__main__.py").is_file() and not list((HARNESS / "server").glob("*.py"))
 
 
-# The rooms of the jobs: one job each (a plan's model, its file, its text; the checks before a start; an arm's
-# session; judging; recording; the summary), none so large that a reader has to page through several jobs.
+# The rooms of the jobs: one job each (a plan's model, its file, its text; the runner, which checks a plan before it
+# starts it; an arm's session; judging; recording, provenance included; the summary), none so large that a reader has
+# to page through several jobs.
 JOBS_MAX_LINES = 500
 # Where a harness class whose constructor takes more than three arguments is called with keywords past its first (a
 # name, an id, a status): a reader sees which value is which, and a field added or moved cannot shift the values into

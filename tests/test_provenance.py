@@ -15,7 +15,7 @@ import pytest
 from harness.evals.results import RunRecord, RunResult
 from harness.jobs.cpu import EvalConfig, cpu_plan
 from harness.jobs.options import RunOptions
-from harness.jobs.provenance import comparison_provenances, job_provenance, relevant_env
+from harness.jobs.recording import comparison_provenances, job_provenance, relevant_env
 from harness.paths import DEFAULT_MODEL, REPO
 from harness.servers.registry import get_server_kind
 

@@ -6,9 +6,9 @@
   models, arms and tasks;
 * ``runner``: check a plan and run it: launch (through ``harness.servers``) -> lm-eval -> judge -> history -> render,
   in rooms of one job each: ``session`` (one arm's server and its lm-eval steps), ``judging`` (pair and judge),
-  ``recording`` (the history line and the report), ``summary`` (the front page, ``summary.json``, the exit code),
-  ``plan_checks`` (what stops a plan before it starts; do two arms serve the same model);
-* ``cache``, ``progress``, ``provenance``: the resume cache, the live progress, what each report records;
+  ``recording`` (the provenance, the history line and the report), ``summary`` (the front page, ``summary.json``,
+  the exit code); ``runner`` itself holds what stops a plan before it starts (do two arms serve the same model);
+* ``cache``, ``progress``: the resume cache, the live progress;
 * ``eval_cli``, ``nightly_cli``, ``report_cli``, ``options`` (with ``RunOptions``), ``saved``: the command lines.
 
 Imports run downwards only: jobs -> engines, evals, report; never the other way.

@@ -118,7 +118,7 @@ def main(argv: list[str] | None = None) -> int:
         allow_different_models=args.allow_different_models,
     )
     if args.report_only:
-        from harness.jobs.provenance import job_provenance
+        from harness.jobs.recording import job_provenance
 
         return finish(plan, load_runs(plan), options, job_provenance(plan, options.command_line, options.device))
     return run_plan(plan, options)

@@ -12,13 +12,12 @@ affected runs INCOMPLETE with a one-line reason naming the failed part and its l
 2 with "no verdict", never 1 (RED is a measured accuracy difference, not a crash). The job owns its
 servers and lm-eval runs: none of them outlives it, whatever ends it (see ``run_plan``).
 
-Its rooms, one job each: this module runs a plan (``run_plan``) once ``harness.jobs.plan_checks`` has checked it
-(``check_plan``, every check before the job starts); ``harness.jobs.session`` is one run (start the server, score
-each lm-eval step, stop it); ``harness.jobs.summary.finish`` then has every comparison judged
-(``harness.jobs.judging``: its verdict too, none where its arms' servers reported different models, by the rule
-``Comparison.served_differences`` that ``check_plan`` applies before the start), its provenance gathered
-(``harness.jobs.provenance``), recorded and rendered (``harness.jobs.recording``), and writes the front page and
-decides the exit code. ``RunOptions`` (``harness.jobs.options``) says how to run a plan.
+Its rooms, one job each: this module checks a plan (``check_plan``, every check before the job starts) and runs it
+(``run_plan``); ``harness.jobs.session`` is one run (start the server, score each lm-eval step, stop it);
+``harness.jobs.summary.finish`` then has every comparison judged (``harness.jobs.judging``: its verdict too, none where
+its arms' servers reported different models, by the rule ``Comparison.served_differences`` that ``check_plan`` applies
+before the start), its provenance gathered, recorded and rendered (``harness.jobs.recording``), and writes the front
+page and decides the exit code. ``RunOptions`` (``harness.jobs.options``) says how to run a plan.
 """
 
 from __future__ import annotations
@@ -32,14 +31,17 @@ from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 
+from harness.evals.results import ServedIdentity
+from harness.fingerprint import tokenizer_fingerprint, weights_fingerprint
+from harness.jobs.cache import resume_refused
 from harness.jobs.options import RunOptions
-from harness.jobs.plan import Plan
-from harness.jobs.plan_checks import check_plan
+from harness.jobs.plan import ArmRun, Plan
 from harness.jobs.progress import Progress
-from harness.jobs.provenance import job_provenance
+from harness.jobs.recording import job_provenance
 from harness.jobs.session import run_arm
 from harness.jobs.summary import finish
 from harness.servers.guard import ChildProcesses
+from harness.servers.identity import ServerUnreachable
 
 
 class JobInterrupted(BaseException):
@@ -88,6 +90,76 @@ def run_plan(plan: Plan, options: RunOptions = RunOptions()) -> int:
     }
     (plan.out / "provenance.json").write_text(json.dumps(base, indent=2))
     return finish(plan, runs, options, base)
+
+
+# -- the checks before a start ---------------------------------------------------------------------------
+
+
+def check_plan(plan: Plan, options: RunOptions) -> list[str]:
+    """What stops the plan before anything starts: ``--resume`` against an untrusted external server, an engine not
+    installed here or whose imports fail (a server that would die at start-up, read as a run that failed), flags its
+    parser refuses, two arms of one comparison that will serve different weights (unless allowed). Each server kind
+    answers for its own engine (``ServerKind.cannot_start``, ``ServerKind.refused_flags``)."""
+    problems = []
+    if options.resume:
+        problems += [
+            refused for run in plan.runs if (refused := resume_refused(run.arm, trust_url=options.resume_trusting_url))
+        ]
+    launched = [run for run in plan.runs if run.launched]
+    problems += [reason for kind in dict.fromkeys(run.arm.kind for run in launched) if (reason := kind.cannot_start())]
+    if not problems and options.check_args:
+        problems += [
+            f"{run.label}: {refused}"
+            for run in launched
+            if (refused := run.arm.kind.refused_flags(run.spec, run.arm.expect))
+        ]
+    if not problems and not options.allow_different_models:
+        problems += models_known_to_differ(plan)
+    return problems
+
+
+def _model_before_start(run: ArmRun) -> tuple[ServedIdentity, str] | None:
+    """The weights and tokenizer an arm will serve, where that is known before it runs (what an external server
+    reports, or the digests of a launched arm's local checkpoint, which the harness server reports too), and a
+    description."""
+    if not run.launched:
+        try:
+            identity = run.arm.kind.identity(run.url or "", run.spec)
+        except ServerUnreachable:
+            return None  # its run fails with its own reason
+        where = f"{run.url} serves {identity.model}"
+    else:
+        local = run.model.checkpoint
+        if not local.is_dir():
+            return None
+        identity = ServedIdentity(
+            engine=run.arm.engine,
+            version="",
+            model=run.spec.model,
+            weights=weights_fingerprint(local),
+            tokenizer=tokenizer_fingerprint(local),
+        )
+        where = run.spec.model
+    parts = [
+        f"{what} {digest}"
+        for what, digest in (("weights", identity.weights), ("tokenizer", identity.tokenizer))
+        if digest
+    ]
+    return (identity, f"{where} {', '.join(parts)}") if parts else None
+
+
+def models_known_to_differ(plan: Plan) -> list[str]:
+    """Before anything starts: comparisons whose arms will serve different models, each as one line."""
+    known = {(r.model.slug, r.arm.name): found for r in plan.runs if (found := _model_before_start(r))}
+    serves = {key: identity for key, (identity, _) in known.items()}
+    where = {key: text for key, (_, text) in known.items()}
+    return [
+        f"{c.model.name} {c.name}: the arms serve different models ({c.treatment}: "
+        f"{where[c.model.slug, c.treatment]}; {c.reference}: {where[c.model.slug, c.reference]}); "
+        "--allow-different-models judges them anyway"
+        for c in plan.comparisons
+        if c.served_differences(serves)
+    ]
 
 
 @contextmanager

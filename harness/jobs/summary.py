@@ -13,8 +13,7 @@ from harness.evals.results import RunResult
 from harness.jobs.judging import ComparisonOutcome, Judged, judge
 from harness.jobs.options import RunOptions
 from harness.jobs.plan import Plan
-from harness.jobs.provenance import comparison_provenances
-from harness.jobs.recording import SideInputs, record_comparison
+from harness.jobs.recording import SideInputs, comparison_provenances, record_comparison
 from harness.paths import shown
 from harness.report.overview import OverviewComparison, OverviewModel, write_overview
 

@@ -281,7 +281,7 @@ class ArmProvenance:
 
 @dataclass(frozen=True)
 class Provenance:
-    """A comparison's provenance (``harness.jobs.provenance``): ``record`` as saved, shown whole as tables, and the
+    """A comparison's provenance (``harness.jobs.recording``): ``record`` as saved, shown whole as tables, and the
     parts the glance at the top reads. Older records are flat: their groups are then empty."""
 
     record: Mapping[str, Any]

@@ -1,6 +1,6 @@
 """The dataset loader of ``choice_style.yaml`` (``custom_dataset: !function choice_utils.load_choice_style``).
 
-Apart from ``utils.py``, whose digest is part of every frozen accuracy task's key (``harness/jobs/provenance.py``):
+Apart from ``utils.py``, whose digest is part of every frozen accuracy task's key (``harness/jobs/recording.py:dataset_hashes``):
 this task is not one of them. lm-eval imports this file by path, so it is self-contained.
 """
 

@@ -16,7 +16,7 @@ from harness.evals.history import HistoryEntry
 from harness.evals.results import ServedIdentity
 from harness.fingerprint import file_sha256
 from harness.jobs import cache as cache_module
-from harness.jobs import provenance
+from harness.jobs import recording as provenance
 from harness.jobs.cache import ResumeRefused, response_cache, response_key
 from harness.jobs.cpu import EvalConfig, cpu_plan
 from harness.jobs.plan import ArmRun, EvalStep, Model
