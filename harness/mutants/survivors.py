@@ -81,11 +81,6 @@ _OFFLOAD_NEGATIVE = (
     "group_gpu_ids[start : cacheable // block] (simple_kv_offload/manager.py 856-865), where -1 offers all but the "
     "last block; no suite drives a connector"
 )
-_DRAFT_SPEC = (
-    "A test of what the target's full-attention group caches in both drafter layouts would kill it (rule 1 of "
-    "test_cache_hits with blocks 32/16: the EAGLE flag sets its partial tail at the whole prompt, lines 863-867 of "
-    "single_type_kv_cache_manager.py)"
-)
 _SAME_LENGTH = (
     "every list in computed_blocks gains one block per step (a zip over get_cached_block's one block per group id, "
     "lines 784-789), so all have one length and [-1] reads the same as [0]"
@@ -432,17 +427,14 @@ SURVIVORS: dict[str, Classified] = {
         "attention plus a replicated draft group (an engine error)",
     ),
     f"{_CO}:728:ReplaceComparisonOperator_Eq_NotEq:7": Classified(
-        "gap-open",
-        "specs merge into one lookup group when they differ: a drafter group of another spec than the target's full "
-        "attention (the state machine's 'draft' mode) joins the target's group and flags it EAGLE, and equal-spec "
-        "groups stay apart (without EAGLE their separate lookups converge to the same hit). The state machine checks "
-        "ownership only. " + _DRAFT_SPEC,
+        "gap-closed",
+        "killed by suites/vllm/test_cache_hits.py, rule 7 (test_an_eagle_drafters_group_decides_which_groups_cache_as_"
+        "eagle: a drafter of its own spec joins the target's lookup and flags it EAGLE, one of the target's spec stays apart: the target's full attention caches a 48-token prompt's partial entry where it should not, and not where it should) (reports/mutants-vllm.json, 2026-12-07)",
     ),
     f"{_CO}:731:ReplaceComparisonOperator_Is_IsNot:2": Classified(
-        "gap-open",
-        "groups merge only across different block pools, so never: a drafter group of the same spec as the target's "
-        "full attention no longer shares its lookup group, and the target is no longer flagged EAGLE (lines 734-735); "
-        "Gemma3's equal sliding groups stay apart, which without EAGLE converges to the same hit. " + _DRAFT_SPEC,
+        "gap-closed",
+        "killed by suites/vllm/test_cache_hits.py, rule 7 (test_an_eagle_drafters_group_decides_which_groups_cache_as_"
+        "eagle: a drafter of the target's spec stays apart: the target's full attention caches a 48-token prompt as without EAGLE, {0: 32} instead of {0: 32, 1: 48}) (reports/mutants-vllm.json, 2026-12-07)",
     ),
     f"{_CO}:758:AddNot:30": Classified(
         "gap-closed",

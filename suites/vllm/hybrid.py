@@ -5,7 +5,7 @@ Imported only where vLLM is installed (the suites here skip first otherwise)."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 
 import torch
 from vllm.v1.core.kv_cache_utils import get_request_block_hasher, init_none_hash
@@ -32,6 +32,7 @@ def hybrid_manager(
     events: bool = False,
     sliding_groups: int = 1,
     other_windows: tuple[int, ...] = (),
+    drafter: Literal["same spec", "own spec"] | None = None,
     enable_caching: bool = True,
     sliding_dtype: torch.dtype = torch.float32,
     metrics_collector: Any = None,
@@ -47,6 +48,9 @@ def hybrid_manager(
     groups of the full layers' size, ids ``SLIDING ..`` in order, which share one lookup (a hit needs a block in each).
     ``other_windows`` adds a sliding group of each other window after them (a model whose sliding layers differ in
     window): each is a lookup of its own, so vLLM's hybrid lookup takes more than one pass to agree on a hit.
+    ``drafter`` adds an EAGLE drafter's own full-attention group last (``is_eagle_group``), of the target's
+    full-attention spec (vLLM looks the two up as one group, which drops EAGLE's block) or of its own (head size 16:
+    a lookup of its own, the only one that drops).
     The rest are the engine's other knobs, at its defaults unless asked: prefix caching, the sliding layers' dtype
     (another than the full layers' float32 makes the cache mixed-precision, whose new blocks vLLM zeroes), a
     residency metrics collector, the DCP world size, the prefill lookahead (the engine passes 1 with EAGLE), and the
@@ -81,6 +85,12 @@ def hybrid_manager(
             for k, w in enumerate(other_windows)
         ),
     ]
+    if drafter is not None:
+        head = {"same spec": 8, "own spec": 16}[drafter]
+        spec = adapters.attention_spec(
+            FullAttentionSpec, block_size=full_block, dtype=torch.float32, num_kv_heads=1, head_size=head
+        )
+        groups.append(adapters.group_spec(["drafter.layers.0.self_attn"], spec, eagle=True))
     return _manager(
         groups,
         num_blocks=num_blocks,

@@ -55,6 +55,8 @@ changes: the regressions of vLLM #44082 and #57610 were of this kind. So here ev
    every block sees every block handed out; new blocks are handed to the worker for zeroing exactly when the cache is
    mixed-precision; a block is writable in place only when real, held by one request and not cached; DCP over a
    sliding group is refused; an EAGLE manager built with the engine's prefill lookahead of 1 caches what rule 1 says;
+   an EAGLE drafter's group of the target's full-attention spec makes that group cache as rule 1 says with EAGLE,
+   one of its own spec leaves it caching as without;
    full attention and a sliding group say their blocks stay at their positions (an offload connector relies on it),
    as their tables show.
 8. **A Mamba 'align' group** (full attention and Mamba in blocks of 64, hashed in 16: the one layout for which vLLM
@@ -109,6 +111,8 @@ from vllm.v1.kv_cache_interface import SlidingWindowSpec  # noqa: E402
 
 from harness.targets.vllm import adapters  # noqa: E402
 from suites.vllm.hybrid import FULL, SLIDING, full_attention_manager, hybrid_manager, mamba_align_manager  # noqa: E402
+
+DRAFTER = 2  # an EAGLE drafter's own full-attention group, after FULL and SLIDING (``hybrid_manager(drafter=)``)
 
 NOVEL = 97  # a token no prompt here holds: a probe parts from the cached prompt right after its prefix
 
@@ -232,7 +236,7 @@ def _finish(manager, hasher, prompt: list[int], rid: str, chunk: int) -> tuple[A
     the block it held there, as it was after the last chunk that held it (a sliding block that leaves the window
     during the prefill is swept, and a block never cached may be handed out again at once)."""
     r = adapters.make_request(rid, prompt, SamplingParams(max_tokens=1), hasher)
-    held: tuple[dict[int, Held], ...] = ({}, {})
+    held: tuple[dict[int, Held], ...] = tuple({} for _ in manager.kv_cache_config.kv_cache_groups)
     while r.num_computed_tokens < len(prompt):
         step = min(chunk, len(prompt) - r.num_computed_tokens)
         assert adapters.allocate_slots(manager, r, step) is not None, f"{rid}: its prompt did not fit"
@@ -1079,6 +1083,26 @@ def test_an_eagle_manager_built_with_the_engines_lookahead_caches_as_rule_1_says
     assert full_kept == shape.full_cached(n), f"{_label(shape)}, n {n}: full blocks cached {full_kept}"
     kept = {i for i, b in sliding.items() if b.cached_tokens is not None} - shape.idle(n)
     assert kept == shape.retained(n), f"{_label(shape)}, n {n}: sliding blocks cached {sorted(kept)}"
+
+
+@pytest.mark.parametrize("n", [40, 48, 97, 129])
+@pytest.mark.parametrize("drafter", ["same spec", "own spec"])
+def test_an_eagle_drafters_group_decides_which_groups_cache_as_eagle(drafter: str, n: int):
+    """Rule 7: an EAGLE drafter's layers get a KV-cache group of their own. Where its spec is the target's
+    full-attention one, vLLM looks the two up as one group, which then drops EAGLE's block, so the target's full
+    attention caches as rule 1 says with EAGLE; a drafter of its own spec (another head size) is a lookup of its own
+    and the target's full attention caches as without EAGLE, the drafter's group as with it. Blocks 32/16, window 16:
+    a 48-token prompt's partial entry at 48 (EAGLE reads the whole prompt) tells the two apart."""
+    manager, hasher = hybrid_manager(32, 16, 16, eagle=True, retention=None, drafter=drafter)
+    _, (full, _, drafted) = _finish(manager, hasher, _prompt(n, n), "first", 1024)
+    whose = "the target's" if drafter == "same spec" else "its own"
+    for group, held, eagle in ((FULL, full, drafter == "same spec"), (DRAFTER, drafted, True)):
+        kept = {i: b.cached_tokens for i, b in held.items() if b.cached_tokens is not None}
+        want = Shape(32, 16, 16, eagle, None).full_cached(n)
+        assert kept == want, (
+            f"a drafter of {whose} spec, n {n}: full-attention group {group} cached {kept} (block: tokens); rule 1 "
+            f"{'with' if eagle else 'without'} EAGLE caches {want}"
+        )
 
 
 # --- rule 8: a Mamba 'align' group (fine-grained hits) -----------------------------------------------------------
