@@ -860,7 +860,7 @@ def test_a_model_without_sliding_layers_hits_its_cached_blocks(n: int, eagle: bo
     block = 16
     manager, hasher = full_attention_manager(block, eagle=eagle)
     prompt = _prompt(n, n)
-    _, (full, _) = _finish(manager, hasher, prompt, "first", 1024)
+    _, (full,) = _finish(manager, hasher, prompt, "first", 1024)
     probes = [(prompt[: length - 1] + [NOVEL], length - 1) for length in range(1, n + 2)]
     probes += [(prompt + [NOVEL] * extra, n) for extra in (1, 2)] + [(prompt, n)]
     for probe, shared in probes:
@@ -883,7 +883,7 @@ def test_an_evicted_block_is_hit_no_more():
     prompt = _prompt(n, 5)
     for evicted in (0, 2, 6):
         manager, hasher = full_attention_manager(block, eagle=False, num_blocks=pool_blocks)
-        _, (full, _) = _finish(manager, hasher, prompt, "first", 1024)
+        _, (full,) = _finish(manager, hasher, prompt, "first", 1024)
         holder = adapters.make_request("holder", prompt[:64] + [NOVEL], SamplingParams(max_tokens=4), hasher)
         blocks, hit, _ = adapters.computed_blocks(manager, holder)
         assert hit == 64, f"a 65-token request sharing 64 tokens of a finished prompt hit {hit}"
