@@ -193,10 +193,16 @@ SURVIVORS: dict[str, Classified] = {
     f"{_BP}:166:NumberReplacer:3": Classified("equivalent", _WEAK + " (num_gpu_blocks > 0)"),
     f"{_BP}:166:ReplaceAndWithOr:0": Classified("equivalent", _WEAK + " (an int and > 0)"),
     f"{_BP}:289:AddNot:19": Classified(
-        "gap-open", _PROMOTION + "; the negated assertion then fails on that valid promotion (an engine error)"
+        "gap-open",
+        "(2026-12-07: reached by rule 9 of suites/vllm/test_cache_hits.py, a 64-token Mamba 'align' prompt whose "
+        "full-attention partial entry at 48 is promoted when its block fills at 64: the negated assertion fails on "
+        "that valid promotion, an engine error, never a kill) " + _PROMOTION,
     ),
     f"{_BP}:290:ReplaceComparisonOperator_IsNot_Is:3": Classified(
-        "gap-open", _PROMOTION + "; the assertion then fails on that valid promotion (an engine error)"
+        "gap-open",
+        "(2026-12-07: reached by rule 9 of suites/vllm/test_cache_hits.py, a 64-token Mamba 'align' prompt whose "
+        "full-attention partial entry at 48 is promoted when its block fills at 64: the assertion fails on that valid "
+        "promotion, an engine error, never a kill) " + _PROMOTION,
     ),
     f"{_BP}:291:ReplaceAndWithOr:2": Classified(
         "equivalent",
@@ -451,7 +457,7 @@ SURVIVORS: dict[str, Classified] = {
         "gap-open",
         "the aligned count is 1 only with fine-grained hits (Mamba 'align': no rounding, line 776) after one computed "
         "token; it differs only when multi-module MTP holds tokens back (num_reprefillable_tokens >= 1): 0 cacheable "
-        "tokens become 1, which a group of one-token blocks would cache. No suite builds Mamba",
+        "tokens become 1, which a group of one-token blocks would cache. Rule 8 builds Mamba 'align' without MTP",
     ),
     f"{_CO}:787:NumberReplacer:89": Classified(
         "gap-open",
