@@ -1298,6 +1298,9 @@ def test_a_connectors_lookup_is_full_attentions_own_hit(n: int, evicted: str):
         assert got == [b.block_id for b in table[: _cdiv(local, MAMBA_BLOCK)]], f"{local}-token hit's full blocks {got}"
 
 
+ALIGN = 64  # rule 9's alignment: the full-attention chunk an offload stores in
+
+
 def _store_mask(
     block: int,
     window: int,
@@ -1326,9 +1329,6 @@ def _store_mask(
         ends += [(b // ALIGN * ALIGN // block + shift - need, b // ALIGN * ALIGN // block + shift) for b in boundaries]
     kept = {i for first, last in ends for i in range(max(first, 0), last)}
     return [i in kept for i in range(end)]
-
-
-ALIGN = 64  # rule 9's alignment: the full-attention chunk an offload stores in
 
 
 @pytest.mark.parametrize(
