@@ -158,6 +158,18 @@ def test_the_score_drops_only_equivalent_mutants_from_the_count() -> None:
     assert s.unclassified == sum(r.status in ("survived", "unreached") for r in run.results) - 2
 
 
+def test_the_ceiling_counts_as_killable_only_open_gaps_and_unclassified_mutants() -> None:
+    """A survivor classified gap-open could still be killed by a test, an unclassified one might be; an error, a
+    GPU-only or an equivalent mutant cannot, so the ceiling leaves them out."""
+    run = _run(_results())
+    survivors = [r.mutant.id for r in run.results if r.status in ("survived", "unreached")]
+    gpu, gap, *rest = survivors
+    s = score(run, {gpu: Classified("gpu-only", "CUDA path"), gap: Classified("gap-open", "needs a test")})
+    assert (s.gaps, s.unclassified) == (1, len(rest))
+    assert s.ceiling == pytest.approx((s.killed + 1 + len(rest)) / len(run.results))
+    assert s.ceiling < 1.0 and f"at most {s.ceiling:.1%} with every open gap closed" in s.describe()
+
+
 def test_swa_harness_merge_takes_mutation_shards_and_refuses_a_stray_mutant(tmp_path: Path) -> None:
     from harness.jobs.merge import merge_files
 
