@@ -28,8 +28,3 @@ def load_gsm_style(**kwargs) -> datasets.DatasetDict:
 
 def load_aime_style(**kwargs) -> datasets.DatasetDict:
     return _load("aime_style")
-
-
-# changed
-
-# changed

@@ -86,6 +86,8 @@ def _model(**fields: Any) -> Change:
 def _task_file(relative: str) -> Change:
     def change(run: ArmRun, step: EvalStep, ident: ServedIdentity | None, ckpt: Path):
         path = Path(provenance.TASKS_DIR).parent / relative
+        # Only the fixture's copy may change: a patch that misses the module the key reads would edit the shipped files.
+        assert not path.resolve().is_relative_to(REPO), f"{path} is the checkout's own task file, not the test's copy"
         path.write_text(path.read_text() + "\n# changed\n")
         return run, step, ident
 
