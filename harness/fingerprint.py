@@ -1,4 +1,4 @@
-"""What identifies a build: the checkpoint's bytes, and the code's git state.
+"""What identifies a build: the checkpoint's bytes and the code's git state.
 
 The harness server reports these on /health, the jobs key their resume cache on them and record
 them in the provenance; one module so that every floor computes them the same way.

@@ -86,9 +86,9 @@ def hybrid_manager(
         ),
     ]
     if drafter is not None:
-        head = {"same spec": 8, "own spec": 16}[drafter]
+        head = layer["head_size"] * (1 if drafter == "same spec" else 2)  # the target's full-attention spec, or not
         spec = adapters.attention_spec(
-            FullAttentionSpec, block_size=full_block, dtype=torch.float32, num_kv_heads=1, head_size=head
+            FullAttentionSpec, block_size=full_block, dtype=torch.float32, **{**layer, "head_size": head}
         )
         groups.append(adapters.group_spec(["drafter.layers.0.self_attn"], spec, eagle=True))
     return _manager(

@@ -519,7 +519,9 @@ def test_two_windows_agree_on_a_hit_only_at_a_second_pass():
     then a connector's report evicts the wider window's block 3 (its hit falls from 80 to 48) and the narrower
     window's block 2 (which it reads only for a hit of 48): a resend hits what the blocks cached now allow, 32."""
     pool = TWO_WINDOWS[0]
-    manager, hasher = hybrid_manager(16, 16, pool.window, eagle=False, retention=None, other_windows=(40,))
+    manager, hasher = hybrid_manager(
+        16, 16, pool.window, eagle=False, retention=None, other_windows=(pool.other_window,)
+    )
     prompt = _prompt(80, 5)
     first = adapters.make_request("first", prompt, SamplingParams(max_tokens=1), hasher)
     assert adapters.allocate_slots(manager, first, len(prompt)) is not None, "the prompt did not fit"
@@ -1283,7 +1285,7 @@ def test_a_connectors_lookup_is_full_attentions_own_hit(n: int, evicted: str):
     for probe, shared in probes:
         request = adapters.make_request(f"p-{len(probe)}", probe, SamplingParams(max_tokens=1), hasher)
         blocks, local, _, diverged = manager.get_computed_blocks_for_connector(request)
-        full = _mamba_hit(_mamba_states(n), full_cached, shared, len(probe))
+        full = _mamba_hit(_mamba_states(n), full_cached, shared, len(probe))  # its entries: the same chunk ends
         mamba = max((s for s in states if s <= min(shared, len(probe) - 1)), default=0)
         if mamba > full:
             want = (_mamba_hit(states, full_cached, shared, len(probe)), False)
