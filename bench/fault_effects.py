@@ -84,7 +84,7 @@ ROW_KEYS = (
 # Faults that live in the job's own layers (the response cache's key, the tokenizer memo, the history series), not in
 # the server: an eval injects a fault into its graphs-on server, which never runs these modules, so no eval can show
 # their effect; the reuse and history suites kill them (tests/test_reuse_keys.py and the kill matrix).
-JOB_LAYERS = ("harness.reuse.", "harness.evals.", "harness.jobs.")
+JOB_LAYERS = ("harness.reuse", "harness.evals.", "harness.jobs.")
 
 
 def job_layer(fault_id: str) -> bool:
@@ -207,7 +207,7 @@ def run_one(
     attempts = [sequential] if sequential else [False, True]  # side by side first; sequential only if that fails
     outcome: EvalOutcome | None = None
     previous: str | None = None
-    from harness.fingerprint import checkout_state
+    from harness.reuse import checkout_state
 
     checkout = checkout_state()
     for seq in attempts:

@@ -78,13 +78,13 @@ def test_a_fault_in_one_child_is_in_no_later_run_and_never_in_the_server(tmp_pat
 
 def _mutant_env(tmp_path: Path, function: str | None) -> dict[str, str]:
     """A mutant of the function the suite's killer reads: the resume key forgets every variable."""
-    source = (REPO / "harness/reuse/response_key.py").read_text()
+    source = (REPO / "harness/reuse.py").read_text()
     kept = "return tuple(sorted((name, _env_value(value)) for name, value in env.items()))"
     assert source.count(kept) == 1
     mutated = source.replace(kept, "return tuple(sorted((name, _env_value(value)) for name, value in {}.items()))")
-    assert swap.changed_function(source, mutated, "response_key.py") == "ResponseKey.env_of"
+    assert swap.changed_function(source, mutated, "reuse.py") == "ResponseKey.env_of"
     spec = tmp_path / "mutant.json"
-    spec.write_text(json.dumps({"module": "harness.reuse.response_key", "source": mutated, "function": function}))
+    spec.write_text(json.dumps({"module": "harness.reuse", "source": mutated, "function": function}))
     return {**_env(tmp_path), matrix.STOP_ON_KILL_ENV: "1", matrix.MUTANT_ENV: str(spec)}
 
 

@@ -32,14 +32,15 @@ FAULT_CATALOGS = (
 
 # The floors of harness/, lowest first: a package imports only from floors below its own (at run time too: imports
 # inside functions count). What serves a job (servers, http_server, jobs) sits above the engine it serves; data that
-# crosses the floors (evals' results, the build fingerprint) sits low so that every floor can hold it.
+# crosses the floors (evals' results) sits low so that every floor can hold it; the build's identity sits with the keys
+# made of it (reuse), under everything that serves or records a build.
 FLOORS: tuple[frozenset[str], ...] = (
     frozenset(
         {"paths", "env", "seams", "op_args", "model", "shards", "cell_progress"}
     ),  # shards, cell_progress: any matrix
-    frozenset({"mem", "opcount", "fingerprint", "evals", "kill_record"}),  # kill_record: the kill matrix's record
+    frozenset({"mem", "opcount", "evals", "kill_record"}),  # kill_record: the kill matrix's record
     frozenset({"mutants"}),  # a mutation run's mutants and record (its runner is a job), read by the report
-    frozenset({"graph", "report", "reuse"}),
+    frozenset({"graph", "report", "reuse"}),  # reuse: the build's identity, the resume key, the tokenizer memo
     frozenset({"engine"}),
     frozenset({"targets"}),
     frozenset({"faults", "servers", "findings"}),  # findings: the engines' bugs we follow, release by release

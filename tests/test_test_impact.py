@@ -29,8 +29,7 @@ INNER = textwrap.dedent(
     import subprocess, sys
     import pytest
     from harness.graph.buffers import DecodeInputBuffers
-    from harness.reuse.response_key import ResponseKey
-    from harness.reuse.tokenizer_memo import TokenizerMemo
+    from harness.reuse import ResponseKey, TokenizerMemo
 
     @pytest.fixture(scope="module")
     def memo_key():

@@ -1,11 +1,11 @@
 """lm-eval's response cache for one lm-eval run of one arm: a crashed run loses nothing (lm-eval writes each
 response as it comes, sqlite) and ``--resume`` reuses them; without ``--resume`` the cache is cleared first.
 
-The cache is keyed by :class:`harness.reuse.response_key.ResponseKey` (its table: everything an answer depends on),
+The cache is keyed by :class:`harness.reuse.ResponseKey` (its table: everything an answer depends on),
 built here from the plan's run, the task files and what the server said it serves. An external server (an arm's
 ``url``) says what it serves but not what it was launched with, and another server may answer at the same address
-later: ``--resume`` against one is refused, in one line (``resume_refused``, which the runner's ``check_plan`` asks before
-the job starts), unless the user says ``--resume-trusting-url``.
+later: ``--resume`` against one is refused, in one line (``Arm.resume_refused``, which the runner's ``check_plan`` asks
+before the job starts), unless the user says ``--resume-trusting-url``.
 """
 
 from __future__ import annotations
@@ -14,26 +14,13 @@ import json
 from pathlib import Path
 
 from harness.evals.results import ServedIdentity
-from harness.fingerprint import code_fingerprint
-from harness.jobs.plan import Arm, ArmRun, EvalStep, Task
+from harness.jobs.plan import ArmRun, EvalStep, Task
 from harness.jobs.recording import dataset_hashes
-from harness.reuse.response_key import ResponseKey
+from harness.reuse import ResponseKey, code_fingerprint
 
 
 class ResumeRefused(ValueError):
     """``--resume`` cannot vouch for the cached answers; the message names why and what to say instead."""
-
-
-def resume_refused(arm: Arm, *, trust_url: bool) -> str | None:
-    """Why ``--resume`` cannot reuse this arm's cached answers, in one line naming the arm and what to say instead: it
-    is an external server (it says what it serves, not what it was launched with, and another server may answer at
-    its address later) the user has not said to trust. None when it can (``response_cache`` asks again)."""
-    if arm.url and not trust_url:
-        return (
-            f"--resume: arm {arm.name} is the external server {arm.url}, which cannot say what it was "
-            "launched with; add --resume-trusting-url, or drop --resume"
-        )
-    return None
 
 
 def task_fingerprint(task: Task) -> str:
@@ -83,7 +70,7 @@ def response_cache(
 ) -> Path:
     """Where lm-eval keeps every completed response of this exact run (the table above); cleared unless ``resume``.
     ResumeRefused when resuming against an external server the user has not said to trust."""
-    if resume and (refused := resume_refused(run.arm, trust_url=trust_url)):
+    if resume and (refused := run.arm.resume_refused(trust_url=trust_url)):
         raise ResumeRefused(refused)
     key = response_key(run, step, identity)
     path = cache_dir / f"{run.model.slug}-{run.arm.name}-{step.name}-{key.digest()}"

@@ -17,7 +17,7 @@ from harness.evals.compare import Thresholds, Tokenize, compare_runs, summarize
 from harness.evals.results import RunRecord, RunResult, Summary, TaskComparison, Verdict
 from harness.jobs.plan import Comparison, Plan
 from harness.paths import shown
-from harness.reuse.tokenizer_memo import memoized_tokenize
+from harness.reuse import memoized_tokenize
 
 
 @dataclass(frozen=True)

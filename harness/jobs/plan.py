@@ -96,6 +96,18 @@ class Arm:
         """Its flags as its engine's command line gets them: its own, then those that set its graph mode."""
         return (*self.flags, *self.kind.graph_flags(self.graphs, self.flags))
 
+    def resume_refused(self, *, trust_url: bool) -> str | None:
+        """Why ``--resume`` cannot reuse its cached answers, in one line naming the arm and what to say instead: it is
+        an external server (it says what it serves, not what it was launched with, and another server may answer at
+        its address later) the user has not said to trust. None when it can. The runner asks before the job starts;
+        the response cache (``harness.jobs.cache``) asks again, so that it refuses by itself too."""
+        if self.url and not trust_url:
+            return (
+                f"--resume: arm {self.name} is the external server {self.url}, which cannot say what it was "
+                "launched with; add --resume-trusting-url, or drop --resume"
+            )
+        return None
+
 
 @dataclass(frozen=True)
 class Task:
@@ -166,18 +178,9 @@ class EvalStep:
             model_args += f"tokenized_requests=True,tokenizer_backend=huggingface,tokenizer={model.name}"
         else:
             model_args += "tokenized_requests=False" + ("" if model.chat else ",tokenizer_backend=None")
-        argv = [
-            "python",
-            "-m",
-            "lm_eval",
-            "run",
-            "--model",
-            "local-chat-completions" if model.chat else "local-completions",
-            "--model_args",
-            model_args,
-            "--tasks",
-            ",".join(t.lm_eval_task for t in self.tasks),
-        ]
+        argv = ["python", "-m", "lm_eval", "run"]
+        argv += ["--model", "local-chat-completions" if model.chat else "local-completions", "--model_args", model_args]
+        argv += ["--tasks", ",".join(t.lm_eval_task for t in self.tasks)]
         if any(t.frozen for t in self.tasks):
             argv += ["--include_path", str(TASKS_INCLUDE)]
         if model.chat:
@@ -189,15 +192,8 @@ class EvalStep:
             argv += ["--samples", json.dumps({t.lm_eval_task: list(range(self.items[t.name])) for t in self.tasks})]
         elif self.limited:
             argv += ["--limit", str(self.items[self.tasks[0].name])]
-        argv += [
-            "--batch_size",
-            str(client.batch_size),
-            "--log_samples",
-            "--output_path",
-            str(self.out),
-            "--seed",
-            "0,0,0,0",
-        ]
+        argv += ["--batch_size", str(client.batch_size), "--log_samples", "--output_path", str(self.out)]
+        argv += ["--seed", "0,0,0,0"]
         if cache is not None:
             argv += ["--use_cache", str(cache)]
         return Command(tuple(argv), dict(client.env))

@@ -28,7 +28,7 @@ from harness.evals.history import Trend, make_entry
 from harness.evals.history import record as record_history
 from harness.evals.history import trend as history_trend
 from harness.evals.results import RunResult, ServedIdentity
-from harness.fingerprint import checkout_state, file_sha256
+from harness.reuse import checkout_state, file_sha256
 from harness.jobs.judging import Judged
 from harness.jobs.options import RunOptions
 from harness.jobs.plan import ArmRun, Model, Plan

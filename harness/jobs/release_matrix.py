@@ -36,7 +36,7 @@ from packaging.version import Version
 
 from harness import findings
 from harness.cell_progress import CellProgress
-from harness.fingerprint import code_fingerprint
+from harness.reuse import code_fingerprint
 from harness.paths import REPO, shown
 from harness.shards import WHOLE, Shard
 from harness.targets.releases import Release, TargetEngine, release_order

@@ -32,8 +32,7 @@ from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 
 from harness.evals.results import ServedIdentity
-from harness.fingerprint import tokenizer_fingerprint, weights_fingerprint
-from harness.jobs.cache import resume_refused
+from harness.reuse import tokenizer_fingerprint, weights_fingerprint
 from harness.jobs.options import RunOptions
 from harness.jobs.plan import ArmRun, Plan
 from harness.jobs.progress import Progress
@@ -103,7 +102,7 @@ def check_plan(plan: Plan, options: RunOptions) -> list[str]:
     problems = []
     if options.resume:
         problems += [
-            refused for run in plan.runs if (refused := resume_refused(run.arm, trust_url=options.resume_trusting_url))
+            refused for run in plan.runs if (refused := run.arm.resume_refused(trust_url=options.resume_trusting_url))
         ]
     launched = [run for run in plan.runs if run.launched]
     problems += [reason for kind in dict.fromkeys(run.arm.kind for run in launched) if (reason := kind.cannot_start())]

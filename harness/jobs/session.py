@@ -27,7 +27,7 @@ from harness.jobs.options import RunOptions
 from harness.jobs.plan import ArmRun, EvalStep, Task
 from harness.jobs.progress import Progress
 from harness.paths import REPO, shown
-from harness.reuse.tokenizer_memo import memoized_tokenize
+from harness.reuse import memoized_tokenize
 from harness.servers.guard import CHILDREN, ChildProcesses
 from harness.servers.identity import ServerUnreachable, server_identity
 from harness.servers.lifecycle import Command, ServerLaunchError, ServerProcess

@@ -6,7 +6,7 @@ identity); the engine under test itself is ``harness.engine.Engine``, which the 
 * ``base``: ``ServerKind`` (installed? command line, where it listens, identity) and ``ServerSpec``;
 * ``lifecycle``: one way to start any of them and wait until ready, and to stop them as a group;
 * ``guard``: the process that makes sure no server outlives the job that started it;
-* ``identity``: what a running server says it is (what a build *is* lives in ``harness.fingerprint``);
+* ``identity``: what a running server says it is (what a build *is* lives in ``harness.reuse``);
 * ``registry``: ``get_server_kind(name)``.
 
 Nothing is imported here: ``python -m harness.servers.guard`` must not import its own package's modules first.

@@ -23,7 +23,7 @@ from harness.servers.guard import CHILDREN, ChildProcesses
 from harness.evals.results import ServedIdentity
 from harness.servers.identity import get_json, server_identity, server_version
 from harness.servers.lifecycle import Command, ServerProcess, launch
-from harness.fingerprint import tokenizer_fingerprint, weights_fingerprint
+from harness.reuse import tokenizer_fingerprint, weights_fingerprint
 from harness.targets.preflight import Needs, unimportable
 
 

@@ -15,7 +15,7 @@ from harness.servers.identity import server_identity
 from harness.servers.guard import CHILDREN, ChildProcesses
 from harness.servers.lifecycle import Command, ServerProcess
 from harness.env import FAULT_ENV, OFFLINE_ENV, SERVER_READY
-from harness.fingerprint import code_fingerprint
+from harness.reuse import code_fingerprint
 
 GRAPH_MODES = ("tape", "cuda", "auto", "eager", "off")
 

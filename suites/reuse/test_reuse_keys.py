@@ -14,15 +14,14 @@ import pytest
 
 from harness.evals.history import HistoryEntry
 from harness.evals.results import ServedIdentity
-from harness.fingerprint import file_sha256
 from harness.jobs import cache as cache_module
 from harness.jobs import recording as provenance
 from harness.jobs.cache import ResumeRefused, response_cache, response_key
 from harness.jobs.cpu import EvalConfig, cpu_plan
 from harness.jobs.plan import ArmRun, EvalStep, Model
 from harness.paths import DATA_DIR, REPO
-from harness.reuse import response_key as response_key_module
-from harness.reuse.response_key import CHECKPOINT_FILES, CheckpointFile, ResponseKey
+from harness import reuse
+from harness.reuse import CHECKPOINT_FILES, CheckpointFile, ResponseKey, file_sha256
 
 SERVED = {"model": "swa-harness", "graph_mode": "tape", "build": {"code": "abc", "weights": "sha256:w"}}
 
@@ -204,7 +203,7 @@ def test_changing_one_checkpoint_file_misses_the_cache(name: str, shipped: Path,
 @pytest.mark.parametrize("file", CHECKPOINT_FILES, ids=lambda file: file.pattern)
 def test_each_checkpoint_row_is_changed_by_a_test_and_shown_in_the_table(file: CheckpointFile) -> None:
     assert [name for name in ANSWER_FILES if fnmatch(name, file.pattern)], f"no test changes {file.pattern}"
-    assert file.row() in str(response_key_module.__doc__), f"{file.pattern} is not a row of the docstring's table"
+    assert file.row() in str(reuse.__doc__), f"{file.pattern} is not a row of the docstring's table"
 
 
 @pytest.mark.parametrize("name", NOT_ANSWERS)
@@ -393,7 +392,7 @@ def test_the_tokenizer_memo_reloads_a_tokenizer_rewritten_in_place(tmp_path: Pat
     from tokenizers.models import WordLevel
     from tokenizers.pre_tokenizers import WhitespaceSplit
 
-    from harness.reuse.tokenizer_memo import memoized_tokenize
+    from harness.reuse import memoized_tokenize
 
     folder = tmp_path / "ckpt"
     folder.mkdir()

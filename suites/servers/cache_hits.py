@@ -246,7 +246,7 @@ class CacheHitReport:
         import json
         import time
 
-        from harness.fingerprint import code_fingerprint
+        from harness.reuse import code_fingerprint
         from harness.paths import REPO
 
         line = self.line(name)

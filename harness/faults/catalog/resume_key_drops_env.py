@@ -6,7 +6,7 @@ from __future__ import annotations
 from harness.faults.base import Fault, Patch
 from collections.abc import Mapping
 
-from harness.reuse.response_key import ResponseKey
+from harness.reuse import ResponseKey
 
 
 def env_of(env: Mapping[str, str]) -> tuple[tuple[str, str], ...]:

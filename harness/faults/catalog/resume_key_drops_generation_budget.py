@@ -7,7 +7,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from harness.faults.base import Fault, Patch
-from harness.reuse.response_key import ResponseKey
+from harness.reuse import ResponseKey
 
 
 def requests_of(

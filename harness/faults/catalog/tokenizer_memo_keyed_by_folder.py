@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from harness.faults.base import Fault, Patch
-from harness.reuse.tokenizer_memo import TokenizerMemo
+from harness.reuse import TokenizerMemo
 
 
 def key(path: str) -> tuple[str, str | None]:

@@ -1,4 +1,15 @@
-"""The resume cache's key: everything one lm-eval run's answers depend on, and nothing else (``harness.jobs.cache``
+"""The reuse layer, one room: what identifies the build that produced a result, and the two caches keyed by it.
+
+**Build identity** (``code_fingerprint``, ``weights_fingerprint``, ``tokenizer_fingerprint``, ``server_build``): the
+checkpoint's bytes and the code's git state. The harness server reports them on /health, the runner compares them
+before a start (two arms that will serve different weights), the provenance records them, and both keys below are made
+of them; one module, so that every floor above computes them the same way.
+
+**The report's tokenizer memo** (``memoized_tokenize``): a report splits every flip into tokens with the checkpoint's
+own tokenizer, loaded once per process and keyed by the folder *and* the bytes of its tokenizer.json (a checkpoint
+rewritten in place is another tokenizer). The history's series is ``harness.evals.history``.
+
+**The resume cache's key**: everything one lm-eval run's answers depend on, and nothing else (``harness.jobs.cache``
 keeps the answers under it; ``--resume`` reuses them). A field that changes misses the cache:
 
 | field | holds | read from |
@@ -23,14 +34,92 @@ from __future__ import annotations
 
 import hashlib
 import json
+import subprocess
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from harness.fingerprint import file_sha256
+from harness.evals.compare import Tokenize
 from harness.paths import REPO
 from harness.seams import seam
+
+# -- build identity ------------------------------------------------------------------------------------------
+
+HASH_WEIGHTS_UP_TO = 512 * 1024 * 1024  # bigger checkpoints are identified by size and time, not hashed at startup
+
+
+def git(*args: str, timeout: float | None = None, cwd: Path = REPO) -> str:
+    """Raw stdout of a git command in ``cwd`` (empty when git fails; OSError when git is missing)."""
+    return subprocess.run(["git", *args], cwd=cwd, capture_output=True, text=True, timeout=timeout).stdout
+
+
+def file_sha256(path: Path) -> str | None:
+    """Hex digest of a file, read in chunks (checkpoints can be large); None when it is missing."""
+    if not Path(path).is_file():
+        return None
+    digest = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for chunk in iter(lambda: fh.read(1 << 20), b""):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def weights_sha256(model: Path) -> str | None:
+    """Hex digest of the checkpoint's weights, or None when there is no ``model.safetensors``."""
+    return file_sha256(Path(model) / "model.safetensors")
+
+
+def code_fingerprint() -> str:
+    """The checkout's commit, plus a digest of its uncommitted diff; "unknown" without git."""
+    try:
+        head = git("rev-parse", "HEAD", timeout=10).strip()
+        diff = git("diff", "HEAD", timeout=30)
+    except (OSError, subprocess.SubprocessError):
+        return "unknown"
+    if not head:
+        return "unknown"
+    return head + (f"+{hashlib.sha256(diff.encode()).hexdigest()[:16]}" if diff else "")
+
+
+def checkout_state(cwd: Path = REPO) -> dict[str, Any]:
+    """A git checkout's full sha and whether tracked files have uncommitted changes."""
+    try:
+        sha = git("rev-parse", "HEAD", timeout=10, cwd=cwd).strip()
+        dirty = bool(git("status", "--porcelain", "--untracked-files=no", timeout=10, cwd=cwd).strip())
+    except (OSError, subprocess.SubprocessError):
+        sha, dirty = "", False
+    return {"commit": sha or "unknown", "dirty": dirty}
+
+
+def weights_fingerprint(model_path: str | Path) -> str | None:
+    """sha256 of ``model.safetensors`` (size and mtime past HASH_WEIGHTS_UP_TO); None without one."""
+    weights = Path(model_path) / "model.safetensors"
+    if not weights.is_file():
+        return None
+    stat = weights.stat()
+    if stat.st_size > HASH_WEIGHTS_UP_TO:
+        return f"size:{stat.st_size},mtime:{int(stat.st_mtime)}"
+    return f"sha256:{weights_sha256(Path(model_path))}"
+
+
+def tokenizer_fingerprint(model_path: str | Path) -> str | None:
+    """sha256 of ``tokenizer.json``; None without one. Other weights are one difference, another tokenizer another."""
+    digest = file_sha256(Path(model_path) / "tokenizer.json")
+    return f"sha256:{digest}" if digest else None
+
+
+def server_build(model_path: str | Path, **settings: Any) -> dict[str, Any]:
+    """The build /health reports: code, weights, tokenizer, and ``settings`` (dtype, device, injected fault...)."""
+    return {
+        "code": code_fingerprint(),
+        "weights": weights_fingerprint(model_path),
+        "tokenizer": tokenizer_fingerprint(model_path),
+        **settings,
+    }
+
+
+# -- the resume cache's key ------------------------------------------------------------------------------------
 
 FileDigests = tuple[tuple[str, str | None], ...]  # (file name, sha256 or None when absent)
 
@@ -127,3 +216,31 @@ def _env_value(value: str) -> str:
     except OSError:
         is_file = False
     return f"{value}@{file_sha256(path)}" if is_file else value
+
+
+# -- the report's tokenizer memo ------------------------------------------------------------------------------
+
+
+class TokenizerMemo:
+    """Loaded tokenizers, one per checkpoint for the life of the process (a report splits every flip with one)."""
+
+    loaded: dict[tuple[str, str | None], Tokenize] = {}
+
+    @seam("tokenizer-memo-keyed-by-folder")
+    @staticmethod
+    def key(path: str) -> tuple[str, str | None]:
+        """The folder and the bytes of its tokenizer.json: a checkpoint rewritten in place is another tokenizer."""
+        return path, tokenizer_fingerprint(path)
+
+
+def memoized_tokenize(path: str) -> Tokenize:
+    """The checkpoint's tokenizer as a text -> token strings function, loaded once per (folder, tokenizer.json)."""
+    key = TokenizerMemo.key(path)
+    if key not in TokenizerMemo.loaded:
+        from harness.model import Tokenizer  # imported here: harness.model pulls in torch, needed only for this
+
+        tok = Tokenizer.from_dir(Path(path))
+        TokenizerMemo.loaded[key] = lambda text: [
+            tok.decode([i]) for i in tok.tokenizer.encode(text, add_special_tokens=False).ids
+        ]
+    return TokenizerMemo.loaded[key]
