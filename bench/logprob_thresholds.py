@@ -44,7 +44,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Sequence
 
-from harness.evals.logprobs import THRESHOLDS_FILE, TOP_K, TokenLogprobs, judge_logprobs, threshold_key
+from harness.evals.logprobs import THRESHOLDS_FILE, TOP_K, judge_logprobs, threshold_key
+from harness.evals.results import TokenLogprobs
 from harness.jobs.plan import ArmRun, Comparison, Plan
 
 AMBER_FACTOR, RED_FACTOR = 10.0, 1000.0  # on max|dlp|; KL's are their squares

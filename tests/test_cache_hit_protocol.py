@@ -8,7 +8,7 @@ import dataclasses
 
 import pytest
 
-from harness.evals.logprobs import TokenLogprobs
+from harness.evals.results import TokenLogprobs
 from harness.servers.counters import CacheCounters
 from suites.servers.cache_hits import CacheHitRun, Expected, Kind, NoVerdict, judge
 from suites.servers.oracles import Reference, Served

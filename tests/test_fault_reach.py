@@ -13,7 +13,7 @@ import torch
 
 from bench.fault_effects import CLEAN, EvalOutcome, reading
 from bench.fault_reach import Cell, LogitReach, logit_reach, max_delta, noise, unreached_faults
-from harness.evals.logprobs import TokenLogprobs
+from harness.evals.results import TokenLogprobs
 from harness.evals.results import ItemResult
 
 

@@ -106,6 +106,98 @@ def test_every_package_of_harness_has_a_floor_and_imports_only_from_floors_below
     assert not upward, "imports that run up or across a floor: " + "; ".join(upward)
 
 
+# Packages whose modules may import one another in a circle: a fault registry's ``__init__`` loads its catalog (on first
+# use), and each catalog module takes the registry's types from that ``__init__``. Any other circle of modules, or one
+# that leaves a registry, is a module that should be split or a record in the wrong room (issue 55).
+REGISTRIES = ("harness.faults", "harness.targets.sglang.faults", "harness.targets.vllm.faults")
+
+
+def _module_name(path: Path) -> str:
+    rel = path.relative_to(REPO).with_suffix("")
+    return ".".join(rel.parts[:-1] if rel.name == "__init__" else rel.parts)
+
+
+def _module_imports(path: Path, known: set[str]) -> set[str]:
+    """The harness modules ``path`` imports, anywhere in it but under ``if TYPE_CHECKING:`` (never run): ``from pkg
+    import name`` is the module ``pkg.name`` where there is one, else ``pkg`` itself."""
+    tree = ast.parse(path.read_text(), filename=str(path))
+    typing_only = {
+        id(n)
+        for node in ast.walk(tree)
+        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test)
+        for child in node.body
+        for n in ast.walk(child)
+    }
+    found = set()
+    for node in ast.walk(tree):
+        if id(node) in typing_only:
+            continue
+        if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("harness"):
+            found |= {
+                f"{node.module}.{a.name}" if f"{node.module}.{a.name}" in known else node.module for a in node.names
+            }
+        elif isinstance(node, ast.Import):
+            found |= {a.name for a in node.names}
+    return found & known
+
+
+def _circles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components of more than one module (Tarjan's algorithm, iterative)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    circles = []
+    for root in graph:
+        if root in index:
+            continue
+        work = [(root, iter(sorted(graph[root])))]
+        index[root] = low[root] = len(index)
+        stack.append(root)
+        on_stack.add(root)
+        while work:
+            node, edges = work[-1]
+            for nxt in edges:
+                if nxt not in index:
+                    index[nxt] = low[nxt] = len(index)
+                    stack.append(nxt)
+                    on_stack.add(nxt)
+                    work.append((nxt, iter(sorted(graph[nxt]))))
+                    break
+                if nxt in on_stack:
+                    low[node] = min(low[node], index[nxt])
+            else:
+                work.pop()
+                if work:
+                    low[work[-1][0]] = min(low[work[-1][0]], low[node])
+                if low[node] == index[node]:
+                    component = []
+                    while True:
+                        member = stack.pop()
+                        on_stack.discard(member)
+                        component.append(member)
+                        if member == node:
+                            break
+                    if len(component) > 1:
+                        circles.append(sorted(component))
+    return circles
+
+
+def test_no_modules_of_harness_import_one_another_in_a_circle_outside_the_fault_registries() -> None:
+    paths = {_module_name(p): p for p in _modules()}
+    graph = {name: _module_imports(path, set(paths)) - {name} for name, path in paths.items()}
+    circles = _circles(graph)
+    outside = [c for c in circles if not any(all(m.startswith(r) for m in c) for r in REGISTRIES)]
+    assert not outside, "modules that import one another in a circle: " + "; ".join(" <-> ".join(c) for c in outside)
+    # the check sees circles: each registry is one (its __init__, its base, its catalog)
+    assert len(circles) == len(REGISTRIES), circles
+
+
+def test_the_circle_check_finds_a_circle_of_two_modules() -> None:
+    assert _circles({"a": {"b"}, "b": {"a"}, "c": {"a"}}) == [["a", "b"]]
+    assert _circles({"a": {"b"}, "b": {"c"}, "c": set()}) == []
+
+
 def test_the_engine_under_test_and_the_server_kinds_keep_their_names() -> None:
     assert "Engine" in _classes(HARNESS / "engine" / "engine.py")
     assert "ServerKind" in _classes(HARNESS / "servers" / "base.py")

@@ -153,7 +153,7 @@ def test_an_engine_records_logprobs_once_its_thresholds_are_calibrated(tmp_path:
 def test_rejudge_reads_the_saved_runs_again_with_todays_axis_and_leaves_accuracy_as_judged(tmp_path: Path) -> None:
     """``--rejudge``: a summary's logprob axis recomputed from the runs saved beside it (no server), by today's KL and
     thresholds; the accuracy verdict and difference stay what the eval judged."""
-    from harness.evals.logprobs import TokenLogprobs
+    from harness.evals.results import TokenLogprobs
     from harness.evals.results import ItemResult, RunRecord, RunResult, ServedIdentity
 
     identity = ServedIdentity("sglang", "x", "m", flags={"dtype": "float32"})

@@ -19,13 +19,20 @@ from harness.evals.logprobs import (
     THRESHOLDS_FILE,
     LogprobLimits,
     LogprobThresholds,
-    TokenLogprobs,
     compare_item,
     judge_logprobs,
     load_thresholds,
 )
 from harness.evals.compare import compare_runs, summarize
-from harness.evals.results import ItemResult, RunRecord, RunResult, ServedIdentity, TaskComparison, Verdict
+from harness.evals.results import (
+    ItemResult,
+    RunRecord,
+    RunResult,
+    ServedIdentity,
+    TaskComparison,
+    TokenLogprobs,
+    Verdict,
+)
 from harness.jobs.logprob_proxy import LogprobRecorder, load_records, prompt_key
 from harness.jobs.plan_file import plan_from_file
 from harness.paths import REPO

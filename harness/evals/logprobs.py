@@ -40,91 +40,23 @@ from __future__ import annotations
 
 import json
 import math
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
-from harness.evals.results import ChoiceScore, Verdict
+from harness.evals.results import ChoiceScore, ItemLogprobDiff, LogprobComparison, Quantiles, TokenLogprobs, Verdict
 
 THRESHOLDS_FILE = Path(__file__).with_name("logprob_thresholds.json")
 TOP_K = 5  # top logprobs asked per generated token (OpenAI's completions allow 5; SGLang and vLLM more)
 
 
-@dataclass(frozen=True)
-class TokenLogprobs:
-    """One generation as the server scored it: per token its text, its logprob and the top-k (text, logprob)."""
-
-    tokens: tuple[str, ...]
-    logprobs: tuple[float, ...]
-    top: tuple[tuple[tuple[str, float], ...], ...]
-
-    def __post_init__(self) -> None:
-        if not len(self.tokens) == len(self.logprobs) == len(self.top):
-            raise ValueError(f"{len(self.tokens)} tokens, {len(self.logprobs)} logprobs, {len(self.top)} top lists")
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "tokens": list(self.tokens),
-            "logprobs": list(self.logprobs),
-            "top": [list(map(list, t)) for t in self.top],
-        }
-
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> TokenLogprobs:
-        return cls(
-            tuple(str(t) for t in data["tokens"]),
-            tuple(float(x) for x in data["logprobs"]),
-            tuple(tuple((str(k), float(v)) for k, v in row) for row in data["top"]),
-        )
-
-    @classmethod
-    def from_openai(cls, choice_logprobs: Mapping[str, Any]) -> TokenLogprobs:
-        """A completions choice's ``logprobs`` (``tokens``, ``token_logprobs``, ``top_logprobs``) or a chat choice's
-        (``content``: ``[{token, logprob, top_logprobs: [{token, logprob}]}]``)."""
-        if "content" in choice_logprobs:
-            content = choice_logprobs["content"] or []
-            return cls(
-                tuple(str(c["token"]) for c in content),
-                tuple(float(c["logprob"]) for c in content),
-                tuple(
-                    tuple((str(t["token"]), float(t["logprob"])) for t in c.get("top_logprobs") or []) for c in content
-                ),
-            )
-        tokens = choice_logprobs.get("tokens") or []
-        tops = choice_logprobs.get("top_logprobs") or [None] * len(tokens)
-        return cls(
-            tuple(str(t) for t in tokens),
-            tuple(float(x) for x in choice_logprobs.get("token_logprobs") or []),
-            tuple(tuple((str(k), float(v)) for k, v in (row or {}).items()) for row in tops),
-        )
-
-
-@dataclass(frozen=True)
-class ItemLogprobDiff:
-    """One item's two generations compared where their contexts are identical (see the module docstring)."""
-
-    item_id: str
-    compared: int  # positions with identical contexts (the common prefix, and the position where they part)
-    parted_at: int | None
-    max_abs_delta: float
-    max_kl: float
-
-
-@dataclass(frozen=True)
-class Quantiles:
-    """A per-item statistic over a task's items."""
-
-    p50: float
-    p90: float
-    p99: float
-    max: float
-
-    @classmethod
-    def of(cls, values: Sequence[float]) -> Quantiles:
-        if not values:
-            return cls(0.0, 0.0, 0.0, 0.0)
-        ordered = sorted(values)
-        return cls(*(_quantile(ordered, q) for q in (0.5, 0.9, 0.99)), ordered[-1])
+def quantiles(values: Sequence[float]) -> Quantiles:
+    """A per-item statistic's quantiles over a task's items (all 0 for none)."""
+    if not values:
+        return Quantiles(p50=0.0, p90=0.0, p99=0.0, max=0.0)
+    ordered = sorted(values)
+    p50, p90, p99 = (_quantile(ordered, q) for q in (0.5, 0.9, 0.99))
+    return Quantiles(p50=p50, p90=p90, p99=p99, max=ordered[-1])
 
 
 def _quantile(ordered: Sequence[float], q: float) -> float:
@@ -167,54 +99,6 @@ def load_thresholds(path: Path = THRESHOLDS_FILE) -> dict[str, LogprobThresholds
 
 def threshold_key(engine: str | None, dtype: str | None) -> str:
     return f"{engine or 'unknown'}/{dtype or 'unknown'}"
-
-
-@dataclass(frozen=True)
-class LogprobComparison:
-    """One task's logprob axis: the per-item statistics' quantiles, how many items part, the verdict and why."""
-
-    n: int  # items with logprobs on both sides
-    missing: int  # items without (the server gave none, or the record was lost)
-    positions: int  # positions compared over all items
-    parted: int  # items whose generations part
-    delta: Quantiles
-    kl: Quantiles
-    verdict: Verdict
-    reason: str
-    key: str  # the engine/dtype whose thresholds judged it
-    items: tuple[ItemLogprobDiff, ...] = ()
-
-    @property
-    def line(self) -> str:
-        """The CLI's words for it: worst item first, then the bulk."""
-        if self.n == 0:
-            return f"logprobs: {self.verdict.text} ({self.reason})"
-        return (
-            f"logprobs: {self.verdict.text} (N={self.n}, max|dlp| p90 {self.delta.p90:.2g} max {self.delta.max:.2g}, "
-            f"KL p90 {self.kl.p90:.2g} max {self.kl.max:.2g}, parted {self.parted})"
-        )
-
-    def to_dict(self, items: bool = True) -> dict[str, Any]:
-        data = asdict(self)
-        data["verdict"] = self.verdict.value
-        if not items:
-            del data["items"]
-        return data
-
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> LogprobComparison:
-        return cls(
-            int(data["n"]),
-            int(data["missing"]),
-            int(data["positions"]),
-            int(data["parted"]),
-            Quantiles(**data["delta"]),
-            Quantiles(**data["kl"]),
-            Verdict(data["verdict"]),
-            str(data["reason"]),
-            str(data["key"]),
-            tuple(ItemLogprobDiff(**i) for i in data.get("items") or ()),
-        )
 
 
 REST_FLOOR = 1e-6
@@ -327,8 +211,8 @@ def _judged(
     *,
     judge_kl: bool,
 ) -> LogprobComparison:
-    delta = Quantiles.of([i.max_abs_delta for i in items])
-    kl = Quantiles.of([i.max_kl for i in items])
+    delta = quantiles([i.max_abs_delta for i in items])
+    kl = quantiles([i.max_kl for i in items])
     parted = sum(i.parted_at is not None for i in items)
     verdict, reason = _verdict(items, missing, delta, kl, thresholds, key, judge_kl=judge_kl)
     return LogprobComparison(

@@ -4,6 +4,9 @@ A run is stored as data, not as a score: every item keeps its prompt, gold answe
 and extracted answer, so a comparison can pair items, find flips and show the generations that
 diverged. A run that did not finish (server died, lm-eval failed) is kept with ``complete=False``
 and its ``error``; nothing downstream may turn its partial items into an accuracy.
+
+The logprob axis's records are here too (an item's ``TokenLogprobs``, a task's ``LogprobComparison``): they are parts
+of a run and of a comparison; ``harness.evals.logprobs`` computes and judges them.
 """
 
 from __future__ import annotations
@@ -12,10 +15,7 @@ import json
 from dataclasses import asdict, dataclass, field, replace
 from enum import Enum
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Iterable, Mapping
-
-if TYPE_CHECKING:
-    from harness.evals.logprobs import LogprobComparison, TokenLogprobs
+from typing import Any, Iterable, Mapping
 
 
 def _require(data: dict[str, Any], keys: Iterable[str], what: str) -> None:
@@ -34,6 +34,55 @@ class ChoiceScore:
     loglikelihood: float
     greedy: bool
     tokens: int
+
+
+@dataclass(frozen=True)
+class TokenLogprobs:
+    """One generation as the server scored it: per token its text, its logprob and the top-k (text, logprob)."""
+
+    tokens: tuple[str, ...]
+    logprobs: tuple[float, ...]
+    top: tuple[tuple[tuple[str, float], ...], ...]
+
+    def __post_init__(self) -> None:
+        if not len(self.tokens) == len(self.logprobs) == len(self.top):
+            raise ValueError(f"{len(self.tokens)} tokens, {len(self.logprobs)} logprobs, {len(self.top)} top lists")
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "tokens": list(self.tokens),
+            "logprobs": list(self.logprobs),
+            "top": [list(map(list, t)) for t in self.top],
+        }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> TokenLogprobs:
+        return cls(
+            tuple(str(t) for t in data["tokens"]),
+            tuple(float(x) for x in data["logprobs"]),
+            tuple(tuple((str(k), float(v)) for k, v in row) for row in data["top"]),
+        )
+
+    @classmethod
+    def from_openai(cls, choice_logprobs: Mapping[str, Any]) -> TokenLogprobs:
+        """A completions choice's ``logprobs`` (``tokens``, ``token_logprobs``, ``top_logprobs``) or a chat choice's
+        (``content``: ``[{token, logprob, top_logprobs: [{token, logprob}]}]``)."""
+        if "content" in choice_logprobs:
+            content = choice_logprobs["content"] or []
+            return cls(
+                tuple(str(c["token"]) for c in content),
+                tuple(float(c["logprob"]) for c in content),
+                tuple(
+                    tuple((str(t["token"]), float(t["logprob"])) for t in c.get("top_logprobs") or []) for c in content
+                ),
+            )
+        tokens = choice_logprobs.get("tokens") or []
+        tops = choice_logprobs.get("top_logprobs") or [None] * len(tokens)
+        return cls(
+            tuple(str(t) for t in tokens),
+            tuple(float(x) for x in choice_logprobs.get("token_logprobs") or []),
+            tuple(tuple((str(k), float(v)) for k, v in (row or {}).items()) for row in tops),
+        )
 
 
 @dataclass(frozen=True)
@@ -260,8 +309,6 @@ class RunResult:
 
     @classmethod
     def load(cls, path: str | Path) -> RunResult:
-        from harness.evals.logprobs import TokenLogprobs
-
         path = Path(path)
         run = cls.from_dict(json.loads(path.read_text(encoding="utf-8")))
         side = logprobs_path(path)
@@ -369,6 +416,75 @@ class ItemDiff:
 Flip = ItemDiff  # the name the report and the brief use for a correctness-changing ItemDiff
 
 
+@dataclass(frozen=True)
+class ItemLogprobDiff:
+    """One item's two generations compared where their contexts are identical (``harness.evals.logprobs`` says how)."""
+
+    item_id: str
+    compared: int  # positions with identical contexts (the common prefix, and the position where they part)
+    parted_at: int | None
+    max_abs_delta: float
+    max_kl: float
+
+
+@dataclass(frozen=True)
+class Quantiles:
+    """A per-item statistic over a task's items."""
+
+    p50: float
+    p90: float
+    p99: float
+    max: float
+
+
+@dataclass(frozen=True)
+class LogprobComparison:
+    """One task's logprob axis: the per-item statistics' quantiles, how many items part, the verdict and why."""
+
+    n: int  # items with logprobs on both sides
+    missing: int  # items without (the server gave none, or the record was lost)
+    positions: int  # positions compared over all items
+    parted: int  # items whose generations part
+    delta: Quantiles
+    kl: Quantiles
+    verdict: Verdict
+    reason: str
+    key: str  # the engine/dtype whose thresholds judged it
+    items: tuple[ItemLogprobDiff, ...] = ()
+
+    @property
+    def line(self) -> str:
+        """The CLI's words for it: worst item first, then the bulk."""
+        if self.n == 0:
+            return f"logprobs: {self.verdict.text} ({self.reason})"
+        return (
+            f"logprobs: {self.verdict.text} (N={self.n}, max|dlp| p90 {self.delta.p90:.2g} max {self.delta.max:.2g}, "
+            f"KL p90 {self.kl.p90:.2g} max {self.kl.max:.2g}, parted {self.parted})"
+        )
+
+    def to_dict(self, items: bool = True) -> dict[str, Any]:
+        data = asdict(self)
+        data["verdict"] = self.verdict.value
+        if not items:
+            del data["items"]
+        return data
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> LogprobComparison:
+        return cls(
+            int(data["n"]),
+            int(data["missing"]),
+            int(data["positions"]),
+            int(data["parted"]),
+            Quantiles(**data["delta"]),
+            Quantiles(**data["kl"]),
+            Verdict(data["verdict"]),
+            str(data["reason"]),
+            str(data["key"]),
+            tuple(ItemLogprobDiff(**i) for i in data.get("items") or ()),
+        )
+
+
 @dataclass
 class TaskComparison:
     """Graphs ON vs OFF on one task: per-run accuracy, paired difference, tests, flips, verdict.
@@ -433,8 +549,6 @@ class TaskComparison:
         values["text_diffs"] = [ItemDiff.from_dict(diff) for diff in values["text_diffs"]]
         values["verdict"] = Verdict(values["verdict"])
         if values["logprobs"] is not None:
-            from harness.evals.logprobs import LogprobComparison
-
             values["logprobs"] = LogprobComparison.from_dict(values["logprobs"])
         return cls(**values)
 

@@ -25,7 +25,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
-from harness.evals.logprobs import TOP_K, TokenLogprobs
+from harness.evals.logprobs import TOP_K
+from harness.evals.results import TokenLogprobs
 
 
 def prompt_key(prompt: Any) -> str:

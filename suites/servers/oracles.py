@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from harness.evals.logprobs import TokenLogprobs
+from harness.evals.results import TokenLogprobs
 from harness.servers.base import ServerKind, ServerSpec
 from harness.servers.lifecycle import ServerProcess, ServerTransportError, last_error
 
