@@ -18,7 +18,7 @@ from bench.sglang_checkout import installed_copy, put_back, run_check
 
 def main() -> int:
     from harness.targets.sglang.faults import write_into_tree
-    from harness.targets.sglang.faults.catalog import SGLANG_FAULTS
+    from harness.targets.sglang.faults.by_id import SGLANG_FAULTS
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--only", nargs="*", default=None)

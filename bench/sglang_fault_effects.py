@@ -184,7 +184,7 @@ def reach(fault_id: str, ran: dict[str, set[int]]) -> Reach:
     import sglang
 
     from harness.servers.sglang_server.patched_server import install_cpu_stand_ins
-    from harness.targets.sglang.faults.catalog import get_fault
+    from harness.targets.sglang.faults.by_id import get_fault
 
     install_cpu_stand_ins()  # SGLang's modules import as the server's processes import them
     root = Path(sglang.__file__).resolve().parent
@@ -390,7 +390,7 @@ def main(argv: list[str] | None = None) -> int:
         import sglang
 
         from harness.servers.sglang_server.trace import lines_run
-        from harness.targets.sglang.faults.catalog import SGLANG_FAULTS
+        from harness.targets.sglang.faults.by_id import SGLANG_FAULTS
 
         faults = args.faults.split(",") if args.faults else list(SGLANG_FAULTS)
         if unknown := [f for f in faults if f not in SGLANG_FAULTS]:

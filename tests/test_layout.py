@@ -28,6 +28,12 @@ FAULT_CATALOGS = (
     "harness/targets/sglang/faults/catalog",
     "harness/targets/vllm/faults/catalog",
 )
+# Each of those three fault packages has the same parts: ``base.py`` (the record and how it is applied), ``catalog/``,
+# and ``by_id.py`` (the catalog by id, ``get_fault``).
+FAULT_PARTS = ("by_id.py",)
+# Packages that stand in for another project's modules (absent on CPU), whose code must sit at that project's import
+# paths, ``__init__.py`` included.
+STAND_INS = ("harness/servers/sglang_server/shims", "harness/targets/sglang/import_shims")
 
 
 # The floors of harness/, lowest first: a package imports only from floors below its own (at run time too: imports
@@ -74,6 +80,8 @@ def test_no_two_modules_of_harness_share_a_name_outside_roles_and_fault_catalogs
         rel = str(path.relative_to(REPO))
         if path.name not in ROLE_MODULES and not rel.startswith(FAULT_CATALOGS):
             if path.name in TARGET_PARTS and path.parent.parent.name == "targets":
+                continue
+            if path.name in FAULT_PARTS and path.parent.name == "faults":
                 continue
             where[path.name].append(rel)
     twice = {name: paths for name, paths in where.items() if len(paths) > 1}
@@ -196,6 +204,30 @@ def test_no_modules_of_harness_import_one_another_in_a_circle_outside_the_fault_
 def test_the_circle_check_finds_a_circle_of_two_modules() -> None:
     assert _circles({"a": {"b"}, "b": {"a"}, "c": {"a"}}) == [["a", "b"]]
     assert _circles({"a": {"b"}, "b": {"c"}, "c": set()}) == []
+
+
+def _holds_code(node: ast.stmt) -> bool:
+    """Whether a top-level statement of a package's ``__init__`` does more than re-export: its docstring, imports,
+    ``__all__`` and a module ``__getattr__`` that loads a name on first use are re-exports."""
+    if isinstance(node, (ast.Import, ast.ImportFrom)):
+        return False
+    if isinstance(node, ast.Expr) and isinstance(node.value, ast.Constant) and isinstance(node.value.value, str):
+        return False
+    if isinstance(node, ast.Assign) and [ast.unparse(t) for t in node.targets] == ["__all__"]:
+        return False
+    return not (isinstance(node, ast.FunctionDef) and node.name == "__getattr__")
+
+
+def test_package_init_files_only_re_export() -> None:
+    """A reader opens a package's modules, not its ``__init__``, to find its code (issue 55)."""
+    held = [
+        f"{path.relative_to(REPO)}:{node.lineno}"
+        for path in _modules()
+        if path.name == "__init__.py" and not str(path.relative_to(REPO)).startswith(STAND_INS)
+        for node in ast.parse(path.read_text(), filename=str(path)).body
+        if _holds_code(node)
+    ]
+    assert not held, "code in package __init__ files (move it into a module and re-export it): " + ", ".join(held)
 
 
 def test_the_engine_under_test_and_the_server_kinds_keep_their_names() -> None:

@@ -322,7 +322,7 @@ def test_check_refuses_what_it_cannot_set_up(tmp_path: Path) -> None:
 
 def test_the_vllm_catalog_names_the_test_that_killed_each_fault_in_the_committed_matrix() -> None:
     """docs/FAULTS.md's "killed by" column (KILLED_BY) is a claim: the committed vLLM kill matrix must bear it out."""
-    from harness.targets.vllm.faults.catalog import KILLED_BY, VLLM_FAULTS
+    from harness.targets.vllm.faults.by_id import KILLED_BY, VLLM_FAULTS
 
     committed = kill_record.load(REPO / "reports" / "kill-matrix-vllm.json")
     killers = {fid: [f.nodeid for f in failures] for fid, failures in committed.behavioural_killers().items()}

@@ -16,7 +16,7 @@ from harness.env import VLLM_FAULT_ENV
 from harness.kill_record import spec_of
 from harness.targets.sglang.faults import SGLangFault
 from harness.targets.vllm.faults import SourceEdit, SourcePatchError, VLLMFault, activate_from_env, inject, resolve
-from harness.targets.vllm.faults.catalog import KILLED_BY, VLLM_FAULTS, vllm_fault_code
+from harness.targets.vllm.faults.by_id import KILLED_BY, VLLM_FAULTS, vllm_fault_code
 
 FIXTURE = """
 import functools

@@ -10,9 +10,9 @@ from harness.faults import FAULTS
 from harness.paths import REPO
 from harness.faults.base import Fault
 from harness.targets.sglang.faults import SourceEdit
-from harness.targets.sglang.faults.catalog import SEEDS_NOT_PORTED, SGLANG_FAULTS
-from harness.targets.vllm.faults.catalog import KILLED_BY, VLLM_FAULTS
-from harness.targets.vllm.faults.catalog import SEEDS_NOT_PORTED as VLLM_SEEDS_NOT_PORTED
+from harness.targets.sglang.faults.by_id import SEEDS_NOT_PORTED, SGLANG_FAULTS
+from harness.targets.vllm.faults.by_id import KILLED_BY, VLLM_FAULTS
+from harness.targets.vllm.faults.by_id import SEEDS_NOT_PORTED as VLLM_SEEDS_NOT_PORTED
 
 DOC = REPO / "docs" / "FAULTS.md"
 

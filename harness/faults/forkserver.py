@@ -385,7 +385,7 @@ class _Faults:
         self.sglang: dict[str, Any] = {}
         if target == "sglang":
             from harness.targets.sglang.faults.base import resolve
-            from harness.targets.sglang.faults.catalog import SGLANG_FAULTS
+            from harness.targets.sglang.faults.by_id import SGLANG_FAULTS
 
             for fault in SGLANG_FAULTS.values():
                 for edit in fault.edits:

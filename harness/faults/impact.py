@@ -97,13 +97,13 @@ def harness_fault_code() -> dict[str, tuple[str, ...]]:
 
 
 def sglang_fault_code() -> dict[str, tuple[str, ...]]:
-    from harness.targets.sglang.faults.catalog import SGLANG_FAULTS
+    from harness.targets.sglang.faults.by_id import SGLANG_FAULTS
 
     return {fid: tuple(sorted({e.target for e in fault.edits})) for fid, fault in SGLANG_FAULTS.items()}
 
 
 def vllm_fault_code() -> dict[str, tuple[str, ...]]:
-    from harness.targets.vllm.faults.catalog import vllm_fault_code as code
+    from harness.targets.vllm.faults.by_id import vllm_fault_code as code
 
     return code()
 

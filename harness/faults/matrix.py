@@ -106,13 +106,13 @@ def _harness_catalog() -> dict[str, FaultSpec]:
 
 
 def _vllm_catalog() -> dict[str, FaultSpec]:
-    from harness.targets.vllm.faults.catalog import VLLM_FAULTS
+    from harness.targets.vllm.faults.by_id import VLLM_FAULTS
 
     return specs(VLLM_FAULTS.values())
 
 
 def _sglang_catalog() -> dict[str, FaultSpec]:
-    from harness.targets.sglang.faults.catalog import SGLANG_FAULTS
+    from harness.targets.sglang.faults.by_id import SGLANG_FAULTS
 
     return specs(SGLANG_FAULTS.values())
 

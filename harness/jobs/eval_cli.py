@@ -34,7 +34,7 @@ def check_fault(engine: str, fault: str) -> None:
     if engine == "harness":
         from harness.faults import get_fault  # imported here: the fault catalog pulls in the engine
     elif engine == "sglang":
-        from harness.targets.sglang.faults.catalog import get_fault
+        from harness.targets.sglang.faults.by_id import get_fault
     else:
         raise ValueError(f"engine {engine} has no fault catalog: --fault {fault} cannot be injected")
     get_fault(fault)

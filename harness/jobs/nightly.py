@@ -138,7 +138,7 @@ def _select(names: Sequence[str], known: Mapping[str, Any], what: str) -> list[A
 def _check_fault(fault: str) -> None:
     """The fault must exist in the SGLang-side catalog and be behavioural: a structural-only fault changes no
     output, so it could never turn a comparison RED."""
-    from harness.targets.sglang.faults.catalog import get_fault  # imports torch: only when a fault arm is planned
+    from harness.targets.sglang.faults.by_id import get_fault  # imports torch: only when a fault arm is planned
 
     entry = get_fault(fault)
     if entry.structural_only:

@@ -53,7 +53,7 @@ class HarnessTarget:
 # name -> "module:Class"; imported on demand, so the harness target never imports SGLang.
 TARGETS: dict[str, str] = {
     "harness": "harness.targets.target:HarnessTarget",
-    "sglang": "harness.targets.sglang:SGLangTarget",
+    "sglang": "harness.targets.sglang.memory:SGLangTarget",
 }
 
 

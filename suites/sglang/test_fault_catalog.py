@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from harness.targets.sglang.faults import SGLangFault, SourceEdit, inject, resolve, source_of
-from harness.targets.sglang.faults.catalog import SGLANG_FAULTS
+from harness.targets.sglang.faults.by_id import SGLANG_FAULTS
 
 
 @pytest.fixture(scope="module")

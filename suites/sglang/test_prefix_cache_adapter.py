@@ -271,7 +271,7 @@ def test_a_fault_of_the_python_tree_core_runs_under_it(sglang_target, monkeypatc
     import os
 
     from harness.targets.sglang.faults import inject
-    from harness.targets.sglang.faults.catalog import get_fault
+    from harness.targets.sglang.faults.by_id import get_fault
 
     monkeypatch.delenv("SGLANG_UNIFIED_RADIX_TREE_CORE_BACKEND", raising=False)
     with inject(get_fault("sglang-swa-insert-all-evicted-made-live")):

@@ -8,7 +8,7 @@ import pytest
 pytest.importorskip("vllm", reason="patches real vLLM source: run in the `nox -s vllm` venv")
 
 from harness.targets.vllm.faults import SourceEdit, SourcePatchError, VLLMFault, inject, resolve  # noqa: E402
-from harness.targets.vllm.faults.catalog import VLLM_FAULTS, vllm_fault_code  # noqa: E402
+from harness.targets.vllm.faults.by_id import VLLM_FAULTS, vllm_fault_code  # noqa: E402
 
 
 @pytest.mark.parametrize("fault_id", list(VLLM_FAULTS))

@@ -90,7 +90,7 @@ def apply_fault(fault_id: str) -> Any:
     """Apply catalog fault ``fault_id`` to this process's SGLang (for good: a server runs until it is killed)."""
     _import_sglang()
     from harness.targets.sglang.faults import apply
-    from harness.targets.sglang.faults.catalog import get_fault
+    from harness.targets.sglang.faults.by_id import get_fault
 
     fault = get_fault(fault_id)
     apply(fault)
@@ -108,7 +108,7 @@ def _code_digest(code: Any) -> str:
 def fingerprints(fault_id: str) -> dict[str, str]:
     """Digest of the current code of every function the fault edits, in this process."""
     from harness.targets.sglang.faults import resolve
-    from harness.targets.sglang.faults.catalog import get_fault
+    from harness.targets.sglang.faults.by_id import get_fault
 
     out = {}
     for edit in get_fault(fault_id).edits:

@@ -143,7 +143,7 @@ def activate_from_env(environ: dict[str, str]) -> SGLangFault | None:
     fault_id = environ.get(FAULT_ENV, "").strip()
     if not fault_id:
         return None
-    from harness.targets.sglang.faults.catalog import get_fault
+    from harness.targets.sglang.faults.by_id import get_fault
 
     fault = get_fault(fault_id)
     apply(fault)

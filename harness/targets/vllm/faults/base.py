@@ -197,7 +197,7 @@ def activate_from_env(environ: Mapping[str, str]) -> VLLMFault | None:
     fault_id = environ.get(FAULT_ENV, "").strip()
     if not fault_id:
         return None
-    from harness.targets.vllm.faults.catalog import get_fault
+    from harness.targets.vllm.faults.by_id import get_fault
 
     fault = get_fault(fault_id)
     apply(fault)
