@@ -44,7 +44,7 @@ from harness.evals.compare import Tokenize
 from harness.paths import REPO
 from harness.seams import seam
 
-# -- build identity ------------------------------------------------------------------------------------------
+# -- build identity --------------------------------------------------------------------------------------
 
 HASH_WEIGHTS_UP_TO = 512 * 1024 * 1024  # bigger checkpoints are identified by size and time, not hashed at startup
 
@@ -119,7 +119,7 @@ def server_build(model_path: str | Path, **settings: Any) -> dict[str, Any]:
     }
 
 
-# -- the resume cache's key ------------------------------------------------------------------------------------
+# -- the resume cache's key ------------------------------------------------------------------------------
 
 FileDigests = tuple[tuple[str, str | None], ...]  # (file name, sha256 or None when absent)
 
@@ -218,7 +218,7 @@ def _env_value(value: str) -> str:
     return f"{value}@{file_sha256(path)}" if is_file else value
 
 
-# -- the report's tokenizer memo ------------------------------------------------------------------------------
+# -- the report's tokenizer memo -------------------------------------------------------------------------
 
 
 class TokenizerMemo:
