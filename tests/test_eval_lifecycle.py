@@ -359,6 +359,18 @@ def test_an_engine_that_is_not_installed_is_one_line_and_exit_2(capsys: pytest.C
 # -- the resume cache knows which server answered -----------------------------------------------------
 
 
+def test_resume_against_an_untrusted_external_server_stops_the_job_before_it_starts(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``check_plan`` asks each arm (``Arm.resume_refused``): nothing starts, nothing is written, exit 2."""
+    plan = cpu_plan(config(tmp_path, on_url="http://127.0.0.1:9", off_url="http://127.0.0.1:9"))
+    code = runner.run_plan(plan, options(tmp_path, resume=True))
+    [line] = capsys.readouterr().err.strip().splitlines()
+    assert code == 2, line
+    assert line.startswith("swa-harness eval: cannot start, no verdict: --resume: arm on is the external server"), line
+    assert "add --resume-trusting-url" in line and not (tmp_path / "out").exists()
+
+
 def test_resume_reuses_answers_only_from_a_server_with_the_same_identity(
     tmp_path: Path, fake_server: FakeServer, monkeypatch: pytest.MonkeyPatch
 ) -> None:
