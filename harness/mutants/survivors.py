@@ -81,6 +81,15 @@ _OFFLOAD_NEGATIVE = (
     "group_gpu_ids[start : cacheable // block] (simple_kv_offload/manager.py 856-865), where -1 offers all but the "
     "last block; no suite drives a connector"
 )
+_PROMOTED_BY_RULE_9 = (
+    "(2026-12-07: reached by rule 9 of suites/vllm/test_cache_hits.py, a 64-token Mamba 'align' prompt whose "
+    "full-attention partial entry at 48 is promoted when its block fills at 64: the mutated assertion fails on that "
+    "valid promotion, an engine error, never a kill) "
+)
+_RESEND_BY_RULE_9 = (
+    "killed by suites/vllm/test_cache_hits.py, rule 9 (a resend of a finished 64-token prompt: full attention's "
+    "lookup, widened as for EAGLE, reaches past len - 1) (reports/mutants-vllm.json, 2026-12-07)"
+)
 _SAME_LENGTH = (
     "every list in computed_blocks gains one block per step (a zip over get_cached_block's one block per group id, "
     "lines 784-789), so all have one length and [-1] reads the same as [0]"
@@ -194,15 +203,11 @@ SURVIVORS: dict[str, Classified] = {
     f"{_BP}:166:ReplaceAndWithOr:0": Classified("equivalent", _WEAK + " (an int and > 0)"),
     f"{_BP}:289:AddNot:19": Classified(
         "gap-open",
-        "(2026-12-07: reached by rule 9 of suites/vllm/test_cache_hits.py, a 64-token Mamba 'align' prompt whose "
-        "full-attention partial entry at 48 is promoted when its block fills at 64: the negated assertion fails on "
-        "that valid promotion, an engine error, never a kill) " + _PROMOTION,
+        _PROMOTED_BY_RULE_9 + _PROMOTION,
     ),
     f"{_BP}:290:ReplaceComparisonOperator_IsNot_Is:3": Classified(
         "gap-open",
-        "(2026-12-07: reached by rule 9 of suites/vllm/test_cache_hits.py, a 64-token Mamba 'align' prompt whose "
-        "full-attention partial entry at 48 is promoted when its block fills at 64: the assertion fails on that valid "
-        "promotion, an engine error, never a kill) " + _PROMOTION,
+        _PROMOTED_BY_RULE_9 + _PROMOTION,
     ),
     f"{_BP}:291:ReplaceAndWithOr:2": Classified(
         "equivalent",
@@ -495,13 +500,11 @@ SURVIVORS: dict[str, Classified] = {
     ),
     f"{_CO}:951:AddNot:44": Classified(
         "gap-closed",
-        "killed by suites/vllm/test_cache_hits.py, rule 9 (a resend of a finished 64-token prompt: full attention's lookup, widened as for EAGLE, reaches past "
-        "len - 1) (reports/mutants-vllm.json, 2026-12-07)",
+        _RESEND_BY_RULE_9,
     ),
     f"{_CO}:951:ReplaceAndWithOr:15": Classified(
         "gap-closed",
-        "killed by suites/vllm/test_cache_hits.py, rule 9 (a resend of a finished 64-token prompt: full attention's lookup, widened as for EAGLE, reaches past "
-        "len - 1) (reports/mutants-vllm.json, 2026-12-07)",
+        _RESEND_BY_RULE_9,
     ),
     f"{_CO}:960:ReplaceBinaryOperator_Mul_Add:6": Classified(
         "gap-open",
