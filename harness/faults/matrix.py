@@ -72,10 +72,10 @@ from harness.cell_progress import CellProgress
 from harness.faults.forkserver import ForkServers, ForkServerSpec, server_env
 from harness.faults.impact import Impact
 from harness.faults.recording_cache import Lookup, RecordingCache, Settings
-from harness.reuse import code_fingerprint
 from harness.kill_record import CleanCell, Failure, FaultRow, FaultSpec, KillCell, KillMatrix, RecordingUse, VerdictLine
 from harness.kill_record import load, load_if_any, read_verdicts, save, specs
 from harness.paths import REPO
+from harness.reuse import code_fingerprint
 from harness.shards import WHOLE, Shard
 from harness.targets.preflight import SGLANG_SUITES, VLLM_SUITES, Needs, unimportable
 

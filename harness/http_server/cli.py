@@ -23,9 +23,9 @@ from harness.engine.cpu_kernels import KERNEL_MODES
 from harness.engine.model_runner import CAPTURE_MODES
 from harness.env import SERVER_READY
 from harness.faults import activate_from_env
-from harness.reuse import server_build
 from harness.http_server.app import build_app
 from harness.http_server.worker import EngineWorker
+from harness.reuse import server_build
 
 logger = logging.getLogger("harness.http_server")
 

@@ -28,7 +28,6 @@ from harness.evals.history import Trend, make_entry
 from harness.evals.history import record as record_history
 from harness.evals.history import trend as history_trend
 from harness.evals.results import RunResult, ServedIdentity
-from harness.reuse import checkout_state, file_sha256
 from harness.jobs.judging import Judged
 from harness.jobs.options import RunOptions
 from harness.jobs.plan import ArmRun, Model, Plan
@@ -44,6 +43,7 @@ from harness.report.inputs import (
     load_mutation_runs,
     load_release_matrix,
 )
+from harness.reuse import checkout_state, file_sha256
 
 # Environment variables that change what an arm computes; secrets never enter the record.
 _ENV_PREFIXES = ("SWA_HARNESS_", "OMP_", "MKL_", "CUDA_", "TORCH", "PYTORCH_", "HF_", "TOKENIZERS_", "SGLANG", "VLLM_")

@@ -36,8 +36,8 @@ from packaging.version import Version
 
 from harness import findings
 from harness.cell_progress import CellProgress
-from harness.reuse import code_fingerprint
 from harness.paths import REPO, shown
+from harness.reuse import code_fingerprint
 from harness.shards import WHOLE, Shard
 from harness.targets.releases import Release, TargetEngine, release_order
 from harness.targets.probe import NARROWED, UNREACHABLE

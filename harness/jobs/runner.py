@@ -32,13 +32,13 @@ from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 
 from harness.evals.results import ServedIdentity
-from harness.reuse import tokenizer_fingerprint, weights_fingerprint
 from harness.jobs.options import RunOptions
 from harness.jobs.plan import ArmRun, Plan
 from harness.jobs.progress import Progress
 from harness.jobs.recording import job_provenance
 from harness.jobs.session import run_arm
 from harness.jobs.summary import finish
+from harness.reuse import tokenizer_fingerprint, weights_fingerprint
 from harness.servers.guard import ChildProcesses
 from harness.servers.identity import ServerUnreachable
 

@@ -12,6 +12,7 @@ from typing import Any, Callable
 
 import pytest
 
+from harness import reuse
 from harness.evals.history import HistoryEntry
 from harness.evals.results import ServedIdentity
 from harness.jobs import cache as cache_module
@@ -20,7 +21,6 @@ from harness.jobs.cache import ResumeRefused, response_cache, response_key
 from harness.jobs.cpu import EvalConfig, cpu_plan
 from harness.jobs.plan import ArmRun, EvalStep, Model
 from harness.paths import DATA_DIR, REPO
-from harness import reuse
 from harness.reuse import CHECKPOINT_FILES, CheckpointFile, ResponseKey, file_sha256
 
 SERVED = {"model": "swa-harness", "graph_mode": "tape", "build": {"code": "abc", "weights": "sha256:w"}}
