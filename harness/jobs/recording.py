@@ -184,13 +184,21 @@ def hardware(device: str) -> dict[str, Any]:
     return info
 
 
+# A task YAML's helper: ``custom_dataset: !function choice_utils.load_choice_style`` names choice_utils.py beside it.
+_HELPER = re.compile(r"!function\s+(\w+)\.\w+")
+
+
 def dataset_hashes(tasks: Iterable[str]) -> dict[str, dict[str, str]]:
-    """sha256 (first 16 hex) of each frozen task's YAML and data files: a changed set shows here."""
+    """sha256 (first 16 hex) of each frozen task's YAML, the helper modules it names (its loader: which items, in which
+    order, with which text) and its data files: a changed set shows here, and misses the resume key."""
     out: dict[str, dict[str, str]] = {}
     for name in tasks:
-        files = [TASKS_DIR / f"{name}.yaml", TASKS_DIR / "utils.py", *sorted((DATA_DIR / name).glob("*.jsonl"))]
-        if (TASKS_DIR / f"{name}.yaml").exists():
-            out[name] = {f.name: (file_sha256(f) or "missing")[:16] for f in files if f.exists()}
+        yaml = TASKS_DIR / f"{name}.yaml"
+        if not yaml.exists():
+            continue
+        helpers = dict.fromkeys(TASKS_DIR / f"{module}.py" for module in _HELPER.findall(yaml.read_text()))
+        files = [yaml, *helpers, *sorted((DATA_DIR / name).glob("*.jsonl"))]
+        out[name] = {f.name: (file_sha256(f) or "missing")[:16] for f in files if f.exists()}
     return out
 
 

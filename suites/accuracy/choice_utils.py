@@ -1,7 +1,8 @@
 """The dataset loader of ``choice_style.yaml`` (``custom_dataset: !function choice_utils.load_choice_style``).
 
-Apart from ``utils.py``, whose digest is part of every frozen accuracy task's key (``harness/jobs/recording.py:dataset_hashes``):
-this task is not one of them. lm-eval imports this file by path, so it is self-contained.
+Apart from ``utils.py`` (the GSM- and AIME-style loaders): a frozen task's resume key holds the helper its YAML names
+(``harness/jobs/recording.py:dataset_hashes``), so an edit here misses choice_style's key alone. lm-eval imports this
+file by path, so it is self-contained.
 """
 
 from __future__ import annotations

@@ -20,6 +20,7 @@ from harness.jobs import recording as provenance
 from harness.jobs.cache import ResumeRefused, response_cache, response_key
 from harness.jobs.cpu import EvalConfig, cpu_plan
 from harness.jobs.plan import ArmRun, EvalStep, Model
+from harness.jobs.plan_file import frozen_task
 from harness.paths import DATA_DIR, REPO
 from harness.reuse import CHECKPOINT_FILES, CheckpointFile, ResponseKey, file_sha256
 
@@ -82,12 +83,16 @@ def _model(**fields: Any) -> Change:
     return lambda run, step, ident, ckpt: (replace(run, model=replace(run.model, **fields)), step, ident)
 
 
+def _edit_task_file(relative: str) -> None:
+    path = Path(provenance.TASKS_DIR).parent / relative
+    # Only the fixture's copy may change: a patch that misses the module the key reads would edit the shipped files.
+    assert not path.resolve().is_relative_to(REPO), f"{path} is the checkout's own task file, not the test's copy"
+    path.write_text(path.read_text() + "\n# changed\n")
+
+
 def _task_file(relative: str) -> Change:
     def change(run: ArmRun, step: EvalStep, ident: ServedIdentity | None, ckpt: Path):
-        path = Path(provenance.TASKS_DIR).parent / relative
-        # Only the fixture's copy may change: a patch that misses the module the key reads would edit the shipped files.
-        assert not path.resolve().is_relative_to(REPO), f"{path} is the checkout's own task file, not the test's copy"
-        path.write_text(path.read_text() + "\n# changed\n")
+        _edit_task_file(relative)
         return run, step, ident
 
     return change
@@ -245,6 +250,21 @@ def test_a_server_that_reports_nothing_is_keyed_by_what_it_was_launched_with(ckp
     other = replace(run, arm=replace(run.arm, graphs="eager"))
     assert response_key(other, step, silent).served != key.served
     assert response_key(run, step, None) == key  # no identity read at all: the same
+
+
+# Each frozen task's loader, as its YAML names it (``custom_dataset: !function <module>.<loader>``).
+LOADERS = {"gsm_style": "utils.py", "aime_style": "utils.py", "choice_style": "choice_utils.py"}
+
+
+@pytest.mark.parametrize("helper", sorted(set(LOADERS.values())))
+def test_an_edit_of_a_tasks_loader_misses_the_key_of_every_task_it_loads_and_no_other(helper: str, tasks: Path) -> None:
+    """The loader decides which items a task scores, in which order and with which text: the resume key's ``tasks``
+    field (``task_fingerprint``) holds the helper module each task's YAML names, not one helper for all."""
+    before = {name: cache_module.task_fingerprint(frozen_task(name)) for name in LOADERS}
+    _edit_task_file(f"accuracy/{helper}")
+    after = {name: cache_module.task_fingerprint(frozen_task(name)) for name in LOADERS}
+    changed = {name for name in LOADERS if after[name] != before[name]}
+    assert changed == {name for name, loader in LOADERS.items() if loader == helper}, (helper, changed)
 
 
 def test_resume_against_an_external_server_is_refused_unless_trusted(ckpt: Path, tasks: Path) -> None:
